@@ -1,0 +1,3 @@
+from torchscale.cli.app import main
+
+main()

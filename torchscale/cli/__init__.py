@@ -1,0 +1,1 @@
+"""The command-line layer: thin Typer commands over the pipeline modules."""

@@ -1,0 +1,66 @@
+"""The ``torchscale`` root command. Each subcommand lives in its own module under ``cli/``.
+
+Nothing here imports torch: ``torchscale --help`` and config errors must stay fast.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import typer
+from typing_extensions import Annotated
+
+from torchscale import __version__
+from torchscale.cli import benchmark, compare, profile, report, validate
+from torchscale.cli.console import setup_logging
+
+app = typer.Typer(
+    name="torchscale",
+    help="Benchmarking CLI for PyTorch DDP Clusters.",
+    rich_markup_mode="rich",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"torchscale {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    verbose: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--verbose/--quiet",
+            "-v/-q",
+            help="Verbose logging (debug detail), or quiet (warnings and errors only).",
+            show_default=False,
+        ),
+    ] = None,
+    version: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--version", help="Show the version and exit.", callback=_version_callback, is_eager=True
+        ),
+    ] = None,
+) -> None:
+    """Benchmarking CLI for PyTorch DDP Clusters."""
+    levels = {None: logging.INFO, True: logging.DEBUG, False: logging.WARNING}
+    setup_logging(levels[verbose])
+
+
+benchmark.register(app)
+profile.register(app)
+report.register(app)
+validate.register(app)
+compare.register(app)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,1 @@
+"""What the node is: device peaks, NVML access, environment capture."""

@@ -1,0 +1,118 @@
+"""Model names -> factories. Listing and checking names never imports torch.
+
+A model is either a built-in name (``resnet50``, ``gpt2``, ...) or a user model given as
+``"package.module:function"``; ``function(**options)`` returns a :class:`ModelSpec`. Options a
+factory does not accept (``seq_len`` for an image model) are not passed to it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+from torchscale.errors import ConfigError
+from torchscale.models.spec import ModelSpec
+
+_CUSTOM_MODEL = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A built-in model, described without building it."""
+
+    name: str
+    factory: str  # "module:function"
+    family: str  # "vision", "masked-lm" or "causal-lm"
+    unit: str
+    params: int  # parameter count of the built model
+    description: str
+    uses_seq_len: bool = False
+
+
+BUILTIN_MODELS: Dict[str, ModelEntry] = {
+    entry.name: entry
+    for entry in (
+        ModelEntry("resnet50", "torchscale.models.resnet:resnet50", "vision", "images",
+                   25_557_032, "ResNet-50 v1.5, 224x224 ImageNet shapes, 1000 classes"),
+        ModelEntry("resnet-tiny", "torchscale.models.resnet:resnet_tiny", "vision", "images",
+                   0, "Small ResNet for CPU runs and tests"),
+        ModelEntry("bert-large", "torchscale.models.bert:bert_large", "masked-lm", "sequences",
+                   335_000_000, "BERT-Large, 24 layers, hidden 1024, 16 heads, masked-LM",
+                   uses_seq_len=True),
+        ModelEntry("bert-tiny", "torchscale.models.bert:bert_tiny", "masked-lm", "sequences",
+                   0, "Small BERT for CPU runs and tests", uses_seq_len=True),
+        ModelEntry("gpt2", "torchscale.models.gpt2:gpt2", "causal-lm", "tokens",
+                   124_439_808, "GPT-2 small, 12 layers, hidden 768, causal LM", uses_seq_len=True),
+        ModelEntry("gpt2-medium", "torchscale.models.gpt2:gpt2_medium", "causal-lm", "tokens",
+                   354_823_168, "GPT-2 medium, 24 layers, hidden 1024", uses_seq_len=True),
+        ModelEntry("gpt2-large", "torchscale.models.gpt2:gpt2_large", "causal-lm", "tokens",
+                   774_030_080, "GPT-2 large, 36 layers, hidden 1280", uses_seq_len=True),
+        ModelEntry("gpt2-xl", "torchscale.models.gpt2:gpt2_xl", "causal-lm", "tokens",
+                   1_557_611_200, "GPT-2 XL, 48 layers, hidden 1600", uses_seq_len=True),
+        ModelEntry("gpt2-tiny", "torchscale.models.gpt2:gpt2_tiny", "causal-lm", "tokens",
+                   0, "Small GPT-2 for CPU runs and tests", uses_seq_len=True),
+    )
+}
+
+
+def is_custom(name: str) -> bool:
+    return bool(_CUSTOM_MODEL.match(name))
+
+
+def check_model_name(name: str) -> None:
+    """Raise ConfigError unless ``name`` is a built-in model or a ``module:function`` path."""
+    if name in BUILTIN_MODELS or is_custom(name):
+        return
+    from difflib import get_close_matches
+
+    close = get_close_matches(name, list(BUILTIN_MODELS), n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise ConfigError(
+        f"unknown model '{name}': {hint}run 'torchscale benchmark --list-models' for the built-in "
+        "models, or give your own as 'package.module:function'"
+    )
+
+
+def uses_seq_len(name: str) -> bool:
+    """Whether a sequence-length knob changes this model (unknown for custom models: assume yes)."""
+    entry = BUILTIN_MODELS.get(name)
+    return entry.uses_seq_len if entry else True
+
+
+def _import_factory(path: str) -> Callable[..., ModelSpec]:
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import model module '{module_name}': {exc}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigError(f"model '{path}': module '{module_name}' has no function '{attr}'")
+    return factory
+
+
+def load_model(name: str, **options: Any) -> ModelSpec:
+    """Build the ``ModelSpec`` for ``name``, passing only the options its factory accepts."""
+    check_model_name(name)
+    entry = BUILTIN_MODELS.get(name)
+    factory = _import_factory(entry.factory if entry else name)
+    params = inspect.signature(factory).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    accepted = {k: v for k, v in options.items() if v is not None and (takes_any or k in params)}
+    spec = factory(**accepted)
+    if not isinstance(spec, ModelSpec):
+        raise ConfigError(
+            f"model '{name}': factory returned {type(spec).__name__}, expected torchscale.models.ModelSpec"
+        )
+    return spec
+
+
+def list_models() -> List[ModelEntry]:
+    return list(BUILTIN_MODELS.values())
+
+
+def describe(name: str) -> Optional[ModelEntry]:
+    return BUILTIN_MODELS.get(name)

@@ -1,0 +1,177 @@
+"""The result schema: one JSON object per line of ``results.jsonl``, the source of truth.
+
+Every record carries ``schema_version`` and ``kind``. Readers ignore fields they do not know, so a
+newer torchscale can add fields without breaking an older report; removing or changing the meaning
+of a field bumps ``SCHEMA_VERSION``. ``torchscale benchmark --schema`` prints the JSON Schema.
+
+All times are in milliseconds unless the field name says otherwise (``_us``, ``_s``); memory is in
+bytes; throughput is per second for the whole job (all ranks), not per GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+CellStatus = Literal["ok", "oom", "timeout", "failed", "skipped"]
+"""``ok`` measured; ``oom`` out of memory on some rank; ``timeout`` killed after the cell timeout;
+``failed`` a rank crashed or the launch failed; ``skipped`` not run (e.g. more GPUs than the node
+has), with the reason in ``error``."""
+
+
+class _Record(BaseModel):
+    # Ignore unknown fields so results written by a newer torchscale still load.
+    model_config = ConfigDict(extra="ignore")
+
+
+class TimeStats(_Record):
+    """Distribution of a per-step time in milliseconds."""
+
+    mean: float
+    p50: float
+    p95: float
+    p99: float
+    min: float
+    max: float
+    std: float
+    cv: float = Field(description="Coefficient of variation, std / mean.")
+
+
+class MemoryStats(_Record):
+    """Memory of one rank. On GPU ``peak_bytes`` is CUDA's peak allocated; on CPU the peak RSS."""
+
+    params_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    activations_peak_bytes: Optional[int] = Field(
+        None, description="Peak minus params, grads and optimizer state (GPU only)."
+    )
+    peak_bytes: int
+    peak_kind: Literal["cuda_allocated", "rss"]
+
+
+class GpuTelemetry(_Record):
+    """NVML samples taken on this rank's GPU during the measured window."""
+
+    samples: int
+    util_pct_mean: Optional[float] = None
+    util_pct_max: Optional[float] = None
+    power_w_mean: Optional[float] = None
+    power_w_max: Optional[float] = None
+    memory_used_bytes_max: Optional[int] = None
+    sm_clock_mhz_mean: Optional[float] = None
+    temperature_c_max: Optional[float] = None
+
+
+class RankResult(_Record):
+    """What one rank measured."""
+
+    rank: int
+    local_rank: int
+    host: str
+    device: str
+    step_time_ms: TimeStats
+    step_times_ms: List[float] = Field(description="Every measured step, in order.")
+    forward_ms: float = Field(description="Mean forward time per step (all micro-batches).")
+    backward_ms: float = Field(description="Mean backward time per step, sync included.")
+    optimizer_ms: float = Field(description="Mean optimizer step time.")
+    nosync_step_ms: Optional[float] = Field(
+        None, description="Mean step time of the same steps under DDP no_sync(): compute only."
+    )
+    sync_wait_ms: Optional[float] = Field(
+        None, description="Mean exposed gradient-sync time per step: step time minus no_sync time."
+    )
+    sync_wait_samples_ms: List[float] = Field(
+        default_factory=list, description="Exposed sync per measured step (backward minus no_sync)."
+    )
+    ddp_forward_compute_ms: Optional[float] = Field(None, description="From DDP's logging data.")
+    ddp_backward_compute_ms: Optional[float] = Field(None, description="From DDP's logging data.")
+    ddp_backward_comm_ms: Optional[float] = Field(None, description="From DDP's logging data.")
+    ddp_backward_overlap_ms: Optional[float] = Field(
+        None, description="Compute/communication overlap in backward, from DDP's logging data."
+    )
+    memory: Optional[MemoryStats] = None
+    gpu: Optional[GpuTelemetry] = None
+
+
+class SyncStats(_Record):
+    """Gradient synchronisation across the job."""
+
+    exposed_fraction: Optional[float] = Field(
+        None, description="1 - t_nosync / t_ddp: share of the step spent waiting on gradient sync."
+    )
+    per_rank_wait_ms: List[Optional[float]] = Field(default_factory=list)
+    wait_cv_across_steps: Optional[float] = None
+    wait_spread_ms: Optional[float] = Field(
+        None, description="Largest minus smallest per-rank mean wait."
+    )
+    slowest_rank: Optional[int] = Field(
+        None, description="The rank the others wait for (it waits least), when the spread is large."
+    )
+    high_variance: bool = False
+    warning: Optional[str] = None
+
+
+class ResultBase(_Record):
+    """Fields every record has, whatever its kind."""
+
+    schema_version: int = SCHEMA_VERSION
+    kind: str
+    cell_id: str
+    experiment: str
+    status: CellStatus
+    error: Optional[str] = Field(None, description="Human-readable, names the failing rank.")
+    world_size: int
+    nnodes: int = 1
+    nproc_per_node: int
+    hosts: List[str] = Field(default_factory=list)
+    repeat: int = 0
+    settings: Dict[str, Any] = Field(default_factory=dict, description="Resolved cell settings.")
+    started_at: Optional[str] = None
+    finished_at: Optional[str] = None
+    wall_s: Optional[float] = Field(None, description="Launch to exit, start-up included.")
+
+
+class TrainingResult(ResultBase):
+    """One cell of the training matrix: model x batch size x GPU count x knobs."""
+
+    kind: Literal["training"] = "training"
+    model: str
+    batch_size: int = Field(description="Per-GPU micro-batch size.")
+    grad_accum_steps: int = 1
+    global_batch_size: int
+    precision: str
+    backend: Optional[str] = None
+    device_name: Optional[str] = None
+    unit: Optional[str] = Field(None, description="What throughput counts: images, tokens, ...")
+    units_per_sample: float = 1.0
+    samples_per_s: Optional[float] = None
+    throughput: Optional[float] = Field(None, description="In `unit` per second, all ranks.")
+    step_time_ms: Optional[TimeStats] = None
+    step_times_ms: List[float] = Field(
+        default_factory=list, description="Per step, the slowest rank's time."
+    )
+    measure_steps: Optional[int] = None
+    warmup_steps: Optional[int] = None
+    measured_s: Optional[float] = Field(None, description="Length of the timed window.")
+    per_rank: List[RankResult] = Field(default_factory=list)
+    sync: Optional[SyncStats] = None
+    memory: Optional[MemoryStats] = Field(None, description="The rank with the highest peak.")
+    flops_per_sample: Optional[float] = None
+    tflops_per_gpu: Optional[float] = None
+    peak_tflops: Optional[float] = Field(None, description="Device peak for this precision.")
+    mfu: Optional[float] = Field(None, description="Model FLOPs utilisation, null if peak unknown.")
+    profile_dir: Optional[str] = None
+
+
+def parse_record(data: Dict[str, Any]) -> ResultBase:
+    """Validate one ``results.jsonl`` object into the model for its ``kind``."""
+    model = RECORD_KINDS.get(data.get("kind", "training"), ResultBase)
+    return model.model_validate(data)
+
+
+RECORD_KINDS: Dict[str, type] = {"training": TrainingResult}
+"""Record models by ``kind``; other result kinds (communication, ...) register here."""
