@@ -8,8 +8,8 @@ import os
 os.environ["COLUMNS"] = "200"
 os.environ.setdefault("NO_COLOR", "1")
 
-import pytest  # noqa: E402
-from typer import rich_utils  # noqa: E402
+import pytest
+from typer import rich_utils
 
 
 @pytest.fixture(autouse=True, scope="session")

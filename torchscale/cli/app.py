@@ -46,7 +46,10 @@ def root(
     version: Annotated[
         Optional[bool],
         typer.Option(
-            "--version", help="Show the version and exit.", callback=_version_callback, is_eager=True
+            "--version",
+            help="Show the version and exit.",
+            callback=_version_callback,
+            is_eager=True,
         ),
     ] = None,
 ) -> None:

@@ -42,7 +42,9 @@ def peak_tflops(device_name: Optional[str], precision: str) -> Optional[float]:
     return None
 
 
-def mfu(flops_per_sample: float, samples_per_s_per_device: float, peak: Optional[float]) -> Optional[float]:
+def mfu(
+    flops_per_sample: float, samples_per_s_per_device: float, peak: Optional[float]
+) -> Optional[float]:
     """Model FLOPs utilisation: achieved model FLOP/s over the device peak (0..1)."""
     if not peak or flops_per_sample <= 0:
         return None

@@ -35,25 +35,85 @@ class ModelEntry:
 BUILTIN_MODELS: Dict[str, ModelEntry] = {
     entry.name: entry
     for entry in (
-        ModelEntry("resnet50", "torchscale.models.resnet:resnet50", "vision", "images",
-                   25_557_032, "ResNet-50 v1.5, 224x224 ImageNet shapes, 1000 classes"),
-        ModelEntry("resnet-tiny", "torchscale.models.resnet:resnet_tiny", "vision", "images",
-                   0, "Small ResNet for CPU runs and tests"),
-        ModelEntry("bert-large", "torchscale.models.bert:bert_large", "masked-lm", "sequences",
-                   335_000_000, "BERT-Large, 24 layers, hidden 1024, 16 heads, masked-LM",
-                   uses_seq_len=True),
-        ModelEntry("bert-tiny", "torchscale.models.bert:bert_tiny", "masked-lm", "sequences",
-                   0, "Small BERT for CPU runs and tests", uses_seq_len=True),
-        ModelEntry("gpt2", "torchscale.models.gpt2:gpt2", "causal-lm", "tokens",
-                   124_439_808, "GPT-2 small, 12 layers, hidden 768, causal LM", uses_seq_len=True),
-        ModelEntry("gpt2-medium", "torchscale.models.gpt2:gpt2_medium", "causal-lm", "tokens",
-                   354_823_168, "GPT-2 medium, 24 layers, hidden 1024", uses_seq_len=True),
-        ModelEntry("gpt2-large", "torchscale.models.gpt2:gpt2_large", "causal-lm", "tokens",
-                   774_030_080, "GPT-2 large, 36 layers, hidden 1280", uses_seq_len=True),
-        ModelEntry("gpt2-xl", "torchscale.models.gpt2:gpt2_xl", "causal-lm", "tokens",
-                   1_557_611_200, "GPT-2 XL, 48 layers, hidden 1600", uses_seq_len=True),
-        ModelEntry("gpt2-tiny", "torchscale.models.gpt2:gpt2_tiny", "causal-lm", "tokens",
-                   0, "Small GPT-2 for CPU runs and tests", uses_seq_len=True),
+        ModelEntry(
+            "resnet50",
+            "torchscale.models.resnet:resnet50",
+            "vision",
+            "images",
+            25_557_032,
+            "ResNet-50 v1.5, 224x224 ImageNet shapes, 1000 classes",
+        ),
+        ModelEntry(
+            "resnet-tiny",
+            "torchscale.models.resnet:resnet_tiny",
+            "vision",
+            "images",
+            0,
+            "Small ResNet for CPU runs and tests",
+        ),
+        ModelEntry(
+            "bert-large",
+            "torchscale.models.bert:bert_large",
+            "masked-lm",
+            "sequences",
+            335_000_000,
+            "BERT-Large, 24 layers, hidden 1024, 16 heads, masked-LM",
+            uses_seq_len=True,
+        ),
+        ModelEntry(
+            "bert-tiny",
+            "torchscale.models.bert:bert_tiny",
+            "masked-lm",
+            "sequences",
+            0,
+            "Small BERT for CPU runs and tests",
+            uses_seq_len=True,
+        ),
+        ModelEntry(
+            "gpt2",
+            "torchscale.models.gpt2:gpt2",
+            "causal-lm",
+            "tokens",
+            124_439_808,
+            "GPT-2 small, 12 layers, hidden 768, causal LM",
+            uses_seq_len=True,
+        ),
+        ModelEntry(
+            "gpt2-medium",
+            "torchscale.models.gpt2:gpt2_medium",
+            "causal-lm",
+            "tokens",
+            354_823_168,
+            "GPT-2 medium, 24 layers, hidden 1024",
+            uses_seq_len=True,
+        ),
+        ModelEntry(
+            "gpt2-large",
+            "torchscale.models.gpt2:gpt2_large",
+            "causal-lm",
+            "tokens",
+            774_030_080,
+            "GPT-2 large, 36 layers, hidden 1280",
+            uses_seq_len=True,
+        ),
+        ModelEntry(
+            "gpt2-xl",
+            "torchscale.models.gpt2:gpt2_xl",
+            "causal-lm",
+            "tokens",
+            1_557_611_200,
+            "GPT-2 XL, 48 layers, hidden 1600",
+            uses_seq_len=True,
+        ),
+        ModelEntry(
+            "gpt2-tiny",
+            "torchscale.models.gpt2:gpt2_tiny",
+            "causal-lm",
+            "tokens",
+            0,
+            "Small GPT-2 for CPU runs and tests",
+            uses_seq_len=True,
+        ),
     )
 }
 
@@ -105,7 +165,8 @@ def load_model(name: str, **options: Any) -> ModelSpec:
     spec = factory(**accepted)
     if not isinstance(spec, ModelSpec):
         raise ConfigError(
-            f"model '{name}': factory returned {type(spec).__name__}, expected torchscale.models.ModelSpec"
+            f"model '{name}': factory returned {type(spec).__name__}, "
+            "expected a torchscale.models.ModelSpec"
         )
     return spec
 
