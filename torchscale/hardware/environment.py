@@ -1,0 +1,125 @@
+"""What this node is: versions, devices and the environment that changes distributed behaviour.
+
+Recorded in every experiment's ``manifest.json``, so a result can be traced to the software and
+hardware that produced it. Imports torch lazily: only commands that run something call this.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import psutil
+
+from torchscale import __version__
+
+CPU_SLOTS_ENV = "TORCHSCALE_CPU_SLOTS"
+"""On a node without GPUs, how many CPU worker processes count as "GPUs" (default: CPU cores)."""
+
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "GLOO_", "CUDA_", "OMP_", "MASTER_")
+ENV_EXACT = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_JOB_ID", "SLURM_JOB_NODELIST")
+
+
+@dataclass(frozen=True)
+class NodeDevices:
+    """The devices one node offers to DDP ranks."""
+
+    kind: str  # "cuda" or "cpu"
+    count: int
+    names: List[str]
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.kind == "cuda" else "gloo"
+
+    def describe(self, n: int) -> str:
+        if self.kind == "cuda":
+            return f"{n} GPU" + ("s" if n != 1 else "")
+        return f"{n} CPU process" + ("es" if n != 1 else "")
+
+
+def node_devices() -> NodeDevices:
+    """GPUs when CUDA sees any, else CPU slots (one gloo process per core unless overridden)."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() > 0:
+        count = torch.cuda.device_count()
+        return NodeDevices("cuda", count, [torch.cuda.get_device_name(i) for i in range(count)])
+    slots = os.environ.get(CPU_SLOTS_ENV)
+    count = int(slots) if slots and slots.isdigit() and int(slots) > 0 else (os.cpu_count() or 1)
+    return NodeDevices("cpu", count, [platform.processor() or platform.machine()] * count)
+
+
+def distributed_env() -> Dict[str, str]:
+    """Environment variables that change how NCCL/gloo/torchrun behave, worth recording."""
+    return {
+        k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES) or k in ENV_EXACT
+    }
+
+
+def driver_version() -> Optional[str]:
+    """The NVIDIA driver version from NVML, or None without a driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+            return version.decode() if isinstance(version, bytes) else str(version)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no driver, no library, or NVML refused: simply unknown
+        return None
+
+
+def _nccl_version() -> Optional[str]:
+    import torch
+
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception:  # CPU-only builds have no NCCL
+        return None
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
+def collect_environment() -> Dict[str, Any]:
+    """Everything the manifest records about this node and its software."""
+    import torch
+
+    devices = node_devices()
+    gpus = []
+    if devices.kind == "cuda":
+        for i in range(devices.count):
+            props = torch.cuda.get_device_properties(i)
+            gpus.append(
+                {
+                    "index": i,
+                    "name": props.name,
+                    "memory_bytes": props.total_memory,
+                    "capability": f"{props.major}.{props.minor}",
+                    "multiprocessors": props.multi_processor_count,
+                }
+            )
+    return {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "torchscale": __version__,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "nccl": _nccl_version() if devices.kind == "cuda" else None,
+        "driver": driver_version(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "device_kind": devices.kind,
+        "device_count": devices.count,
+        "backend": devices.backend,
+        "gpus": gpus,
+        "env": distributed_env(),
+    }

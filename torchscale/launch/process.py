@@ -1,0 +1,117 @@
+"""Run a launcher process (torchrun, srun) with a hard timeout and no orphans.
+
+torchrun starts each worker in a session of its own, so killing the launcher's process group is not
+enough: a hung cell is ended by snapshotting the whole descendant tree first, then terminating every
+process in it (SIGTERM, a grace period, then SIGKILL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+import psutil
+
+KILL_GRACE_S = 5.0
+"""How long a process gets after SIGTERM to flush logs before SIGKILL."""
+
+
+@dataclass(frozen=True)
+class ProcessOutcome:
+    """How a launched command ended."""
+
+    returncode: Optional[int]
+    timed_out: bool
+    wall_s: float
+
+
+def kill_process_tree(pid: int, grace_s: float = KILL_GRACE_S) -> List[int]:
+    """Terminate ``pid`` and all its descendants, whatever session they are in.
+
+    Returns the pids that were signalled.
+    """
+    try:
+        root = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return []
+    try:
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = [root]
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+    return [p.pid for p in procs]
+
+
+def run_process(
+    cmd: Sequence[str],
+    *,
+    timeout_s: Optional[float],
+    log_path: Optional[Path] = None,
+    env: Optional[Dict[str, str]] = None,
+    cwd: Optional[Path] = None,
+    on_poll: Optional[Callable[[float], None]] = None,
+    poll_s: float = 0.2,
+) -> ProcessOutcome:
+    """Run ``cmd`` to completion or until ``timeout_s``; output goes to ``log_path``.
+
+    The child runs in a new session, so a Ctrl-C in the terminal reaches only torchscale, which then
+    ends the child's whole tree here and re-raises KeyboardInterrupt for the caller to handle.
+    ``on_poll(elapsed_s)`` is called while waiting (progress display).
+    """
+    start = time.monotonic()
+    log_file = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        proc = subprocess.Popen(
+            list(cmd),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        try:
+            while True:
+                elapsed = time.monotonic() - start
+                remaining = None if timeout_s is None else timeout_s - elapsed
+                if remaining is not None and remaining <= 0:
+                    kill_process_tree(proc.pid)
+                    proc.wait()
+                    return ProcessOutcome(None, True, time.monotonic() - start)
+                try:
+                    code = proc.wait(
+                        timeout=poll_s if remaining is None else min(poll_s, remaining)
+                    )
+                    return ProcessOutcome(code, False, time.monotonic() - start)
+                except subprocess.TimeoutExpired:
+                    if on_poll is not None:
+                        on_poll(elapsed)
+        except BaseException:
+            # KeyboardInterrupt or anything else: never leave workers behind.
+            kill_process_tree(proc.pid)
+            proc.wait()
+            raise
+    finally:
+        if log_path:
+            log_file.close()
+
+
+def python_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The environment for launched workers: ours, unbuffered, plus ``extra``."""
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    if extra:
+        env.update(extra)
+    return env

@@ -1,0 +1,65 @@
+"""Build torchrun (``python -m torch.distributed.run``) command lines.
+
+torchscale never reimplements process launch or rendezvous: every distributed run is a torchrun of a
+Python module, single node (``--standalone``) or multi-node through c10d rendezvous.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the ranks of one launch meet. The default is one node, a free local port."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    endpoint: Optional[str] = None  # "host:port" of the c10d store, for multi-node
+    run_id: Optional[str] = None
+
+    @property
+    def standalone(self) -> bool:
+        return self.nnodes == 1 and self.endpoint is None
+
+
+def torchrun_command(
+    module: str,
+    module_args: Sequence[str],
+    *,
+    nproc_per_node: int,
+    rendezvous: Rendezvous = Rendezvous(),
+    log_dir: Optional[Path] = None,
+    python: str = sys.executable,
+) -> List[str]:
+    """The torchrun command that runs ``python -m module module_args`` on ``nproc_per_node`` ranks.
+
+    With ``log_dir``, torchrun writes each rank's stdout/stderr (``--redirects 3``) and error file
+    there, so a failed rank's traceback is kept beside the cell's results.
+    """
+    cmd = [python, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}"]
+    if rendezvous.standalone:
+        cmd.append("--standalone")
+    else:
+        cmd += [
+            f"--nnodes={rendezvous.nnodes}",
+            f"--node-rank={rendezvous.node_rank}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rendezvous.endpoint}",
+        ]
+        if rendezvous.run_id:
+            cmd.append(f"--rdzv-id={rendezvous.run_id}")
+    cmd += ["--max-restarts=0", "--monitor-interval=0.5"]
+    if log_dir is not None:
+        cmd += [f"--log-dir={log_dir}", "--redirects=3", "--tee=3"]
+    cmd += ["-m", module, *module_args]
+    return cmd
+
+
+def format_command(cmd: Sequence[str]) -> str:
+    """A copy-pasteable shell form of ``cmd``."""
+    return shlex.join(cmd)
