@@ -1,1 +1,1 @@
-"""analysis"""
+"""From results to tables: statistics, scaling efficiency, comparisons (pandas, no plotting)."""

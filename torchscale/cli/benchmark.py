@@ -1,11 +1,177 @@
-"""``torchscale benchmark``: under construction."""
+"""``torchscale benchmark``: expand the YAML matrix into torchrun launches, record the results."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional
+
 import typer
+from typing_extensions import Annotated
+
+from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.errors import TorchscaleError
+
+if TYPE_CHECKING:
+    from torchscale.plan.matrix import Plan
+
+log = logging.getLogger("torchscale")
+
+EXIT_INTERRUPTED = 130
+EXIT_CELLS_FAILED = 1
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("benchmark")
-    def benchmark() -> None:
+    @app.command(
+        "benchmark",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )
+    @user_errors
+    def benchmark(
+        ctx: typer.Context,
+        config: Annotated[
+            Optional[Path],
+            typer.Option(
+                "--config", "-c", help="Benchmark configuration YAML file.", dir_okay=False
+            ),
+        ] = None,
+        output_dir: Annotated[
+            Path,
+            typer.Option("--output-dir", "-o", help="Results go to OUTPUT_DIR/<experiment_name>/."),
+        ] = Path("results"),
+        set_: Annotated[
+            Optional[List[str]],
+            typer.Option(
+                "--set",
+                help="Override a config key, e.g. --set ddp.bucket_cap_mb=50 (repeatable). "
+                "The form --ddp.bucket_cap_mb=50 works too.",
+            ),
+        ] = None,
+        dry_run: Annotated[
+            bool,
+            typer.Option("--dry-run", help="Print the expanded plan and its torchrun commands."),
+        ] = False,
+        resume: Annotated[
+            bool, typer.Option("--resume", help="Run only the cells that have no result yet.")
+        ] = False,
+        retry_failed: Annotated[
+            bool, typer.Option("--retry-failed", help="With --resume, re-run failed/timeout cells.")
+        ] = False,
+        list_models: Annotated[
+            bool, typer.Option("--list-models", help="List the built-in models and exit.")
+        ] = False,
+        schema: Annotated[
+            bool, typer.Option("--schema", help="Print the JSON Schema of result records and exit.")
+        ] = False,
+        json_output: Annotated[
+            bool, typer.Option("--json", help="Print the results (or the plan) as JSON on stdout.")
+        ] = False,
+        verbose: Annotated[
+            bool, typer.Option("--verbose", "-v", help="Enable verbose logging.")
+        ] = False,
+    ) -> None:
         """Run throughput/latency tests across GPU configs."""
+        if verbose:
+            log.setLevel(logging.DEBUG)
+        if list_models:
+            _list_models(json_output)
+            return
+        if schema:
+            from torchscale.results.schema import TrainingResult
+
+            print_json(TrainingResult.model_json_schema())
+            return
+        if config is None:
+            raise TorchscaleError(
+                "missing --config: pass the benchmark YAML, e.g. --config benchmark_config.yaml"
+            )
+
+        from torchscale.config.loader import load_config, parse_overrides
+        from torchscale.plan.matrix import expand
+
+        plan = expand(load_config(config, parse_overrides(set_ or [], ctx.args)))
+        if dry_run:
+            _print_plan(plan, output_dir, json_output)
+            return
+        code = _run(
+            plan, output_dir, resume=resume, retry_failed=retry_failed, json_output=json_output
+        )
+        if code:
+            raise typer.Exit(code)
+
+
+def _list_models(json_output: bool) -> None:
+    from torchscale.cli.benchmark_view import models_table
+    from torchscale.models.registry import list_models
+
+    entries = list_models()
+    if json_output:
+        print_json([entry.__dict__ for entry in entries])
+    else:
+        err_console.print(models_table(entries))
+
+
+def _print_plan(plan: Plan, output_dir: Path, json_output: bool) -> None:
+    from torchscale.cli.benchmark_view import plan_table
+    from torchscale.launch.cell import cell_command
+    from torchscale.launch.torchrun import format_command
+    from torchscale.plan.matrix import experiment_dirname
+    from torchscale.results.store import ExperimentStore
+
+    store = ExperimentStore(output_dir / experiment_dirname(plan.config.experiment_name))
+    commands = [format_command(cell_command(c, store.cell_dir(c.cell_id))) for c in plan.cells]
+    if json_output:
+        print_json(
+            [
+                {
+                    "cell_id": c.cell_id,
+                    "settings": c.settings.model_dump(mode="json"),
+                    "command": cmd,
+                }
+                for c, cmd in zip(plan.cells, commands)
+            ]
+        )
+        return
+    err_console.print(plan_table(plan))
+    for cell, command in zip(plan.cells, commands):
+        err_console.print(f"[{cell.index + 1}] {command}", soft_wrap=True, markup=False)
+    err_console.print(f"dry run: nothing was run or written (results would go to {store.root})")
+
+
+def _run(
+    plan: Plan, output_dir: Path, *, resume: bool, retry_failed: bool, json_output: bool
+) -> int:
+    from torchscale.cli.benchmark_view import ConsoleEvents, results_table
+    from torchscale.launch.sweep import SweepOptions, check_resumable, run_sweep, write_summary
+    from torchscale.plan.matrix import experiment_dirname
+    from torchscale.results.store import ExperimentStore, check_writable
+
+    check_writable(output_dir)
+    store = ExperimentStore(output_dir / experiment_dirname(plan.config.experiment_name))
+    check_resumable(store, resume)
+    options = SweepOptions(resume=resume, retry_failed=retry_failed)
+    try:
+        with ConsoleEvents() as events:
+            records = run_sweep(plan, store, options, events)
+    except KeyboardInterrupt:
+        done = len(store.records())
+        err_console.print(
+            f"[bold yellow]Interrupted.[/bold yellow] {done} cell result(s) are safe in "
+            f"{store.results_path}; run again with --resume to finish the rest."
+        )
+        return EXIT_INTERRUPTED
+    table = write_summary(store, records)
+    err_console.print(results_table(table, f"{plan.config.experiment_name} ({store.root})"))
+    if json_output:
+        print_json(
+            {
+                "experiment": plan.config.experiment_name,
+                "results_dir": str(store.root),
+                "records": [r.model_dump(mode="json") for r in records],
+            }
+        )
+    failed = [r for r in records if r.status in ("failed", "timeout")]
+    if failed:
+        err_console.print(f"{len(failed)} cell(s) failed or timed out; see their errors above.")
+        return EXIT_CELLS_FAILED
+    return 0

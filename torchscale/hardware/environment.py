@@ -42,6 +42,18 @@ class NodeDevices:
         return f"{n} CPU process" + ("es" if n != 1 else "")
 
 
+def cpu_slots() -> int:
+    """CPU worker processes this node runs side by side: one per core unless overridden."""
+    slots = os.environ.get(CPU_SLOTS_ENV, "")
+    return int(slots) if slots.isdigit() and int(slots) > 0 else (os.cpu_count() or 1)
+
+
+def threads_per_cpu_slot() -> int:
+    """Intra-op threads for one CPU rank: the same at every world size, like a GPU's resources,
+    so that 1-rank and N-rank cells compare like with like."""
+    return max(1, (os.cpu_count() or 1) // cpu_slots())
+
+
 def node_devices() -> NodeDevices:
     """GPUs when CUDA sees any, else CPU slots (one gloo process per core unless overridden)."""
     import torch
@@ -49,8 +61,7 @@ def node_devices() -> NodeDevices:
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
         count = torch.cuda.device_count()
         return NodeDevices("cuda", count, [torch.cuda.get_device_name(i) for i in range(count)])
-    slots = os.environ.get(CPU_SLOTS_ENV)
-    count = int(slots) if slots and slots.isdigit() and int(slots) > 0 else (os.cpu_count() or 1)
+    count = cpu_slots()
     return NodeDevices("cpu", count, [platform.processor() or platform.machine()] * count)
 
 

@@ -27,12 +27,15 @@ class Rendezvous:
         return self.nnodes == 1 and self.endpoint is None
 
 
+SINGLE_NODE = Rendezvous()
+
+
 def torchrun_command(
     module: str,
     module_args: Sequence[str],
     *,
     nproc_per_node: int,
-    rendezvous: Rendezvous = Rendezvous(),
+    rendezvous: Rendezvous = SINGLE_NODE,
     log_dir: Optional[Path] = None,
     python: str = sys.executable,
 ) -> List[str]:

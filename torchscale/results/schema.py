@@ -75,6 +75,9 @@ class RankResult(_Record):
     device: str
     step_time_ms: TimeStats
     step_times_ms: List[float] = Field(description="Every measured step, in order.")
+    measure_steps: int
+    window_s: float = Field(description="Wall time of the measured window on this rank.")
+    data_ms: Optional[float] = Field(None, description="Mean wait for input batches per step.")
     forward_ms: float = Field(description="Mean forward time per step (all micro-batches).")
     backward_ms: float = Field(description="Mean backward time per step, sync included.")
     optimizer_ms: float = Field(description="Mean optimizer step time.")
@@ -95,6 +98,9 @@ class RankResult(_Record):
     )
     memory: Optional[MemoryStats] = None
     gpu: Optional[GpuTelemetry] = None
+    timeline_s: Dict[str, float] = Field(
+        default_factory=dict, description="Seconds from process start to each worker phase."
+    )
 
 
 class SyncStats(_Record):

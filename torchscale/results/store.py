@@ -175,17 +175,17 @@ def find_experiments(source: Path) -> List[Path]:
 
 
 def check_writable(directory: Path) -> None:
-    """Fail early, before any work, when results could not be written under ``directory``."""
+    """Fail before any work when results could not be written under ``directory``.
+
+    Probes by writing (``os.access`` says yes to root even on read-only mounts).
+    """
     directory = Path(directory)
-    probe_dir = directory
-    while not probe_dir.exists():
-        if probe_dir.parent == probe_dir:
-            break
-        probe_dir = probe_dir.parent
-    if not probe_dir.is_dir():
-        raise TorchscaleError(f"output dir {directory}: {probe_dir} is not a directory")
-    if not os.access(probe_dir, os.W_OK | os.X_OK):
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
         raise TorchscaleError(
-            f"output dir {directory} is not writable ({probe_dir} denies write access); "
-            "choose another --output-dir"
-        )
+            f"output dir {directory} is not writable ({reason}); choose another --output-dir"
+        ) from None

@@ -1,1 +1,1 @@
-"""worker"""
+"""The DDP worker torchrun launches for each cell: ``python -m torchscale.worker``."""

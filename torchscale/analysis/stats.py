@@ -1,0 +1,40 @@
+"""Descriptive statistics of per-step samples, the one definition every table and check uses."""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+
+
+def mean(samples: Sequence[float]) -> Optional[float]:
+    return float(np.mean(samples)) if len(samples) else None
+
+
+def time_stats(samples: Sequence[float]) -> Optional[Dict[str, float]]:
+    """mean, p50/p95/p99 (linear interpolation), min, max, std (population) and cv."""
+    if not len(samples):
+        return None
+    values = np.asarray(samples, dtype=float)
+    average = float(values.mean())
+    std = float(values.std())
+    p50, p95, p99 = (float(v) for v in np.percentile(values, [50, 95, 99]))
+    return {
+        "mean": average,
+        "p50": p50,
+        "p95": p95,
+        "p99": p99,
+        "min": float(values.min()),
+        "max": float(values.max()),
+        "std": std,
+        "cv": std / average if average > 0 else math.nan,
+    }
+
+
+def coefficient_of_variation(samples: Sequence[float]) -> Optional[float]:
+    if len(samples) < 2:
+        return None
+    values = np.asarray(samples, dtype=float)
+    average = float(values.mean())
+    return float(values.std() / average) if average > 0 else None

@@ -1,0 +1,159 @@
+"""What ``torchscale benchmark`` shows on stderr: progress, per-cell lines, plan, results."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, List, Optional
+
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from torchscale.cli.console import err_console
+from torchscale.plan.matrix import Cell, Plan
+from torchscale.results.schema import ResultBase, TrainingResult
+
+
+def _fmt(value: Optional[float], spec: str = ",.1f", suffix: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:{spec}}{suffix}"
+
+
+def describe_cell(cell: Cell) -> str:
+    s = cell.settings
+    noun = "GPU" if s.gpus == 1 else "GPUs"
+    nodes = f" x {s.nnodes} nodes" if s.nnodes > 1 else ""
+    return f"{s.model} on {s.gpus} {noun}{nodes} (batch {s.batch_size}, {s.precision})"
+
+
+class ConsoleEvents:
+    """Rich progress over the matrix plus the seed's per-cell lines."""
+
+    def __init__(self) -> None:
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("cells"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=err_console,
+            transient=True,
+        )
+        self.task: Any = None
+        self.current = ""
+
+    def __enter__(self) -> ConsoleEvents:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def cell_started(self, cell: Cell, position: int, total: int) -> None:
+        if self.task is None:
+            self.task = self.progress.add_task("", total=total)
+        self.current = describe_cell(cell)
+        self.progress.update(self.task, description=self.current)
+        err_console.print(f"> Running {self.current}...")
+
+    def cell_polled(self, elapsed_s: float) -> None:
+        self.progress.update(self.task, description=f"{self.current} [{elapsed_s:.0f}s]")
+
+    def cell_finished(self, cell: Cell, record: ResultBase, table: Any) -> None:
+        self.progress.advance(self.task)
+        if not isinstance(record, TrainingResult):
+            return
+        if record.status != "ok":
+            label = "SKIP" if record.status == "skipped" else "FAIL"
+            err_console.print(f"> [{label}] {record.status}: {record.error}", soft_wrap=True)
+            return
+        efficiency = table.loc[table["cell_id"] == record.cell_id, "scaling_efficiency"]
+        eff = float(efficiency.iloc[-1]) if len(efficiency) else math.nan
+        eff_text = "" if record.world_size == 1 or math.isnan(eff) else f" (scaling {eff:.0%})"
+        steps = record.step_time_ms
+        err_console.print(
+            f"> [INFO] Average Throughput: {_fmt(record.throughput, ',.0f')} "
+            f"{record.unit}/sec{eff_text}"
+        )
+        if steps:
+            err_console.print(
+                f"> [INFO] Iteration Latency: {steps.mean:,.1f}ms "
+                f"(p50 {steps.p50:,.1f}, p95 {steps.p95:,.1f}, p99 {steps.p99:,.1f})"
+            )
+        if record.sync and record.sync.warning:
+            err_console.print(f"> [WARN] {record.sync.warning}.", soft_wrap=True)
+
+
+def plan_table(plan: Plan) -> Table:
+    """One row per cell: its id, the matrix axes and every knob that varies."""
+    knobs = [k for k in plan.swept if k not in ("models", "batch_sizes", "gpu_counts")]
+    table = Table(title=f"{plan.config.experiment_name}: {len(plan)} cells", title_justify="left")
+    for column in ("#", "cell", "model", "batch", "GPUs", "precision", *knobs):
+        table.add_column(column)
+    for cell in plan.cells:
+        settings = cell.settings.model_dump()
+        values = []
+        for knob in knobs:
+            node: Any = settings
+            for part in knob.split("."):
+                node = node[part]
+            values.append(str(node))
+        table.add_row(
+            str(cell.index + 1),
+            cell.cell_id,
+            cell.settings.model,
+            str(cell.settings.batch_size),
+            str(cell.settings.gpus),
+            cell.settings.precision,
+            *values,
+        )
+    return table
+
+
+def results_table(table: Any, title: str) -> Table:
+    out = Table(title=title, title_justify="left")
+    columns = ("model", "batch", "GPUs", "prec", "status", "throughput", "step p50/p95 ms")
+    for column in (*columns, "sync %", "scaling", "MFU"):
+        out.add_column(column, justify="right" if column not in ("model", "status") else "left")
+    for row in table.itertuples():
+        unit = f" {row.unit}/s" if isinstance(row.unit, str) else ""
+        out.add_row(
+            str(row.model),
+            str(row.batch_size),
+            str(row.world_size),
+            str(row.precision),
+            str(row.status),
+            _fmt(row.throughput, ",.1f", unit),
+            f"{_fmt(row.step_ms_p50)}/{_fmt(row.step_ms_p95)}",
+            _fmt(row.sync_exposed_pct, ".1f"),
+            _fmt(row.scaling_efficiency, ".0%"),
+            _fmt(row.mfu, ".1%"),
+        )
+    return out
+
+
+def models_table(entries: List[Any]) -> Table:
+    table = Table(title="Built-in models", title_justify="left")
+    for column in ("name", "family", "unit", "parameters", "description"):
+        table.add_column(column, justify="right" if column == "parameters" else "left")
+    for entry in entries:
+        params = f"{entry.params / 1e6:,.1f}M" if entry.params else "-"
+        table.add_row(entry.name, entry.family, entry.unit, params, entry.description)
+    table.caption = "Your own model: models: ['package.module:function'] returning a ModelSpec."
+    return table
+
+
+def experiment_path_hint(path: Path) -> str:
+    return f"results in {path} (results.jsonl, summary.csv, manifest.json)"

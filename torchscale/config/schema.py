@@ -1,0 +1,210 @@
+"""The benchmark configuration: what one cell runs, and the YAML matrix that expands into cells.
+
+Each knob is declared once, on the scalar models (``TrainingSettings``, ``DDPSettings``,
+``DataSettings``) that describe ONE cell. The YAML-facing ``BenchmarkConfig`` is derived from them
+by :func:`sweepable`: every knob also accepts a list, and lists expand into the cartesian product,
+like the seed's ``models x batch_sizes x gpu_counts``.
+
+No torch here: config errors must be reported without importing it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Literal, Optional, Type
+
+from annotated_types import Len
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    create_model,
+    model_validator,
+)
+from typing_extensions import Annotated
+
+PRECISION_ALIASES = {"fp16": "amp", "float32": "fp32", "bfloat16": "bf16"}
+
+
+def _precision_alias(value: Any) -> Any:
+    return PRECISION_ALIASES.get(value, value) if isinstance(value, str) else value
+
+
+Precision = Annotated[Literal["fp32", "amp", "bf16"], BeforeValidator(_precision_alias)]
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors (reported with a did-you-mean by the loader)."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class DDPSettings(StrictModel):
+    """DistributedDataParallel constructor knobs and the gradient communication hook."""
+
+    bucket_cap_mb: PositiveFloat = Field(25.0, description="Gradient bucket size in MiB.")
+    gradient_as_bucket_view: bool = Field(False, description="Gradients alias bucket memory.")
+    static_graph: bool = Field(False, description="Tell DDP the graph never changes.")
+    find_unused_parameters: bool = Field(False, description="Search for unused parameters.")
+    broadcast_buffers: bool = Field(True, description="Broadcast buffers every forward.")
+    comm_hook: Literal["none", "fp16", "bf16", "powersgd"] = Field(
+        "none", description="Gradient compression hook."
+    )
+    powersgd_rank: PositiveInt = Field(1, description="PowerSGD matrix approximation rank.")
+
+
+class DataSettings(StrictModel):
+    """Where batches come from. Synthetic data isolates compute from I/O."""
+
+    source: Literal["synthetic", "image_folder", "tensor_file"] = Field(
+        "synthetic",
+        description="synthetic; image_folder (class sub-folders of images); "
+        "tensor_file (a torch.save'd dict with 'inputs' and 'targets').",
+    )
+    path: Optional[str] = Field(None, description="Folder or file for non-synthetic sources.")
+    num_workers: NonNegativeInt = Field(2, description="DataLoader worker processes per rank.")
+    pin_memory: bool = Field(True, description="Pin host memory (GPU only).")
+
+    @model_validator(mode="after")
+    def _path_needed(self) -> DataSettings:
+        if self.source != "synthetic" and not self.path:
+            raise ValueError(f"data.source '{self.source}' needs data.path")
+        return self
+
+
+class TrainingSettings(StrictModel):
+    """The knobs of one cell besides model, batch size and GPU count."""
+
+    precision: Precision = Field("fp32", description="fp32, amp (fp16 + GradScaler) or bf16.")
+    channels_last: bool = Field(False, description="NHWC memory format for conv models.")
+    compile: bool = Field(False, description="Wrap the DDP model in torch.compile.")
+    grad_accum_steps: PositiveInt = Field(1, description="Micro-batches per optimizer step.")
+    seq_len: Optional[PositiveInt] = Field(
+        None, description="Sequence length for language models (model default when unset)."
+    )
+    optimizer: Literal["auto", "sgd", "adamw"] = Field(
+        "auto", description="auto: the model's usual optimizer (SGD for CNNs, AdamW for LMs)."
+    )
+    warmup_steps: NonNegativeInt = Field(10, description="Steps run before timing, discarded.")
+    measure_steps: Optional[PositiveInt] = Field(
+        None, description="Timed steps (default 50 unless measure_seconds is set)."
+    )
+    measure_seconds: Optional[PositiveFloat] = Field(
+        None, description="Time the window instead of counting steps."
+    )
+    sync_probe_steps: NonNegativeInt = Field(
+        10,
+        description="Steps run under DDP no_sync() and with DDP's logging at every step, "
+        "to split compute from gradient sync (0 disables).",
+    )
+    seed: int = Field(0, description="Seed for weights and synthetic data.")
+    cell_timeout_s: PositiveFloat = Field(
+        1800.0, description="Kill a cell after this many seconds and record it as timeout."
+    )
+    ddp: DDPSettings = Field(default_factory=DDPSettings)
+    data: DataSettings = Field(default_factory=DataSettings)
+
+    @model_validator(mode="after")
+    def _one_window(self) -> TrainingSettings:
+        if self.measure_steps is not None and self.measure_seconds is not None:
+            raise ValueError("give measure_steps or measure_seconds, not both")
+        if self.measure_steps is None and self.measure_seconds is None:
+            self.measure_steps = 50
+        return self
+
+
+class CellSettings(TrainingSettings):
+    """Everything one cell (one torchrun launch) runs with: the worker's input."""
+
+    model: str
+    batch_size: PositiveInt = Field(description="Per-GPU micro-batch size.")
+    gpus: PositiveInt = Field(description="Total ranks: nnodes x nproc_per_node.")
+    nnodes: PositiveInt = 1
+    repeat: NonNegativeInt = 0
+
+    @property
+    def nproc_per_node(self) -> int:
+        return self.gpus // self.nnodes
+
+
+class ProfilingSettings(StrictModel):
+    """When benchmark cells are also profiled (see ``torchscale profile``)."""
+
+    enabled: bool = Field(False, description="Profile benchmark cells.")
+    tool: Literal["auto", "nsys", "torch"] = Field(
+        "auto", description="auto: nsys when on PATH with GPUs, else torch.profiler."
+    )
+    trigger: Literal["always", "sync_stall_detection"] = Field(
+        "always",
+        description="always: every cell; sync_stall_detection: only cells whose sync overhead "
+        "or cross-rank variance passes the thresholds.",
+    )
+    target: Literal["sync_stalls", "communication", "compute", "memory", "all"] = "sync_stalls"
+    sync_stall_threshold: float = Field(
+        0.10, ge=0, le=1, description="Exposed sync share of the step that triggers profiling."
+    )
+    variance_threshold: float = Field(
+        0.25, ge=0, description="Coefficient of variation of sync wait that triggers profiling."
+    )
+    steps: PositiveInt = Field(10, description="Steps recorded in the trace.")
+
+
+def _as_list(value: Any) -> Any:
+    return value if isinstance(value, list) else [value]
+
+
+def sweepable(model: Type[BaseModel], name: str) -> Type[BaseModel]:
+    """Derive the YAML form of ``model``: every field also accepts a list of values.
+
+    Nested sections (``ddp:``, ``data:``) become sweepable sections; constraints on each value
+    (positive, literal choices) are kept, so ``batch_sizes: [64, -1]`` still fails on ``-1``.
+    Cross-field rules (e.g. measure_steps vs measure_seconds) are checked per expanded cell.
+    """
+    fields: Dict[str, Any] = {}
+    for field_name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            section = sweepable(annotation, f"{annotation.__name__}Sweep")
+            fields[field_name] = (
+                section,
+                Field(default_factory=section, description=info.description),
+            )
+            continue
+        value_type = Annotated[(annotation, *info.metadata)] if info.metadata else annotation
+        default = info.get_default(call_default_factory=True)
+        fields[field_name] = (
+            Annotated[List[value_type], BeforeValidator(_as_list), Len(min_length=1)],
+            Field(default=[default], description=info.description),
+        )
+    return create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
+
+
+TrainingSweep = sweepable(TrainingSettings, "TrainingSweep")
+
+
+class BenchmarkConfig(TrainingSweep):  # type: ignore[misc,valid-type]
+    """The YAML file: the seed's keys plus every ``TrainingSettings`` knob, value or list."""
+
+    experiment_name: str = Field(min_length=1, description="Names the results folder.")
+    models: Annotated[List[str], BeforeValidator(_as_list)] = Field(default_factory=list)
+    batch_sizes: Annotated[List[PositiveInt], BeforeValidator(_as_list), Len(min_length=1)] = Field(
+        default_factory=lambda: [32]
+    )
+    gpu_counts: Annotated[List[PositiveInt], BeforeValidator(_as_list), Len(min_length=1)] = Field(
+        default_factory=lambda: [1]
+    )
+    repeats: PositiveInt = Field(1, description="Run every cell this many times.")
+    profiling: ProfilingSettings = Field(default_factory=ProfilingSettings)
+
+    @model_validator(mode="after")
+    def _something_to_run(self) -> BenchmarkConfig:
+        if not self.models:
+            raise ValueError("'models' is empty: list at least one model to benchmark")
+        return self
+
+
+SWEEP_AXES = {"models": "model", "batch_sizes": "batch_size", "gpu_counts": "gpus"}
+"""The seed's plural matrix keys and the cell field each one fills."""

@@ -1,0 +1,163 @@
+"""Launch one cell with torchrun and turn however it ended into a result record.
+
+ok: rank 0 wrote result.json. oom / failed: the root-cause rank is the one that reported an
+out-of-memory error, else the first to fail (later failures are usually peers losing it).
+timeout: the launch was killed after ``cell_timeout_s``; the progress files say which rank was
+stuck in which phase.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from torchscale.launch.process import python_env, run_process
+from torchscale.launch.torchrun import SINGLE_NODE, Rendezvous, torchrun_command
+from torchscale.plan.matrix import Cell
+from torchscale.results.schema import CellStatus, TrainingResult
+from torchscale.results.store import ExperimentStore, atomic_write_json
+from torchscale.worker.reporting import RANKS_DIR, read_json
+
+WORKER_MODULE = "torchscale.worker"
+CELL_FILE = "cell.json"
+RESULT_FILE = "result.json"
+LAUNCH_LOG = "launch.log"
+TORCHRUN_LOGS = "torchrun"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def cell_command(cell: Cell, cell_dir: Path, rendezvous: Rendezvous = SINGLE_NODE) -> List[str]:
+    return torchrun_command(
+        WORKER_MODULE,
+        ["--cell", str(cell_dir / CELL_FILE), "--out", str(cell_dir / RESULT_FILE)],
+        nproc_per_node=cell.settings.nproc_per_node,
+        rendezvous=rendezvous,
+        log_dir=cell_dir / TORCHRUN_LOGS,
+    )
+
+
+def _identity(cell: Cell, experiment: str) -> Dict[str, Any]:
+    s = cell.settings
+    return {
+        "cell_id": cell.cell_id,
+        "experiment": experiment,
+        "model": s.model,
+        "batch_size": s.batch_size,
+        "grad_accum_steps": s.grad_accum_steps,
+        "global_batch_size": s.gpus * s.batch_size * s.grad_accum_steps,
+        "precision": s.precision,
+        "world_size": s.gpus,
+        "nnodes": s.nnodes,
+        "nproc_per_node": s.nproc_per_node,
+        "repeat": s.repeat,
+        "settings": s.model_dump(mode="json"),
+    }
+
+
+def skipped_record(cell: Cell, experiment: str, reason: str) -> TrainingResult:
+    return TrainingResult(**_identity(cell, experiment), status="skipped", error=reason)
+
+
+def _rank_files(cell_dir: Path, suffix: str) -> List[dict]:
+    found = (read_json(p) for p in sorted((cell_dir / RANKS_DIR).glob(f"rank*.{suffix}.json")))
+    return [doc for doc in found if doc]
+
+
+def _failure(cell_dir: Path, returncode: Optional[int]) -> tuple:
+    """(status, error text) of a launch that wrote no result."""
+    errors = _rank_files(cell_dir, "error")
+    if errors:
+        ooms = [e for e in errors if e.get("kind") == "oom"]
+        root = min(ooms or errors, key=lambda e: e.get("time", 0.0))
+        status: CellStatus = "oom" if ooms else "failed"
+        others = sorted(e["rank"] for e in errors if e is not root)
+        also = f" (then ranks {others} failed too)" if others else ""
+        return status, (
+            f"rank {root['rank']} on {root.get('host')} failed in {root.get('phase')}: "
+            f"{root.get('type')}: {root.get('message')}{also}"
+        )
+    log = cell_dir / LAUNCH_LOG
+    if returncode is not None and returncode < 0:
+        return "failed", f"torchrun was killed by signal {-returncode}; see {log}"
+    return "failed", (
+        f"torchrun exited with code {returncode} and no rank reported an error (a rank killed by "
+        f"a signal, e.g. the host's OOM killer?); see {log}"
+    )
+
+
+def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: float) -> str:
+    progress = {doc["rank"]: doc for doc in _rank_files(cell_dir, "progress")}
+    silent = [r for r in range(world_size) if r not in progress]
+    by_phase: Dict[str, List[int]] = {}
+    for rank, doc in sorted(progress.items()):
+        by_phase.setdefault(doc["phase"], []).append(rank)
+    behind = min(progress.values(), key=lambda d: d["time"], default=None)
+    parts = []
+    if behind is not None and len(by_phase) > 1:
+        parts.append(f"rank {behind['rank']} stuck in '{behind['phase']}'")
+    parts += [f"rank(s) {ranks} reached '{phase}'" for phase, ranks in by_phase.items()]
+    if silent:
+        parts.append(f"rank(s) {silent} never started")
+    return f"no result after {timeout_s:g} s: " + "; ".join(parts)
+
+
+def prepare_cell_dir(store: ExperimentStore, cell: Cell, experiment: str) -> Path:
+    """A clean folder for this attempt, holding the cell's input."""
+    cell_dir = store.cell_dir(cell.cell_id)
+    for stale in (cell_dir / RESULT_FILE, cell_dir / RANKS_DIR):
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        elif stale.exists():
+            stale.unlink()
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(
+        cell_dir / CELL_FILE,
+        {
+            "cell_id": cell.cell_id,
+            "experiment": experiment,
+            "settings": cell.settings.model_dump(mode="json"),
+        },
+    )
+    return cell_dir
+
+
+def run_cell(
+    cell: Cell,
+    store: ExperimentStore,
+    experiment: str,
+    *,
+    rendezvous: Rendezvous = SINGLE_NODE,
+    env: Optional[Dict[str, str]] = None,
+    on_poll: Optional[Callable[[float], None]] = None,
+) -> TrainingResult:
+    """Launch ``cell`` and return its record (never raises for a failing cell)."""
+    cell_dir = prepare_cell_dir(store, cell, experiment)
+    started, started_at = time.monotonic(), _now()
+    outcome = run_process(
+        cell_command(cell, cell_dir, rendezvous),
+        timeout_s=cell.settings.cell_timeout_s,
+        log_path=cell_dir / LAUNCH_LOG,
+        env=python_env(env),
+        on_poll=on_poll,
+    )
+    timing = {
+        "started_at": started_at,
+        "finished_at": _now(),
+        "wall_s": round(time.monotonic() - started, 3),
+    }
+    identity = {**_identity(cell, experiment), **timing}
+    result = read_json(cell_dir / RESULT_FILE)
+    if outcome.timed_out:
+        reason = _stuck_ranks(cell_dir, cell.settings.gpus, cell.settings.cell_timeout_s)
+        return TrainingResult(**identity, status="timeout", error=reason)
+    if outcome.returncode == 0 and result:
+        hosts = sorted({r["host"] for r in result.get("per_rank", [])})
+        return TrainingResult(**{**identity, **result, "status": "ok", "hosts": hosts})
+    status, reason = _failure(cell_dir, outcome.returncode)
+    return TrainingResult(**identity, status=status, error=reason)

@@ -1,0 +1,127 @@
+"""Expand a ``BenchmarkConfig`` into the ordered list of cells to run.
+
+Order: repeats outermost (so repeated runs interleave and share drift), then model, batch size, the
+other swept knobs, and GPU count innermost, so each model's 1-GPU baseline runs right before the
+counts that are compared with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Tuple
+
+from pydantic import BaseModel, ValidationError
+
+from torchscale.config.loader import explain
+from torchscale.config.schema import BenchmarkConfig, CellSettings, TrainingSettings
+from torchscale.errors import ConfigError
+from torchscale.models.registry import check_model_name, uses_seq_len
+
+# Settings that do not change what a cell measures, left out of its identity, so that --resume
+# after raising a timeout still recognises finished cells.
+NON_IDENTITY_FIELDS = {"repeat", "cell_timeout_s"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One torchrun launch of the matrix."""
+
+    index: int
+    cell_id: str
+    settings: CellSettings
+
+
+@dataclass(frozen=True)
+class Plan:
+    config: BenchmarkConfig
+    cells: List[Cell]
+    swept: List[str]  # dotted names of the knobs with more than one value
+
+    def __len__(self) -> int:
+        return len(self.cells)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
+
+
+def experiment_dirname(name: str) -> str:
+    """A safe folder name for an experiment (the name itself is kept in the manifest)."""
+    return _slug(name)[:80]
+
+
+def settings_digest(settings: CellSettings) -> str:
+    identity = settings.model_dump(mode="json", exclude=NON_IDENTITY_FIELDS)
+    blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha1(blob.encode()).hexdigest()[:8]
+
+
+def cell_id(settings: CellSettings) -> str:
+    """Readable and stable: the same settings always give the same id (what --resume matches)."""
+    parts = [_slug(settings.model), f"b{settings.batch_size}", f"g{settings.gpus}"]
+    if settings.nnodes > 1:
+        parts.append(f"n{settings.nnodes}")
+    parts += [settings.precision, f"r{settings.repeat}", settings_digest(settings)]
+    return "-".join(parts)
+
+
+def _knob_axes(section: BaseModel, prefix: str = "") -> Iterator[Tuple[str, List[Any]]]:
+    """(dotted name, values) for every knob of a sweep section, nested sections flattened."""
+    for name in type(section).model_fields:
+        value = getattr(section, name)
+        if isinstance(value, BaseModel):
+            yield from _knob_axes(value, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", value
+
+
+def _nest(flat: Dict[str, Any]) -> Dict[str, Any]:
+    nested: Dict[str, Any] = {}
+    for dotted, value in flat.items():
+        node = nested
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
+def expand(config: BenchmarkConfig) -> Plan:
+    """Every combination of the config's values, validated as cells, duplicates removed."""
+    for model in config.models:
+        check_model_name(model)
+    knobs = [
+        (name, values)
+        for name, values in _knob_axes(config)
+        if name.split(".")[0] in TrainingSettings.model_fields
+    ]
+    swept = [name for name, values in knobs if len(values) > 1]
+    swept += [
+        key for key in ("models", "batch_sizes", "gpu_counts") if len(getattr(config, key)) > 1
+    ]
+
+    cells: List[Cell] = []
+    seen = set()
+    knob_names = [name for name, _ in knobs]
+    for repeat in range(config.repeats):
+        for model, batch_size, *knob_values, gpus in itertools.product(
+            config.models, config.batch_sizes, *(values for _, values in knobs), config.gpu_counts
+        ):
+            flat = dict(zip(knob_names, knob_values))
+            if not uses_seq_len(model):
+                flat["seq_len"] = None  # a seq_len sweep must not duplicate image-model cells
+            raw = _nest(flat)
+            raw.update(model=model, batch_size=batch_size, gpus=gpus, repeat=repeat)
+            try:
+                settings = CellSettings.model_validate(raw)
+            except ValidationError as exc:
+                raise ConfigError(f"invalid config: {explain(exc, raw)}") from None
+            cid = cell_id(settings)
+            if cid not in seen:
+                seen.add(cid)
+                cells.append(Cell(len(cells), cid, settings))
+    return Plan(config, cells, swept)

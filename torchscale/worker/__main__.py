@@ -1,0 +1,3 @@
+from torchscale.worker.main import main
+
+main()

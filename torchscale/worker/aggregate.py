@@ -1,0 +1,117 @@
+"""Combine every rank's measurements into the cell's figures (pure Python, no torch).
+
+Throughput is samples over the slowest rank's measured wall window; a step's time is the slowest
+rank's time for that step (DDP steps finish together, so this is the job's step).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from torchscale.analysis.stats import coefficient_of_variation, mean, time_stats
+from torchscale.hardware.peaks import mfu, peak_tflops
+
+STRAGGLER_SPREAD = 0.10
+"""A rank is named the straggler when per-rank sync waits differ by more than this share of the
+step: the others wait for it every step (in a blocking all-reduce the late rank waits least)."""
+
+HIGH_WAIT_CV = 0.5
+"""Coefficient of variation of per-step sync wait above which sync time is called erratic ..."""
+MIN_WAIT_SHARE = 0.05
+"""... provided the wait is at least this share of the step (else the noise is harmless)."""
+
+
+def sync_stats(ranks: List[Dict[str, Any]], step_ms: float) -> Optional[Dict[str, Any]]:
+    """Exposed gradient-sync time, per-rank waits, and the straggler if there is one."""
+    waits = [r.get("sync_wait_ms") for r in ranks]
+    overheads = [
+        1.0 - r["nosync_step_ms"] / r["step_time_ms"]["mean"]
+        for r in ranks
+        if r.get("nosync_step_ms") is not None and r["step_time_ms"]["mean"] > 0
+    ]
+    known = [w for w in waits if w is not None]
+    if not known:
+        return None
+    cvs = [coefficient_of_variation(r.get("sync_wait_samples_ms") or []) for r in ranks]
+    cv_steps = max((cv for cv in cvs if cv is not None), default=None)
+    spread = max(known) - min(known)
+    slowest = None
+    if len(known) > 1 and step_ms > 0 and spread > STRAGGLER_SPREAD * step_ms:
+        slowest = ranks[waits.index(min(known))]["rank"]
+    # One rank has no peer to wait for: what looks like sync time there is noise.
+    erratic = (
+        len(ranks) > 1
+        and cv_steps is not None
+        and cv_steps > HIGH_WAIT_CV
+        and mean(known) > MIN_WAIT_SHARE * step_ms
+    )
+    warning = None
+    if slowest is not None:
+        warning = (
+            f"High variance in gradient sync time detected: rank {slowest} is the straggler; "
+            f"other ranks wait up to {spread:.1f} ms/step for it "
+            f"({spread / step_ms:.0%} of the step)"
+        )
+    elif erratic:
+        warning = (
+            f"High variance in gradient sync time detected: sync wait varies {cv_steps:.0%} "
+            "from step to step"
+        )
+    return {
+        "exposed_fraction": max(0.0, mean(overheads)) if overheads else None,
+        "per_rank_wait_ms": waits,
+        "wait_cv_across_steps": cv_steps,
+        "wait_spread_ms": spread,
+        "slowest_rank": slowest,
+        "high_variance": warning is not None,
+        "warning": warning,
+    }
+
+
+def aggregate(
+    ranks: List[Dict[str, Any]],
+    *,
+    batch_size: int,
+    grad_accum_steps: int,
+    precision: str,
+    unit: str,
+    units_per_sample: float,
+    flops_per_sample: Optional[float],
+    device_name: Optional[str],
+) -> Dict[str, Any]:
+    """The TrainingResult measurement fields for one cell from its per-rank dicts."""
+    ranks = sorted(ranks, key=lambda r: r["rank"])
+    world = len(ranks)
+    steps = min(len(r["step_times_ms"]) for r in ranks)
+    per_step = [max(r["step_times_ms"][i] for r in ranks) for i in range(steps)]
+    window_s = max(r["window_s"] for r in ranks)
+    global_batch = world * batch_size * grad_accum_steps
+    samples_per_s = global_batch * steps / window_s if window_s > 0 else None
+    stats = time_stats(per_step)
+    peak = peak_tflops(device_name, precision) if device_name and device_name != "cpu" else None
+    per_device = samples_per_s / world if samples_per_s else None
+    tflops = flops_per_sample * per_device / 1e12 if flops_per_sample and per_device else None
+    memory = max(
+        (r["memory"] for r in ranks if r.get("memory")),
+        key=lambda m: m["peak_bytes"],
+        default=None,
+    )
+    return {
+        "global_batch_size": global_batch,
+        "unit": unit,
+        "units_per_sample": units_per_sample,
+        "samples_per_s": samples_per_s,
+        "throughput": samples_per_s * units_per_sample if samples_per_s else None,
+        "step_time_ms": stats,
+        "step_times_ms": per_step,
+        "measure_steps": steps,
+        "measured_s": window_s,
+        "per_rank": ranks,
+        "sync": sync_stats(ranks, stats["mean"] if stats else 0.0),
+        "memory": memory,
+        "flops_per_sample": flops_per_sample,
+        "tflops_per_gpu": tflops,
+        "peak_tflops": peak,
+        "mfu": mfu(flops_per_sample or 0.0, per_device or 0.0, peak),
+        "device_name": device_name,
+    }

@@ -1,0 +1,107 @@
+"""Batches for the worker: synthetic (on device, reused) or read from disk through a DataLoader.
+
+Synthetic data isolates compute and communication from I/O: one batch is made on the device and
+fed every step. Disk sources go through a real DataLoader with a DistributedSampler, workers and
+pinned memory, so data-loading stalls are measured too (the ``data`` phase of each step).
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Iterator, List, Tuple
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
+
+from torchscale.config.schema import CellSettings
+from torchscale.models import ModelSpec
+from torchscale.worker.distributed import RankContext
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
+
+
+class ImageFolder(Dataset):
+    """``root/<class>/<image>``: decoded with Pillow, resized to the model's input shape."""
+
+    def __init__(self, root: Path, size: Tuple[int, int]) -> None:
+        classes = sorted(p.name for p in root.iterdir() if p.is_dir())
+        self.samples: List[Tuple[Path, int]] = [
+            (path, index)
+            for index, name in enumerate(classes)
+            for path in sorted((root / name).rglob("*"))
+            if path.suffix.lower() in IMAGE_SUFFIXES
+        ]
+        if not self.samples:
+            raise ValueError(f"data.path {root} has no images in class sub-folders")
+        self.size = size
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> Tuple[torch.Tensor, int]:
+        from PIL import Image
+
+        path, label = self.samples[index]
+        with Image.open(path) as image:
+            rgb = image.convert("RGB").resize((self.size[1], self.size[0]))
+            pixels = torch.frombuffer(bytearray(rgb.tobytes()), dtype=torch.uint8)
+        tensor = pixels.view(self.size[0], self.size[1], 3).permute(2, 0, 1).float() / 255.0
+        return (tensor - 0.45) / 0.225, label
+
+
+def _tensor_file(path: Path) -> TensorDataset:
+    data = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(data, dict) or "inputs" not in data or "targets" not in data:
+        raise ValueError(f"data.path {path} must hold a dict with 'inputs' and 'targets' tensors")
+    return TensorDataset(data["inputs"], data["targets"])
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device(item, device) for item in batch)
+    return batch
+
+
+def _loader_stream(
+    loader: DataLoader, sampler: DistributedSampler, device: torch.device
+) -> Iterator:
+    for epoch in itertools.count():
+        sampler.set_epoch(epoch)
+        for inputs, targets in loader:
+            yield _to_device(inputs, device), _to_device(targets, device)
+
+
+def batch_stream(spec: ModelSpec, settings: CellSettings, ctx: RankContext) -> Iterator[Any]:
+    """An endless iterator of ``(inputs, targets)`` on the rank's device."""
+    data = settings.data
+    if data.source == "synthetic":
+        batch = spec.batch(settings.batch_size, ctx.device)
+        return itertools.repeat(batch)
+    path = Path(data.path or "")
+    if data.source == "image_folder":
+        if not spec.input_shape or len(spec.input_shape) != 3:
+            raise ValueError(f"model {spec.name} takes no images (no input_shape (C, H, W))")
+        dataset: Dataset = ImageFolder(path, tuple(spec.input_shape[1:]))
+    else:
+        dataset = _tensor_file(path)
+    sampler = DistributedSampler(
+        dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=settings.seed
+    )
+    loader = DataLoader(
+        dataset,
+        batch_size=settings.batch_size,
+        sampler=sampler,
+        num_workers=data.num_workers,
+        pin_memory=data.pin_memory and ctx.is_cuda,
+        drop_last=True,
+        persistent_workers=data.num_workers > 0,
+    )
+    if len(loader) == 0:
+        raise ValueError(
+            f"data.path {path} has {len(dataset)} samples: fewer than one batch of "
+            f"{settings.batch_size} per rank"
+        )
+    return _loader_stream(loader, sampler, ctx.device)

@@ -1,0 +1,74 @@
+"""Worker entry point: ``torchrun ... -m torchscale.worker --cell cell.json --out result.json``.
+
+Every rank builds the model and runs the windows; rank 0 gathers the per-rank figures and writes
+``result.json`` atomically. A rank that fails writes its error file (OOM is recognised), then
+re-raises so torchrun records it and stops the other ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import List, Optional
+
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from torchscale.config.schema import CellSettings
+from torchscale.models.registry import load_model
+from torchscale.results.store import atomic_write_json
+from torchscale.worker.aggregate import aggregate
+from torchscale.worker.distributed import init_distributed, shutdown_distributed
+from torchscale.worker.measure import measure_rank
+from torchscale.worker.reporting import RankReporter
+from torchscale.worker.training import build_run
+
+
+def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="torchscale.worker", description=__doc__)
+    parser.add_argument("--cell", type=Path, required=True, help="cell.json written by the planner")
+    parser.add_argument("--out", type=Path, required=True, help="where rank 0 writes the result")
+    return parser.parse_args(argv)
+
+
+def run_cell(cell_path: Path, out_path: Path) -> None:
+    cell = json.loads(cell_path.read_text(encoding="utf-8"))
+    settings = CellSettings.model_validate(cell["settings"])
+    reporter = RankReporter(out_path.parent, int(os.environ.get("RANK", "0")))
+    try:
+        reporter.phase("init")
+        ctx = init_distributed(settings.cell_timeout_s)
+        reporter.phase("build")
+        spec = load_model(settings.model, seq_len=settings.seq_len)
+        run = build_run(settings, spec, ctx)
+        rank_result = measure_rank(run, settings, ctx, reporter)
+        reporter.phase("gather")
+        gathered: Optional[list] = [None] * ctx.world_size if ctx.rank == 0 else None
+        dist.gather_object(rank_result, gathered, dst=0)
+        if ctx.rank == 0:
+            result = aggregate(
+                gathered or [],
+                batch_size=settings.batch_size,
+                grad_accum_steps=settings.grad_accum_steps,
+                precision=settings.precision,
+                unit=spec.unit,
+                units_per_sample=spec.units_per_sample,
+                flops_per_sample=spec.flops_per_sample,
+                device_name=ctx.device_name(),
+            )
+            result["backend"] = ctx.backend
+            atomic_write_json(out_path, result)
+        reporter.phase("done")
+    except BaseException as exc:
+        reporter.error(exc)
+        raise
+    finally:
+        shutdown_distributed()
+
+
+@record
+def main(argv: Optional[List[str]] = None) -> None:
+    args = _parse(argv)
+    run_cell(args.cell, args.out)

@@ -1,0 +1,161 @@
+"""The timed windows of one rank, and what this rank reports about them.
+
+1. warm-up: ``warmup_steps``, discarded (allocator, cuDNN autotuning, compile).
+2. measured: the throughput window, ranks aligned by a barrier, the host clock read after a device
+   synchronize at both ends; per-step times from the device timeline.
+3. sync probe, DDP logging: DDP's runtime logging at every step (sample rate 1) for per-step
+   forward/backward compute, communication and overlap. It synchronises CUDA events each step, so
+   it runs in its own window, never in the measured one.
+4. sync probe, no_sync: the same steps under ``no_sync()`` give the compute-only step time;
+   ``sync overhead = 1 - t_nosync / t_ddp``.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+
+from torchscale.analysis.stats import mean, time_stats
+from torchscale.config.schema import CellSettings
+from torchscale.worker.distributed import RankContext
+from torchscale.worker.reporting import RankReporter
+from torchscale.worker.timing import Clock
+from torchscale.worker.training import TrainingRun
+
+# DDP logging keys (nanoseconds, for the previous iteration) -> RankResult fields.
+DDP_LOGGING_FIELDS = {
+    "forward_compute_time": "ddp_forward_compute_ms",
+    "backward_compute_time": "ddp_backward_compute_ms",
+    "backward_comm_time": "ddp_backward_comm_ms",
+    "backward_compute_comm_overlap_time": "ddp_backward_overlap_ms",
+}
+
+
+def _barrier(ctx: RankContext) -> None:
+    if ctx.is_cuda:
+        dist.barrier(device_ids=[ctx.device.index])
+    else:
+        dist.barrier()
+
+
+def _window(
+    run: TrainingRun, clock: Clock, ctx: RankContext, steps: int, sync: bool = True
+) -> Tuple[List[Dict[str, float]], float]:
+    """Run ``steps`` steps between aligned, synchronised clock reads: (per-step phases, wall s)."""
+    clock.synchronize()
+    _barrier(ctx)
+    start = time.perf_counter()
+    marks = [run.step(clock, sync=sync) for _ in range(steps)]
+    clock.synchronize()
+    wall = time.perf_counter() - start
+    return [m.durations() for m in marks], wall
+
+
+def _measure_steps(settings: CellSettings, warm: List[Dict[str, float]], ctx: RankContext) -> int:
+    if settings.measure_steps is not None:
+        return settings.measure_steps
+    # measure_seconds: all ranks must run the same number of steps, so agree on the slowest.
+    estimate = torch.tensor([mean([d["step"] for d in warm]) or 1.0], device=ctx.device)
+    dist.all_reduce(estimate, op=dist.ReduceOp.MAX)
+    return max(1, math.ceil(settings.measure_seconds * 1e3 / float(estimate.item())))
+
+
+def _ddp_logging_probe(run: TrainingRun, clock: Clock, steps: int) -> Dict[str, Optional[float]]:
+    """Mean per-step DDP timings over ``steps`` steps, from DDP's own logging data."""
+    try:
+        run.ddp._set_ddp_runtime_logging_sample_rate(1)
+    except AttributeError:  # private API: absent in some builds
+        return {}
+    samples: Dict[str, List[float]] = {field: [] for field in DDP_LOGGING_FIELDS.values()}
+    for index in range(steps + 1):
+        run.step(clock)
+        if index == 0:
+            continue  # the logging data read after step k describes step k-1
+        data = run.ddp._get_ddp_logging_data()
+        for key, field in DDP_LOGGING_FIELDS.items():
+            if isinstance(data.get(key), int) and data[key] > 0:
+                samples[field].append(data[key] / 1e6)
+    clock.synchronize()
+    return {field: mean(values) for field, values in samples.items()}
+
+
+def _memory(run: TrainingRun, ctx: RankContext) -> Dict[str, Any]:
+    params = list(run.ddp.module.parameters())
+    param_bytes = sum(p.numel() * p.element_size() for p in params)
+    grad_bytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+    optimizer_bytes = sum(
+        t.numel() * t.element_size()
+        for state in run.optimizer.state.values()
+        for t in state.values()
+        if torch.is_tensor(t)
+    )
+    if ctx.is_cuda:
+        peak = torch.cuda.max_memory_allocated(ctx.device)
+        activations: Optional[int] = max(0, peak - param_bytes - grad_bytes - optimizer_bytes)
+        kind = "cuda_allocated"
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+        activations, kind = None, "rss"
+    return {
+        "params_bytes": param_bytes,
+        "grads_bytes": grad_bytes,
+        "optimizer_bytes": optimizer_bytes,
+        "activations_peak_bytes": activations,
+        "peak_bytes": peak,
+        "peak_kind": kind,
+    }
+
+
+def measure_rank(
+    run: TrainingRun, settings: CellSettings, ctx: RankContext, reporter: RankReporter
+) -> Dict[str, Any]:
+    """Run every window on this rank and return its RankResult fields."""
+    clock = Clock(ctx.device)
+    reporter.phase("warmup")
+    warm, _ = _window(run, clock, ctx, max(settings.warmup_steps, 1))
+    steps = _measure_steps(settings, warm, ctx)
+
+    reporter.phase("measure", steps=steps)
+    measured, wall = _window(run, clock, ctx, steps)
+
+    probe = settings.sync_probe_steps
+    ddp_timings: Dict[str, Optional[float]] = {}
+    nosync: List[Dict[str, float]] = []
+    if probe:
+        reporter.phase("sync_probe")
+        ddp_timings = _ddp_logging_probe(run, clock, probe)
+        run.step(clock, sync=False)  # the first no_sync step re-warms the autograd graph
+        nosync, _ = _window(run, clock, ctx, probe, sync=False)
+        _barrier(ctx)
+
+    step_ms = [d["step"] for d in measured]
+    nosync_ms = mean([d["step"] for d in nosync])
+    # Per-step waits are clipped at zero for their distribution; the mean wait is taken from the
+    # means, so timing noise does not bias it upwards.
+    waits = [max(0.0, s - nosync_ms) for s in step_ms] if nosync_ms is not None else []
+    mean_wait = max(0.0, mean(step_ms) - nosync_ms) if nosync_ms is not None else None
+    return {
+        "rank": ctx.rank,
+        "local_rank": ctx.local_rank,
+        "host": ctx.host,
+        "device": str(ctx.device),
+        "measure_steps": steps,
+        "window_s": wall,
+        "step_time_ms": time_stats(step_ms),
+        "step_times_ms": step_ms,
+        "data_ms": mean([d["data"] for d in measured]),
+        "forward_ms": mean([d["forward"] for d in measured]),
+        "backward_ms": mean([d["backward"] for d in measured]),
+        "optimizer_ms": mean([d["optimizer"] for d in measured]),
+        "nosync_step_ms": nosync_ms,
+        "sync_wait_ms": mean_wait,
+        "sync_wait_samples_ms": waits,
+        **ddp_timings,
+        "memory": _memory(run, ctx),
+        "timeline_s": reporter.timeline(),
+    }

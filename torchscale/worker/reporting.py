@@ -1,0 +1,86 @@
+"""Per-rank progress and error files in the cell folder.
+
+The orchestrator reads them after the launch: the error file names the failing rank and what it
+raised, and the progress file tells, after a timeout, which rank was stuck where.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from torchscale.results.store import atomic_write_json
+
+RANKS_DIR = "ranks"
+
+
+def progress_path(cell_dir: Path, rank: int) -> Path:
+    return cell_dir / RANKS_DIR / f"rank{rank}.progress.json"
+
+
+def error_path(cell_dir: Path, rank: int) -> Path:
+    return cell_dir / RANKS_DIR / f"rank{rank}.error.json"
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA OOM (any torch version) or a CPU allocation failure."""
+    if any(cls.__name__ == "OutOfMemoryError" for cls in type(exc).__mro__):
+        return True
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc)
+    return "out of memory" in text.lower() or "DefaultCPUAllocator: can't allocate" in text
+
+
+class RankReporter:
+    """Writes this rank's phase and, if it fails, its error, atomically."""
+
+    def __init__(self, cell_dir: Path, rank: int) -> None:
+        self.cell_dir = cell_dir
+        self.rank = rank
+        self.phase_name = "start"
+        self.phase_starts: Dict[str, float] = {}
+        (cell_dir / RANKS_DIR).mkdir(parents=True, exist_ok=True)
+
+    def timeline(self) -> Dict[str, float]:
+        """Seconds from this process's start to the start of each phase so far."""
+        import psutil
+
+        born = psutil.Process().create_time()
+        return {name: round(at - born, 4) for name, at in self.phase_starts.items()}
+
+    def phase(self, name: str, **detail: Any) -> None:
+        self.phase_name = name
+        self.phase_starts[name] = time.time()
+        atomic_write_json(
+            progress_path(self.cell_dir, self.rank),
+            {"rank": self.rank, "phase": name, "time": time.time(), "pid": os.getpid(), **detail},
+        )
+
+    def error(self, exc: BaseException, note: Optional[str] = None) -> None:
+        atomic_write_json(
+            error_path(self.cell_dir, self.rank),
+            {
+                "rank": self.rank,
+                "host": socket.gethostname(),
+                "kind": "oom" if is_out_of_memory(exc) else "error",
+                "type": type(exc).__name__,
+                "message": str(exc).strip().splitlines()[0][:500] if str(exc).strip() else "",
+                "phase": self.phase_name,
+                "note": note,
+                "time": time.time(),
+                "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+            },
+        )
+
+
+def read_json(path: Path) -> Optional[dict]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,147 @@
+"""One rank's training setup and step: model, DDP, optimizer, precision, data.
+
+The step is the standard DDP loop, so what is timed is what users run: forward under autocast,
+backward (DDP all-reduces gradient buckets as they become ready), optimizer step, zero_grad.
+With gradient accumulation, all micro-batches but the last run under ``no_sync()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, ContextManager, Iterator, Optional
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from torchscale.config.schema import CellSettings, DDPSettings
+from torchscale.models import ModelSpec
+from torchscale.worker.data import batch_stream
+from torchscale.worker.distributed import RankContext
+from torchscale.worker.timing import Clock, StepMarks
+
+AUTOCAST_DTYPES = {"amp": torch.float16, "bf16": torch.bfloat16}
+LEARNING_RATES = {"sgd": 0.01, "adamw": 1e-4}
+
+
+def _call(model: Callable[..., Any], inputs: Any) -> Any:
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def _register_comm_hook(ddp: DDP, settings: DDPSettings) -> Optional[Any]:
+    """Gradient compression; returns hook state that must stay alive (PowerSGD)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if settings.comm_hook == "fp16":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif settings.comm_hook == "bf16":
+        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif settings.comm_hook == "powersgd":
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None,
+            matrix_approximation_rank=settings.powersgd_rank,
+            start_powerSGD_iter=2,
+        )
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        return state
+    return None
+
+
+def _optimizer(name: str, model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if name == "adamw":
+        # Fused AdamW is what fast GPU training uses; it is CUDA-only.
+        fused = device.type == "cuda"
+        return torch.optim.AdamW(params, lr=LEARNING_RATES["adamw"], fused=fused)
+    return torch.optim.SGD(params, lr=LEARNING_RATES["sgd"], momentum=0.9)
+
+
+@dataclass
+class TrainingRun:
+    """Everything one rank needs to run timed steps."""
+
+    spec: ModelSpec
+    ddp: DDP
+    forward: Callable[..., Any]  # the DDP model, or its torch.compile wrapper
+    optimizer: torch.optim.Optimizer
+    scaler: Optional[Any]
+    autocast_dtype: Optional[torch.dtype]
+    batches: Iterator[tuple]
+    accum_steps: int
+    device: torch.device
+    comm_state: Optional[Any] = None
+
+    def _autocast(self) -> ContextManager[Any]:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+    def step(self, clock: Clock, sync: bool = True) -> StepMarks:
+        """One optimizer step; ``sync=False`` runs it all under no_sync (compute only)."""
+        marks = StepMarks(clock)
+        for micro in range(self.accum_steps):
+            last = micro == self.accum_steps - 1
+            inputs, targets = next(self.batches)
+            data_ready = clock.mark()
+            skip_sync = not sync or not last
+            with self.ddp.no_sync() if skip_sync else contextlib.nullcontext():
+                with self._autocast():
+                    outputs = _call(self.forward, inputs)
+                    loss = self.spec.loss(outputs, targets)
+                    if self.accum_steps > 1:
+                        loss = loss / self.accum_steps
+                forward_end = clock.mark()
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+                backward_end = clock.mark()
+            marks.micro.append((data_ready, forward_end, backward_end))
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        marks.end = clock.mark()
+        return marks
+
+
+def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> TrainingRun:
+    """Build model, DDP wrapper, optimizer and data for this rank."""
+    torch.manual_seed(settings.seed)  # same initial weights on every rank (DDP checks shapes)
+    model = spec.build().to(ctx.device)
+    if settings.channels_last and spec.supports_channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    ddp_settings = settings.ddp
+    ddp = DDP(
+        model,
+        device_ids=[ctx.device.index] if ctx.is_cuda else None,
+        bucket_cap_mb=ddp_settings.bucket_cap_mb,
+        gradient_as_bucket_view=ddp_settings.gradient_as_bucket_view,
+        static_graph=ddp_settings.static_graph,
+        find_unused_parameters=ddp_settings.find_unused_parameters,
+        broadcast_buffers=ddp_settings.broadcast_buffers,
+    )
+    comm_state = _register_comm_hook(ddp, ddp_settings)
+    forward: Callable[..., Any] = torch.compile(ddp) if settings.compile else ddp
+    optimizer_name = spec.optimizer if settings.optimizer == "auto" else settings.optimizer
+    scaler = None
+    if settings.precision == "amp":
+        scaler = torch.amp.GradScaler(ctx.device.type)
+    torch.manual_seed(settings.seed + 1000 + ctx.rank)  # different data on every rank
+    batches = batch_stream(spec, settings, ctx)
+    return TrainingRun(
+        spec=spec,
+        ddp=ddp,
+        forward=forward,
+        optimizer=_optimizer(optimizer_name, model, ctx.device),
+        scaler=scaler,
+        autocast_dtype=AUTOCAST_DTYPES.get(settings.precision),
+        batches=batches,
+        accum_steps=settings.grad_accum_steps,
+        device=ctx.device,
+        comm_state=comm_state,
+    )
