@@ -44,6 +44,9 @@ class Plan:
     def __len__(self) -> int:
         return len(self.cells)
 
+    def __iter__(self) -> Iterator[Cell]:
+        return iter(self.cells)
+
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
