@@ -150,3 +150,14 @@ def test_custom_model_names_are_accepted_without_import(tmp_path: Path) -> None:
     path = write(tmp_path, "models: ['mypkg.models:build_net']\n")
     plan = expand(load_config(path))
     assert plan.cells[0].cell_id.startswith("mypkg-models-build-net-b32-g1-")
+
+
+def test_docs_config_reference_is_current() -> None:
+    from torchscale.config.reference import reference_markdown
+
+    docs = Path(__file__).parents[1] / "docs" / "config.md"
+    assert docs.read_text() == reference_markdown(), (
+        "docs/config.md is stale: run python -m torchscale.config.reference > docs/config.md"
+    )
+    for key in ("`ddp.bucket_cap_mb`", "`measure_seconds`", "`profiling.trigger`", "`data.source`"):
+        assert key in docs.read_text()

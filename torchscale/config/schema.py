@@ -188,13 +188,19 @@ TrainingSweep = sweepable(TrainingSettings, "TrainingSweep")
 class BenchmarkConfig(TrainingSweep):  # type: ignore[misc,valid-type]
     """The YAML file: the seed's keys plus every ``TrainingSettings`` knob, value or list."""
 
-    experiment_name: str = Field(min_length=1, description="Names the results folder.")
-    models: Annotated[List[str], BeforeValidator(_as_list)] = Field(default_factory=list)
+    experiment_name: str = Field(
+        min_length=1, description="Names the results folder (default: the config file's name)."
+    )
+    models: Annotated[List[str], BeforeValidator(_as_list)] = Field(
+        default_factory=list,
+        description="Built-in names (--list-models) or 'package.module:function'.",
+    )
     batch_sizes: Annotated[List[PositiveInt], BeforeValidator(_as_list), Len(min_length=1)] = Field(
-        default_factory=lambda: [32]
+        default_factory=lambda: [32], description="Per-GPU micro-batch sizes."
     )
     gpu_counts: Annotated[List[PositiveInt], BeforeValidator(_as_list), Len(min_length=1)] = Field(
-        default_factory=lambda: [1]
+        default_factory=lambda: [1],
+        description="Ranks per cell: GPUs, or CPU processes on a node without GPUs.",
     )
     repeats: PositiveInt = Field(1, description="Run every cell this many times.")
     profiling: ProfilingSettings = Field(default_factory=ProfilingSettings)

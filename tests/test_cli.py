@@ -1,0 +1,151 @@
+"""The CLI surface: help, version, list-models, schema, dry-run and bad input (no launches)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from torchscale import __version__
+from torchscale.cli.app import app
+
+runner = CliRunner()
+
+NO_TORCH = """
+import sys
+from typer.testing import CliRunner
+from torchscale.cli.app import app
+result = CliRunner().invoke(app, {args!r})
+heavy = sorted(m for m in ("torch", "pandas", "plotly", "matplotlib") if m in sys.modules)
+print(result.exit_code, heavy)
+"""
+
+
+def run_without_torch(args: list) -> str:
+    code = NO_TORCH.format(args=args)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_help_lists_commands_and_does_not_import_torch() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("benchmark", "profile", "report", "validate"):
+        assert command in result.stdout
+    assert "--verbose" in result.stdout and "--quiet" in result.stdout
+    assert run_without_torch(["--help"]) == "0 []"
+    assert run_without_torch(["benchmark", "--help"]) == "0 []"
+
+
+def test_config_errors_do_not_import_torch(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models: [resnet50]\nprecison: bf16\n")
+    assert run_without_torch(["benchmark", "--config", str(bad)]) == "2 []"
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"torchscale {__version__}"
+
+
+def test_list_models_json() -> None:
+    result = runner.invoke(app, ["benchmark", "--list-models", "--json"])
+    assert result.exit_code == 0
+    models = {m["name"]: m for m in json.loads(result.stdout)}
+    assert models["resnet50"]["params"] == 25_557_032
+    assert models["gpt2"]["unit"] == "tokens"
+    assert {"resnet-tiny", "bert-tiny", "gpt2-tiny", "bert-large", "gpt2-xl"} <= set(models)
+
+
+def test_schema_is_the_record_model() -> None:
+    result = runner.invoke(app, ["benchmark", "--schema"])
+    assert result.exit_code == 0
+    schema = json.loads(result.stdout)
+    for field in ("cell_id", "status", "throughput", "step_time_ms", "per_rank", "sync", "mfu"):
+        assert field in schema["properties"]
+
+
+def test_dry_run_prints_plan_and_writes_nothing(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "experiment_name: dry\nmodels: [gpt2-tiny]\nbatch_sizes: [4, 8]\ngpu_counts: [1, 2]\n"
+    )
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app,
+        [
+            "benchmark",
+            "-c",
+            str(config),
+            "-o",
+            str(out),
+            "--dry-run",
+            "--json",
+            "--ddp.bucket_cap_mb=5",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert len(plan) == 4
+    assert [(p["settings"]["batch_size"], p["settings"]["gpus"]) for p in plan] == [
+        (4, 1),
+        (4, 2),
+        (8, 1),
+        (8, 2),
+    ]
+    assert all(p["settings"]["ddp"]["bucket_cap_mb"] == 5.0 for p in plan)
+    assert "torch.distributed.run" in plan[1]["command"]
+    assert "--nproc-per-node=2" in plan[1]["command"]
+    assert "-m torchscale.worker" in plan[1]["command"]
+    assert not out.exists()
+
+    table = runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(out), "--dry-run"])
+    assert table.exit_code == 0
+    assert "dry: 4 cells" in table.stderr
+    assert "[4] " in table.stderr and "--nproc-per-node=2" in table.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "missing --config"),
+        (["-c", "{missing}"], "does not exist"),
+        (["-c", "{config}", "--set", "nokey"], "not key=value"),
+        (["-c", "{config}", "--precison=bf16"], "did you mean 'precision'"),
+        (["-c", "{config}", "-o", "{blocked}/sub"], "is not writable"),
+        (["-c", "{bad_model}"], "unknown model 'resnet5'"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(
+    tmp_path: Path, args: list, message: str
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("models: [gpt2-tiny]\n")
+    bad_model = tmp_path / "m.yaml"
+    bad_model.write_text("models: [resnet5]\n")
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file, not a folder")
+    paths = {
+        "missing": tmp_path / "missing.yaml",
+        "config": config,
+        "bad_model": bad_model,
+        "blocked": blocked,
+    }
+    args = [a.format(**paths) for a in args]
+    out = tmp_path / "results"
+    if "-o" not in args:
+        args += ["-o", str(out)]
+    result = runner.invoke(app, ["benchmark", *args])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.stderr
+    assert message in lines[0]
+    assert "Traceback" not in result.output
+    assert not out.exists()
