@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any, List, Literal, Sequence, Type, Union, get_args, get_origin
 
-from typing_extensions import Annotated
-
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+from typing_extensions import Annotated
 
 from torchscale.config.schema import (
     BenchmarkConfig,
