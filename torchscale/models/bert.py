@@ -31,22 +31,19 @@ MASK_TOKEN_ID = 103  # [MASK] in the bert-*-uncased vocabulary
 MASK_FRACTION = 0.15  # of the positions in each sequence, as in BERT pre-training
 
 
-def bert_config(layers: int, hidden: int, heads: int, **overrides: Any) -> TransformerConfig:
-    settings = dict(
-        vocab_size=30522,
-        max_positions=512,
-        hidden=hidden,
-        layers=layers,
-        heads=heads,
-        ffn=4 * hidden,
-        causal=False,
-        pre_norm=False,
-        token_types=2,
-        embedding_norm=True,
-        layer_norm_eps=1e-12,
-    )
-    settings.update(overrides)
-    return TransformerConfig(**settings)
+BERT_LARGE = TransformerConfig(
+    vocab_size=30522,
+    max_positions=512,
+    hidden=1024,
+    layers=24,
+    heads=16,
+    ffn=4096,
+    causal=False,
+    pre_norm=False,
+    token_types=2,
+    embedding_norm=True,
+    layer_norm_eps=1e-12,
+)
 
 
 class BertForMaskedLM(LanguageModel):
@@ -105,12 +102,12 @@ def bert_spec(
 
 def bert_large(seq_len: Optional[int] = None) -> ModelSpec:
     """BERT-Large masked LM: 335,174,458 parameters, default seq_len 512."""
-    return bert_spec("bert-large", bert_config(24, 1024, 16), seq_len, 512)
+    return bert_spec("bert-large", BERT_LARGE, seq_len, 512)
 
 
 def bert_tiny(seq_len: Optional[int] = None) -> ModelSpec:
     """BERT's layout at toy size for CPU runs and tests: 2 layers, hidden 32, 2 heads, vocabulary
     512, default seq_len 128, no dropout (on CPU its random masks would cost more than the
     matmuls). Narrower than gpt2-tiny because its default sequences are twice as long."""
-    config = bert_config(2, 32, 2, vocab_size=512, dropout=0.0)
+    config = BERT_LARGE.resized(2, 32, 2, vocab_size=512, dropout=0.0)
     return bert_spec("bert-tiny", config, seq_len, 128)

@@ -24,26 +24,20 @@ from torchscale.models.transformer import (
     resolve_seq_len,
 )
 
-GPT2_VOCAB = 50257
-GPT2_POSITIONS = 1024
 DEFAULT_SEQ_LEN = 1024
 
-
-def gpt2_config(layers: int, hidden: int, heads: int, **overrides: Any) -> TransformerConfig:
-    settings = dict(
-        vocab_size=GPT2_VOCAB,
-        max_positions=GPT2_POSITIONS,
-        hidden=hidden,
-        layers=layers,
-        heads=heads,
-        ffn=4 * hidden,
-        causal=True,
-        pre_norm=True,
-        gelu_approximate="tanh",
-        layer_norm_eps=1e-5,
-    )
-    settings.update(overrides)
-    return TransformerConfig(**settings)
+GPT2_SMALL = TransformerConfig(
+    vocab_size=50257,
+    max_positions=1024,
+    hidden=768,
+    layers=12,
+    heads=12,
+    ffn=3072,
+    causal=True,
+    pre_norm=True,
+    gelu_approximate="tanh",
+    layer_norm_eps=1e-5,
+)
 
 
 class GPT2(LanguageModel):
@@ -76,27 +70,27 @@ def gpt2_spec(
 
 def gpt2(seq_len: Optional[int] = None) -> ModelSpec:
     """GPT-2 small: 12 layers, hidden 768, 12 heads; 124,439,808 parameters."""
-    return gpt2_spec("gpt2", gpt2_config(12, 768, 12), seq_len, DEFAULT_SEQ_LEN)
+    return gpt2_spec("gpt2", GPT2_SMALL, seq_len, DEFAULT_SEQ_LEN)
 
 
 def gpt2_medium(seq_len: Optional[int] = None) -> ModelSpec:
     """GPT-2 medium: 24 layers, hidden 1024, 16 heads; 354,823,168 parameters."""
-    return gpt2_spec("gpt2-medium", gpt2_config(24, 1024, 16), seq_len, DEFAULT_SEQ_LEN)
+    return gpt2_spec("gpt2-medium", GPT2_SMALL.resized(24, 1024, 16), seq_len, DEFAULT_SEQ_LEN)
 
 
 def gpt2_large(seq_len: Optional[int] = None) -> ModelSpec:
     """GPT-2 large: 36 layers, hidden 1280, 20 heads; 774,030,080 parameters."""
-    return gpt2_spec("gpt2-large", gpt2_config(36, 1280, 20), seq_len, DEFAULT_SEQ_LEN)
+    return gpt2_spec("gpt2-large", GPT2_SMALL.resized(36, 1280, 20), seq_len, DEFAULT_SEQ_LEN)
 
 
 def gpt2_xl(seq_len: Optional[int] = None) -> ModelSpec:
     """GPT-2 XL: 48 layers, hidden 1600, 25 heads; 1,557,611,200 parameters."""
-    return gpt2_spec("gpt2-xl", gpt2_config(48, 1600, 25), seq_len, DEFAULT_SEQ_LEN)
+    return gpt2_spec("gpt2-xl", GPT2_SMALL.resized(48, 1600, 25), seq_len, DEFAULT_SEQ_LEN)
 
 
 def gpt2_tiny(seq_len: Optional[int] = None) -> ModelSpec:
     """GPT-2's layout at toy size for CPU runs and tests: 2 layers, hidden 64, 2 heads, vocabulary
     512, 512 positions, default seq_len 64, no dropout (on CPU its random masks would cost more
     than the matmuls)."""
-    config = gpt2_config(2, 64, 2, vocab_size=512, max_positions=512, dropout=0.0)
+    config = GPT2_SMALL.resized(2, 64, 2, vocab_size=512, max_positions=512, dropout=0.0)
     return gpt2_spec("gpt2-tiny", config, seq_len, 64)

@@ -9,7 +9,7 @@ layer, which has the same parameter count as three.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any, Callable, Optional, Type
 
@@ -41,6 +41,10 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         if self.hidden % self.heads:
             raise ValueError(f"hidden {self.hidden} is not divisible by {self.heads} heads")
+
+    def resized(self, layers: int, hidden: int, heads: int, **overrides: Any) -> TransformerConfig:
+        """The same family at another size, with the usual FFN of 4 x hidden."""
+        return replace(self, layers=layers, hidden=hidden, heads=heads, ffn=4 * hidden, **overrides)
 
 
 class Embeddings(nn.Module):
