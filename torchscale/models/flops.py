@@ -58,10 +58,8 @@ def transformer_training_flops_per_token(
     2 x 2 x T x (H Q) forward per layer and token, times 3 for training. ``H Q`` is the hidden
     size. The attention term counts the full T x T matrix, causal or not, as the paper does.
 
-    ``matmul_params`` (N) is the caller's choice; the built-in language models pass every
-    parameter except the position and token-type embeddings, which are table lookups. The word
-    embedding stays in N because it is tied to the output projection, a real ``hidden x vocab``
-    matmul on every token (nanoGPT's ``estimate_mfu`` counts it the same way).
+    ``matmul_params`` (N) is the caller's choice; the built-in language models' is explained in
+    :func:`torchscale.models.transformer.matmul_parameters`.
     """
     return float(6 * matmul_params + 12 * layers * hidden * seq_len)
 
