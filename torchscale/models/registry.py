@@ -1,13 +1,17 @@
 """Model names -> factories. Listing and checking names never imports torch.
 
-A model is either a built-in name (``resnet50``, ``gpt2``, ...) or a user model given as
-``"package.module:function"``; ``function(**options)`` returns a :class:`ModelSpec`. Options a
-factory does not accept (``seq_len`` for an image model) are not passed to it.
+A model is either a built-in name (``resnet50``, ``gpt2``, ...), a user model given as
+``"package.module:function"`` (``function(**options)`` returns a :class:`ModelSpec`), or, when
+the package is installed, an image classifier from torchvision or timm as ``"torchvision/<arch>"``
+or ``"timm/<arch>"`` (random init). Options a factory does not accept (``seq_len`` for an image
+model) are not passed to it.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.util
 import inspect
 import re
 from dataclasses import dataclass
@@ -17,6 +21,7 @@ from torchscale.errors import ConfigError
 from torchscale.models.spec import ModelSpec
 
 _CUSTOM_MODEL = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_HUB_MODEL = re.compile(r"^(torchvision|timm)/[\w.\-]+$")
 
 
 @dataclass(frozen=True)
@@ -48,15 +53,15 @@ BUILTIN_MODELS: Dict[str, ModelEntry] = {
             "torchscale.models.resnet:resnet_tiny",
             "vision",
             "images",
-            0,
-            "Small ResNet for CPU runs and tests",
+            511_514,
+            "Tiny ResNet: 4 bottlenecks, width 16, 32x32, 10 classes (CPU runs, tests)",
         ),
         ModelEntry(
             "bert-large",
             "torchscale.models.bert:bert_large",
             "masked-lm",
             "sequences",
-            335_000_000,
+            335_174_458,
             "BERT-Large, 24 layers, hidden 1024, 16 heads, masked-LM",
             uses_seq_len=True,
         ),
@@ -65,8 +70,8 @@ BUILTIN_MODELS: Dict[str, ModelEntry] = {
             "torchscale.models.bert:bert_tiny",
             "masked-lm",
             "sequences",
-            0,
-            "Small BERT for CPU runs and tests",
+            59_936,
+            "Tiny BERT: 2 layers, hidden 32, vocab 512, seq_len 128 (CPU runs, tests)",
             uses_seq_len=True,
         ),
         ModelEntry(
@@ -110,8 +115,8 @@ BUILTIN_MODELS: Dict[str, ModelEntry] = {
             "torchscale.models.gpt2:gpt2_tiny",
             "causal-lm",
             "tokens",
-            0,
-            "Small GPT-2 for CPU runs and tests",
+            165_632,
+            "Tiny GPT-2: 2 layers, hidden 64, vocab 512, seq_len 64 (CPU runs, tests)",
             uses_seq_len=True,
         ),
     )
@@ -122,9 +127,23 @@ def is_custom(name: str) -> bool:
     return bool(_CUSTOM_MODEL.match(name))
 
 
+def is_hub(name: str) -> bool:
+    return bool(_HUB_MODEL.match(name))
+
+
 def check_model_name(name: str) -> None:
-    """Raise ConfigError unless ``name`` is a built-in model or a ``module:function`` path."""
+    """Raise ConfigError unless ``name`` is a built-in model, a ``module:function`` path, or a
+    ``torchvision/<arch>`` / ``timm/<arch>`` name whose package is installed (checked without
+    importing it: the architecture itself is checked when the model loads)."""
     if name in BUILTIN_MODELS or is_custom(name):
+        return
+    if is_hub(name):
+        package = name.partition("/")[0]
+        if importlib.util.find_spec(package) is None:
+            raise ConfigError(
+                f"model '{name}' needs {package}, which is not installed: "
+                f"run 'pip install {package}' or pick a built-in model"
+            )
         return
     from difflib import get_close_matches
 
@@ -139,26 +158,39 @@ def check_model_name(name: str) -> None:
 def uses_seq_len(name: str) -> bool:
     """Whether a sequence-length knob changes this model (unknown for custom models: assume yes)."""
     entry = BUILTIN_MODELS.get(name)
-    return entry.uses_seq_len if entry else True
+    return entry.uses_seq_len if entry else not is_hub(name)
 
 
 def _import_factory(path: str) -> Callable[..., ModelSpec]:
     module_name, _, attr = path.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"cannot import model module '{module_name}': {exc}") from None
+    except Exception as exc:  # a user module may fail with anything, e.g. a SyntaxError
+        raise ConfigError(
+            f"cannot import model module '{module_name}' ({type(exc).__name__}: {exc}): make "
+            "it importable by the worker processes, e.g. put its folder on PYTHONPATH"
+        ) from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigError(f"model '{path}': module '{module_name}' has no function '{attr}'")
     return factory
 
 
+def _factory(name: str) -> Callable[..., ModelSpec]:
+    entry = BUILTIN_MODELS.get(name)
+    if entry:
+        return _import_factory(entry.factory)
+    if is_hub(name):
+        from torchscale.models.hub import hub_model
+
+        return functools.partial(hub_model, name)
+    return _import_factory(name)
+
+
 def load_model(name: str, **options: Any) -> ModelSpec:
     """Build the ``ModelSpec`` for ``name``, passing only the options its factory accepts."""
     check_model_name(name)
-    entry = BUILTIN_MODELS.get(name)
-    factory = _import_factory(entry.factory if entry else name)
+    factory = _factory(name)
     params = inspect.signature(factory).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     accepted = {k: v for k, v in options.items() if v is not None and (takes_any or k in params)}
