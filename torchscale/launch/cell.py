@@ -19,13 +19,30 @@ from torchscale.launch.torchrun import SINGLE_NODE, Rendezvous, torchrun_command
 from torchscale.plan.matrix import Cell
 from torchscale.results.schema import CellStatus, TrainingResult
 from torchscale.results.store import ExperimentStore, atomic_write_json
-from torchscale.worker.reporting import RANKS_DIR, read_json
+from torchscale.worker.reporting import (
+    RANKS_DIR,
+    STEP_PHASES,
+    read_json,
+    read_steps,
+    steps_path,
+)
 
 WORKER_MODULE = "torchscale.worker"
 CELL_FILE = "cell.json"
 RESULT_FILE = "result.json"
 LAUNCH_LOG = "launch.log"
 TORCHRUN_LOGS = "torchrun"
+WINDOW_ORDER = (
+    "start",
+    "init",
+    "build",
+    "warmup",
+    "measure",
+    "sync_probe",
+    "profile",
+    "gather",
+    "done",
+)
 
 
 def _now() -> str:
@@ -91,19 +108,32 @@ def _failure(cell_dir: Path, returncode: Optional[int]) -> tuple:
     )
 
 
+def _where(window: str, steps: Optional[tuple]) -> str:
+    return f"'{window}'" + (f", step {steps[0]} {steps[1]}" if steps else "")
+
+
 def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: float) -> str:
-    progress = {doc["rank"]: doc for doc in _rank_files(cell_dir, "progress")}
-    silent = [r for r in range(world_size) if r not in progress]
-    by_phase: Dict[str, List[int]] = {}
-    for rank, doc in sorted(progress.items()):
-        by_phase.setdefault(doc["phase"], []).append(rank)
-    behind = min(progress.values(), key=lambda d: d["time"], default=None)
+    """Who stopped where. Ranks blocked in a collective have moved past the rank that hangs, so
+    the rank(s) furthest behind in (window, step, phase) are named as stuck."""
+    windows = {doc["rank"]: doc["phase"] for doc in _rank_files(cell_dir, "progress")}
+    steps = {rank: read_steps(steps_path(cell_dir, rank)) for rank in windows}
+
+    def position(rank: int) -> tuple:
+        window = WINDOW_ORDER.index(windows[rank]) if windows[rank] in WINDOW_ORDER else -1
+        step, phase = steps[rank] or (0, STEP_PHASES[0])
+        return (window, step, STEP_PHASES.index(phase))
+
     parts = []
-    if behind is not None and len(by_phase) > 1:
-        parts.append(f"rank {behind['rank']} stuck in '{behind['phase']}'")
-    parts += [f"rank(s) {ranks} reached '{phase}'" for phase, ranks in by_phase.items()]
+    silent = [r for r in range(world_size) if r not in windows]
     if silent:
         parts.append(f"rank(s) {silent} never started")
+    if windows:
+        behind = min(position(rank) for rank in windows)
+        stuck = [rank for rank in sorted(windows) if position(rank) == behind]
+        ahead = [rank for rank in sorted(windows) if position(rank) != behind]
+        names = ", ".join(map(str, stuck))
+        parts.append(f"rank {names} stuck in {_where(windows[stuck[0]], steps[stuck[0]])}")
+        parts += [f"rank {r} waiting in {_where(windows[r], steps[r])}" for r in ahead]
     return f"no result after {timeout_s:g} s: " + "; ".join(parts)
 
 

@@ -43,6 +43,7 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
         reporter.phase("build")
         spec = load_model(settings.model, seq_len=settings.seq_len)
         run = build_run(settings, spec, ctx)
+        run.tracker = reporter.steps
         rank_result = measure_rank(run, settings, ctx, reporter)
         reporter.phase("gather")
         gathered: Optional[list] = [None] * ctx.world_size if ctx.rank == 0 else None

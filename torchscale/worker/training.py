@@ -19,6 +19,7 @@ from torchscale.config.schema import CellSettings, DDPSettings
 from torchscale.models import ModelSpec
 from torchscale.worker.data import batch_stream
 from torchscale.worker.distributed import RankContext
+from torchscale.worker.reporting import StepTracker
 from torchscale.worker.timing import Clock, StepMarks
 
 AUTOCAST_DTYPES = {"amp": torch.float16, "bf16": torch.bfloat16}
@@ -75,6 +76,7 @@ class TrainingRun:
     accum_steps: int
     device: torch.device
     comm_state: Optional[Any] = None
+    tracker: Optional[StepTracker] = None
 
     def _autocast(self) -> ContextManager[Any]:
         if self.autocast_dtype is None:
@@ -83,11 +85,16 @@ class TrainingRun:
 
     def step(self, clock: Clock, sync: bool = True) -> StepMarks:
         """One optimizer step; ``sync=False`` runs it all under no_sync (compute only)."""
+        tracker = self.tracker
+        if tracker:
+            tracker.start_step()
         marks = StepMarks(clock)
         for micro in range(self.accum_steps):
             last = micro == self.accum_steps - 1
             inputs, targets = next(self.batches)
             data_ready = clock.mark()
+            if tracker:
+                tracker.phase(1)
             skip_sync = not sync or not last
             with self.ddp.no_sync() if skip_sync else contextlib.nullcontext():
                 with self._autocast():
@@ -96,9 +103,13 @@ class TrainingRun:
                     if self.accum_steps > 1:
                         loss = loss / self.accum_steps
                 forward_end = clock.mark()
+                if tracker:
+                    tracker.phase(2)
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
                 backward_end = clock.mark()
             marks.micro.append((data_ready, forward_end, backward_end))
+        if tracker:
+            tracker.phase(3)
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()

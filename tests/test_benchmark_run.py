@@ -1,0 +1,274 @@
+"""Real benchmark runs: torchrun launches of 1 and 2 gloo processes on tiny CPU models.
+
+Launches cost seconds each, so each sweep runs once per module and many tests read its results.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Iterator, List
+
+import psutil
+import pytest
+from typer.testing import CliRunner
+
+from torchscale.cli.app import app
+from torchscale.results.schema import TrainingResult
+from torchscale.results.store import ExperimentStore
+
+REPO = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+HEALTHY = """\
+experiment_name: healthy
+models: [gpt2-tiny, resnet-tiny]
+batch_sizes: [4]
+gpu_counts: [1, 2]
+warmup_steps: 2
+measure_steps: 8
+sync_probe_steps: 3
+cell_timeout_s: 240
+"""
+
+FAULTS = """\
+experiment_name: faults
+models:
+  - tests.fault_models:oom_model
+  - tests.fault_models:crash_model
+  - tests.fault_models:hang_model
+  - gpt2-tiny
+batch_sizes: [4]
+gpu_counts: [2]
+warmup_steps: 2
+measure_steps: 6
+sync_probe_steps: 2
+cell_timeout_s: 30
+"""
+
+
+@pytest.fixture(scope="module")
+def worker_env() -> Iterator[None]:
+    """Workers import tests.fault_models: put the repo root on their PYTHONPATH."""
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "TORCHSCALE_TEST_OOM_AT")}
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), saved["PYTHONPATH"]]))
+    os.environ["TORCHSCALE_TEST_OOM_AT"] = "4"
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def run_benchmark(tmp: Path, config_text: str, *extra: str) -> tuple:
+    config = tmp / "bench.yaml"
+    config.write_text(config_text)
+    result = runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(tmp / "out"), *extra])
+    return result, tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory: pytest.TempPathFactory, worker_env: None) -> Dict:
+    tmp = tmp_path_factory.mktemp("healthy")
+    result, out = run_benchmark(tmp, HEALTHY, "--json")
+    assert result.exit_code == 0, result.output
+    store = ExperimentStore(out / "healthy")
+    return {"result": result, "store": store, "records": store.records(), "tmp": tmp}
+
+
+def by_cell(records: List[TrainingResult]) -> Dict[tuple, TrainingResult]:
+    return {(r.model, r.world_size): r for r in records}
+
+
+def test_every_cell_ran_with_real_figures(healthy: Dict) -> None:
+    records = by_cell(healthy["records"])
+    assert set(records) == {
+        ("gpt2-tiny", 1),
+        ("gpt2-tiny", 2),
+        ("resnet-tiny", 1),
+        ("resnet-tiny", 2),
+    }
+    for (model, world), record in records.items():
+        assert record.status == "ok", record.error
+        assert record.backend == "gloo" and record.device_name == "cpu"
+        assert record.unit == ("tokens" if model == "gpt2-tiny" else "images")
+        assert len(record.per_rank) == world
+        assert [r.rank for r in record.per_rank] == list(range(world))
+        assert record.measure_steps == 8 and len(record.step_times_ms) == 8
+        for rank in record.per_rank:
+            assert len(rank.step_times_ms) == 8
+            assert rank.forward_ms > 0 and rank.backward_ms > 0 and rank.optimizer_ms > 0
+            assert rank.nosync_step_ms is not None and rank.nosync_step_ms > 0
+            assert rank.memory is not None and rank.memory.params_bytes > 0
+            assert rank.memory.optimizer_bytes > 0 and rank.memory.peak_kind == "rss"
+        stats = record.step_time_ms
+        assert stats is not None and stats.min <= stats.p50 <= stats.p95 <= stats.p99 <= stats.max
+        # Throughput is samples over the measured window; it must agree with the step times.
+        assert record.global_batch_size == 4 * world
+        assert record.samples_per_s == pytest.approx(4 * world * 8 / record.measured_s)
+        from_steps = record.global_batch_size / (stats.mean / 1e3)
+        assert 0.8 < record.samples_per_s / from_steps < 1.25
+        assert record.throughput == pytest.approx(record.samples_per_s * record.units_per_sample)
+        assert record.flops_per_sample > 0 and record.tflops_per_gpu > 0
+        assert record.mfu is None  # no known peak for a CPU
+
+
+def test_two_rank_cells_measure_gradient_sync(healthy: Dict) -> None:
+    record = by_cell(healthy["records"])[("gpt2-tiny", 2)]
+    assert record.sync is not None
+    assert 0.0 <= record.sync.exposed_fraction <= 1.0
+    assert len(record.sync.per_rank_wait_ms) == 2
+    for rank in record.per_rank:
+        # DDP's own logging data, read in the probe window.
+        assert rank.ddp_backward_comm_ms is not None and rank.ddp_backward_comm_ms > 0
+        assert rank.ddp_backward_compute_ms is not None and rank.ddp_backward_compute_ms > 0
+        assert len(rank.sync_wait_samples_ms) == 8
+        assert set(rank.timeline_s) >= {"init", "build", "warmup", "measure", "sync_probe"}
+    assert record.hosts and len(record.per_rank) == 2
+
+
+def test_summary_and_scaling_efficiency_come_from_the_records(healthy: Dict) -> None:
+    records = by_cell(healthy["records"])
+    with open(healthy["store"].summary_path) as handle:
+        rows = {(r["model"], int(r["world_size"])): r for r in csv.DictReader(handle)}
+    for model in ("gpt2-tiny", "resnet-tiny"):
+        one, two = records[(model, 1)], records[(model, 2)]
+        expected = two.samples_per_s / (2 * one.samples_per_s)
+        assert float(rows[(model, 2)]["scaling_efficiency"]) == pytest.approx(expected)
+        assert float(rows[(model, 1)]["scaling_efficiency"]) == pytest.approx(1.0)
+        assert float(rows[(model, 2)]["throughput"]) == pytest.approx(two.throughput)
+        assert float(rows[(model, 2)]["step_ms_p95"]) == pytest.approx(two.step_time_ms.p95)
+
+
+def test_manifest_cells_and_console(healthy: Dict) -> None:
+    store: ExperimentStore = healthy["store"]
+    manifest = store.manifest()
+    assert manifest["experiment"] == "healthy"
+    assert manifest["config"]["models"] == ["gpt2-tiny", "resnet-tiny"]
+    assert manifest["environment"]["torch"].split("+")[0] in manifest["environment"]["torch"]
+    assert manifest["environment"]["backend"] == "gloo"
+    assert len(manifest["cells"]) == 4 and manifest["runs"][0]["command"]
+    for record in healthy["records"]:
+        cell_dir = store.cell_dir(record.cell_id)
+        assert (cell_dir / "cell.json").exists() and (cell_dir / "launch.log").exists()
+        rank_logs = list((cell_dir / "torchrun").rglob("stdout.log"))
+        assert len(rank_logs) == record.world_size
+    stderr = healthy["result"].stderr
+    assert "> Running gpt2-tiny on 2 GPUs (batch 4, fp32)..." in stderr
+    assert "Average Throughput:" in stderr and "Iteration Latency:" in stderr
+    document = json.loads(healthy["result"].stdout)
+    assert len(document["records"]) == 4 and document["experiment"] == "healthy"
+
+
+def test_existing_results_need_resume_and_resume_runs_nothing_new(healthy: Dict) -> None:
+    tmp = healthy["tmp"]
+    before = healthy["store"].results_path.read_text()
+    again, _ = run_benchmark(tmp, HEALTHY)
+    assert again.exit_code == 2 and "already holds results" in again.stderr
+    resumed, _ = run_benchmark(tmp, HEALTHY, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert "> Running" not in resumed.stderr
+    assert healthy["store"].results_path.read_text() == before
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory: pytest.TempPathFactory, worker_env: None) -> Dict:
+    tmp = tmp_path_factory.mktemp("faults")
+    result, out = run_benchmark(tmp, FAULTS)
+    store = ExperimentStore(out / "faults")
+    return {"result": result, "store": store, "records": store.records()}
+
+
+def test_faults_are_recorded_and_the_sweep_goes_on(faults: Dict) -> None:
+    records = faults["records"]
+    assert [r.model.split(":")[-1] for r in records] == [
+        "oom_model",
+        "crash_model",
+        "hang_model",
+        "gpt2-tiny",
+    ]
+    oom, crash, hang, healthy = records
+    assert oom.status == "oom"
+    assert "OutOfMemoryError" in oom.error and "rank " in oom.error
+    assert crash.status == "failed"
+    assert crash.error.startswith("rank 1 ") and "injected crash" in crash.error
+    assert hang.status == "timeout"
+    assert "no result after 30 s" in hang.error
+    assert "rank 1 stuck in 'measure', step " in hang.error and "forward" in hang.error
+    assert "rank 0 waiting in 'measure', step " in hang.error and "backward" in hang.error
+    assert healthy.status == "ok" and healthy.samples_per_s > 0
+    # A failed or timed-out cell makes the command exit 1 (OOM alone would not).
+    assert faults["result"].exit_code == 1
+    assert "> [FAIL] timeout:" in faults["result"].stderr
+
+
+def test_a_hung_cell_leaves_no_processes_behind(faults: Dict) -> None:
+    hang = faults["records"][2]
+    cell_dir = str(faults["store"].cell_dir(hang.cell_id))
+    leftovers = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(cell_dir in part for part in proc.info["cmdline"] or []):
+            leftovers.append(proc.pid)
+    assert leftovers == []
+    error_files = list((Path(cell_dir) / "ranks").glob("rank*.error.json"))
+    assert error_files == []  # killed, not failed
+
+
+def wait_for(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_ctrl_c_keeps_finished_cells_and_resume_runs_the_rest(
+    tmp_path: Path, worker_env: None
+) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "experiment_name: interrupted\nmodels: [gpt2-tiny]\nbatch_sizes: [2, 4]\n"
+        "warmup_steps: 2\nmeasure_steps: 30\nsync_probe_steps: 2\ncell_timeout_s: 240\n"
+    )
+    out = tmp_path / "out"
+    store = ExperimentStore(out / "interrupted")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torchscale", "benchmark", "-c", str(config), "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert wait_for(lambda: len(store.records()) == 1, 120), "first cell never finished"
+        second_started = lambda: any(store.root.glob("cells/*b4*/ranks/rank0.progress.json"))  # noqa: E731
+        assert wait_for(second_started, 60), "second cell never started"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Interrupted." in stderr and "--resume" in stderr
+    first = store.results_path.read_text()
+    assert len(store.records()) == 1 and store.records()[0].batch_size == 2
+    leftovers = [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if any(str(out) in part for part in p.info["cmdline"] or [])
+    ]
+    assert leftovers == []
+
+    resumed = runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(out), "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert resumed.stderr.count("> Running") == 1
+    records = store.records()
+    assert [r.batch_size for r in records] == [2, 4]
+    assert store.results_path.read_text().startswith(first)
