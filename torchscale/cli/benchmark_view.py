@@ -71,10 +71,13 @@ class ConsoleEvents:
     def cell_polled(self, elapsed_s: float) -> None:
         self.progress.update(self.task, description=f"{self.current} [{elapsed_s:.0f}s]")
 
-    def cell_finished(self, cell: Cell, record: ResultBase, table: Any) -> None:
+    def cell_finished(self, cell: Cell, records: List[ResultBase], table: Any) -> None:
         self.progress.advance(self.task)
-        if not isinstance(record, TrainingResult):
-            return
+        for record in records:
+            if isinstance(record, TrainingResult):
+                self._training_lines(record, table)
+
+    def _training_lines(self, record: TrainingResult, table: Any) -> None:
         if record.status != "ok":
             label = "SKIP" if record.status == "skipped" else "FAIL"
             err_console.print(f"> [{label}] {record.status}: {record.error}", soft_wrap=True)

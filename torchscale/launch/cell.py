@@ -12,12 +12,13 @@ import shutil
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
+from torchscale.launch.kinds import common_identity, get_kind
 from torchscale.launch.process import python_env, run_process
 from torchscale.launch.torchrun import SINGLE_NODE, Rendezvous, torchrun_command
 from torchscale.plan.matrix import Cell
-from torchscale.results.schema import CellStatus, TrainingResult
+from torchscale.results.schema import CellStatus, ResultBase
 from torchscale.results.store import ExperimentStore, atomic_write_json
 from torchscale.worker.reporting import (
     RANKS_DIR,
@@ -27,7 +28,6 @@ from torchscale.worker.reporting import (
     steps_path,
 )
 
-WORKER_MODULE = "torchscale.worker"
 CELL_FILE = "cell.json"
 RESULT_FILE = "result.json"
 LAUNCH_LOG = "launch.log"
@@ -51,7 +51,7 @@ def _now() -> str:
 
 def cell_command(cell: Cell, cell_dir: Path, rendezvous: Rendezvous = SINGLE_NODE) -> List[str]:
     return torchrun_command(
-        WORKER_MODULE,
+        get_kind(cell.kind).worker_module,
         ["--cell", str(cell_dir / CELL_FILE), "--out", str(cell_dir / RESULT_FILE)],
         nproc_per_node=cell.settings.nproc_per_node,
         rendezvous=rendezvous,
@@ -59,26 +59,8 @@ def cell_command(cell: Cell, cell_dir: Path, rendezvous: Rendezvous = SINGLE_NOD
     )
 
 
-def _identity(cell: Cell, experiment: str) -> Dict[str, Any]:
-    s = cell.settings
-    return {
-        "cell_id": cell.cell_id,
-        "experiment": experiment,
-        "model": s.model,
-        "batch_size": s.batch_size,
-        "grad_accum_steps": s.grad_accum_steps,
-        "global_batch_size": s.gpus * s.batch_size * s.grad_accum_steps,
-        "precision": s.precision,
-        "world_size": s.gpus,
-        "nnodes": s.nnodes,
-        "nproc_per_node": s.nproc_per_node,
-        "repeat": s.repeat,
-        "settings": s.model_dump(mode="json"),
-    }
-
-
-def skipped_record(cell: Cell, experiment: str, reason: str) -> TrainingResult:
-    return TrainingResult(**_identity(cell, experiment), status="skipped", error=reason)
+def skipped_records(cell: Cell, experiment: str, reason: str) -> List[ResultBase]:
+    return get_kind(cell.kind).failed(cell, common_identity(cell, experiment), "skipped", reason)
 
 
 def _rank_files(cell_dir: Path, suffix: str) -> List[dict]:
@@ -150,6 +132,7 @@ def prepare_cell_dir(store: ExperimentStore, cell: Cell, experiment: str) -> Pat
         cell_dir / CELL_FILE,
         {
             "cell_id": cell.cell_id,
+            "kind": cell.kind,
             "experiment": experiment,
             "settings": cell.settings.model_dump(mode="json"),
         },
@@ -165,8 +148,8 @@ def run_cell(
     rendezvous: Rendezvous = SINGLE_NODE,
     env: Optional[Dict[str, str]] = None,
     on_poll: Optional[Callable[[float], None]] = None,
-) -> TrainingResult:
-    """Launch ``cell`` and return its record (never raises for a failing cell)."""
+) -> List[ResultBase]:
+    """Launch ``cell`` and return its records (never raises for a failing cell)."""
     cell_dir = prepare_cell_dir(store, cell, experiment)
     started, started_at = time.monotonic(), _now()
     outcome = run_process(
@@ -181,13 +164,13 @@ def run_cell(
         "finished_at": _now(),
         "wall_s": round(time.monotonic() - started, 3),
     }
-    identity = {**_identity(cell, experiment), **timing}
+    kind = get_kind(cell.kind)
+    identity = {**common_identity(cell, experiment), **timing}
     result = read_json(cell_dir / RESULT_FILE)
     if outcome.timed_out:
         reason = _stuck_ranks(cell_dir, cell.settings.gpus, cell.settings.cell_timeout_s)
-        return TrainingResult(**identity, status="timeout", error=reason)
+        return kind.failed(cell, identity, "timeout", reason)
     if outcome.returncode == 0 and result:
-        hosts = sorted({r["host"] for r in result.get("per_rank", [])})
-        return TrainingResult(**{**identity, **result, "status": "ok", "hosts": hosts})
+        return kind.records(cell, identity, result)
     status, reason = _failure(cell_dir, outcome.returncode)
-    return TrainingResult(**identity, status=status, error=reason)
+    return kind.failed(cell, identity, status, reason)

@@ -20,7 +20,7 @@ from torchscale.hardware.environment import (
     node_devices,
     threads_per_cpu_slot,
 )
-from torchscale.launch.cell import run_cell, skipped_record
+from torchscale.launch.cell import run_cell, skipped_records
 from torchscale.launch.torchrun import Rendezvous
 from torchscale.plan.matrix import Cell, Plan
 from torchscale.results.schema import SCHEMA_VERSION, ResultBase
@@ -36,7 +36,7 @@ class SweepEvents(Protocol):
 
     def cell_polled(self, elapsed_s: float) -> None: ...
 
-    def cell_finished(self, cell: Cell, record: ResultBase, table: Any) -> None: ...
+    def cell_finished(self, cell: Cell, records: List[ResultBase], table: Any) -> None: ...
 
 
 @dataclass
@@ -118,9 +118,9 @@ def run_sweep(
             events.cell_started(cell, position, len(todo))
             reason = skip_reason(cell, devices, options.rendezvous)
             if reason:
-                record: ResultBase = skipped_record(cell, experiment, reason)
+                new = skipped_records(cell, experiment, reason)
             else:
-                record = run_cell(
+                new = run_cell(
                     cell,
                     store,
                     experiment,
@@ -128,9 +128,10 @@ def run_sweep(
                     env=env,
                     on_poll=events.cell_polled,
                 )
-            store.append(record)
-            records.append(record)
-            events.cell_finished(cell, record, write_summary(store, records))
+            for record in new:
+                store.append(record)
+            records.extend(new)
+            events.cell_finished(cell, new, write_summary(store, records))
         if not todo:
             write_summary(store, records)
         return records
@@ -144,7 +145,7 @@ def noop_events() -> SweepEvents:
         def cell_polled(self, elapsed_s: float) -> None:
             pass
 
-        def cell_finished(self, cell: Cell, record: ResultBase, table: Any) -> None:
+        def cell_finished(self, cell: Cell, records: List[ResultBase], table: Any) -> None:
             pass
 
     return _Quiet()

@@ -32,7 +32,8 @@ class Cell:
 
     index: int
     cell_id: str
-    settings: CellSettings
+    settings: Any  # CellSettings for training; each kind has its own settings model
+    kind: str = "training"
 
 
 @dataclass(frozen=True)
