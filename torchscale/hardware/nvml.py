@@ -116,6 +116,13 @@ def decode_clocks_event_reasons(mask: int) -> List[str]:
     return [name for bit, name in CLOCKS_EVENT_REASONS.items() if mask & bit]
 
 
+def reason_label(name: str) -> str:
+    """``hw_thermal_slowdown`` -> ``HW thermal slowdown``, as ``nvidia-smi -q`` words it."""
+    words = [w.upper() if w in ("hw", "sw", "gpu") else w for w in name.split("_")]
+    text_ = " ".join(words)
+    return text_[0].upper() + text_[1:]
+
+
 @contextlib.contextmanager
 def open_nvml() -> Iterator[Union[Nvml, Unsupported]]:
     """Initialise NVML for the ``with`` block and shut it down after.

@@ -70,10 +70,11 @@ def check_gpus(nvml: Optional[Nvml], handles: Sequence[Any], torch_count: int) -
         for i, (n, m) in enumerate(zip(names, memory))
     ]
     lost = [i for i, a in enumerate(names) if getattr(a, "error", "") == "NVMLError_GpuIsLost"]
-    models = unique((g["name"], g["memory_bytes"]) for g in gpus)
+    kinds = [(g["name"], g["memory_bytes"]) for g in gpus if g["index"] not in lost]
+    models = unique(kinds)
     shown = ", ".join(
-        f"{sum(1 for g in gpus if (g['name'], g['memory_bytes']) == model)} x "
-        f"{model[0] or 'unnamed GPU'}" + (f" ({gib(model[1])})" if model[1] else "")
+        f"{kinds.count(model)} x {model[0] or 'GPU (name not reported by NVML)'}"
+        + (f" ({gib(model[1])})" if model[1] else "")
         for model in models
     )
     if torch_count and torch_count != len(handles):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from torchscale.hardware.nvml import Nvml, decode_clocks_event_reasons, supported
+from torchscale.hardware.nvml import Nvml, decode_clocks_event_reasons, reason_label, supported
 from torchscale.validate.gpu import answers, not_reported
 from torchscale.validate.result import CheckResult, fail, join, passed, unique, warn
 
@@ -34,7 +34,7 @@ def check_clocks_events(nvml: Nvml, handles: Sequence[Any]) -> CheckResult:
     active = {i: reasons for i, reasons in per_gpu.items() if reasons}
     if not active:
         return passed(name, f"no throttling on {len(per_gpu)} GPUs")
-    shown = join((f"GPU {i}: {', '.join(r)}" for i, r in active.items()))
+    shown = join(f"GPU {i}: {', '.join(map(reason_label, r))}" for i, r in active.items())
     reasons = {r for rs in active.values() for r in rs}
     fixes = []
     if reasons & {"hw_thermal_slowdown", "sw_thermal_slowdown"}:

@@ -55,8 +55,12 @@ def _describe(result: Dict[str, Any]) -> str:
     )
 
 
-def evaluate(result: Dict[str, Any], log: Optional[Path] = None) -> CheckResult:
+def evaluate(
+    result: Dict[str, Any], log: Optional[Path] = None, launch_s: Optional[float] = None
+) -> CheckResult:
     """Judge rank 0's result: exact sum (the worker's count and our own look at the sample)."""
+    if launch_s is not None:
+        result = {**result, "launch_s": round(launch_s, 3)}
     world = int(result["world_size"])
     sample = result.get("sample") or []
     expected = expected_sum(min(len(sample), SAMPLE), world)
@@ -99,13 +103,20 @@ def run_smoke_test(
         ["--result", str(result_path), "--size-bytes", str(size), "--timeout", str(timeout_s)],
         nproc_per_node=nproc,
     )
-    outcome = run_process(cmd, timeout_s=timeout_s, log_path=log, env=python_env(), on_poll=poll)
+    try:
+        outcome = run_process(
+            cmd, timeout_s=timeout_s, log_path=log, env=python_env(), on_poll=poll
+        )
+    except BaseException:  # cancelled or interrupted: the tree is already killed
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
     if outcome.timed_out:
         return fail(
             NAME,
             f"hung: no result after {timeout_s:g} s; all {nproc} worker processes were killed",
             f"{HANG_FIX} Log: {log}",
             command=format_command(cmd),
+            launch_s=round(outcome.wall_s, 3),
         )
     if outcome.returncode != 0 or not result_path.exists():
         return fail(
@@ -114,7 +125,7 @@ def run_smoke_test(
             f"Read the log ({log}); rerun with NCCL_DEBUG=INFO to see the failing rank. "
             f"Command: {format_command(cmd)}",
         )
-    check = evaluate(json.loads(result_path.read_text()), log)
+    check = evaluate(json.loads(result_path.read_text()), log, outcome.wall_s)
     if check.status.value == "PASS":
         shutil.rmtree(workdir, ignore_errors=True)
     return check

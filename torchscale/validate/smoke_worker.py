@@ -5,8 +5,9 @@ Rank ``r`` contributes ``x[i] = i % 251 + r``, so every element of the sum is kn
 (``n * (i % 251) + n (n - 1) / 2``, small integers that float32 holds exactly) and a misplaced or
 dropped chunk shows up as wrong elements. Rank 0 writes the outcome to ``--result`` as JSON.
 
-``TORCHSCALE_SMOKE_HANG=<dir>`` is a test hook: every rank writes its pid to ``<dir>``, every rank
-but 0 then sleeps forever, so rank 0 blocks in the all-reduce like a real hang.
+``TORCHSCALE_SMOKE_HANG=<dir>`` is a test hook for a peer that never joins: every rank writes its
+pid to ``<dir>`` as it starts, then every rank but 0 sleeps forever while rank 0 waits for them in
+the process-group rendezvous, a real hang as far as the launcher can tell.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ def expected_sum(numel: int, world_size: int) -> List[float]:
     return [float(world_size * (i % PATTERN_PERIOD) + offset) for i in range(numel)]
 
 
-def _hang_if_asked(rank: int) -> None:
+def _hang_if_asked() -> None:
     hang_dir = os.environ.get(HANG_ENV)
     if not hang_dir:
         return
+    rank = int(os.environ.get("RANK", "0"))
     Path(hang_dir, f"rank{rank}.pid").write_text(str(os.getpid()))
     if rank != 0:
         while True:
@@ -58,9 +60,9 @@ def run(size_bytes: int, warmup: int, iters: int, timeout_s: float) -> Optional[
     device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
-    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    # A backstop only: the launcher's own timeout (shorter) ends a hang first.
+    dist.init_process_group(backend, timeout=timedelta(seconds=2 * timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
-    _hang_if_asked(rank)
     numel = size_bytes // 4
 
     # Correctness: one all-reduce of a known pattern, compared element by element.
@@ -109,8 +111,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--size-bytes", type=int, default=4 << 20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--timeout", type=float, default=60.0, help="process-group timeout (s)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="the launch timeout (s)")
     args = parser.parse_args(argv)
+    _hang_if_asked()
     result = run(args.size_bytes, args.warmup, args.iters, args.timeout)
     if result is not None:
         _write_atomic(args.result, result)

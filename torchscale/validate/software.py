@@ -132,8 +132,8 @@ def check_cuda_driver(
             name,
             shown,
             f"Upgrade the NVIDIA driver to one supporting CUDA {torch_cuda}, or install a PyTorch "
-            f"built for CUDA <= {driver[0]}.{driver[1]}: "
-            f"`pip install torch --index-url {CUDA_WHEELS}cu{driver[0]}{driver[1]}`.",
+            f"wheel built for CUDA {driver[0]}.x "
+            "(https://pytorch.org/get-started/previous-versions/).",
         )
     if driver < needed:
         return warn(
@@ -150,7 +150,7 @@ def check_driver(driver: Union[str, Unsupported]) -> CheckResult:
     if not supported(driver):
         return skip(
             name,
-            f"not found (NVML: {driver})",
+            f"unknown (NVML: {driver})",
             "GPU nodes need the NVIDIA datacenter driver: check `nvidia-smi`; in containers run "
             "with the NVIDIA Container Toolkit (`docker run --gpus all`).",
         )
