@@ -8,6 +8,7 @@ GPUs check says plainly that only CPU (gloo) benchmarking is possible.
 from __future__ import annotations
 
 import os
+import platform
 import socket
 import threading
 import time
@@ -140,6 +141,7 @@ def build_report(checks: List[CheckResult], cuda: bool, duration_s: float) -> Di
     return {
         "torchscale": __version__,
         "host": socket.gethostname(),
+        "platform": platform.platform(),
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "duration_s": round(duration_s, 3),
         "backend": "nccl" if cuda else "gloo",

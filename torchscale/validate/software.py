@@ -14,7 +14,7 @@ from torchscale.validate.result import CheckResult, fail, passed, skip, warn
 MIN_PYTHON = (3, 9)
 MIN_TORCH = (2, 0)
 CUDA_WHEELS = "https://download.pytorch.org/whl/"
-NO_GPU_FIX = "None on a CPU-only node: this check needs an NVIDIA GPU."
+NO_GPU_FIX = "Needs an NVIDIA GPU: nothing to fix on a CPU-only node."
 
 
 @dataclass(frozen=True)
