@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import stat
+from concurrent.futures import Future
 from pathlib import Path
 
 import psutil
@@ -15,6 +16,7 @@ import pytest
 from torchscale.comm.busbw import algbw_gbps, busbw_factor, busbw_gbps
 from torchscale.validate import software, system
 from torchscale.validate.result import CheckResult, Status, summarize
+from torchscale.validate.runner import smoke_check
 from torchscale.validate.smoke import evaluate
 from torchscale.validate.smoke_worker import PATTERN_PERIOD, expected_sum
 
@@ -184,3 +186,13 @@ def test_busbw_factors_are_nccl_tests_definitions():
     assert busbw_gbps("all_reduce", 10**9, 1.0, 2) == pytest.approx(1.0)
     with pytest.raises(ValueError):
         busbw_factor("all_reduce", 0)
+
+
+def test_a_smoke_test_that_cannot_launch_is_a_fail_row_not_a_traceback():
+    future: Future = Future()
+    future.set_exception(OSError(28, "No space left on device"))
+    check = smoke_check(future)
+    assert check.status is Status.FAIL
+    assert check.value == "could not launch: OSError: [Errno 28] No space left on device"
+    assert "$TMPDIR" in check.fix
+    assert smoke_check(None).status is Status.SKIP

@@ -41,6 +41,7 @@ def checks_of(report: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     return {c["name"]: c for c in report["checks"]}
 
 
+@pytest.mark.slow
 def test_stdout_is_one_json_document_and_the_exit_code_follows_it(real_run):
     result, report, _ = real_run
     assert set(report) >= {"checks", "host", "summary", "torchscale", "backend", "duration_s"}
@@ -54,6 +55,7 @@ def test_stdout_is_one_json_document_and_the_exit_code_follows_it(real_run):
         assert check["status"] == "PASS" or check["fix"], check
 
 
+@pytest.mark.slow
 def test_the_real_gloo_smoke_test_passes_with_the_exact_sum(real_run):
     _, report, _ = real_run
     smoke = checks_of(report)["All-reduce smoke test"]
@@ -73,6 +75,7 @@ def test_the_real_gloo_smoke_test_passes_with_the_exact_sum(real_run):
     assert report["backend"] == "gloo"
 
 
+@pytest.mark.slow
 def test_values_that_must_be_true_on_this_cpu_only_machine(real_run):
     import torch
 
@@ -91,6 +94,7 @@ def test_values_that_must_be_true_on_this_cpu_only_machine(real_run):
     assert not out.exists()  # validate checks the output dir's disk, it writes nothing there
 
 
+@pytest.mark.slow
 def test_the_table_on_stderr(real_run):
     result, report, _ = real_run
     table = result.stderr
@@ -103,6 +107,7 @@ def test_the_table_on_stderr(real_run):
     assert "{" not in result.stderr.splitlines()[0]  # the JSON went to stdout only
 
 
+@pytest.mark.slow
 def test_a_hanging_smoke_test_fails_within_the_timeout_and_leaves_no_workers(monkeypatch, tmp_path):
     monkeypatch.setenv(HANG_ENV, str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the log it keeps goes here
@@ -183,6 +188,7 @@ def test_help_does_not_import_torch():
         assert option in out
 
 
+@pytest.mark.slow
 def test_cancelling_the_smoke_test_kills_its_launch_at_once(monkeypatch, tmp_path):
     """What Ctrl-C in validate's main thread does to the smoke test running in its thread."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

@@ -31,9 +31,7 @@ def topology_table(report: Dict[str, Any]) -> Optional[Table]:
     matrix: List[List[str]] = (topology or {}).get("details", {}).get("matrix", [])
     if len(matrix) < 2:
         return None
-    legend = topology["details"]["legend"]
-    caption = "  ".join(f"{k} = {v}" for k, v in legend.items())
-    table = Table(title="GPU topology", title_justify="left", caption=caption)
+    table = Table(title="GPU topology (as nvidia-smi topo -m)", title_justify="left")
     table.add_column("")
     for i in range(len(matrix)):
         table.add_column(f"GPU{i}", justify="center")
@@ -59,4 +57,6 @@ def render(report: Dict[str, Any], console: Console) -> None:
     topology = topology_table(report)
     if topology is not None:
         console.print(topology)
+        legend = next(c for c in report["checks"] if c["name"] == "GPU topology")["details"]
+        console.print("Legend: " + "; ".join(f"{k} = {v}" for k, v in legend["legend"].items()))
     console.print(summary_line(report))

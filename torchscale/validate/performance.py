@@ -88,9 +88,14 @@ def check_temperature(nvml: Nvml, handles: Sequence[Any]) -> CheckResult:
 
 def check_power(nvml: Nvml, handles: Sequence[Any]) -> CheckResult:
     name = "Power"
-    draw = answers(nvml, handles, "nvmlDeviceGetPowerUsage")
-    limit = answers(nvml, handles, "nvmlDeviceGetEnforcedPowerLimit")
-    default = answers(nvml, handles, "nvmlDeviceGetPowerManagementDefaultLimit")
+    draw, limit, default = (
+        answers(nvml, handles, f)
+        for f in (
+            "nvmlDeviceGetPowerUsage",
+            "nvmlDeviceGetEnforcedPowerLimit",
+            "nvmlDeviceGetPowerManagementDefaultLimit",
+        )
+    )
     unknown = not_reported(name, limit, "nvidia-smi -q -d POWER")
     if unknown:
         return unknown
@@ -117,11 +122,16 @@ def check_power(nvml: Nvml, handles: Sequence[Any]) -> CheckResult:
 def check_pcie(nvml: Nvml, handles: Sequence[Any]) -> CheckResult:
     """PCIe link generation and width against the maximum the GPU and slot support."""
     name = "PCIe link"
-    gen = answers(nvml, handles, "nvmlDeviceGetCurrPcieLinkGeneration")
-    max_gen = answers(nvml, handles, "nvmlDeviceGetMaxPcieLinkGeneration")
-    width = answers(nvml, handles, "nvmlDeviceGetCurrPcieLinkWidth")
-    max_width = answers(nvml, handles, "nvmlDeviceGetMaxPcieLinkWidth")
-    util = answers(nvml, handles, "nvmlDeviceGetUtilizationRates")
+    gen, max_gen, width, max_width, util = (
+        answers(nvml, handles, f"nvmlDeviceGet{what}")
+        for what in (
+            "CurrPcieLinkGeneration",
+            "MaxPcieLinkGeneration",
+            "CurrPcieLinkWidth",
+            "MaxPcieLinkWidth",
+            "UtilizationRates",
+        )
+    )
     unknown = not_reported(name, gen, "nvidia-smi -q -d PCIE")
     if unknown:
         return unknown

@@ -12,7 +12,7 @@ import platform
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, List, Optional
 from torchscale import __version__
 from torchscale.hardware.nvml import open_nvml, supported
 from torchscale.validate import gpu, interconnect, performance, software, system
-from torchscale.validate.result import CheckResult, skip, summarize
+from torchscale.validate.result import CheckResult, fail, skip, summarize
 from torchscale.validate.smoke import NAME as SMOKE_NAME
 from torchscale.validate.smoke import run_smoke_test
 
@@ -125,15 +125,25 @@ def run_validation(
                 system.check_disk(options.output_dir),
             ]
             notify(SMOKE_NAME)
-            checks.append(
-                smoke.result()
-                if smoke is not None
-                else skip(SMOKE_NAME, "skipped (--skip-smoke)", "Run without --skip-smoke.")
-            )
+            checks.append(smoke_check(smoke))
         except BaseException:
             cancel.set()  # the smoke thread kills its torchrun tree and returns
             raise
     return build_report(checks, facts.cuda_available, time.monotonic() - started)
+
+
+def smoke_check(smoke: Optional[Future[CheckResult]]) -> CheckResult:
+    if smoke is None:
+        return skip(SMOKE_NAME, "skipped (--skip-smoke)", "Run without --skip-smoke.")
+    try:
+        return smoke.result()
+    except Exception as exc:  # e.g. no space for its temp dir: a FAIL row, not a traceback
+        return fail(
+            SMOKE_NAME,
+            f"could not launch: {type(exc).__name__}: {exc}",
+            "Check that the temp directory ($TMPDIR) is writable and that "
+            "`python -m torch.distributed.run --help` works.",
+        )
 
 
 def build_report(checks: List[CheckResult], cuda: bool, duration_s: float) -> Dict[str, Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 HERE = Path(__file__).parent
 MIB = 1 << 20
@@ -147,101 +147,93 @@ def device(
     return record
 
 
-def h100_node(overrides: Dict[int, Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """8x H100 SXM5 80GB (HGX/DGX H100), idle, driver 550.54.15: NV18 through 4 NVSwitches."""
-    idle_temps = [28, 31, 30, 29, 27, 32, 30, 29]
-    idle_power = [88.4, 83.1, 86.0, 84.7, 85.2, 87.9, 82.6, 86.3]
-    devices = []
-    for i, short in enumerate(H100_BUS):
-        ports = [(1, bus(sw), SWITCH) for sw, count in H100_SWITCH_LINKS for _ in range(count)]
-        spec: Dict[str, Any] = dict(
-            name="NVIDIA H100 80GB HBM3",
-            bus_id=bus(short),
-            memory_mib=81559,
-            used_mib=0,
-            thresholds=(92, 89, 87),
-            temperature=idle_temps[i],
-            power_w=idle_power[i],
-            limit_w=700,
-            clocks=(345, 2619),
-            max_clocks=(1980, 2619),
-            pcie=(5, 5, 16, 16),
-            util=0,
-            reasons=IDLE,
-            ports=ports,
-            topology={j: NODE if (i < 4) == (j < 4) else SYSTEM for j in range(8) if j != i},
-            remapped_rows=[0, 0, 0, 0],
-            retired=(NOT_SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED),  # Hopper remaps rows instead
-        )
-        spec.update(overrides.get(i, {}))
-        devices.append(device(**spec))
-    return devices
+def node(
+    common: Dict[str, Any],
+    per_gpu: Callable[[int], Dict[str, Any]],
+    overrides: Dict[int, Dict[str, Any]],
+) -> List[Dict[str, Any]]:
+    """8 idle GPUs of one model (``common``), each with its own bus id, readings and links."""
+    idle = {"used_mib": 0, "util": 0, "reasons": IDLE}
+    return [device(**{**idle, **common, **per_gpu(i), **overrides.get(i, {})}) for i in range(8)]
 
 
-def a100_node(overrides: Dict[int, Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """DGX A100 40GB, idle, driver 535.129.03: NV12, 2 links to each of 6 NVSwitches."""
-    devices = []
-    for i, short in enumerate(A100_BUS):
-        ports = [(1, bus(sw), SWITCH) for sw in ("C4", "C5", "C6", "C7", "C8", "C9") for _ in "ab"]
-        spec: Dict[str, Any] = dict(
-            name="NVIDIA A100-SXM4-40GB",
-            bus_id=bus(short),
-            memory_mib=40960,
-            used_mib=0,
-            thresholds=(92, 89, 85),
-            temperature=[31, 30, 33, 32, 29, 31, 34, 30][i],
-            power_w=[56.2, 54.9, 58.3, 55.0, 53.8, 57.1, 59.4, 55.6][i],
-            limit_w=400,
-            clocks=(210, 1215),
-            max_clocks=(1410, 1215),
-            pcie=(4, 4, 16, 16),
-            util=0,
-            reasons=IDLE,
-            ports=ports,
-            topology={j: MULTIPLE if i // 2 == j // 2 else SYSTEM for j in range(8) if j != i},
-            remapped_rows=[0, 0, 0, 0],
-            retired=(NOT_SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED),  # Ampere remaps rows instead
-        )
-        spec.update(overrides.get(i, {}))
-        devices.append(device(**spec))
-    return devices
+# 8x H100 SXM5 80GB (HGX/DGX H100), idle, driver 550.54.15: NV18 through 4 NVSwitches.
+H100 = dict(
+    name="NVIDIA H100 80GB HBM3",
+    memory_mib=81559,
+    thresholds=(92, 89, 87),
+    limit_w=700,
+    clocks=(345, 2619),
+    max_clocks=(1980, 2619),
+    pcie=(5, 5, 16, 16),
+    remapped_rows=[0, 0, 0, 0],
+    retired=(NOT_SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED),  # Hopper remaps rows instead
+)
 
 
-def v100_node(overrides: Dict[int, Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """DGX-1V, 8x V100-SXM2-32GB, driver 470.182.03 (before the ClocksEvent names): cube-mesh."""
-    devices = []
-    for i, short in enumerate(V100_BUS):
-        ports = []
-        for (a, b), count in V100_LINKS.items():
-            if i in (a, b):
-                peer = b if i == a else a
-                ports += [(1, bus(V100_BUS[peer]), GPU)] * count
-        same_quad = {j: SINGLE if i // 2 == j // 2 else HOSTBRIDGE for j in range(8)}
-        spec: Dict[str, Any] = dict(
-            name="Tesla V100-SXM2-32GB",
-            bus_id=bus(short),
-            memory_mib=32510,
-            used_mib=0,
-            thresholds=(90, 87, 83),
-            temperature=[36, 36, 37, 35, 38, 36, 37, 39][i],
-            power_w=[40.1, 40.6, 42.3, 40.0, 43.2, 41.5, 42.0, 44.1][i],
-            limit_w=300,
-            clocks=(1290, 877),
-            max_clocks=(1530, 877),
-            pcie=(3, 3, 16, 16),
-            util=0,
-            reasons=IDLE,
-            ports=ports,
-            topology={
-                j: same_quad[j] if (i < 4) == (j < 4) else SYSTEM for j in range(8) if j != i
-            },
-            remapped_rows=NOT_SUPPORTED,  # Volta retires pages; row remapping came with Ampere
-            retired=([], [], 0),
-            reasons_function="nvmlDeviceGetCurrentClocksThrottleReasons",
-        )
-        spec.update(overrides.get(i, {}))
-        devices.append(device(**spec))
-    return devices
+def h100_gpu(i: int) -> Dict[str, Any]:
+    return dict(
+        bus_id=bus(H100_BUS[i]),
+        temperature=[28, 31, 30, 29, 27, 32, 30, 29][i],
+        power_w=[88.4, 83.1, 86.0, 84.7, 85.2, 87.9, 82.6, 86.3][i],
+        ports=[(1, bus(sw), SWITCH) for sw, count in H100_SWITCH_LINKS for _ in range(count)],
+        topology={j: NODE if (i < 4) == (j < 4) else SYSTEM for j in range(8) if j != i},
+    )
+
+
+# DGX A100 40GB, idle, driver 535.129.03: NV12, 2 links to each of 6 NVSwitches.
+A100 = dict(
+    name="NVIDIA A100-SXM4-40GB",
+    memory_mib=40960,
+    thresholds=(92, 89, 85),
+    limit_w=400,
+    clocks=(210, 1215),
+    max_clocks=(1410, 1215),
+    pcie=(4, 4, 16, 16),
+    remapped_rows=[0, 0, 0, 0],
+    retired=(NOT_SUPPORTED, NOT_SUPPORTED, NOT_SUPPORTED),  # Ampere remaps rows instead
+)
+A100_SWITCHES = [sw for sw in ("C4", "C5", "C6", "C7", "C8", "C9") for _ in "ab"]
+
+
+def a100_gpu(i: int) -> Dict[str, Any]:
+    return dict(
+        bus_id=bus(A100_BUS[i]),
+        temperature=[31, 30, 33, 32, 29, 31, 34, 30][i],
+        power_w=[56.2, 54.9, 58.3, 55.0, 53.8, 57.1, 59.4, 55.6][i],
+        ports=[(1, bus(sw), SWITCH) for sw in A100_SWITCHES],
+        topology={j: MULTIPLE if i // 2 == j // 2 else SYSTEM for j in range(8) if j != i},
+    )
+
+
+# DGX-1V, 8x V100-SXM2-32GB, driver 470.182.03 (before the ClocksEvent names): cube-mesh.
+V100 = dict(
+    name="Tesla V100-SXM2-32GB",
+    memory_mib=32510,
+    thresholds=(90, 87, 83),
+    limit_w=300,
+    clocks=(1290, 877),
+    max_clocks=(1530, 877),
+    pcie=(3, 3, 16, 16),
+    remapped_rows=NOT_SUPPORTED,  # Volta retires pages; row remapping came with Ampere
+    retired=([], [], 0),
+    reasons_function="nvmlDeviceGetCurrentClocksThrottleReasons",
+)
+
+
+def v100_gpu(i: int) -> Dict[str, Any]:
+    ports = []
+    for (a, b), count in V100_LINKS.items():
+        if i in (a, b):
+            ports += [(1, bus(V100_BUS[b if i == a else a]), GPU)] * count
+    pcie_level = {j: SINGLE if i // 2 == j // 2 else HOSTBRIDGE for j in range(8)}
+    return dict(
+        bus_id=bus(V100_BUS[i]),
+        temperature=[36, 36, 37, 35, 38, 36, 37, 39][i],
+        power_w=[40.1, 40.6, 42.3, 40.0, 43.2, 41.5, 42.0, 44.1][i],
+        ports=ports,
+        topology={j: pcie_level[j] if (i < 4) == (j < 4) else SYSTEM for j in range(8) if j != i},
+    )
 
 
 FIXTURES: Dict[str, Dict[str, Any]] = {
@@ -252,7 +244,7 @@ FIXTURES: Dict[str, Dict[str, Any]] = {
             "nvmlSystemGetDriverVersion": "550.54.15",
             "nvmlSystemGetCudaDriverVersion": 12040,
         },
-        "devices": h100_node({}),
+        "devices": node(H100, h100_gpu, {}),
     },
     "h100_thermal": {
         "description": "HGX H100 under training load; GPU 5 at 90 C in HW thermal slowdown.",
@@ -261,7 +253,9 @@ FIXTURES: Dict[str, Dict[str, Any]] = {
             "nvmlSystemGetDriverVersion": "550.54.15",
             "nvmlSystemGetCudaDriverVersion": 12040,
         },
-        "devices": h100_node(
+        "devices": node(
+            H100,
+            h100_gpu,
             {
                 i: dict(
                     util=100,
@@ -273,7 +267,7 @@ FIXTURES: Dict[str, Dict[str, Any]] = {
                     reasons=0x68 if i == 5 else 0x0,
                 )
                 for i in range(8)
-            }
+            },
         ),
     },
     "v100_ecc": {
@@ -284,7 +278,7 @@ FIXTURES: Dict[str, Dict[str, Any]] = {
             "nvmlSystemGetDriverVersion": "470.182.03",
             "nvmlSystemGetCudaDriverVersion": 11040,
         },
-        "devices": v100_node({2: dict(ecc_uncorrected=2, retired=([], [0x7E35C0], 1))}),
+        "devices": node(V100, v100_gpu, {2: dict(ecc_uncorrected=2, retired=([], [0x7E35C0], 1))}),
     },
     "a100_nvlink_down": {
         "description": "DGX A100 40GB; NVLink 7 of GPU 3 is down (11 of 12 links up).",
@@ -293,17 +287,16 @@ FIXTURES: Dict[str, Dict[str, Any]] = {
             "nvmlSystemGetDriverVersion": "535.129.03",
             "nvmlSystemGetCudaDriverVersion": 12020,
         },
-        "devices": a100_node(
+        "devices": node(
+            A100,
+            a100_gpu,
             {
                 3: dict(
                     ports=[
-                        (0 if n == 7 else 1, bus(sw), SWITCH)
-                        for n, sw in enumerate(
-                            s for s in ("C4", "C5", "C6", "C7", "C8", "C9") for _ in "ab"
-                        )
+                        (0 if n == 7 else 1, bus(sw), SWITCH) for n, sw in enumerate(A100_SWITCHES)
                     ]
                 )
-            }
+            },
         ),
     },
     "not_supported": {
