@@ -1,14 +1,69 @@
-"""``torchscale validate``: not built yet (see its issue)."""
+"""``torchscale validate``: is this node ready for DDP?
+
+Imports nothing heavy at module level: ``torchscale validate --help`` must not import torch.
+"""
 
 from __future__ import annotations
 
-import typer
+from pathlib import Path
 
-from torchscale.cli.console import fail
+import typer
+from typing_extensions import Annotated
+
+from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.errors import TorchscaleError
 
 
 def register(app: typer.Typer) -> None:
     @app.command("validate")
-    def validate() -> None:
+    @user_errors
+    def validate(
+        json_output: Annotated[
+            bool,
+            typer.Option(
+                "--json", help="Print the report as one JSON document on stdout (table on stderr)."
+            ),
+        ] = False,
+        skip_smoke: Annotated[
+            bool,
+            typer.Option(
+                "--skip-smoke", help="Skip the torchrun all-reduce smoke test (seconds faster)."
+            ),
+        ] = False,
+        timeout: Annotated[
+            float,
+            typer.Option(
+                "--timeout",
+                help="Seconds before a hanging smoke test is killed and reported as FAIL.",
+            ),
+        ] = 60.0,
+        output_dir: Annotated[
+            Path,
+            typer.Option(
+                "--output-dir",
+                "-o",
+                help="Where benchmark results will go: its free disk space is checked.",
+            ),
+        ] = Path("results"),
+    ) -> None:
         """Check if current node meets DDP requirements (NCCL, Drivers)."""
-        raise fail("'torchscale validate' is not built yet.", code=1)
+        if not timeout > 0:
+            raise TorchscaleError(
+                f"--timeout must be a positive number of seconds, got {timeout:g}"
+            )
+        if output_dir.exists() and not output_dir.is_dir():
+            raise TorchscaleError(f"--output-dir {output_dir} is a file: give a directory")
+
+        from torchscale.validate.display import render
+        from torchscale.validate.runner import ValidateOptions, run_validation
+
+        options = ValidateOptions(timeout_s=timeout, skip_smoke=skip_smoke, output_dir=output_dir)
+        with err_console.status("Checking this node...") as status:
+            report = run_validation(
+                options, on_check=lambda name: status.update(f"Checking: {name}...")
+            )
+        render(report, err_console)
+        if json_output:
+            print_json(report)
+        if not report["summary"]["ok"]:
+            raise typer.Exit(1)

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 import psutil
 
 from torchscale import __version__
+from torchscale.hardware.nvml import open_nvml, supported
 
 CPU_SLOTS_ENV = "TORCHSCALE_CPU_SLOTS"
 """On a node without GPUs, how many CPU worker processes count as "GPUs" (default: CPU cores)."""
@@ -74,17 +75,11 @@ def distributed_env() -> Dict[str, str]:
 
 def driver_version() -> Optional[str]:
     """The NVIDIA driver version from NVML, or None without a driver."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            version = pynvml.nvmlSystemGetDriverVersion()
-            return version.decode() if isinstance(version, bytes) else str(version)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver, no library, or NVML refused: simply unknown
-        return None
+    with open_nvml() as nvml:
+        if not supported(nvml):
+            return None
+        version = nvml.driver_version()
+        return version if supported(version) else None
 
 
 def _nccl_version() -> Optional[str]:

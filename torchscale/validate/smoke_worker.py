@@ -1,0 +1,123 @@
+"""The smoke-test worker, launched by torchrun: one all-reduce checked for correctness, then timed.
+
+Run as ``python -m torch.distributed.run ... -m torchscale.validate.smoke_worker --result FILE``.
+Rank ``r`` contributes ``x[i] = i % 251 + r``, so every element of the sum is known exactly
+(``n * (i % 251) + n (n - 1) / 2``, small integers that float32 holds exactly) and a misplaced or
+dropped chunk shows up as wrong elements. Rank 0 writes the outcome to ``--result`` as JSON.
+
+``TORCHSCALE_SMOKE_HANG=<dir>`` is a test hook for a peer that never joins: every rank writes its
+pid to ``<dir>`` as it starts, then every rank but 0 sleeps forever while rank 0 waits for them in
+the process-group rendezvous, a real hang as far as the launcher can tell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+HANG_ENV = "TORCHSCALE_SMOKE_HANG"
+PATTERN_PERIOD = 251
+SAMPLE = 8  # leading elements of the sum sent back, for the launcher to check independently
+
+
+def expected_sum(numel: int, world_size: int) -> List[float]:
+    """What every rank must hold after the all-reduce (pure Python, for tests and the worker)."""
+    offset = world_size * (world_size - 1) // 2
+    return [float(world_size * (i % PATTERN_PERIOD) + offset) for i in range(numel)]
+
+
+def _hang_if_asked() -> None:
+    hang_dir = os.environ.get(HANG_ENV)
+    if not hang_dir:
+        return
+    rank = int(os.environ.get("RANK", "0"))
+    Path(hang_dir, f"rank{rank}.pid").write_text(str(os.getpid()))
+    if rank != 0:
+        while True:
+            time.sleep(60)
+
+
+def _write_atomic(path: Path, document: Dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(document, indent=2))
+    os.replace(tmp, path)
+
+
+def run(size_bytes: int, warmup: int, iters: int, timeout_s: float) -> Optional[Dict[str, Any]]:
+    import torch
+    import torch.distributed as dist
+
+    from torchscale.comm.busbw import algbw_gbps, busbw_gbps
+
+    cuda = torch.cuda.is_available()
+    backend = "nccl" if cuda else "gloo"
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    # A backstop only: the launcher's own timeout (shorter) ends a hang first.
+    dist.init_process_group(backend, timeout=timedelta(seconds=2 * timeout_s))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    numel = size_bytes // 4
+
+    # Correctness: one all-reduce of a known pattern, compared element by element.
+    index = torch.arange(numel, dtype=torch.int64, device=device)
+    data = (index % PATTERN_PERIOD + rank).to(torch.float32)
+    dist.all_reduce(data)
+    expected = (index % PATTERN_PERIOD * world + world * (world - 1) // 2).to(torch.float32)
+    wrong = torch.tensor([int((data != expected).sum().item())], device=device)
+    dist.all_reduce(wrong)
+
+    # Timing: nccl-tests style, a warm-up then the mean over back-to-back iterations.
+    buf = torch.zeros(numel, dtype=torch.float32, device=device)
+    for _ in range(warmup):
+        dist.all_reduce(buf)
+    if cuda:
+        torch.cuda.synchronize()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(buf)
+    if cuda:
+        torch.cuda.synchronize()
+    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank defines the time
+    per_op = float(elapsed.item()) / iters
+    result = {
+        "backend": backend,
+        "world_size": world,
+        "size_bytes": numel * 4,
+        "elements": numel,
+        "iterations": iters,
+        "wrong_elements": int(wrong.item()),
+        "sample": [float(v) for v in data[:SAMPLE].tolist()],
+        "time_us": per_op * 1e6,
+        "algbw_gbps": algbw_gbps(numel * 4, per_op),
+        "busbw_gbps": busbw_gbps("all_reduce", numel * 4, per_op, world),
+        "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+    }
+    dist.destroy_process_group()
+    return result if rank == 0 else None
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--result", type=Path, required=True, help="JSON file rank 0 writes")
+    parser.add_argument("--size-bytes", type=int, default=4 << 20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--timeout", type=float, default=60.0, help="the launch timeout (s)")
+    args = parser.parse_args(argv)
+    _hang_if_asked()
+    result = run(args.size_bytes, args.warmup, args.iters, args.timeout)
+    if result is not None:
+        _write_atomic(args.result, result)
+
+
+if __name__ == "__main__":
+    main()
