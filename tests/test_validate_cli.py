@@ -17,9 +17,9 @@ from typing import Any, Dict
 
 import psutil
 import pytest
-from fakes.fake_pynvml import load
 from typer.testing import CliRunner
 
+from tests.fakes.fake_pynvml import load
 from torchscale.cli.app import app
 from torchscale.comm.busbw import busbw_factor
 from torchscale.validate.smoke import SmokeCancelled, run_smoke_test

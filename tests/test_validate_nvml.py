@@ -10,8 +10,8 @@ from typing import Any, Dict, List
 
 import pynvml
 import pytest
-from fakes.fake_pynvml import load
 
+from tests.fakes.fake_pynvml import load
 from torchscale.hardware import environment
 from torchscale.hardware.nvml import Unsupported, open_nvml, read_telemetry, supported
 from torchscale.hardware.topology import format_matrix

@@ -1,0 +1,76 @@
+"""A plain, hand-written DDP training loop: the baseline torchscale's throughput is checked against.
+
+Run under torchrun: ``torchrun --nproc-per-node 2 benchmarks/plain_ddp_loop.py --model gpt2-tiny
+--batch-size 8 --warmup 5 --steps 50``. It shares only the model definition with torchscale
+(``load_model``); the loop, the timing and the throughput arithmetic are written here, the way a
+user would write them. Rank 0 prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from torchscale.models.registry import load_model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--batch-size", type=int, required=True)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=50)
+    args = parser.parse_args()
+
+    cuda = torch.cuda.is_available()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    else:
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    dist.init_process_group("nccl" if cuda else "gloo")
+
+    spec = load_model(args.model)
+    torch.manual_seed(0)
+    device_ids = [local_rank] if cuda else None
+    model = DistributedDataParallel(spec.build().to(device), device_ids=device_ids)
+    if spec.optimizer == "adamw":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    inputs, targets = spec.batch(args.batch_size, device)
+
+    def step() -> None:
+        loss = spec.loss(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(args.warmup):
+        step()
+    if cuda:
+        torch.cuda.synchronize()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    if cuda:
+        torch.cuda.synchronize()
+    elapsed = torch.tensor([time.perf_counter() - start])
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    world = dist.get_world_size()
+    if dist.get_rank() == 0:
+        samples = world * args.batch_size * args.steps
+        print(json.dumps({"samples_per_s": samples / float(elapsed), "elapsed_s": float(elapsed)}))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
