@@ -64,6 +64,9 @@ class GpuTelemetry(_Record):
     memory_used_bytes_max: Optional[int] = None
     sm_clock_mhz_mean: Optional[float] = None
     temperature_c_max: Optional[float] = None
+    throttle_reasons: List[str] = Field(
+        default_factory=list, description="NVML clocks-event reasons seen (idle excluded)."
+    )
 
 
 class RankResult(_Record):

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import resource
 import time
@@ -24,6 +25,7 @@ from torchscale.analysis.stats import mean, time_stats
 from torchscale.config.schema import CellSettings
 from torchscale.worker.distributed import RankContext
 from torchscale.worker.reporting import RankReporter
+from torchscale.worker.telemetry import GpuSampler, nvml_index
 from torchscale.worker.timing import Clock
 from torchscale.worker.training import TrainingRun
 
@@ -121,7 +123,9 @@ def measure_rank(
     steps = _measure_steps(settings, warm, ctx)
 
     reporter.phase("measure", steps=steps)
-    measured, wall = _window(run, clock, ctx, steps)
+    sampler = GpuSampler(nvml_index(ctx.device.index)) if ctx.is_cuda else contextlib.nullcontext()
+    with sampler:
+        measured, wall = _window(run, clock, ctx, steps)
 
     probe = settings.sync_probe_steps
     ddp_timings: Dict[str, Optional[float]] = {}
@@ -157,5 +161,6 @@ def measure_rank(
         "sync_wait_samples_ms": waits,
         **ddp_timings,
         "memory": _memory(run, ctx),
+        "gpu": sampler.summary() if isinstance(sampler, GpuSampler) else None,
         "timeline_s": reporter.timeline(),
     }
