@@ -82,9 +82,12 @@ class ConsoleEvents:
             label = "SKIP" if record.status == "skipped" else "FAIL"
             err_console.print(f"> [{label}] {record.status}: {record.error}", soft_wrap=True)
             return
-        efficiency = table.loc[table["cell_id"] == record.cell_id, "scaling_efficiency"]
-        eff = float(efficiency.iloc[-1]) if len(efficiency) else math.nan
-        eff_text = "" if record.world_size == 1 or math.isnan(eff) else f" (scaling {eff:.0%})"
+        row = table.loc[table["cell_id"] == record.cell_id]
+        eff = float(row["scaling_efficiency"].iloc[-1]) if len(row) else math.nan
+        base = float(row["baseline_world_size"].iloc[-1]) if len(row) else math.nan
+        # Only a cell measured against a smaller GPU count has a scaling figure.
+        compared = not math.isnan(eff) and base < record.world_size
+        eff_text = f" (scaling {eff:.0%} of {base:.0f}-GPU rate)" if compared else ""
         steps = record.step_time_ms
         err_console.print(
             f"> [INFO] Average Throughput: {_fmt(record.throughput, ',.0f')} "

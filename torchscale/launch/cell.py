@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 from torchscale.launch.kinds import common_identity, get_kind
+from torchscale.launch.nsys import wrapper as nsys_wrapper
 from torchscale.launch.process import python_env, run_process
 from torchscale.launch.torchrun import SINGLE_NODE, Rendezvous, torchrun_command
+from torchscale.launch.traces import analyze_traces
 from torchscale.plan.matrix import Cell
+from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
 from torchscale.results.schema import CellStatus, ResultBase
 from torchscale.results.store import ExperimentStore, atomic_write_json
 from torchscale.worker.reporting import (
@@ -49,13 +52,20 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def cell_command(cell: Cell, cell_dir: Path, rendezvous: Rendezvous = SINGLE_NODE) -> List[str]:
+def cell_command(
+    cell: Cell,
+    cell_dir: Path,
+    rendezvous: Rendezvous = SINGLE_NODE,
+    profile: Optional[ProfileRequest] = None,
+) -> List[str]:
+    nsys = profile is not None and profile.tool == "nsys"
     return torchrun_command(
         get_kind(cell.kind).worker_module,
         ["--cell", str(cell_dir / CELL_FILE), "--out", str(cell_dir / RESULT_FILE)],
         nproc_per_node=cell.settings.nproc_per_node,
         rendezvous=rendezvous,
         log_dir=cell_dir / TORCHRUN_LOGS,
+        wrapper=nsys_wrapper(cell_dir / PROFILE_DIR, profile.target) if nsys else (),
     )
 
 
@@ -119,10 +129,12 @@ def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: float) -> str:
     return f"no result after {timeout_s:g} s: " + "; ".join(parts)
 
 
-def prepare_cell_dir(store: ExperimentStore, cell: Cell, experiment: str) -> Path:
+def prepare_cell_dir(
+    store: ExperimentStore, cell: Cell, experiment: str, profile: Optional[ProfileRequest] = None
+) -> Path:
     """A clean folder for this attempt, holding the cell's input."""
     cell_dir = store.cell_dir(cell.cell_id)
-    for stale in (cell_dir / RESULT_FILE, cell_dir / RANKS_DIR):
+    for stale in (cell_dir / RESULT_FILE, cell_dir / RANKS_DIR, cell_dir / PROFILE_DIR):
         if stale.is_dir():
             shutil.rmtree(stale)
         elif stale.exists():
@@ -135,6 +147,7 @@ def prepare_cell_dir(store: ExperimentStore, cell: Cell, experiment: str) -> Pat
             "kind": cell.kind,
             "experiment": experiment,
             "settings": cell.settings.model_dump(mode="json"),
+            "profile": profile.to_json() if profile else None,
         },
     )
     return cell_dir
@@ -148,12 +161,13 @@ def run_cell(
     rendezvous: Rendezvous = SINGLE_NODE,
     env: Optional[Dict[str, str]] = None,
     on_poll: Optional[Callable[[float], None]] = None,
+    profile: Optional[ProfileRequest] = None,
 ) -> List[ResultBase]:
     """Launch ``cell`` and return its records (never raises for a failing cell)."""
-    cell_dir = prepare_cell_dir(store, cell, experiment)
+    cell_dir = prepare_cell_dir(store, cell, experiment, profile)
     started, started_at = time.monotonic(), _now()
     outcome = run_process(
-        cell_command(cell, cell_dir, rendezvous),
+        cell_command(cell, cell_dir, rendezvous, profile),
         timeout_s=cell.settings.cell_timeout_s,
         log_path=cell_dir / LAUNCH_LOG,
         env=python_env(env),
@@ -171,6 +185,8 @@ def run_cell(
         reason = _stuck_ranks(cell_dir, cell.settings.gpus, cell.settings.cell_timeout_s)
         return kind.failed(cell, identity, "timeout", reason)
     if outcome.returncode == 0 and result:
+        if result.get("profile", {}).get("profiled"):
+            result["profile"].update(analyze_traces(cell_dir / PROFILE_DIR))
         return kind.records(cell, identity, result)
     status, reason = _failure(cell_dir, outcome.returncode)
     return kind.failed(cell, identity, status, reason)

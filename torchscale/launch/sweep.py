@@ -21,8 +21,10 @@ from torchscale.hardware.environment import (
     threads_per_cpu_slot,
 )
 from torchscale.launch.cell import run_cell, skipped_records
+from torchscale.launch.nsys import resolve_tool
 from torchscale.launch.torchrun import Rendezvous
 from torchscale.plan.matrix import Cell, Plan
+from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.schema import SCHEMA_VERSION, ResultBase
 from torchscale.results.store import ExperimentStore, atomic_write_text
 
@@ -101,13 +103,19 @@ def run_sweep(
     plan: Plan, store: ExperimentStore, options: SweepOptions, events: SweepEvents
 ) -> List[ResultBase]:
     """Run every cell without a record; return all records of the experiment."""
+    devices = node_devices()
+    profiling = plan.config.profiling
+    profile = (
+        ProfileRequest.from_settings(profiling, resolve_tool(profiling.tool, devices.kind))
+        if profiling.enabled
+        else None
+    )
     with store.lock():
         check_resumable(store, options.resume)
         store.write_manifest(build_manifest(plan, store.manifest(), sys.argv))
         records = store.records()
         done = {r.cell_id for r in records if not (options.retry_failed and r.status in RETRYABLE)}
         todo = [cell for cell in plan.cells if cell.cell_id not in done]
-        devices = node_devices()
         env = dict(options.env or {})
         if devices.kind == "cpu":
             # torchrun sets OMP_NUM_THREADS=1 only for multi-process launches; make every cell
@@ -127,6 +135,7 @@ def run_sweep(
                     rendezvous=options.rendezvous,
                     env=env,
                     on_poll=events.cell_polled,
+                    profile=profile if cell.kind == "training" else None,
                 )
             for record in new:
                 store.append(record)

@@ -38,11 +38,13 @@ def torchrun_command(
     rendezvous: Rendezvous = SINGLE_NODE,
     log_dir: Optional[Path] = None,
     python: str = sys.executable,
+    wrapper: Sequence[str] = (),
 ) -> List[str]:
     """The torchrun command that runs ``python -m module module_args`` on ``nproc_per_node`` ranks.
 
     With ``log_dir``, torchrun writes each rank's stdout/stderr (``--redirects 3``) and error file
-    there, so a failed rank's traceback is kept beside the cell's results.
+    there, so a failed rank's traceback is kept beside the cell's results. ``wrapper`` (e.g.
+    ``nsys profile ...``) runs each worker under another program (torchrun's ``--no-python``).
     """
     cmd = [python, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}"]
     if rendezvous.standalone:
@@ -59,7 +61,10 @@ def torchrun_command(
     cmd += ["--max-restarts=0", "--monitor-interval=0.5"]
     if log_dir is not None:
         cmd += [f"--log-dir={log_dir}", "--redirects=3", "--tee=3"]
-    cmd += ["-m", module, *module_args]
+    if wrapper:
+        cmd += ["--no-python", *wrapper, python, "-m", module, *module_args]
+    else:
+        cmd += ["-m", module, *module_args]
     return cmd
 
 

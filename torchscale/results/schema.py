@@ -124,6 +124,18 @@ class SyncStats(_Record):
     warning: Optional[str] = None
 
 
+class ProfileInfo(_Record):
+    """Whether this cell was traced after its measured window, and where the traces are."""
+
+    tool: str = Field(description="torch (torch.profiler) or nsys.")
+    profiled: bool
+    reason: str = Field(description="Why it was (or was not) profiled: the trigger's verdict.")
+    steps: Optional[int] = None
+    dir: Optional[str] = Field(None, description="Trace folder, relative to the cell folder.")
+    trace: Optional[str] = Field(None, description="This rank-0 trace file name.")
+    findings: Optional[int] = Field(None, description="How many findings the analysis made.")
+
+
 class ResultBase(_Record):
     """Fields every record has, whatever its kind."""
 
@@ -173,7 +185,7 @@ class TrainingResult(ResultBase):
     tflops_per_gpu: Optional[float] = None
     peak_tflops: Optional[float] = Field(None, description="Device peak for this precision.")
     mfu: Optional[float] = Field(None, description="Model FLOPs utilisation, null if peak unknown.")
-    profile_dir: Optional[str] = None
+    profile: Optional[ProfileInfo] = None
 
 
 def parse_record(data: Dict[str, Any]) -> ResultBase:

@@ -11,19 +11,25 @@ import argparse
 import json
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from torchscale.config.schema import CellSettings
 from torchscale.models.registry import load_model
+from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
 from torchscale.results.store import atomic_write_json
 from torchscale.worker.aggregate import aggregate
-from torchscale.worker.distributed import init_distributed, shutdown_distributed
+from torchscale.worker.distributed import RankContext, init_distributed, shutdown_distributed
 from torchscale.worker.measure import measure_rank
+from torchscale.worker.profiler import (
+    agree_on_window,
+    profile_window,
+    should_profile,
+)
 from torchscale.worker.reporting import RankReporter
-from torchscale.worker.training import build_run
+from torchscale.worker.training import TrainingRun, build_run
 
 
 def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -33,9 +39,28 @@ def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _profile(
+    run: TrainingRun,
+    ctx: RankContext,
+    request: ProfileRequest,
+    result: Optional[Dict[str, Any]],
+    cell_dir: Path,
+) -> Dict[str, Any]:
+    """The traced window after the measured one; rank 0 decides (trigger) for every rank."""
+    verdict = should_profile(request, result.get("sync")) if result else (False, "")
+    step_ms = (result.get("step_time_ms") or {}).get("mean", 0.0) if result else 0.0
+    decision = agree_on_window(request, verdict, step_ms, ctx)
+    info = {"tool": request.tool, "profiled": decision["run"], "reason": decision["reason"]}
+    if decision["run"]:
+        info.update(profile_window(run, ctx, request, decision["steps"], cell_dir))
+        info["dir"] = PROFILE_DIR
+    return info
+
+
 def run_cell(cell_path: Path, out_path: Path) -> None:
     cell = json.loads(cell_path.read_text(encoding="utf-8"))
     settings = CellSettings.model_validate(cell["settings"])
+    request = ProfileRequest.from_json(cell.get("profile"))
     reporter = RankReporter(out_path.parent, int(os.environ.get("RANK", "0")))
     try:
         reporter.phase("init")
@@ -48,6 +73,7 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
         reporter.phase("gather")
         gathered: Optional[list] = [None] * ctx.world_size if ctx.rank == 0 else None
         dist.gather_object(rank_result, gathered, dst=0)
+        result = None
         if ctx.rank == 0:
             result = aggregate(
                 gathered or [],
@@ -60,7 +86,13 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
                 device_name=ctx.device_name(),
             )
             result["backend"] = ctx.backend
-            atomic_write_json(out_path, result)
+            atomic_write_json(out_path, result)  # the measurement is safe before any tracing
+        if request is not None:
+            reporter.phase("profile")
+            info = _profile(run, ctx, request, result, out_path.parent)
+            if result is not None:
+                result["profile"] = info
+                atomic_write_json(out_path, result)
         reporter.phase("done")
     except BaseException as exc:
         reporter.error(exc)

@@ -22,6 +22,13 @@ from torchscale.worker.distributed import RankContext
 from torchscale.worker.reporting import StepTracker
 from torchscale.worker.timing import Clock, StepMarks
 
+Annotate = Callable[[str], ContextManager[Any]]
+
+
+def _unannotated(name: str) -> ContextManager[Any]:
+    return contextlib.nullcontext()
+
+
 AUTOCAST_DTYPES = {"amp": torch.float16, "bf16": torch.bfloat16}
 LEARNING_RATES = {"sgd": 0.01, "adamw": 1e-4}
 
@@ -83,8 +90,14 @@ class TrainingRun:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
-    def step(self, clock: Clock, sync: bool = True) -> StepMarks:
-        """One optimizer step; ``sync=False`` runs it all under no_sync (compute only)."""
+    def step(
+        self, clock: Clock, sync: bool = True, annotate: Optional[Annotate] = None
+    ) -> StepMarks:
+        """One optimizer step; ``sync=False`` runs it all under no_sync (compute only).
+
+        ``annotate(name)`` wraps the forward, backward and optimizer phases (profiler ranges).
+        """
+        phase = annotate or _unannotated
         tracker = self.tracker
         if tracker:
             tracker.start_step()
@@ -97,7 +110,7 @@ class TrainingRun:
                 tracker.phase(1)
             skip_sync = not sync or not last
             with self.ddp.no_sync() if skip_sync else contextlib.nullcontext():
-                with self._autocast():
+                with phase("forward"), self._autocast():
                     outputs = _call(self.forward, inputs)
                     loss = self.spec.loss(outputs, targets)
                     if self.accum_steps > 1:
@@ -105,17 +118,19 @@ class TrainingRun:
                 forward_end = clock.mark()
                 if tracker:
                     tracker.phase(2)
-                (self.scaler.scale(loss) if self.scaler else loss).backward()
+                with phase("backward"):
+                    (self.scaler.scale(loss) if self.scaler else loss).backward()
                 backward_end = clock.mark()
             marks.micro.append((data_ready, forward_end, backward_end))
         if tracker:
             tracker.phase(3)
-        if self.scaler:
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        with phase("optimizer"):
+            if self.scaler:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         marks.end = clock.mark()
         return marks
 

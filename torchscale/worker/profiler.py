@@ -1,0 +1,105 @@
+"""The profiled window: extra steps traced after the measured window, so tracing never perturbs
+the throughput a cell reports.
+
+torch.profiler writes one Kineto trace per rank (``rank<N>.json.gz``) with ``ProfilerStep#N``
+ranges and forward/backward/optimizer ranges inside each step. Under nsys (the launcher wraps each
+worker in ``nsys profile --capture-range=cudaProfilerApi``) the window is bracketed by
+``cudaProfilerStart/Stop`` and annotated with NVTX ranges of the same names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+
+from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
+from torchscale.worker.distributed import RankContext
+from torchscale.worker.timing import Clock
+from torchscale.worker.training import TrainingRun
+
+
+def should_profile(request: ProfileRequest, sync: Optional[Dict[str, Any]]) -> Tuple[bool, str]:
+    """The trigger's verdict on the cell's measured gradient sync, with the reason."""
+    if request.trigger == "always":
+        return True, "profiling enabled for every cell"
+    if not sync or sync.get("exposed_fraction") is None:
+        return False, "no gradient-sync measurement to trigger on"
+    exposed = sync["exposed_fraction"]
+    variation = sync.get("wait_cv_across_steps") or 0.0
+    if sync.get("slowest_rank") is not None:
+        return True, f"straggler detected (rank {sync['slowest_rank']})"
+    if exposed >= request.sync_stall_threshold:
+        return True, f"sync overhead {exposed:.1%} >= {request.sync_stall_threshold:.0%}"
+    if variation >= request.variance_threshold:
+        return True, f"sync wait varies {variation:.0%} >= {request.variance_threshold:.0%}"
+    return False, (
+        f"sync overhead {exposed:.1%} and variation {variation:.0%} below the trigger thresholds"
+    )
+
+
+def agree_on_window(
+    request: ProfileRequest, verdict: Tuple[bool, str], step_ms: float, ctx: RankContext
+) -> Dict[str, Any]:
+    """Rank 0's decision, broadcast so every rank runs the same number of profiled steps."""
+    steps = request.steps
+    if request.seconds is not None and step_ms > 0:
+        steps = max(1, math.ceil(request.seconds * 1e3 / step_ms))
+    decision = [{"run": verdict[0], "reason": verdict[1], "steps": steps}]
+    dist.broadcast_object_list(decision, src=0)
+    return decision[0]
+
+
+def _torch_window(
+    run: TrainingRun, clock: Clock, ctx: RankContext, req: ProfileRequest, steps: int, out: Path
+) -> Path:
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.is_cuda else [])
+    with profile(
+        activities=activities,
+        record_shapes=req.target in ("compute", "all"),
+        profile_memory=req.target in ("memory", "all"),
+    ) as prof:
+        for _ in range(steps):
+            run.step(clock, annotate=record_function)
+            prof.step()
+    clock.synchronize()
+    path = out / f"rank{ctx.rank}.json.gz"
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+def _nvtx_window(run: TrainingRun, clock: Clock, steps: int) -> None:
+    nvtx: Callable[[str], ContextManager[Any]] = torch.cuda.nvtx.range
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()  # opens nsys's cudaProfilerApi capture range
+    for index in range(steps):
+        with nvtx(f"step {index}"):
+            run.step(clock, annotate=nvtx)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
+def profile_window(
+    run: TrainingRun, ctx: RankContext, request: ProfileRequest, steps: int, cell_dir: Path
+) -> Dict[str, Any]:
+    """Run ``steps`` traced steps on this rank; returns what was written."""
+    out = cell_dir / PROFILE_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    clock = Clock(ctx.device)
+    dist.barrier()
+    if request.tool == "nsys":
+        if not ctx.is_cuda:
+            raise RuntimeError("nsys profiling needs GPUs; use profiling.tool: torch on CPU")
+        _nvtx_window(run, clock, steps)
+        trace = out / f"rank{ctx.rank}.nsys-rep"
+    else:
+        trace = _torch_window(run, clock, ctx, request, steps, out)
+    with contextlib.suppress(Exception):
+        dist.barrier()
+    return {"tool": request.tool, "steps": steps, "trace": trace.name}
