@@ -87,7 +87,8 @@ class ConsoleEvents:
         base = float(row["baseline_world_size"].iloc[-1]) if len(row) else math.nan
         # Only a cell measured against a smaller GPU count has a scaling figure.
         compared = not math.isnan(eff) and base < record.world_size
-        eff_text = f" (scaling {eff:.0%} of {base:.0f}-GPU rate)" if compared else ""
+        versus = f"{base:.0f} GPU" + ("s" if base > 1 else "")
+        eff_text = f" (scaling {eff:.0%} vs {versus})" if compared else ""
         steps = record.step_time_ms
         err_console.print(
             f"> [INFO] Average Throughput: {_fmt(record.throughput, ',.0f')} "
