@@ -104,6 +104,9 @@ class RankResult(_Record):
     timeline_s: Dict[str, float] = Field(
         default_factory=dict, description="Seconds from process start to each worker phase."
     )
+    process_started_at: Optional[float] = Field(
+        None, description="The worker process's start (Unix time): launch overhead analysis."
+    )
 
 
 class SyncStats(_Record):

@@ -163,4 +163,5 @@ def measure_rank(
         "memory": _memory(run, ctx),
         "gpu": sampler.summary() if isinstance(sampler, GpuSampler) else None,
         "timeline_s": reporter.timeline(),
+        "process_started_at": reporter.process_started_at(),
     }

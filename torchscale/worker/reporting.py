@@ -91,11 +91,15 @@ class RankReporter:
         (cell_dir / RANKS_DIR).mkdir(parents=True, exist_ok=True)
         self.steps = StepTracker(steps_path(cell_dir, rank))
 
-    def timeline(self) -> Dict[str, float]:
-        """Seconds from this process's start to the start of each phase so far."""
+    @staticmethod
+    def process_started_at() -> float:
         import psutil
 
-        born = psutil.Process().create_time()
+        return psutil.Process().create_time()
+
+    def timeline(self) -> Dict[str, float]:
+        """Seconds from this process's start to the start of each phase so far."""
+        born = self.process_started_at()
         return {name: round(at - born, 4) for name, at in self.phase_starts.items()}
 
     def phase(self, name: str, **detail: Any) -> None:
