@@ -81,6 +81,14 @@ class TrainingSettings(StrictModel):
     precision: Precision = Field("fp32", description="fp32, amp (fp16 + GradScaler) or bf16.")
     channels_last: bool = Field(False, description="NHWC memory format for conv models.")
     compile: bool = Field(False, description="Wrap the DDP model in torch.compile.")
+    compile_backend: str = Field(
+        "inductor",
+        description="torch.compile backend: inductor, or aot_eager to check graph capture "
+        "without code generation.",
+    )
+    compile_mode: Optional[Literal["default", "reduce-overhead", "max-autotune"]] = Field(
+        None, description="torch.compile mode (inductor)."
+    )
     grad_accum_steps: PositiveInt = Field(1, description="Micro-batches per optimizer step.")
     seq_len: Optional[PositiveInt] = Field(
         None, description="Sequence length for language models (model default when unset)."
@@ -106,6 +114,16 @@ class TrainingSettings(StrictModel):
     )
     ddp: DDPSettings = Field(default_factory=DDPSettings)
     data: DataSettings = Field(default_factory=DataSettings)
+
+    @model_validator(mode="after")
+    def _compile_buckets(self) -> TrainingSettings:
+        # torch.compile's DDPOptimizer asserts the first bucket (1 MiB) is no larger than the rest.
+        if self.compile and self.ddp.bucket_cap_mb < 1.0:
+            raise ValueError(
+                f"compile: true needs ddp.bucket_cap_mb >= 1 (got {self.ddp.bucket_cap_mb:g}): "
+                "torch.compile's DDP optimizer cannot use buckets smaller than DDP's first, 1 MiB"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_window(self) -> TrainingSettings:

@@ -189,6 +189,11 @@ class TrainingResult(ResultBase):
     peak_tflops: Optional[float] = Field(None, description="Device peak for this precision.")
     mfu: Optional[float] = Field(None, description="Model FLOPs utilisation, null if peak unknown.")
     profile: Optional[ProfileInfo] = None
+    runtime: Dict[str, Any] = Field(
+        default_factory=dict,
+        description="What actually ran: optimizer, autocast dtype, GradScaler, channels_last, "
+        "compile, threads, data pipeline, and DDP's own report of its configuration (ddp).",
+    )
 
 
 def parse_record(data: Dict[str, Any]) -> ResultBase:

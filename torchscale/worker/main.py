@@ -22,7 +22,7 @@ from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
 from torchscale.results.store import atomic_write_json
 from torchscale.worker.aggregate import aggregate
 from torchscale.worker.distributed import RankContext, init_distributed, shutdown_distributed
-from torchscale.worker.measure import measure_rank
+from torchscale.worker.measure import ddp_config, measure_rank
 from torchscale.worker.profiler import (
     agree_on_window,
     profile_window,
@@ -86,6 +86,7 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
                 device_name=ctx.device_name(),
             )
             result["backend"] = ctx.backend
+            result["runtime"] = {**run.applied, "ddp": ddp_config(run)}
             atomic_write_json(out_path, result)  # the measurement is safe before any tracing
         if request is not None:
             reporter.phase("profile")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import math
 import resource
+import statistics
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -38,6 +39,34 @@ DDP_LOGGING_FIELDS = {
 }
 
 
+# What DDP reports about its own configuration (logging data), kept in the record as evidence
+# of what actually ran.
+DDP_CONFIG_KEYS = (
+    "comm_hook", "bucket_cap_bytes", "bucket_sizes", "gradient_as_bucket_view", "static_graph",
+    "find_unused_parameters", "broadcast_buffers", "num_parameter_tensors",
+    "total_parameter_size_bytes", "has_rebuilt_buckets", "backend_name",
+)  # fmt: skip
+
+
+def ddp_config(run: TrainingRun) -> Dict[str, Any]:
+    """DDP's own account of its configuration, and what the worker applied around it."""
+    try:
+        data = run.ddp._get_ddp_logging_data()
+    except AttributeError:  # private API: absent in some builds
+        data = {}
+    config: Dict[str, Any] = {key: data[key] for key in DDP_CONFIG_KEYS if key in data}
+    # The logging data keeps the construction-time layout (one bucket until the reducer rebuilds
+    # buckets after the first step); the reducer itself knows the buckets in use. Reading them
+    # copies the gradients once, so this runs after memory has been measured.
+    try:
+        buckets = run.ddp.reducer._get_zeros_like_grad_buckets()
+        config["bucket_sizes"] = [b.buffer().numel() * b.buffer().element_size() for b in buckets]
+        del buckets
+    except (AttributeError, RuntimeError):  # private API, or no memory left for the copy
+        config.pop("bucket_sizes", None)
+    return config
+
+
 def _barrier(ctx: RankContext) -> None:
     if ctx.is_cuda:
         dist.barrier(device_ids=[ctx.device.index])
@@ -58,11 +87,18 @@ def _window(
     return [m.durations() for m in marks], wall
 
 
-def _measure_steps(settings: CellSettings, warm: List[Dict[str, float]], ctx: RankContext) -> int:
+CALIBRATION_STEPS = 3
+"""Steps timed after warm-up to turn ``measure_seconds`` into a step count. The warm-up itself is
+no guide: its first steps include compilation and allocator growth."""
+
+
+def _measure_steps(settings: CellSettings, run: TrainingRun, clock: Clock, ctx: RankContext) -> int:
     if settings.measure_steps is not None:
         return settings.measure_steps
-    # measure_seconds: all ranks must run the same number of steps, so agree on the slowest.
-    estimate = torch.tensor([mean([d["step"] for d in warm]) or 1.0], device=ctx.device)
+    calibration, _ = _window(run, clock, ctx, CALIBRATION_STEPS)
+    step_ms = statistics.median(d["step"] for d in calibration)
+    # All ranks must run the same number of steps: agree on the slowest rank's estimate.
+    estimate = torch.tensor([step_ms], device=ctx.device)
     dist.all_reduce(estimate, op=dist.ReduceOp.MAX)
     return max(1, math.ceil(settings.measure_seconds * 1e3 / float(estimate.item())))
 
@@ -119,8 +155,8 @@ def measure_rank(
     """Run every window on this rank and return its RankResult fields."""
     clock = Clock(ctx.device)
     reporter.phase("warmup")
-    warm, _ = _window(run, clock, ctx, max(settings.warmup_steps, 1))
-    steps = _measure_steps(settings, warm, ctx)
+    _window(run, clock, ctx, max(settings.warmup_steps, 1))
+    steps = _measure_steps(settings, run, clock, ctx)
 
     reporter.phase("measure", steps=steps)
     sampler = GpuSampler(nvml_index(ctx.device.index)) if ctx.is_cuda else contextlib.nullcontext()

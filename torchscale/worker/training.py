@@ -8,8 +8,8 @@ With gradient accumulation, all micro-batches but the last run under ``no_sync()
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterator, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Dict, Iterator, Optional
 
 import torch
 from torch import nn
@@ -84,6 +84,7 @@ class TrainingRun:
     device: torch.device
     comm_state: Optional[Any] = None
     tracker: Optional[StepTracker] = None
+    applied: Dict[str, Any] = field(default_factory=dict)  # what ran, for the record
 
     def _autocast(self) -> ContextManager[Any]:
         if self.autocast_dtype is None:
@@ -139,7 +140,8 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
     """Build model, DDP wrapper, optimizer and data for this rank."""
     torch.manual_seed(settings.seed)  # same initial weights on every rank (DDP checks shapes)
     model = spec.build().to(ctx.device)
-    if settings.channels_last and spec.supports_channels_last:
+    channels_last = settings.channels_last and spec.supports_channels_last
+    if channels_last:
         model = model.to(memory_format=torch.channels_last)
     ddp_settings = settings.ddp
     ddp = DDP(
@@ -152,22 +154,37 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
         broadcast_buffers=ddp_settings.broadcast_buffers,
     )
     comm_state = _register_comm_hook(ddp, ddp_settings)
-    forward: Callable[..., Any] = torch.compile(ddp) if settings.compile else ddp
+    forward: Callable[..., Any] = ddp
+    if settings.compile:
+        forward = torch.compile(ddp, backend=settings.compile_backend, mode=settings.compile_mode)
     optimizer_name = spec.optimizer if settings.optimizer == "auto" else settings.optimizer
     scaler = None
     if settings.precision == "amp":
         scaler = torch.amp.GradScaler(ctx.device.type)
     torch.manual_seed(settings.seed + 1000 + ctx.rank)  # different data on every rank
     batches = batch_stream(spec, settings, ctx)
+    optimizer = _optimizer(optimizer_name, model, ctx.device)
+    autocast = AUTOCAST_DTYPES.get(settings.precision)
+    applied = {
+        "optimizer": type(optimizer).__name__,
+        "autocast_dtype": str(autocast).replace("torch.", "") if autocast else None,
+        "grad_scaler": scaler is not None,
+        "channels_last": channels_last,
+        "compiled": settings.compile_backend if settings.compile else None,
+        "intra_op_threads": torch.get_num_threads(),
+        "data": settings.data.source,
+        "data_workers": settings.data.num_workers if settings.data.source != "synthetic" else 0,
+    }
     return TrainingRun(
         spec=spec,
         ddp=ddp,
         forward=forward,
-        optimizer=_optimizer(optimizer_name, model, ctx.device),
+        optimizer=optimizer,
         scaler=scaler,
-        autocast_dtype=AUTOCAST_DTYPES.get(settings.precision),
+        autocast_dtype=autocast,
         batches=batches,
         accum_steps=settings.grad_accum_steps,
         device=ctx.device,
         comm_state=comm_state,
+        applied=applied,
     )
