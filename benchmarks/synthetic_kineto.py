@@ -7,6 +7,7 @@ overlap the backward pass; a host-to-device copy and a memset per step. Kineto's
 (one key group per line, ``args`` last) is reproduced so the file reads like one torch writes.
 """
 
+# ruff: noqa: E501  (kernel names and trace text are data, kept whole)
 from __future__ import annotations
 
 import gzip

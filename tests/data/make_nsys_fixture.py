@@ -14,6 +14,7 @@ TARGET_INFO_SESSION_START_TIME, as nsys does. One rank can be made late: its bac
 Run ``python tests/data/make_nsys_fixture.py`` to rewrite ``tests/data/nsys_2rank/``.
 """
 
+# ruff: noqa: E501  (kernel names and trace text are data, kept whole)
 from __future__ import annotations
 
 import random
@@ -177,6 +178,24 @@ def _kernel_row(
     )
 
 
+def _insert(con: sqlite3.Connection, *tables: list) -> None:
+    """Insert, then clear, the rows collected so far: one step at a time keeps memory flat."""
+    kernels, runtime, memcpy, memset, nvtx = tables
+    con.executemany(
+        f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({','.join('?' * 40)})", kernels
+    )
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,?,?)", runtime)
+    con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES ({','.join('?' * 21)})", memcpy)
+    con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES ({','.join('?' * 12)})", memset)
+    con.executemany(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, rangeId, category, color, text, "
+        "globalTid, endGlobalTid, textId, domainId) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        nvtx,
+    )
+    for rows in tables:
+        rows.clear()
+
+
 def write_ranks(
     folder: Path,
     *,
@@ -198,6 +217,10 @@ def write_ranks(
         pid = (rank << 48) | (PID + rank) << 24
         tid = pid | (PID + rank)
         strings = _Strings()
+        path = folder / f"rank{rank}.sqlite"
+        path.unlink(missing_ok=True)
+        con = sqlite3.connect(path)
+        con.executescript(SCHEMA)
         kernels, runtime, memcpy, memset, nvtx = [], [], [], [], []
         corr = 0
         t = 50_000_000 - rank * 1_000_000  # same absolute moment on every rank
@@ -323,10 +346,7 @@ def write_ranks(
                     )
                 )
             t = step_end + 100_000
-        path = folder / f"rank{rank}.sqlite"
-        path.unlink(missing_ok=True)
-        con = sqlite3.connect(path)
-        con.executescript(SCHEMA)
+            _insert(con, kernels, runtime, memcpy, memset, nvtx)
         con.executemany(
             "INSERT INTO StringIds VALUES (?, ?)", [(i, v) for v, i in strings.ids.items()]
         )
@@ -342,22 +362,6 @@ def write_ranks(
             (f"0000:{0x18 + rank:02x}:00.0",),
         )
         con.executemany("INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES (?, ?, ?)", EVENT_TYPES)
-        con.executemany(
-            f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({','.join('?' * 40)})", kernels
-        )
-        con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,?,?)", runtime)
-        con.executemany(
-            f"INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES ({','.join('?' * 21)})", memcpy
-        )
-        con.executemany(
-            f"INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES ({','.join('?' * 12)})", memset
-        )
-        con.executemany(
-            "INSERT INTO NVTX_EVENTS (start, end, eventType, rangeId, category, color, "
-            "text, globalTid, endGlobalTid, textId, domainId) VALUES "
-            "(?,?,?,?,?,?,?,?,?,?,?)",
-            nvtx,
-        )
         con.commit()
         con.close()
         paths.append(path)

@@ -128,7 +128,7 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(
                 "--tool",
-                help=f"Profiler: {', '.join(TOOLS)} (auto: nsys when on PATH, else torch.profiler).",
+                help=f"Profiler: {', '.join(TOOLS)} (auto: nsys if on PATH, else torch.profiler).",
             ),
         ] = "auto",
         output_dir: Annotated[
@@ -165,7 +165,7 @@ def register(app: typer.Typer) -> None:
         paths: Annotated[
             List[Path],
             typer.Argument(
-                help="Trace files or folders: per-rank .json/.json.gz (torch.profiler) or .sqlite (nsys export).",
+                help="Per-rank traces, files or folders: .json/.json.gz or nsys .sqlite.",
                 show_default=False,
             ),
         ],
@@ -178,7 +178,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--output-dir",
                 "-o",
-                help="Where to write findings.json and the CSV tables (default: beside the traces).",
+                help="Folder for findings.json and the CSV tables (default: beside the traces).",
             ),
         ] = None,
         json_output: Annotated[

@@ -107,7 +107,8 @@ def straggler_findings(ranks: pd.DataFrame, instances: pd.DataFrame) -> List[Fin
                     f"Look at what makes rank {row.rank} slower: on its host run `nvidia-smi -q -d "
                     "PERFORMANCE,CLOCK,TEMPERATURE` (throttle reasons, SM clock below the others, "
                     "temperature) and compare with a healthy GPU; check its data loading (more "
-                    "DataLoader workers, pinned memory, local copy of the dataset) and any work only "
+                    "DataLoader workers, pinned memory, local copy of the dataset) and any work "
+                    "only "
                     "it does (logging, checkpointing, evaluation on rank 0)."
                 ),
                 ranks=[int(row.rank)],
@@ -132,7 +133,9 @@ def sync_findings(ranks: pd.DataFrame, have_straggler: bool) -> List[Finding]:
             Finding(
                 severity=_severity(stall, 10.0, 20.0),
                 category="sync",
-                title=f"Ranks wait {stall:.1f}% of step time in collectives, with no single straggler",
+                title=(
+                    f"Ranks wait {stall:.1f}% of step time in collectives, with no single straggler"
+                ),
                 recommendation=(
                     "Ranks take turns arriving late: look for uneven work per rank "
                     "(variable sequence lengths or batch sizes; bucket by length), "
@@ -239,7 +242,10 @@ def compute_findings(ranks: pd.DataFrame) -> List[Finding]:
             Finding(
                 severity=_severity(worst, 40.0, 60.0),
                 category="compute",
-                title=f"GPU idle between kernels {worst:.1f}% of the time (CPU cannot launch fast enough)",
+                title=(
+                    f"GPU idle between kernels {worst:.1f}% of the time "
+                    "(CPU cannot launch fast enough)"
+                ),
                 recommendation=(
                     "The loop is launch-bound: capture it with CUDA graphs or "
                     '`torch.compile(mode="reduce-overhead")`, use a bigger batch per GPU, '

@@ -28,6 +28,9 @@ SCHEMA = "torchscale.profile.findings/1"
 
 def atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; results are meant to be shared
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -48,8 +51,8 @@ def write_outputs(result: ProfileAnalysis, out_dir: Path) -> Dict[str, Path]:
     """Write findings.json and the tables into ``out_dir``; return what was written."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.TemporaryFile(dir=out_dir)
-        probe.close()
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
     except OSError as exc:
         raise TorchscaleError(
             f"cannot write to {out_dir} ({exc.strerror}); pass --output-dir with a writable folder"

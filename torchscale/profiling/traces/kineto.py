@@ -249,7 +249,7 @@ def finish(path: Path, parts: List[dec.Columns]) -> RankTrace:
     """Columns -> a RankTrace with HTA's load-time rules applied."""
     cols, names, cats, meta = _merge(parts)
     ts, dur = cols["ts"], cols["dur"]
-    cat_names = np.asarray(cats + [""], dtype=object)
+    cat_names = np.asarray([*cats, ""], dtype=object)
     keep = ~np.isnan(dur) & ~np.isnan(ts) & (cat_names[cols["cat"]] != "")
     cols = {k: v[keep] for k, v in cols.items()}
     ts, dur = cols["ts"], cols["dur"]

@@ -99,7 +99,7 @@ def _ints(values: Any) -> np.ndarray:
 
 
 def _intern(strings: List[str], table: Dict[str, int]) -> np.ndarray:
-    """Codes of ``strings`` in ``table`` (extended with new strings); hashing done by pandas in C."""
+    """Codes of ``strings`` in ``table`` (extended with new ones); pandas hashes in C."""
     if not strings:
         return np.zeros(0, dtype=np.int32)
     codes, uniques = pd.factorize(np.asarray(strings, dtype=object))

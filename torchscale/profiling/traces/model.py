@@ -111,7 +111,7 @@ def launch_times(events: pd.DataFrame) -> np.ndarray:
 
 
 def names_matching(series: pd.Series, predicate: Any) -> np.ndarray:
-    """Boolean mask of rows whose (categorical) name satisfies ``predicate``, tested once per name."""
+    """Rows whose (categorical) name satisfies ``predicate``, tested once per name."""
     cats = series.cat.categories
     hits = np.fromiter((bool(predicate(str(c))) for c in cats), dtype=bool, count=len(cats))
     codes = series.cat.codes.to_numpy()

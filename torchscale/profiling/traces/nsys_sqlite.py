@@ -3,7 +3,8 @@
 Tables used (Nsight Systems export schema 3.x): ``CUPTI_ACTIVITY_KIND_KERNEL``,
 ``CUPTI_ACTIVITY_KIND_MEMCPY``, ``CUPTI_ACTIVITY_KIND_MEMSET``, ``CUPTI_ACTIVITY_KIND_RUNTIME``
 (launch times, joined on ``correlationId``), ``NVTX_EVENTS`` (push/pop and start/end ranges),
-``StringIds``, ``TARGET_INFO_SESSION_START_TIME`` and ``TARGET_INFO_GPU``. Tables are created lazily by nsys, so each is optional.
+``StringIds``, ``TARGET_INFO_SESSION_START_TIME`` and ``TARGET_INFO_GPU``. nsys creates
+tables lazily, so each is optional.
 
 Nothing is fetched row by row: joins and per-correlation minima run in SQLite, and each column
 comes back as one ``group_concat`` string (in row-id chunks) parsed by numpy; only distinct names
