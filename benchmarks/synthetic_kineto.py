@@ -86,6 +86,18 @@ def _x(cat: str, name: str, pid: int, tid: int, ts: float, dur: float, args: str
     )
 
 
+def _launch(tid: int, ts: float, dur: float, corr: int) -> str:
+    return _x(
+        "cuda_runtime",
+        "cudaLaunchKernel",
+        PID,
+        tid,
+        ts,
+        dur,
+        f'"External id": {corr}, "cbid": 211, "correlation": {corr}',
+    )
+
+
 def _flow(ph: str, ident: int, pid: int, tid: int, ts: float) -> str:
     end = ', "bp": "e"' if ph == "f" else ""
     return (
@@ -184,17 +196,7 @@ def write_kineto_trace(
                         )
                     )
                 launch_ts = cpu_t + 2.0
-                out.event(
-                    _x(
-                        "cuda_runtime",
-                        "cudaLaunchKernel",
-                        PID,
-                        tid,
-                        launch_ts,
-                        4.5,
-                        f'"External id": {corr}, "cbid": 211, "correlation": {corr}',
-                    )
-                )
+                out.event(_launch(tid, launch_ts, 4.5, corr))
                 out.event(_flow("s", corr, PID, tid, launch_ts))
                 gpu_t = max(gpu_t, launch_ts + 5.0)
                 out.event(
@@ -227,17 +229,7 @@ def write_kineto_trace(
                             f'"External id": {corr}, "Record function id": 0',
                         )
                     )
-                    out.event(
-                        _x(
-                            "cuda_runtime",
-                            "cudaLaunchKernel",
-                            PID,
-                            tid,
-                            cpu_t + 3,
-                            5.0,
-                            f'"External id": {corr}, "cbid": 211, "correlation": {corr}',
-                        )
-                    )
+                    out.event(_launch(tid, cpu_t + 3, 5.0, corr))
                     extra = (
                         ', "Collective name": "allreduce", "In msg nelems": 6637568, '
                         f'"Out msg nelems": 6637568, "Group size": {world_size}, "dtype": "Float",'

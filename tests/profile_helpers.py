@@ -11,6 +11,8 @@ from typing import Dict, List, Optional
 
 import pytest
 
+from torchscale.profiling.analyzers.breakdown import BREAKDOWN_COLUMNS
+
 DATA = Path(__file__).parent / "data"
 # The real traces live in the project's shared/ folder beside the repository (CI's layout);
 # TORCHSCALE_SHARED points there when the checkout is elsewhere (e.g. a git worktree).
@@ -32,16 +34,7 @@ def hta_reference() -> Dict[str, Dict[str, float]]:
     for line in (shared_traces() / "README.md").read_text().splitlines():
         cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
         if len(cells) == 9 and cells[0].endswith(".json.gz") and re.match(r"^[\d.]+$", cells[5]):
-            keys = [
-                "idle_time_us",
-                "compute_time_us",
-                "non_compute_time_us",
-                "kernel_time_us",
-                "idle_pct",
-                "compute_pct",
-                "non_compute_pct",
-                "overlap_pct",
-            ]
+            keys = [*BREAKDOWN_COLUMNS[1:8], "overlap_pct"]  # README's column order
             rows[cells[0]] = dict(zip(keys, map(float, cells[1:])))
     assert rows, "README table not found"
     return rows

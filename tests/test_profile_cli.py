@@ -68,6 +68,7 @@ def test_analyze_table_output_names_straggler(tmp_path):
         (["profile", "analyze", "EMPTY"], "no traces found"),
         (["profile", "analyze", "BAD"], "cannot read trace"),
         (["profile", "analyze", "README"], "not a trace"),
+        (["profile", "analyze", "JUNK_SQLITE"], "not a readable nsys SQLite export"),
         (["profile", "analyze", "NSYS", "--target", "gpu"], "--target 'gpu' is not one of"),
         (["profile", "--duration", "3x"], "--duration '3x' is not a duration"),
         (["profile", "--tool", "perf"], "--tool 'perf' is not one of"),
@@ -80,11 +81,13 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, message):
     bad.mkdir()
     (bad / "rank0.json").write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1,')
     (tmp_path / "README.md").write_text("hello")
+    (tmp_path / "rank0.sqlite").write_bytes(b"not a database, just bytes" * 100)
     subst = {
         "EMPTY": str(tmp_path / "empty"),
         "BAD": str(bad),
         "README": str(tmp_path / "README.md"),
         "NSYS": str(DATA / "nsys_2rank"),
+        "JUNK_SQLITE": str(tmp_path / "rank0.sqlite"),
     }
     result = runner.invoke(app, [subst.get(a, a) for a in args])
     assert result.exit_code == 2, result.stderr

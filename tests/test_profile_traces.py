@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import numpy as np
 import pandas as pd
 import pytest
 from profile_helpers import DATA, hta_reference, load_trace_json, shared_traces, write_ranks
@@ -243,3 +244,17 @@ def test_findings_and_recommendations_on_real_traces(real_traces):
         assert all(f.severity in ("high", "medium", "low") for f in findings)
     only_memory = find_bottlenecks(ranks, coll["instances"], "memory")
     assert all(f.category == "memory" for f in only_memory)
+
+
+def test_covered_between_matches_brute_force():
+    from torchscale.profiling.analyzers import intervals
+
+    rng = np.random.default_rng(0)
+    starts = np.sort(rng.uniform(0, 1000, 300))
+    merged = intervals.merge(starts, starts + rng.uniform(0, 10, 300))
+    lo = rng.uniform(-10, 1000, 50)
+    hi = lo + rng.uniform(0, 100, 50)
+    expected = [
+        sum(max(0.0, min(e, b) - max(s, a)) for s, e in zip(*merged)) for a, b in zip(lo, hi)
+    ]
+    assert intervals.covered_between(*merged, lo, hi) == pytest.approx(expected)

@@ -73,6 +73,11 @@ def _num(value: Any, digits: int = 2) -> Any:
     )
 
 
+def _by_rank(rows: pd.DataFrame, column: str, digits: int = 2) -> Dict[int, Any]:
+    """Evidence: ``column`` for each rank in ``rows``."""
+    return {int(r): _num(v, digits) for r, v in zip(rows["rank"], rows[column])}
+
+
 def _device(rank: int, instances: pd.DataFrame) -> str:
     return f"GPU-{rank}" if (instances["device"] == "gpu").all() else f"rank {rank}"
 
@@ -199,9 +204,7 @@ def communication_findings(ranks: pd.DataFrame) -> List[Finding]:
                 ),
                 ranks=[int(r) for r in low["rank"]],
                 evidence={
-                    "overlap_pct": {
-                        int(r): _num(v) for r, v in zip(low["rank"], low["overlap_pct"])
-                    },
+                    "overlap_pct": _by_rank(low, "overlap_pct"),
                     "comm_share_of_gpu_time_pct": _num(float(comm_share[low.index].mean())),
                 },
             )
@@ -223,9 +226,7 @@ def communication_findings(ranks: pd.DataFrame) -> List[Finding]:
                 ),
                 ranks=[int(r) for r in big["rank"]],
                 evidence={
-                    "exposed_comm_us": {
-                        int(r): _num(v, 1) for r, v in zip(big["rank"], big["exposed_comm_us"])
-                    },
+                    "exposed_comm_us": _by_rank(big, "exposed_comm_us", 1),
                     "exposed_share_of_gpu_time_pct": _num(worst),
                 },
             )
@@ -252,9 +253,7 @@ def compute_findings(ranks: pd.DataFrame) -> List[Finding]:
                     "and remove host syncs (`.item()`, `.cpu()`, printing tensors)."
                 ),
                 ranks=[int(r) for r in idle["rank"]],
-                evidence={
-                    "idle_pct": {int(r): _num(v) for r, v in zip(idle["rank"], idle["idle_pct"])}
-                },
+                evidence={"idle_pct": _by_rank(idle, "idle_pct")},
             )
         )
     slow_input = ranks[ranks["dataloader_pct"] >= DATALOADER_PCT]
@@ -271,12 +270,7 @@ def compute_findings(ranks: pd.DataFrame) -> List[Finding]:
                     "local disk."
                 ),
                 ranks=[int(r) for r in slow_input["rank"]],
-                evidence={
-                    "dataloader_pct": {
-                        int(r): _num(v)
-                        for r, v in zip(slow_input["rank"], slow_input["dataloader_pct"])
-                    }
-                },
+                evidence={"dataloader_pct": _by_rank(slow_input, "dataloader_pct")},
             )
         )
     return out
@@ -298,9 +292,7 @@ def memory_findings(ranks: pd.DataFrame) -> List[Finding]:
                 "avoid moving results to the host every step."
             ),
             ranks=[int(r) for r in heavy["rank"]],
-            evidence={
-                "memory_pct": {int(r): _num(v) for r, v in zip(heavy["rank"], heavy["memory_pct"])}
-            },
+            evidence={"memory_pct": _by_rank(heavy, "memory_pct")},
         )
     ]
 

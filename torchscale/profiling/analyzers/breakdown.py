@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import List
 
-import numpy as np
 import pandas as pd
 
 from torchscale.profiling.analyzers import intervals
@@ -80,13 +79,4 @@ def temporal_breakdown(traces: List[RankTrace]) -> pd.DataFrame:
     return pd.DataFrame([rank_breakdown(t) for t in traces], columns=BREAKDOWN_COLUMNS)
 
 
-def gpu_busy_between(trace: RankTrace, lo: float, hi: float) -> float:
-    """GPU busy time (any stream) inside [lo, hi): used for per-step idle."""
-    gpu = trace.gpu_events()
-    ts = gpu["ts"].to_numpy()
-    merged = intervals.merge(ts, ts + gpu["dur"].to_numpy())
-    return intervals.total(*intervals.clip(*merged, lo, hi)) if len(merged[0]) else 0.0
-
-
-__all__ = ["BREAKDOWN_COLUMNS", "gpu_busy_between", "rank_breakdown", "temporal_breakdown"]
-_ = np
+__all__ = ["BREAKDOWN_COLUMNS", "rank_breakdown", "temporal_breakdown"]

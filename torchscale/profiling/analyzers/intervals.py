@@ -47,10 +47,18 @@ def intersection_length(
     return total(*a) + total(*b) - total(*both)
 
 
-def clip(
-    starts: np.ndarray, ends: np.ndarray, lo: float, hi: float
-) -> Tuple[np.ndarray, np.ndarray]:
-    """The parts of merged intervals inside [lo, hi)."""
-    s, e = np.clip(starts, lo, hi), np.clip(ends, lo, hi)
-    keep = e > s
-    return s[keep], e[keep]
+def covered_between(
+    starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """Time covered by merged intervals inside each window [lo, hi), for many windows at once."""
+    if not len(starts):
+        return np.zeros(len(lo))
+    done = np.r_[0.0, np.cumsum(ends - starts)]  # covered length before interval k
+
+    def covered_until(x: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(starts, x, side="right") - 1  # last interval starting at or before x
+        inside = np.clip(x - starts[np.maximum(k, 0)], 0.0, None)
+        partial = np.minimum(inside, (ends - starts)[np.maximum(k, 0)])
+        return np.where(k >= 0, done[np.maximum(k, 0)] + partial, 0.0)
+
+    return covered_until(np.asarray(hi, dtype=float)) - covered_until(np.asarray(lo, dtype=float))

@@ -64,11 +64,12 @@ def step_times(traces: List[RankTrace]) -> pd.DataFrame:
         gpu = trace.gpu_events()
         ts = gpu["ts"].to_numpy()
         busy = intervals.merge(ts, ts + gpu["dur"].to_numpy())
-        for step, lo, hi in steps.itertuples(index=False):
-            inside = intervals.total(*intervals.clip(*busy, lo, hi)) if len(ts) else float("nan")
-            span = hi - lo
-            idle = 100.0 * (span - inside) / span if len(ts) and span > 0 else float("nan")
-            rows.append((trace.rank, int(step), lo, hi, span, inside, idle))
+        lo, hi = steps["start_us"].to_numpy(float), steps["end_us"].to_numpy(float)
+        inside = intervals.covered_between(*busy, lo, hi) if len(ts) else np.full(len(lo), np.nan)
+        span = hi - lo
+        with np.errstate(invalid="ignore", divide="ignore"):
+            idle = np.where(span > 0, 100.0 * (span - inside) / span, np.nan)
+        rows += zip([trace.rank] * len(lo), steps["step"].astype(int), lo, hi, span, inside, idle)
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
 
 

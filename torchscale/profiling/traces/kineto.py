@@ -33,6 +33,7 @@ BLOCK_BYTES = 8 << 20  # decode unit: big enough to amortise calls, small enough
 HEAD_LIMIT_BYTES = 64 << 20  # "traceEvents" must start within this (Kineto writes it first)
 PARALLEL_MIN_BYTES = 96 << 20  # below this a process pool costs more than it saves
 MAX_WORKERS = 4
+API_CATEGORIES = ("cuda_runtime", "cuda_driver")
 _TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,(?=\s*\{)")  # end of an event, its comma, the next event
 
@@ -278,6 +279,9 @@ def finish(path: Path, parts: List[dec.Columns]) -> RankTrace:
         window_end = float(events["ts"].to_numpy()[steps].max())
         anchor = np.where(is_kernel, events["launch_ts"].to_numpy(), events["ts"].to_numpy())
         events = events[anchor < window_end].reset_index(drop=True)
+    # API calls (cudaLaunchKernel, ...) were only needed for launch times: drop them.
+    events = events[~events["cat"].isin(API_CATEGORIES).to_numpy()].reset_index(drop=True)
+    events["cat"] = events["cat"].cat.remove_unused_categories()
     info = meta.get("distributedInfo") or {}
     rank = info.get("rank") if isinstance(info, dict) else None
     metadata = {"distributedInfo": info, "baseTimeNanoseconds": meta.get("baseTimeNanoseconds")}

@@ -164,16 +164,23 @@ if msgspec is not None:
     _get_stream = attrgetter("args.stream")
     _get_corr = attrgetter("args.correlation")
 
+    def _ints_of(getter: Any, xs: List[Any]) -> np.ndarray:
+        try:  # fast path: every value an int
+            return np.fromiter(map(getter, xs), np.int64, len(xs))
+        except (TypeError, ValueError, OverflowError):
+            return _ints([-1 if v is None else v for v in map(getter, xs)])
+
     def _add_structs(events: List[Any], out: Columns) -> None:
         xs = [e for e in events if e.__class__ is _Complete]
         if xs:
+            n = len(xs)
             out.add(
-                list(map(_get["ts"], xs)),
-                list(map(_get["dur"], xs)),
-                list(map(_get["pid"], xs)),
-                list(map(_get["tid"], xs)),
-                [-1 if s is None else s for s in map(_get_stream, xs)],
-                [-1 if c is None else c for c in map(_get_corr, xs)],
+                np.fromiter(map(_get["ts"], xs), np.float64, n),
+                np.fromiter(map(_get["dur"], xs), np.float64, n),
+                _ints_of(_get["pid"], xs),
+                _ints_of(_get["tid"], xs),
+                _ints_of(_get_stream, xs),
+                _ints_of(_get_corr, xs),
                 list(map(_get["cat"], xs)),
                 list(map(_get["name"], xs)),
             )

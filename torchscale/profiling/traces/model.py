@@ -16,6 +16,9 @@ stream     int64     CUDA stream, -1 for CPU rows
 correlation int64    CUDA correlation id linking a launch (CPU) and its kernel (GPU), -1 if none
 launch_ts  float64   for GPU rows, the start of the CPU call that launched it (NaN if unknown)
 ========== ========= =============================================================================
+
+CUDA API calls (``cuda_runtime`` / ``cuda_driver``) only serve to find ``launch_ts`` and are not
+kept: they are as many as the kernels and nothing else reads them.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ _COPY_KINDS = {
 _GPU_TABLES = {
     "kernel": ("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName"),
     "gpu_memcpy": ("CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind"),
-    "gpu_memset": ("CUPTI_ACTIVITY_KIND_MEMSET", "NULL"),
+    "gpu_memset": ("CUPTI_ACTIVITY_KIND_MEMSET", "NULL"),  # no name: "Memset (Device)"
 }
 
 
@@ -91,27 +91,59 @@ def _strings(con: sqlite3.Connection, ids: np.ndarray) -> Dict[int, str]:
     )
 
 
-def _gpu_rows(con: sqlite3.Connection, tables: set, cat: str, epoch_ns: int) -> Optional[tuple]:
+def _launch_lookup(con: sqlite3.Connection, tables: set) -> Tuple[np.ndarray, np.ndarray]:
+    """Earliest CUDA API call per correlation id (sorted ids, their start in ns).
+
+    Joining in SQL costs a sort of the whole runtime table (nsys creates no index); two
+    ``group_concat`` columns and a numpy sort are several times faster.
+    """
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    corr, start = _column_chunks(
+        con,
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        ["t.correlationId", "t.start"],
+        where="t.correlationId IS NOT NULL",
+    )
+    order = np.lexsort((start, corr))
+    corr, start = corr[order], start[order]
+    first = np.r_[True, corr[1:] != corr[:-1]] if len(corr) else np.zeros(0, dtype=bool)
+    return corr[first], start[first]
+
+
+def _launch_of(corr: np.ndarray, lookup: Tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    ids, starts = lookup
+    out = np.full(len(corr), -1, dtype=np.int64)
+    if len(ids) and len(corr):
+        pos = np.minimum(np.searchsorted(ids, corr), len(ids) - 1)
+        hit = ids[pos] == corr
+        out[hit] = starts[pos[hit]]
+    return out
+
+
+def _gpu_rows(
+    con: sqlite3.Connection,
+    tables: set,
+    cat: str,
+    epoch_ns: int,
+    launches: Tuple[np.ndarray, np.ndarray],
+) -> Optional[tuple]:
     table, name_col = _GPU_TABLES[cat]
     if table not in tables:
         return None
-    launch = ""
-    if "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
-        # Earliest API call per correlation id: the launch. SQLite builds the index it needs.
-        launch = (
-            "LEFT JOIN (SELECT correlationId AS cid, MIN(start) AS launch FROM "
-            "CUPTI_ACTIVITY_KIND_RUNTIME GROUP BY correlationId) AS r ON r.cid = t.correlationId"
-        )
     exprs = [
         "t.start",
         "t.end",
         f"COALESCE(t.globalPid, 0) / {GLOBAL_ID_PART} % {GLOBAL_ID_PART}",
         "t.streamId",
         "COALESCE(t.correlationId, -1)",
-        f"COALESCE(t.{name_col}, -1)" if name_col != "NULL" else "-1",
-        "COALESCE(r.launch, -1)" if launch else "-1",
     ]
-    start, end, pid, stream, corr, name_key, launched = _column_chunks(con, table, exprs, launch)
+    if name_col != "NULL":
+        exprs.append(f"COALESCE(t.{name_col}, -1)")
+    columns = _column_chunks(con, table, exprs)
+    start, end, pid, stream, corr = columns[:5]
+    name_key = columns[5] if len(columns) > 5 else np.zeros(len(start), dtype=np.int64)
+    launched = _launch_of(corr, launches)
     if cat == "kernel":
         strings = _strings(con, name_key)
         names = [strings.get(int(k), f"<kernel {k}>") for k in np.unique(name_key)]
@@ -188,12 +220,9 @@ def read_nsys(path: Path) -> RankTrace:
         if not tables & {"CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_MEMCPY"}:
             raise sqlite3.DatabaseError("no CUDA kernel, memcpy or NVTX table")
         epoch = _session_epoch_ns(con, tables)
-        parts = [
-            ("kernel", _gpu_rows(con, tables, "kernel", epoch)),
-            ("gpu_memcpy", _gpu_rows(con, tables, "gpu_memcpy", epoch)),
-            ("gpu_memset", _gpu_rows(con, tables, "gpu_memset", epoch)),
-            ("user_annotation", _nvtx_rows(con, tables, epoch)),
-        ]
+        launches = _launch_lookup(con, tables)
+        parts = [(cat, _gpu_rows(con, tables, cat, epoch, launches)) for cat in _GPU_TABLES]
+        parts.append(("user_annotation", _nvtx_rows(con, tables, epoch)))
         gpus = _gpus(con, tables)
     finally:
         con.close()
