@@ -82,6 +82,21 @@ def _device(rank: int, instances: pd.DataFrame) -> str:
     return f"GPU-{rank}" if (instances["device"] == "gpu").all() else f"rank {rank}"
 
 
+def _straggler_advice(rank: int, gpu: bool) -> str:
+    where = (
+        "on its host run `nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE` (throttle reasons, "
+        "SM clock below the others, temperature) and compare with a healthy GPU"
+        if gpu
+        else "on its host check CPU load and frequency (`top`, `cpupower frequency-info`) and "
+        "other processes competing for its cores"
+    )
+    return (
+        f"Look at what makes rank {rank} slower: {where}; check its data loading (more "
+        "DataLoader workers, pinned memory, local copy of the dataset) and any work only it "
+        "does (logging, checkpointing, evaluation on rank 0)."
+    )
+
+
 def straggler_findings(ranks: pd.DataFrame, instances: pd.DataFrame) -> List[Finding]:
     out = []
     for row in ranks.itertuples(index=False):
@@ -108,14 +123,7 @@ def straggler_findings(ranks: pd.DataFrame, instances: pd.DataFrame) -> List[Fin
                     f"{row.significant_instances} collectives (finishes its compute later than "
                     f"{other}); the other ranks wait {stall:.1f}% of step time for it"
                 ),
-                recommendation=(
-                    f"Look at what makes rank {row.rank} slower: on its host run `nvidia-smi -q -d "
-                    "PERFORMANCE,CLOCK,TEMPERATURE` (throttle reasons, SM clock below the others, "
-                    "temperature) and compare with a healthy GPU; check its data loading (more "
-                    "DataLoader workers, pinned memory, local copy of the dataset) and any work "
-                    "only "
-                    "it does (logging, checkpointing, evaluation on rank 0)."
-                ),
+                recommendation=_straggler_advice(int(row.rank), gpu=nccl == "NCCL "),
                 ranks=[int(row.rank)],
                 steps=sorted({int(s) for s in mine["step"] if s >= 0}),
                 evidence={

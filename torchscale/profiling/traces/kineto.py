@@ -33,7 +33,6 @@ BLOCK_BYTES = 8 << 20  # decode unit: big enough to amortise calls, small enough
 HEAD_LIMIT_BYTES = 64 << 20  # "traceEvents" must start within this (Kineto writes it first)
 PARALLEL_MIN_BYTES = 96 << 20  # below this a process pool costs more than it saves
 MAX_WORKERS = 4
-API_CATEGORIES = ("cuda_runtime", "cuda_driver")
 _TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,(?=\s*\{)")  # end of an event, its comma, the next event
 
@@ -254,10 +253,14 @@ def finish(path: Path, parts: List[dec.Columns]) -> RankTrace:
     keep = ~np.isnan(dur) & ~np.isnan(ts) & (cat_names[cols["cat"]] != "")
     cols = {k: v[keep] for k, v in cols.items()}
     ts, dur = cols["ts"], cols["dur"]
-    if np.any(ts != np.floor(ts)):  # ns-resolution trace: HTA rounds start up, end down
+    api_corr = np.concatenate([a for p in parts for a in p.api_correlation] or [np.zeros(0)])
+    api_ts = np.concatenate([a for p in parts for a in p.api_ts] or [np.zeros(0)])
+    fractional = np.any(ts != np.floor(ts)) or np.any(api_ts != np.floor(api_ts))
+    if fractional:  # ns-resolution trace: HTA rounds start up, end down
         end = np.floor(ts + dur)
         ts = np.ceil(ts)
         dur = end - ts
+        api_ts = np.ceil(api_ts)
     events = build_events(
         ts,
         dur,
@@ -270,7 +273,7 @@ def finish(path: Path, parts: List[dec.Columns]) -> RankTrace:
         cols["stream"],
         cols["correlation"],
     )
-    events["launch_ts"] = launch_times(events)
+    events["launch_ts"] = launch_times(events, api_corr, api_ts)
     step_names = [n for n in events["name"].cat.categories if "ProfilerStep" in n]
     window_end = None
     if len(step_names) >= 2:
@@ -279,9 +282,6 @@ def finish(path: Path, parts: List[dec.Columns]) -> RankTrace:
         window_end = float(events["ts"].to_numpy()[steps].max())
         anchor = np.where(is_kernel, events["launch_ts"].to_numpy(), events["ts"].to_numpy())
         events = events[anchor < window_end].reset_index(drop=True)
-    # API calls (cudaLaunchKernel, ...) were only needed for launch times: drop them.
-    events = events[~events["cat"].isin(API_CATEGORIES).to_numpy()].reset_index(drop=True)
-    events["cat"] = events["cat"].cat.remove_unused_categories()
     info = meta.get("distributedInfo") or {}
     rank = info.get("rank") if isinstance(info, dict) else None
     metadata = {"distributedInfo": info, "baseTimeNanoseconds": meta.get("baseTimeNanoseconds")}

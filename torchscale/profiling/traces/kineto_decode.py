@@ -24,6 +24,8 @@ except ImportError:  # pragma: no cover - exercised by forcing the stdlib path i
 
 # Events HTA drops on load (no duration, profiler bookkeeping) or that we never analyse.
 SKIPPED_CATEGORIES = frozenset({"Trace", "python_function"})
+# CUDA API calls: only their correlation id and start are kept, to find each kernel's launch.
+API_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 
 
 @dataclass
@@ -41,6 +43,8 @@ class Columns:
     cats: Dict[str, int] = field(default_factory=dict)
     names: Dict[str, int] = field(default_factory=dict)
     metadata: Dict[str, Any] = field(default_factory=dict)
+    api_correlation: List[np.ndarray] = field(default_factory=list)
+    api_ts: List[np.ndarray] = field(default_factory=list)
 
     def add(
         self,
@@ -55,14 +59,21 @@ class Columns:
     ) -> None:
         cat_codes = _intern(cats, self.cats)
         skipped = np.fromiter((c in SKIPPED_CATEGORIES for c in self.cats), bool, len(self.cats))
-        keep = ~skipped[cat_codes] if len(cat_codes) else np.ones(0, dtype=bool)
+        api = np.fromiter((c in API_CATEGORIES for c in self.cats), bool, len(self.cats))
+        keep = ~(skipped | api)[cat_codes] if len(cat_codes) else np.ones(0, dtype=bool)
+        ts = np.asarray(ts, dtype=np.float64)
+        corr = _ints(corr)
+        calls = api[cat_codes] if len(cat_codes) else keep
+        if calls.any():
+            self.api_correlation.append(corr[calls])
+            self.api_ts.append(ts[calls])
         columns = (
-            np.asarray(ts, dtype=np.float64),
+            ts,
             np.asarray(dur, dtype=np.float64),
             _ints(pid),
             _ints(tid),
             _ints(stream),
-            _ints(corr),
+            corr,
             cat_codes,
             _intern(names, self.names),
         )

@@ -89,26 +89,32 @@ def build_events(
     return frame.sort_values("ts", kind="stable", ignore_index=True)
 
 
-def launch_times(events: pd.DataFrame) -> np.ndarray:
-    """For each GPU row, the start of the earliest CPU row with its correlation id (else NaN)."""
+def launch_times(
+    events: pd.DataFrame,
+    api_correlation: Optional[np.ndarray] = None,
+    api_ts: Optional[np.ndarray] = None,
+) -> np.ndarray:
+    """For each GPU row, the start of the earliest CPU row with its correlation id (else NaN).
+
+    CPU rows are the table's own plus API calls given separately (not kept in the table).
+    """
     stream = events["stream"].to_numpy()
     corr = events["correlation"].to_numpy()
     ts = events["ts"].to_numpy()
     out = np.full(len(events), np.nan)
     gpu = (stream >= 0) & (corr >= 0)  # HTA's definition of a GPU kernel row
     cpu = ~gpu & (corr >= 0)
-    if not cpu.any() or not gpu.any():
+    cpu_corr = np.r_[corr[cpu], [] if api_correlation is None else api_correlation].astype(np.int64)
+    cpu_ts = np.r_[ts[cpu], [] if api_ts is None else api_ts]
+    if not len(cpu_corr) or not gpu.any():
         return out
-    cpu_corr, cpu_ts = corr[cpu], ts[cpu]
     order = np.lexsort((cpu_ts, cpu_corr))
     cpu_corr, cpu_ts = cpu_corr[order], cpu_ts[order]
     first = np.r_[True, cpu_corr[1:] != cpu_corr[:-1]]  # earliest CPU row of each correlation
     cpu_corr, cpu_ts = cpu_corr[first], cpu_ts[first]
     gpu_idx = np.flatnonzero(gpu)
-    pos = np.searchsorted(cpu_corr, corr[gpu_idx])
-    pos_ok = pos < len(cpu_corr)
-    hit = np.zeros(len(gpu_idx), dtype=bool)
-    hit[pos_ok] = cpu_corr[pos[pos_ok]] == corr[gpu_idx[pos_ok]]
+    pos = np.minimum(np.searchsorted(cpu_corr, corr[gpu_idx]), len(cpu_corr) - 1)
+    hit = cpu_corr[pos] == corr[gpu_idx]
     out[gpu_idx[hit]] = cpu_ts[pos[hit]]
     return out
 
