@@ -83,7 +83,7 @@ def load_traces(paths: Sequence[Path], workers: Optional[int] = None) -> List[Ra
         try:
             traces.update(read_kineto_files(kineto, workers))
         except (OSError, EOFError, zlib.error, *DecodeError) as exc:
-            raise TraceReadError(f"cannot read trace: {exc}") from None
+            raise TraceReadError(f"cannot read trace: {exc}") from None  # raised outside a file
     for path in files:
         if trace_format(path) == "nsys":
             try:
@@ -94,9 +94,8 @@ def load_traces(paths: Sequence[Path], workers: Optional[int] = None) -> List[Ra
     used = set()
     for position, trace in enumerate(ordered):
         if trace.rank < 0:
-            trace.rank = (
-                rank_from_name(trace.path) if rank_from_name(trace.path) is not None else position
-            )
+            from_name = rank_from_name(trace.path)
+            trace.rank = position if from_name is None else from_name
     for trace in ordered:
         if trace.rank in used:
             raise TorchscaleError(

@@ -19,6 +19,7 @@ import os
 import queue
 import re
 import threading
+import zlib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import IO, Any, Dict, Iterator, List, Optional, Tuple
@@ -167,7 +168,12 @@ def _split_ranges(path: Path, parts: int) -> List[Tuple[int, Optional[int], bool
 
 
 def _scan_task(args: Tuple[Path, int, Optional[int], bool, bool, bool]) -> dec.Columns:
-    return scan_range(*args)
+    try:
+        return scan_range(*args)
+    except (OSError, EOFError, zlib.error, *dec.DecodeError) as exc:
+        raise TraceReadError(
+            f"cannot read trace {args[0]}: {exc}; is it a complete torch.profiler trace?"
+        ) from None
 
 
 def plan_tasks(

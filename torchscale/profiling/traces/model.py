@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -128,12 +128,3 @@ def names_matching(series: pd.Series, predicate: Any) -> np.ndarray:
     valid = codes >= 0
     mask[valid] = hits[codes[valid]]
     return mask
-
-
-def concat_names(tables: List[List[str]]) -> Dict[str, int]:
-    """Global interning table for names collected from several blocks."""
-    index: Dict[str, int] = {}
-    for table in tables:
-        for name in table:
-            index.setdefault(name, len(index))
-    return index
