@@ -44,7 +44,9 @@ kernels = int(sum((t.events["cat"] == "kernel").sum() for t in result.traces))
 print(json.dumps({"wall_s": wall, "cpu_s": time.process_time() - c0,
                   "kernels_analysed": kernels, "findings": len(result.findings),
                   "rss_main_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "rss_worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+                  "rss_worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+                  "cpu_workers_s": resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+                  + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime}))
 """
 
 HTA = """
