@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from profile_helpers import DATA, hta_reference, shared_traces
@@ -145,3 +146,15 @@ def test_capture_parses_options_then_reports_not_built(tmp_path):
         "analyze",
     ):
         assert option in help_text
+
+
+def test_folder_search_skips_other_json_files(tmp_path):
+    folder = tmp_path / "cell"
+    shutil.copytree(DATA / "gloo_2rank_cpu", folder)
+    (folder / "cell.json").write_text('{"cell_id": "mlp-b32-g2", "gpus": 2}')
+    (folder / "result.json").write_text('{"throughput": 1450.0}')
+    result = runner.invoke(app, ["profile", "analyze", str(folder), "--json"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert sorted(Path(t["path"]).name for t in doc["traces"]) == ["rank0.json", "rank1.json"]
+    assert doc["findings"][0]["ranks"] == [1]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import re
 import sqlite3
+import zlib
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -28,6 +30,23 @@ def trace_format(path: Path) -> Optional[str]:
     return None
 
 
+SNIFF_BYTES = 1 << 20  # Kineto writes "traceEvents" after a few KB of device properties
+
+
+def looks_like_trace(path: Path) -> bool:
+    """For files found in a folder: is this a trace, or another JSON/SQLite file (a benchmark's
+    result.json, cell.json, ...) that happens to sit beside the traces?"""
+    try:
+        if trace_format(path) == "nsys":
+            with open(path, "rb") as fh:
+                return fh.read(16) == b"SQLite format 3\x00"
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as fh:  # type: ignore[operator]
+            return b'"traceEvents"' in fh.read(SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return True  # let the reader report what is wrong with it
+
+
 def find_trace_files(paths: Sequence[Path]) -> List[Path]:
     """Trace files named by ``paths`` (files, or folders searched one level down)."""
     found: List[Path] = []
@@ -45,7 +64,7 @@ def find_trace_files(paths: Sequence[Path]) -> List[Path]:
                 for p in sub.iterdir()
                 if p.is_file() and trace_format(p)
             )
-            found += inside
+            found += [p for p in inside if looks_like_trace(p)]
         elif trace_format(path):
             found.append(path)
         else:
@@ -70,8 +89,6 @@ def rank_from_name(path: Path) -> Optional[int]:
 
 def load_traces(paths: Sequence[Path], workers: Optional[int] = None) -> List[RankTrace]:
     """Read every trace under ``paths``; ranks come from the trace, its file name, or its order."""
-    import zlib
-
     from torchscale.profiling.traces.kineto import TraceReadError, read_kineto_files
     from torchscale.profiling.traces.kineto_decode import DecodeError
     from torchscale.profiling.traces.nsys_sqlite import read_nsys
