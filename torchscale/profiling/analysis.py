@@ -68,6 +68,9 @@ def analyze(
         if len(coll["calls"])
         else coll["calls"]
     )
+    if len(calls):  # calls without a match on every rank have no instance: keep ints as ints
+        calls["instance"] = calls["instance"].astype("Int64")
+        calls["is_last"] = calls["is_last"].astype("boolean")
     tables = {"ranks": ranks, "steps": steps, "kernel_classes": classes, "collectives": calls}
     return ProfileAnalysis(
         traces, tables, find_bottlenecks(ranks, coll["instances"], target), target

@@ -242,67 +242,68 @@ def communication_findings(ranks: pd.DataFrame) -> List[Finding]:
     return out
 
 
+def _rank_threshold(
+    ranks: pd.DataFrame,
+    column: str,
+    threshold: float,
+    severity_at: tuple,
+    category: str,
+    title: str,
+    recommendation: str,
+) -> List[Finding]:
+    """One finding naming every rank whose ``column`` is at or above ``threshold``; ``title``
+    is formatted with ``worst``, the highest value."""
+    hit = ranks[ranks[column] >= threshold]
+    if not len(hit):
+        return []
+    worst = float(hit[column].max())
+    return [
+        Finding(
+            severity=_severity(worst, *severity_at),
+            category=category,
+            title=title.format(worst=worst),
+            recommendation=recommendation,
+            ranks=[int(r) for r in hit["rank"]],
+            evidence={column: _by_rank(hit, column)},
+        )
+    ]
+
+
 def compute_findings(ranks: pd.DataFrame) -> List[Finding]:
-    out = []
-    idle = ranks[ranks["idle_pct"] >= GPU_IDLE_PCT]
-    if len(idle):
-        worst = float(idle["idle_pct"].max())
-        out.append(
-            Finding(
-                severity=_severity(worst, 40.0, 60.0),
-                category="compute",
-                title=(
-                    f"GPU idle between kernels {worst:.1f}% of the time "
-                    "(CPU cannot launch fast enough)"
-                ),
-                recommendation=(
-                    "The loop is launch-bound: capture it with CUDA graphs or "
-                    '`torch.compile(mode="reduce-overhead")`, use a bigger batch per GPU, '
-                    "and remove host syncs (`.item()`, `.cpu()`, printing tensors)."
-                ),
-                ranks=[int(r) for r in idle["rank"]],
-                evidence={"idle_pct": _by_rank(idle, "idle_pct")},
-            )
-        )
-    slow_input = ranks[ranks["dataloader_pct"] >= DATALOADER_PCT]
-    if len(slow_input):
-        worst = float(slow_input["dataloader_pct"].max())
-        out.append(
-            Finding(
-                severity=_severity(worst, 20.0, 40.0),
-                category="data_loading",
-                title=f"Waiting for the next batch takes {worst:.1f}% of step time",
-                recommendation=(
-                    "Feed the GPU faster: more DataLoader `num_workers`, `pin_memory=True`, "
-                    "`persistent_workers=True`, a larger `prefetch_factor`, and data on "
-                    "local disk."
-                ),
-                ranks=[int(r) for r in slow_input["rank"]],
-                evidence={"dataloader_pct": _by_rank(slow_input, "dataloader_pct")},
-            )
-        )
-    return out
+    return _rank_threshold(
+        ranks,
+        "idle_pct",
+        GPU_IDLE_PCT,
+        (40.0, 60.0),
+        "compute",
+        "GPU idle between kernels {worst:.1f}% of the time (CPU cannot launch fast enough)",
+        "The loop is launch-bound: capture it with CUDA graphs or "
+        '`torch.compile(mode="reduce-overhead")`, use a bigger batch per GPU, '
+        "and remove host syncs (`.item()`, `.cpu()`, printing tensors).",
+    ) + _rank_threshold(
+        ranks,
+        "dataloader_pct",
+        DATALOADER_PCT,
+        (20.0, 40.0),
+        "data_loading",
+        "Waiting for the next batch takes {worst:.1f}% of step time",
+        "Feed the GPU faster: more DataLoader `num_workers`, `pin_memory=True`, "
+        "`persistent_workers=True`, a larger `prefetch_factor`, and data on local disk.",
+    )
 
 
 def memory_findings(ranks: pd.DataFrame) -> List[Finding]:
-    heavy = ranks[ranks["memory_pct"] >= MEMORY_PCT]
-    if not len(heavy):
-        return []
-    worst = float(heavy["memory_pct"].max())
-    return [
-        Finding(
-            severity=_severity(worst, 20.0, 40.0),
-            category="memory",
-            title=f"Memory copies and sets take {worst:.1f}% of GPU busy time",
-            recommendation=(
-                "Copy less and asynchronously: pinned host memory with "
-                "`.to(device, non_blocking=True)`, keep tensors on the GPU between steps, "
-                "avoid moving results to the host every step."
-            ),
-            ranks=[int(r) for r in heavy["rank"]],
-            evidence={"memory_pct": _by_rank(heavy, "memory_pct")},
-        )
-    ]
+    return _rank_threshold(
+        ranks,
+        "memory_pct",
+        MEMORY_PCT,
+        (20.0, 40.0),
+        "memory",
+        "Memory copies and sets take {worst:.1f}% of GPU busy time",
+        "Copy less and asynchronously: pinned host memory with "
+        "`.to(device, non_blocking=True)`, keep tensors on the GPU between steps, "
+        "avoid moving results to the host every step.",
+    )
 
 
 def find_bottlenecks(
