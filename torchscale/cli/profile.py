@@ -1,14 +1,201 @@
-"""``torchscale profile``: not built yet (see its issue)."""
+"""``torchscale profile``: capture traces around a DDP run, or analyse existing traces.
+
+``torchscale profile --gpus N --duration 30s ...`` captures (see ``profiling/capture.py``);
+``torchscale profile analyze PATH...`` reads per-rank traces and reports bottlenecks.
+Heavy modules (pandas, numpy) are imported inside the command bodies.
+"""
 
 from __future__ import annotations
 
-import typer
+import re
+from pathlib import Path
+from typing import List, Optional
 
-from torchscale.cli.console import fail
+import typer
+from typing_extensions import Annotated
+
+from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.errors import TorchscaleError
+
+TARGETS = ("sync_stalls", "communication", "compute", "memory", "all")
+TOOLS = ("auto", "nsys", "torch")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
+
+
+def parse_duration(text: str) -> float:
+    """``30``, ``30s``, ``2m``, ``1h`` -> seconds."""
+    match = _DURATION.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise TorchscaleError(
+            f"--duration {text!r} is not a duration; use seconds like 30, 30s, or minutes like 2m"
+        )
+    unit = match.group(2).lower() if match.group(2) else None
+    return float(match.group(1)) * _UNIT_SECONDS[unit]
+
+
+def _check_choice(value: str, choices: tuple, option: str) -> str:
+    if value not in choices:
+        raise TorchscaleError(f"{option} {value!r} is not one of: {', '.join(choices)}")
+    return value
+
+
+def _print_analysis(result: object, written: dict, out_dir: Path) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    ranks = result.tables["ranks"]  # type: ignore[attr-defined]
+    table = Table(title="Per-rank breakdown (HTA definitions)", title_justify="left")
+    columns = [
+        ("rank", "rank", "{:.0f}"),
+        ("source", "source", "{}"),
+        ("steps", "steps", "{:.0f}"),
+        ("step_mean_us", "step ms", "ms"),
+        ("idle_pct", "idle %", "{:.1f}"),
+        ("compute_pct", "compute %", "{:.1f}"),
+        ("non_compute_pct", "non-compute %", "{:.1f}"),
+        ("overlap_pct", "overlap %", "{:.1f}"),
+        ("exposed_comm_us", "exposed comm ms", "ms"),
+        ("sync_stall_pct", "sync stall %", "{:.1f}"),
+    ]
+    for _, title, _ in columns:
+        table.add_column(title, justify="right")
+    for row in ranks.to_dict("records"):
+        cells = []
+        for key, _, fmt in columns:
+            value = row.get(key)
+            if value is None or (isinstance(value, float) and value != value):
+                cells.append("-")
+            elif fmt == "ms":
+                cells.append(f"{value / 1000:.2f}")
+            else:
+                cells.append(fmt.format(value))
+        table.add_row(*cells)
+    err_console.print(table)
+    stall = result.sync_stall_pct  # type: ignore[attr-defined]
+    if stall == stall:
+        worst = ranks.loc[ranks["sync_stall_pct"].idxmax()]
+        err_console.print(
+            f"[ANALYSIS] Sync stall time: {stall:.1f}% (mean over {len(ranks)} "
+            f"ranks; worst rank {int(worst['rank'])}: {worst['sync_stall_pct']:.1f}%)"
+        )
+    else:
+        err_console.print("[ANALYSIS] Sync stall time: n/a (needs traces from at least 2 ranks)")
+    findings = result.findings  # type: ignore[attr-defined]
+    err_console.print(f"[ANALYSIS] Found {len(findings)} bottleneck(s):")
+    for i, finding in enumerate(findings, 1):
+        err_console.print(f"  {i}. {escape(finding.title)} ({finding.severity})", soft_wrap=True)
+        err_console.print(f"     -> {escape(finding.recommendation)}", soft_wrap=True)
+    err_console.print(f"[ANALYSIS] Wrote {', '.join(written)} to {out_dir}", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("profile")
-    def profile() -> None:
-        """Wrap execution in Nsight Systems to find bottlenecks."""
-        raise fail("'torchscale profile' is not built yet.", code=1)
+    profile_app = typer.Typer(
+        name="profile",
+        help="Wrap execution in Nsight Systems to find bottlenecks.",
+        invoke_without_command=True,
+        no_args_is_help=False,
+        rich_markup_mode="rich",
+    )
+
+    @profile_app.callback(invoke_without_command=True)
+    @user_errors
+    def capture(
+        ctx: typer.Context,
+        gpus: Annotated[
+            int, typer.Option("--gpus", "-g", min=1, help="Number of GPUs (ranks) to profile.")
+        ] = 4,
+        duration: Annotated[
+            str, typer.Option("--duration", "-d", help="How long to profile: 30, 30s or 2m.")
+        ] = "30s",
+        target: Annotated[
+            str, typer.Option("--target", "-t", help=f"What to look for: {', '.join(TARGETS)}.")
+        ] = "sync_stalls",
+        config: Annotated[
+            Optional[Path],
+            typer.Option(
+                "--config", "-c", help="Benchmark config YAML whose model and batch size to run."
+            ),
+        ] = None,
+        model: Annotated[
+            Optional[str], typer.Option("--model", "-m", help="Model to run (instead of --config).")
+        ] = None,
+        batch_size: Annotated[
+            Optional[int],
+            typer.Option("--batch-size", "-b", min=1, help="Per-GPU batch size (with --model)."),
+        ] = None,
+        tool: Annotated[
+            str,
+            typer.Option(
+                "--tool",
+                help=f"Profiler: {', '.join(TOOLS)} (auto: nsys if on PATH, else torch.profiler).",
+            ),
+        ] = "auto",
+        output_dir: Annotated[
+            Path, typer.Option("--output-dir", "-o", help="Folder for traces and findings.")
+        ] = Path("./results"),
+        json_output: Annotated[
+            bool, typer.Option("--json", help="Print one JSON document on stdout.")
+        ] = False,
+    ) -> None:
+        """Profile a DDP run (capture), or use [bold]profile analyze[/bold] on existing traces."""
+        if ctx.invoked_subcommand is not None:
+            return
+        seconds = parse_duration(duration)
+        _check_choice(target, TARGETS, "--target")
+        _check_choice(tool, TOOLS, "--tool")
+        if config is not None and (model is not None or batch_size is not None):
+            raise TorchscaleError("use either --config or --model/--batch-size, not both")
+        from torchscale.profiling.capture import run_capture
+
+        run_capture(
+            gpus=gpus,
+            duration_s=seconds,
+            target=target,
+            tool=tool,
+            output_dir=output_dir,
+            config=config,
+            model=model,
+            batch_size=batch_size,
+        )
+
+    @profile_app.command("analyze")
+    @user_errors
+    def analyze(
+        paths: Annotated[
+            List[Path],
+            typer.Argument(
+                help="Per-rank traces, files or folders: .json/.json.gz or nsys .sqlite.",
+                show_default=False,
+            ),
+        ],
+        target: Annotated[
+            str,
+            typer.Option("--target", "-t", help=f"Which findings to report: {', '.join(TARGETS)}."),
+        ] = "all",
+        output_dir: Annotated[
+            Optional[Path],
+            typer.Option(
+                "--output-dir",
+                "-o",
+                help="Folder for findings.json and the CSV tables (default: beside the traces).",
+            ),
+        ] = None,
+        json_output: Annotated[
+            bool, typer.Option("--json", help="Print one JSON document on stdout.")
+        ] = False,
+    ) -> None:
+        """Analyse per-rank traces: breakdown, overlap, stragglers, findings."""
+        _check_choice(target, TARGETS, "--target")
+        from torchscale.profiling.analysis import analyze as run_analysis
+        from torchscale.profiling.analysis import to_document
+        from torchscale.profiling.outputs import write_outputs
+
+        result = run_analysis(paths, target)
+        out_dir = output_dir or (paths[0] if paths[0].is_dir() else paths[0].parent)
+        written = write_outputs(result, out_dir)
+        if json_output:
+            print_json(to_document(result))
+        _print_analysis(result, written, out_dir)
+
+    app.add_typer(profile_app, name="profile")

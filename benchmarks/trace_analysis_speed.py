@@ -1,0 +1,130 @@
+"""How fast is ``torchscale profile analyze`` on a 1,000,000-kernel trace, in each format?
+
+    PYTHONPATH=. python benchmarks/trace_analysis_speed.py [--workdir DIR] [--hta] [--keep]
+
+1. Writes a synthetic Kineto trace (``synthetic_kineto.py``: >= 1,000,000 kernels on two
+   streams, NCCL all-reduce and compute kernels, a launch and a flow pair per kernel, cpu_ops,
+   ProfilerStep ranges; ~1.3 GB of JSON) and an nsys SQLite export with >= 1,000,000 kernel rows
+   (``tests/data/make_nsys_fixture.py``, published export schema).
+2. Analyses each in a fresh process (read + every analysis + findings), reporting wall time, CPU
+   time and peak RSS of the main process and of its largest parse worker.
+3. With ``--hta``: times HolisticTraceAnalysis 0.5.0 (load + temporal breakdown + overlap) on the
+   same Kineto trace, for the speed ratio. HTA loads the whole JSON: expect many GB of memory.
+
+Goal (issue 3): under 10 s and under 1 GB for each format on the 2-core dev machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))
+from synthetic_kineto import write_kineto_trace  # noqa: E402
+
+TARGET_KERNELS = 1_000_000
+
+ANALYZE = """
+import json, resource, sys, time
+from pathlib import Path
+t0, c0 = time.perf_counter(), time.process_time()
+from torchscale.profiling.analysis import analyze
+result = analyze([Path(sys.argv[1])], "all")
+wall = time.perf_counter() - t0
+kernels = int(sum((t.events["cat"] == "kernel").sum() for t in result.traces))
+print(json.dumps({"wall_s": wall, "cpu_s": time.process_time() - c0,
+                  "kernels_analysed": kernels, "findings": len(result.findings),
+                  "rss_main_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rss_worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+                  "cpu_workers_s": resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+                  + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime}))
+"""
+
+HTA = """
+import json, resource, sys, time
+t0 = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1])
+tb = a.get_temporal_breakdown(visualize=False)
+ov = a.get_comm_comp_overlap(visualize=False)
+print(json.dumps({"wall_s": time.perf_counter() - t0,
+                  "idle_pct": float(tb["idle_time_pctg"][0]),
+                  "overlap_pct": float(ov["comp_comm_overlap_pctg"][0]),
+                  "rss_main_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def _run(code: str, arg: Path, timeout: float) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(arg)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            check=True,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    except subprocess.CalledProcessError as exc:
+        return {"error": exc.stderr.strip().splitlines()[-1] if exc.stderr else str(exc)}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workdir", type=Path, default=None, help="where to write the traces")
+    parser.add_argument("--hta", action="store_true", help="also time HTA on the Kineto trace")
+    parser.add_argument("--keep", action="store_true", help="keep the generated traces")
+    args = parser.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="ts-trace-bench-"))
+    kineto_dir, nsys_dir = work / "kineto", work / "nsys"
+    kineto_dir.mkdir(parents=True, exist_ok=True)
+    report = {"machine": f"{os.cpu_count()} cores", "load_avg": os.getloadavg()}
+
+    trace = kineto_dir / "rank0.json"
+    if not trace.exists():
+        t = time.perf_counter()
+        # 4935 kernels per step + all-reduce buckets -> just over 1,000,000 kernels in 202 steps
+        n = write_kineto_trace(trace, steps=202, kernels_per_step=4935)
+        report["kineto_generated"] = {"kernels": n, "seconds": round(time.perf_counter() - t, 1)}
+    report["kineto_bytes"] = trace.stat().st_size
+    report["kineto"] = _run(ANALYZE, kineto_dir, timeout=900)
+
+    if not (nsys_dir / "rank0.sqlite").exists():
+        spec = importlib.util.spec_from_file_location(
+            "fixture", ROOT / "tests/data/make_nsys_fixture.py"
+        )
+        fixture = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(fixture)  # type: ignore[union-attr]
+        t = time.perf_counter()
+        fixture.write_ranks(
+            nsys_dir, ranks=1, steps=1000, kernels_per_step=1000, allreduce_every=50
+        )
+        report["nsys_generated_s"] = round(time.perf_counter() - t, 1)
+    report["nsys_bytes"] = (nsys_dir / "rank0.sqlite").stat().st_size
+    report["nsys"] = _run(ANALYZE, nsys_dir, timeout=900)
+
+    if args.hta:
+        report["hta"] = _run(HTA, kineto_dir, timeout=1800)
+        if "wall_s" in report["hta"] and "wall_s" in report["kineto"]:
+            report["hta_over_torchscale"] = round(
+                report["hta"]["wall_s"] / report["kineto"]["wall_s"], 1
+            )
+    print(json.dumps(report, indent=2))
+    if not args.keep and args.workdir is None:
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()

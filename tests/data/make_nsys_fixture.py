@@ -1,0 +1,374 @@
+"""Build Nsight Systems SQLite exports (one per rank) for tests and benchmarks.
+
+The tables follow the published ``nsys export --type sqlite`` schema (Nsight Systems 2026.4,
+export schema 3.28.1: column names, order and types as documented, for the tables created here).
+The timeline is that of a DDP step: an NVTX ``step N`` range with ``forward`` / ``backward`` /
+``optimizer`` ranges inside (registered strings, as torch's NVTX ranges are), a host-to-device
+copy, compute kernels on stream 7, ``ncclDevKernel_AllReduce_*`` buckets on stream 20 overlapping
+the backward pass, a memset, and one CUDA runtime call per GPU activity (joined by correlationId).
+
+Ranks share one clock: each file's timestamps count from its own session start, stored in
+TARGET_INFO_SESSION_START_TIME, as nsys does. One rank can be made late: its backward pass takes
+``late_us`` longer, so in every all-reduce the other ranks wait for it.
+
+Run ``python tests/data/make_nsys_fixture.py`` to rewrite ``tests/data/nsys_2rank/``.
+"""
+
+# ruff: noqa: E501  (kernel names and trace text are data, kept whole)
+from __future__ import annotations
+
+import random
+import sqlite3
+from pathlib import Path
+from typing import Dict, List
+
+SCHEMA = """
+CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE META_DATA_EXPORT (name TEXT NOT NULL, value TEXT);
+CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, localTime TEXT,
+    systemClockNs INTEGER, sessionStartCntVctNs INTEGER);
+CREATE TABLE TARGET_INFO_GPU (vmId INTEGER NOT NULL, id INTEGER NOT NULL, name TEXT,
+    busLocation TEXT, isDiscrete INTEGER, l2CacheSize INTEGER, totalMemory INTEGER,
+    memoryBandwidth INTEGER, clockRate INTEGER, smCount INTEGER, pwGpuId INTEGER, uuid TEXT,
+    luid INTEGER, chipName TEXT, cuDevice INTEGER, ctxswDevPath TEXT, ctrlDevPath TEXT,
+    revision INTEGER, nodeMask INTEGER, constantMemory INTEGER, maxIPC INTEGER,
+    maxRegistersPerBlock INTEGER, maxShmemPerBlock INTEGER, maxShmemPerBlockOptin INTEGER,
+    maxShmemPerSm INTEGER, maxRegistersPerSm INTEGER, threadsPerWarp INTEGER,
+    asyncEngines INTEGER, maxWarpsPerSm INTEGER, maxBlocksPerSm INTEGER,
+    maxThreadsPerBlock INTEGER, maxBlockDimX INTEGER, maxBlockDimY INTEGER, maxBlockDimZ INTEGER,
+    maxGridDimX INTEGER, maxGridDimY INTEGER, maxGridDimZ INTEGER, computeMajor INTEGER,
+    computeMinor INTEGER, smMajor INTEGER, smMinor INTEGER, numaNodeId INTEGER);
+CREATE TABLE ENUM_NSYS_EVENT_TYPE (id INTEGER NOT NULL PRIMARY KEY, name TEXT, label TEXT);
+CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER NOT NULL, end INTEGER NOT NULL,
+    deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, greenContextId INTEGER,
+    streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, bytes INTEGER NOT NULL,
+    copyKind INTEGER NOT NULL, deprecatedSrcId INTEGER, srcKind INTEGER, dstKind INTEGER,
+    srcDeviceId INTEGER, srcContextId INTEGER, dstDeviceId INTEGER, dstContextId INTEGER,
+    migrationCause INTEGER, graphNodeId INTEGER, virtualAddress INTEGER, copyCount INTEGER);
+CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER NOT NULL, end INTEGER NOT NULL,
+    deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, greenContextId INTEGER,
+    streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER, value INTEGER NOT NULL,
+    bytes INTEGER NOT NULL, graphNodeId INTEGER, memKind INTEGER);
+CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,
+    deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, greenContextId INTEGER,
+    streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER,
+    demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, mangledName INTEGER,
+    launchType INTEGER, cacheConfig INTEGER, registersPerThread INTEGER NOT NULL,
+    gridX INTEGER NOT NULL, gridY INTEGER NOT NULL, gridZ INTEGER NOT NULL,
+    blockX INTEGER NOT NULL, blockY INTEGER NOT NULL, blockZ INTEGER NOT NULL,
+    staticSharedMemory INTEGER NOT NULL, dynamicSharedMemory INTEGER NOT NULL,
+    localMemoryPerThread INTEGER NOT NULL, localMemoryTotal INTEGER NOT NULL,
+    gridId INTEGER NOT NULL, sharedMemoryExecuted INTEGER, graphNodeId INTEGER,
+    sharedMemoryLimitConfig INTEGER, qmdBulkReleaseDone INTEGER, qmdPreexitDone INTEGER,
+    qmdLastCtaDone INTEGER, graphId INTEGER, clusterX INTEGER, clusterY INTEGER,
+    clusterZ INTEGER, clusterSchedulingPolicy INTEGER, maxPotentialClusterSize INTEGER,
+    maxActiveClusters INTEGER, sharedMemoryRequestedPercentage INTEGER,
+    tensorSizeMinusOneElements TEXT NOT NULL);
+CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL,
+    eventClass INTEGER NOT NULL, globalTid INTEGER, correlationId INTEGER,
+    nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL, callchainId INTEGER);
+CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL,
+    rangeId INTEGER, category INTEGER, color INTEGER, text TEXT, globalTid INTEGER,
+    endGlobalTid INTEGER, textId INTEGER, domainId INTEGER, uint64Value INTEGER,
+    int64Value INTEGER, doubleValue REAL, uint32Value INTEGER, int32Value INTEGER,
+    floatValue REAL, jsonTextId INTEGER, jsonText TEXT, binaryData TEXT,
+    eventId INTEGER NOT NULL PRIMARY KEY);
+"""
+EVENT_TYPES = [
+    (33, "NvtxCategory", "NVTX Category"),
+    (34, "NvtxMark", "NVTX Mark"),
+    (39, "NvtxThread", "NVTX Thread"),
+    (59, "NvtxPushPopRange", "NVTX PushPop Range"),
+    (60, "NvtxStartEndRange", "NVTX StartEnd Range"),
+    (75, "NvtxDomainCreate", "NVTX Domain Create"),
+]
+COMPUTE_KERNELS = [
+    ("ampere_sgemm_128x64_tn", "ampere_sgemm_128x64_tn"),
+    (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+        "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, "
+        "at::detail::Array<char*, 3>)",
+        "vectorized_elementwise_kernel",
+    ),
+    (
+        "void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 32, true, 1>(float, float, float, "
+        "float, cudnnTensorStruct, float const*, cudnnTensorStruct, float const*, cudnnTensorStruct, "
+        "float*, float const*, float*, float*, float const*, float const*, float)",
+        "bn_bw_1C11_kernel_new",
+    ),
+]
+ALLREDUCE = (
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+)
+BROADCAST = (
+    "ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+    "ncclKernel_Broadcast_RING_LL_Sum_int8_t",
+)
+API = {
+    "launch": "cudaLaunchKernel_v7000",
+    "memcpy": "cudaMemcpyAsync_v3020",
+    "memset": "cudaMemsetAsync_v3020",
+}
+PHASES = ("forward", "backward", "optimizer")
+EPOCH_NS = 1_763_000_000_000_000_000
+PID = 41_000
+COMPUTE_STREAM, COMM_STREAM = 7, 20
+
+
+class _Strings:
+    def __init__(self) -> None:
+        self.ids: Dict[str, int] = {}
+
+    def __call__(self, value: str) -> int:
+        return self.ids.setdefault(value, len(self.ids) + 1)
+
+
+def _kernel_row(
+    start: int,
+    end: int,
+    stream: int,
+    corr: int,
+    pid: int,
+    names: tuple,
+    strings: _Strings,
+    grid: int,
+) -> tuple:
+    return (
+        start,
+        end,
+        0,
+        1,
+        None,
+        stream,
+        corr,
+        pid,
+        strings(names[0]),
+        strings(names[1]),
+        None,
+        0,
+        0,
+        40,
+        grid,
+        1,
+        1,
+        256,
+        1,
+        1,
+        0,
+        0,
+        0,
+        0,
+        corr,
+        0,
+        None,
+        0,
+        None,
+        None,
+        None,
+        None,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        "[]",
+    )
+
+
+def _insert(con: sqlite3.Connection, *tables: list) -> None:
+    """Insert, then clear, the rows collected so far: one step at a time keeps memory flat."""
+    kernels, runtime, memcpy, memset, nvtx = tables
+    con.executemany(
+        f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({','.join('?' * 40)})", kernels
+    )
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,?,?,?,?)", runtime)
+    con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES ({','.join('?' * 21)})", memcpy)
+    con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES ({','.join('?' * 12)})", memset)
+    con.executemany(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, rangeId, category, color, text, "
+        "globalTid, endGlobalTid, textId, domainId) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        nvtx,
+    )
+    for rows in tables:
+        rows.clear()
+
+
+def write_ranks(
+    folder: Path,
+    *,
+    ranks: int = 2,
+    steps: int = 4,
+    kernels_per_step: int = 30,
+    allreduce_every: int = 5,
+    late_rank: int = -1,
+    late_us: float = 0.0,
+    seed: int = 3,
+) -> List[Path]:
+    """Write ``rank{r}.sqlite`` for each rank into ``folder``; return the paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    durations = [rng.randint(2_000, 40_000) for _ in range(kernels_per_step)]
+    paths = []
+    for rank in range(ranks):
+        session_start = EPOCH_NS + rank * 1_000_000  # each rank's session starts a bit later
+        pid = (rank << 48) | (PID + rank) << 24
+        tid = pid | (PID + rank)
+        strings = _Strings()
+        path = folder / f"rank{rank}.sqlite"
+        path.unlink(missing_ok=True)
+        con = sqlite3.connect(path)
+        con.executescript(SCHEMA)
+        kernels, runtime, memcpy, memset, nvtx = [], [], [], [], []
+        corr = 0
+        t = 50_000_000 - rank * 1_000_000  # same absolute moment on every rank
+        for step in range(steps):
+            step_start = t
+            gpu = t + 20_000
+            corr += 1
+            runtime.append((t + 5_000, t + 9_000, 0, tid, corr, strings(API["memcpy"]), 0, None))
+            memcpy.append(
+                (
+                    gpu,
+                    gpu + 30_000,
+                    0,
+                    1,
+                    None,
+                    COMPUTE_STREAM,
+                    corr,
+                    pid,
+                    6_422_528,
+                    1,
+                    None,
+                    1,
+                    0,
+                    0,
+                    1,
+                    0,
+                    1,
+                    None,
+                    None,
+                    None,
+                    1,
+                )
+            )
+            gpu += 31_000
+            corr += 1
+            runtime.append((t + 10_000, t + 12_000, 0, tid, corr, strings(API["launch"]), 0, None))
+            kernels.append(
+                _kernel_row(gpu, gpu + 8_000, COMM_STREAM, corr, pid, BROADCAST, strings, 8)
+            )
+            gpu += 9_000
+            phase_start = {"forward": gpu}
+            bwd_at, opt_at = kernels_per_step // 3, kernels_per_step - kernels_per_step // 6
+            comm_free = 0
+            late_ns = int(late_us * 1000) if late_rank >= 0 else 0
+            shift = 0  # how far this rank's own timeline is behind the others'
+            for k in range(kernels_per_step):
+                if k == bwd_at:
+                    phase_start["backward"] = gpu
+                    if rank == late_rank:
+                        gpu += late_ns  # this rank's backward runs late
+                        shift = late_ns
+                if k == opt_at:
+                    # the optimizer needs the reduced gradients: every rank resumes together
+                    gpu, shift = max(gpu, comm_free), 0
+                    phase_start["optimizer"] = gpu
+                corr += 1
+                launch = max(t + 15_000 + k * 6_000, gpu - 200_000)
+                runtime.append(
+                    (launch, launch + 4_000, 0, tid, corr, strings(API["launch"]), 0, None)
+                )
+                names = COMPUTE_KERNELS[k % len(COMPUTE_KERNELS)]
+                kernels.append(
+                    _kernel_row(
+                        gpu, gpu + durations[k], COMPUTE_STREAM, corr, pid, names, strings, 512
+                    )
+                )
+                gpu += durations[k] + 1_500
+                if bwd_at <= k < opt_at and (k - bwd_at) % allreduce_every == allreduce_every - 1:
+                    corr += 1
+                    # A blocking all-reduce: each rank enters when ready (and its comm stream is
+                    # free); all leave together once the late rank has entered.
+                    start = max(gpu, comm_free)
+                    last_in = max(gpu - shift + late_ns, comm_free)
+                    end = last_in + 60_000
+                    runtime.append(
+                        (
+                            launch + 5_000,
+                            launch + 9_000,
+                            0,
+                            tid,
+                            corr,
+                            strings(API["launch"]),
+                            0,
+                            None,
+                        )
+                    )
+                    kernels.append(
+                        _kernel_row(start, end, COMM_STREAM, corr, pid, ALLREDUCE, strings, 24)
+                    )
+                    comm_free = end
+            corr += 1
+            runtime.append(
+                (gpu - 50_000, gpu - 48_000, 0, tid, corr, strings(API["memset"]), 0, None)
+            )
+            memset.append(
+                (gpu, gpu + 3_000, 0, 1, None, COMPUTE_STREAM, corr, pid, 0, 4096, None, 1)
+            )
+            gpu = max(gpu + 3_000, comm_free)
+            step_end = gpu + 50_000
+            nvtx.append(
+                (step_start, step_end, 59, None, None, None, f"step {step}", tid, None, None, 0)
+            )
+            bounds = [
+                phase_start["forward"],
+                phase_start["backward"],
+                phase_start["optimizer"],
+                gpu,
+            ]
+            for phase, lo, hi in zip(PHASES, bounds, bounds[1:]):
+                nvtx.append(
+                    (
+                        lo - 10_000,
+                        hi - 10_000,
+                        59,
+                        None,
+                        None,
+                        None,
+                        None,
+                        tid,
+                        None,
+                        strings(phase),
+                        0,
+                    )
+                )
+            t = step_end + 100_000
+            _insert(con, kernels, runtime, memcpy, memset, nvtx)
+        con.executemany(
+            "INSERT INTO StringIds VALUES (?, ?)", [(i, v) for v, i in strings.ids.items()]
+        )
+        con.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_SCHEMA_VERSION', '3.28.1')")
+        con.execute(
+            "INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, NULL, NULL, ?, NULL)",
+            (session_start, session_start),
+        )
+        con.execute(
+            "INSERT INTO TARGET_INFO_GPU (vmId, id, name, busLocation, totalMemory, smCount,"
+            " computeMajor, computeMinor) VALUES (0, 0, 'NVIDIA H100 80GB HBM3', ?, "
+            "85520809984, 132, 9, 0)",
+            (f"0000:{0x18 + rank:02x}:00.0",),
+        )
+        con.executemany("INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES (?, ?, ?)", EVENT_TYPES)
+        con.commit()
+        con.close()
+        paths.append(path)
+    return paths
+
+
+if __name__ == "__main__":
+    out = Path(__file__).parent / "nsys_2rank"
+    for written in write_ranks(out, ranks=2, steps=4, late_rank=1, late_us=300.0):
+        print(written, written.stat().st_size)

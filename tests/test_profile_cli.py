@@ -1,0 +1,160 @@
+"""``torchscale profile`` and ``torchscale profile analyze`` through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from profile_helpers import DATA, hta_reference, shared_traces
+from typer.testing import CliRunner
+
+from torchscale.cli.app import app
+from torchscale.profiling.outputs import FINDINGS_FILE, TABLE_FILES
+
+runner = CliRunner()
+
+
+def test_analyze_json_document_matches_hta_and_writes_outputs(tmp_path):
+    name = "nccl-2rank-rank0.json.gz"
+    ref = hta_reference()[name]
+    result = runner.invoke(
+        app,
+        [
+            "profile",
+            "analyze",
+            str(shared_traces() / name),
+            "--json",
+            "--output-dir",
+            str(tmp_path),
+        ],
+    )
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)  # exactly one JSON document on stdout
+    [rank] = doc["ranks"]
+    for key in ("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct"):
+        assert abs(rank[key] - ref[key]) <= 0.5
+    assert rank["rank"] == 0 and rank["sync_stall_pct"] is None  # one rank: no peer to wait for
+    assert isinstance(doc["findings"], list) and doc["findings"]
+    assert "[ANALYSIS] Found" in result.stderr and "[ANALYSIS]" not in result.stdout
+    written = json.loads((tmp_path / FINDINGS_FILE).read_text())
+    assert written["ranks"] == doc["ranks"] and written["findings"] == doc["findings"]
+    for table in TABLE_FILES.values():
+        assert (tmp_path / table).read_text().count("\n") >= 2
+
+
+def test_analyze_table_output_names_straggler(tmp_path):
+    folder = tmp_path / "traces"
+    shutil.copytree(DATA / "nsys_2rank", folder)
+    result = runner.invoke(app, ["profile", "analyze", str(folder), "--target", "sync_stalls"])
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""
+    err = result.stderr
+    assert "Per-rank breakdown" in err and "sync stall %" in err
+    assert "[ANALYSIS] Sync stall time:" in err and "worst rank 0" in err
+    assert "Found 2 bottleneck(s):" in err
+    assert "1. NCCL AllReduce: GPU-1 arrives last" in err and "nvidia-smi -q -d PERFORMANCE" in err
+    assert "high variance in sync time" in err
+    assert (folder / FINDINGS_FILE).exists()  # beside the traces by default
+    doc = json.loads((folder / FINDINGS_FILE).read_text())
+    assert doc["findings"][0]["ranks"] == [1] and doc["findings"][0]["category"] == "straggler"
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["profile", "analyze", "/nonexistent/traces"], "no such file or folder"),
+        (["profile", "analyze", "EMPTY"], "no traces found"),
+        (["profile", "analyze", "BAD"], "cannot read trace"),
+        (["profile", "analyze", "README"], "not a trace"),
+        (["profile", "analyze", "JUNK_SQLITE"], "not a readable nsys SQLite export"),
+        (["profile", "analyze", "NSYS", "--target", "gpu"], "--target 'gpu' is not one of"),
+        (["profile", "--duration", "3x"], "--duration '3x' is not a duration"),
+        (["profile", "--tool", "perf"], "--tool 'perf' is not one of"),
+        (["profile", "--config", "c.yaml", "--model", "resnet50"], "either --config or --model"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, args, message):
+    (tmp_path / "empty").mkdir()
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "rank0.json").write_text('{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": 1,')
+    (tmp_path / "README.md").write_text("hello")
+    (tmp_path / "rank0.sqlite").write_bytes(b"not a database, just bytes" * 100)
+    subst = {
+        "EMPTY": str(tmp_path / "empty"),
+        "BAD": str(bad),
+        "README": str(tmp_path / "README.md"),
+        "NSYS": str(DATA / "nsys_2rank"),
+        "JUNK_SQLITE": str(tmp_path / "rank0.sqlite"),
+    }
+    result = runner.invoke(app, [subst.get(a, a) for a in args])
+    assert result.exit_code == 2, result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.stderr
+    assert not list(bad.glob("*.csv")) and not (bad / FINDINGS_FILE).exists()
+
+
+def test_unwritable_output_dir_is_one_line_exit_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    result = runner.invoke(
+        app, ["profile", "analyze", str(DATA / "nsys_2rank"), "--output-dir", str(blocker / "out")]
+    )
+    assert result.exit_code == 2 and "cannot write to" in result.stderr
+    assert "--output-dir" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_capture_parses_options_then_reports_not_built(tmp_path):
+    for duration in ("30", "30s", "2m"):
+        result = runner.invoke(
+            app,
+            [
+                "profile",
+                "--gpus",
+                "2",
+                "--duration",
+                duration,
+                "--target",
+                "sync_stalls",
+                "--model",
+                "resnet50",
+                "--batch-size",
+                "32",
+                "--tool",
+                "torch",
+                "--output-dir",
+                str(tmp_path),
+                "--json",
+            ],
+        )
+        assert result.exit_code == 1
+        assert "capture is not built yet" in result.stderr and result.stdout == ""
+    help_text = runner.invoke(app, ["profile", "--help"]).stdout
+    for option in (
+        "--gpus",
+        "--duration",
+        "--target",
+        "--config",
+        "--model",
+        "--batch-size",
+        "--tool",
+        "--output-dir",
+        "--json",
+        "analyze",
+    ):
+        assert option in help_text
+
+
+def test_folder_search_skips_other_json_files(tmp_path):
+    folder = tmp_path / "cell"
+    shutil.copytree(DATA / "gloo_2rank_cpu", folder)
+    (folder / "cell.json").write_text('{"cell_id": "mlp-b32-g2", "gpus": 2}')
+    (folder / "result.json").write_text('{"throughput": 1450.0}')
+    result = runner.invoke(app, ["profile", "analyze", str(folder), "--json"])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert sorted(Path(t["path"]).name for t in doc["traces"]) == ["rank0.json", "rank1.json"]
+    assert doc["findings"][0]["ranks"] == [1]

@@ -1,0 +1,122 @@
+"""``analyze(paths)``: read the traces, run every analysis, apply the findings rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from torchscale.profiling.analyzers.breakdown import temporal_breakdown
+from torchscale.profiling.analyzers.collectives import collective_tables
+from torchscale.profiling.analyzers.kernels import MEMORY, kernel_time_by_class
+from torchscale.profiling.analyzers.steps import dataloader_time, step_times
+from torchscale.profiling.findings import Finding, find_bottlenecks
+from torchscale.profiling.traces import RankTrace, load_traces
+
+
+@dataclass
+class ProfileAnalysis:
+    traces: List[RankTrace]
+    tables: Dict[str, pd.DataFrame]  # ranks, steps, kernel_classes, collectives
+    findings: List[Finding]
+    target: str
+
+    @property
+    def sync_stall_pct(self) -> float:
+        """Mean over ranks of the share of step time spent waiting in collectives."""
+        values = self.tables["ranks"]["sync_stall_pct"].to_numpy(dtype=float)
+        return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
+
+
+def rank_table(
+    traces: List[RankTrace], steps: pd.DataFrame, classes: pd.DataFrame, stragglers: pd.DataFrame
+) -> pd.DataFrame:
+    """One row per rank: breakdown, overlap, sync stall, step time, data loading, memory share."""
+    table = temporal_breakdown(traces)
+    step_stats = steps.groupby("rank")["duration_us"].agg(steps="count", step_mean_us="mean")
+    memory = classes[(classes["kernel_class"] == MEMORY) & (classes["device"] == "gpu")]
+    memory = memory.set_index("rank")["pct_of_busy"].rename("memory_pct")
+    table = (
+        table.merge(step_stats, left_on="rank", right_index=True, how="left")
+        .merge(stragglers, on="rank", how="left")
+        .merge(dataloader_time(traces), on="rank", how="left")
+        .merge(memory, left_on="rank", right_index=True, how="left")
+    )
+    table["steps"] = table["steps"].fillna(0).astype(int)
+    table["memory_pct"] = table["memory_pct"].fillna(0.0)
+    table.insert(1, "source", [t.source for t in traces])
+    return table
+
+
+def analyze(
+    paths: Sequence[Path], target: str = "all", workers: Optional[int] = None
+) -> ProfileAnalysis:
+    traces = load_traces(paths, workers)
+    steps = step_times(traces)
+    classes = kernel_time_by_class(traces)
+    coll = collective_tables(traces)
+    ranks = rank_table(traces, steps, classes, coll["stragglers"])
+    calls = (
+        coll["calls"].merge(
+            coll["instances"][["rank", "step", "op", "seq", "instance", "wait_us", "is_last"]],
+            on=["rank", "step", "op", "seq"],
+            how="left",
+        )
+        if len(coll["calls"])
+        else coll["calls"]
+    )
+    if len(calls):  # calls without a match on every rank have no instance: keep ints as ints
+        calls["instance"] = calls["instance"].astype("Int64")
+        calls["is_last"] = calls["is_last"].astype("boolean")
+    tables = {"ranks": ranks, "steps": steps, "kernel_classes": classes, "collectives": calls}
+    return ProfileAnalysis(
+        traces, tables, find_bottlenecks(ranks, coll["instances"], target), target
+    )
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return None if not np.isfinite(value) else round(float(value), 3)
+    return value
+
+
+JSON_RANK_KEYS = [
+    "rank",
+    "source",
+    "idle_pct",
+    "compute_pct",
+    "non_compute_pct",
+    "overlap_pct",
+    "sync_stall_pct",
+    "exposed_comm_us",
+    "kernel_time_us",
+    "steps",
+    "step_mean_us",
+    "times_last",
+    "last_share",
+    "wait_us",
+    "dataloader_pct",
+    "memory_pct",
+]
+
+
+def to_document(result: ProfileAnalysis) -> Dict[str, Any]:
+    """The ``--json`` document (also the body of findings.json)."""
+    ranks = [
+        {k: _clean(row.get(k)) for k in JSON_RANK_KEYS}
+        for row in result.tables["ranks"].to_dict("records")
+    ]
+    return {
+        "target": result.target,
+        "sync_stall_pct": _clean(result.sync_stall_pct),
+        "ranks": ranks,
+        "findings": [f.to_dict() for f in result.findings],
+        "traces": [
+            {"rank": t.rank, "source": t.source, "path": str(t.path)} for t in result.traces
+        ],
+    }

@@ -1,0 +1,82 @@
+"""Temporal breakdown and communication/computation overlap, with HTA's exact definitions.
+
+HTA (``BreakdownAnalysis.get_temporal_breakdown``, ``CommunicationAnalysis.get_comm_comp_overlap``):
+
+* kernel_time = end of the last GPU event - start of the first (all rows with a stream);
+* idle_time = kernel_time - time covered by at least one GPU event;
+* compute_time = time covered by computation kernels (merged);
+* non_compute_time = kernel_time - compute_time - idle_time;
+* overlap % = time covered by both communication and computation kernels / time covered by
+  communication kernels.
+
+We add exposed communication (communication time not hidden under computation).
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+import pandas as pd
+
+from torchscale.profiling.analyzers import intervals
+from torchscale.profiling.analyzers.kernels import COMMUNICATION, COMPUTE, classify
+from torchscale.profiling.traces.model import RankTrace
+
+BREAKDOWN_COLUMNS = [
+    "rank",
+    "idle_time_us",
+    "compute_time_us",
+    "non_compute_time_us",
+    "kernel_time_us",
+    "idle_pct",
+    "compute_pct",
+    "non_compute_pct",
+    "comm_time_us",
+    "overlap_time_us",
+    "overlap_pct",
+    "exposed_comm_us",
+]
+
+
+def _pct(part: float, whole: float) -> float:
+    return round(100.0 * part / whole, 2) if whole else float("nan")
+
+
+def rank_breakdown(trace: RankTrace) -> dict:
+    gpu = trace.gpu_events()
+    ts = gpu["ts"].to_numpy()
+    end = ts + gpu["dur"].to_numpy()
+    nan = float("nan")
+    if not len(ts):
+        return dict.fromkeys(BREAKDOWN_COLUMNS, nan) | {"rank": trace.rank}
+    busy = intervals.merge(ts, end)
+    kernel_time = float(busy[1][-1] - busy[0][0])
+    idle = kernel_time - intervals.total(*busy)
+    classes = classify(gpu["name"])
+    comp = intervals.merge(ts[classes == COMPUTE], end[classes == COMPUTE])
+    comm = intervals.merge(ts[classes == COMMUNICATION], end[classes == COMMUNICATION])
+    compute_time = intervals.total(*comp)
+    comm_time = intervals.total(*comm)
+    overlap = intervals.intersection_length(comm, comp)
+    return {
+        "rank": trace.rank,
+        "idle_time_us": idle,
+        "compute_time_us": compute_time,
+        "non_compute_time_us": kernel_time - compute_time - idle,
+        "kernel_time_us": kernel_time,
+        "idle_pct": _pct(idle, kernel_time),
+        "compute_pct": _pct(compute_time, kernel_time),
+        "non_compute_pct": _pct(kernel_time - compute_time - idle, kernel_time),
+        "comm_time_us": comm_time,
+        "overlap_time_us": overlap,
+        "overlap_pct": _pct(overlap, comm_time),
+        "exposed_comm_us": comm_time - overlap,
+    }
+
+
+def temporal_breakdown(traces: List[RankTrace]) -> pd.DataFrame:
+    """One row per rank: HTA's temporal breakdown plus overlap and exposed communication."""
+    return pd.DataFrame([rank_breakdown(t) for t in traces], columns=BREAKDOWN_COLUMNS)
+
+
+__all__ = ["BREAKDOWN_COLUMNS", "rank_breakdown", "temporal_breakdown"]

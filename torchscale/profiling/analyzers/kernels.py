@@ -1,0 +1,105 @@
+"""Kernel classes (HTA's rules, widened for NCCL and gloo) and kernel time by class."""
+
+from __future__ import annotations
+
+import re
+from typing import List
+
+import numpy as np
+import pandas as pd
+
+from torchscale.profiling.analyzers import intervals
+from torchscale.profiling.traces.model import RankTrace, names_matching
+
+COMPUTE, COMMUNICATION, MEMORY, OTHER = "compute", "communication", "memory", "other"
+KERNEL_CLASSES = (COMPUTE, COMMUNICATION, MEMORY, OTHER)
+
+# HTA: communication = ^nccl.*Kernel. We take every kernel whose name starts with "nccl"
+# (ncclKernel_*, ncclDevKernel_* and anything newer NCCL may call its kernels): on HTA's own
+# traces the two rules pick the same kernels.
+COMM_KERNEL_RE = re.compile(r"^nccl")
+MEMORY_KERNEL_RE = re.compile(r"^(Memcpy|Memset|dma)")  # HTA's rule, unchanged
+# HTA counts as computation whatever is neither of the above nor a copy/set/sync (its regex).
+NOT_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+# Collectives that run on the CPU (gloo) are recorded by torch as ranges on gloo's worker threads,
+# e.g. "gloo:all_reduce", spanning the whole operation including the wait for the other ranks
+# (checked with torch 2.14). "c10d::allreduce_" only enqueues the work, so it is not counted.
+CPU_COLLECTIVE_RE = re.compile(r"^gloo:")
+
+
+def kernel_class(name: str) -> str:
+    if COMM_KERNEL_RE.match(name):
+        return COMMUNICATION
+    if MEMORY_KERNEL_RE.match(name):
+        return MEMORY
+    if not NOT_COMPUTE_RE.match(name):
+        return COMPUTE
+    return OTHER
+
+
+def classify(names: pd.Series) -> np.ndarray:
+    """Class of each row of a categorical name column, computed once per distinct name."""
+    cats = names.cat.categories
+    per_name = np.asarray([kernel_class(str(c)) for c in cats] + [OTHER], dtype=object)
+    return per_name[names.cat.codes.to_numpy()]
+
+
+def cpu_collectives(trace: RankTrace) -> pd.DataFrame:
+    """CPU-side collective ranges (gloo)."""
+    cpu = trace.cpu_events()
+    return cpu[names_matching(cpu["name"], CPU_COLLECTIVE_RE.match)]
+
+
+def kernel_time_by_class(traces: List[RankTrace]) -> pd.DataFrame:
+    """Per rank and class: number of kernels, summed and merged (wall-clock) time, share of the
+    rank's GPU busy time. gloo collectives on the CPU appear as class ``communication`` with
+    ``device`` = ``cpu``."""
+    rows = []
+    for trace in traces:
+        gpu = trace.gpu_events()
+        classes = classify(gpu["name"])
+        ts, end = gpu["ts"].to_numpy(), (gpu["ts"] + gpu["dur"]).to_numpy()
+        busy = intervals.union_length(ts, end)
+        for cls in KERNEL_CLASSES:
+            sel = classes == cls
+            if sel.any():
+                merged = intervals.union_length(ts[sel], end[sel])
+                rows.append(
+                    (
+                        trace.rank,
+                        "gpu",
+                        cls,
+                        int(sel.sum()),
+                        float(gpu["dur"].to_numpy()[sel].sum()),
+                        merged,
+                        100.0 * merged / busy if busy else float("nan"),
+                    )
+                )
+        coll = cpu_collectives(trace)
+        if len(coll):
+            merged = intervals.union_length(
+                coll["ts"].to_numpy(), (coll["ts"] + coll["dur"]).to_numpy()
+            )
+            rows.append(
+                (
+                    trace.rank,
+                    "cpu",
+                    COMMUNICATION,
+                    len(coll),
+                    float(coll["dur"].sum()),
+                    merged,
+                    float("nan"),
+                )
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "rank",
+            "device",
+            "kernel_class",
+            "count",
+            "time_us",
+            "merged_time_us",
+            "pct_of_busy",
+        ],
+    )

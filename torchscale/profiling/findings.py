@@ -1,0 +1,323 @@
+"""Rules that turn the analysis tables into findings: what is wrong, on which ranks and steps,
+the numbers behind it, and what to do about it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List
+
+import numpy as np
+import pandas as pd
+
+# --- thresholds (percentages are of step time unless said otherwise) -------------------------
+# A rank is a straggler when it is last at >= 60% of the collectives where someone waited: with
+# no straggler each of N ranks is last ~1/N of the time, so 60% is well above chance for N >= 2
+# over the >= 2 instances we require (the stall threshold below guards against chance).
+STRAGGLER_MIN_LAST_SHARE = 0.6
+STRAGGLER_MIN_INSTANCES = 2
+# ... and only worth reporting when the others lose >= 2% of their step waiting for it.
+STRAGGLER_MIN_STALL_PCT = 2.0
+# Sync stall that no single rank explains (ranks take turns being late): report from 5%.
+SYNC_STALL_PCT = 5.0
+# Sync time varying by more than 25% (coefficient of variation) across ranks or steps, when
+# sync is >= 5% of the step, is the "high variance in gradient sync time" of the user story.
+SYNC_CV = 0.25
+SYNC_SIGNIFICANT_PCT = 5.0
+# Overlap: DDP overlaps all-reduce with backward; < 50% hidden means buckets start late.
+LOW_OVERLAP_PCT = 50.0
+COMM_SIGNIFICANT_PCT = 10.0  # ... when communication is >= 10% of GPU time at all
+# Exposed communication >= 10% of GPU time is worth compressing or amortising.
+EXPOSED_COMM_PCT = 10.0
+# GPU idle >= 30% of its active span (HTA idle) points at a CPU-bound (launch-bound) loop.
+GPU_IDLE_PCT = 30.0
+# Waiting >= 10% of the step for the next batch means the input pipeline cannot keep up.
+DATALOADER_PCT = 10.0
+# Copies/memsets taking >= 10% of GPU busy time.
+MEMORY_PCT = 10.0
+HIGH, MEDIUM, LOW = "high", "medium", "low"
+SEVERITY_ORDER = {HIGH: 0, MEDIUM: 1, LOW: 2}
+
+TARGET_CATEGORIES = {
+    "sync_stalls": {"straggler", "sync"},
+    "communication": {"straggler", "sync", "communication"},
+    "compute": {"compute", "data_loading"},
+    "memory": {"memory"},
+    "all": {"straggler", "sync", "communication", "compute", "data_loading", "memory"},
+}
+TARGETS = tuple(TARGET_CATEGORIES)
+
+
+@dataclass
+class Finding:
+    severity: str
+    category: str
+    title: str
+    recommendation: str
+    ranks: List[int] = field(default_factory=list)
+    steps: List[int] = field(default_factory=list)
+    evidence: Dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def _severity(value: float, medium: float, high: float) -> str:
+    return HIGH if value >= high else MEDIUM if value >= medium else LOW
+
+
+def _num(value: Any, digits: int = 2) -> Any:
+    return (
+        None
+        if value is None or (isinstance(value, float) and np.isnan(value))
+        else round(float(value), digits)
+    )
+
+
+def _by_rank(rows: pd.DataFrame, column: str, digits: int = 2) -> Dict[int, Any]:
+    """Evidence: ``column`` for each rank in ``rows``."""
+    return {int(r): _num(v, digits) for r, v in zip(rows["rank"], rows[column])}
+
+
+def _device(rank: int, instances: pd.DataFrame) -> str:
+    return f"GPU-{rank}" if (instances["device"] == "gpu").all() else f"rank {rank}"
+
+
+def _straggler_advice(rank: int, gpu: bool) -> str:
+    where = (
+        "on its host run `nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE` (throttle reasons, "
+        "SM clock below the others, temperature) and compare with a healthy GPU"
+        if gpu
+        else "on its host check CPU load and frequency (`top`, `cpupower frequency-info`) and "
+        "other processes competing for its cores"
+    )
+    return (
+        f"Look at what makes rank {rank} slower: {where}; check its data loading (more "
+        "DataLoader workers, pinned memory, local copy of the dataset) and any work only it "
+        "does (logging, checkpointing, evaluation on rank 0)."
+    )
+
+
+def straggler_findings(ranks: pd.DataFrame, instances: pd.DataFrame) -> List[Finding]:
+    out = []
+    for row in ranks.itertuples(index=False):
+        if not (
+            row.significant_instances >= STRAGGLER_MIN_INSTANCES
+            and row.last_share >= STRAGGLER_MIN_LAST_SHARE
+        ):
+            continue
+        others = ranks[ranks["rank"] != row.rank]
+        stall = float(others["sync_stall_pct"].mean())
+        if not stall >= STRAGGLER_MIN_STALL_PCT:
+            continue
+        mine = instances[(instances["rank"] == row.rank) & instances["is_last"]]
+        op = str(mine["op"].mode().iloc[0]) if len(mine) else "collective"
+        nccl = "NCCL " if (mine["device"] == "gpu").all() else "gloo "
+        early = others.sort_values("sync_stall_pct", ascending=False)["rank"].iloc[0]
+        who, other = _device(row.rank, instances), _device(int(early), instances)
+        out.append(
+            Finding(
+                severity=_severity(stall, 5.0, 10.0),
+                category="straggler",
+                title=(
+                    f"{nccl}{op}: {who} arrives last at {row.times_last} of "
+                    f"{row.significant_instances} collectives (finishes its compute later than "
+                    f"{other}); the other ranks wait {stall:.1f}% of step time for it"
+                ),
+                recommendation=_straggler_advice(int(row.rank), gpu=nccl == "NCCL "),
+                ranks=[int(row.rank)],
+                steps=sorted({int(s) for s in mine["step"] if s >= 0}),
+                evidence={
+                    "times_last": int(row.times_last),
+                    "significant_instances": int(row.significant_instances),
+                    "last_share": _num(row.last_share, 3),
+                    "others_sync_stall_pct": _num(stall),
+                    "others_wait_us": _num(float(others["wait_us"].sum()), 1),
+                },
+            )
+        )
+    return out
+
+
+def sync_findings(ranks: pd.DataFrame, have_straggler: bool) -> List[Finding]:
+    out = []
+    stall = float(ranks["sync_stall_pct"].mean()) if len(ranks) else float("nan")
+    if not have_straggler and stall >= SYNC_STALL_PCT:
+        out.append(
+            Finding(
+                severity=_severity(stall, 10.0, 20.0),
+                category="sync",
+                title=(
+                    f"Ranks wait {stall:.1f}% of step time in collectives, with no single straggler"
+                ),
+                recommendation=(
+                    "Ranks take turns arriving late: look for uneven work per rank "
+                    "(variable sequence lengths or batch sizes; bucket by length), "
+                    "and for noisy neighbours on the hosts (CPU pinning, other jobs)."
+                ),
+                ranks=[int(r) for r in ranks["rank"]],
+                evidence={"sync_stall_pct": _num(stall)},
+            )
+        )
+    mean = ranks["sync_time_mean_us"].to_numpy(dtype=float)
+    step = ranks["step_mean_us"].to_numpy(dtype=float)
+    share = 100.0 * np.nanmean(mean) / np.nanmean(step) if np.isfinite(step).any() else float("nan")
+    across_ranks = float(np.nanstd(mean) / np.nanmean(mean)) if np.isfinite(mean).sum() > 1 else 0.0
+    across_steps = (
+        float(np.nanmax(ranks["sync_time_cv"].to_numpy(dtype=float)))
+        if np.isfinite(ranks["sync_time_cv"].to_numpy(dtype=float)).any()
+        else 0.0
+    )
+    if share >= SYNC_SIGNIFICANT_PCT and max(across_ranks, across_steps) >= SYNC_CV:
+        out.append(
+            Finding(
+                severity=MEDIUM,
+                category="sync",
+                title=(
+                    f"Gradient synchronization: high variance in sync time (cv {across_ranks:.2f} "
+                    f"across ranks, up to {across_steps:.2f} across steps)"
+                ),
+                recommendation=(
+                    "Sync time varies with who arrives last (see the straggler finding) or "
+                    "with a contended interconnect: run nccl-tests all_reduce_perf on these "
+                    "GPUs and check NCCL_DEBUG=INFO for the transport (NVLink/IB vs "
+                    "sockets) and other traffic on the network."
+                ),
+                ranks=[int(r) for r in ranks["rank"]],
+                evidence={
+                    "cv_across_ranks": _num(across_ranks, 3),
+                    "cv_across_steps": _num(across_steps, 3),
+                    "sync_share_of_step_pct": _num(share),
+                },
+            )
+        )
+    return out
+
+
+def communication_findings(ranks: pd.DataFrame) -> List[Finding]:
+    out = []
+    comm_share = 100.0 * ranks["comm_time_us"] / ranks["kernel_time_us"]
+    low = ranks[(ranks["overlap_pct"] < LOW_OVERLAP_PCT) & (comm_share >= COMM_SIGNIFICANT_PCT)]
+    if len(low):
+        worst = float(low["overlap_pct"].min())
+        out.append(
+            Finding(
+                severity=_severity(LOW_OVERLAP_PCT - worst, 10.0, 30.0),
+                category="communication",
+                title=f"Only {worst:.1f}% of communication overlaps computation",
+                recommendation=(
+                    "Let DDP start all-reduces earlier during backward: tune "
+                    "`bucket_cap_mb` (try 10-25 for earlier buckets, 50-100 for fewer "
+                    "calls), pass `gradient_as_bucket_view=True`, `static_graph=True` when "
+                    "the graph does not change, and avoid `find_unused_parameters=True`."
+                ),
+                ranks=[int(r) for r in low["rank"]],
+                evidence={
+                    "overlap_pct": _by_rank(low, "overlap_pct"),
+                    "comm_share_of_gpu_time_pct": _num(float(comm_share[low.index].mean())),
+                },
+            )
+        )
+    exposed = 100.0 * ranks["exposed_comm_us"] / ranks["kernel_time_us"]
+    big = ranks[exposed >= EXPOSED_COMM_PCT]
+    if len(big):
+        worst = float(exposed[big.index].max())
+        out.append(
+            Finding(
+                severity=_severity(worst, 15.0, 25.0),
+                category="communication",
+                title=f"Exposed communication takes {worst:.1f}% of GPU time",
+                recommendation=(
+                    "Send less or less often: a DDP comm hook that compresses gradients "
+                    "(`register_comm_hook(None, default_hooks.bf16_compress_hook)` or "
+                    "fp16; PowerSGD for large models), a bigger per-GPU batch, or gradient "
+                    "accumulation with `no_sync()` so that you synchronise every N steps."
+                ),
+                ranks=[int(r) for r in big["rank"]],
+                evidence={
+                    "exposed_comm_us": _by_rank(big, "exposed_comm_us", 1),
+                    "exposed_share_of_gpu_time_pct": _num(worst),
+                },
+            )
+        )
+    return out
+
+
+def _rank_threshold(
+    ranks: pd.DataFrame,
+    column: str,
+    threshold: float,
+    severity_at: tuple,
+    category: str,
+    title: str,
+    recommendation: str,
+) -> List[Finding]:
+    """One finding naming every rank whose ``column`` is at or above ``threshold``; ``title``
+    is formatted with ``worst``, the highest value."""
+    hit = ranks[ranks[column] >= threshold]
+    if not len(hit):
+        return []
+    worst = float(hit[column].max())
+    return [
+        Finding(
+            severity=_severity(worst, *severity_at),
+            category=category,
+            title=title.format(worst=worst),
+            recommendation=recommendation,
+            ranks=[int(r) for r in hit["rank"]],
+            evidence={column: _by_rank(hit, column)},
+        )
+    ]
+
+
+def compute_findings(ranks: pd.DataFrame) -> List[Finding]:
+    return _rank_threshold(
+        ranks,
+        "idle_pct",
+        GPU_IDLE_PCT,
+        (40.0, 60.0),
+        "compute",
+        "GPU idle between kernels {worst:.1f}% of the time (CPU cannot launch fast enough)",
+        "The loop is launch-bound: capture it with CUDA graphs or "
+        '`torch.compile(mode="reduce-overhead")`, use a bigger batch per GPU, '
+        "and remove host syncs (`.item()`, `.cpu()`, printing tensors).",
+    ) + _rank_threshold(
+        ranks,
+        "dataloader_pct",
+        DATALOADER_PCT,
+        (20.0, 40.0),
+        "data_loading",
+        "Waiting for the next batch takes {worst:.1f}% of step time",
+        "Feed the GPU faster: more DataLoader `num_workers`, `pin_memory=True`, "
+        "`persistent_workers=True`, a larger `prefetch_factor`, and data on local disk.",
+    )
+
+
+def memory_findings(ranks: pd.DataFrame) -> List[Finding]:
+    return _rank_threshold(
+        ranks,
+        "memory_pct",
+        MEMORY_PCT,
+        (20.0, 40.0),
+        "memory",
+        "Memory copies and sets take {worst:.1f}% of GPU busy time",
+        "Copy less and asynchronously: pinned host memory with "
+        "`.to(device, non_blocking=True)`, keep tensors on the GPU between steps, "
+        "avoid moving results to the host every step.",
+    )
+
+
+def find_bottlenecks(
+    ranks: pd.DataFrame, instances: pd.DataFrame, target: str = "all"
+) -> List[Finding]:
+    """All findings for ``target``, most severe first."""
+    wanted = TARGET_CATEGORIES[target]
+    stragglers = straggler_findings(ranks, instances) if len(instances) else []
+    found = (
+        stragglers
+        + sync_findings(ranks, bool(stragglers))
+        + communication_findings(ranks)
+        + compute_findings(ranks)
+        + memory_findings(ranks)
+    )
+    found = [f for f in found if f.category in wanted]
+    return sorted(found, key=lambda f: SEVERITY_ORDER[f.severity])

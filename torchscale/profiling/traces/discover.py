@@ -1,0 +1,123 @@
+"""Find per-rank trace files under the paths a user gives, and load them."""
+
+from __future__ import annotations
+
+import gzip
+import re
+import sqlite3
+import zlib
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from torchscale.errors import TorchscaleError
+from torchscale.profiling.traces.model import RankTrace
+
+KINETO_SUFFIXES = (".json", ".json.gz")
+NSYS_SUFFIXES = (".sqlite",)
+# Our own outputs live beside the traces; never read them back as traces.
+OWN_OUTPUTS = frozenset({"findings.json"})
+_RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.IGNORECASE)
+
+
+def trace_format(path: Path) -> Optional[str]:
+    name = path.name.lower()
+    if name in OWN_OUTPUTS:
+        return None
+    if name.endswith(KINETO_SUFFIXES):
+        return "kineto"
+    if name.endswith(NSYS_SUFFIXES):
+        return "nsys"
+    return None
+
+
+SNIFF_BYTES = 1 << 20  # Kineto writes "traceEvents" after a few KB of device properties
+
+
+def looks_like_trace(path: Path) -> bool:
+    """For files found in a folder: is this a trace, or another JSON/SQLite file (a benchmark's
+    result.json, cell.json, ...) that happens to sit beside the traces?"""
+    try:
+        if trace_format(path) == "nsys":
+            with open(path, "rb") as fh:
+                return fh.read(16) == b"SQLite format 3\x00"
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as fh:  # type: ignore[operator]
+            return b'"traceEvents"' in fh.read(SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return True  # let the reader report what is wrong with it
+
+
+def find_trace_files(paths: Sequence[Path]) -> List[Path]:
+    """Trace files named by ``paths`` (files, or folders searched one level down)."""
+    found: List[Path] = []
+    for path in paths:
+        if not path.exists():
+            raise TorchscaleError(
+                f"{path}: no such file or folder; pass trace files or a folder holding them"
+            )
+        if path.is_dir():
+            inside = sorted(p for p in path.iterdir() if p.is_file() and trace_format(p))
+            inside += sorted(
+                p
+                for sub in sorted(path.iterdir())
+                if sub.is_dir()
+                for p in sub.iterdir()
+                if p.is_file() and trace_format(p)
+            )
+            found += [p for p in inside if looks_like_trace(p)]
+        elif trace_format(path):
+            found.append(path)
+        else:
+            raise TorchscaleError(
+                f"{path}: not a trace (expected .json, .json.gz from "
+                "torch.profiler or .sqlite from 'nsys export --type sqlite')"
+            )
+    unique = list(dict.fromkeys(p.resolve() for p in found))
+    if not unique:
+        shown = ", ".join(str(p) for p in paths)
+        raise TorchscaleError(
+            f"no traces found in {shown}; expected per-rank .json/.json.gz "
+            "(torch.profiler) or .sqlite (nsys export) files"
+        )
+    return unique
+
+
+def rank_from_name(path: Path) -> Optional[int]:
+    match = _RANK_IN_NAME.search(path.name)
+    return int(match.group(1)) if match else None
+
+
+def load_traces(paths: Sequence[Path], workers: Optional[int] = None) -> List[RankTrace]:
+    """Read every trace under ``paths``; ranks come from the trace, its file name, or its order."""
+    from torchscale.profiling.traces.kineto import TraceReadError, read_kineto_files
+    from torchscale.profiling.traces.kineto_decode import DecodeError
+    from torchscale.profiling.traces.nsys_sqlite import read_nsys
+
+    files = find_trace_files(paths)
+    kineto = [f for f in files if trace_format(f) == "kineto"]
+    traces: Dict[Path, RankTrace] = {}
+    if kineto:
+        try:
+            traces.update(read_kineto_files(kineto, workers))
+        except (OSError, EOFError, zlib.error, *DecodeError) as exc:
+            raise TraceReadError(f"cannot read trace: {exc}") from None  # raised outside a file
+    for path in files:
+        if trace_format(path) == "nsys":
+            try:
+                traces[path] = read_nsys(path)
+            except sqlite3.DatabaseError as exc:
+                raise TraceReadError(f"{path}: not a readable nsys SQLite export ({exc})") from None
+    ordered = [traces[f] for f in files]
+    used = set()
+    for position, trace in enumerate(ordered):
+        if trace.rank < 0:
+            from_name = rank_from_name(trace.path)
+            trace.rank = position if from_name is None else from_name
+    for trace in ordered:
+        if trace.rank in used:
+            raise TorchscaleError(
+                f"two traces claim rank {trace.rank} ({trace.path.name}); pass "
+                "one trace per rank (one capture at a time)"
+            )
+        used.add(trace.rank)
+    return sorted(ordered, key=lambda t: t.rank)

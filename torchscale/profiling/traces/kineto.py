@@ -1,0 +1,301 @@
+"""Read PyTorch profiler (Kineto / Chrome trace) files, ``.json`` or ``.json.gz``, by streaming.
+
+The file is never loaded whole. It is read in blocks; each block is cut at the last event
+boundary (a ``}`` then ``,`` then ``{``; the cut is proven by the block decoding as a JSON array)
+and decoded into columns (``kineto_decode``). Large plain files are split into byte ranges that
+several processes decode at once; gzip input is decompressed by a helper thread (zlib releases
+the GIL) while the main thread decodes.
+
+After decoding, the events are put in the shape HTA gives them, so figures agree with HTA: events
+without a duration or category and the profiler's own "Trace" span are dropped; timestamps with a
+fractional part are rounded as HTA does (start up, end down); and when there are at least two
+``ProfilerStep#N`` ranges, everything launched at or after the start of the last one is dropped.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import queue
+import re
+import threading
+import zlib
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import IO, Any, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from torchscale.errors import TorchscaleError
+from torchscale.profiling.traces import kineto_decode as dec
+from torchscale.profiling.traces.model import RankTrace, build_events, launch_times
+
+BLOCK_BYTES = 8 << 20  # decode unit: big enough to amortise calls, small enough for the cache
+HEAD_LIMIT_BYTES = 64 << 20  # "traceEvents" must start within this (Kineto writes it first)
+PARALLEL_MIN_BYTES = 96 << 20  # below this a process pool costs more than it saves
+MAX_WORKERS = 4
+_TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BOUNDARY = re.compile(rb"\}\s*,(?=\s*\{)")  # end of an event, its comma, the next event
+
+
+class TraceReadError(TorchscaleError):
+    """A trace file that cannot be read as what its name says it is."""
+
+
+def _open(path: Path) -> IO[bytes]:
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+
+
+def _blocks(fh: IO[bytes], limit: Optional[int]) -> Iterator[bytes]:
+    """Successive blocks of ``fh`` (at most ``limit`` bytes in all), read one block ahead by a
+    thread so that gzip decompression overlaps decoding."""
+    pending: queue.Queue[Any] = queue.Queue(maxsize=2)
+
+    def produce() -> None:
+        try:
+            left = limit
+            while left is None or left > 0:
+                data = fh.read(BLOCK_BYTES if left is None else min(BLOCK_BYTES, left))
+                if not data:
+                    break
+                if left is not None:
+                    left -= len(data)
+                pending.put(data)
+            pending.put(b"")
+        except BaseException as exc:  # re-raised in the reading thread below
+            pending.put(exc)
+
+    worker = threading.Thread(target=produce, daemon=True)
+    worker.start()
+    while True:
+        item = pending.get()
+        if isinstance(item, BaseException):
+            raise item
+        if not item:
+            break
+        yield item
+    worker.join()
+
+
+def _decode_until_boundary(buf: bytearray, out: dec.Columns, use_msgspec: bool) -> None:
+    """Decode the complete events at the front of ``buf`` (``buf[0]`` is a ``[`` slot) and drop
+    them, keeping the unfinished tail."""
+    window = max(1, len(buf) - (1 << 20))
+    for match in reversed(list(_BOUNDARY.finditer(buf, window))):
+        comma = match.end() - 1
+        buf[comma] = ord("]")
+        try:
+            with memoryview(buf) as view:
+                dec.decode_event_list(view[: comma + 1], out, use_msgspec)
+        except dec.DecodeError:
+            buf[comma] = ord(",")
+            continue
+        del buf[1 : comma + 1]
+        return
+
+
+def scan_range(
+    path: Path, start: int, end: Optional[int], first: bool, last: bool, use_msgspec: bool = True
+) -> dec.Columns:
+    """Decode the events in bytes ``[start, end)`` of ``path``.
+
+    ``first``: the range starts at the file start (metadata, then ``"traceEvents": [``).
+    ``last``: the range runs to the end of the file (closing ``]`` and trailing metadata).
+    Otherwise the range holds whole events separated by commas.
+    """
+    out = dec.Columns()
+    buf = bytearray(b"[")
+    with _open(path) as fh:
+        if start:
+            fh.seek(start)
+        limit = None if end is None else end - start
+        blocks = _blocks(fh, limit)
+        if first:
+            head = bytearray()
+            for block in blocks:
+                head += block
+                match = _TRACE_EVENTS.search(head)
+                if match or len(head) > HEAD_LIMIT_BYTES:
+                    break
+            else:
+                match = _TRACE_EVENTS.search(head)
+            if not match:
+                raise TraceReadError(
+                    f'{path}: no "traceEvents" array, so not a PyTorch '
+                    "profiler trace; pass Kineto .json/.json.gz or nsys .sqlite"
+                )
+            dec.decode_trace_object(
+                bytes(head[: match.start()]) + b'"traceEvents": []}', out, use_msgspec
+            )
+            buf += head[match.end() :]
+        for block in blocks:
+            buf += block
+            if len(buf) > BLOCK_BYTES:
+                _decode_until_boundary(buf, out, use_msgspec)
+    if last:
+        dec.decode_trace_object(b'{"traceEvents": ' + bytes(buf), out, use_msgspec)
+    elif len(buf) > 1 and bytes(buf[1:]).strip():
+        buf += b"]"
+        dec.decode_event_list(bytes(buf), out, use_msgspec)
+    return out
+
+
+def _split_ranges(path: Path, parts: int) -> List[Tuple[int, Optional[int], bool, bool]]:
+    """Byte ranges of a plain file, each cut just after a proven event boundary."""
+    size = path.stat().st_size
+    cuts: List[int] = []
+    with open(path, "rb") as fh:
+        for i in range(1, parts):
+            fh.seek(size * i // parts)
+            window = fh.read(2 << 20)
+            matches = list(_BOUNDARY.finditer(window))
+            for here, after in zip(matches, matches[1:]):
+                piece = b"[" + window[here.end() : after.end() - 1] + b"]"
+                try:
+                    probe = dec.Columns()
+                    dec.decode_event_list(piece, probe, use_msgspec=True)
+                except dec.DecodeError:
+                    continue
+                cut = size * i // parts + here.end()
+                if not cuts or cut > cuts[-1]:
+                    cuts.append(cut)
+                break
+    bounds = [0, *cuts]
+    return [
+        (lo, (cuts[j] - 1 if j < len(cuts) else None), j == 0, j == len(cuts))
+        for j, lo in enumerate(bounds)
+    ]
+
+
+def _scan_task(args: Tuple[Path, int, Optional[int], bool, bool, bool]) -> dec.Columns:
+    try:
+        return scan_range(*args)
+    except (OSError, EOFError, zlib.error, *dec.DecodeError) as exc:
+        raise TraceReadError(
+            f"cannot read trace {args[0]}: {exc}; is it a complete torch.profiler trace?"
+        ) from None
+
+
+def plan_tasks(
+    paths: List[Path], workers: int
+) -> List[Tuple[Path, int, Optional[int], bool, bool, bool]]:
+    """One task per file, or several per large plain file when more than one process helps."""
+    tasks = []
+    can_split = dec.msgspec is not None and workers > 1
+    for path in paths:
+        size = path.stat().st_size
+        if can_split and not path.name.endswith(".gz") and size >= PARALLEL_MIN_BYTES:
+            parts = max(2, workers // max(1, len(paths)))
+            tasks += [(path, lo, hi, f, la, True) for lo, hi, f, la in _split_ranges(path, parts)]
+        else:
+            tasks.append((path, 0, None, True, True, True))
+    return tasks
+
+
+def read_kineto_files(paths: List[Path], workers: Optional[int] = None) -> Dict[Path, RankTrace]:
+    """Read several Kineto traces, in parallel when there is enough work for it."""
+    workers = workers or min(MAX_WORKERS, os.cpu_count() or 1)
+    tasks = plan_tasks(paths, workers)
+    total = sum(p.stat().st_size for p in paths)
+    if workers > 1 and len(tasks) > 1 and total >= PARALLEL_MIN_BYTES // 4:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+        with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx) as pool:
+            results = list(pool.map(_scan_task, tasks))
+    else:
+        results = [_scan_task(t) for t in tasks]
+    by_path: Dict[Path, List[dec.Columns]] = {}
+    for task, cols in zip(tasks, results):
+        by_path.setdefault(task[0], []).append(cols)
+    return {path: finish(path, parts) for path, parts in by_path.items()}
+
+
+def read_kineto(path: Path, use_msgspec: bool = True) -> RankTrace:
+    """Read one trace in this process (no pool)."""
+    return finish(path, [scan_range(path, 0, None, True, True, use_msgspec)])
+
+
+def _merge(parts: List[dec.Columns]) -> Tuple[Dict[str, np.ndarray], List[str], List[str], dict]:
+    names: Dict[str, int] = {}
+    cats: Dict[str, int] = {}
+    name_codes, cat_codes, meta = [], [], {}
+    for part in parts:
+        name_map = np.fromiter(
+            (names.setdefault(n, len(names)) for n in part.names), np.int32, len(part.names)
+        )
+        cat_map = np.fromiter(
+            (cats.setdefault(c, len(cats)) for c in part.cats), np.int32, len(part.cats)
+        )
+        name_codes += [name_map[c] for c in part.name_codes]
+        cat_codes += [cat_map[c] for c in part.cat_codes]
+        meta.update(part.metadata)
+
+    def cat(field: str, dtype: Any) -> np.ndarray:
+        arrays = [a for p in parts for a in getattr(p, field)]
+        return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+
+    cols = {
+        f: cat(f, t)
+        for f, t in (
+            ("ts", np.float64),
+            ("dur", np.float64),
+            ("pid", np.int64),
+            ("tid", np.int64),
+            ("stream", np.int64),
+            ("correlation", np.int64),
+        )
+    }
+    cols["name"] = np.concatenate(name_codes) if name_codes else np.zeros(0, np.int32)
+    cols["cat"] = np.concatenate(cat_codes) if cat_codes else np.zeros(0, np.int32)
+    return cols, list(names), list(cats), meta
+
+
+def finish(path: Path, parts: List[dec.Columns]) -> RankTrace:
+    """Columns -> a RankTrace with HTA's load-time rules applied."""
+    cols, names, cats, meta = _merge(parts)
+    ts, dur = cols["ts"], cols["dur"]
+    cat_names = np.asarray([*cats, ""], dtype=object)
+    keep = ~np.isnan(dur) & ~np.isnan(ts) & (cat_names[cols["cat"]] != "")
+    cols = {k: v[keep] for k, v in cols.items()}
+    ts, dur = cols["ts"], cols["dur"]
+    api_corr = np.concatenate([a for p in parts for a in p.api_correlation] or [np.zeros(0)])
+    api_ts = np.concatenate([a for p in parts for a in p.api_ts] or [np.zeros(0)])
+    fractional = np.any(ts != np.floor(ts)) or np.any(api_ts != np.floor(api_ts))
+    if fractional:  # ns-resolution trace: HTA rounds start up, end down
+        end = np.floor(ts + dur)
+        ts = np.ceil(ts)
+        dur = end - ts
+        api_ts = np.ceil(api_ts)
+    events = build_events(
+        ts,
+        dur,
+        cols["cat"],
+        cats,
+        cols["name"],
+        names,
+        cols["pid"],
+        cols["tid"],
+        cols["stream"],
+        cols["correlation"],
+    )
+    events["launch_ts"] = launch_times(events, api_corr, api_ts)
+    step_names = [n for n in events["name"].cat.categories if "ProfilerStep" in n]
+    window_end = None
+    if len(step_names) >= 2:
+        is_kernel = (events["stream"].to_numpy() >= 0) & (events["correlation"].to_numpy() >= 0)
+        steps = events["name"].isin(step_names).to_numpy() & ~is_kernel
+        window_end = float(events["ts"].to_numpy()[steps].max())
+        anchor = np.where(is_kernel, events["launch_ts"].to_numpy(), events["ts"].to_numpy())
+        events = events[anchor < window_end].reset_index(drop=True)
+    info = meta.get("distributedInfo") or {}
+    rank = info.get("rank") if isinstance(info, dict) else None
+    metadata = {"distributedInfo": info, "baseTimeNanoseconds": meta.get("baseTimeNanoseconds")}
+    return RankTrace(
+        rank=rank if isinstance(rank, int) else -1,
+        path=path,
+        source="kineto",
+        events=events,
+        metadata=metadata,
+        window_end=window_end,
+    )

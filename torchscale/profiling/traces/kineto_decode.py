@@ -1,0 +1,250 @@
+"""Decode blocks of Kineto trace events into columns.
+
+Decoding dominates the cost of reading a large trace, and almost all of it is the allocation of
+Python objects. msgspec decodes straight into typed structs and skips every field we do not name
+without allocating it; flow (``ph: s/f``), metadata and instant events are tag-dispatched to empty
+structs, so they cost almost nothing. Without msgspec the stdlib ``json`` module is used (same
+result, several times slower).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import Any, Dict, List, Optional, Union
+
+import numpy as np
+import pandas as pd
+
+try:  # speed only: the stdlib path below gives identical columns
+    import msgspec
+except ImportError:  # pragma: no cover - exercised by forcing the stdlib path in tests
+    msgspec = None
+
+# Events HTA drops on load (no duration, profiler bookkeeping) or that we never analyse.
+SKIPPED_CATEGORIES = frozenset({"Trace", "python_function"})
+# CUDA API calls: only their correlation id and start are kept, to find each kernel's launch.
+API_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
+
+
+@dataclass
+class Columns:
+    """Columns of the complete (``ph: X``) events of one block, names interned per block."""
+
+    ts: List[np.ndarray] = field(default_factory=list)
+    dur: List[np.ndarray] = field(default_factory=list)
+    pid: List[np.ndarray] = field(default_factory=list)
+    tid: List[np.ndarray] = field(default_factory=list)
+    stream: List[np.ndarray] = field(default_factory=list)
+    correlation: List[np.ndarray] = field(default_factory=list)
+    cat_codes: List[np.ndarray] = field(default_factory=list)
+    name_codes: List[np.ndarray] = field(default_factory=list)
+    cats: Dict[str, int] = field(default_factory=dict)
+    names: Dict[str, int] = field(default_factory=dict)
+    metadata: Dict[str, Any] = field(default_factory=dict)
+    api_correlation: List[np.ndarray] = field(default_factory=list)
+    api_ts: List[np.ndarray] = field(default_factory=list)
+
+    def add(
+        self,
+        ts: Any,
+        dur: Any,
+        pid: Any,
+        tid: Any,
+        stream: Any,
+        corr: Any,
+        cats: List[str],
+        names: List[str],
+    ) -> None:
+        cat_codes = _intern(cats, self.cats)
+        skipped = np.fromiter((c in SKIPPED_CATEGORIES for c in self.cats), bool, len(self.cats))
+        api = np.fromiter((c in API_CATEGORIES for c in self.cats), bool, len(self.cats))
+        keep = ~(skipped | api)[cat_codes] if len(cat_codes) else np.ones(0, dtype=bool)
+        ts = np.asarray(ts, dtype=np.float64)
+        corr = _ints(corr)
+        calls = api[cat_codes] if len(cat_codes) else keep
+        if calls.any():
+            self.api_correlation.append(corr[calls])
+            self.api_ts.append(ts[calls])
+        columns = (
+            ts,
+            np.asarray(dur, dtype=np.float64),
+            _ints(pid),
+            _ints(tid),
+            _ints(stream),
+            corr,
+            cat_codes,
+            _intern(names, self.names),
+        )
+        if not keep.all():
+            columns = tuple(c[keep] for c in columns)
+        for target, column in zip(
+            (
+                self.ts,
+                self.dur,
+                self.pid,
+                self.tid,
+                self.stream,
+                self.correlation,
+                self.cat_codes,
+                self.name_codes,
+            ),
+            columns,
+        ):
+            target.append(column)
+
+
+def _ints(values: Any) -> np.ndarray:
+    """Integers as int64; anything else (a string pid like "Spans", a non-numeric stream) -> -1."""
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        out = np.empty(len(values), dtype=np.int64)
+        for i, v in enumerate(values):
+            try:
+                out[i] = int(v)
+            except (TypeError, ValueError, OverflowError):
+                out[i] = -1
+        return out
+
+
+def _intern(strings: List[str], table: Dict[str, int]) -> np.ndarray:
+    """Codes of ``strings`` in ``table`` (extended with new ones); pandas hashes in C."""
+    if not strings:
+        return np.zeros(0, dtype=np.int32)
+    codes, uniques = pd.factorize(np.asarray(strings, dtype=object))
+    remap = np.fromiter((table.setdefault(s, len(table)) for s in uniques), np.int32, len(uniques))
+    return remap[codes]
+
+
+if msgspec is not None:
+
+    class _Args(msgspec.Struct, frozen=True, gc=False):
+        stream: Union[int, str, None] = -1
+        correlation: Union[int, None] = -1
+
+    _NO_ARGS = _Args()
+
+    class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+        cat: str = ""
+        name: str = ""
+        pid: Union[int, str] = -1
+        tid: Union[int, str] = -1
+        ts: float = float("nan")
+        dur: float = float("nan")
+        args: _Args = _NO_ARGS
+
+    # Every other phase decodes to a field-less struct: nothing inside it is allocated.
+    _OTHER_PHASES = (
+        "B",
+        "E",
+        "i",
+        "I",
+        "s",
+        "t",
+        "f",
+        "M",
+        "C",
+        "b",
+        "n",
+        "e",
+        "P",
+        "O",
+        "N",
+        "D",
+        "R",
+        "c",
+    )
+    _Skipped = tuple(
+        msgspec.defstruct(f"_Skip{i}", [], tag_field="ph", tag=p, gc=False)
+        for i, p in enumerate(_OTHER_PHASES)
+    )
+    _EventUnion = Union[(_Complete, *_Skipped)]  # type: ignore[valid-type]
+
+    class _TraceFile(msgspec.Struct, gc=False):
+        traceEvents: List[_EventUnion] = []  # type: ignore[valid-type]  # noqa: RUF012
+        distributedInfo: Optional[Dict[str, Any]] = None
+        baseTimeNanoseconds: Optional[int] = None
+        schemaVersion: Optional[int] = None
+
+    _events_decoder = msgspec.json.Decoder(List[_EventUnion])  # type: ignore[valid-type]
+    _file_decoder = msgspec.json.Decoder(_TraceFile)
+    DecodeError: Any = (msgspec.DecodeError, ValueError)
+    _get = {k: attrgetter(k) for k in ("cat", "name", "pid", "tid", "ts", "dur")}
+    _get_stream = attrgetter("args.stream")
+    _get_corr = attrgetter("args.correlation")
+
+    def _ints_of(getter: Any, xs: List[Any]) -> np.ndarray:
+        try:  # fast path: every value an int
+            return np.fromiter(map(getter, xs), np.int64, len(xs))
+        except (TypeError, ValueError, OverflowError):
+            return _ints([-1 if v is None else v for v in map(getter, xs)])
+
+    def _add_structs(events: List[Any], out: Columns) -> None:
+        xs = [e for e in events if e.__class__ is _Complete]
+        if xs:
+            n = len(xs)
+            out.add(
+                np.fromiter(map(_get["ts"], xs), np.float64, n),
+                np.fromiter(map(_get["dur"], xs), np.float64, n),
+                _ints_of(_get["pid"], xs),
+                _ints_of(_get["tid"], xs),
+                _ints_of(_get_stream, xs),
+                _ints_of(_get_corr, xs),
+                list(map(_get["cat"], xs)),
+                list(map(_get["name"], xs)),
+            )
+
+else:  # pragma: no cover
+    DecodeError = (json.JSONDecodeError, ValueError, TypeError)
+
+
+def _add_dicts(events: List[Any], out: Columns) -> None:
+    xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+    if not xs:
+        return
+    nan = float("nan")
+    args = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in xs]
+    out.add(
+        [e.get("ts", nan) for e in xs],
+        [e.get("dur", nan) for e in xs],
+        [e.get("pid", -1) for e in xs],
+        [e.get("tid", -1) for e in xs],
+        [-1 if a.get("stream") is None else a["stream"] for a in args],
+        [-1 if a.get("correlation") is None else a["correlation"] for a in args],
+        [str(e.get("cat", "")) for e in xs],
+        [str(e.get("name", "")) for e in xs],
+    )
+
+
+def decode_event_list(buf: Any, out: Columns, use_msgspec: bool = True) -> None:
+    """Decode ``[ev, ev, ...]`` (bytes-like) and append its complete events to ``out``.
+
+    Raises ``DecodeError`` when the text is not a JSON array of objects.
+    """
+    if use_msgspec and msgspec is not None:
+        _add_structs(_events_decoder.decode(buf), out)
+    else:
+        events = json.loads(bytes(buf))
+        if not isinstance(events, list):
+            raise ValueError("not a list of events")
+        _add_dicts(events, out)
+
+
+def decode_trace_object(buf: Any, out: Columns, use_msgspec: bool = True) -> None:
+    """Decode a whole ``{..., "traceEvents": [...], ...}`` object: its events and metadata."""
+    if use_msgspec and msgspec is not None:
+        doc = _file_decoder.decode(buf)
+        _add_structs(doc.traceEvents, out)
+        meta = {
+            "distributedInfo": doc.distributedInfo,
+            "baseTimeNanoseconds": doc.baseTimeNanoseconds,
+        }
+    else:
+        raw = json.loads(bytes(buf))
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+        _add_dicts(raw.get("traceEvents") or [], out)
+        meta = {k: raw.get(k) for k in ("distributedInfo", "baseTimeNanoseconds")}
+    out.metadata.update({k: v for k, v in meta.items() if v is not None})

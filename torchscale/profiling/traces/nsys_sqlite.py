@@ -1,0 +1,271 @@
+"""Read ``nsys export --type sqlite`` files with SQL.
+
+Tables used (Nsight Systems export schema 3.x): ``CUPTI_ACTIVITY_KIND_KERNEL``,
+``CUPTI_ACTIVITY_KIND_MEMCPY``, ``CUPTI_ACTIVITY_KIND_MEMSET``, ``CUPTI_ACTIVITY_KIND_RUNTIME``
+(launch times, joined on ``correlationId``), ``NVTX_EVENTS`` (push/pop and start/end ranges),
+``StringIds``, ``TARGET_INFO_SESSION_START_TIME`` and ``TARGET_INFO_GPU``. nsys creates
+tables lazily, so each is optional.
+
+Nothing is fetched row by row: joins and per-correlation minima run in SQLite, and each column
+comes back as one ``group_concat`` string (in row-id chunks) parsed by numpy; only distinct names
+become Python strings. Times are converted to microseconds since the epoch (session start from
+``TARGET_INFO_SESSION_START_TIME``), so that traces of different ranks share a clock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from torchscale.profiling.traces.model import RankTrace, build_events
+
+CHUNK_ROWS = 1_000_000
+# Times are kept as microseconds since 2020-01-01 UTC: small enough for float64 to hold them to
+# ~0.03 us, and the same origin for every rank, so ranks stay comparable.
+TIME_ORIGIN_NS = 1_577_836_800_000_000_000
+NVTX_RANGE_TYPES = (59, 60)  # ENUM_NSYS_EVENT_TYPE: NvtxPushPopRange, NvtxStartEndRange
+GLOBAL_ID_PART = 0x1000000  # serialized GlobalId: ... | pid (24 bits) | tid (24 bits)
+# copyKind holds CUPTI's CUpti_ActivityMemcpyKind; named as Kineto names copies ("Memcpy HtoD").
+_COPY_KINDS = {
+    0: "Unknown",
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+}
+_GPU_TABLES = {
+    "kernel": ("CUPTI_ACTIVITY_KIND_KERNEL", "demangledName"),
+    "gpu_memcpy": ("CUPTI_ACTIVITY_KIND_MEMCPY", "copyKind"),
+    "gpu_memset": ("CUPTI_ACTIVITY_KIND_MEMSET", "NULL"),  # no name: "Memset (Device)"
+}
+
+
+def _tables(con: sqlite3.Connection) -> set:
+    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def _column_chunks(
+    con: sqlite3.Connection, table: str, exprs: Sequence[str], joins: str = "", where: str = "1"
+) -> List[np.ndarray]:
+    """Integer columns of ``table`` (``t``) as arrays, fetched as ``group_concat`` strings."""
+    lo, hi = con.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {table}").fetchone()
+    chunks: List[List[np.ndarray]] = [[] for _ in exprs]
+    if lo is None:
+        return [np.zeros(0, dtype=np.int64) for _ in exprs]
+    select = ", ".join(f"group_concat(CAST({e} AS INTEGER), ',')" for e in exprs)
+    for start in range(lo, hi + 1, CHUNK_ROWS):
+        row = con.execute(
+            f"SELECT {select} FROM {table} AS t {joins} "
+            f"WHERE t.rowid >= ? AND t.rowid < ? AND ({where})",
+            (start, start + CHUNK_ROWS),
+        ).fetchone()
+        for out, text in zip(chunks, row):
+            if text:
+                out.append(np.fromstring(text, dtype=np.int64, sep=","))
+    return [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in chunks]
+
+
+def _us(ns: np.ndarray, epoch_ns: int) -> np.ndarray:
+    """Session-relative ns -> us since TIME_ORIGIN_NS (integer arithmetic until the division)."""
+    return (ns + (epoch_ns - TIME_ORIGIN_NS if epoch_ns else 0)) / 1000.0
+
+
+def _strings(con: sqlite3.Connection, ids: np.ndarray) -> Dict[int, str]:
+    wanted = np.unique(ids)
+    if not len(wanted):
+        return {}
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS wanted_ids (id INTEGER PRIMARY KEY)")
+    con.execute("DELETE FROM wanted_ids")
+    con.executemany("INSERT INTO wanted_ids VALUES (?)", ((int(i),) for i in wanted))
+    return dict(
+        con.execute("SELECT s.id, s.value FROM StringIds s JOIN wanted_ids w ON w.id = s.id")
+    )
+
+
+def _launch_lookup(con: sqlite3.Connection, tables: set) -> Tuple[np.ndarray, np.ndarray]:
+    """Earliest CUDA API call per correlation id (sorted ids, their start in ns).
+
+    Joining in SQL costs a sort of the whole runtime table (nsys creates no index); two
+    ``group_concat`` columns and a numpy sort are several times faster.
+    """
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    corr, start = _column_chunks(
+        con,
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        ["t.correlationId", "t.start"],
+        where="t.correlationId IS NOT NULL",
+    )
+    order = np.lexsort((start, corr))
+    corr, start = corr[order], start[order]
+    first = np.r_[True, corr[1:] != corr[:-1]] if len(corr) else np.zeros(0, dtype=bool)
+    return corr[first], start[first]
+
+
+def _launch_of(corr: np.ndarray, lookup: Tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    ids, starts = lookup
+    out = np.full(len(corr), -1, dtype=np.int64)
+    if len(ids) and len(corr):
+        pos = np.minimum(np.searchsorted(ids, corr), len(ids) - 1)
+        hit = ids[pos] == corr
+        out[hit] = starts[pos[hit]]
+    return out
+
+
+def _gpu_rows(
+    con: sqlite3.Connection,
+    tables: set,
+    cat: str,
+    epoch_ns: int,
+    launches: Tuple[np.ndarray, np.ndarray],
+) -> Optional[tuple]:
+    table, name_col = _GPU_TABLES[cat]
+    if table not in tables:
+        return None
+    exprs = [
+        "t.start",
+        "t.end",
+        f"COALESCE(t.globalPid, 0) / {GLOBAL_ID_PART} % {GLOBAL_ID_PART}",
+        "t.streamId",
+        "COALESCE(t.correlationId, -1)",
+    ]
+    if name_col != "NULL":
+        exprs.append(f"COALESCE(t.{name_col}, -1)")
+    columns = _column_chunks(con, table, exprs)
+    start, end, pid, stream, corr = columns[:5]
+    name_key = columns[5] if len(columns) > 5 else np.zeros(len(start), dtype=np.int64)
+    launched = _launch_of(corr, launches)
+    if cat == "kernel":
+        strings = _strings(con, name_key)
+        names = [strings.get(int(k), f"<kernel {k}>") for k in np.unique(name_key)]
+        codes = np.searchsorted(np.unique(name_key), name_key)
+    elif cat == "gpu_memcpy":
+        kinds = np.unique(name_key)
+        names = [f"Memcpy {_COPY_KINDS.get(int(k), 'Unknown')}" for k in kinds]
+        codes = np.searchsorted(kinds, name_key)
+    else:
+        names, codes = ["Memset (Device)"], np.zeros(len(start), dtype=np.int64)
+    launch_us = np.where(launched >= 0, _us(launched, epoch_ns), np.nan)
+    ts = _us(start, epoch_ns)
+    return ts, _us(end, epoch_ns) - ts, codes, names, pid, stream, stream, corr, launch_us
+
+
+def _nvtx_rows(con: sqlite3.Connection, tables: set, epoch_ns: int) -> Optional[tuple]:
+    if "NVTX_EVENTS" not in tables:
+        return None
+    text, strings = "t.text", ""
+    if "StringIds" in tables:  # registered strings: the text lives in StringIds
+        text, strings = "COALESCE(t.text, s.value)", "LEFT JOIN StringIds s ON s.id = t.textId"
+    types = ",".join(str(t) for t in NVTX_RANGE_TYPES)
+    ranges = f"t.eventType IN ({types}) AND t.end IS NOT NULL AND {text} IS NOT NULL"
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS nvtx_names (name TEXT PRIMARY KEY, idx INTEGER)")
+    con.execute("DELETE FROM nvtx_names")
+    con.execute(
+        f"INSERT INTO nvtx_names SELECT name, ROW_NUMBER() OVER () - 1 FROM "
+        f"(SELECT DISTINCT {text} AS name FROM NVTX_EVENTS t {strings} WHERE {ranges})"
+    )
+    names = [r[0] for r in con.execute("SELECT name FROM nvtx_names ORDER BY idx")]
+    gtid = "COALESCE(t.globalTid, 0)"
+    exprs = [
+        "t.start",
+        "t.end",
+        f"{gtid} / {GLOBAL_ID_PART} % {GLOBAL_ID_PART}",
+        f"{gtid} % {GLOBAL_ID_PART}",
+        "nm.idx",
+    ]
+    joins = f"{strings} JOIN nvtx_names nm ON nm.name = {text}"
+    start, end, pid, thread, codes = _column_chunks(con, "NVTX_EVENTS", exprs, joins, ranges)
+    minus = np.full(len(start), -1, dtype=np.int64)
+    ts = _us(start, epoch_ns)
+    return (
+        ts,
+        _us(end, epoch_ns) - ts,
+        codes,
+        names,
+        pid,
+        thread,
+        minus,
+        minus,
+        np.full(len(start), np.nan),
+    )
+
+
+def _session_epoch_ns(con: sqlite3.Connection, tables: set) -> int:
+    if "TARGET_INFO_SESSION_START_TIME" in tables:
+        row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+        if row and row[0] is not None:
+            return int(row[0])
+    return 0
+
+
+def _gpus(con: sqlite3.Connection, tables: set) -> List[Tuple[int, str]]:
+    if "TARGET_INFO_GPU" not in tables:
+        return []
+    return [(int(i), str(n)) for i, n in con.execute("SELECT id, name FROM TARGET_INFO_GPU")]
+
+
+def read_nsys(path: Path) -> RankTrace:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = _tables(con)
+        if not tables & {"CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_MEMCPY"}:
+            raise sqlite3.DatabaseError("no CUDA kernel, memcpy or NVTX table")
+        epoch = _session_epoch_ns(con, tables)
+        launches = _launch_lookup(con, tables)
+        parts = [(cat, _gpu_rows(con, tables, cat, epoch, launches)) for cat in _GPU_TABLES]
+        parts.append(("user_annotation", _nvtx_rows(con, tables, epoch)))
+        gpus = _gpus(con, tables)
+    finally:
+        con.close()
+    parts = [(c, p) for c, p in parts if p is not None]
+    cats = [c for c, _ in parts]
+    names: List[str] = []
+    cols: Dict[str, List[np.ndarray]] = {
+        k: [] for k in ("ts", "dur", "cat", "name", "pid", "tid", "stream", "corr", "launch")
+    }
+    for cat_code, (_, (ts, dur, codes, part_names, pid, tid, stream, corr, launch)) in enumerate(
+        parts
+    ):
+        for key, value in zip(
+            ("ts", "dur", "pid", "tid", "stream", "corr", "launch"),
+            (ts, dur, pid, tid, stream, corr, launch),
+        ):
+            cols[key].append(np.asarray(value))
+        cols["cat"].append(np.full(len(ts), cat_code))
+        cols["name"].append(np.asarray(codes) + len(names))
+        names += part_names
+    flat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
+    unique_names, remap = (
+        np.unique(np.asarray(names, dtype=object), return_inverse=True)
+        if names
+        else (np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64))
+    )
+    events = build_events(
+        flat["ts"],
+        flat["dur"],
+        flat["cat"],
+        cats,
+        remap[flat["name"].astype(np.int64)] if len(names) else flat["name"],
+        list(unique_names),
+        flat["pid"],
+        flat["tid"],
+        flat["stream"],
+        flat["corr"],
+        flat["launch"],
+    )
+    return RankTrace(
+        rank=-1,
+        path=path,
+        source="nsys",
+        events=events,
+        metadata={"gpus": gpus, "session_start_epoch_ns": epoch},
+    )
