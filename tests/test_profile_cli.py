@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from profile_helpers import DATA, hta_reference, shared_traces
 from typer.testing import CliRunner
 
+from tests.profile_helpers import DATA, hta_reference, shared_traces
 from torchscale.cli.app import app
 from torchscale.profiling.outputs import FINDINGS_FILE, TABLE_FILES
 

@@ -9,8 +9,8 @@ import sqlite3
 import numpy as np
 import pandas as pd
 import pytest
-from profile_helpers import DATA, hta_reference, load_trace_json, shared_traces, write_ranks
 
+from tests.profile_helpers import DATA, hta_reference, load_trace_json, shared_traces, write_ranks
 from torchscale.profiling.analysis import analyze
 from torchscale.profiling.analyzers.breakdown import temporal_breakdown
 from torchscale.profiling.analyzers.collectives import collective_tables

@@ -14,7 +14,7 @@ TARGET_INFO_SESSION_START_TIME, as nsys does. One rank can be made late: its bac
 Run ``python tests/data/make_nsys_fixture.py`` to rewrite ``tests/data/nsys_2rank/``.
 """
 
-# ruff: noqa: E501  (kernel names and trace text are data, kept whole)
+
 from __future__ import annotations
 
 import random
