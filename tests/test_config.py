@@ -115,7 +115,10 @@ def test_overrides_set_and_seed_style(tmp_path: Path) -> None:
         ("models: [gpt2]\nprecision: fp8\n", "precision: Input should be 'fp32', 'amp' or 'bf16'"),
         ("models: [gpt2]\nmeasure_steps: 5\nmeasure_seconds: 2\n", "not both"),
         ("models: [gpt2]\ndata: {source: image_folder}\n", "needs data.path"),
-        ("models: [gpt2]\ncompile: true\nddp: {bucket_cap_mb: 0.5}\n", "compile: true needs ddp.bucket_cap_mb >= 1"),
+        (
+            "models: [gpt2]\ncompile: true\nddp: {bucket_cap_mb: 0.5}\n",
+            "compile: true needs ddp.bucket_cap_mb >= 1",
+        ),
         ("models: []\n", "'models' is empty"),
         ("models: [gpt2\n", "is not valid YAML at line 2"),
         ("- a\n- b\n", "must be a YAML mapping"),

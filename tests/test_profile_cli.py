@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from tests.profile_helpers import DATA, hta_reference, shared_traces
 from torchscale.cli.app import app
+from torchscale.cli.profile import parse_duration
 from torchscale.profiling.outputs import FINDINGS_FILE, TABLE_FILES
 
 runner = CliRunner()
@@ -107,31 +108,44 @@ def test_unwritable_output_dir_is_one_line_exit_2(tmp_path):
     assert "--output-dir" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_capture_parses_options_then_reports_not_built(tmp_path):
-    for duration in ("30", "30s", "2m"):
-        result = runner.invoke(
-            app,
-            [
-                "profile",
-                "--gpus",
-                "2",
-                "--duration",
-                duration,
-                "--target",
-                "sync_stalls",
-                "--model",
-                "resnet50",
-                "--batch-size",
-                "32",
-                "--tool",
-                "torch",
-                "--output-dir",
-                str(tmp_path),
-                "--json",
-            ],
-        )
-        assert result.exit_code == 1
-        assert "capture is not built yet" in result.stderr and result.stdout == ""
+def test_capture_builds_the_benchmark_it_runs(tmp_path):
+    """What a capture would run, for each form of the options (no launch: see
+    test_profile_capture.py for real captures)."""
+    from datetime import datetime
+
+    from torchscale.config.loader import parse_overrides
+    from torchscale.profiling.capture import CaptureRequest, capture_config
+
+    when = datetime(2026, 11, 22, 3, 4, 5)
+    for text, seconds in (("30", 30.0), ("30s", 30.0), ("2m", 120.0)):
+        request = CaptureRequest(
+            gpus=4, duration_s=parse_duration(text), target="communication", tool="torch",
+            model="resnet50", batch_size=32, overrides=parse_overrides(["precision=bf16"]),
+        )  # fmt: skip
+        config = capture_config(request, now=when)
+        assert config.experiment_name == "profile-resnet50-g4-20261122-030405"
+        assert config.models == ["resnet50"] and config.batch_sizes == [32]
+        assert config.gpu_counts == [4] and config.precision == ["bf16"]
+        profiling = config.profiling
+        assert profiling.enabled and profiling.trigger == "always" and profiling.tool == "torch"
+        assert profiling.target == "communication" and profiling.duration_s == seconds
+
+    yaml_config = tmp_path / "exp.yaml"
+    yaml_config.write_text("experiment_name: mine\nmodels: [gpt2]\nbatch_sizes: [8, 16]\n")
+    request = CaptureRequest(gpus=2, duration_s=10, target="all", tool="auto", config=yaml_config)
+    config = capture_config(request, now=when)
+    assert config.experiment_name == "profile-mine-g2-20261122-030405"
+    assert config.batch_sizes == [8, 16] and config.gpu_counts == [2]
+
+    for args, message in (
+        (["--gpus", "2"], "say what to profile"),
+        (["--config", str(yaml_config), "--model", "gpt2"], "not both"),
+        (["--model", "gpt2", "--batch-size", "8", "--set", "precison=bf16"], "did you mean"),
+    ):
+        result = runner.invoke(app, ["profile", *args, "-o", str(tmp_path / "out")])
+        assert result.exit_code == 2, result.output
+        assert message in result.stderr and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
     help_text = runner.invoke(app, ["profile", "--help"]).stdout
     for option in (
         "--gpus",
@@ -143,6 +157,7 @@ def test_capture_parses_options_then_reports_not_built(tmp_path):
         "--tool",
         "--output-dir",
         "--json",
+        "--set",
         "analyze",
     ):
         assert option in help_text

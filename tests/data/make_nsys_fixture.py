@@ -14,7 +14,6 @@ TARGET_INFO_SESSION_START_TIME, as nsys does. One rank can be made late: its bac
 Run ``python tests/data/make_nsys_fixture.py`` to rewrite ``tests/data/nsys_2rank/``.
 """
 
-
 from __future__ import annotations
 
 import random

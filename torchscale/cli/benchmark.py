@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("torchscale")
 
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 EXIT_CELLS_FAILED = 1
 
 
@@ -142,6 +143,7 @@ def _run(
     plan: Plan, output_dir: Path, *, resume: bool, retry_failed: bool, json_output: bool
 ) -> int:
     from torchscale.cli.benchmark_view import ConsoleEvents, results_table
+    from torchscale.launch.process import Terminated
     from torchscale.launch.sweep import SweepOptions, check_resumable, run_sweep, write_summary
     from torchscale.plan.matrix import experiment_dirname
     from torchscale.results.store import ExperimentStore, check_writable
@@ -153,13 +155,14 @@ def _run(
     try:
         with ConsoleEvents() as events:
             records = run_sweep(plan, store, options, events)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         done = len(store.records())
+        how = "Terminated" if isinstance(exc, Terminated) else "Interrupted"
         err_console.print(
-            f"[bold yellow]Interrupted.[/bold yellow] {done} cell result(s) are safe in "
+            f"[bold yellow]{how}.[/bold yellow] {done} cell result(s) are safe in "
             f"{store.results_path}; run again with --resume to finish the rest."
         )
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     table = write_summary(store, records)
     err_console.print(results_table(table, f"{plan.config.experiment_name} ({store.root})"))
     if json_output:

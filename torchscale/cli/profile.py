@@ -7,9 +7,10 @@ Heavy modules (pandas, numpy) are imported inside the command bodies.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -40,11 +41,18 @@ def _check_choice(value: str, choices: tuple, option: str) -> str:
     return value
 
 
-def _print_analysis(result: object, written: dict, out_dir: Path) -> None:
+def _fmt(value: Any, spec: str) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    return f"{value / 1000:.2f}" if spec == "ms" else spec.format(value)
+
+
+def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) -> None:
+    """The analysis as the seed shows it: per-rank table, sync stall, numbered bottlenecks."""
     from rich.markup import escape
     from rich.table import Table
 
-    ranks = result.tables["ranks"]  # type: ignore[attr-defined]
+    ranks = document["ranks"]
     table = Table(title="Per-rank breakdown (HTA definitions)", title_justify="left")
     columns = [
         ("rank", "rank", "{:.0f}"),
@@ -60,33 +68,52 @@ def _print_analysis(result: object, written: dict, out_dir: Path) -> None:
     ]
     for _, title, _ in columns:
         table.add_column(title, justify="right")
-    for row in ranks.to_dict("records"):
-        cells = []
-        for key, _, fmt in columns:
-            value = row.get(key)
-            if value is None or (isinstance(value, float) and value != value):
-                cells.append("-")
-            elif fmt == "ms":
-                cells.append(f"{value / 1000:.2f}")
-            else:
-                cells.append(fmt.format(value))
-        table.add_row(*cells)
+    for row in ranks:
+        table.add_row(*(_fmt(row.get(key), spec) for key, _, spec in columns))
     err_console.print(table)
-    stall = result.sync_stall_pct  # type: ignore[attr-defined]
-    if stall == stall:
-        worst = ranks.loc[ranks["sync_stall_pct"].idxmax()]
+    stall = document.get("sync_stall_pct")
+    stalls = [r for r in ranks if r.get("sync_stall_pct") is not None]
+    if stall is not None and stalls:
+        worst = max(stalls, key=lambda r: r["sync_stall_pct"])
         err_console.print(
             f"[ANALYSIS] Sync stall time: {stall:.1f}% (mean over {len(ranks)} "
-            f"ranks; worst rank {int(worst['rank'])}: {worst['sync_stall_pct']:.1f}%)"
+            f"ranks; worst rank {worst['rank']}: {worst['sync_stall_pct']:.1f}%)"
         )
     else:
         err_console.print("[ANALYSIS] Sync stall time: n/a (needs traces from at least 2 ranks)")
-    findings = result.findings  # type: ignore[attr-defined]
+    findings = document["findings"]
     err_console.print(f"[ANALYSIS] Found {len(findings)} bottleneck(s):")
     for i, finding in enumerate(findings, 1):
-        err_console.print(f"  {i}. {escape(finding.title)} ({finding.severity})", soft_wrap=True)
-        err_console.print(f"     -> {escape(finding.recommendation)}", soft_wrap=True)
-    err_console.print(f"[ANALYSIS] Wrote {', '.join(written)} to {out_dir}", soft_wrap=True)
+        title, severity = escape(finding["title"]), finding["severity"]
+        err_console.print(f"  {i}. {title} ({severity})", soft_wrap=True)
+        err_console.print(f"     -> {escape(finding['recommendation'])}", soft_wrap=True)
+    if written:
+        err_console.print(f"[ANALYSIS] Wrote {', '.join(written)} to {out_dir}", soft_wrap=True)
+
+
+def _report_capture(records: List[Any], json_output: bool) -> int:
+    """Print each traced cell's analysis; the exit code says whether anything was traced."""
+    from torchscale.profiling.outputs import FINDINGS_FILE, TABLE_FILES
+
+    documents = []
+    for record, store in records:
+        profile = record.profile
+        if record.status != "ok" or profile is None or not profile.profiled:
+            why = record.error or (profile.reason if profile else "no trace was taken")
+            err_console.print(f"[ANALYSIS] {record.cell_id}: not profiled: {why}", soft_wrap=True)
+            continue
+        out_dir = store.cell_dir(record.cell_id) / (profile.dir or "")
+        findings = out_dir / FINDINGS_FILE
+        if not findings.exists():
+            err_console.print(f"[ANALYSIS] {record.cell_id}: {profile.reason}", soft_wrap=True)
+            continue
+        document = json.loads(findings.read_text(encoding="utf-8"))
+        err_console.print(f"[ANALYSIS] Profiling complete: {record.cell_id} ({profile.tool}).")
+        print_document(document, [FINDINGS_FILE, *TABLE_FILES.values()], out_dir)
+        documents.append({"cell_id": record.cell_id, "dir": str(out_dir), **document})
+    if json_output and documents:
+        print_json(documents[0] if len(documents) == 1 else {"cells": documents})
+    return 0 if documents else 1
 
 
 def register(app: typer.Typer) -> None:
@@ -134,6 +161,12 @@ def register(app: typer.Typer) -> None:
         output_dir: Annotated[
             Path, typer.Option("--output-dir", "-o", help="Folder for traces and findings.")
         ] = Path("./results"),
+        set_: Annotated[
+            Optional[List[str]],
+            typer.Option(
+                "--set", help="Override a config key, e.g. --set precision=bf16 (repeatable)."
+            ),
+        ] = None,
         json_output: Annotated[
             bool, typer.Option("--json", help="Print one JSON document on stdout.")
         ] = False,
@@ -146,18 +179,17 @@ def register(app: typer.Typer) -> None:
         _check_choice(tool, TOOLS, "--tool")
         if config is not None and (model is not None or batch_size is not None):
             raise TorchscaleError("use either --config or --model/--batch-size, not both")
-        from torchscale.profiling.capture import run_capture
+        from torchscale.cli.benchmark_view import ConsoleEvents
+        from torchscale.config.loader import parse_overrides
+        from torchscale.profiling.capture import CaptureRequest, run_capture
 
-        run_capture(
-            gpus=gpus,
-            duration_s=seconds,
-            target=target,
-            tool=tool,
-            output_dir=output_dir,
-            config=config,
-            model=model,
-            batch_size=batch_size,
-        )
+        overrides = parse_overrides(set_ or [])
+        request = CaptureRequest(gpus, seconds, target, tool, config, model, batch_size, overrides)
+        with ConsoleEvents() as events:
+            records = run_capture(request, output_dir, events)
+        code = _report_capture(records, json_output)
+        if code:
+            raise typer.Exit(code)
 
     @profile_app.command("analyze")
     @user_errors
@@ -194,8 +226,9 @@ def register(app: typer.Typer) -> None:
         result = run_analysis(paths, target)
         out_dir = output_dir or (paths[0] if paths[0].is_dir() else paths[0].parent)
         written = write_outputs(result, out_dir)
+        document = to_document(result)
         if json_output:
-            print_json(to_document(result))
-        _print_analysis(result, written, out_dir)
+            print_json(document)
+        print_document(document, list(written), out_dir)
 
     app.add_typer(profile_app, name="profile")

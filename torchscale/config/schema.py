@@ -168,6 +168,9 @@ class ProfilingSettings(StrictModel):
         0.25, ge=0, description="Coefficient of variation of sync wait that triggers profiling."
     )
     steps: PositiveInt = Field(10, description="Steps recorded in the trace.")
+    duration_s: Optional[PositiveFloat] = Field(
+        None, description="Trace for this long instead of a number of steps."
+    )
 
 
 def _as_list(value: Any) -> Any:

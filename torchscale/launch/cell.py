@@ -185,8 +185,8 @@ def run_cell(
         reason = _stuck_ranks(cell_dir, cell.settings.gpus, cell.settings.cell_timeout_s)
         return kind.failed(cell, identity, "timeout", reason)
     if outcome.returncode == 0 and result:
-        if result.get("profile", {}).get("profiled"):
-            result["profile"].update(analyze_traces(cell_dir / PROFILE_DIR))
+        if profile is not None and (result.get("profile") or {}).get("profiled"):
+            result["profile"].update(analyze_traces(cell_dir / PROFILE_DIR, profile.target))
         return kind.records(cell, identity, result)
     status, reason = _failure(cell_dir, outcome.returncode)
     return kind.failed(cell, identity, status, reason)

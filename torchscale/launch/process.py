@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import psutil
 
@@ -106,6 +108,31 @@ def run_process(
     finally:
         if log_path:
             log_file.close()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM received: handled like Ctrl-C (workers ended, finished results kept)."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM (``kill``, a Slurm time limit) raises :class:`Terminated`.
+
+    Python's default SIGTERM action exits at once, skipping the cleanup that ends the workers:
+    they live in sessions of their own and would run on as orphans.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def python_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:

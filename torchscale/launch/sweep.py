@@ -22,6 +22,7 @@ from torchscale.hardware.environment import (
 )
 from torchscale.launch.cell import run_cell, skipped_records
 from torchscale.launch.nsys import resolve_tool
+from torchscale.launch.process import sigterm_as_interrupt
 from torchscale.launch.torchrun import Rendezvous
 from torchscale.plan.matrix import Cell, Plan
 from torchscale.plan.profile_request import ProfileRequest
@@ -110,7 +111,7 @@ def run_sweep(
         if profiling.enabled
         else None
     )
-    with store.lock():
+    with store.lock(), sigterm_as_interrupt():
         check_resumable(store, options.resume)
         store.write_manifest(build_manifest(plan, store.manifest(), sys.argv))
         records = store.records()

@@ -1,4 +1,8 @@
-"""After a profiled cell: make every rank's trace readable (nsys -> SQLite) and analyse them."""
+"""After a profiled cell: make every rank's trace readable (nsys -> SQLite) and analyse them.
+
+The analysis (``torchscale.profiling``) writes ``findings.json`` and the per-rank tables beside
+the traces, where ``report`` and ``profile`` read them.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +11,27 @@ import subprocess
 from pathlib import Path
 from typing import Any, Dict
 
+from torchscale.errors import TorchscaleError
 from torchscale.launch.nsys import export_sqlite
 
 log = logging.getLogger("torchscale")
 
 
-def analyze_traces(profile_dir: Path) -> Dict[str, Any]:
-    """Export nsys reports if any; returns fields for the record's ``profile`` block."""
-    info: Dict[str, Any] = {}
+def analyze_traces(profile_dir: Path, target: str) -> Dict[str, Any]:
+    """Export nsys reports if any, analyse; returns fields for the record's ``profile`` block."""
+    from torchscale.profiling.analysis import analyze
+    from torchscale.profiling.outputs import FINDINGS_FILE, write_outputs
+
     if any(profile_dir.glob("rank*.nsys-rep")):
         try:
             export_sqlite(profile_dir)
         except (OSError, subprocess.SubprocessError) as exc:
             log.warning("nsys export failed in %s: %s", profile_dir, exc)
-            info["reason"] = f"traced, but nsys export failed: {exc}"
-    return info
+            return {"reason": f"traced, but nsys export failed: {exc}"}
+    try:
+        result = analyze([profile_dir], target)
+        write_outputs(result, profile_dir)
+    except (TorchscaleError, OSError, ValueError) as exc:
+        log.warning("trace analysis failed in %s: %s", profile_dir, exc)
+        return {"reason": f"traced, but the analysis failed: {exc}"}
+    return {"findings": len(result.findings), "findings_file": FINDINGS_FILE}

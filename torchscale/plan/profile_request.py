@@ -37,6 +37,7 @@ class ProfileRequest:
             tool=tool,
             target=settings.target,
             steps=settings.steps,
+            seconds=settings.duration_s,
             trigger=settings.trigger,
             sync_stall_threshold=settings.sync_stall_threshold,
             variance_threshold=settings.variance_threshold,

@@ -10,10 +10,12 @@ import numpy as np
 import pandas as pd
 
 # --- thresholds (percentages are of step time unless said otherwise) -------------------------
-# A rank is a straggler when it is last at >= 60% of the collectives where someone waited: with
-# no straggler each of N ranks is last ~1/N of the time, so 60% is well above chance for N >= 2
-# over the >= 2 instances we require (the stall threshold below guards against chance).
-STRAGGLER_MIN_LAST_SHARE = 0.6
+# A rank is a straggler when >= 60% of all the waiting in collectives happened while the others
+# waited for it (weighted by wait, so DDP's many small buffer broadcasts cannot outvote the
+# all-reduce that stalls): with no straggler each of N ranks causes ~1/N of it, so 60% is well
+# above chance for N >= 2 over the >= 2 instances we require (the stall threshold below guards
+# against chance).
+STRAGGLER_MIN_CAUSED_SHARE = 0.6
 STRAGGLER_MIN_INSTANCES = 2
 # ... and only worth reporting when the others lose >= 2% of their step waiting for it.
 STRAGGLER_MIN_STALL_PCT = 2.0
@@ -102,7 +104,7 @@ def straggler_findings(ranks: pd.DataFrame, instances: pd.DataFrame) -> List[Fin
     for row in ranks.itertuples(index=False):
         if not (
             row.significant_instances >= STRAGGLER_MIN_INSTANCES
-            and row.last_share >= STRAGGLER_MIN_LAST_SHARE
+            and row.caused_wait_share >= STRAGGLER_MIN_CAUSED_SHARE
         ):
             continue
         others = ranks[ranks["rank"] != row.rank]
@@ -120,8 +122,9 @@ def straggler_findings(ranks: pd.DataFrame, instances: pd.DataFrame) -> List[Fin
                 category="straggler",
                 title=(
                     f"{nccl}{op}: {who} arrives last at {row.times_last} of "
-                    f"{row.significant_instances} collectives (finishes its compute later than "
-                    f"{other}); the other ranks wait {stall:.1f}% of step time for it"
+                    f"{row.significant_instances} collectives, causing "
+                    f"{row.caused_wait_share:.0%} of all waiting (finishes its compute later "
+                    f"than {other}); the other ranks wait {stall:.1f}% of step time for it"
                 ),
                 recommendation=_straggler_advice(int(row.rank), gpu=nccl == "NCCL "),
                 ranks=[int(row.rank)],
@@ -130,6 +133,7 @@ def straggler_findings(ranks: pd.DataFrame, instances: pd.DataFrame) -> List[Fin
                     "times_last": int(row.times_last),
                     "significant_instances": int(row.significant_instances),
                     "last_share": _num(row.last_share, 3),
+                    "caused_wait_share": _num(row.caused_wait_share, 3),
                     "others_sync_stall_pct": _num(stall),
                     "others_wait_us": _num(float(others["wait_us"].sum()), 1),
                 },

@@ -137,6 +137,7 @@ class ProfileInfo(_Record):
     dir: Optional[str] = Field(None, description="Trace folder, relative to the cell folder.")
     trace: Optional[str] = Field(None, description="This rank-0 trace file name.")
     findings: Optional[int] = Field(None, description="How many findings the analysis made.")
+    findings_file: Optional[str] = Field(None, description="findings.json, in ``dir``.")
 
 
 class ResultBase(_Record):

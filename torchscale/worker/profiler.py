@@ -29,6 +29,8 @@ def should_profile(request: ProfileRequest, sync: Optional[Dict[str, Any]]) -> T
         return True, "profiling enabled for every cell"
     if not sync or sync.get("exposed_fraction") is None:
         return False, "no gradient-sync measurement to trigger on"
+    if len(sync.get("per_rank_wait_ms") or []) < 2:
+        return False, "one rank: no gradient sync to stall on"
     exposed = sync["exposed_fraction"]
     variation = sync.get("wait_cv_across_steps") or 0.0
     if sync.get("slowest_rank") is not None:
@@ -57,20 +59,23 @@ def agree_on_window(
 def _torch_window(
     run: TrainingRun, clock: Clock, ctx: RankContext, req: ProfileRequest, steps: int, out: Path
 ) -> Path:
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+    path = out / f"rank{ctx.rank}.json.gz"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.is_cuda else [])
+    # A schedule is what makes torch.profiler mark steps (ProfilerStep#N): one untraced warm-up
+    # step, then the traced ones; the trace is exported when the last one ends.
     with profile(
         activities=activities,
+        schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
+        on_trace_ready=lambda prof: prof.export_chrome_trace(str(path)),
         record_shapes=req.target in ("compute", "all"),
         profile_memory=req.target in ("memory", "all"),
     ) as prof:
-        for _ in range(steps):
+        for _ in range(steps + 1):
             run.step(clock, annotate=record_function)
             prof.step()
     clock.synchronize()
-    path = out / f"rank{ctx.rank}.json.gz"
-    prof.export_chrome_trace(str(path))
     return path
 
 

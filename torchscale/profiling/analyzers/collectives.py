@@ -121,9 +121,17 @@ def straggler_table(
         MIN_WAIT_SHARE_OF_STEP * float(np.median(median_step)) if median_step else MIN_WAIT_US
     )
     significant = pd.Series(dtype=bool)
+    caused = pd.Series(dtype=float)
+    total_wait = 0.0
     if not instances.empty:
         spread = instances.groupby("instance")["wait_us"].max()
         significant = spread >= threshold
+        # The wait a rank causes: everyone's wait in the collectives it arrived last at. Small
+        # frequent collectives (DDP's buffer broadcasts) then cannot outvote the one that stalls.
+        instance_wait = instances.groupby("instance")["wait_us"].sum()
+        last = instances[instances["is_last"]]
+        caused = last["instance"].map(instance_wait).groupby(last["rank"]).sum()
+        total_wait = float(instance_wait.sum())
     rows = []
     for trace in traces:
         mine = instances[instances["rank"] == trace.rank]
@@ -144,6 +152,10 @@ def straggler_table(
                 "significant_instances": len(sig),
                 "times_last": int(sig["is_last"].sum()) if len(sig) else 0,
                 "last_share": float(sig["is_last"].mean()) if len(sig) else float("nan"),
+                "caused_wait_us": float(caused.get(trace.rank, 0.0)),
+                "caused_wait_share": (
+                    float(caused.get(trace.rank, 0.0)) / total_wait if total_wait else float("nan")
+                ),
                 "wait_us": wait,
                 "step_time_us": total,
                 "sync_stall_pct": round(100.0 * wait / total, 2)
