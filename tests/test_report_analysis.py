@@ -254,3 +254,43 @@ def test_nice_ticks_cover_the_range(low: float, high: float) -> None:
     assert ticks[0] <= low and ticks[-1] >= high and 3 <= len(ticks) <= 12
     steps = np.diff(ticks)
     assert np.allclose(steps, steps[0])
+
+
+def test_several_experiments_scale_against_their_own_baselines(tmp_path: Path) -> None:
+    small = {"batch_sizes": (32,), "failures": False, "collectives": False, "findings": False}
+    write_experiment(tmp_path, FixtureSpec(name="exp-a", gpu_counts=(1, 2), **small))
+    write_experiment(tmp_path, FixtureSpec(name="exp-b", gpu_counts=(1, 4), seed=3, **small))
+    data = load_report_data(tmp_path)
+    content = build_content(data)
+    assert content.title == "2 experiments"
+    scaling = next(s for s in content.sections if s.section_id == "scaling").tables[0]
+    assert scaling.headers[0] == ("Experiment", False)
+    rows = [[text for text, _ in row] for row in scaling.rows]
+    records = _ok(data.records)
+    for record in records:
+        base = next(r for r in records if r.experiment == record.experiment
+                    and r.model == record.model and r.world_size == 1)  # fmt: skip
+        efficiency = record.throughput / (record.world_size * base.throughput)
+        row = next(r for r in rows if r[:2] == [record.experiment, record.model]
+                   and r[3] == str(record.world_size))  # fmt: skip
+        assert f"{100 * efficiency:.1f}%" in row
+    assert content.charts and all(c.title.endswith(("(exp-a)", "(exp-b)")) for c in content.charts)
+
+
+def test_communication_only_and_all_failed_results(tmp_path: Path) -> None:
+    from torchscale.report.render import render_html
+
+    comm = load_report_data(
+        write_experiment(tmp_path, FixtureSpec(name="comm", models=(), failures=False))
+    )
+    content = build_content(comm)
+    assert [s.section_id for s in content.sections] == ["communication"]
+    assert {c.chart_id for c in content.charts} == {"bandwidth-all-gather", "bandwidth-all-reduce"}
+    assert "busbw GB/s" in render_html(content)
+    failed = load_report_data(write_experiment(tmp_path, FixtureSpec(
+        name="failed", batch_sizes=(), collectives=False, findings=False)))  # fmt: skip
+    content = build_content(failed)
+    assert content.sections == [] and content.charts == []
+    assert len(content.failures.rows) == 3
+    assert content.cards[0].value == "0 / 3"
+    assert "rank 0 on node-a failed in forward" in render_html(content)

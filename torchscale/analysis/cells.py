@@ -60,7 +60,7 @@ def step_samples(records: Iterable[ResultBase]) -> pd.DataFrame:
     lengths = [len(r.step_times_ms) for r in measured]
     return pd.DataFrame(
         {
-            "cell_id": np.repeat([r.cell_id for r in measured], lengths),
+            "cell_id": np.repeat(np.array([r.cell_id for r in measured], dtype=object), lengths),
             "step": np.concatenate([np.arange(n) for n in lengths]) if lengths else [],
             "step_ms": np.concatenate([r.step_times_ms for r in measured]) if lengths else [],
         },

@@ -30,6 +30,12 @@ MEMORY_PARTS = [
 ]
 
 
+def cell_labels(frame: pd.DataFrame, with_model: bool = True) -> pd.Series:
+    """``model · batch 32 · 4 GPU`` for each row (without the model inside a model's chart)."""
+    label = frame["variant"].astype(str) + " · " + frame["world_size"].astype(str) + " GPU"
+    return frame["model"].astype(str) + " · " + label if with_model else label
+
+
 def _chart_id(*parts: object) -> str:
     return re.sub(r"[^a-z0-9]+", "-", "-".join(map(str, parts)).lower()).strip("-")
 
@@ -126,7 +132,7 @@ def step_time_charts(table: pd.DataFrame, samples: pd.DataFrame) -> List[Chart]:
         ["cell_id", "experiment", "model", "variant", "world_size"]
     ]
     steps = samples.merge(cells, on="cell_id")
-    steps["label"] = steps["variant"].astype(str) + " · " + steps["world_size"].astype(str) + " GPU"
+    steps["label"] = cell_labels(steps, with_model=False)
     charts = []
     many = steps["experiment"].nunique() > 1
     for experiment, model, group in _per_model(steps):
@@ -321,9 +327,7 @@ def bandwidth_charts(collectives: pd.DataFrame) -> List[Chart]:
 
 def comparison_chart(cells: pd.DataFrame, threshold_pct: float) -> Chart:
     """Throughput change per matched cell against the regression threshold."""
-    labels = (
-        cells["model"] + " · " + cells["variant"].astype(str) + " · " + cells["world_size"].astype(str) + " GPU"
-    ).tolist()
+    labels = cell_labels(cells).tolist()
     return Chart(
         "comparison-throughput",
         "Throughput change against the baseline",

@@ -153,6 +153,7 @@ def _summary_table(table: pd.DataFrame) -> Optional[Table]:
         "summary-table",
         shown,
         [
+            *sections.experiment_columns(shown),
             Column("model", "Model", fmt.text, numeric=False),
             Column("best_variant", "Best configuration", fmt.text, numeric=False),
             Column("best_world_size", "GPUs", fmt.integer),
@@ -230,18 +231,16 @@ def _failures(failures: pd.DataFrame) -> Optional[Table]:
         "failures-table",
         failures.sort_values(["status", "model", "world_size"], na_position="last"),
         [
+            *sections.experiment_columns(failures),
             Column("status", "Status", fmt.text, numeric=False),
             Column("model", "Model", fmt.text, numeric=False),
             Column("batch_size", "Batch", fmt.integer),
-            GPUS_COLUMN,
+            sections.GPUS,
             Column("reason", "Reason", fmt.text, numeric=False),
             Column("cell_id", "Cell", fmt.text, numeric=False),
         ],
         row_class=lambda row: f"status-{row['status']}",
     )
-
-
-GPUS_COLUMN = Column("world_size", "GPUs", fmt.integer)
 
 
 def build_content(

@@ -159,6 +159,11 @@ class Section:
     tables: List[Table] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
 
+    @property
+    def is_empty(self) -> bool:
+        """Nothing measured to show (e.g. the scaling section of communication-only results)."""
+        return not self.charts and not any(table.rows for table in self.tables)
+
 
 def chart_data_table(chart: Chart, max_rows: int = 60) -> Optional[Table]:
     """The numbers behind a chart as a small table (None past ``max_rows``: CSV only)."""

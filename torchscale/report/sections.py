@@ -13,9 +13,21 @@ from torchscale.report import charts
 from torchscale.report import formatting as fmt
 from torchscale.report.elements import Column, Section, Table, make_table
 
+EXPERIMENT = Column("experiment", "Experiment", fmt.text, numeric=False)
 MODEL = Column("model", "Model", fmt.text, numeric=False)
 VARIANT = Column("variant", "Configuration", fmt.text, numeric=False)
 GPUS = Column("world_size", "GPUs", fmt.integer)
+
+
+def experiment_columns(frame: pd.DataFrame) -> List[Column]:
+    """The experiment column, when the report covers several."""
+    several = "experiment" in frame and frame["experiment"].nunique() > 1
+    return [EXPERIMENT] if several else []
+
+
+def cell_columns(frame: pd.DataFrame) -> List[Column]:
+    """Model, configuration and GPU count (after the experiment when there are several)."""
+    return [*experiment_columns(frame), MODEL, VARIANT, GPUS]
 
 
 def _band_class(row: Dict[str, Any]) -> str:
@@ -48,9 +60,7 @@ def scaling_section(curves: pd.DataFrame) -> Section:
                 "scaling-table",
                 rows,
                 [
-                    MODEL,
-                    VARIANT,
-                    GPUS,
+                    *cell_columns(rows),
                     *throughput_columns(rows),
                     Column("ideal_throughput", "Ideal", fmt.significant),
                     Column("scaling_efficiency", "Efficiency", fmt.fraction),
@@ -85,9 +95,7 @@ def latency_section(
                 "latency-table",
                 pooled,
                 [
-                    MODEL,
-                    VARIANT,
-                    GPUS,
+                    *cell_columns(pooled),
                     Column("steps", "Steps", fmt.integer),
                     Column("mean", "Mean", ms),
                     Column("p50", "p50", ms),
@@ -123,9 +131,7 @@ def memory_section(by_variant: pd.DataFrame) -> Section:
                 "memory-table",
                 by_variant,
                 [
-                    MODEL,
-                    VARIANT,
-                    GPUS,
+                    *cell_columns(by_variant),
                     Column("params_bytes", "Parameters", size),
                     Column("grads_bytes", "Gradients", size),
                     Column("optimizer_bytes", "Optimizer", size),
@@ -171,9 +177,7 @@ def _rank_table(pooled_ranks: pd.DataFrame, ranks: pd.DataFrame) -> Table:
             "rank-table",
             pooled_ranks,
             [
-                MODEL,
-                VARIANT,
-                GPUS,
+                *cell_columns(pooled_ranks),
                 Column("rank", "Rank", fmt.integer),
                 Column("step_ms_mean", "Step ms", ms),
                 Column("nosync_step_ms", "No-sync step ms", ms),
@@ -192,9 +196,7 @@ def _rank_table(pooled_ranks: pd.DataFrame, ranks: pd.DataFrame) -> Table:
         "rank-table",
         matrix,
         [
-            MODEL,
-            VARIANT,
-            GPUS,
+            *cell_columns(matrix),
             Column("step_ms", "Step ms", ms),
             *rank_columns,
             Column("spread_ms", "Spread ms", ms),
@@ -256,15 +258,7 @@ def communication_section(collectives: pd.DataFrame) -> Optional[Section]:
 def comparison_section(comparison: Comparison, threshold_pct: float, baseline: str) -> Section:
     cells = comparison.cells
     notes = [
-        f"{len(frame)} cell(s) only in the {side}: "
-        + ", ".join(
-            frame["model"]
-            + " · "
-            + frame["variant"].astype(str)
-            + " · "
-            + frame["world_size"].astype(str)
-            + " GPU"
-        )
+        f"{len(frame)} cell(s) only in the {side}: " + ", ".join(charts.cell_labels(frame))
         for side, frame in (("baseline", comparison.only_old), ("new run", comparison.only_new))
         if not frame.empty
     ]
@@ -319,4 +313,6 @@ def comparison_section(comparison: Comparison, threshold_pct: float, baseline: s
 
 
 def chart_sections(*sections: Optional[Section]) -> List[Section]:
-    return [s for s in sections if s is not None]
+    """The sections that have something to show (the comparison always does)."""
+    return [s for s in sections if s is not None and (s.section_id == "comparison"
+                                                      or not s.is_empty)]  # fmt: skip
