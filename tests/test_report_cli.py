@@ -162,3 +162,18 @@ def test_cli_help_imports_nothing_heavy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["compare", "{missing}", "{base}"], "OLD {missing} does not exist"),
+        (["compare", "{base}", "{missing}"], "NEW {missing} does not exist"),
+        (["report", "-s", "{base}", "--baseline", "{missing}"], "--baseline {missing} does not"),
+    ],
+)
+def test_missing_runs_are_named(runs, tmp_path: Path, args, message) -> None:
+    paths = {"missing": tmp_path / "nope", "base": runs["base"]}
+    result = runner.invoke(app, [a.format(**paths) for a in args])
+    assert result.exit_code == 2
+    assert message.format(**paths) in result.stderr

@@ -91,7 +91,9 @@ def register(app: typer.Typer) -> None:
         if threshold < 0 or resamples < 100:
             raise TorchscaleError("--threshold must be >= 0 and --resamples >= 100")
         options = CompareOptions(threshold_pct=threshold, resamples=resamples, seed=seed)
-        result = compare_runs(load_report_data(old).records, load_report_data(new).records, options)
+        result = compare_runs(
+            load_report_data(old, "OLD").records, load_report_data(new, "NEW").records, options
+        )
         if result.cells.empty:
             raise TorchscaleError(
                 f"no cell of {new} matches a cell of {old} (same model, settings and GPU count); "

@@ -61,7 +61,7 @@ def generate_report(request: ReportRequest) -> Path:
     if request.baseline is not None:
         from torchscale.analysis.compare import CompareOptions, compare_runs
 
-        baseline = load_report_data(request.baseline)
+        baseline = load_report_data(request.baseline, "--baseline")
         result = compare_runs(
             baseline.records, data.records, CompareOptions(threshold_pct=request.threshold_pct)
         )

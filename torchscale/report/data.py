@@ -104,11 +104,14 @@ def load_experiment(path: Path) -> Experiment:
     )
 
 
-def load_report_data(source: Path) -> ReportData:
-    """All experiments under ``source``; a clear error when there is nothing to report."""
+def load_report_data(source: Path, what: str = "--source") -> ReportData:
+    """All experiments under ``source``; a clear error when there is nothing to report.
+
+    ``what`` names the argument in error messages (``--source``, ``--baseline``, ``OLD``...).
+    """
     source = Path(source)
     if not source.exists():
-        raise TorchscaleError(f"--source {source} does not exist; point it at a results folder")
+        raise TorchscaleError(f"{what} {source} does not exist; point it at a results folder")
     experiments = [load_experiment(path) for path in find_experiments(source)]
     experiments = [e for e in experiments if e.documents]
     if not experiments:
