@@ -25,6 +25,7 @@ from torchscale.analysis.compare import (
 from torchscale.analysis.findings import findings_table, normalize, record_findings
 from torchscale.analysis.scaling import label_variants, scaling_curves
 from torchscale.analysis.tables import training_table
+from torchscale.report.charts import comparison_chart
 from torchscale.report.content import build_content
 from torchscale.report.data import load_report_data
 from torchscale.report.plotly_charts import figure, figures_json
@@ -225,6 +226,14 @@ def test_compare_verdicts(tmp_path: Path) -> None:
     assert WITHIN_NOISE in set(noisy["verdict"]) and REGRESSION not in set(noisy["verdict"])
     faster = compare_runs(run("slow", slowdown={slow_model: 1.25}), base)
     assert IMPROVEMENT in set(faster.cells["verdict"])
+
+    import plotly.graph_objects as go
+
+    chart = comparison_chart(changed.cells, 5.0)
+    go.Figure(figure(chart))
+    bars = {s.name: [y for y in s.y if y == y] for s in chart.series}  # NaN != NaN
+    assert sorted(bars[REGRESSION]) == sorted(slow["throughput_change_pct"])
+    assert ET.fromstring(svg(chart)) is not None
 
 
 def test_every_chart_is_valid_plotly_and_svg(fixture_data) -> None:

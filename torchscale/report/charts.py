@@ -325,16 +325,37 @@ def bandwidth_charts(collectives: pd.DataFrame) -> List[Chart]:
     return charts
 
 
+VERDICT_ORDER = ["regression", "within noise", "unchanged", "improvement"]
+
+
 def comparison_chart(cells: pd.DataFrame, threshold_pct: float) -> Chart:
-    """Throughput change per matched cell against the regression threshold."""
+    """Throughput change per matched cell against the regression threshold, coloured by verdict."""
     labels = cell_labels(cells).tolist()
+    verdicts = [v for v in VERDICT_ORDER if v in set(cells["verdict"])]
+    series = [
+        Series(
+            verdict,
+            labels,
+            cells["throughput_change_pct"].where(cells["verdict"] == verdict).tolist(),
+            kind="bar",
+            color_key=verdict,
+        )
+        for verdict in verdicts
+    ]
     return Chart(
         "comparison-throughput",
         "Throughput change against the baseline",
         "",
         "change (%)",
-        [Series("throughput change", labels, cells["throughput_change_pct"].tolist(), kind="bar")],
+        series,
         cells,
         x_type="category",
         hlines=[(-threshold_pct, f"-{threshold_pct:g}% threshold")],
+        barmode="overlay",
+        colors_by_key={
+            "regression": "#D55E00",
+            "within noise": "#E69F00",
+            "unchanged": "#9CA3AF",
+            "improvement": "#009E73",
+        },
     )

@@ -14,6 +14,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pandas as pd
 
+from torchscale.report import formatting as fmt
+
 # Okabe-Ito, colour-blind safe, in an order that keeps neighbours distinct.
 PALETTE = [
     "#0072B2",
@@ -68,9 +70,10 @@ class Chart:
     x_ticks: Optional[List[Any]] = None
     bands: List[Band] = field(default_factory=list)
     hlines: List[Tuple[float, str]] = field(default_factory=list)
-    barmode: str = "group"  # group or stack
+    barmode: str = "group"  # group, stack, or overlay (one bar per category, series share it)
     y_range: Optional[Tuple[float, float]] = None
     y_from_zero: bool = True  # False for distributions, where the spread matters
+    colors_by_key: Dict[str, str] = field(default_factory=dict)  # fixed colours (verdicts)
 
     def colors(self) -> Dict[str, str]:
         """The colour of each series' key, in order of first appearance (same in every renderer)."""
@@ -78,7 +81,7 @@ class Chart:
         for series in self.series:
             key = series.color_key or series.name
             if key not in keys and key != "__ideal":  # the ideal line is grey, not a colour slot
-                keys[key] = PALETTE[len(keys) % len(PALETTE)]
+                keys[key] = self.colors_by_key.get(key) or PALETTE[len(keys) % len(PALETTE)]
         return keys
 
     def has_data(self) -> bool:
@@ -145,7 +148,7 @@ def _widths(headers: List[Tuple[str, bool]], rows: List[List[Tuple[str, str]]]) 
         cells = [row[i][0] for row in sample]
         words = [len(w) for text in [header, *cells] for w in text.split()]
         longest = max((len(text) for text in cells), default=0)
-        widths.append(max([*words, 3, min(longest, 10**6 if numeric else 26)]) + 2.5)
+        widths.append(max([*words, 3, min(longest, 10**6 if numeric else 20)]) + 2.5)
     total = sum(widths)
     return [round(100 * w / total, 2) for w in widths]
 
@@ -167,8 +170,6 @@ class Section:
 
 def chart_data_table(chart: Chart, max_rows: int = 60) -> Optional[Table]:
     """The numbers behind a chart as a small table (None past ``max_rows``: CSV only)."""
-    from torchscale.report import formatting as fmt
-
     frame = chart.data.drop(columns=["cell_id", "config_key"], errors="ignore")
     if len(frame) > max_rows:
         return None

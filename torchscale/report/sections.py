@@ -270,14 +270,27 @@ def comparison_section(comparison: Comparison, threshold_pct: float, baseline: s
             notes=notes,
         )
 
-    def ci(low: str, high: str):
-        return lambda row: (
-            f"{row[low]:+.1f} … {row[high]:+.1f}%" if not pd.isna(row[low]) else fmt.MISSING
+    def before_after(old: str, new: str) -> pd.Series:
+        return cells.apply(
+            lambda r: f"{fmt.significant(r[old])} → {fmt.significant(r[new])}", axis=1
+        )
+
+    def change(column: str, low: str, high: str) -> pd.Series:
+        return cells.apply(
+            lambda r: (
+                fmt.signed_percent(r[column])
+                + ("" if pd.isna(r[low]) else f" ({r[low]:+.1f}…{r[high]:+.1f})")
+            ),
+            axis=1,
         )
 
     shown = cells.assign(
-        throughput_ci=cells.apply(ci("throughput_ci_low_pct", "throughput_ci_high_pct"), axis=1),
-        p95_ci=cells.apply(ci("p95_ci_low_pct", "p95_ci_high_pct"), axis=1),
+        throughput=before_after("throughput_old", "throughput_new"),
+        throughput_change=change(
+            "throughput_change_pct", "throughput_ci_low_pct", "throughput_ci_high_pct"
+        ),
+        p95=before_after("p95_old_ms", "p95_new_ms"),
+        p95_change=change("p95_change_pct", "p95_ci_low_pct", "p95_ci_high_pct"),
     )
     return Section(
         "comparison",
@@ -294,14 +307,10 @@ def comparison_section(comparison: Comparison, threshold_pct: float, baseline: s
                     MODEL,
                     VARIANT,
                     GPUS,
-                    Column("throughput_old", "Throughput before", fmt.significant),
-                    Column("throughput_new", "after", fmt.significant),
-                    Column("throughput_change_pct", "Change", fmt.signed_percent),
-                    Column("throughput_ci", "95% CI", fmt.text),
-                    Column("p95_old_ms", "p95 ms before", fmt.significant),
-                    Column("p95_new_ms", "after", fmt.significant),
-                    Column("p95_change_pct", "Change", fmt.signed_percent),
-                    Column("p95_ci", "95% CI", fmt.text),
+                    Column("throughput", "Throughput before → after", fmt.text),
+                    Column("throughput_change", "Change (95% CI)", fmt.text, numeric=False),
+                    Column("p95", "p95 step ms before → after", fmt.text),
+                    Column("p95_change", "Change (95% CI)", fmt.text, numeric=False),
                     Column("verdict", "Verdict", fmt.text, numeric=False),
                 ],
                 row_class=lambda row: "verdict-" + row["verdict"].replace(" ", "-"),

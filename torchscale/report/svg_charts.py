@@ -79,6 +79,11 @@ def _text(
     )
 
 
+def _short(label: str, limit: int = 34) -> str:
+    """Slanted category labels are cut to ``limit`` characters (the data table has them whole)."""
+    return label if len(label) <= limit else label[: limit - 1] + "…"
+
+
 def _width(content: str, size: float = 11) -> float:
     return len(content) * CHAR_W * size / 11
 
@@ -114,7 +119,9 @@ class _Frame:
         self.rotated = chart.x_type == "category" and (
             max((_width(c, 10) for c in categories), default=0) > 0.9 * band
         )
-        longest = max((len(c) for c in categories), default=0)
+        if self.rotated and categories:  # the first slanted label must not leave the canvas
+            self.left = max(self.left, 0.87 * _width(_short(categories[0]), 10) + 8 - band / 2)
+        longest = max((len(_short(c)) for c in categories), default=0)
         self.bottom = HEIGHT - (min(110.0, 22 + longest * CHAR_W * 0.55) if self.rotated else 42)
         self._x_domain()
 
@@ -160,7 +167,7 @@ def _axes(frame: _Frame) -> List[str]:
         for name in frame.categories:
             x = frame.x(name)
             if frame.rotated:
-                parts.append(_text(x + 3, frame.bottom + 14, name, 10, "end", rotate=-30))
+                parts.append(_text(x + 3, frame.bottom + 14, _short(name), 10, "end", rotate=-30))
             else:
                 parts.append(_text(x, frame.bottom + 16, name, 10, "middle"))
     else:
@@ -211,13 +218,14 @@ def _bars(
     frame: _Frame, series: Series, color: str, index: int, count: int, bottoms: Dict[str, float]
 ) -> List[str]:
     stacked = frame.chart.barmode == "stack"
-    width = frame.band * 0.7 / (1 if stacked else count)
+    shared = stacked or frame.chart.barmode == "overlay"  # one bar slot per category
+    width = frame.band * 0.7 / (1 if shared else count)
     path = ""
     for x, value in zip(series.x, map(_num, series.y)):
         if not math.isfinite(value):
             continue
         base = bottoms.get(x, 0.0) if stacked else 0.0
-        left = frame.x(x) - frame.band * 0.35 + (0 if stacked else index * width)
+        left = frame.x(x) - frame.band * 0.35 + (0 if shared else index * width)
         top, bottom = frame.y(base + value), frame.y(base)
         path += f"M{left:.1f} {min(top, bottom):.1f}h{width:.1f}V{max(top, bottom):.1f}H{left:.1f}Z"
         if stacked:
