@@ -44,10 +44,6 @@ def signed_percent(value: Any) -> str:
     return MISSING if _missing(value) else f"{value:+.1f}%"
 
 
-def mebibytes(value: Any) -> str:
-    return MISSING if _missing(value) else significant(value / 2**20)
-
-
 def human_bytes(value: Any) -> str:
     if _missing(value):
         return MISSING
