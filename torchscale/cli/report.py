@@ -1,14 +1,72 @@
-"""``torchscale report``: not built yet (see its issue)."""
+"""``torchscale report``: HTML or PDF report of a results folder (``report generate`` too)."""
 
 from __future__ import annotations
 
-import typer
+from pathlib import Path
+from typing import Optional
 
-from torchscale.cli.console import fail
+import typer
+from typing_extensions import Annotated
+
+from torchscale.cli.console import err_console, user_errors
+
+SourceOption = Annotated[
+    Path,
+    typer.Option("--source", "-s", help="Results folder: one experiment, or a folder of several."),
+]
+FormatOption = Annotated[str, typer.Option("--format", "-f", help="Report format: html or pdf.")]
+OutputOption = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--output", "-o", help="Report file (default: <source>/<experiment>-report.<format>)."
+    ),
+]
+BaselineOption = Annotated[
+    Optional[Path],
+    typer.Option("--baseline", "-b", help="Older results folder to compare this run against."),
+]
+ThresholdOption = Annotated[
+    float,
+    typer.Option("--threshold", help="With --baseline: % change that counts as a regression."),
+]
+VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Enable verbose logging.")]
+
+
+@user_errors
+def _generate(
+    source: Path, fmt: str, output: Optional[Path], baseline: Optional[Path], threshold: float
+) -> None:
+    from torchscale.report.build import ReportRequest, generate_report
+
+    with err_console.status(f"Building the {fmt} report of {source}..."):
+        path = generate_report(ReportRequest(source, fmt, output, baseline, threshold))
+    err_console.print(f"> Report written to {path}", soft_wrap=True, markup=False)
+
+
+def report(
+    ctx: typer.Context,
+    source: SourceOption = Path("results"),
+    fmt: FormatOption = "html",
+    output: OutputOption = None,
+    baseline: BaselineOption = None,
+    threshold: ThresholdOption = 5.0,
+    verbose: VerboseOption = False,
+) -> None:
+    """Generate visual HTML/PDF performance reports."""
+    if ctx.invoked_subcommand is not None:  # 'report generate': the subcommand does the work
+        return
+    if verbose:
+        import logging
+
+        logging.getLogger("torchscale").setLevel(logging.DEBUG)
+    _generate(source, fmt, output, baseline, threshold)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("report")
-    def report() -> None:
-        """Generate visual HTML/PDF performance reports."""
-        raise fail("'torchscale report' is not built yet.", code=1)
+    # 'torchscale report ...' and the seed's 'torchscale report generate ...' run one function.
+    report_app = typer.Typer(help="Generate visual HTML/PDF performance reports.")
+    report_app.callback(invoke_without_command=True)(report)
+    report_app.command("generate", help="Generate a report (the same as 'torchscale report').")(
+        report
+    )
+    app.add_typer(report_app, name="report")

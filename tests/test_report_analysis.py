@@ -1,0 +1,305 @@
+"""Report analysis tables, comparison statistics and chart specs, on fixture results."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.report_fixtures import SCRIPT_NAME, FixtureSpec, fixture_results, write_experiment
+from torchscale.analysis import cells as cell_tables
+from torchscale.analysis.collectives import collective_table
+from torchscale.analysis.compare import (
+    IMPROVEMENT,
+    REGRESSION,
+    UNCHANGED,
+    WITHIN_NOISE,
+    CompareOptions,
+    _mean,
+    bootstrap_ratio,
+    compare_runs,
+)
+from torchscale.analysis.findings import findings_table, normalize, record_findings
+from torchscale.analysis.scaling import label_variants, scaling_curves
+from torchscale.analysis.tables import training_table
+from torchscale.report.charts import comparison_chart
+from torchscale.report.content import build_content
+from torchscale.report.data import load_report_data
+from torchscale.report.plotly_charts import figure, figures_json
+from torchscale.report.svg_charts import nice_ticks, svg
+from torchscale.results.schema import TrainingResult
+
+
+@pytest.fixture(scope="module")
+def fixture_data(tmp_path_factory: pytest.TempPathFactory):
+    return load_report_data(fixture_results(tmp_path_factory.getbasetemp()))
+
+
+def _ok(records):
+    return [r for r in records if isinstance(r, TrainingResult) and r.status == "ok"]
+
+
+def test_scaling_curves_follow_the_records(fixture_data) -> None:
+    records = _ok(fixture_data.records)
+    curves = scaling_curves(label_variants(training_table(fixture_data.records)))
+    assert len(curves) == len(records)
+    single = {(r.model, r.batch_size): r.throughput for r in records if r.world_size == 1}
+    for record in records:
+        row = curves[
+            (curves["model"] == record.model)
+            & (curves["variant"] == f"batch {record.batch_size}")
+            & (curves["world_size"] == record.world_size)
+        ].iloc[0]
+        base = single[(record.model, record.batch_size)]
+        assert row["throughput"] == pytest.approx(record.throughput)
+        assert row["ideal_throughput"] == pytest.approx(record.world_size * base)
+        assert row["scaling_efficiency"] == pytest.approx(
+            record.throughput / (record.world_size * base)
+        )
+
+
+def test_variant_labels_name_the_knob_that_differs(fixture_data) -> None:
+    base = _ok(fixture_data.records)[0]
+    variants = []
+    for index, bucket in enumerate((25.0, 50.0)):
+        settings = json.loads(json.dumps(base.settings))
+        settings["ddp"]["bucket_cap_mb"] = bucket
+        variants.append(base.model_copy(update={"settings": settings, "cell_id": f"c{index}"}))
+    labels = label_variants(training_table(variants))["variant"].tolist()
+    batch = base.batch_size
+    assert labels == [
+        f"batch {batch} · ddp.bucket_cap_mb=25.0",
+        f"batch {batch} · ddp.bucket_cap_mb=50.0",
+    ]
+
+
+def test_pooled_latency_pools_every_run(tmp_path: Path) -> None:
+    data = load_report_data(
+        write_experiment(
+            tmp_path,
+            FixtureSpec(
+                batch_sizes=(32,),
+                gpu_counts=(1, 2),
+                repeats=2,
+                failures=False,
+                collectives=False,
+                findings=False,
+            ),
+        )
+    )
+    table = label_variants(training_table(data.records))
+    pooled = cell_tables.pooled_latency_table(table, cell_tables.step_samples(data.records))
+    assert len(pooled) == 4 and set(pooled["runs"]) == {2}
+    for row in pooled.to_dict("records"):
+        samples = np.concatenate(
+            [
+                r.step_times_ms
+                for r in _ok(data.records)
+                if r.model == row["model"] and r.world_size == row["world_size"]
+            ]
+        )
+        assert row["steps"] == len(samples)
+        assert row["p95"] == pytest.approx(np.percentile(samples, 95))
+        assert row["mean"] == pytest.approx(samples.mean())
+
+
+def test_rank_table_names_the_injected_straggler(fixture_data) -> None:
+    ranks = cell_tables.rank_table(fixture_data.records)
+    table = label_variants(training_table(fixture_data.records))
+    pooled = cell_tables.pooled_rank_table(table, ranks)
+    eight = pooled[(pooled["model"] == SCRIPT_NAME) & (pooled["world_size"] == 8)]
+    for _, group in eight.groupby("variant"):
+        slowest = group.loc[group["sync_wait_ms"].idxmin(), "rank"]
+        assert slowest == FixtureSpec().straggler[2]
+        assert group[group["is_slowest"]]["rank"].tolist() == [slowest]
+
+
+def test_memory_by_variant_takes_the_smallest_gpu_count(fixture_data) -> None:
+    table = label_variants(training_table(fixture_data.records))
+    memory = cell_tables.memory_by_variant(table, cell_tables.memory_table(fixture_data.records))
+    assert set(memory["world_size"]) == {1}
+    assert len(memory) == len(FixtureSpec().models) * len(FixtureSpec().batch_sizes)
+    for row in memory.to_dict("records"):
+        assert row["optimizer_bytes"] == 2 * row["params_bytes"]
+
+
+def test_collective_table_reads_raw_documents() -> None:
+    docs = [
+        {
+            "kind": "collective",
+            "op": "all_reduce",
+            "world_size": 4,
+            "size_bytes": 1024,
+            "time_us": 10.0,
+            "algbw_gbps": 0.1024,
+            "busbw_gbps": 0.1536,
+            "link_peak_gbps": 300.0,
+            "status": "ok",
+            "future_field": [1, 2],
+        },
+        {
+            "kind": "collective",
+            "op": "all_reduce",
+            "world_size": 4,
+            "status": "failed",
+            "error": "3 wrong elements",
+        },
+        {"kind": "training", "model": "x"},
+    ]
+    table = collective_table(docs)
+    assert len(table) == 2
+    ok = table[table["status"] == "ok"].iloc[0]
+    assert ok["busbw_peak_fraction"] == pytest.approx(0.1536 / 300.0)
+    assert table[table["status"] == "failed"]["error"].tolist() == ["3 wrong elements"]
+
+
+def test_failure_table_lists_every_kind_with_reasons(fixture_data) -> None:
+    failures = cell_tables.failure_table(fixture_data.documents)
+    expected = {
+        (d.get("kind"), d["status"], d["error"])
+        for d in fixture_data.documents
+        if d.get("status") != "ok"
+    }
+    assert set(zip(failures["kind"], failures["status"], failures["reason"])) == expected
+    assert {"oom", "failed", "skipped"} <= set(failures["status"])
+
+
+def test_findings_read_defensively_and_sorted_by_severity(fixture_data) -> None:
+    odd = [
+        {"message": "only a message", "rank": 2},
+        {"severity": "CRITICAL", "title": "t", "message": "m", "ranks": [0, "x", 5.0]},
+        {},
+    ]
+    found = [normalize(doc, "profile") for doc in odd]
+    assert found[0]["title"] == "only a message" and found[0]["ranks"] == [2]
+    assert found[1]["severity"] == "critical" and found[1]["ranks"] == [0, 5]
+    assert found[2]["severity"] == "info"
+    from_records = record_findings(fixture_data.records)
+    warned = [r for r in _ok(fixture_data.records) if r.sync and r.sync.warning]
+    groups = {(r.model, r.sync.slowest_rank) for r in warned}
+    assert len(from_records) == len(groups) > 0  # one finding per model and straggler
+    for finding in from_records:
+        cells = [r for r in warned if finding["title"].endswith(f": {r.model}")]
+        for record in cells:
+            assert f"batch {record.batch_size} on {record.world_size} GPUs" in finding["message"]
+    assert {tuple(f["ranks"]) for f in from_records} >= {(FixtureSpec().straggler[2],)}
+    assert findings_table(found)["severity"].tolist()[0] == "critical"
+
+
+def test_bootstrap_interval_tells_shift_from_noise() -> None:
+    rng = np.random.default_rng(7)
+    old = rng.normal(100, 3, 40)
+    options = CompareOptions()
+    ratio, low, high = bootstrap_ratio(old, old.copy(), _mean, options)
+    assert ratio == 1.0 and low < 1.0 < high
+    ratio, low, high = bootstrap_ratio(old, old * 1.2, _mean, options)
+    assert ratio == pytest.approx(1.2) and 1.0 < low < 1.2 < high
+    assert bootstrap_ratio(old, old * 1.2, _mean, options) == (ratio, low, high)  # seeded
+
+
+def test_compare_verdicts(tmp_path: Path) -> None:
+    def run(name: str, **kwargs):
+        spec = FixtureSpec(
+            name=name,
+            batch_sizes=(32,),
+            failures=False,
+            collectives=False,
+            findings=False,
+            **kwargs,
+        )
+        return load_report_data(write_experiment(tmp_path / name, spec)).records
+
+    slow_model, noisy_model = FixtureSpec().models[0].name, FixtureSpec().models[1].name
+    base = run("base", cv_override={noisy_model: 0.5})
+    same = compare_runs(base, base)
+    assert set(same.cells["verdict"]) == {UNCHANGED}
+    changed = compare_runs(
+        base, run("new", seed=1, slowdown={slow_model: 1.25}, cv_override={noisy_model: 0.5})
+    )
+    slow = changed.cells[changed.cells["model"] == slow_model]
+    assert set(slow["verdict"]) == {REGRESSION}
+    assert (slow["throughput_ci_high_pct"] < 0).all()
+    noisy = changed.cells[changed.cells["model"] == noisy_model]
+    assert WITHIN_NOISE in set(noisy["verdict"]) and REGRESSION not in set(noisy["verdict"])
+    faster = compare_runs(run("slow", slowdown={slow_model: 1.25}), base)
+    assert IMPROVEMENT in set(faster.cells["verdict"])
+
+    import plotly.graph_objects as go
+
+    chart = comparison_chart(changed.cells, 5.0)
+    go.Figure(figure(chart))
+    bars = {s.name: [y for y in s.y if y == y] for s in chart.series}  # NaN != NaN
+    assert sorted(bars[REGRESSION]) == sorted(slow["throughput_change_pct"])
+    assert ET.fromstring(svg(chart)) is not None
+
+
+def test_every_chart_is_valid_plotly_and_svg(fixture_data) -> None:
+    import plotly.graph_objects as go
+
+    content = build_content(fixture_data)
+    assert len(content.charts) >= 14
+    for chart in content.charts:
+        assert chart.has_data(), chart.chart_id
+        go.Figure(figure(chart))  # validates every property against Plotly's schema
+        root = ET.fromstring(svg(chart))
+        paths = [
+            p for p in root.iter("{http://www.w3.org/2000/svg}path") if len(p.get("d", "")) > 8
+        ]
+        assert len(paths) >= 2, chart.chart_id
+    document = figures_json(content.charts)
+    assert "<" not in document and ">" not in document
+    names = {t["name"] for f in json.loads(document).values() for t in f["data"]}
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in " ".join(names) or any(
+        "&lt;script&gt;" in json.dumps(f["layout"]) for f in json.loads(document).values()
+    )
+
+
+@pytest.mark.parametrize(("low", "high"), [(0, 1), (0, 97.3), (13.2, 13.9), (-40, 12), (0, 3e7)])
+def test_nice_ticks_cover_the_range(low: float, high: float) -> None:
+    ticks = nice_ticks(low, high)
+    assert ticks[0] <= low and ticks[-1] >= high and 3 <= len(ticks) <= 12
+    steps = np.diff(ticks)
+    assert np.allclose(steps, steps[0])
+
+
+def test_several_experiments_scale_against_their_own_baselines(tmp_path: Path) -> None:
+    small = {"batch_sizes": (32,), "failures": False, "collectives": False, "findings": False}
+    write_experiment(tmp_path, FixtureSpec(name="exp-a", gpu_counts=(1, 2), **small))
+    write_experiment(tmp_path, FixtureSpec(name="exp-b", gpu_counts=(1, 4), seed=3, **small))
+    data = load_report_data(tmp_path)
+    content = build_content(data)
+    assert content.title == "2 experiments"
+    scaling = next(s for s in content.sections if s.section_id == "scaling").tables[0]
+    assert scaling.headers[0] == ("Experiment", False)
+    rows = [[text for text, _ in row] for row in scaling.rows]
+    records = _ok(data.records)
+    for record in records:
+        base = next(r for r in records if r.experiment == record.experiment
+                    and r.model == record.model and r.world_size == 1)  # fmt: skip
+        efficiency = record.throughput / (record.world_size * base.throughput)
+        row = next(r for r in rows if r[:2] == [record.experiment, record.model]
+                   and r[3] == str(record.world_size))  # fmt: skip
+        assert f"{100 * efficiency:.1f}%" in row
+    assert content.charts and all(c.title.endswith(("(exp-a)", "(exp-b)")) for c in content.charts)
+
+
+def test_communication_only_and_all_failed_results(tmp_path: Path) -> None:
+    from torchscale.report.render import render_html
+
+    comm = load_report_data(
+        write_experiment(tmp_path, FixtureSpec(name="comm", models=(), failures=False))
+    )
+    content = build_content(comm)
+    assert [s.section_id for s in content.sections] == ["communication"]
+    assert {c.chart_id for c in content.charts} == {"bandwidth-all-gather", "bandwidth-all-reduce"}
+    assert "busbw GB/s" in render_html(content)
+    failed = load_report_data(write_experiment(tmp_path, FixtureSpec(
+        name="failed", batch_sizes=(), collectives=False, findings=False)))  # fmt: skip
+    content = build_content(failed)
+    assert content.sections == [] and content.charts == []
+    assert len(content.failures.rows) == 3
+    assert content.cards[0].value == "0 / 3"
+    assert "rank 0 on node-a failed in forward" in render_html(content)

@@ -1,0 +1,67 @@
+"""Open the HTML reports in real headless Chromium: no errors, no network, every chart drawn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.chromium_cdp import CHROMIUM, Chromium
+from tests.report_fixtures import SCRIPT_NAME, FixtureSpec, session_report
+
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium)"
+)
+
+READY = (
+    "document.querySelectorAll('[data-figure]').length > 0 && "
+    "document.querySelectorAll('[data-figure]').length === "
+    "document.querySelectorAll('[data-drawn=\"true\"]').length"
+)
+CHARTS = """(() => {
+  const figures = JSON.parse(document.getElementById('report-figures').textContent);
+  return Array.from(document.querySelectorAll('[data-figure]')).map(el => {
+    const id = el.getAttribute('data-figure');
+    const layer = el.querySelectorAll('.cartesianlayer .trace');
+    const marks = el.querySelectorAll(
+      '.cartesianlayer .trace path.js-line, .cartesianlayer .trace .point, ' +
+      '.cartesianlayer .trace path.box');
+    return {id: id, svgs: el.querySelectorAll('.main-svg').length, traces: layer.length,
+            expected: figures[id].data.length, marks: marks.length};
+  });
+})()"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with Chromium() as chromium:
+        yield chromium
+
+
+def _check(browser: Chromium, path: Path, title: str, shot: Path) -> list:
+    page = browser.open(path, READY)
+    assert page.console_errors == []
+    assert page.requests == [page.url]  # the page itself, nothing else
+    assert page.dialogs == []  # no alert() ran
+    charts = page.evaluate(CHARTS)
+    for chart in charts:
+        assert chart["svgs"] >= 1, chart
+        assert chart["traces"] == chart["expected"], chart
+        assert chart["marks"] >= chart["expected"], chart
+    assert page.evaluate("document.querySelector('.report-title').textContent") == title
+    assert page.evaluate("document.querySelectorAll('script').length") == 3
+    page.screenshot(shot)
+    assert shot.stat().st_size > 50_000  # a drawn page, not a blank one
+    return charts
+
+
+def test_fixture_report_in_chromium(browser: Chromium, tmp_path_factory) -> None:
+    path = session_report(tmp_path_factory.getbasetemp(), "fixture", "html")
+    charts = _check(browser, path, FixtureSpec().name, path.with_suffix(".png"))
+    assert len(charts) >= 14
+
+
+def test_real_report_in_chromium(browser: Chromium, tmp_path_factory) -> None:
+    path = session_report(tmp_path_factory.getbasetemp(), "real", "html")
+    charts = _check(browser, path, SCRIPT_NAME, path.with_suffix(".png"))
+    assert {c["id"].split("-")[0] for c in charts} >= {"efficiency", "throughput", "steps"}

@@ -1,0 +1,85 @@
+"""The PDF report (WeasyPrint): pages rendered with poppler, charts drawn, names kept as text."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from html import unescape
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.report_fixtures import SCRIPT_NAME, fixture_results, session_report
+from torchscale.report.data import load_report_data
+
+pytestmark = pytest.mark.skipif(
+    not (shutil.which("pdftoppm") and shutil.which("pdftotext")),
+    reason="poppler-utils is not installed (Debian: apt-get install poppler-utils)",
+)
+
+
+def _pages_text(pdf: Path) -> list:
+    text = subprocess.run(
+        ["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True
+    ).stdout
+    return text.split("\f")[:-1]
+
+
+def _pages_png(pdf: Path) -> list:
+    prefix = pdf.with_suffix("")
+    subprocess.run(["pdftoppm", "-png", "-r", "50", str(pdf), str(prefix)], check=True)
+    return sorted(pdf.parent.glob(f"{prefix.name}-*.png"))
+
+
+@pytest.fixture(scope="module")
+def fixture_pdf(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.getbasetemp()
+    pdf = session_report(root, "fixture", "pdf")
+    html = session_report(root, "fixture", "html").read_text(encoding="utf-8")
+    figures = json.loads(re.search(r'id="report-figures">(.*?)</script>', html, re.S).group(1))
+    titles = [unescape(f["layout"]["title"]["text"]) for f in figures.values()]
+    return pdf, _pages_text(pdf), _pages_png(pdf), titles
+
+
+def test_every_page_rendered(fixture_pdf) -> None:
+    pdf, texts, pngs, _ = fixture_pdf
+    assert pdf.read_bytes().startswith(b"%PDF")
+    assert len(pngs) == len(texts) >= 8
+    assert f"of {len(texts)}" in texts[-1]  # the running "page N of M" footer
+
+
+def test_every_chart_is_on_one_page_and_drawn(fixture_pdf) -> None:
+    _, texts, pngs, titles = fixture_pdf
+    assert len(titles) >= 14
+    chart_pages = set()
+    for title in titles:
+        pages = [i for i, text in enumerate(texts) if title in text]
+        assert len(pages) == 1, (title, pages)  # the SVG's text is real PDF text
+        chart_pages.add(pages[0])
+    for index in chart_pages:
+        image = Image.open(pngs[index])
+        gray = np.asarray(image.convert("L"), dtype=float)
+        assert gray.std() > 12, index  # not blank (a white page has 0)
+        hsv = np.asarray(image.convert("HSV"), dtype=float)
+        coloured = (hsv[..., 1] > 80) & (hsv[..., 2] > 60)  # series colours, not black text
+        assert coloured.mean() > 0.001, (index, coloured.mean())
+
+
+def test_table_rows_are_never_split(fixture_pdf) -> None:
+    _, texts, _, _ = fixture_pdf
+    data = load_report_data(fixture_results(Path(fixture_pdf[0]).parents[1]))
+    words_per_page = [set(text.split()) for text in texts]
+    for doc in data.documents:
+        if doc.get("status") == "ok":
+            continue
+        needed = set(doc["error"].split()) | {doc["status"]}
+        assert any(needed <= words for words in words_per_page), doc["error"]
+
+
+def test_names_stay_text_in_the_pdf(fixture_pdf) -> None:
+    _, texts, _, _ = fixture_pdf
+    assert sum(text.count(SCRIPT_NAME) for text in texts) >= 10

@@ -1,0 +1,87 @@
+"""Reports from a real CPU benchmark (1 and 2 gloo processes): the numbers are the records'."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.html_tables import displayed_close, html_tables
+from tests.report_fixtures import (
+    SCRIPT_NAME,
+    real_results,
+    session_report,
+)
+from torchscale.cli.app import app
+from torchscale.report.data import load_report_data
+from torchscale.results.schema import TrainingResult
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.getbasetemp()
+    results = real_results(root)
+    records = {
+        r.world_size: r for r in load_report_data(results).records if isinstance(r, TrainingResult)
+    }
+    html = session_report(root, "real", "html").read_text(encoding="utf-8")
+    return results, records, html, html_tables(html)
+
+
+def test_real_run_measured_both_cells(real) -> None:
+    _, records, _, _ = real
+    assert sorted(records) == [1, 2]
+    assert all(r.status == "ok" and r.throughput > 0 for r in records.values())
+
+
+def test_tables_show_the_measured_numbers(real) -> None:
+    _, records, _, tables = real
+    scaling = {int(row["GPUs"]): row for row in tables["scaling-table"]}
+    latency = {int(row["GPUs"]): row for row in tables["latency-table"]}
+    for size, record in records.items():
+        assert displayed_close(scaling[size][f"Throughput ({record.unit}/s)"], record.throughput)
+        for column in ("p50", "p95", "p99"):
+            assert displayed_close(latency[size][column], getattr(record.step_time_ms, column))
+    efficiency = records[2].throughput / (2 * records[1].throughput)
+    assert scaling[2]["Efficiency"] == f"{100 * efficiency:.1f}%"
+    (row,) = tables["rank-table"]  # one configuration on 2 GPUs, a column per rank
+    assert row["GPUs"] == "2"
+    for rank in records[2].per_rank:
+        assert displayed_close(row[f"rank {rank.rank}"], rank.sync_wait_ms)
+
+
+def test_experiment_name_is_escaped(real) -> None:
+    _, _, html, _ = real
+    assert SCRIPT_NAME not in html
+    assert "<title>torchscale report: &lt;script&gt;alert(1)&lt;/script&gt;</title>" in html
+
+
+@pytest.mark.skipif(not shutil.which("pdftotext"), reason="poppler-utils is not installed")
+def test_pdf_via_the_cli(real, tmp_path: Path) -> None:
+    results, records, _, _ = real
+    output = tmp_path / "real.pdf"
+    result = CliRunner().invoke(
+        app, ["report", "--source", str(results), "--format", "pdf", "--output", str(output)]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""
+    text = subprocess.run(
+        ["pdftotext", str(output), "-"], capture_output=True, text=True, check=True
+    ).stdout
+    assert SCRIPT_NAME in text  # escaped in HTML, so it prints as the literal name
+    assert text.count("\f") >= 3
+    assert f"{records[2].throughput:,.0f}" in text
+
+
+def test_compare_a_run_with_itself(real) -> None:
+    results = str(real[0])
+    result = CliRunner().invoke(app, ["compare", results, results, "--json"])
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["regressions"] == 0
+    assert {c["verdict"] for c in document["cells"]} == {"unchanged"}
+    assert all(c["throughput_change_pct"] == 0 for c in document["cells"])

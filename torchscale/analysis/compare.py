@@ -1,0 +1,174 @@
+"""Compare two runs cell by cell, and tell real changes from run-to-run noise.
+
+Cells are matched by configuration (``config_key``) and GPU count; repeats are pooled. Per cell:
+the change in throughput and in p95 step time, each with a bootstrap confidence interval from the
+per-step samples (resampling both runs' steps with replacement, seeded, so the answer is
+reproducible). A change is *beyond noise* when its interval excludes zero. A cell *regresses* when
+throughput drops, or p95 step time rises, by more than the threshold and beyond noise; a change
+past the threshold whose interval includes zero is reported as *within noise*. Cells without
+per-step samples are judged on the threshold alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Sequence, Tuple
+
+import numpy as np
+import pandas as pd
+
+from torchscale.analysis.scaling import label_variants
+from torchscale.analysis.tables import training_table
+from torchscale.results.schema import ResultBase, TrainingResult
+
+REGRESSION = "regression"
+IMPROVEMENT = "improvement"
+WITHIN_NOISE = "within noise"
+UNCHANGED = "unchanged"
+
+KEY = ["config_key", "world_size"]
+Statistic = Callable[[np.ndarray], np.ndarray]  # (resamples, steps) -> (resamples,)
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    threshold_pct: float = 5.0
+    resamples: int = 2000
+    confidence: float = 0.95
+    seed: int = 0
+
+
+@dataclass
+class Comparison:
+    cells: pd.DataFrame  # one row per matched cell
+    only_old: pd.DataFrame  # cells of the baseline with no match in the new run
+    only_new: pd.DataFrame
+
+    @property
+    def regressions(self) -> pd.DataFrame:
+        return self.cells[self.cells["verdict"] == REGRESSION]
+
+
+def _mean(samples: np.ndarray) -> np.ndarray:
+    return samples.mean(axis=-1)
+
+
+def _p95(samples: np.ndarray) -> np.ndarray:
+    return np.percentile(samples, 95, axis=-1)
+
+
+def bootstrap_ratio(
+    old: Sequence[float],
+    new: Sequence[float],
+    statistic: Statistic,
+    options: CompareOptions,
+) -> Tuple[float, float, float]:
+    """``statistic(new) / statistic(old)`` and its bootstrap percentile interval."""
+    old_a, new_a = np.asarray(old, dtype=float), np.asarray(new, dtype=float)
+    ratio = float(statistic(new_a) / statistic(old_a))
+    rng = np.random.default_rng(options.seed)
+    old_draws = statistic(old_a[rng.integers(0, len(old_a), (options.resamples, len(old_a)))])
+    new_draws = statistic(new_a[rng.integers(0, len(new_a), (options.resamples, len(new_a)))])
+    tail = (1 - options.confidence) / 2 * 100
+    low, high = np.percentile(new_draws / old_draws, [tail, 100 - tail])
+    return ratio, float(low), float(high)
+
+
+def _pooled(records: Sequence[ResultBase]) -> Tuple[pd.DataFrame, Dict[Tuple[str, int], List]]:
+    """The measured cells' table (repeats averaged) and each cell's pooled step samples."""
+    table = label_variants(training_table(records))
+    table = table[(table["status"] == "ok") & table["throughput"].notna()]
+    samples: Dict[Tuple[str, int], List[float]] = {}
+    by_id = {r.cell_id: r for r in records if isinstance(r, TrainingResult)}
+    for row in table.itertuples():
+        samples.setdefault((row.config_key, row.world_size), []).extend(
+            by_id[row.cell_id].step_times_ms
+        )
+    pooled = table.groupby(KEY, as_index=False).agg(
+        model=("model", "first"),
+        variant=("variant", "first"),
+        batch_size=("batch_size", "first"),
+        unit=("unit", "first"),
+        throughput=("throughput", "mean"),
+        step_ms_p95=("step_ms_p95", "mean"),
+        cell_id=("cell_id", "first"),
+    )
+    return pooled, samples
+
+
+def _verdict(change: float, beyond_noise: bool, threshold: float) -> str:
+    """``change`` is signed so that positive is worse."""
+    if abs(change) <= threshold:
+        return UNCHANGED
+    if not beyond_noise:
+        return WITHIN_NOISE
+    return REGRESSION if change > 0 else IMPROVEMENT
+
+
+def _pct(ratio: float) -> float:
+    return 100 * (ratio - 1)
+
+
+def compare_runs(
+    old_records: Sequence[ResultBase],
+    new_records: Sequence[ResultBase],
+    options: CompareOptions = CompareOptions(),
+) -> Comparison:
+    old, old_samples = _pooled(old_records)
+    new, new_samples = _pooled(new_records)
+    merged = new.merge(old, on=KEY, suffixes=("_new", "_old"), how="outer", indicator=True)
+    rows = []
+    for row in merged[merged["_merge"] == "both"].itertuples():
+        key = (row.config_key, row.world_size)
+        throughput_change = _pct(row.throughput_new / row.throughput_old)
+        p95_change = _pct(row.step_ms_p95_new / row.step_ms_p95_old)
+        old_steps, new_steps = old_samples.get(key, []), new_samples.get(key, [])
+        if old_steps and new_steps:
+            _, mean_low, mean_high = bootstrap_ratio(old_steps, new_steps, _mean, options)
+            _, p95_low, p95_high = bootstrap_ratio(old_steps, new_steps, _p95, options)
+            # Throughput is inversely proportional to the mean step time.
+            tp_low, tp_high = _pct(1 / mean_high), _pct(1 / mean_low)
+            p95_low, p95_high = _pct(p95_low), _pct(p95_high)
+            tp_noise = not (tp_low <= 0 <= tp_high)
+            p95_noise = not (p95_low <= 0 <= p95_high)
+        else:  # no samples: the threshold alone decides
+            tp_low = tp_high = p95_low = p95_high = float("nan")
+            tp_noise = p95_noise = True
+        verdicts = [
+            _verdict(-throughput_change, tp_noise, options.threshold_pct),
+            _verdict(p95_change, p95_noise, options.threshold_pct),
+        ]
+        order = [REGRESSION, IMPROVEMENT, WITHIN_NOISE, UNCHANGED]
+        rows.append(
+            {
+                "model": row.model_new,
+                "variant": row.variant_new,
+                "world_size": int(row.world_size),
+                "unit": row.unit_new,
+                "throughput_old": row.throughput_old,
+                "throughput_new": row.throughput_new,
+                "throughput_change_pct": throughput_change,
+                "throughput_ci_low_pct": tp_low,
+                "throughput_ci_high_pct": tp_high,
+                "p95_old_ms": row.step_ms_p95_old,
+                "p95_new_ms": row.step_ms_p95_new,
+                "p95_change_pct": p95_change,
+                "p95_ci_low_pct": p95_low,
+                "p95_ci_high_pct": p95_high,
+                "beyond_noise": bool(tp_noise or p95_noise),
+                "verdict": min(verdicts, key=order.index),
+                "cell_id_old": row.cell_id_old,
+                "cell_id_new": row.cell_id_new,
+                "config_key": row.config_key,
+            }
+        )
+    cells = pd.DataFrame(rows)
+    if cells.empty:
+        cells = pd.DataFrame(columns=["model", "variant", "world_size", "verdict"])
+    unmatched_columns = ["model", "variant", "world_size", "cell_id"]
+
+    def unmatched(side: str, frame: pd.DataFrame) -> pd.DataFrame:
+        keys = merged[merged["_merge"] == side][KEY]
+        return frame.merge(keys, on=KEY)[unmatched_columns]
+
+    return Comparison(cells, unmatched("right_only", old), unmatched("left_only", new))

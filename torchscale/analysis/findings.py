@@ -1,0 +1,156 @@
+"""Findings: bottlenecks with the evidence and what to change, from every source, in one table.
+
+Sources: ``findings.json`` files written by ``torchscale profile`` (read defensively: only
+``severity``, ``category``, ``title``/``message``, ``ranks`` and ``recommendation`` are relied on),
+the sync warnings the worker puts in each training record, and scaling below the "good" band.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Mapping
+
+import pandas as pd
+
+from torchscale.analysis.scaling import EFFICIENCY_GOOD
+from torchscale.results.schema import ResultBase, TrainingResult
+
+COLUMNS = ["severity", "category", "title", "message", "ranks", "recommendation", "source"]
+SEVERITY_ORDER = {
+    "critical": 0,
+    "error": 0,
+    "high": 1,
+    "warning": 2,
+    "warn": 2,
+    "medium": 2,
+    "low": 3,
+    "info": 4,
+}
+
+STRAGGLER_ADVICE = (
+    "Compare rank {rank}'s clocks, temperature and power with the others "
+    "(nvidia-smi -q -d PERFORMANCE), check data loading and CPU affinity on its host, then "
+    "profile the cell with 'torchscale profile --target sync_stalls'."
+)
+ERRATIC_ADVICE = (
+    "Look for contention on the interconnect or other jobs on the node; try a larger "
+    "ddp.bucket_cap_mb or ddp.static_graph, and profile with 'torchscale profile'."
+)
+SYNC_BOUND_ADVICE = (
+    "Gradient sync is exposed: overlap more of it (ddp.bucket_cap_mb, "
+    "ddp.gradient_as_bucket_view, ddp.static_graph), raise the per-GPU batch or use gradient "
+    "accumulation, or compress gradients (ddp.comm_hook fp16/bf16/powersgd)."
+)
+COMPUTE_BOUND_ADVICE = (
+    "Sync is not where time goes: compare per-rank step times for a straggler, check the "
+    "input pipeline (data.num_workers, pinned memory) and profile the cell."
+)
+
+
+def _ranks(value: Any) -> List[int]:
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value if isinstance(v, (int, float))]
+    return [int(value)] if isinstance(value, (int, float)) else []
+
+
+def normalize(doc: Mapping[str, Any], source: str) -> Dict[str, Any]:
+    """A finding from any producer, with the fields the report shows."""
+    title = doc.get("title") or doc.get("message") or doc.get("category") or "finding"
+    message = doc.get("message") if doc.get("title") else doc.get("detail")
+    return {
+        "severity": str(doc.get("severity") or "info").lower(),
+        "category": str(doc.get("category") or "general"),
+        "title": str(title),
+        "message": str(message) if message else "",
+        "ranks": _ranks(doc.get("ranks", doc.get("rank"))),
+        "recommendation": str(doc.get("recommendation") or ""),
+        "source": source,
+    }
+
+
+def _cells(labels: List[str]) -> str:
+    shown = ", ".join(labels[:4])
+    return shown + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
+
+
+def record_findings(records: Iterable[ResultBase]) -> List[Dict[str, Any]]:
+    """The sync warnings the worker recorded, one finding per model and straggler rank (or
+    erratic sync), listing the cells where it was seen."""
+    groups: Dict[tuple, List[TrainingResult]] = {}
+    for record in records:
+        if isinstance(record, TrainingResult) and record.sync and record.sync.warning:
+            key = (record.experiment, record.model, record.sync.slowest_rank)
+            groups.setdefault(key, []).append(record)
+    found = []
+    for (_, model, slowest), cells in groups.items():
+        cells.sort(key=lambda r: (r.world_size, r.batch_size, r.repeat))
+        worst = max(cells, key=lambda r: r.sync.wait_spread_ms or 0.0)
+        labels = list(dict.fromkeys(f"batch {r.batch_size} on {r.world_size} GPUs" for r in cells))
+        straggler = slowest is not None
+        found.append(
+            {
+                "severity": "warning",
+                "category": "sync",
+                "title": (
+                    f"Rank {slowest} is a straggler" if straggler else "Erratic gradient sync"
+                )
+                + f": {model}",
+                "message": f"Seen in {_cells(labels)}. {worst.sync.warning}.",
+                "ranks": [slowest] if straggler else [],
+                "recommendation": STRAGGLER_ADVICE.format(rank=slowest)
+                if straggler
+                else ERRATIC_ADVICE,
+                "source": worst.cell_id + (f" (+{len(cells) - 1} cells)" if len(cells) > 1 else ""),
+            }
+        )
+    return found
+
+
+def scaling_findings(table: pd.DataFrame) -> List[Dict[str, Any]]:
+    """Per model: the configurations whose efficiency at their largest GPU count is below the
+    "good" band, with the worst one's numbers."""
+    ok = table[(table["status"] == "ok") & table["scaling_efficiency"].notna()]
+    ok = ok[ok["world_size"] > ok["baseline_world_size"]]
+    if ok.empty:
+        return []
+    largest = ok.groupby(["experiment", "config_key"])["world_size"].transform("max")
+    at_largest = (
+        ok[ok["world_size"] == largest]
+        .groupby(["experiment", "model", "variant", "world_size"], as_index=False, sort=False)
+        .agg(
+            efficiency=("scaling_efficiency", "mean"),
+            sync=("sync_exposed_pct", "mean"),
+            baseline=("baseline_world_size", "first"),
+            cell_id=("cell_id", "first"),
+        )
+    )
+    found = []
+    for (_, model), group in at_largest.groupby(["experiment", "model"], sort=True):
+        below = group[group["efficiency"] <= EFFICIENCY_GOOD]
+        if below.empty:
+            continue
+        worst = below.loc[below["efficiency"].idxmin()]
+        efficiency, sync = float(worst["efficiency"]), worst["sync"]
+        detail = f"; gradient sync is {sync:.0f}% of its step" if not pd.isna(sync) else ""
+        others = f" ({len(below)} of {len(group)} configurations)" if len(group) > 1 else ""
+        found.append(
+            {
+                "severity": "high" if efficiency < 0.5 else "warning",
+                "category": "scaling",
+                "title": f"{model} scales below {EFFICIENCY_GOOD:.0%}{others}",
+                "message": f"Worst: {worst['variant']} at {efficiency:.0%} on "
+                f"{int(worst['world_size'])} GPUs against {int(worst['baseline'])} GPU(s){detail}.",
+                "ranks": [],
+                "recommendation": SYNC_BOUND_ADVICE
+                if not pd.isna(sync) and sync >= 10
+                else COMPUTE_BOUND_ADVICE,
+                "source": worst["cell_id"],
+            }
+        )
+    return found
+
+
+def findings_table(findings: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """All findings, most severe first."""
+    table = pd.DataFrame(list(findings), columns=COLUMNS)
+    order = table["severity"].map(lambda s: SEVERITY_ORDER.get(s, 5))
+    return table.assign(_order=order).sort_values("_order", kind="stable").drop(columns="_order")

@@ -1,0 +1,159 @@
+"""Scaling curves and the per-model summary, from the training table (see ``tables.py``).
+
+A *variant* is one configuration of a model apart from its GPU count: its batch size plus whatever
+other knob differs between the model's configurations (``batch 64 · bf16``). Curves are drawn per
+model, one line per variant; repeats of a cell are averaged.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Iterator, List, Tuple
+
+import pandas as pd
+
+EFFICIENCY_GOOD = 0.80
+EFFICIENCY_EXCELLENT = 0.90
+"""The bands the seed gives: good scaling > 80% efficiency, excellent > 90%."""
+
+# Shown by their own columns or meaningless in a label.
+_LABEL_SKIP = {"model", "batch_size", "seed", "warmup_steps", "measure_steps", "measure_seconds"}
+
+
+def efficiency_band(efficiency: float) -> str:
+    if pd.isna(efficiency):
+        return "unknown"
+    if efficiency > EFFICIENCY_EXCELLENT:
+        return "excellent"
+    if efficiency > EFFICIENCY_GOOD:
+        return "good"
+    return "poor"
+
+
+def _flatten(settings: Dict[str, Any], prefix: str = "") -> Iterator[Tuple[str, Any]]:
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _label(flat: Dict[str, Any], varying: List[str]) -> str:
+    parts = [f"batch {flat.get('batch_size')}"]
+    for key in varying:
+        value = flat.get(key)
+        parts.append(str(value) if key == "precision" else f"{key}={value}")
+    return " · ".join(parts)
+
+
+def label_variants(table: pd.DataFrame) -> pd.DataFrame:
+    """Add ``variant``: batch size plus the settings that differ among a model's configurations."""
+    table = table.copy()
+    table["variant"] = ""
+    if table.empty:
+        return table
+    flat = {key: dict(_flatten(json.loads(key))) for key in table["config_key"].unique()}
+    order: Dict[str, tuple] = {}
+    for _, group in table.groupby(["experiment", "model"], sort=False):
+        configs = [flat[key] for key in group["config_key"].unique()]
+        names = sorted({name for config in configs for name in config} - _LABEL_SKIP)
+        varying = [n for n in names if len({json.dumps(c.get(n)) for c in configs}) > 1]
+        for key in group["config_key"].unique():
+            label = _label(flat[key], varying)
+            table.loc[group.index[group["config_key"] == key], "variant"] = label
+            order.setdefault(label, (flat[key].get("batch_size") or 0, label))
+    # An ordered categorical sorts "batch 16" before "batch 128" in every table and chart.
+    table["variant"] = pd.Categorical(
+        table["variant"], categories=sorted(order, key=order.__getitem__), ordered=True
+    )
+    return table
+
+
+def scaling_curves(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (experiment, model, variant, world size) of measured cells.
+
+    ``ideal_throughput`` is linear scaling from the variant's smallest measured GPU count.
+    """
+    columns = [
+        "experiment",
+        "model",
+        "variant",
+        "batch_size",
+        "world_size",
+        "nnodes",
+        "unit",
+        "throughput",
+        "samples_per_s",
+        "scaling_efficiency",
+        "ideal_throughput",
+        "tflops_per_gpu",
+        "mfu",
+        "repeats",
+    ]
+    ok = table[(table["status"] == "ok") & table["throughput"].notna()]
+    if ok.empty:
+        return pd.DataFrame(columns=columns)
+    keys = ["experiment", "model", "variant", "config_key", "batch_size", "world_size"]
+    curves = (
+        ok.groupby(keys, sort=True, dropna=False)
+        .agg(
+            nnodes=("nnodes", "max"),
+            unit=("unit", "first"),
+            throughput=("throughput", "mean"),
+            samples_per_s=("samples_per_s", "mean"),
+            scaling_efficiency=("scaling_efficiency", "mean"),
+            tflops_per_gpu=("tflops_per_gpu", "mean"),
+            mfu=("mfu", "mean"),
+            repeats=("cell_id", "count"),
+        )
+        .reset_index()
+    )
+    config = [curves["experiment"], curves["config_key"]]
+    first = curves.groupby(config)["world_size"].transform("min")
+    base = (
+        curves["throughput"].where(curves["world_size"] == first).groupby(config).transform("max")
+    )
+    curves["ideal_throughput"] = base * curves["world_size"] / first
+    return curves[columns].sort_values(["experiment", "model", "variant", "world_size"])
+
+
+def model_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per model: the fastest cell, and scaling efficiency at the largest GPU count measured."""
+    columns = [
+        "experiment",
+        "model",
+        "unit",
+        "best_variant",
+        "best_world_size",
+        "best_throughput",
+        "best_step_ms_p50",
+        "largest_world_size",
+        "efficiency_best",
+        "efficiency_worst",
+        "band",
+    ]
+    ok = table[(table["status"] == "ok") & table["throughput"].notna()]
+    rows = []
+    for (experiment, model), group in ok.groupby(["experiment", "model"], sort=True):
+        best = group.loc[group["throughput"].idxmax()]
+        largest = int(group["world_size"].max())
+        at_largest = group[group["world_size"] == largest]["scaling_efficiency"].dropna()
+        has_baseline = largest > group["world_size"].min()
+        best_eff = float(at_largest.max()) if has_baseline and len(at_largest) else float("nan")
+        worst_eff = float(at_largest.min()) if has_baseline and len(at_largest) else float("nan")
+        rows.append(
+            {
+                "experiment": experiment,
+                "model": model,
+                "unit": best["unit"],
+                "best_variant": best["variant"],
+                "best_world_size": int(best["world_size"]),
+                "best_throughput": float(best["throughput"]),
+                "best_step_ms_p50": best["step_ms_p50"],
+                "largest_world_size": largest,
+                "efficiency_best": best_eff,
+                "efficiency_worst": worst_eff,
+                "band": efficiency_band(best_eff),
+            }
+        )
+    return pd.DataFrame(rows, columns=columns)

@@ -1,0 +1,73 @@
+"""One call from a results folder to a written report file (what ``torchscale report`` runs)."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from torchscale.errors import TorchscaleError
+from torchscale.plan.matrix import experiment_dirname
+from torchscale.report.data import ReportData, load_report_data
+from torchscale.report.render import FORMATS, render
+from torchscale.results.store import atomic_write_bytes
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    source: Path
+    fmt: str = "html"
+    output: Optional[Path] = None
+    baseline: Optional[Path] = None
+    threshold_pct: float = 5.0
+
+
+def default_output(data: ReportData, fmt: str) -> Path:
+    """``<source>/<experiment>-report.<fmt>`` (the source folder's name for several)."""
+    name = data.title if len(data.experiments) == 1 else data.source.resolve().name
+    return data.source / f"{experiment_dirname(name)}-report.{fmt}"
+
+
+def check_output(path: Path) -> None:
+    """Fail before any work when the report could not be written to ``path``."""
+    if path.is_dir():
+        raise TorchscaleError(f"--output {path} is a folder; give a file name such as report.html")
+    folder = path.parent
+    if not folder.is_dir():
+        raise TorchscaleError(
+            f"--output folder {folder} does not exist; create it or choose another --output"
+        )
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise TorchscaleError(
+            f"cannot write the report to {folder} ({exc.strerror or exc}); choose another --output"
+        ) from None
+
+
+def generate_report(request: ReportRequest) -> Path:
+    """Render the report and write it atomically; returns its path."""
+    fmt = request.fmt.lower()
+    if fmt not in FORMATS:
+        raise TorchscaleError(
+            f"unknown report format '{request.fmt}': use --format html or --format pdf"
+        )
+    data = load_report_data(request.source)
+    output = request.output or default_output(data, fmt)
+    check_output(output)
+    comparison = None
+    if request.baseline is not None:
+        from torchscale.analysis.compare import CompareOptions, compare_runs
+
+        baseline = load_report_data(request.baseline, "--baseline")
+        result = compare_runs(
+            baseline.records, data.records, CompareOptions(threshold_pct=request.threshold_pct)
+        )
+        comparison = (result, request.threshold_pct, str(request.baseline))
+
+    from torchscale.report.content import build_content
+
+    atomic_write_bytes(output, render(build_content(data, comparison), fmt))
+    return output

@@ -1,0 +1,361 @@
+"""Analysis tables -> chart specs (``elements.Chart``), one chart per model unless stated.
+
+Only selection and shaping happen here; the numbers come from ``torchscale.analysis``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator, List, Tuple
+
+import pandas as pd
+
+from torchscale.analysis.scaling import EFFICIENCY_EXCELLENT, EFFICIENCY_GOOD
+from torchscale.report.elements import (
+    BAND_EXCELLENT,
+    BAND_GOOD,
+    Band,
+    Chart,
+    Series,
+)
+
+MAX_BOXES = 24
+"""Step-time boxes per chart; past this a model's chart is split per variant."""
+MIB = 2**20
+MEMORY_PARTS = [
+    ("params_bytes", "parameters"),
+    ("grads_bytes", "gradients"),
+    ("optimizer_bytes", "optimizer state"),
+    ("activations_peak_bytes", "activations"),
+]
+
+
+def cell_labels(frame: pd.DataFrame, with_model: bool = True) -> pd.Series:
+    """``model · batch 32 · 4 GPU`` for each row (without the model inside a model's chart)."""
+    label = frame["variant"].astype(str) + " · " + frame["world_size"].astype(str) + " GPU"
+    return frame["model"].astype(str) + " · " + label if with_model else label
+
+
+def _chart_id(*parts: object) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", "-".join(map(str, parts)).lower()).strip("-")
+
+
+def _per_model(frame: pd.DataFrame) -> Iterator[Tuple[str, str, pd.DataFrame]]:
+    for (experiment, model), group in frame.groupby(["experiment", "model"], sort=True):
+        yield str(experiment), str(model), group
+
+
+def _title(base: str, model: str, experiment: str, many: bool) -> str:
+    return f"{base}: {model}" + (f" ({experiment})" if many else "")
+
+
+def _gpu_ticks(frame: pd.DataFrame) -> List[int]:
+    return sorted(int(v) for v in frame["world_size"].unique())
+
+
+def efficiency_charts(curves: pd.DataFrame) -> List[Chart]:
+    """Scaling efficiency, actual per variant against the ideal 100%, with the seed's bands."""
+    charts = []
+    many = curves["experiment"].nunique() > 1
+    for experiment, model, group in _per_model(curves):
+        ticks = _gpu_ticks(group)
+        series = [
+            Series(
+                variant,
+                rows["world_size"].tolist(),
+                (100 * rows["scaling_efficiency"]).round(2).tolist(),
+            )
+            for variant, rows in group.groupby("variant", sort=True)
+        ]
+        series.insert(
+            0, Series("ideal", [ticks[0], ticks[-1]], [100, 100], dashed=True, color_key="__ideal")
+        )
+        top = max(110.0, float((100 * group["scaling_efficiency"]).max()) + 5)
+        charts.append(
+            Chart(
+                _chart_id("efficiency", experiment, model),
+                _title("Scaling efficiency", model, experiment, many),
+                "GPUs",
+                "scaling efficiency (%)",
+                series,
+                group[["model", "variant", "world_size", "throughput", "scaling_efficiency"]],
+                x_ticks=ticks,
+                bands=[
+                    Band(100 * EFFICIENCY_EXCELLENT, top, "excellent > 90%", BAND_EXCELLENT),
+                    Band(
+                        100 * EFFICIENCY_GOOD, 100 * EFFICIENCY_EXCELLENT, "good > 80%", BAND_GOOD
+                    ),
+                ],
+                y_range=(0, top),
+            )
+        )
+    return charts
+
+
+def throughput_charts(curves: pd.DataFrame) -> List[Chart]:
+    """Throughput against GPU count, with linear scaling from the smallest count dashed."""
+    charts = []
+    many = curves["experiment"].nunique() > 1
+    for experiment, model, group in _per_model(curves):
+        series = []
+        for variant, rows in group.groupby("variant", sort=True):
+            x = rows["world_size"].tolist()
+            series.append(Series(variant, x, rows["throughput"].tolist(), color_key=variant))
+            series.append(
+                Series(
+                    f"{variant} (ideal)",
+                    x,
+                    rows["ideal_throughput"].tolist(),
+                    color_key=variant,
+                    dashed=True,
+                    show_legend=False,
+                )
+            )
+        unit = group["unit"].dropna().iloc[0] if group["unit"].notna().any() else "samples"
+        charts.append(
+            Chart(
+                _chart_id("throughput", experiment, model),
+                _title("Throughput", model, experiment, many),
+                "GPUs",
+                f"{unit}/s (all GPUs)",
+                series,
+                group[["model", "variant", "world_size", "throughput", "ideal_throughput"]],
+                x_ticks=_gpu_ticks(group),
+            )
+        )
+    return charts
+
+
+def step_time_charts(table: pd.DataFrame, samples: pd.DataFrame) -> List[Chart]:
+    """Step-time distributions: one box per variant and GPU count (repeats pooled)."""
+    cells = table[table["status"] == "ok"][
+        ["cell_id", "experiment", "model", "variant", "world_size"]
+    ]
+    steps = samples.merge(cells, on="cell_id")
+    steps["label"] = cell_labels(steps, with_model=False)
+    charts = []
+    many = steps["experiment"].nunique() > 1
+    for experiment, model, group in _per_model(steps):
+        groups = [(model, group)]
+        if group["label"].nunique() > MAX_BOXES:
+            groups = [(f"{model}, {v}", rows) for v, rows in group.groupby("variant", sort=True)]
+        for name, rows in groups:
+            rows = rows.sort_values(["variant", "world_size", "cell_id", "step"])
+            labels = list(dict.fromkeys(rows["label"]))
+            by_label = rows.groupby("label", sort=False)["step_ms"]
+            boxes = [by_label.get_group(label).tolist() for label in labels]
+            quantiles = by_label.quantile([0.95, 0.99]).unstack()
+            charts.append(
+                Chart(
+                    _chart_id("steps", experiment, name),
+                    _title("Step time distribution", name, experiment, many),
+                    "",
+                    "step time (ms)",
+                    [
+                        Series("steps", labels, boxes, kind="box"),
+                        Series("p95", labels, quantiles.loc[labels, 0.95].tolist(), kind="marker"),
+                        Series("p99", labels, quantiles.loc[labels, 0.99].tolist(), kind="marker"),
+                    ],
+                    rows[["cell_id", "model", "variant", "world_size", "step", "step_ms"]],
+                    x_type="category",
+                    y_from_zero=False,
+                )
+            )
+    return charts
+
+
+def memory_charts(by_variant: pd.DataFrame) -> List[Chart]:
+    """Memory per GPU by configuration (``cells.memory_by_variant``), stacked by part."""
+    joined = by_variant
+    charts = []
+    many = joined["experiment"].nunique() > 1
+    for experiment, model, group in _per_model(joined):
+        group = group.sort_values("variant")
+        labels = group["variant"].tolist()
+        series = [
+            Series(name, labels, (group[key] / MIB).tolist(), kind="bar")
+            for key, name in MEMORY_PARTS
+            if group[key].notna().any()
+        ]
+        cuda = group["peak_kind"] == "cuda_allocated"
+        if cuda.any():
+            series.append(
+                Series(
+                    "peak allocated",
+                    labels,
+                    (group["peak_bytes"] / MIB).where(cuda).tolist(),
+                    kind="marker",
+                )
+            )
+        charts.append(
+            Chart(
+                _chart_id("memory", experiment, model),
+                _title("Memory per GPU", model, experiment, many),
+                "",
+                "MiB",
+                series,
+                group.drop(columns=["experiment"]),
+                x_type="category",
+                barmode="stack",
+            )
+        )
+    return charts
+
+
+def _gpu_line_chart(
+    kind: str, title: str, y_title: str, group: pd.DataFrame, column: str, scale: float = 1.0
+) -> Chart:
+    """One line per variant of ``column`` (repeats averaged) against GPU count."""
+    experiment, model = str(group["experiment"].iloc[0]), str(group["model"].iloc[0])
+    means = group.groupby(["variant", "world_size"], as_index=False)[column].mean()
+    series = [
+        Series(variant, rows["world_size"].tolist(), (scale * rows[column]).tolist())
+        for variant, rows in means.groupby("variant", sort=True)
+    ]
+    return Chart(
+        _chart_id(kind, experiment, model),
+        title,
+        "GPUs",
+        y_title,
+        series,
+        means,
+        x_ticks=_gpu_ticks(group),
+    )
+
+
+def utilisation_charts(table: pd.DataFrame) -> List[Chart]:
+    """MFU against GPU count where the device's peak is known, else achieved TFLOP/s per GPU."""
+    ok = table[(table["status"] == "ok") & table["tflops_per_gpu"].notna()]
+    many = ok["experiment"].nunique() > 1
+    charts = []
+    for experiment, model, group in _per_model(ok):
+        if group["mfu"].notna().any():
+            title, y_title, column, scale = "Model FLOPs utilisation", "MFU (%)", "mfu", 100.0
+        else:
+            title, y_title, column, scale = (
+                "Achieved TFLOP/s per GPU",
+                "TFLOP/s per GPU",
+                "tflops_per_gpu",
+                1.0,
+            )
+        title = _title(title, model, experiment, many)
+        charts.append(_gpu_line_chart("mfu", title, y_title, group, column, scale))
+    return charts
+
+
+def sync_share_charts(table: pd.DataFrame) -> List[Chart]:
+    """Exposed gradient-sync share of the step against GPU count."""
+    ok = table[(table["status"] == "ok") & table["sync_exposed_pct"].notna()]
+    ok = ok[ok["world_size"] > 1]
+    many = ok["experiment"].nunique() > 1
+    return [
+        _gpu_line_chart(
+            "sync-share",
+            _title("Exposed gradient sync", model, experiment, many),
+            "share of step time (%)",
+            group,
+            "sync_exposed_pct",
+        )
+        for experiment, model, group in _per_model(ok)
+    ]
+
+
+def rank_wait_charts(pooled_ranks: pd.DataFrame) -> List[Chart]:
+    """Per-rank sync wait at each model's largest GPU count: the straggler waits least."""
+    largest = pooled_ranks.groupby(["experiment", "model"])["world_size"].transform("max")
+    joined = pooled_ranks[
+        (pooled_ranks["world_size"] == largest) & pooled_ranks["sync_wait_ms"].notna()
+    ]
+    charts = []
+    many = joined["experiment"].nunique() > 1
+    for experiment, model, group in _per_model(joined):
+        means = group.groupby(["variant", "rank"], as_index=False)["sync_wait_ms"].mean()
+        series = [
+            Series(
+                variant,
+                [f"rank {r}" for r in rows["rank"]],
+                rows["sync_wait_ms"].tolist(),
+                kind="bar",
+            )
+            for variant, rows in means.groupby("variant", sort=True)
+        ]
+        size = int(group["world_size"].iloc[0])
+        charts.append(
+            Chart(
+                _chart_id("rank-wait", experiment, model),
+                _title(f"Sync wait per rank on {size} GPUs", model, experiment, many),
+                "",
+                "sync wait per step (ms)",
+                series,
+                means,
+                x_type="category",
+            )
+        )
+    return charts
+
+
+def bandwidth_charts(collectives: pd.DataFrame) -> List[Chart]:
+    """Bus bandwidth (solid) and algorithm bandwidth (dashed) against message size, per op."""
+    ok = collectives[(collectives["status"] == "ok") & collectives["busbw_gbps"].notna()]
+    charts = []
+    for op, group in ok.groupby("op", sort=True):
+        series = []
+        for size, rows in group.groupby("world_size", sort=True):
+            name = f"{size} GPUs"
+            x = rows["size_bytes"].tolist()
+            series.append(Series(f"busbw, {name}", x, rows["busbw_gbps"].tolist(), color_key=name))
+            series.append(
+                Series(
+                    f"algbw, {name}", x, rows["algbw_gbps"].tolist(), color_key=name, dashed=True
+                )
+            )
+        peaks = group["link_peak_gbps"].dropna().unique()
+        charts.append(
+            Chart(
+                _chart_id("bandwidth", op),
+                f"Bandwidth: {op}",
+                "message size (bytes)",
+                "GB/s",
+                series,
+                group.drop(columns=["experiment"]),
+                x_type="log",
+                hlines=[(float(p), f"link peak {p:g} GB/s") for p in peaks],
+            )
+        )
+    return charts
+
+
+VERDICT_ORDER = ["regression", "within noise", "unchanged", "improvement"]
+
+
+def comparison_chart(cells: pd.DataFrame, threshold_pct: float) -> Chart:
+    """Throughput change per matched cell against the regression threshold, coloured by verdict."""
+    labels = cell_labels(cells).tolist()
+    verdicts = [v for v in VERDICT_ORDER if v in set(cells["verdict"])]
+    series = [
+        Series(
+            verdict,
+            labels,
+            cells["throughput_change_pct"].where(cells["verdict"] == verdict).tolist(),
+            kind="bar",
+            color_key=verdict,
+        )
+        for verdict in verdicts
+    ]
+    return Chart(
+        "comparison-throughput",
+        "Throughput change against the baseline",
+        "",
+        "change (%)",
+        series,
+        cells,
+        x_type="category",
+        hlines=[(-threshold_pct, f"-{threshold_pct:g}% threshold")],
+        barmode="overlay",
+        colors_by_key={
+            "regression": "#D55E00",
+            "within noise": "#E69F00",
+            "unchanged": "#9CA3AF",
+            "improvement": "#009E73",
+        },
+    )

@@ -1,0 +1,213 @@
+"""Loaded results -> everything the templates show: summary, sections, findings, environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Dict, List, Optional, Tuple
+
+import pandas as pd
+
+from torchscale.analysis import cells as cell_tables
+from torchscale.analysis import findings as finding_rules
+from torchscale.analysis.collectives import collective_table
+from torchscale.analysis.compare import Comparison
+from torchscale.analysis.scaling import (
+    efficiency_band,
+    label_variants,
+    model_summary,
+    scaling_curves,
+)
+from torchscale.analysis.tables import training_table
+from torchscale.report import formatting as fmt
+from torchscale.report import sections
+from torchscale.report.data import ReportData
+from torchscale.report.elements import Chart, Column, Section, Table, make_table
+from torchscale.report.environment import EnvironmentBlock, environment_block
+
+TOP_FINDINGS = 5
+
+
+@dataclass
+class Card:
+    label: str
+    value: str
+    detail: str
+    tone: str = "neutral"  # good, warn, bad or neutral
+
+
+@dataclass
+class ReportContent:
+    title: str
+    source: str
+    generated_at: str
+    cards: List[Card]
+    summary: Optional[Table]
+    top_findings: List[Dict[str, Any]]
+    sections: List[Section]
+    findings: List[Dict[str, Any]]
+    failures: Optional[Table]
+    environments: List[EnvironmentBlock]
+    charts: List[Chart] = field(default_factory=list)
+
+
+def _training(data: ReportData) -> pd.DataFrame:
+    # Efficiency is computed within each experiment: cells of different runs are not a baseline.
+    frames = [training_table(e.records) for e in data.experiments]
+    frames = [f for f in frames if not f.empty]
+    table = pd.concat(frames, ignore_index=True) if frames else training_table([])
+    return label_variants(table)
+
+
+def _cards(table: pd.DataFrame, findings: pd.DataFrame, failures: pd.DataFrame) -> List[Card]:
+    ok = table[table["status"] == "ok"]
+    missed = len(table) - len(ok)
+    others = int((failures["kind"] != "training").sum())
+    detail = f"{missed} failed, OOM or skipped" if missed else "all cells ran"
+    if others:
+        detail += f"; {others} other record(s) failed"
+    tone = "bad" if ok.empty and len(table) else "warn" if len(failures) else "good"
+    cards = [Card("Training cells measured", f"{len(ok)} / {len(table)}", detail, tone)]
+    scaled = ok[ok["world_size"] > ok["baseline_world_size"]]
+    if not scaled.empty:
+        largest = int(scaled["world_size"].max())
+        at_largest = (
+            scaled[scaled["world_size"] == largest]
+            .groupby(["experiment", "config_key"])["scaling_efficiency"]
+            .mean()
+        )
+        mean = float(at_largest.mean())
+        band = efficiency_band(mean)
+        detail = f"{band}; mean of {len(at_largest)} configuration(s)"
+        if len(at_largest) > 1:
+            detail += f", range {fmt.fraction(at_largest.min())} – {fmt.fraction(at_largest.max())}"
+        tone = {"excellent": "good", "good": "good", "poor": "bad"}.get(band, "neutral")
+        cards.append(
+            Card(f"Scaling efficiency at {largest} GPUs", fmt.fraction(mean), detail, tone)
+        )
+    if not ok.empty:
+        best = ok.loc[ok["throughput"].idxmax()]
+        cards.append(
+            Card(
+                f"Highest throughput ({best['unit'] or 'samples'}/s)",
+                fmt.significant(best["throughput"]),
+                f"{best['model']} · {best['variant']} · {int(best['world_size'])} GPUs",
+            )
+        )
+    # findings_table sorts by severity, so counts come out most severe first
+    counts = findings["severity"].value_counts(sort=False)
+    severe = findings["severity"].map(lambda s: finding_rules.SEVERITY_ORDER.get(s, 5) <= 1)
+    cards.append(
+        Card(
+            "Findings",
+            str(len(findings)),
+            " · ".join(f"{n} {s}" for s, n in counts.items()) or "nothing to report",
+            "bad" if severe.any() else "warn" if len(findings) else "good",
+        )
+    )
+    return cards
+
+
+def _summary_table(table: pd.DataFrame) -> Optional[Table]:
+    summary = model_summary(table)
+    if summary.empty:
+        return None
+    efficiency = summary.apply(
+        lambda r: (
+            fmt.MISSING
+            if pd.isna(r["efficiency_best"])
+            else fmt.fraction(r["efficiency_best"])
+            if r["efficiency_best"] == r["efficiency_worst"]
+            else f"{fmt.fraction(r['efficiency_worst'])} – {fmt.fraction(r['efficiency_best'])}"
+        ),
+        axis=1,
+    )
+    shown = summary.assign(efficiency=efficiency)
+    return make_table(
+        "summary-table",
+        shown,
+        [
+            *sections.experiment_columns(shown),
+            Column("model", "Model", fmt.text, numeric=False),
+            Column("best_variant", "Best configuration", fmt.text, numeric=False),
+            Column("best_world_size", "GPUs", fmt.integer),
+            *sections.throughput_columns(shown, "best_throughput"),
+            Column("best_step_ms_p50", "Step p50 ms", fmt.significant),
+            Column("largest_world_size", "Largest GPUs", fmt.integer),
+            Column("efficiency", "Efficiency at largest", fmt.text),
+            Column("band", "Band", fmt.text, numeric=False),
+        ],
+        row_class=lambda row: f"band-{row['band']}",
+        csv_frame=summary,
+    )
+
+
+def _failures(failures: pd.DataFrame) -> Optional[Table]:
+    if failures.empty:
+        return None
+    return make_table(
+        "failures-table",
+        failures.sort_values(["status", "model", "world_size"], na_position="last"),
+        [
+            *sections.experiment_columns(failures),
+            Column("status", "Status", fmt.text, numeric=False),
+            Column("model", "Model", fmt.text, numeric=False),
+            Column("batch_size", "Batch", fmt.integer),
+            sections.GPUS,
+            Column("reason", "Reason", fmt.text, numeric=False),
+            Column("cell_id", "Cell", fmt.text, numeric=False),
+        ],
+        row_class=lambda row: f"status-{row['status']}",
+    )
+
+
+def build_content(
+    data: ReportData,
+    comparison: Optional[Tuple[Comparison, float, str]] = None,
+) -> ReportContent:
+    """Every table and chart of the report; ``comparison`` is (result, threshold %, baseline)."""
+    records = data.records
+    table = _training(data)
+    curves = scaling_curves(table)
+    findings = finding_rules.findings_table(
+        [
+            finding_rules.normalize(f, f.get("_source", "profile"))
+            for e in data.experiments
+            for f in e.findings
+        ]
+        + finding_rules.record_findings(records)
+        + finding_rules.scaling_findings(table)
+    )
+    failures = cell_tables.failure_table(data.documents)
+    samples = cell_tables.step_samples(records)
+    ranks = cell_tables.rank_table(records)
+    built = sections.chart_sections(
+        sections.comparison_section(*comparison) if comparison else None,
+        sections.scaling_section(curves),
+        sections.latency_section(
+            table,
+            cell_tables.latency_table(records),
+            cell_tables.pooled_latency_table(table, samples),
+            samples,
+        ),
+        sections.memory_section(
+            cell_tables.memory_by_variant(table, cell_tables.memory_table(records))
+        ),
+        sections.utilisation_section(table),
+        sections.sync_section(table, cell_tables.pooled_rank_table(table, ranks), ranks),
+        sections.communication_section(collective_table(data.documents)),
+    )
+    finding_rows = findings.to_dict("records")
+    return ReportContent(
+        title=data.title,
+        source=str(data.source),
+        generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        cards=_cards(table, findings, failures),
+        summary=_summary_table(table),
+        top_findings=finding_rows[:TOP_FINDINGS],
+        sections=built,
+        findings=finding_rows,
+        failures=_failures(failures),
+        environments=[environment_block(e) for e in data.experiments],
+        charts=[chart for section in built for chart in section.charts],
+    )

@@ -1,0 +1,122 @@
+"""Load what a report shows from a results folder: records, manifests and profiling findings.
+
+Reading is tolerant: a record that does not validate, or a kind this version does not know, is
+kept as its raw object (communication records are read from those), never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List
+
+from pydantic import ValidationError
+
+from torchscale.errors import TorchscaleError
+from torchscale.results.schema import RECORD_KINDS, ResultBase, parse_record
+from torchscale.results.store import ExperimentStore, find_experiments, read_jsonl
+
+log = logging.getLogger("torchscale")
+FINDINGS_FILE = "findings.json"
+
+
+@dataclass
+class Experiment:
+    name: str
+    path: Path
+    manifest: Dict[str, Any]
+    records: List[ResultBase] = field(default_factory=list)
+    documents: List[Dict[str, Any]] = field(default_factory=list)  # every raw object
+    findings: List[Dict[str, Any]] = field(default_factory=list)  # from findings.json files
+
+
+@dataclass
+class ReportData:
+    source: Path
+    experiments: List[Experiment]
+
+    @property
+    def title(self) -> str:
+        names = [e.name for e in self.experiments]
+        return names[0] if len(names) == 1 else f"{len(names)} experiments"
+
+    @property
+    def records(self) -> List[ResultBase]:
+        return [r for e in self.experiments for r in e.records]
+
+    @property
+    def documents(self) -> List[Dict[str, Any]]:
+        return [d for e in self.experiments for d in e.documents]
+
+
+def _parse(documents: List[Dict[str, Any]], path: Path) -> List[ResultBase]:
+    records = []
+    for doc in documents:
+        if doc.get("kind", "training") not in RECORD_KINDS:
+            continue
+        try:
+            records.append(parse_record(doc))
+        except ValidationError as exc:
+            log.warning(
+                "%s: skipped a %s record that does not validate (%s)",
+                path,
+                doc.get("kind"),
+                exc.errors()[0].get("msg"),
+            )
+    return records
+
+
+def read_findings(root: Path) -> List[Dict[str, Any]]:
+    """Every finding in the ``findings.json`` files under ``root``, tagged with its file."""
+    found = []
+    for path in sorted(root.rglob(FINDINGS_FILE)):
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            log.warning("%s is unreadable (%s); its findings are left out", path, exc)
+            continue
+        items = document.get("findings", []) if isinstance(document, dict) else document
+        source = str(path.parent.relative_to(root)) if path.parent != root else "profile"
+        found += [{**item, "_source": source} for item in items or [] if isinstance(item, dict)]
+    return found
+
+
+def load_experiment(path: Path) -> Experiment:
+    store = ExperimentStore(path)
+    try:
+        manifest = store.manifest()
+    except ValueError:
+        log.warning("%s is damaged; the environment is left out", store.manifest_path)
+        manifest = {}
+    documents = read_jsonl(store.results_path)
+    name = manifest.get("experiment") or next(
+        (d.get("experiment") for d in documents if d.get("experiment")), path.name
+    )
+    return Experiment(
+        name=str(name),
+        path=path,
+        manifest=manifest,
+        records=_parse(documents, store.results_path),
+        documents=documents,
+        findings=read_findings(path),
+    )
+
+
+def load_report_data(source: Path, what: str = "--source") -> ReportData:
+    """All experiments under ``source``; a clear error when there is nothing to report.
+
+    ``what`` names the argument in error messages (``--source``, ``--baseline``, ``OLD``...).
+    """
+    source = Path(source)
+    if not source.exists():
+        raise TorchscaleError(f"{what} {source} does not exist; point it at a results folder")
+    experiments = [load_experiment(path) for path in find_experiments(source)]
+    experiments = [e for e in experiments if e.documents]
+    if not experiments:
+        raise TorchscaleError(
+            f"no results under {source}: expected <experiment>/results.jsonl as written by "
+            "'torchscale benchmark --output-dir'"
+        )
+    return ReportData(source=source, experiments=experiments)

@@ -1,0 +1,185 @@
+"""What a report is made of, independent of HTML or PDF: charts as neutral specs, and tables.
+
+A ``Chart`` says what to draw (series, axes, reference bands) and carries the DataFrame it was
+drawn from; ``plotly_charts`` and ``svg_charts`` each draw it their way, so the HTML and the PDF
+always show the same numbers.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import pandas as pd
+
+from torchscale.report import formatting as fmt
+
+# Okabe-Ito, colour-blind safe, in an order that keeps neighbours distinct.
+PALETTE = [
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#D55E00",
+    "#CC79A7",
+    "#56B4E9",
+    "#F0E442",
+    "#000000",
+    "#8C564B",
+    "#7F7F7F",
+]
+REFERENCE_COLOR = "#6B7280"
+BAND_EXCELLENT = ("#10B981", 0.14)  # (colour, opacity)
+BAND_GOOD = ("#FACC15", 0.18)
+
+
+@dataclass
+class Series:
+    """One trace. ``kind``: line, bar, box (``y`` holds one list of samples per ``x``) or marker."""
+
+    name: str
+    x: List[Any]
+    y: List[Any]
+    kind: str = "line"
+    color_key: Optional[str] = None  # series sharing a key share a colour (actual and ideal)
+    dashed: bool = False
+    show_legend: bool = True
+
+
+@dataclass
+class Band:
+    """A horizontal band of the value axis, such as the "good" scaling range."""
+
+    low: float
+    high: float
+    label: str
+    color: Tuple[str, float]  # (hex colour, opacity)
+
+
+@dataclass
+class Chart:
+    chart_id: str
+    title: str
+    x_title: str
+    y_title: str
+    series: List[Series]
+    data: pd.DataFrame
+    x_type: str = "linear"  # linear, log or category
+    y_type: str = "linear"
+    x_ticks: Optional[List[Any]] = None
+    bands: List[Band] = field(default_factory=list)
+    hlines: List[Tuple[float, str]] = field(default_factory=list)
+    barmode: str = "group"  # group, stack, or overlay (one bar per category, series share it)
+    y_range: Optional[Tuple[float, float]] = None
+    y_from_zero: bool = True  # False for distributions, where the spread matters
+    colors_by_key: Dict[str, str] = field(default_factory=dict)  # fixed colours (verdicts)
+
+    def colors(self) -> Dict[str, str]:
+        """The colour of each series' key, in order of first appearance (same in every renderer)."""
+        keys: Dict[str, str] = {}
+        for series in self.series:
+            key = series.color_key or series.name
+            if key not in keys and key != "__ideal":  # the ideal line is grey, not a colour slot
+                keys[key] = self.colors_by_key.get(key) or PALETTE[len(keys) % len(PALETTE)]
+        return keys
+
+    def has_data(self) -> bool:
+        return any(_finite(value) for series in self.series for value in _flat(series.y))
+
+
+def _flat(values: List[Any]) -> List[Any]:
+    return [v for item in values for v in (item if isinstance(item, list) else [item])]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not math.isnan(value) and not math.isinf(value)
+
+
+@dataclass
+class Column:
+    key: str
+    header: str
+    fmt: Callable[[Any], str] = str
+    numeric: bool = True
+
+
+@dataclass
+class Table:
+    table_id: str
+    headers: List[Tuple[str, bool]]  # (text, numeric)
+    rows: List[List[Tuple[str, str]]]  # (text, css class)
+    csv_uri: str
+    caption: str = ""
+    widths: List[float] = field(default_factory=list)  # % of the table width, per column
+
+
+def csv_data_uri(frame: pd.DataFrame) -> str:
+    """The table as a CSV download that needs no server (a data: URI)."""
+    payload = base64.b64encode(frame.to_csv(index=False).encode("utf-8")).decode("ascii")
+    return f"data:text/csv;base64,{payload}"
+
+
+def make_table(
+    table_id: str,
+    frame: pd.DataFrame,
+    columns: List[Column],
+    caption: str = "",
+    row_class: Optional[Callable[[Dict[str, Any]], str]] = None,
+    csv_frame: Optional[pd.DataFrame] = None,
+) -> Table:
+    """Format ``frame`` for display; the CSV download holds the unformatted numbers."""
+    rows = []
+    for record in frame.to_dict("records"):
+        css = row_class(record) if row_class else ""
+        rows.append([(column.fmt(record[column.key]), css) for column in columns])
+    headers = [(column.header, column.numeric) for column in columns]
+    source = csv_frame if csv_frame is not None else frame[[c.key for c in columns]]
+    return Table(table_id, headers, rows, csv_data_uri(source), caption, _widths(headers, rows))
+
+
+def _widths(headers: List[Tuple[str, bool]], rows: List[List[Tuple[str, str]]]) -> List[float]:
+    """Column widths (% of the table) from the text each column holds, so the PDF can lay tables
+    out without measuring every cell (``table-layout: fixed``): never narrower than the longest
+    word of the column, text capped so one long name does not starve the others."""
+    sample = rows[:300]
+    widths = []
+    for i, (header, numeric) in enumerate(headers):
+        cells = [row[i][0] for row in sample]
+        words = [len(w) for text in [header, *cells] for w in text.split()]
+        longest = max((len(text) for text in cells), default=0)
+        widths.append(max([*words, 3, min(longest, 10**6 if numeric else 20)]) + 2.5)
+    total = sum(widths)
+    return [round(100 * w / total, 2) for w in widths]
+
+
+@dataclass
+class Section:
+    section_id: str
+    title: str
+    intro: str = ""
+    charts: List[Chart] = field(default_factory=list)
+    tables: List[Table] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing measured to show (e.g. the scaling section of communication-only results)."""
+        return not self.charts and not any(table.rows for table in self.tables)
+
+
+def chart_data_table(chart: Chart, max_rows: int = 60) -> Optional[Table]:
+    """The numbers behind a chart as a small table (None past ``max_rows``: CSV only)."""
+    frame = chart.data.drop(columns=["cell_id", "config_key"], errors="ignore")
+    if len(frame) > max_rows:
+        return None
+    columns = [
+        Column(
+            name,
+            name.replace("_", " "),
+            fmt.significant if pd.api.types.is_float_dtype(frame[name]) else fmt.text,
+            pd.api.types.is_numeric_dtype(frame[name]),
+        )
+        for name in frame.columns
+    ]
+    return make_table(f"{chart.chart_id}-data", frame, columns, csv_frame=chart.data)
