@@ -22,7 +22,7 @@ from typing import Callable, Dict, Iterator, List
 
 import pytest
 
-from tests.two_hosts import IFNAME, NamespacesUnavailable, TwoHosts, kill_tree
+from tests.two_hosts import IFNAME, kill_tree, two_hosts
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
@@ -69,12 +69,7 @@ def in_collectives(cell_pattern: str, store: ExperimentStore) -> bool:
 @pytest.fixture(scope="module")
 def lockstep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
     tmp = tmp_path_factory.mktemp("two_hosts")
-    hosts = TwoHosts(tmp)
-    try:
-        try:
-            hosts.up()
-        except NamespacesUnavailable as exc:
-            pytest.skip(f"two-host test: {exc}")
+    with two_hosts(tmp, "two-host test") as hosts:
         config = tmp / "two.yaml"
         config.write_text(CONFIG)
         out = tmp / "out"
@@ -119,8 +114,6 @@ def lockstep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
             "head_code": head_code,
             "logs": {name: (tmp / f"{name}.log").read_text() for name in ("head", "compute")},
         }
-    finally:
-        hosts.down()
 
 
 def cells(records: List[TrainingResult]) -> Dict[tuple, TrainingResult]:

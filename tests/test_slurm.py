@@ -194,17 +194,15 @@ cell_timeout_s: 120
 
 @pytest.fixture(scope="module")
 def slurm_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
-    from tests.slurm_cluster import SlurmCluster
-    from tests.two_hosts import NamespacesUnavailable, TwoHosts
+    from tests.slurm_cluster import SlurmCluster, SlurmUnavailable
+    from tests.two_hosts import two_hosts
 
     tmp = tmp_path_factory.mktemp("slurm")
-    hosts = TwoHosts(tmp)
-    try:
+    with two_hosts(tmp, "real Slurm job") as hosts:
+        cluster = SlurmCluster(hosts, tmp)
         try:
-            hosts.up()
-            cluster = SlurmCluster(hosts, tmp)
             cluster.up()
-        except NamespacesUnavailable as exc:
+        except SlurmUnavailable as exc:
             pytest.skip(f"real Slurm job: {exc}")
         config = tmp / "real.yaml"
         config.write_text(REAL)
@@ -223,8 +221,6 @@ def slurm_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
         cluster.wait_idle(timeout=240)
         store = ExperimentStore(out / "slurm-two-nodes")
         yield {"store": store, "records": store.records(), "job_id": job_id}
-    finally:
-        hosts.down()
 
 
 @pytest.mark.slow

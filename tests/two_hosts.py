@@ -17,9 +17,10 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import psutil
+import pytest
 
 SUBNET = "10.213.77"
 
@@ -39,6 +40,21 @@ class Host:
 
 class NamespacesUnavailable(Exception):
     """This machine (or user) cannot create the namespaces: the caller skips."""
+
+
+@contextlib.contextmanager
+def two_hosts(workdir: Path, what: str) -> Iterator[TwoHosts]:
+    """The two hosts, torn down (processes, namespaces) whatever happens; skips ``what`` where
+    they cannot be made."""
+    hosts = TwoHosts(workdir)
+    try:
+        try:
+            hosts.up()
+        except NamespacesUnavailable as exc:
+            pytest.skip(f"{what}: {exc}")
+        yield hosts
+    finally:
+        hosts.down()
 
 
 def _ip(*args: str) -> None:

@@ -4,8 +4,9 @@ Each multi-node cell is a torchrun with c10d rendezvous under a rendezvous id of
 (``<run id>-<cell id>``). A node that reaches a cell before the others waits there, in torchrun's
 rendezvous, until they arrive: that is the lock step, with no other coordination. Node 0's
 torchscale hosts the c10d store for the whole sweep (every torchrun joins it with
-``is_host=false``): a store hosted by a cell's own torchrun would die with that cell while a
-faster node may already have joined it for the next cell.
+``is_host=false``). A store hosted by a cell's own torchrun lives only as long as that cell: a
+node that is a cell ahead (restarted, or its cell failed early) would join the next rendezvous on
+a store about to close, fail, move on, and the nodes would fall out of step for good.
 
 Single-node cells run on node 0 only. Only node 0 records results; node R keeps its launch logs in
 ``cells/<cell_id>/node<R>/``, so no two nodes ever write the same file, even on a shared
@@ -73,11 +74,14 @@ class Launch:
     def skip_reason(self, cell: Cell) -> Optional[str]:
         nnodes = cell.settings.nnodes
         if nnodes > self.nnodes:
-            return (
-                f"needs {nnodes} nodes; this launch has {self.nnodes} "
-                f"(run torchscale on {nnodes} nodes with --nnodes {nnodes})"
-            )
+            return f"needs {nnodes} nodes; {self.has_nodes()} ({self.more_nodes_hint(nnodes)})"
         return None
+
+    def has_nodes(self) -> str:
+        return f"this launch has {self.nnodes}"
+
+    def more_nodes_hint(self, nnodes: int) -> str:
+        return f"run torchscale on {nnodes} nodes with --nnodes {nnodes}"
 
     def join_waits(self, cells: Sequence[Cell]) -> Dict[str, float]:
         """For each multi-node cell this node runs: how long its torchrun may wait for the others.

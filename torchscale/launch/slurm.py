@@ -140,14 +140,11 @@ class SlurmLaunch(Launch):
     def visits(self, cell: Cell) -> bool:
         return True
 
-    def skip_reason(self, cell: Cell) -> Optional[str]:
-        nnodes = cell.settings.nnodes
-        if nnodes > self.nnodes:
-            return (
-                f"needs {nnodes} nodes; the allocation has {self.nnodes} "
-                f"(submit with --nodes={nnodes} or more)"
-            )
-        return None
+    def has_nodes(self) -> str:
+        return f"the allocation has {self.nnodes}"
+
+    def more_nodes_hint(self, nnodes: int) -> str:
+        return f"submit with --nodes={nnodes} or more"
 
     def join_waits(self, cells: Sequence[Cell]) -> Dict[str, float]:
         return {}  # srun starts every node of a cell at once
