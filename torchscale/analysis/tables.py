@@ -2,8 +2,9 @@
 
 Scaling efficiency compares cells that differ only in GPU count:
 ``efficiency(N) = throughput_N / (N / B * throughput_B)`` with B the smallest GPU count measured for
-that configuration (1 when a 1-GPU cell exists: then ``throughput_N / (N * throughput_1)``).
-Repeats are averaged first.
+that configuration, on the fewest nodes (1 when a 1-GPU cell exists: then
+``throughput_N / (N * throughput_1)``). Repeats are averaged first. ``analysis/nodes.py`` splits it
+into intra- and inter-node factors with the same :func:`efficiency`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ TRAINING_COLUMNS = [
     "world_size", "nnodes", "nproc_per_node", "precision", "repeat", "status", "error", "unit",
     "samples_per_s", "throughput", "step_ms_mean", "step_ms_p50", "step_ms_p95", "step_ms_p99",
     "step_ms_cv", "sync_exposed_pct", "slowest_rank", "peak_memory_bytes", "tflops_per_gpu",
-    "mfu", "device_name", "config_key",
+    "mfu", "device_name", "hosts", "config_key",
 ]  # fmt: skip
 
 
@@ -67,6 +68,7 @@ def _row(record: TrainingResult) -> Dict[str, Any]:
         "tflops_per_gpu": record.tflops_per_gpu,
         "mfu": record.mfu,
         "device_name": record.device_name,
+        "hosts": " ".join(record.hosts),
         "config_key": config_key(record.settings),
     }
 
@@ -78,6 +80,11 @@ def training_table(records: Iterable[ResultBase]) -> pd.DataFrame:
     return add_scaling_efficiency(table)
 
 
+def efficiency(rate: Any, size: Any, base_rate: Any, base_size: Any) -> Any:
+    """Throughput over the ideal: the baseline's throughput scaled by ``size / base_size``."""
+    return rate / (size / base_size * base_rate)
+
+
 def add_scaling_efficiency(table: pd.DataFrame) -> pd.DataFrame:
     """Add ``scaling_efficiency`` and ``baseline_world_size`` (NaN where no baseline)."""
     table = table.copy()
@@ -86,14 +93,15 @@ def add_scaling_efficiency(table: pd.DataFrame) -> pd.DataFrame:
     ok = table[(table["status"] == "ok") & table["samples_per_s"].notna()]
     if ok.empty:
         return table
-    mean_rate = ok.groupby(["config_key", "world_size"])["samples_per_s"].mean()
+    # The same GPU count may run on one node and on several: they are different cells.
+    mean_rate = ok.groupby(["config_key", "world_size", "nnodes"])["samples_per_s"].mean()
     for key, by_size in mean_rate.groupby(level=0):
         by_size = by_size.droplevel(0)
-        base_size = int(by_size.index.min())
-        base_rate = float(by_size.loc[base_size])
+        base_size, base_nodes = min(by_size.index)
+        base_rate = float(by_size.loc[(base_size, base_nodes)])
         rows = (table["config_key"] == key) & (table["status"] == "ok")
         sizes = table.loc[rows, "world_size"].astype(float)
         rates = table.loc[rows, "samples_per_s"].astype(float)
-        table.loc[rows, "scaling_efficiency"] = rates / (sizes / base_size * base_rate)
-        table.loc[rows, "baseline_world_size"] = base_size
+        table.loc[rows, "scaling_efficiency"] = efficiency(rates, sizes, base_rate, int(base_size))
+        table.loc[rows, "baseline_world_size"] = int(base_size)
     return table

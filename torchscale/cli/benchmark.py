@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
@@ -13,6 +14,7 @@ from torchscale.cli.console import err_console, print_json, user_errors
 from torchscale.errors import TorchscaleError
 
 if TYPE_CHECKING:
+    from torchscale.launch.multinode import Launch
     from torchscale.plan.matrix import Plan
 
 log = logging.getLogger("torchscale")
@@ -20,6 +22,12 @@ log = logging.getLogger("torchscale")
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 EXIT_CELLS_FAILED = 1
+NODES_PANEL = "Multi-node"
+
+
+class Launcher(str, Enum):
+    torchrun = "torchrun"
+    slurm = "slurm"
 
 
 def register(app: typer.Typer) -> None:
@@ -70,6 +78,76 @@ def register(app: typer.Typer) -> None:
         verbose: Annotated[
             bool, typer.Option("--verbose", "-v", help="Enable verbose logging.")
         ] = False,
+        launcher: Annotated[
+            Launcher,
+            typer.Option(
+                "--launcher",
+                help="torchrun: this node (with --nnodes: one torchscale per node, in lock step); "
+                "slurm: every cell through srun inside an allocation.",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = Launcher.torchrun,
+        submit: Annotated[
+            bool,
+            typer.Option(
+                "--submit",
+                help="With --launcher slurm: write an sbatch script for the whole matrix and "
+                "submit it (with --dry-run: print it).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = False,
+        nnodes: Annotated[
+            Optional[int],
+            typer.Option(
+                "--nnodes",
+                help="Nodes in this launch (env PET_NNODES).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = None,
+        node_rank: Annotated[
+            Optional[int],
+            typer.Option(
+                "--node-rank",
+                help="This node's rank; node 0 records the results (env PET_NODE_RANK).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = None,
+        rdzv_endpoint: Annotated[
+            Optional[str],
+            typer.Option(
+                "--rdzv-endpoint",
+                help="HOST:PORT of node 0, where the nodes meet (env PET_RDZV_ENDPOINT, or "
+                "MASTER_ADDR and MASTER_PORT).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = None,
+        rdzv_id: Annotated[
+            Optional[str],
+            typer.Option(
+                "--rdzv-id",
+                help="Run id shared by the nodes; cells meet as ID-CELL (env PET_RDZV_ID; "
+                "default: torchscale-EXPERIMENT, or the Slurm job id).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = None,
+        join_timeout: Annotated[
+            float,
+            typer.Option(
+                "--join-timeout",
+                help="Seconds a node waits at a cell for the others (plus the cells node 0 runs "
+                "without it meanwhile).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = 600.0,
+        sbatch_arg: Annotated[
+            Optional[List[str]],
+            typer.Option(
+                "--sbatch-arg",
+                help="Extra #SBATCH line for --submit, e.g. --sbatch-arg=--partition=gpu "
+                "(repeatable).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = None,
     ) -> None:
         """Run throughput/latency tests across GPU configs."""
         if verbose:
@@ -87,15 +165,30 @@ def register(app: typer.Typer) -> None:
                 "missing --config: pass the benchmark YAML, e.g. --config benchmark_config.yaml"
             )
 
+        from torchscale.cli.benchmark_nodes import plan_and_launch, submit_matrix
         from torchscale.config.loader import load_config, parse_overrides
-        from torchscale.plan.matrix import expand
 
-        plan = expand(load_config(config, parse_overrides(set_ or [], ctx.args)))
+        loaded = load_config(config, parse_overrides(set_ or [], ctx.args))
+        if submit:
+            forwarded = [*(f"--set={item}" for item in set_ or []), *ctx.args]
+            submit_matrix(
+                loaded, config, output_dir, launcher.value, forwarded, sbatch_arg or [],
+                resume=resume, dry_run=dry_run, join_timeout=join_timeout,
+            )  # fmt: skip
+            return
+        plan, launch = plan_and_launch(
+            loaded, launcher.value, nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout
+        )
         if dry_run:
-            _print_plan(plan, output_dir, json_output)
+            _print_plan(plan, launch, output_dir, json_output)
             return
         code = _run(
-            plan, output_dir, resume=resume, retry_failed=retry_failed, json_output=json_output
+            plan,
+            launch,
+            output_dir,
+            resume=resume,
+            retry_failed=retry_failed,
+            json_output=json_output,
         )
         if code:
             raise typer.Exit(code)
@@ -112,15 +205,29 @@ def _list_models(json_output: bool) -> None:
         err_console.print(models_table(entries))
 
 
-def _print_plan(plan: Plan, output_dir: Path, json_output: bool) -> None:
+def _print_plan(plan: Plan, launch: Launch, output_dir: Path, json_output: bool) -> None:
     from torchscale.cli.benchmark_view import plan_table
     from torchscale.launch.cell import cell_command
+    from torchscale.launch.multinode import store_for
     from torchscale.launch.torchrun import format_command
     from torchscale.plan.matrix import experiment_dirname
-    from torchscale.results.store import ExperimentStore
 
-    store = ExperimentStore(output_dir / experiment_dirname(plan.config.experiment_name))
-    commands = [format_command(cell_command(c, store.cell_dir(c.cell_id))) for c in plan.cells]
+    store = store_for(launch, output_dir / experiment_dirname(plan.config.experiment_name))
+    cells = [c for c in plan.cells if launch.visits(c)]
+    waits = launch.join_waits(plan.cells)
+    commands = [
+        f"skipped: {launch.skip_reason(c)}"
+        if launch.skip_reason(c)
+        else format_command(
+            [
+                *launch.prefix(c),
+                *cell_command(
+                    c, store.cell_dir(c.cell_id), launch.rendezvous(c, waits.get(c.cell_id))
+                ),
+            ]
+        )
+        for c in cells
+    ]
     if json_output:
         print_json(
             [
@@ -129,29 +236,38 @@ def _print_plan(plan: Plan, output_dir: Path, json_output: bool) -> None:
                     "settings": c.settings.model_dump(mode="json"),
                     "command": cmd,
                 }
-                for c, cmd in zip(plan.cells, commands)
+                for c, cmd in zip(cells, commands)
             ]
         )
         return
     err_console.print(plan_table(plan))
-    for cell, command in zip(plan.cells, commands):
+    for cell, command in zip(cells, commands):
         err_console.print(f"[{cell.index + 1}] {command}", soft_wrap=True, markup=False)
     err_console.print(f"dry run: nothing was run or written (results would go to {store.root})")
 
 
 def _run(
-    plan: Plan, output_dir: Path, *, resume: bool, retry_failed: bool, json_output: bool
+    plan: Plan,
+    launch: Launch,
+    output_dir: Path,
+    *,
+    resume: bool,
+    retry_failed: bool,
+    json_output: bool,
 ) -> int:
+    from torchscale.cli.benchmark_nodes import follower_summary
     from torchscale.cli.benchmark_view import ConsoleEvents, results_table
+    from torchscale.launch.multinode import store_for
     from torchscale.launch.process import Terminated
     from torchscale.launch.sweep import SweepOptions, check_resumable, run_sweep, write_summary
     from torchscale.plan.matrix import experiment_dirname
-    from torchscale.results.store import ExperimentStore, check_writable
+    from torchscale.results.store import check_writable
 
     check_writable(output_dir)
-    store = ExperimentStore(output_dir / experiment_dirname(plan.config.experiment_name))
-    check_resumable(store, resume)
-    options = SweepOptions(resume=resume, retry_failed=retry_failed)
+    store = store_for(launch, output_dir / experiment_dirname(plan.config.experiment_name))
+    if launch.records_results:
+        check_resumable(store, resume)
+    options = SweepOptions(resume=resume, retry_failed=retry_failed, launch=launch)
     try:
         with ConsoleEvents() as events:
             records = run_sweep(plan, store, options, events)
@@ -163,6 +279,8 @@ def _run(
             f"{store.results_path}; run again with --resume to finish the rest."
         )
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    if not launch.records_results:
+        return follower_summary(launch, store, records)
     table = write_summary(store, records)
     err_console.print(results_table(table, f"{plan.config.experiment_name} ({store.root})"))
     if json_output:

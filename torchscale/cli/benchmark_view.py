@@ -28,6 +28,12 @@ def _fmt(value: Optional[float], spec: str = ",.1f", suffix: str = "") -> str:
     return f"{value:{spec}}{suffix}"
 
 
+def gpus_text(gpus: int, nnodes: int) -> str:
+    """``4``, or ``4 (2x2)`` for 4 ranks on 2 nodes."""
+    nnodes = int(nnodes) if nnodes == nnodes else 1  # NaN in an empty table column
+    return str(gpus) if nnodes <= 1 else f"{gpus} ({nnodes}x{int(gpus) // nnodes})"
+
+
 def describe_cell(cell: Cell) -> str:
     s = cell.settings
     noun = "GPU" if s.gpus == 1 else "GPUs"
@@ -80,7 +86,9 @@ class ConsoleEvents:
     def _training_lines(self, record: TrainingResult, table: Any) -> None:
         if record.status != "ok":
             label = "SKIP" if record.status == "skipped" else "FAIL"
-            err_console.print(f"> [{label}] {record.status}: {record.error}", soft_wrap=True)
+            # Errors quote tracebacks and paths: brackets in them are text, not Rich markup.
+            text = f"> [{label}] {record.status}: {record.error}"
+            err_console.print(text, soft_wrap=True, markup=False)
             return
         row = table.loc[table["cell_id"] == record.cell_id]
         eff = float(row["scaling_efficiency"].iloc[-1]) if len(row) else math.nan
@@ -100,12 +108,12 @@ class ConsoleEvents:
                 f"(p50 {steps.p50:,.1f}, p95 {steps.p95:,.1f}, p99 {steps.p99:,.1f})"
             )
         if record.sync and record.sync.warning:
-            err_console.print(f"> [WARN] {record.sync.warning}.", soft_wrap=True)
+            err_console.print(f"> [WARN] {record.sync.warning}.", soft_wrap=True, markup=False)
 
 
 def plan_table(plan: Plan) -> Table:
     """One row per cell: its id, the matrix axes and every knob that varies."""
-    knobs = [k for k in plan.swept if k not in ("models", "batch_sizes", "gpu_counts")]
+    knobs = [k for k in plan.swept if k not in ("models", "batch_sizes", "gpu_counts", "nodes")]
     table = Table(title=f"{plan.config.experiment_name}: {len(plan)} cells", title_justify="left")
     for column in ("#", "cell", "model", "batch", "GPUs", "precision", *knobs):
         table.add_column(column)
@@ -122,7 +130,7 @@ def plan_table(plan: Plan) -> Table:
             cell.cell_id,
             cell.settings.model,
             str(cell.settings.batch_size),
-            str(cell.settings.gpus),
+            gpus_text(cell.settings.gpus, cell.settings.nnodes),
             cell.settings.precision,
             *values,
         )
@@ -139,7 +147,7 @@ def results_table(table: Any, title: str) -> Table:
         out.add_row(
             str(row.model),
             str(row.batch_size),
-            str(row.world_size),
+            gpus_text(row.world_size, row.nnodes),
             str(row.precision),
             str(row.status),
             _fmt(row.throughput, ",.1f", unit),

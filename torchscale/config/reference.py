@@ -85,13 +85,13 @@ def _table(title: str, rows: List[str]) -> str:
     return "\n".join(head + rows)
 
 
+MATRIX_KEYS = (
+    "experiment_name", "models", "batch_sizes", "gpu_counts", "gpus_per_node", "nodes", "repeats",
+)  # fmt: skip
+
+
 def reference_markdown() -> str:
-    matrix = [
-        row
-        for row in _rows(BenchmarkConfig)
-        if row.split("`")[1]
-        in ("experiment_name", "models", "batch_sizes", "gpu_counts", "repeats")
-    ]
+    matrix = [row for row in _rows(BenchmarkConfig) if row.split("`")[1] in MATRIX_KEYS]
     sections = [
         HEADER.rstrip(),
         _table("The matrix", matrix),

@@ -223,6 +223,18 @@ class BenchmarkConfig(TrainingSweep):  # type: ignore[misc,valid-type]
         default_factory=lambda: [1],
         description="Ranks per cell: GPUs, or CPU processes on a node without GPUs.",
     )
+    gpus_per_node: Optional[PositiveInt] = Field(
+        None,
+        description="Ranks per node: a GPU count above it runs on gpu_count / gpus_per_node nodes "
+        "(default: the node's GPU count, in a multi-node launch).",
+    )
+    nodes: Optional[Annotated[List[PositiveInt], BeforeValidator(_as_list), Len(min_length=1)]] = (
+        Field(
+            None,
+            description="Node counts to spread every GPU count over, e.g. [1, 2] runs 4 GPUs as "
+            "1 x 4 and 2 x 2; counts that do not divide a GPU count are left out.",
+        )
+    )
     repeats: PositiveInt = Field(1, description="Run every cell this many times.")
     profiling: ProfilingSettings = Field(default_factory=ProfilingSettings)
 
@@ -230,6 +242,8 @@ class BenchmarkConfig(TrainingSweep):  # type: ignore[misc,valid-type]
     def _something_to_run(self) -> BenchmarkConfig:
         if not self.models:
             raise ValueError("'models' is empty: list at least one model to benchmark")
+        if self.nodes is not None and self.gpus_per_node is not None:
+            raise ValueError("give 'nodes' or 'gpus_per_node', not both")
         return self
 
 

@@ -12,7 +12,7 @@ import shutil
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 from torchscale.launch.kinds import common_identity, get_kind
 from torchscale.launch.nsys import wrapper as nsys_wrapper
@@ -26,6 +26,7 @@ from torchscale.results.store import ExperimentStore, atomic_write_json
 from torchscale.worker.reporting import (
     RANKS_DIR,
     STEP_PHASES,
+    WRITES_RESULT_ENV,
     read_json,
     read_steps,
     steps_path,
@@ -69,16 +70,55 @@ def cell_command(
     )
 
 
+def node_environments(store: ExperimentStore, cell: Cell) -> Optional[List[dict]]:
+    """The environment of each node the cell ran on, as its ranks reported it."""
+    return (read_json(store.cell_dir(cell.cell_id) / RESULT_FILE) or {}).get("nodes")
+
+
 def skipped_records(cell: Cell, experiment: str, reason: str) -> List[ResultBase]:
     return get_kind(cell.kind).failed(cell, common_identity(cell, experiment), "skipped", reason)
 
 
+def _rank_dirs(cell_dir: Path) -> List[Path]:
+    """This node's rank folder, then other nodes' where they are visible (a shared filesystem
+    in a lock-step launch: ``node<R>/ranks``)."""
+    return [cell_dir / RANKS_DIR, *sorted(cell_dir.glob(f"node*/{RANKS_DIR}"))]
+
+
 def _rank_files(cell_dir: Path, suffix: str) -> List[dict]:
-    found = (read_json(p) for p in sorted((cell_dir / RANKS_DIR).glob(f"rank*.{suffix}.json")))
-    return [doc for doc in found if doc]
+    found = []
+    for folder in _rank_dirs(cell_dir):
+        for path in sorted(folder.glob(f"rank*.{suffix}.json")):
+            doc = read_json(path)
+            if doc:
+                found.append({**doc, "_dir": str(folder.parent)})
+    return found
 
 
-def _failure(cell_dir: Path, returncode: Optional[int]) -> tuple:
+RENDEZVOUS_ERRORS = {
+    "RendezvousTimeoutError": "the other node(s) did not join within {wait:g} s",
+    "RendezvousConnectionError": "could not reach the rendezvous store at {endpoint}",
+    "RendezvousClosedError": "the rendezvous was closed by another node",
+}
+
+
+def _rendezvous_failure(cell_dir: Path, rendezvous: Rendezvous) -> Optional[str]:
+    """Why a multi-node launch never started its ranks, from torchrun's log."""
+    if rendezvous.standalone:
+        return None
+    try:
+        log = (cell_dir / LAUNCH_LOG).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for name, text in RENDEZVOUS_ERRORS.items():
+        if name in log:
+            reason = text.format(wait=rendezvous.join_timeout_s or 0, endpoint=rendezvous.endpoint)
+            log_path = cell_dir / LAUNCH_LOG
+            return f"rendezvous '{rendezvous.run_id}' failed: {reason} ({name}); see {log_path}"
+    return None
+
+
+def _failure(cell_dir: Path, returncode: Optional[int], rendezvous: Rendezvous) -> tuple:
     """(status, error text) of a launch that wrote no result."""
     errors = _rank_files(cell_dir, "error")
     if errors:
@@ -92,6 +132,9 @@ def _failure(cell_dir: Path, returncode: Optional[int]) -> tuple:
             f"{root.get('type')}: {root.get('message')}{also}"
         )
     log = cell_dir / LAUNCH_LOG
+    rendezvous_error = _rendezvous_failure(cell_dir, rendezvous)
+    if rendezvous_error:
+        return "failed", rendezvous_error
     if returncode is not None and returncode < 0:
         return "failed", f"torchrun was killed by signal {-returncode}; see {log}"
     return "failed", (
@@ -107,8 +150,11 @@ def _where(window: str, steps: Optional[tuple]) -> str:
 def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: float) -> str:
     """Who stopped where. Ranks blocked in a collective have moved past the rank that hangs, so
     the rank(s) furthest behind in (window, step, phase) are named as stuck."""
-    windows = {doc["rank"]: doc["phase"] for doc in _rank_files(cell_dir, "progress")}
-    steps = {rank: read_steps(steps_path(cell_dir, rank)) for rank in windows}
+    progress = {doc["rank"]: doc for doc in _rank_files(cell_dir, "progress")}
+    windows = {rank: doc["phase"] for rank, doc in progress.items()}
+    steps = {
+        rank: read_steps(steps_path(Path(doc["_dir"]), rank)) for rank, doc in progress.items()
+    }
 
     def position(rank: int) -> tuple:
         window = WINDOW_ORDER.index(windows[rank]) if windows[rank] in WINDOW_ORDER else -1
@@ -162,15 +208,24 @@ def run_cell(
     env: Optional[Dict[str, str]] = None,
     on_poll: Optional[Callable[[float], None]] = None,
     profile: Optional[ProfileRequest] = None,
+    prefix: Sequence[str] = (),
+    records_results: bool = True,
 ) -> List[ResultBase]:
-    """Launch ``cell`` and return its records (never raises for a failing cell)."""
+    """Launch ``cell`` and return its records (never raises for a failing cell).
+
+    ``prefix`` runs torchrun on the cell's nodes (``srun ...``). A node that does not record
+    results (lock-step node R > 0) returns no records when its launch succeeds: the result is
+    written on node 0.
+    """
     cell_dir = prepare_cell_dir(store, cell, experiment, profile)
     started, started_at = time.monotonic(), _now()
+    # A multi-node launch may first wait for the other nodes at the rendezvous.
+    timeout_s = cell.settings.cell_timeout_s + (rendezvous.join_timeout_s or 0.0)
     outcome = run_process(
-        cell_command(cell, cell_dir, rendezvous, profile),
-        timeout_s=cell.settings.cell_timeout_s,
+        [*prefix, *cell_command(cell, cell_dir, rendezvous, profile)],
+        timeout_s=timeout_s,
         log_path=cell_dir / LAUNCH_LOG,
-        env=python_env(env),
+        env=python_env({**(env or {}), WRITES_RESULT_ENV: "1" if records_results else "0"}),
         on_poll=on_poll,
     )
     timing = {
@@ -182,11 +237,13 @@ def run_cell(
     identity = {**common_identity(cell, experiment), **timing}
     result = read_json(cell_dir / RESULT_FILE)
     if outcome.timed_out:
-        reason = _stuck_ranks(cell_dir, cell.settings.gpus, cell.settings.cell_timeout_s)
+        reason = _stuck_ranks(cell_dir, cell.settings.gpus, timeout_s)
         return kind.failed(cell, identity, "timeout", reason)
+    if outcome.returncode == 0 and not records_results:
+        return []
     if outcome.returncode == 0 and result:
         if profile is not None and (result.get("profile") or {}).get("profiled"):
             result["profile"].update(analyze_traces(cell_dir / PROFILE_DIR, profile.target))
         return kind.records(cell, identity, result)
-    status, reason = _failure(cell_dir, outcome.returncode)
+    status, reason = _failure(cell_dir, outcome.returncode, rendezvous)
     return kind.failed(cell, identity, status, reason)

@@ -20,10 +20,10 @@ from torchscale.hardware.environment import (
     node_devices,
     threads_per_cpu_slot,
 )
-from torchscale.launch.cell import run_cell, skipped_records
+from torchscale.launch.cell import node_environments, run_cell, skipped_records
+from torchscale.launch.multinode import Launch, check_node_zero, merge_node_environments
 from torchscale.launch.nsys import resolve_tool
 from torchscale.launch.process import sigterm_as_interrupt
-from torchscale.launch.torchrun import Rendezvous
 from torchscale.plan.matrix import Cell, Plan
 from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.schema import SCHEMA_VERSION, ResultBase
@@ -46,7 +46,7 @@ class SweepEvents(Protocol):
 class SweepOptions:
     resume: bool = False
     retry_failed: bool = False
-    rendezvous: Rendezvous = field(default_factory=Rendezvous)
+    launch: Launch = field(default_factory=Launch)
     env: Optional[Dict[str, str]] = None
 
 
@@ -70,10 +70,11 @@ def build_manifest(plan: Plan, previous: Dict[str, Any], command: List[str]) -> 
     }
 
 
-def skip_reason(cell: Cell, devices: NodeDevices, rendezvous: Rendezvous) -> Optional[str]:
+def skip_reason(cell: Cell, devices: NodeDevices, launch: Launch) -> Optional[str]:
     s = cell.settings
-    if s.nnodes != rendezvous.nnodes:
-        return f"needs {s.nnodes} node(s); this launch has {rendezvous.nnodes}"
+    reason = launch.skip_reason(cell)
+    if reason:
+        return reason
     if s.nproc_per_node > devices.count:
         return (
             f"needs {devices.describe(s.nproc_per_node)} per node; this node has "
@@ -103,7 +104,11 @@ def check_resumable(store: ExperimentStore, resume: bool) -> None:
 def run_sweep(
     plan: Plan, store: ExperimentStore, options: SweepOptions, events: SweepEvents
 ) -> List[ResultBase]:
-    """Run every cell without a record; return all records of the experiment."""
+    """Run every cell without a record; return all records of the experiment.
+
+    On a lock-step node other than node 0, run the multi-node cells it takes part in, record
+    nothing, and return what this node saw fail.
+    """
     devices = node_devices()
     profiling = plan.config.profiling
     profile = (
@@ -111,12 +116,23 @@ def run_sweep(
         if profiling.enabled
         else None
     )
-    with store.lock(), sigterm_as_interrupt():
-        check_resumable(store, options.resume)
-        store.write_manifest(build_manifest(plan, store.manifest(), sys.argv))
-        records = store.records()
-        done = {r.cell_id for r in records if not (options.retry_failed and r.status in RETRYABLE)}
-        todo = [cell for cell in plan.cells if cell.cell_id not in done]
+    launch = options.launch
+    recording = launch.records_results
+    with store.lock(), launch.serve(), sigterm_as_interrupt():
+        manifest: Dict[str, Any] = {}
+        if recording:
+            check_resumable(store, options.resume)
+            previous = store.manifest()
+            manifest = build_manifest(plan, previous, sys.argv)
+            manifest.update(launch=launch.describe(), nodes=previous.get("nodes", []))
+            store.write_manifest(manifest)
+        # Another node reads node 0's records where the folder is shared, to skip the same cells.
+        known = store.records() if options.resume or recording else []
+        done = {r.cell_id for r in known if not (options.retry_failed and r.status in RETRYABLE)}
+        records = known if recording else []  # elsewhere: what this node saw fail
+        remaining = [cell for cell in plan.cells if cell.cell_id not in done]
+        todo = [cell for cell in remaining if launch.visits(cell)]
+        waits = launch.join_waits(remaining)
         env = dict(options.env or {})
         if devices.kind == "cpu":
             # torchrun sets OMP_NUM_THREADS=1 only for multi-process launches; make every cell
@@ -125,24 +141,32 @@ def run_sweep(
         experiment = plan.config.experiment_name
         for position, cell in enumerate(todo, 1):
             events.cell_started(cell, position, len(todo))
-            reason = skip_reason(cell, devices, options.rendezvous)
+            reason = skip_reason(cell, devices, launch)
             if reason:
-                new = skipped_records(cell, experiment, reason)
+                new = skipped_records(cell, experiment, reason) if recording else []
             else:
                 new = run_cell(
                     cell,
                     store,
                     experiment,
-                    rendezvous=options.rendezvous,
+                    rendezvous=launch.rendezvous(cell, waits.get(cell.cell_id)),
                     env=env,
                     on_poll=events.cell_polled,
                     profile=profile if cell.kind == "training" else None,
+                    prefix=launch.prefix(cell),
+                    records_results=recording,
                 )
+            records.extend(new)
+            if not recording:
+                events.cell_finished(cell, new, None)
+                check_node_zero(launch, new)
+                continue
             for record in new:
                 store.append(record)
-            records.extend(new)
+            if merge_node_environments(manifest, node_environments(store, cell)):
+                store.write_manifest(manifest)
             events.cell_finished(cell, new, write_summary(store, records))
-        if not todo:
+        if not todo and recording:
             write_summary(store, records)
         return records
 

@@ -18,13 +18,25 @@ class Rendezvous:
     """Where the ranks of one launch meet. The default is one node, a free local port."""
 
     nnodes: int = 1
-    node_rank: int = 0
+    node_rank: Optional[int] = 0  # None: left out (c10d assigns node ranks itself)
     endpoint: Optional[str] = None  # "host:port" of the c10d store, for multi-node
     run_id: Optional[str] = None
+    join_timeout_s: Optional[float] = None  # how long the nodes wait for each other
+    is_host: Optional[bool] = None  # False: the store is hosted elsewhere (not by this torchrun)
 
     @property
     def standalone(self) -> bool:
         return self.nnodes == 1 and self.endpoint is None
+
+    def conf(self) -> str:
+        """torchrun's ``--rdzv-conf``: the join timeout also bounds connecting to the store."""
+        parts = []
+        if self.is_host is not None:
+            parts.append(f"is_host={str(self.is_host).lower()}")
+        if self.join_timeout_s is not None:
+            seconds = max(1, int(self.join_timeout_s))
+            parts += [f"join_timeout={seconds}", f"read_timeout={seconds}"]
+        return ",".join(parts)
 
 
 SINGLE_NODE = Rendezvous()
@@ -48,16 +60,17 @@ def torchrun_command(
     """
     cmd = [python, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}"]
     if rendezvous.standalone:
-        cmd.append("--standalone")
+        # --nnodes too: torchrun would otherwise take PET_NNODES from a multi-node environment.
+        cmd += ["--standalone", "--nnodes=1"]
     else:
-        cmd += [
-            f"--nnodes={rendezvous.nnodes}",
-            f"--node-rank={rendezvous.node_rank}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={rendezvous.endpoint}",
-        ]
+        cmd.append(f"--nnodes={rendezvous.nnodes}")
+        if rendezvous.node_rank is not None:
+            cmd.append(f"--node-rank={rendezvous.node_rank}")
+        cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={rendezvous.endpoint}"]
         if rendezvous.run_id:
             cmd.append(f"--rdzv-id={rendezvous.run_id}")
+        if rendezvous.conf():
+            cmd.append(f"--rdzv-conf={rendezvous.conf()}")
     cmd += ["--max-restarts=0", "--monitor-interval=0.5"]
     if log_dir is not None:
         cmd += [f"--log-dir={log_dir}", "--redirects=3", "--tee=3"]

@@ -1,8 +1,8 @@
 """Expand a ``BenchmarkConfig`` into the ordered list of cells to run.
 
 Order: repeats outermost (so repeated runs interleave and share drift), then model, batch size, the
-other swept knobs, and GPU count innermost, so each model's 1-GPU baseline runs right before the
-counts that are compared with it.
+other swept knobs, and GPU count innermost (then node count), so each model's 1-GPU baseline runs
+right before the counts that are compared with it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import itertools
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from pydantic import BaseModel, ValidationError
 
@@ -94,8 +94,37 @@ def _nest(flat: Dict[str, Any]) -> Dict[str, Any]:
     return nested
 
 
-def expand(config: BenchmarkConfig) -> Plan:
-    """Every combination of the config's values, validated as cells, duplicates removed."""
+def node_counts(gpus: int, config: BenchmarkConfig, gpus_per_node: Optional[int]) -> List[int]:
+    """The node counts a cell of ``gpus`` total ranks runs on.
+
+    ``nodes:`` lists them (those that divide ``gpus``); else ``gpus_per_node`` (the config's, or
+    the launch's node size) splits a count larger than one node evenly; else one node.
+    """
+    if config.nodes is not None:
+        counts = [n for n in config.nodes if gpus % n == 0]
+        if not counts:
+            raise ConfigError(
+                f"invalid config: gpu_counts {gpus} cannot be spread evenly over any of "
+                f"nodes {config.nodes}: remove it or add a node count that divides it"
+            )
+        return counts
+    per_node = config.gpus_per_node or gpus_per_node
+    if per_node is None or gpus <= per_node:
+        return [1]
+    if gpus % per_node:
+        raise ConfigError(
+            f"invalid config: gpu_counts {gpus} is not a multiple of {per_node} GPUs per node: "
+            "use multiples of gpus_per_node above one node"
+        )
+    return [gpus // per_node]
+
+
+def expand(config: BenchmarkConfig, gpus_per_node: Optional[int] = None) -> Plan:
+    """Every combination of the config's values, validated as cells, duplicates removed.
+
+    ``gpus_per_node`` is the launch's node size, used when the config gives neither ``nodes`` nor
+    ``gpus_per_node`` (see :func:`node_counts`).
+    """
     for model in config.models:
         check_model_name(model)
     knobs = [
@@ -107,6 +136,8 @@ def expand(config: BenchmarkConfig) -> Plan:
     swept += [
         key for key in ("models", "batch_sizes", "gpu_counts") if len(getattr(config, key)) > 1
     ]
+    if config.nodes is not None and len(config.nodes) > 1:
+        swept.append("nodes")
 
     cells: List[Cell] = []
     seen = set()
@@ -118,14 +149,17 @@ def expand(config: BenchmarkConfig) -> Plan:
             flat = dict(zip(knob_names, knob_values))
             if not uses_seq_len(model):
                 flat["seq_len"] = None  # a seq_len sweep must not duplicate image-model cells
-            raw = _nest(flat)
-            raw.update(model=model, batch_size=batch_size, gpus=gpus, repeat=repeat)
-            try:
-                settings = CellSettings.model_validate(raw)
-            except ValidationError as exc:
-                raise ConfigError(f"invalid config: {explain(exc, raw)}") from None
-            cid = cell_id(settings)
-            if cid not in seen:
-                seen.add(cid)
-                cells.append(Cell(len(cells), cid, settings))
+            for nnodes in node_counts(gpus, config, gpus_per_node):
+                raw = _nest(flat)
+                raw.update(
+                    model=model, batch_size=batch_size, gpus=gpus, nnodes=nnodes, repeat=repeat
+                )
+                try:
+                    settings = CellSettings.model_validate(raw)
+                except ValidationError as exc:
+                    raise ConfigError(f"invalid config: {explain(exc, raw)}") from None
+                cid = cell_id(settings)
+                if cid not in seen:
+                    seen.add(cid)
+                    cells.append(Cell(len(cells), cid, settings))
     return Plan(config, cells, swept)

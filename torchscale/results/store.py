@@ -140,12 +140,15 @@ class ExperimentStore:
     def records(self) -> List[ResultBase]:
         return [parse_record(doc) for doc in read_jsonl(self.results_path)]
 
+    @property
+    def lock_path(self) -> Path:
+        return self.root / ".lock"
+
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the folder exclusively, so two sweeps never interleave their results."""
         self.root.mkdir(parents=True, exist_ok=True)
-        lock_path = self.root / ".lock"
-        with open(lock_path, "a+") as handle:
+        with open(self.lock_path, "a+") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:

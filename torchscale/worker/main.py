@@ -1,8 +1,9 @@
 """Worker entry point: ``torchrun ... -m torchscale.worker --cell cell.json --out result.json``.
 
-Every rank builds the model and runs the windows; rank 0 gathers the per-rank figures and writes
-``result.json`` atomically. A rank that fails writes its error file (OOM is recognised), then
-re-raises so torchrun records it and stops the other ranks.
+Every rank builds the model and runs the windows; the writer (rank 0, or the lowest rank on the
+node that records results, see ``worker/nodes.py``) gathers the per-rank figures and each node's
+environment and writes ``result.json`` atomically. A rank that fails writes its error file (OOM
+is recognised), then re-raises so torchrun records it and stops the other ranks.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from torchscale.results.store import atomic_write_json
 from torchscale.worker.aggregate import aggregate
 from torchscale.worker.distributed import RankContext, init_distributed, shutdown_distributed
 from torchscale.worker.measure import ddp_config, measure_rank
+from torchscale.worker.nodes import gather_node_environments, result_writer
 from torchscale.worker.profiler import (
     agree_on_window,
     profile_window,
@@ -45,11 +47,12 @@ def _profile(
     request: ProfileRequest,
     result: Optional[Dict[str, Any]],
     cell_dir: Path,
+    writer: int,
 ) -> Dict[str, Any]:
-    """The traced window after the measured one; rank 0 decides (trigger) for every rank."""
+    """The traced window after the measured one; the writer decides (trigger) for every rank."""
     verdict = should_profile(request, result.get("sync")) if result else (False, "")
     step_ms = (result.get("step_time_ms") or {}).get("mean", 0.0) if result else 0.0
-    decision = agree_on_window(request, verdict, step_ms, ctx)
+    decision = agree_on_window(request, verdict, step_ms, ctx, src=writer)
     info = {"tool": request.tool, "profiled": decision["run"], "reason": decision["reason"]}
     if decision["run"]:
         info.update(profile_window(run, ctx, request, decision["steps"], cell_dir))
@@ -71,10 +74,12 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
         run.tracker = reporter.steps
         rank_result = measure_rank(run, settings, ctx, reporter)
         reporter.phase("gather")
-        gathered: Optional[list] = [None] * ctx.world_size if ctx.rank == 0 else None
-        dist.gather_object(rank_result, gathered, dst=0)
+        writer = result_writer(ctx)
+        gathered: Optional[list] = [None] * ctx.world_size if ctx.rank == writer else None
+        dist.gather_object(rank_result, gathered, dst=writer)
+        nodes = gather_node_environments(ctx, writer)
         result = None
-        if ctx.rank == 0:
+        if ctx.rank == writer:
             result = aggregate(
                 gathered or [],
                 batch_size=settings.batch_size,
@@ -87,10 +92,11 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
             )
             result["backend"] = ctx.backend
             result["runtime"] = {**run.applied, "ddp": ddp_config(run)}
+            result["nodes"] = nodes
             atomic_write_json(out_path, result)  # the measurement is safe before any tracing
         if request is not None:
             reporter.phase("profile")
-            info = _profile(run, ctx, request, result, out_path.parent)
+            info = _profile(run, ctx, request, result, out_path.parent, writer)
             if result is not None:
                 result["profile"] = info
                 atomic_write_json(out_path, result)

@@ -45,14 +45,18 @@ def should_profile(request: ProfileRequest, sync: Optional[Dict[str, Any]]) -> T
 
 
 def agree_on_window(
-    request: ProfileRequest, verdict: Tuple[bool, str], step_ms: float, ctx: RankContext
+    request: ProfileRequest,
+    verdict: Tuple[bool, str],
+    step_ms: float,
+    ctx: RankContext,
+    src: int = 0,
 ) -> Dict[str, Any]:
-    """Rank 0's decision, broadcast so every rank runs the same number of profiled steps."""
+    """Rank ``src``'s decision, broadcast so every rank runs the same number of profiled steps."""
     steps = request.steps
     if request.seconds is not None and step_ms > 0:
         steps = max(1, math.ceil(request.seconds * 1e3 / step_ms))
     decision = [{"run": verdict[0], "reason": verdict[1], "steps": steps}]
-    dist.broadcast_object_list(decision, src=0)
+    dist.broadcast_object_list(decision, src=src)
     return decision[0]
 
 

@@ -20,6 +20,10 @@ from torchscale.results.store import atomic_write_json
 
 RANKS_DIR = "ranks"
 
+WRITES_RESULT_ENV = "TORCHSCALE_WRITES_RESULT"
+"""Set to 0 by a torchscale that does not record results (a lock-step node other than node 0),
+so that no rank on its node writes the cell's result."""
+
 
 STEP_PHASES = ("data", "forward", "backward", "optimizer")
 """Where in a step a rank is; the step tracker stores the index."""

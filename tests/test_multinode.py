@@ -1,0 +1,270 @@
+"""A real two-host lock-step run: two network namespaces, one torchscale in each, gloo over veth.
+
+One sweep, shared by the tests (launches cost seconds): every GPU count runs on 2 nodes and on 1
+(``nodes: [2, 1]``, so each 2-node cell comes first). ``compute`` is killed in the middle of the
+second 2 x 1 cell: ``head`` (node 0) must record it as failed, go on with the next cell, and
+record the 2-node cell after it as failed once ``compute`` has not joined within head's join
+timeout.
+
+c10d orders the nodes of a rendezvous by name, so ``compute`` holds worker rank 0: the result must
+still be written on ``head``, the node that records results.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List
+
+import pytest
+
+from tests.two_hosts import IFNAME, kill_tree, two_hosts
+from torchscale.results.schema import TrainingResult
+from torchscale.results.store import ExperimentStore
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+ENDPOINT = "10.213.77.2:29561"
+CELL_TIMEOUT_S = 120
+HEAD_JOIN_TIMEOUT_S = 8  # covers the two torchruns of a cell starting a few seconds apart
+CONFIG = f"""\
+experiment_name: two-hosts
+models: [gpt2-tiny]
+batch_sizes: [2, 4]
+gpu_counts: [2, 4]
+nodes: [2, 1]
+warmup_steps: 2
+measure_steps: 8
+sync_probe_steps: 2
+cell_timeout_s: {CELL_TIMEOUT_S}
+"""
+COLLECTIVE_PHASES = {"warmup", "measure", "sync_probe"}
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def in_collectives(cell_pattern: str, store: ExperimentStore) -> bool:
+    """Whether compute's ranks of the cell are past start-up, exchanging gradients with head."""
+    for path in store.root.glob(f"cells/{cell_pattern}/node1/ranks/rank*.progress.json"):
+        try:
+            if json.loads(path.read_text())["phase"] in COLLECTIVE_PHASES:
+                return True
+        except (OSError, ValueError):
+            pass
+    return False
+
+
+@pytest.fixture(scope="module")
+def lockstep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
+    tmp = tmp_path_factory.mktemp("two_hosts")
+    with two_hosts(tmp, "two-host test") as hosts:
+        config = tmp / "two.yaml"
+        config.write_text(CONFIG)
+        out = tmp / "out"
+        store = ExperimentStore(out / "two-hosts")
+        env = {
+            "TORCHSCALE_CPU_SLOTS": "2",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+            "COLUMNS": "200",
+            "NO_COLOR": "1",
+        }
+        common = ["benchmark", "-c", str(config), "-o", str(out), "--nnodes", "2"]
+        common += ["--rdzv-endpoint", ENDPOINT]
+        # compute first: it waits for head's store, so head never waits for compute's start-up
+        # and a short join timeout on head only bites when compute is gone.
+        compute = hosts.torchscale(
+            hosts.compute, [*common, "--node-rank", "1"], tmp / "compute.log", env
+        )
+        head = hosts.torchscale(
+            hosts.head,
+            [*common, "--node-rank", "0", "--join-timeout", str(HEAD_JOIN_TIMEOUT_S)],
+            tmp / "head.log",
+            env,
+        )
+
+        kill_cell = "gpt2-tiny-b4-g2-n2-*"
+        wait_for(lambda: in_collectives(kill_cell, store), 300, "the 2 x 1 cell of batch 4")
+        before_kill = store.results_path.read_bytes()
+        kill_tree(compute.pid)
+        killed_at = time.monotonic()
+
+        def kill_cell_recorded() -> bool:
+            return any(r.batch_size == 4 and r.nnodes == 2 for r in store.records())
+
+        wait_for(kill_cell_recorded, CELL_TIMEOUT_S + 30, "head to record the killed cell")
+        recorded_after_s = time.monotonic() - killed_at
+        head_code = head.wait(timeout=300)
+        yield {
+            "store": store,
+            "records": store.records(),
+            "before_kill": before_kill,
+            "recorded_after_s": recorded_after_s,
+            "head_code": head_code,
+            "logs": {name: (tmp / f"{name}.log").read_text() for name in ("head", "compute")},
+        }
+
+
+def cells(records: List[TrainingResult]) -> Dict[tuple, TrainingResult]:
+    return {(r.batch_size, r.world_size, r.nnodes): r for r in records}
+
+
+def test_two_node_cells_ran_on_both_hosts(lockstep: Dict) -> None:
+    by_cell = cells(lockstep["records"])
+    for batch, world in ((2, 2), (2, 4)):
+        record = by_cell[(batch, world, 2)]
+        assert record.status == "ok", record.error
+        assert record.nnodes == 2 and record.nproc_per_node == world // 2
+        assert record.hosts == ["compute", "head"]
+        ranks_by_host: Dict[str, List[int]] = {}
+        for rank in record.per_rank:
+            ranks_by_host.setdefault(rank.host, []).append(rank.rank)
+        # c10d numbers nodes by name: compute's ranks come first.
+        assert ranks_by_host == {
+            "compute": list(range(world // 2)),
+            "head": list(range(world // 2, world)),
+        }
+        assert record.backend == "gloo" and record.samples_per_s > 0
+        assert record.samples_per_s == pytest.approx(
+            record.global_batch_size * len(record.step_times_ms) / record.measured_s
+        )
+        cell_dir = lockstep["store"].cell_dir(record.cell_id)
+        # Written by head's rank although compute held rank 0; compute kept only its logs.
+        assert (cell_dir / "result.json").exists()
+        assert not (cell_dir / "node1" / "result.json").exists()
+        assert (cell_dir / "node1" / "launch.log").exists()
+        compute_logs = list((cell_dir / "node1" / "torchrun").rglob("stdout.log"))
+        head_logs = list((cell_dir / "torchrun").rglob("stdout.log"))
+        assert len(compute_logs) == len(head_logs) == world // 2
+
+
+def test_single_node_cells_run_on_node_zero_only(lockstep: Dict) -> None:
+    by_cell = cells(lockstep["records"])
+    for batch in (2, 4):
+        one = by_cell[(batch, 2, 1)]
+        assert one.status == "ok", one.error
+        assert one.hosts == ["head"] and one.nnodes == 1
+        assert not (lockstep["store"].cell_dir(one.cell_id) / "node1").exists()
+        skipped = by_cell[(batch, 4, 1)]
+        assert skipped.status == "skipped"
+        assert skipped.error == "needs 4 CPU processes per node; this node has 2 CPU processes"
+
+
+def test_a_killed_node_fails_its_cell_and_the_sweep_goes_on(lockstep: Dict) -> None:
+    records = lockstep["records"]
+    order = [(r.batch_size, r.world_size, r.nnodes, r.status) for r in records]
+    assert order == [
+        (2, 2, 2, "ok"),
+        (2, 2, 1, "ok"),
+        (2, 4, 2, "ok"),
+        (2, 4, 1, "skipped"),
+        (4, 2, 2, "failed"),
+        (4, 2, 1, "ok"),
+        (4, 4, 2, "failed"),
+        (4, 4, 1, "skipped"),
+    ]
+    killed = records[4]
+    # head's rank lost its peer in a collective (gloo reports the closed connection).
+    assert killed.error.startswith("rank 1 on head failed in "), killed.error
+    assert lockstep["recorded_after_s"] < CELL_TIMEOUT_S
+    assert killed.wall_s is not None and killed.wall_s < CELL_TIMEOUT_S
+    # Nothing recorded before the kill changed.
+    final = lockstep["store"].results_path.read_bytes()
+    assert lockstep["before_kill"] and final.startswith(lockstep["before_kill"])
+    assert len(lockstep["before_kill"].splitlines()) == 4
+    assert lockstep["head_code"] == 1  # failed cells
+
+
+def test_a_node_that_never_comes_fails_the_cell_after_the_join_timeout(lockstep: Dict) -> None:
+    missing = lockstep["records"][6]
+    assert missing.error.startswith(
+        f"rendezvous 'torchscale-two-hosts-{missing.cell_id}' failed: the other node(s) did not "
+        f"join within {HEAD_JOIN_TIMEOUT_S} s (RendezvousTimeoutError)"
+    ), missing.error
+    assert HEAD_JOIN_TIMEOUT_S <= missing.wall_s < HEAD_JOIN_TIMEOUT_S + CELL_TIMEOUT_S
+    assert missing.per_rank == [] and missing.hosts == []
+
+
+def test_manifest_records_the_launch_and_every_node(lockstep: Dict) -> None:
+    manifest = lockstep["store"].manifest()
+    assert manifest["launch"]["nnodes"] == 2 and manifest["launch"]["endpoint"] == ENDPOINT
+    assert manifest["launch"]["run_id"] == "torchscale-two-hosts"
+    nodes = {node["host"]: node for node in manifest["nodes"]}
+    assert sorted(nodes) == ["compute", "head"]
+    for node in nodes.values():
+        assert node["device_kind"] == "cpu" and node["device_count"] == 2
+        assert node["env"]["GLOO_SOCKET_IFNAME"] == IFNAME
+        assert node["env"]["WORLD_SIZE"] in ("2", "4")
+
+
+def test_summary_and_node_scaling_split_intra_and_inter_node(lockstep: Dict) -> None:
+    from torchscale.analysis.nodes import node_scaling
+    from torchscale.analysis.tables import training_table
+
+    with open(lockstep["store"].summary_path) as handle:
+        rows = list(csv.DictReader(handle))
+    two_by_two = [r for r in rows if r["world_size"] == "4" and r["nnodes"] == "2"]
+    assert [(r["status"], r["hosts"]) for r in two_by_two] == [
+        ("ok", "compute head"),
+        ("failed", ""),
+    ]
+
+    by_cell = cells(lockstep["records"])
+    table = node_scaling(training_table(lockstep["records"]))
+    row = table[(table["batch_size"] == 2) & (table["world_size"] == 4)].iloc[0]
+    one_node, two_nodes = by_cell[(2, 2, 1)], by_cell[(2, 4, 2)]
+    # 2 x 2 against 2 x (1 x 2): the network between the hosts alone.
+    assert row["inter_node_efficiency"] == pytest.approx(
+        two_nodes.samples_per_s / (2 * one_node.samples_per_s)
+    )
+    # The baseline is the smallest count on the fewest nodes: 1 x 2, not 2 x 1.
+    assert row["scaling_efficiency"] == pytest.approx(
+        two_nodes.samples_per_s / (4 / 2 * one_node.samples_per_s)
+    )
+    assert row["intra_node_efficiency"] == pytest.approx(1.0)
+    assert row["hosts"] == "compute head"
+    head_log = lockstep["logs"]["head"]
+    assert "> Running gpt2-tiny on 4 GPUs x 2 nodes (batch 2, fp32)..." in head_log
+    assert "> [FAIL] failed: rank 1 on head failed in " in head_log
+    # compute ran its 2-node cells and then waited at the next one, recording nothing.
+    assert (
+        "> Running gpt2-tiny on 4 GPUs x 2 nodes (batch 2, fp32)..." in lockstep["logs"]["compute"]
+    )
+    assert "> Running gpt2-tiny on 2 GPUs (batch" not in lockstep["logs"]["compute"]
+
+
+def test_a_node_stops_when_node_zero_is_not_there(tmp_path: Path) -> None:
+    """No namespaces needed: node 1 alone on loopback, node 0's port closed."""
+    from typer.testing import CliRunner
+
+    from torchscale.cli.app import app
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "c.yaml"
+    config.write_text(CONFIG.replace("batch_sizes: [2, 4]", "batch_sizes: [2]"))
+    args = ["benchmark", "-c", str(config), "-o", str(tmp_path / "out"), "--nnodes", "2"]
+    args += ["--node-rank", "1", "--rdzv-endpoint", f"127.0.0.1:{port}", "--join-timeout", "3"]
+    started = time.monotonic()
+    result = CliRunner().invoke(app, args, env={"TORCHSCALE_CPU_SLOTS": "2"})
+    assert result.exit_code == 2, result.output
+    assert f"node 0's rendezvous store at 127.0.0.1:{port} did not answer" in result.stderr
+    assert "node 1 stops" in result.stderr and "(RendezvousConnectionError)" in result.stderr
+    assert time.monotonic() - started < CELL_TIMEOUT_S
+    # It wrote only in its own sub-folder: no results, no manifest.
+    written = sorted(p.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("*.*"))
+    assert written and all(
+        p.parts[:2] == ("two-hosts", ".lock-node1") or "node1" in p.parts for p in written
+    ), written
