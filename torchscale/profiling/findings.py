@@ -10,12 +10,18 @@ import numpy as np
 import pandas as pd
 
 # --- thresholds (percentages are of step time unless said otherwise) -------------------------
-# A rank is a straggler when >= 60% of all the waiting in collectives happened while the others
-# waited for it (weighted by wait, so DDP's many small buffer broadcasts cannot outvote the
-# all-reduce that stalls): with no straggler each of N ranks causes ~1/N of it, so 60% is well
-# above chance for N >= 2 over the >= 2 instances we require (the stall threshold below guards
-# against chance).
+# A rank is a straggler when it caused most of the waiting in collectives (weighted by wait, so
+# DDP's many small buffer broadcasts cannot outvote the all-reduce that stalls). With no
+# straggler each of N ranks causes ~1/N of it by chance, so the bar is halfway between chance and
+# certainty, and never below 60%: 75% for 2 ranks, 62.5% for 4, 60% from 5 on.
 STRAGGLER_MIN_CAUSED_SHARE = 0.6
+
+
+def straggler_share_threshold(ranks: int) -> float:
+    chance = 1.0 / max(ranks, 1)
+    return max(STRAGGLER_MIN_CAUSED_SHARE, chance + (1.0 - chance) / 2)
+
+
 STRAGGLER_MIN_INSTANCES = 2
 # ... and only worth reporting when the others lose >= 2% of their step waiting for it.
 STRAGGLER_MIN_STALL_PCT = 2.0
@@ -104,7 +110,7 @@ def straggler_findings(ranks: pd.DataFrame, instances: pd.DataFrame) -> List[Fin
     for row in ranks.itertuples(index=False):
         if not (
             row.significant_instances >= STRAGGLER_MIN_INSTANCES
-            and row.caused_wait_share >= STRAGGLER_MIN_CAUSED_SHARE
+            and row.caused_wait_share >= straggler_share_threshold(len(ranks))
         ):
             continue
         others = ranks[ranks["rank"] != row.rank]
