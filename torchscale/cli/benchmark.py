@@ -47,6 +47,15 @@ def register(app: typer.Typer) -> None:
                 "The form --ddp.bucket_cap_mb=50 works too.",
             ),
         ] = None,
+        benchmark_kind: Annotated[
+            str,
+            typer.Option(
+                "--benchmark",
+                help="What to run: all (everything the config defines), training (the model "
+                "cells), memory (the model cells with a short window that records memory per "
+                "rank), comm (the communication: section).",
+            ),
+        ] = "all",
         dry_run: Annotated[
             bool,
             typer.Option("--dry-run", help="Print the expanded plan and its torchrun commands."),
@@ -89,7 +98,7 @@ def register(app: typer.Typer) -> None:
         from torchscale.config.loader import load_config, parse_overrides
         from torchscale.plan.matrix import expand
 
-        plan = expand(load_config(config, parse_overrides(set_ or [], ctx.args)))
+        plan = expand(load_config(config, parse_overrides(set_ or [], ctx.args)), benchmark_kind)
         if dry_run:
             _print_plan(plan, output_dir, json_output)
             return
@@ -161,7 +170,10 @@ def _run(
         )
         return EXIT_INTERRUPTED
     table = write_summary(store, records)
-    err_console.print(results_table(table, f"{plan.config.experiment_name} ({store.root})"))
+    title = f"{plan.config.experiment_name} ({store.root})"
+    if not table.empty:
+        err_console.print(results_table(table, title))
+    _print_comm_summary(records, title)
     if json_output:
         print_json(
             {
@@ -175,3 +187,12 @@ def _run(
         err_console.print(f"{len(failed)} cell(s) failed or timed out; see their errors above.")
         return EXIT_CELLS_FAILED
     return 0
+
+
+def _print_comm_summary(records: list, title: str) -> None:
+    from torchscale.comm.tables import collective_table, tp_gemm_table
+    from torchscale.comm.view import comm_results_table
+
+    collectives, tp_gemm = collective_table(records), tp_gemm_table(records)
+    if not collectives.empty or not tp_gemm.empty:
+        err_console.print(comm_results_table(collectives, tp_gemm, f"{title}: communication"))
