@@ -24,6 +24,11 @@ from torchscale.results.schema import (
 )
 
 
+def _sized(entry: Dict[str, Any]) -> Dict[str, Any]:
+    """The fields that name one measurement of the sweep."""
+    return {key: entry[key] for key in ("dtype", "size_bytes", "count", "requested_bytes")}
+
+
 def _spread(values: List[float]) -> Dict[str, Any]:
     return {
         "time_us": sum(values) / len(values),
@@ -66,11 +71,8 @@ class CommunicationKind:
         spread = _spread(entry["time_us"])
         return CollectiveResult(
             **base,
+            **_sized(entry),
             op=entry["op"],
-            dtype=entry["dtype"],
-            size_bytes=entry["size_bytes"],
-            count=entry["count"],
-            requested_bytes=entry["requested_bytes"],
             per_rank_time_us=entry["time_us"],
             **spread,
             **self._bandwidth(entry["op"], entry["size_bytes"], spread["time_us"], n, link),
@@ -87,11 +89,8 @@ class CommunicationKind:
         spread = _spread(times)
         return CollectiveResult(
             **base,
+            **_sized(entry),
             op=SENDRECV,
-            dtype=entry["dtype"],
-            size_bytes=size,
-            count=entry["count"],
-            requested_bytes=entry["requested_bytes"],
             **spread,
             **self._bandwidth(SENDRECV, size, spread["time_us"], n, link),
             wrong=sum(wrong.values()) if wrong else None,

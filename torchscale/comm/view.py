@@ -106,7 +106,8 @@ def comm_results_table(collectives: Any, tp_gemm: Any, title: str) -> Table:
 
     table = Table(title=title, title_justify="left")
     for column in ("what", "ranks", "dtype", "status", "figure", "at"):
-        table.add_column(column, justify="right" if column in ("ranks", "figure") else "left")
+        justify = "right" if column in ("ranks", "figure") else "left"
+        table.add_column(column, justify=justify, no_wrap=column == "what")
     best = peak_busbw(collectives)
     for row in best.itertuples():
         table.add_row(

@@ -9,19 +9,16 @@ worker does.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import socket
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
-import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from torchscale.comm.busbw import SENDRECV, layout
+from torchscale.comm.busbw import SENDRECV, Layout, layout
 from torchscale.comm.collectives import (
     RUN,
     Corruption,
@@ -35,96 +32,94 @@ from torchscale.comm.p2p import measure_pairs
 from torchscale.comm.timing import time_op
 from torchscale.comm.tp_gemm import run_case
 from torchscale.results.store import atomic_write_json
-from torchscale.worker.distributed import RankContext, init_distributed, shutdown_distributed
+from torchscale.worker.distributed import RankContext, init_distributed
+from torchscale.worker.entry import (
+    gather_at_rank0,
+    parse_cell_args,
+    rank_reporter,
+    read_cell,
+    reporting_failures,
+)
 from torchscale.worker.reporting import RankReporter
 from torchscale.worker.timing import Clock
 
 
-def _collectives(
-    settings: CommCellSettings,
-    ctx: RankContext,
-    clock: Clock,
-    reporter: RankReporter,
-    corruption: Optional[Corruption],
-) -> List[Dict[str, Any]]:
-    """This rank's time (and wrong count) for every collective x dtype x size."""
-    results = []
-    for op in settings.collectives:
-        for dtype_name in settings.dtypes:
-            dtype = torch_dtype(dtype_name)
-            for requested in settings.sizes:
-                lay = layout(op, requested, ELEMENT_BYTES[dtype_name], ctx.world_size)
-                reporter.phase("measure", op=op, dtype=dtype_name, size_bytes=lay.size_bytes)
-                step = partial(RUN[op], *buffers(lay, dtype, ctx.device))
-                time_us = time_op(clock, step, settings.warmup, settings.iterations)
-                del step  # free the buffers before the check allocates its own
-                wrong = None
-                if settings.check:
-                    wrong = check_collective(
-                        lay, ctx.rank, ctx.world_size, dtype, ctx.device, corruption
-                    )
-                results.append(
-                    {
-                        "op": op,
-                        "dtype": dtype_name,
-                        "requested_bytes": requested,
-                        "size_bytes": lay.size_bytes,
-                        "count": lay.count,
-                        "time_us": time_us,
-                        "wrong": wrong,
-                    }
-                )
-    return results
+@dataclass(frozen=True)
+class RankRun:
+    """What every measurement of this rank needs."""
+
+    settings: CommCellSettings
+    ctx: RankContext
+    clock: Clock
+    reporter: RankReporter
+    corruption: Optional[Corruption]
 
 
-def _p2p(
-    settings: CommCellSettings,
-    ctx: RankContext,
-    clock: Clock,
-    reporter: RankReporter,
-    corruption: Optional[Corruption],
-) -> List[Dict[str, Any]]:
-    results = []
-    for dtype_name in settings.dtypes:
-        for requested in settings.sizes:
-            lay = layout(SENDRECV, requested, ELEMENT_BYTES[dtype_name], ctx.world_size)
-            reporter.phase("measure", op=SENDRECV, dtype=dtype_name, size_bytes=lay.size_bytes)
-            sides = measure_pairs(
-                clock,
+def _sizes(op: str, run: RankRun) -> Iterator[Tuple[str, Layout, Dict[str, Any]]]:
+    """(dtype, layout, the entry's identity) for every dtype x size of ``op``, in sweep order;
+    the progress file names each one, so a hang says where it stopped."""
+    for dtype_name in run.settings.dtypes:
+        for requested in run.settings.sizes:
+            lay = layout(op, requested, ELEMENT_BYTES[dtype_name], run.ctx.world_size)
+            run.reporter.phase("measure", op=op, dtype=dtype_name, size_bytes=lay.size_bytes)
+            yield (
+                dtype_name,
                 lay,
-                ctx.rank,
-                ctx.world_size,
-                torch_dtype(dtype_name),
-                ctx.device,
-                settings.warmup,
-                settings.iterations,
-                settings.check,
-                corruption,
-            )
-            results.append(
                 {
                     "dtype": dtype_name,
                     "requested_bytes": requested,
                     "size_bytes": lay.size_bytes,
                     "count": lay.count,
-                    **sides,
-                }
+                },
             )
+
+
+def _collectives(run: RankRun) -> List[Dict[str, Any]]:
+    """This rank's time (and wrong count) for every collective x dtype x size."""
+    settings, ctx = run.settings, run.ctx
+    results = []
+    for op in settings.collectives:
+        for dtype_name, lay, entry in _sizes(op, run):
+            dtype = torch_dtype(dtype_name)
+            step = partial(RUN[op], *buffers(lay, dtype, ctx.device))
+            time_us = time_op(run.clock, step, settings.warmup, settings.iterations)
+            del step  # free the buffers before the check allocates its own
+            wrong = None
+            if settings.check:
+                n = ctx.world_size
+                wrong = check_collective(lay, ctx.rank, n, dtype, ctx.device, run.corruption)
+            results.append({"op": op, **entry, "time_us": time_us, "wrong": wrong})
     return results
 
 
-def measure(settings: CommCellSettings, ctx: RankContext, reporter: RankReporter) -> dict:
-    """Everything this rank measured, in the order every rank runs it."""
-    clock = Clock(ctx.device)
-    corruption = corruption_from_env()
-    mine: Dict[str, Any] = {"rank": ctx.rank, "host": socket.gethostname()}
-    mine["collectives"] = _collectives(settings, ctx, clock, reporter, corruption)
-    mine["p2p"] = _p2p(settings, ctx, clock, reporter, corruption) if settings.p2p else []
-    mine["tp_gemm"] = []
+def _p2p(run: RankRun) -> List[Dict[str, Any]]:
+    """This rank's sides of every ordered pair, for every dtype x size."""
+    settings, ctx = run.settings, run.ctx
+    results = []
+    for dtype_name, lay, entry in _sizes(SENDRECV, run):
+        sides = measure_pairs(
+            run.clock,
+            lay,
+            ctx.rank,
+            ctx.world_size,
+            torch_dtype(dtype_name),
+            ctx.device,
+            settings.warmup,
+            settings.iterations,
+            settings.check,
+            run.corruption,
+        )
+        results.append({**entry, **sides})
+    return results
+
+
+def _tp_gemm(run: RankRun) -> List[Dict[str, Any]]:
+    settings, ctx = run.settings, run.ctx
+    results = []
     for case in settings.tp_gemm:
-        reporter.phase("measure", op="tp_gemm", **case.model_dump())
+        run.reporter.phase("measure", op="tp_gemm", **case.model_dump())
         figures = run_case(
-            clock,
+            run.clock,
             case,
             ctx.rank,
             ctx.world_size,
@@ -132,10 +127,22 @@ def measure(settings: CommCellSettings, ctx: RankContext, reporter: RankReporter
             settings.warmup,
             settings.iterations,
             settings.check,
-            corruption,
+            run.corruption,
         )
-        mine["tp_gemm"].append({**case.model_dump(), **figures})
-    return mine
+        results.append({**case.model_dump(), **figures})
+    return results
+
+
+def measure(settings: CommCellSettings, ctx: RankContext, reporter: RankReporter) -> dict:
+    """Everything this rank measured, in the order every rank runs it."""
+    run = RankRun(settings, ctx, Clock(ctx.device), reporter, corruption_from_env())
+    return {
+        "rank": ctx.rank,
+        "host": socket.gethostname(),
+        "collectives": _collectives(run),
+        "p2p": _p2p(run) if settings.p2p else [],
+        "tp_gemm": _tp_gemm(run),
+    }
 
 
 def merge(per_rank: List[dict], ctx: RankContext, settings: CommCellSettings) -> dict:
@@ -172,34 +179,24 @@ def merge(per_rank: List[dict], ctx: RankContext, settings: CommCellSettings) ->
 
 
 def run_cell(cell_path: Path, out_path: Path) -> None:
-    cell = json.loads(cell_path.read_text(encoding="utf-8"))
-    settings = CommCellSettings.model_validate(cell["settings"])
-    reporter = RankReporter(out_path.parent, int(os.environ.get("RANK", "0")))
-    try:
+    settings = CommCellSettings.model_validate(read_cell(cell_path)["settings"])
+    reporter = rank_reporter(out_path)
+    with reporting_failures(reporter):
         reporter.phase("init")
         ctx = init_distributed(settings.cell_timeout_s)
         if ctx.is_cuda:
             torch.backends.cuda.matmul.allow_tf32 = False  # fp32 GEMMs stay fp32
         mine = measure(settings, ctx, reporter)
         reporter.phase("gather")
-        gathered: Optional[list] = [None] * ctx.world_size if ctx.rank == 0 else None
-        dist.gather_object(mine, gathered, dst=0)
-        if ctx.rank == 0:
-            atomic_write_json(out_path, merge(gathered or [], ctx, settings))
+        gathered = gather_at_rank0(mine, ctx)
+        if gathered is not None:
+            atomic_write_json(out_path, merge(gathered, ctx, settings))
         reporter.phase("done")
-    except BaseException as exc:
-        reporter.error(exc)
-        raise
-    finally:
-        shutdown_distributed()
 
 
 @record
 def main(argv: Optional[List[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="torchscale.comm.worker", description=__doc__)
-    parser.add_argument("--cell", type=Path, required=True, help="cell.json written by the planner")
-    parser.add_argument("--out", type=Path, required=True, help="where rank 0 writes the result")
-    args = parser.parse_args(argv)
+    args = parse_cell_args("torchscale.comm.worker", __doc__ or "", argv)
     run_cell(args.cell, args.out)
 
 

@@ -7,37 +7,31 @@ re-raises so torchrun records it and stops the other ranks.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 from pathlib import Path
 from typing import List, Optional
 
-import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from torchscale.config.schema import CellSettings
 from torchscale.models.registry import load_model
 from torchscale.results.store import atomic_write_json
 from torchscale.worker.aggregate import aggregate
-from torchscale.worker.distributed import init_distributed, shutdown_distributed
+from torchscale.worker.distributed import init_distributed
+from torchscale.worker.entry import (
+    gather_at_rank0,
+    parse_cell_args,
+    rank_reporter,
+    read_cell,
+    reporting_failures,
+)
 from torchscale.worker.measure import measure_rank
-from torchscale.worker.reporting import RankReporter
 from torchscale.worker.training import build_run
 
 
-def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="torchscale.worker", description=__doc__)
-    parser.add_argument("--cell", type=Path, required=True, help="cell.json written by the planner")
-    parser.add_argument("--out", type=Path, required=True, help="where rank 0 writes the result")
-    return parser.parse_args(argv)
-
-
 def run_cell(cell_path: Path, out_path: Path) -> None:
-    cell = json.loads(cell_path.read_text(encoding="utf-8"))
-    settings = CellSettings.model_validate(cell["settings"])
-    reporter = RankReporter(out_path.parent, int(os.environ.get("RANK", "0")))
-    try:
+    settings = CellSettings.model_validate(read_cell(cell_path)["settings"])
+    reporter = rank_reporter(out_path)
+    with reporting_failures(reporter):
         reporter.phase("init")
         ctx = init_distributed(settings.cell_timeout_s)
         reporter.phase("build")
@@ -46,11 +40,10 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
         run.tracker = reporter.steps
         rank_result = measure_rank(run, settings, ctx, reporter)
         reporter.phase("gather")
-        gathered: Optional[list] = [None] * ctx.world_size if ctx.rank == 0 else None
-        dist.gather_object(rank_result, gathered, dst=0)
-        if ctx.rank == 0:
+        gathered = gather_at_rank0(rank_result, ctx)
+        if gathered is not None:
             result = aggregate(
-                gathered or [],
+                gathered,
                 batch_size=settings.batch_size,
                 grad_accum_steps=settings.grad_accum_steps,
                 precision=settings.precision,
@@ -62,14 +55,9 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
             result["backend"] = ctx.backend
             atomic_write_json(out_path, result)
         reporter.phase("done")
-    except BaseException as exc:
-        reporter.error(exc)
-        raise
-    finally:
-        shutdown_distributed()
 
 
 @record
 def main(argv: Optional[List[str]] = None) -> None:
-    args = _parse(argv)
+    args = parse_cell_args("torchscale.worker", __doc__ or "", argv)
     run_cell(args.cell, args.out)
