@@ -345,3 +345,28 @@ def test_records_from_a_result(tmp_path: Path) -> None:
             record.error
             == "wrong results: all_gather float32 at 1024 B: 2 wrong element(s) on rank 1"
         )
+
+
+def test_a_hung_communication_cell_names_the_op_and_size(tmp_path: Path) -> None:
+    from torchscale.launch.cell import _stuck_ranks
+    from torchscale.worker.reporting import RankReporter
+
+    slow, done = RankReporter(tmp_path, 0), RankReporter(tmp_path, 1)
+    slow.phase("measure", where="all_reduce float32 at 4096 B")
+    done.phase("gather")
+    message = _stuck_ranks(tmp_path, 3, 60)
+    assert message == (
+        "no result after 60 s: rank(s) [2] never started; rank 0 stuck in 'measure' "
+        "(all_reduce float32 at 4096 B); rank 1 waiting in 'gather'"
+    )
+
+
+def test_communication_config_errors_and_dry_run_do_not_import_torch(tmp_path: Path) -> None:
+    from tests.test_cli import run_without_torch
+
+    bad = write(tmp_path, "gpu_counts: [2]\ncommunication: {min_bytes: 1M, max_bytes: 1K}\n")
+    assert run_without_torch(["benchmark", "--config", str(bad)]) == "2 []"
+    good = tmp_path / "good.yaml"
+    good.write_text("gpu_counts: [2]\ncommunication: {}\n")
+    args = ["benchmark", "-c", str(good), "-o", str(tmp_path / "o"), "--dry-run"]
+    assert run_without_torch(args) == "0 []"

@@ -61,7 +61,8 @@ def _sizes(op: str, run: RankRun) -> Iterator[Tuple[str, Layout, Dict[str, Any]]
     for dtype_name in run.settings.dtypes:
         for requested in run.settings.sizes:
             lay = layout(op, requested, ELEMENT_BYTES[dtype_name], run.ctx.world_size)
-            run.reporter.phase("measure", op=op, dtype=dtype_name, size_bytes=lay.size_bytes)
+            where = f"{op} {dtype_name} at {lay.size_bytes} B"
+            run.reporter.phase("measure", where=where)
             yield (
                 dtype_name,
                 lay,
@@ -117,7 +118,8 @@ def _tp_gemm(run: RankRun) -> List[Dict[str, Any]]:
     settings, ctx = run.settings, run.ctx
     results = []
     for case in settings.tp_gemm:
-        run.reporter.phase("measure", op="tp_gemm", **case.model_dump())
+        where = f"tp_gemm {case.order} {case.m}x{case.n}x{case.k} {case.dtype}"
+        run.reporter.phase("measure", where=where)
         figures = run_case(
             run.clock,
             case,

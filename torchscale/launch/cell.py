@@ -90,14 +90,18 @@ def _failure(cell_dir: Path, returncode: Optional[int]) -> tuple:
     )
 
 
-def _where(window: str, steps: Optional[tuple]) -> str:
-    return f"'{window}'" + (f", step {steps[0]} {steps[1]}" if steps else "")
+def _where(progress: dict, steps: Optional[tuple]) -> str:
+    """``'measure', step 3 forward`` or, for workers that say what they do, ``'measure' (all_reduce
+    float32 at 4096 B)``: the ``where`` of the rank's progress file."""
+    text = f"'{progress['phase']}'" + (f", step {steps[0]} {steps[1]}" if steps else "")
+    return text + (f" ({progress['where']})" if progress.get("where") else "")
 
 
 def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: float) -> str:
     """Who stopped where. Ranks blocked in a collective have moved past the rank that hangs, so
     the rank(s) furthest behind in (window, step, phase) are named as stuck."""
-    windows = {doc["rank"]: doc["phase"] for doc in _rank_files(cell_dir, "progress")}
+    progress = {doc["rank"]: doc for doc in _rank_files(cell_dir, "progress")}
+    windows = {rank: doc["phase"] for rank, doc in progress.items()}
     steps = {rank: read_steps(steps_path(cell_dir, rank)) for rank in windows}
 
     def position(rank: int) -> tuple:
@@ -114,8 +118,8 @@ def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: float) -> str:
         stuck = [rank for rank in sorted(windows) if position(rank) == behind]
         ahead = [rank for rank in sorted(windows) if position(rank) != behind]
         names = ", ".join(map(str, stuck))
-        parts.append(f"rank {names} stuck in {_where(windows[stuck[0]], steps[stuck[0]])}")
-        parts += [f"rank {r} waiting in {_where(windows[r], steps[r])}" for r in ahead]
+        parts.append(f"rank {names} stuck in {_where(progress[stuck[0]], steps[stuck[0]])}")
+        parts += [f"rank {r} waiting in {_where(progress[r], steps[r])}" for r in ahead]
     return f"no result after {timeout_s:g} s: " + "; ".join(parts)
 
 
