@@ -200,3 +200,4 @@ def test_four_ranks_corrupted_results_are_caught_and_counted(four: Dict) -> None
     assert f"sendrecv float32 at {CORRUPT_SIZE} B: 3 wrong element(s) on rank 2" in error
     assert "tp_gemm AG_after 64x16x16 float32: 1 element(s) outside tolerance" in error
     assert "> [FAIL] failed: wrong results:" in result.stderr
+    assert "1 cell(s) failed or timed out" in result.stderr

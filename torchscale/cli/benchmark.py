@@ -182,7 +182,8 @@ def _run(
                 "records": [r.model_dump(mode="json") for r in records],
             }
         )
-    failed = [r for r in records if r.status in ("failed", "timeout")]
+    # Count cells, not records: a communication cell has one record per collective x size.
+    failed = {r.cell_id for r in records if r.status in ("failed", "timeout")}
     if failed:
         err_console.print(f"{len(failed)} cell(s) failed or timed out; see their errors above.")
         return EXIT_CELLS_FAILED
