@@ -42,16 +42,18 @@ def test_busbw_factors_are_nccl_tests_formulas(n: int) -> None:
         "reduce_scatter": (n - 1) / n,
         "all_to_all": (n - 1) / n,
         "broadcast": 1.0,
-        "sendrecv": 1.0,
+        "send_recv": 1.0,
     }
     for op, factor in expected.items():
         assert busbw.busbw_factor(op, n) == pytest.approx(factor)
-        size, time_us = 3 * 2**20, 250.0
-        algbw = size / (time_us / 1e6) / 1e9
-        assert busbw.algbw_gbps(size, time_us) == pytest.approx(algbw)
-        assert busbw.busbw_gbps(op, size, time_us, n) == pytest.approx(algbw * factor)
+        size, time_s = 3 * 2**20, 250e-6
+        algbw = size / time_s / 1e9
+        assert busbw.algbw_gbps(size, time_s) == pytest.approx(algbw)
+        assert busbw.busbw_gbps(op, size, time_s, n) == pytest.approx(algbw * factor)
     with pytest.raises(ValueError, match="unknown op"):
         busbw.busbw_factor("gather", n)
+    with pytest.raises(ValueError, match="world_size"):
+        busbw.busbw_factor("all_reduce", 0)
 
 
 @pytest.mark.parametrize("n", WORLD_SIZES)
@@ -59,7 +61,7 @@ def test_sizes_follow_nccl_tests_convention(n: int) -> None:
     for dtype, elt in ELEMENT_BYTES.items():
         requested = 1 << 20
         count = requested // elt
-        for op in ("all_reduce", "broadcast", "sendrecv"):
+        for op in ("all_reduce", "broadcast", "send_recv"):
             lay = layout(op, requested, elt, n)
             assert (lay.count, lay.size_bytes) == (count, requested), (op, dtype)
             assert lay.input_elements == lay.output_elements == count
@@ -139,12 +141,12 @@ def test_check_values_sum_exactly_in_bfloat16(n: int) -> None:
 
 
 def test_corruption_hook_targets(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(CORRUPT_ENV, "all_gather:3:768, sendrecv:2,tp_gemm:1")
+    monkeypatch.setenv(CORRUPT_ENV, "all_gather:3:768, send_recv:2,tp_gemm:1")
     hook = corruption_from_env()
     assert hook is not None
     assert hook.applies("all_gather", 3, 768) and not hook.applies("all_gather", 3, 256)
     assert not hook.applies("all_gather", 2, 768)
-    assert hook.applies("sendrecv", 2, 64) and hook.applies("tp_gemm", 1, None)
+    assert hook.applies("send_recv", 2, 64) and hook.applies("tp_gemm", 1, None)
     monkeypatch.delenv(CORRUPT_ENV)
     assert corruption_from_env() is None
 
@@ -331,15 +333,15 @@ def test_records_from_a_result(tmp_path: Path) -> None:
         "tp_gemm": [],
     }
     identity = {"cell_id": cell.cell_id, "experiment": "x", "world_size": 2, "nproc_per_node": 2}
-    gather, sendrecv = KIND.records(cell, identity, result)
+    gather, send_recv = KIND.records(cell, identity, result)
     assert gather.time_us == 20.0 and (gather.time_us_min, gather.time_us_max) == (10.0, 30.0)
     assert gather.algbw_gbps == pytest.approx(1024 / 20e-6 / 1e9)
     assert gather.busbw_gbps == pytest.approx(gather.algbw_gbps * 0.5)
     assert gather.wrong == 2 and gather.wrong_per_rank == [0, 2]
-    assert sendrecv.pair_time_us == [[None, 5.0], [9.0, None]]  # the slower side of each pair
-    assert sendrecv.slowest_pair == [1, 0] and sendrecv.wrong == 0
-    assert sendrecv.time_us == pytest.approx(7.0)
-    for record in (gather, sendrecv):
+    assert send_recv.pair_time_us == [[None, 5.0], [9.0, None]]  # the slower side of each pair
+    assert send_recv.slowest_pair == [1, 0] and send_recv.wrong == 0
+    assert send_recv.time_us == pytest.approx(7.0)
+    for record in (gather, send_recv):
         assert record.status == "failed"
         assert (
             record.error

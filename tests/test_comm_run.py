@@ -79,7 +79,7 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> Dict:
 
 @pytest.fixture(scope="module")
 def four(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
-    corrupt = f"all_gather:3:{CORRUPT_SIZE},sendrecv:2:{CORRUPT_SIZE},tp_gemm:1"
+    corrupt = f"all_gather:3:{CORRUPT_SIZE},send_recv:2:{CORRUPT_SIZE},tp_gemm:1"
     yield run(
         tmp_path_factory.mktemp("comm4"),
         FOUR_RANKS,
@@ -97,7 +97,7 @@ def test_two_rank_sweep_is_complete_correct_and_ok(two: Dict) -> None:
     sizes = size_sweep(64, 4096, 4)
     expected = [
         (op, dtype, layout(op, size, ELEMENT_BYTES[dtype], 2).size_bytes)
-        for op in [*COLLECTIVES, "sendrecv"]
+        for op in [*COLLECTIVES, "send_recv"]
         for dtype in ("float32", "bfloat16")
         for size in sizes
     ]
@@ -117,16 +117,16 @@ def test_two_rank_sweep_is_complete_correct_and_ok(two: Dict) -> None:
         assert record.busbw_peak_fraction == pytest.approx(
             record.busbw_gbps / (16 * 16 * 128 / 130 / 8)
         )
-        if record.op != "sendrecv":
+        if record.op != "send_recv":
             assert len(record.per_rank_time_us) == 2
             assert record.time_us == pytest.approx(sum(record.per_rank_time_us) / 2)
 
 
 def test_p2p_matrix_has_every_ordered_pair(two: Dict, four: Dict) -> None:
     for run_, n in ((two, 2), (four, 4)):
-        sendrecv = [r for r in collectives(run_["records"]) if r.op == "sendrecv"]
-        assert sendrecv
-        for record in sendrecv:
+        send_recv = [r for r in collectives(run_["records"]) if r.op == "send_recv"]
+        assert send_recv
+        for record in send_recv:
             matrix = record.pair_time_us
             assert len(matrix) == n and all(len(row) == n for row in matrix)
             for src in range(n):
@@ -172,7 +172,7 @@ def test_summary_csv_and_console_table(two: Dict) -> None:
     assert "#       size         count      type   redop    root" in stderr
     first = records[0]
     assert f"{first.size_bytes:>10}  {first.count:>12}   float32     sum      -1" in stderr
-    assert "# sendrecv GB/s at 4096 B, row = sender, column = receiver" in stderr
+    assert "# send_recv GB/s at 4096 B, row = sender, column = receiver" in stderr
 
 
 def test_four_ranks_corrupted_results_are_caught_and_counted(four: Dict) -> None:
@@ -188,7 +188,7 @@ def test_four_ranks_corrupted_results_are_caught_and_counted(four: Dict) -> None
         assert (record.size_bytes, record.count) == (lay.size_bytes, lay.count)
         if record.op == "all_gather" and record.size_bytes == CORRUPT_SIZE:
             assert record.wrong == 1 and record.wrong_per_rank == [0, 0, 0, 1]
-        elif record.op == "sendrecv" and record.size_bytes == CORRUPT_SIZE:
+        elif record.op == "send_recv" and record.size_bytes == CORRUPT_SIZE:
             # rank 2 perturbs each message it receives: from ranks 0, 1 and 3
             assert record.wrong == 3 and record.wrong_per_rank == [0, 0, 3, 0]
         else:
@@ -197,7 +197,7 @@ def test_four_ranks_corrupted_results_are_caught_and_counted(four: Dict) -> None
     assert gemm.valid is False and gemm.wrong == 1 and gemm.status == "failed"
     error = records[0].error
     assert f"all_gather float32 at {CORRUPT_SIZE} B: 1 wrong element(s) on rank 3" in error
-    assert f"sendrecv float32 at {CORRUPT_SIZE} B: 3 wrong element(s) on rank 2" in error
+    assert f"send_recv float32 at {CORRUPT_SIZE} B: 3 wrong element(s) on rank 2" in error
     assert "tp_gemm AG_after 64x16x16 float32: 1 element(s) outside tolerance" in error
     assert "> [FAIL] failed: wrong results:" in result.stderr
     assert "1 cell(s) failed or timed out" in result.stderr

@@ -1,2 +1,1 @@
-"""Communication benchmarks: collectives and send/recv measured as nccl-tests measures them,
-and the tensor-parallel GEMM primitive of the seed's DDLB."""
+"""Collective-communication definitions shared by validate's smoke test and the comm benchmarks."""

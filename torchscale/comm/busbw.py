@@ -9,7 +9,7 @@ all_to_all) and the reported ``count`` is the per-rank ``count``.
 
 Bandwidth (nccl-tests ``doc/PERFORMANCE.md`` and ``*GetBw``), with ``t`` the average time per op:
 
-* ``algbw = size / t`` (GB/s, 1 GB = 1e9 bytes)
+* ``algbw = size / t`` (GB/s, 1 GB = 1e9 bytes; times in seconds here)
 * ``busbw = algbw x factor``: all_reduce ``2(n-1)/n``; all_gather, reduce_scatter and all_to_all
   ``(n-1)/n``; broadcast, reduce and send/recv ``1``.
 
@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import List, Union
+from typing import Callable, Dict, List, Union
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
-SENDRECV = "sendrecv"
+SEND_RECV = "send_recv"
 # Ops whose requested size is split across the ranks (per-rank count = count / n).
 SPLIT_OPS = frozenset({"all_gather", "reduce_scatter", "all_to_all"})
 ALIGN_BYTES = 16  # nccl-tests rounds the per-rank count of split ops down to 16 bytes
@@ -94,28 +94,36 @@ def layout(op: str, requested_bytes: int, element_bytes: int, world_size: int) -
             return Layout(op, per_rank, per_rank * n, per_rank, per_rank * n * element_bytes)
         total = per_rank * n  # all_to_all: n chunks of per_rank elements each way
         return Layout(op, per_rank, total, total, total * element_bytes)
-    if op in ("all_reduce", "broadcast", SENDRECV):
+    if op in ("all_reduce", "broadcast", SEND_RECV):
         return Layout(op, count, count, count, count * element_bytes)
     raise ValueError(f"unknown op {op!r}")
 
 
+BUSBW_FACTORS: Dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    SEND_RECV: lambda n: 1.0,
+}
+
+
 def busbw_factor(op: str, world_size: int) -> float:
     """nccl-tests' correction from algorithm to bus bandwidth for ``op`` on ``world_size`` ranks."""
-    n = world_size
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    if op in SPLIT_OPS:
-        return (n - 1) / n
-    if op in ("broadcast", "reduce", SENDRECV):
-        return 1.0
-    raise ValueError(f"unknown op {op!r}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if op not in BUSBW_FACTORS:
+        raise ValueError(f"unknown op {op!r}: known are {', '.join(BUSBW_FACTORS)}")
+    return BUSBW_FACTORS[op](world_size)
 
 
-def algbw_gbps(size_bytes: int, time_us: float) -> float:
-    """Algorithm bandwidth in GB/s (1e9 bytes per second)."""
-    return size_bytes / (time_us * 1e-6) / BYTES_PER_GB if time_us > 0 else 0.0
+def algbw_gbps(size_bytes: int, time_s: float) -> float:
+    """Algorithm bandwidth in GB/s (10^9 bytes per second, as nccl-tests prints); 0 for no time."""
+    return size_bytes / time_s / BYTES_PER_GB if time_s > 0 else 0.0
 
 
-def busbw_gbps(op: str, size_bytes: int, time_us: float, world_size: int) -> float:
+def busbw_gbps(op: str, size_bytes: int, time_s: float, world_size: int) -> float:
     """Bus bandwidth in GB/s: algbw times the op's factor."""
-    return algbw_gbps(size_bytes, time_us) * busbw_factor(op, world_size)
+    return algbw_gbps(size_bytes, time_s) * busbw_factor(op, world_size)

@@ -25,7 +25,7 @@ UNWRITTEN = -100  # outputs start here: an op that writes nothing cannot pass th
 CORRUPT_ENV = "TORCHSCALE_TEST_CORRUPT"
 """Test hook: ``OP:RANK[:SIZE]`` (comma-separated for several) makes RANK change one element of
 its OP output (at SIZE bytes, nccl-tests' size, or every size) after the op and before the check.
-OP may also be ``sendrecv`` (the receiver's buffer) or ``tp_gemm`` (C, every case)."""
+OP may also be ``send_recv`` (the receiver's buffer) or ``tp_gemm`` (C, every case)."""
 
 Run = Callable[[torch.Tensor, torch.Tensor], object]
 

@@ -1,6 +1,6 @@
 """The communication cell kind: the worker it launches, and its result.json -> result records.
 
-One ``collective`` record per op x dtype x size (send/recv included, as op ``sendrecv`` with its
+One ``collective`` record per op x dtype x size (send/recv included, as op ``send_recv`` with its
 pair matrix) and one ``tp_gemm`` record per case. Bandwidths come from ``torchscale.comm.busbw``.
 A cell with any wrong element or any TP GEMM outside tolerance failed: all its records get status
 ``failed`` and an error naming every op and size that went wrong (the figures stay).
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from torchscale.comm.busbw import SENDRECV, algbw_gbps, busbw_factor, busbw_gbps
+from torchscale.comm.busbw import SEND_RECV, algbw_gbps, busbw_factor, busbw_gbps
 from torchscale.comm.config import ELEMENT_BYTES, CommCellSettings
 from torchscale.comm.pairs import pair_matrix, pair_wrong, slowest_pair
 from torchscale.hardware.links import link_peak_gbps, parse_link, peak_fraction
@@ -54,10 +54,10 @@ class CommunicationKind:
 
     @staticmethod
     def _bandwidth(op: str, size: int, time_us: float, n: int, link: Optional[str]) -> dict:
-        busbw = busbw_gbps(op, size, time_us, n)
+        busbw = busbw_gbps(op, size, time_us * 1e-6, n)
         known = parse_link(link) if link else None
         return {
-            "algbw_gbps": algbw_gbps(size, time_us),
+            "algbw_gbps": algbw_gbps(size, time_us * 1e-6),
             "busbw_gbps": busbw,
             "busbw_factor": busbw_factor(op, n),
             "link": link,
@@ -80,19 +80,21 @@ class CommunicationKind:
             wrong_per_rank=wrong if checked else [],
         )
 
-    def _sendrecv(self, entry: dict, n: int, base: dict, link: Optional[str]) -> ResultBase:
+    def _send_recv(self, entry: dict, n: int, base: dict, link: Optional[str]) -> ResultBase:
         matrix = pair_matrix(entry["per_rank"], n)
         times = [t for row in matrix for t in row if t is not None]
         size = entry["size_bytes"]
-        bandwidth = [[None if t is None else algbw_gbps(size, t) for t in row] for row in matrix]
+        bandwidth = [
+            [None if t is None else algbw_gbps(size, t * 1e-6) for t in row] for row in matrix
+        ]
         wrong = pair_wrong(entry["per_rank"])
         spread = _spread(times)
         return CollectiveResult(
             **base,
             **_sized(entry),
-            op=SENDRECV,
+            op=SEND_RECV,
             **spread,
-            **self._bandwidth(SENDRECV, size, spread["time_us"], n, link),
+            **self._bandwidth(SEND_RECV, size, spread["time_us"], n, link),
             wrong=sum(wrong.values()) if wrong else None,
             wrong_per_rank=[
                 sum(w for (_, dst), w in wrong.items() if dst == rank) for rank in range(n)
@@ -128,7 +130,7 @@ class CommunicationKind:
             gemm_time_us=sum(entry["gemm_time_us"]) / n,
             comm_share=comm_us / time_us if time_us > 0 else None,
             comm_bytes=comm_bytes,
-            comm_busbw_gbps=busbw_gbps("all_gather", comm_bytes, comm_us, n),
+            comm_busbw_gbps=busbw_gbps("all_gather", comm_bytes, comm_us * 1e-6, n),
             reference_time_us=reference_us,
             reference_tflops=flop / (reference_us * 1e-6) / 1e12 if reference_us > 0 else None,
             valid=sum(entry["wrong"]) == 0 if checked else None,
@@ -147,7 +149,7 @@ class CommunicationKind:
         records: List[CommResultBase] = [
             self._collective(entry, n, base, settings.link) for entry in result["collectives"]
         ]
-        records += [self._sendrecv(entry, n, base, settings.link) for entry in result["p2p"]]
+        records += [self._send_recv(entry, n, base, settings.link) for entry in result["p2p"]]
         records += [self._tp_gemm(entry, n, base) for entry in result["tp_gemm"]]
         problems = [describe_wrong(r) for r in records if r.wrong]
         if problems:
@@ -162,7 +164,7 @@ class CommunicationKind:
         """One record per op x dtype (and TP GEMM case), without figures."""
         settings: CommCellSettings = cell.settings
         base = {**identity, "status": status, "error": error}
-        ops = [*settings.collectives, *([SENDRECV] if settings.p2p else [])]
+        ops = [*settings.collectives, *([SEND_RECV] if settings.p2p else [])]
         records: List[ResultBase] = [
             CollectiveResult(**base, op=op, dtype=dtype) for op in ops for dtype in settings.dtypes
         ]

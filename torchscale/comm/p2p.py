@@ -37,7 +37,7 @@ def _check_pair(
     elif rank == dst:
         received = torch.full((lay.count,), UNWRITTEN, dtype=dtype, device=device)
         dist.recv(received, src)
-        if corruption and corruption.applies("sendrecv", rank, lay.size_bytes):
+        if corruption and corruption.applies("send_recv", rank, lay.size_bytes):
             corruption.perturb(received)
         return count_wrong(received, pattern(src, 0, lay.count, n))
     return None

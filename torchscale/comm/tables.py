@@ -1,6 +1,6 @@
 """Communication records -> pandas tables, and the summary CSVs written beside ``summary.csv``.
 
-``summary_comm.csv``: one row per collective (and sendrecv) x dtype x size x world size.
+``summary_comm.csv``: one row per collective (and send_recv) x dtype x size x world size.
 ``summary_tp_gemm.csv``: one row per TP GEMM case x order x world size.
 """
 

@@ -33,8 +33,8 @@ def _num(value: Optional[float], spec: str) -> str:
 
 
 def describe_comm_cell(settings: CommCellSettings) -> str:
-    """``communication on 4 GPUs (all_reduce, sendrecv, tp_gemm x2; 8 B .. 64M, float32)``."""
-    parts = list(settings.collectives) + (["sendrecv"] if settings.p2p else [])
+    """``communication on 4 GPUs (all_reduce, send_recv, tp_gemm x2; 8 B .. 64M, float32)``."""
+    parts = list(settings.collectives) + (["send_recv"] if settings.p2p else [])
     if settings.tp_gemm:
         parts.append(f"tp_gemm x{len(settings.tp_gemm)}")
     sizes = f"{format_size(settings.sizes[0])} .. {format_size(settings.sizes[-1])}"
@@ -59,7 +59,7 @@ def collective_row(record: CollectiveResult) -> str:
 def pair_matrix_lines(record: CollectiveResult) -> List[str]:
     """The [src][dst] send/recv bandwidth of one size, slowest pair named."""
     matrix = record.pair_busbw_gbps or []
-    lines = [f"# sendrecv GB/s at {record.size_bytes} B, row = sender, column = receiver"]
+    lines = [f"# send_recv GB/s at {record.size_bytes} B, row = sender, column = receiver"]
     lines.append("# " + " " * 6 + "".join(f"{dst:>9}" for dst in range(len(matrix))))
     for src, row in enumerate(matrix):
         cells = "".join(f"{'-':>9}" if value is None else f"{value:9.2f}" for value in row)
@@ -87,7 +87,7 @@ def comm_console_lines(records: List[ResultBase]) -> List[str]:
             UNITS,
         ]
         lines += [collective_row(record) for record in rows]
-        if op == "sendrecv":
+        if op == "send_recv":
             lines += pair_matrix_lines(rows[-1])
     for record in records:
         if isinstance(record, TpGemmResult) and record.time_us is not None:

@@ -18,7 +18,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from torchscale.comm.busbw import SENDRECV, Layout, layout
+from torchscale.comm.busbw import SEND_RECV, Layout, layout
 from torchscale.comm.collectives import (
     RUN,
     Corruption,
@@ -97,7 +97,7 @@ def _p2p(run: RankRun) -> List[Dict[str, Any]]:
     """This rank's sides of every ordered pair, for every dtype x size."""
     settings, ctx = run.settings, run.ctx
     results = []
-    for dtype_name, lay, entry in _sizes(SENDRECV, run):
+    for dtype_name, lay, entry in _sizes(SEND_RECV, run):
         sides = measure_pairs(
             run.clock,
             lay,

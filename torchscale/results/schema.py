@@ -193,7 +193,7 @@ class CollectiveResult(CommResultBase):
 
     kind: Literal["collective"] = "collective"
     op: str = Field(
-        description="all_reduce, all_gather, reduce_scatter, broadcast, all_to_all or sendrecv."
+        description="all_reduce, all_gather, reduce_scatter, broadcast, all_to_all or send_recv."
     )
     size_bytes: Optional[int] = Field(None, description="nccl-tests' size: max(send, recv) bytes.")
     count: Optional[int] = Field(None, description="Elements per rank, as nccl-tests counts them.")
@@ -210,13 +210,13 @@ class CollectiveResult(CommResultBase):
     busbw_peak_fraction: Optional[float] = Field(None, description="busbw / link peak.")
     pair_time_us: Optional[List[List[Optional[float]]]] = Field(
         None,
-        description="sendrecv only: [src][dst] time per message, diagonal null; time_us and its "
+        description="send_recv only: [src][dst] time per message, diagonal null; time_us and its "
         "min/max are over the pairs.",
     )
     pair_busbw_gbps: Optional[List[List[Optional[float]]]] = Field(
-        None, description="sendrecv only: [src][dst] bandwidth."
+        None, description="send_recv only: [src][dst] bandwidth."
     )
-    slowest_pair: Optional[List[int]] = Field(None, description="sendrecv only: [src, dst].")
+    slowest_pair: Optional[List[int]] = Field(None, description="send_recv only: [src, dst].")
 
 
 class TpGemmResult(CommResultBase):
