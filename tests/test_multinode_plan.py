@@ -32,7 +32,7 @@ runner = CliRunner()
 def plan_of(tmp_path: Path, text: str, gpus_per_node: object = None) -> Plan:
     config = tmp_path / "c.yaml"
     config.write_text("experiment_name: nodes\nmodels: [gpt2-tiny]\nbatch_sizes: [2]\n" + text)
-    return expand(load_config(config, []), gpus_per_node)  # type: ignore[arg-type]
+    return expand(load_config(config, []), gpus_per_node=gpus_per_node)
 
 
 def shapes(plan: Plan) -> List[tuple]:

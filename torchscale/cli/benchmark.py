@@ -56,6 +56,15 @@ def register(app: typer.Typer) -> None:
                 "The form --ddp.bucket_cap_mb=50 works too.",
             ),
         ] = None,
+        benchmark_kind: Annotated[
+            str,
+            typer.Option(
+                "--benchmark",
+                help="What to run: all (everything the config defines), training (the model "
+                "cells), memory (the model cells with a short window that records memory per "
+                "rank), comm (the communication: section).",
+            ),
+        ] = "all",
         dry_run: Annotated[
             bool,
             typer.Option("--dry-run", help="Print the expanded plan and its torchrun commands."),
@@ -170,15 +179,20 @@ def register(app: typer.Typer) -> None:
 
         loaded = load_config(config, parse_overrides(set_ or [], ctx.args))
         if submit:
-            forwarded = [*(f"--set={item}" for item in set_ or []), *ctx.args]
+            forwarded = [
+                f"--benchmark={benchmark_kind}",
+                *(f"--set={item}" for item in set_ or []),
+                *ctx.args,
+            ]
             submit_matrix(
                 loaded, config, output_dir, launcher.value, forwarded, sbatch_arg or [],
-                resume=resume, dry_run=dry_run, join_timeout=join_timeout,
+                resume=resume, dry_run=dry_run, join_timeout=join_timeout, benchmark=benchmark_kind,
             )  # fmt: skip
             return
         plan, launch = plan_and_launch(
-            loaded, launcher.value, nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout
-        )
+            loaded, launcher.value, nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout,
+            benchmark=benchmark_kind,
+        )  # fmt: skip
         if dry_run:
             _print_plan(plan, launch, output_dir, json_output)
             return
@@ -282,7 +296,10 @@ def _run(
     if not launch.records_results:
         return follower_summary(launch, store, records)
     table = write_summary(store, records)
-    err_console.print(results_table(table, f"{plan.config.experiment_name} ({store.root})"))
+    title = f"{plan.config.experiment_name} ({store.root})"
+    if not table.empty:
+        err_console.print(results_table(table, title))
+    _print_comm_summary(records, title)
     if json_output:
         print_json(
             {
@@ -291,8 +308,18 @@ def _run(
                 "records": [r.model_dump(mode="json") for r in records],
             }
         )
-    failed = [r for r in records if r.status in ("failed", "timeout")]
+    # Count cells, not records: a communication cell has one record per collective x size.
+    failed = {r.cell_id for r in records if r.status in ("failed", "timeout")}
     if failed:
         err_console.print(f"{len(failed)} cell(s) failed or timed out; see their errors above.")
         return EXIT_CELLS_FAILED
     return 0
+
+
+def _print_comm_summary(records: list, title: str) -> None:
+    from torchscale.comm.tables import collective_table, tp_gemm_table
+    from torchscale.comm.view import comm_results_table
+
+    collectives, tp_gemm = collective_table(records), tp_gemm_table(records)
+    if not collectives.empty or not tp_gemm.empty:
+        err_console.print(comm_results_table(collectives, tp_gemm, f"{title}: communication"))

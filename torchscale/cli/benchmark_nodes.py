@@ -42,6 +42,7 @@ def plan_and_launch(
     endpoint: Optional[str],
     rdzv_id: Optional[str],
     join_timeout: float,
+    benchmark: str = "all",
 ) -> Tuple[Plan, Launch]:
     from torchscale.launch.multinode import resolve_launch, split_endpoint
     from torchscale.launch.slurm import SlurmLaunch
@@ -68,7 +69,7 @@ def plan_and_launch(
             experiment=experiment_dirname(config.experiment_name),
         )
         per_node = _node_size(config) if launch.nnodes > 1 else None
-    return expand(config, per_node), launch
+    return expand(config, benchmark, gpus_per_node=per_node), launch
 
 
 def follower_summary(launch: Launch, store: ExperimentStore, failed: List[ResultBase]) -> int:
@@ -130,6 +131,7 @@ def submit_matrix(
     resume: bool,
     dry_run: bool,
     join_timeout: float,
+    benchmark: str = "all",
 ) -> None:
     """Write the matrix's sbatch script and submit it (``--dry-run``: print it on stdout)."""
     from torchscale.launch.slurm import SBATCH_FILE, submit
@@ -144,7 +146,7 @@ def submit_matrix(
             "--submit sizes the allocation from the config: set gpus_per_node (the GPUs of one "
             "node, e.g. --set gpus_per_node=8) or nodes"
         )
-    plan = expand(config)
+    plan = expand(config, benchmark)
     store = ExperimentStore(output_dir / experiment_dirname(config.experiment_name))
     check_resumable(store, resume)
     script = sbatch_for(plan, config_path, store.root, forwarded, sbatch_args, join_timeout)

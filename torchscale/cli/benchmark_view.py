@@ -36,6 +36,10 @@ def gpus_text(gpus: int, nnodes: int) -> str:
 
 def describe_cell(cell: Cell) -> str:
     s = cell.settings
+    if cell.kind == "communication":
+        from torchscale.comm.view import describe_comm_cell
+
+        return describe_comm_cell(s)
     noun = "GPU" if s.gpus == 1 else "GPUs"
     nodes = f" x {s.nnodes} nodes" if s.nnodes > 1 else ""
     return f"{s.model} on {s.gpus} {noun}{nodes} (batch {s.batch_size}, {s.precision})"
@@ -82,6 +86,19 @@ class ConsoleEvents:
         for record in records:
             if isinstance(record, TrainingResult):
                 self._training_lines(record, table)
+        if cell.kind == "communication":
+            self._comm_lines(records)
+
+    @staticmethod
+    def _comm_lines(records: List[ResultBase]) -> None:
+        from torchscale.comm.view import comm_console_lines
+
+        for line in comm_console_lines(records):
+            err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+        first = records[0] if records else None
+        if first is not None and first.status != "ok":
+            label = "SKIP" if first.status == "skipped" else "FAIL"
+            err_console.print(f"> [{label}] {first.status}: {first.error}", soft_wrap=True)
 
     def _training_lines(self, record: TrainingResult, table: Any) -> None:
         if record.status != "ok":
@@ -118,6 +135,10 @@ def plan_table(plan: Plan) -> Table:
     for column in ("#", "cell", "model", "batch", "GPUs", "precision", *knobs):
         table.add_column(column)
     for cell in plan.cells:
+        if cell.kind != "training":
+            cells = (cell.kind, "-", str(cell.settings.gpus), "-", *["-"] * len(knobs))
+            table.add_row(str(cell.index + 1), cell.cell_id, *cells)
+            continue
         settings = cell.settings.model_dump()
         values = []
         for knob in knobs:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -105,11 +105,19 @@ def _field_names(model: Type[BaseModel], loc: Sequence[Any]) -> List[str]:
     """The keys allowed at ``loc`` (a path of section names) in ``model``."""
     for part in loc:
         field = model.model_fields.get(str(part))
-        annotation = field.annotation if field else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        section = _section_model(field.annotation) if field else None
+        if section is None:
             return []
-        model = annotation
+        model = section
     return list(model.model_fields)
+
+
+def _section_model(annotation: Any) -> Optional[Type[BaseModel]]:
+    """The section model of a field typed ``Section`` or ``Optional[Section]``."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
 
 
 def _format_loc(loc: Sequence[Any], raw: Dict[str, Any]) -> str:
@@ -142,6 +150,8 @@ def explain(exc: ValidationError, raw: Dict[str, Any]) -> str:
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "missing":
             messages.append(f"'{where}' is required")
+        elif where and isinstance(error.get("input"), dict):
+            messages.append(f"{where}: {message}")  # a section-wide rule: the section is no clue
         elif where:
             messages.append(f"{where}: {message} (got {error.get('input')!r})")
         else:

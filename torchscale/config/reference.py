@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from typing_extensions import Annotated
 
+from torchscale.comm.config import CommunicationSection, TpGemmSection
 from torchscale.config.schema import (
     BenchmarkConfig,
     DataSettings,
@@ -28,7 +29,8 @@ HEADER = """\
 A benchmark config is one YAML file. The seed's keys (`experiment_name`, `models`, `batch_sizes`,
 `gpu_counts`, `profiling`) work as written. **Every knob below also accepts a list**: lists expand
 into the cartesian product, like `models x batch_sizes x gpu_counts`. Scalar knobs sit at the top
-level; groups live in sections (`ddp:`, `data:`, `profiling:`). Unknown keys are errors.
+level; groups live in sections (`ddp:`, `data:`, `profiling:`, `communication:`). Unknown keys
+are errors. A config needs `models`, a `communication:` section, or both.
 
 Override any key from the command line: `--set ddp.bucket_cap_mb=50` or `--ddp.bucket_cap_mb=50`
 (values are YAML: `--set precision=[fp32,bf16]` sweeps).
@@ -99,6 +101,14 @@ def reference_markdown() -> str:
         _table("`ddp:`", _rows(DDPSettings, "ddp.")),
         _table("`data:`", _rows(DataSettings, "data.")),
         _table("`profiling:` (not swept)", _rows(ProfilingSettings, "profiling.")),
+        _table(
+            "`communication:` (not swept: one launch per GPU count; see docs/communication.md)",
+            _rows(CommunicationSection, "communication.", skip=("tp_gemm",)),
+        ),
+        _table(
+            "`communication.tp_gemm:` (lists expand to every combination)",
+            _rows(TpGemmSection, "communication.tp_gemm."),
+        ),
     ]
     return "\n".join(sections) + "\n"
 

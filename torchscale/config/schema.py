@@ -26,6 +26,9 @@ from pydantic import (
 )
 from typing_extensions import Annotated
 
+from torchscale.comm.config import CommunicationSection
+from torchscale.config.base import StrictModel, as_list
+
 PRECISION_ALIASES = {"fp16": "amp", "float32": "fp32", "bfloat16": "bf16"}
 
 
@@ -34,12 +37,6 @@ def _precision_alias(value: Any) -> Any:
 
 
 Precision = Annotated[Literal["fp32", "amp", "bf16"], BeforeValidator(_precision_alias)]
-
-
-class StrictModel(BaseModel):
-    """Unknown keys are errors (reported with a did-you-mean by the loader)."""
-
-    model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
 class DDPSettings(StrictModel):
@@ -173,10 +170,6 @@ class ProfilingSettings(StrictModel):
     )
 
 
-def _as_list(value: Any) -> Any:
-    return value if isinstance(value, list) else [value]
-
-
 def sweepable(model: Type[BaseModel], name: str) -> Type[BaseModel]:
     """Derive the YAML form of ``model``: every field also accepts a list of values.
 
@@ -197,7 +190,7 @@ def sweepable(model: Type[BaseModel], name: str) -> Type[BaseModel]:
         value_type = Annotated[(annotation, *info.metadata)] if info.metadata else annotation
         default = info.get_default(call_default_factory=True)
         fields[field_name] = (
-            Annotated[List[value_type], BeforeValidator(_as_list), Len(min_length=1)],
+            Annotated[List[value_type], BeforeValidator(as_list), Len(min_length=1)],
             Field(default=[default], description=info.description),
         )
     return create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
@@ -212,14 +205,14 @@ class BenchmarkConfig(TrainingSweep):  # type: ignore[misc,valid-type]
     experiment_name: str = Field(
         min_length=1, description="Names the results folder (default: the config file's name)."
     )
-    models: Annotated[List[str], BeforeValidator(_as_list)] = Field(
+    models: Annotated[List[str], BeforeValidator(as_list)] = Field(
         default_factory=list,
         description="Built-in names (--list-models) or 'package.module:function'.",
     )
-    batch_sizes: Annotated[List[PositiveInt], BeforeValidator(_as_list), Len(min_length=1)] = Field(
+    batch_sizes: Annotated[List[PositiveInt], BeforeValidator(as_list), Len(min_length=1)] = Field(
         default_factory=lambda: [32], description="Per-GPU micro-batch sizes."
     )
-    gpu_counts: Annotated[List[PositiveInt], BeforeValidator(_as_list), Len(min_length=1)] = Field(
+    gpu_counts: Annotated[List[PositiveInt], BeforeValidator(as_list), Len(min_length=1)] = Field(
         default_factory=lambda: [1],
         description="Ranks per cell: GPUs, or CPU processes on a node without GPUs.",
     )
@@ -228,7 +221,7 @@ class BenchmarkConfig(TrainingSweep):  # type: ignore[misc,valid-type]
         description="Ranks per node: a GPU count above it runs on gpu_count / gpus_per_node nodes "
         "(default: the node's GPU count, in a multi-node launch).",
     )
-    nodes: Optional[Annotated[List[PositiveInt], BeforeValidator(_as_list), Len(min_length=1)]] = (
+    nodes: Optional[Annotated[List[PositiveInt], BeforeValidator(as_list), Len(min_length=1)]] = (
         Field(
             None,
             description="Node counts to spread every GPU count over, e.g. [1, 2] runs 4 GPUs as "
@@ -237,11 +230,17 @@ class BenchmarkConfig(TrainingSweep):  # type: ignore[misc,valid-type]
     )
     repeats: PositiveInt = Field(1, description="Run every cell this many times.")
     profiling: ProfilingSettings = Field(default_factory=ProfilingSettings)
+    communication: Optional[CommunicationSection] = Field(
+        None, description="Collective, P2P and tensor-parallel GEMM benchmarks (section)."
+    )
 
     @model_validator(mode="after")
     def _something_to_run(self) -> BenchmarkConfig:
-        if not self.models:
-            raise ValueError("'models' is empty: list at least one model to benchmark")
+        if not self.models and self.communication is None:
+            raise ValueError(
+                "'models' is empty and there is no 'communication:' section: list at least one "
+                "model to benchmark or add a communication: section"
+            )
         if self.nodes is not None and self.gpus_per_node is not None:
             raise ValueError("give 'nodes' or 'gpus_per_node', not both")
         return self

@@ -143,8 +143,11 @@ def _failure(cell_dir: Path, returncode: Optional[int], rendezvous: Rendezvous) 
     )
 
 
-def _where(window: str, steps: Optional[tuple]) -> str:
-    return f"'{window}'" + (f", step {steps[0]} {steps[1]}" if steps else "")
+def _where(progress: dict, steps: Optional[tuple]) -> str:
+    """``'measure', step 3 forward`` or, for workers that say what they do, ``'measure' (all_reduce
+    float32 at 4096 B)``: the ``where`` of the rank's progress file."""
+    text = f"'{progress['phase']}'" + (f", step {steps[0]} {steps[1]}" if steps else "")
+    return text + (f" ({progress['where']})" if progress.get("where") else "")
 
 
 def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: float) -> str:
@@ -170,8 +173,8 @@ def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: float) -> str:
         stuck = [rank for rank in sorted(windows) if position(rank) == behind]
         ahead = [rank for rank in sorted(windows) if position(rank) != behind]
         names = ", ".join(map(str, stuck))
-        parts.append(f"rank {names} stuck in {_where(windows[stuck[0]], steps[stuck[0]])}")
-        parts += [f"rank {r} waiting in {_where(windows[r], steps[r])}" for r in ahead]
+        parts.append(f"rank {names} stuck in {_where(progress[stuck[0]], steps[stuck[0]])}")
+        parts += [f"rank {r} waiting in {_where(progress[r], steps[r])}" for r in ahead]
     return f"no result after {timeout_s:g} s: " + "; ".join(parts)
 
 

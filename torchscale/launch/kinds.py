@@ -13,7 +13,10 @@ from typing import Any, Dict, List, Protocol
 from torchscale.plan.matrix import Cell
 from torchscale.results.schema import CellStatus, ResultBase, TrainingResult
 
-KIND_MODULES = {"training": "torchscale.launch.kinds"}
+KIND_MODULES = {
+    "training": "torchscale.launch.kinds",
+    "communication": "torchscale.comm.kind",
+}
 
 
 class CellKind(Protocol):

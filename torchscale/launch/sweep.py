@@ -84,11 +84,14 @@ def skip_reason(cell: Cell, devices: NodeDevices, launch: Launch) -> Optional[st
 
 
 def write_summary(store: ExperimentStore, records: List[ResultBase]) -> Any:
-    """Rewrite summary.csv from the records; returns the table for the console."""
+    """Rewrite summary.csv (and the communication CSVs) from the records; returns the training
+    table for the console."""
     from torchscale.analysis.tables import training_table
+    from torchscale.comm.tables import write_comm_summaries
 
     table = training_table(records)
     atomic_write_text(store.summary_path, table.drop(columns=["config_key"]).to_csv(index=False))
+    write_comm_summaries(store.root, records)
     return table
 
 

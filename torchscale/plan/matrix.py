@@ -2,7 +2,8 @@
 
 Order: repeats outermost (so repeated runs interleave and share drift), then model, batch size, the
 other swept knobs, and GPU count innermost (then node count), so each model's 1-GPU baseline runs
-right before the counts that are compared with it.
+right before the counts that are compared with it. Communication cells (``torchscale.comm.plan``)
+follow.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def experiment_dirname(name: str) -> str:
     return _slug(name)[:80]
 
 
-def settings_digest(settings: CellSettings) -> str:
+def settings_digest(settings: BaseModel) -> str:
     identity = settings.model_dump(mode="json", exclude=NON_IDENTITY_FIELDS)
     blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
     return hashlib.sha1(blob.encode()).hexdigest()[:8]
@@ -119,18 +120,29 @@ def node_counts(gpus: int, config: BenchmarkConfig, gpus_per_node: Optional[int]
     return [gpus // per_node]
 
 
-def expand(config: BenchmarkConfig, gpus_per_node: Optional[int] = None) -> Plan:
-    """Every combination of the config's values, validated as cells, duplicates removed.
+BENCHMARKS = ("all", "training", "memory", "comm")
+"""What ``--benchmark`` selects: ``all`` is everything the config defines; ``training`` the model
+cells; ``memory`` the model cells with a short window (``MEMORY_WINDOW``) that records each rank's
+memory and skips the sync probe; ``comm`` the ``communication:`` cells."""
 
-    ``gpus_per_node`` is the launch's node size, used when the config gives neither ``nodes`` nor
-    ``gpus_per_node`` (see :func:`node_counts`).
-    """
+MEMORY_WINDOW: Dict[str, Any] = {
+    "warmup_steps": 1,
+    "measure_steps": 3,
+    "measure_seconds": None,
+    "sync_probe_steps": 0,
+}
+
+
+def _training_settings(
+    config: BenchmarkConfig, window: Dict[str, Any], gpus_per_node: Optional[int]
+) -> Tuple[List[CellSettings], List[str]]:
+    """Every combination of the training axes and knobs (``window`` overrides), and the swept."""
     for model in config.models:
         check_model_name(model)
     knobs = [
         (name, values)
         for name, values in _knob_axes(config)
-        if name.split(".")[0] in TrainingSettings.model_fields
+        if name.split(".")[0] in TrainingSettings.model_fields and name not in window
     ]
     swept = [name for name, values in knobs if len(values) > 1]
     swept += [
@@ -138,15 +150,13 @@ def expand(config: BenchmarkConfig, gpus_per_node: Optional[int] = None) -> Plan
     ]
     if config.nodes is not None and len(config.nodes) > 1:
         swept.append("nodes")
-
-    cells: List[Cell] = []
-    seen = set()
+    cells: List[CellSettings] = []
     knob_names = [name for name, _ in knobs]
     for repeat in range(config.repeats):
         for model, batch_size, *knob_values, gpus in itertools.product(
             config.models, config.batch_sizes, *(values for _, values in knobs), config.gpu_counts
         ):
-            flat = dict(zip(knob_names, knob_values))
+            flat = {**dict(zip(knob_names, knob_values)), **window}
             if not uses_seq_len(model):
                 flat["seq_len"] = None  # a seq_len sweep must not duplicate image-model cells
             for nnodes in node_counts(gpus, config, gpus_per_node):
@@ -155,11 +165,57 @@ def expand(config: BenchmarkConfig, gpus_per_node: Optional[int] = None) -> Plan
                     model=model, batch_size=batch_size, gpus=gpus, nnodes=nnodes, repeat=repeat
                 )
                 try:
-                    settings = CellSettings.model_validate(raw)
+                    cells.append(CellSettings.model_validate(raw))
                 except ValidationError as exc:
                     raise ConfigError(f"invalid config: {explain(exc, raw)}") from None
-                cid = cell_id(settings)
-                if cid not in seen:
-                    seen.add(cid)
-                    cells.append(Cell(len(cells), cid, settings))
+    return cells, swept
+
+
+def _check_selection(config: BenchmarkConfig, benchmark: str) -> None:
+    if benchmark not in BENCHMARKS:
+        raise ConfigError(
+            f"unknown --benchmark '{benchmark}': choose one of {', '.join(BENCHMARKS)}"
+        )
+    if benchmark in ("training", "memory") and not config.models:
+        raise ConfigError(
+            f"--benchmark {benchmark} needs models, and the config lists none: add models: [...] "
+            "or use --benchmark comm"
+        )
+    if benchmark == "comm" and config.communication is None:
+        raise ConfigError(
+            "--benchmark comm needs a communication: section in the config "
+            "(see docs/communication.md)"
+        )
+
+
+def expand(
+    config: BenchmarkConfig, benchmark: str = "all", gpus_per_node: Optional[int] = None
+) -> Plan:
+    """Every combination of the config's values, validated as cells, duplicates removed.
+
+    Training cells come first (in the order above), then one communication cell per GPU count.
+    ``gpus_per_node`` is the launch's node size, used when the config gives neither ``nodes`` nor
+    ``gpus_per_node`` (see :func:`node_counts`).
+    """
+    from torchscale.comm.plan import KIND as COMM_KIND
+    from torchscale.comm.plan import comm_cell_id, comm_settings
+
+    _check_selection(config, benchmark)
+    cells: List[Cell] = []
+    seen = set()
+
+    def add(cid: str, settings: Any, kind: str) -> None:
+        if cid not in seen:
+            seen.add(cid)
+            cells.append(Cell(len(cells), cid, settings, kind))
+
+    swept: List[str] = []
+    if benchmark in ("all", "training", "memory") and config.models:
+        window = MEMORY_WINDOW if benchmark == "memory" else {}
+        training, swept = _training_settings(config, window, gpus_per_node)
+        for settings in training:
+            add(cell_id(settings), settings, "training")
+    if benchmark in ("all", "comm"):
+        for comm in comm_settings(config):
+            add(comm_cell_id(comm), comm, COMM_KIND)
     return Plan(config, cells, swept)

@@ -197,11 +197,86 @@ class TrainingResult(ResultBase):
     )
 
 
+class CommResultBase(ResultBase):
+    """What every communication record says about where it ran."""
+
+    dtype: str
+    backend: Optional[str] = None
+    device_name: Optional[str] = None
+    warmup: Optional[int] = None
+    iterations: Optional[int] = Field(None, description="Timed ops per figure, averaged.")
+    time_us: Optional[float] = Field(None, description="Time per op, average across ranks.")
+    time_us_min: Optional[float] = Field(None, description="Fastest rank's time per op.")
+    time_us_max: Optional[float] = Field(None, description="Slowest rank's time per op.")
+    per_rank_time_us: List[float] = Field(default_factory=list, description="By rank.")
+
+
+class CollectiveResult(CommResultBase):
+    """One collective (or send/recv) at one message size on one world size, as nccl-tests reports
+    it; bandwidth definitions in ``torchscale.comm.busbw``."""
+
+    kind: Literal["collective"] = "collective"
+    op: str = Field(
+        description="all_reduce, all_gather, reduce_scatter, broadcast, all_to_all or send_recv."
+    )
+    size_bytes: Optional[int] = Field(None, description="nccl-tests' size: max(send, recv) bytes.")
+    count: Optional[int] = Field(None, description="Elements per rank, as nccl-tests counts them.")
+    requested_bytes: Optional[int] = Field(None, description="The size asked for in the sweep.")
+    algbw_gbps: Optional[float] = Field(None, description="size / time, GB/s (1e9 bytes).")
+    busbw_gbps: Optional[float] = Field(None, description="algbw x the op's bus factor.")
+    busbw_factor: Optional[float] = None
+    wrong: Optional[int] = Field(
+        None, description="Wrong elements over all ranks; null when checking was off."
+    )
+    wrong_per_rank: List[int] = Field(default_factory=list)
+    link: Optional[str] = Field(None, description="The link busbw is compared with (nvlink4x18).")
+    link_peak_gbps: Optional[float] = None
+    busbw_peak_fraction: Optional[float] = Field(None, description="busbw / link peak.")
+    pair_time_us: Optional[List[List[Optional[float]]]] = Field(
+        None,
+        description="send_recv only: [src][dst] time per message, diagonal null; time_us and its "
+        "min/max are over the pairs.",
+    )
+    pair_busbw_gbps: Optional[List[List[Optional[float]]]] = Field(
+        None, description="send_recv only: [src][dst] bandwidth."
+    )
+    slowest_pair: Optional[List[int]] = Field(None, description="send_recv only: [src, dst].")
+
+
+class TpGemmResult(CommResultBase):
+    """DDLB's tensor-parallel column-wise GEMM C = A @ B with A sharded by rows, one order."""
+
+    kind: Literal["tp_gemm"] = "tp_gemm"
+    m: int
+    n: int
+    k: int
+    order: str = Field(description="AG_before (gather A, full GEMM) or AG_after (GEMM, gather C).")
+    tflops: Optional[float] = Field(None, description="2mnk / time_us, as DDLB reports it.")
+    comm_time_us: Optional[float] = Field(None, description="All-gather part, average of ranks.")
+    gemm_time_us: Optional[float] = Field(None, description="GEMM part, average of ranks.")
+    comm_share: Optional[float] = Field(None, description="comm_time_us / time_us.")
+    comm_bytes: Optional[int] = Field(None, description="Bytes the all-gather produces per rank.")
+    comm_busbw_gbps: Optional[float] = None
+    reference_time_us: Optional[float] = Field(
+        None, description="Compute-only reference: the unsharded GEMM on one device."
+    )
+    reference_tflops: Optional[float] = None
+    valid: Optional[bool] = Field(None, description="Matches the reference on every rank.")
+    wrong: Optional[int] = Field(None, description="Elements outside tolerance, all ranks.")
+    max_abs_error: Optional[float] = None
+    atol: Optional[float] = None
+    rtol: Optional[float] = None
+
+
 def parse_record(data: Dict[str, Any]) -> ResultBase:
     """Validate one ``results.jsonl`` object into the model for its ``kind``."""
     model = RECORD_KINDS.get(data.get("kind", "training"), ResultBase)
     return model.model_validate(data)
 
 
-RECORD_KINDS: Dict[str, type] = {"training": TrainingResult}
-"""Record models by ``kind``; other result kinds (communication, ...) register here."""
+RECORD_KINDS: Dict[str, type] = {
+    "training": TrainingResult,
+    "collective": CollectiveResult,
+    "tp_gemm": TpGemmResult,
+}
+"""Record models by ``kind``; other result kinds register here."""

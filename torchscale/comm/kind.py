@@ -1,0 +1,187 @@
+"""The communication cell kind: the worker it launches, and its result.json -> result records.
+
+One ``collective`` record per op x dtype x size (send/recv included, as op ``send_recv`` with its
+pair matrix) and one ``tp_gemm`` record per case. Bandwidths come from ``torchscale.comm.busbw``.
+A cell with any wrong element or any TP GEMM outside tolerance failed: all its records get status
+``failed`` and an error naming every op and size that went wrong (the figures stay).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from torchscale.comm.busbw import SEND_RECV, algbw_gbps, busbw_factor, busbw_gbps
+from torchscale.comm.config import ELEMENT_BYTES, CommCellSettings
+from torchscale.comm.pairs import pair_matrix, pair_wrong, slowest_pair
+from torchscale.hardware.links import link_peak_gbps, parse_link, peak_fraction
+from torchscale.plan.matrix import Cell
+from torchscale.results.schema import (
+    CellStatus,
+    CollectiveResult,
+    CommResultBase,
+    ResultBase,
+    TpGemmResult,
+)
+
+
+def _sized(entry: Dict[str, Any]) -> Dict[str, Any]:
+    """The fields that name one measurement of the sweep."""
+    return {key: entry[key] for key in ("dtype", "size_bytes", "count", "requested_bytes")}
+
+
+def _spread(values: List[float]) -> Dict[str, Any]:
+    return {
+        "time_us": sum(values) / len(values),
+        "time_us_min": min(values),
+        "time_us_max": max(values),
+    }
+
+
+class CommunicationKind:
+    name = "communication"
+    worker_module = "torchscale.comm.worker"
+
+    @staticmethod
+    def _run_fields(settings: CommCellSettings, result: Dict[str, Any]) -> Dict[str, Any]:
+        return {
+            "backend": result.get("backend"),
+            "device_name": result.get("device_name"),
+            "hosts": result.get("hosts", []),
+            "warmup": settings.warmup,
+            "iterations": settings.iterations,
+            "status": "ok",
+        }
+
+    @staticmethod
+    def _bandwidth(op: str, size: int, time_us: float, n: int, link: Optional[str]) -> dict:
+        busbw = busbw_gbps(op, size, time_us * 1e-6, n)
+        known = parse_link(link) if link else None
+        return {
+            "algbw_gbps": algbw_gbps(size, time_us * 1e-6),
+            "busbw_gbps": busbw,
+            "busbw_factor": busbw_factor(op, n),
+            "link": link,
+            "link_peak_gbps": link_peak_gbps(known) if known else None,
+            "busbw_peak_fraction": peak_fraction(busbw, known),
+        }
+
+    def _collective(self, entry: dict, n: int, base: dict, link: Optional[str]) -> ResultBase:
+        wrong = entry["wrong"]
+        checked = all(w is not None for w in wrong)
+        spread = _spread(entry["time_us"])
+        return CollectiveResult(
+            **base,
+            **_sized(entry),
+            op=entry["op"],
+            per_rank_time_us=entry["time_us"],
+            **spread,
+            **self._bandwidth(entry["op"], entry["size_bytes"], spread["time_us"], n, link),
+            wrong=sum(wrong) if checked else None,
+            wrong_per_rank=wrong if checked else [],
+        )
+
+    def _send_recv(self, entry: dict, n: int, base: dict, link: Optional[str]) -> ResultBase:
+        matrix = pair_matrix(entry["per_rank"], n)
+        times = [t for row in matrix for t in row if t is not None]
+        size = entry["size_bytes"]
+        bandwidth = [
+            [None if t is None else algbw_gbps(size, t * 1e-6) for t in row] for row in matrix
+        ]
+        wrong = pair_wrong(entry["per_rank"])
+        spread = _spread(times)
+        return CollectiveResult(
+            **base,
+            **_sized(entry),
+            op=SEND_RECV,
+            **spread,
+            **self._bandwidth(SEND_RECV, size, spread["time_us"], n, link),
+            wrong=sum(wrong.values()) if wrong else None,
+            wrong_per_rank=[
+                sum(w for (_, dst), w in wrong.items() if dst == rank) for rank in range(n)
+            ]
+            if wrong
+            else [],
+            pair_time_us=matrix,
+            pair_busbw_gbps=bandwidth,
+            slowest_pair=list(slowest_pair(matrix)),
+        )
+
+    @staticmethod
+    def _tp_gemm(entry: dict, n: int, base: dict) -> ResultBase:
+        spread = _spread(entry["time_us"])
+        time_us = spread["time_us"]
+        comm_us = sum(entry["comm_time_us"]) / n
+        reference_us = sum(entry["reference_time_us"]) / n
+        flop = 2 * entry["m"] * entry["n"] * entry["k"]
+        gathered = (entry["m"], entry["k"] if entry["order"] == "AG_before" else entry["n"])
+        comm_bytes = gathered[0] * gathered[1] * ELEMENT_BYTES[entry["dtype"]]
+        checked = "wrong" in entry
+        return TpGemmResult(
+            **base,
+            m=entry["m"],
+            n=entry["n"],
+            k=entry["k"],
+            dtype=entry["dtype"],
+            order=entry["order"],
+            per_rank_time_us=entry["time_us"],
+            **spread,
+            tflops=flop / (time_us * 1e-6) / 1e12 if time_us > 0 else None,
+            comm_time_us=comm_us,
+            gemm_time_us=sum(entry["gemm_time_us"]) / n,
+            comm_share=comm_us / time_us if time_us > 0 else None,
+            comm_bytes=comm_bytes,
+            comm_busbw_gbps=busbw_gbps("all_gather", comm_bytes, comm_us * 1e-6, n),
+            reference_time_us=reference_us,
+            reference_tflops=flop / (reference_us * 1e-6) / 1e12 if reference_us > 0 else None,
+            valid=sum(entry["wrong"]) == 0 if checked else None,
+            wrong=sum(entry["wrong"]) if checked else None,
+            max_abs_error=max(entry["max_abs_error"]) if checked else None,
+            atol=entry.get("atol"),
+            rtol=entry.get("rtol"),
+        )
+
+    def records(
+        self, cell: Cell, identity: Dict[str, Any], result: Dict[str, Any]
+    ) -> List[ResultBase]:
+        settings: CommCellSettings = cell.settings
+        n = settings.gpus
+        base = {**identity, **self._run_fields(settings, result)}
+        records: List[CommResultBase] = [
+            self._collective(entry, n, base, settings.link) for entry in result["collectives"]
+        ]
+        records += [self._send_recv(entry, n, base, settings.link) for entry in result["p2p"]]
+        records += [self._tp_gemm(entry, n, base) for entry in result["tp_gemm"]]
+        problems = [describe_wrong(r) for r in records if r.wrong]
+        if problems:
+            error = "wrong results: " + "; ".join(problems)
+            for record in records:
+                record.status, record.error = "failed", error
+        return list(records)
+
+    def failed(
+        self, cell: Cell, identity: Dict[str, Any], status: CellStatus, error: str
+    ) -> List[ResultBase]:
+        """One record per op x dtype (and TP GEMM case), without figures."""
+        settings: CommCellSettings = cell.settings
+        base = {**identity, "status": status, "error": error}
+        ops = [*settings.collectives, *([SEND_RECV] if settings.p2p else [])]
+        records: List[ResultBase] = [
+            CollectiveResult(**base, op=op, dtype=dtype) for op in ops for dtype in settings.dtypes
+        ]
+        records += [TpGemmResult(**base, **case.model_dump()) for case in settings.tp_gemm]
+        return records
+
+
+def describe_wrong(record: CommResultBase) -> str:
+    """``all_gather float32 at 4096 B: 1 wrong element(s) on rank 3``."""
+    if isinstance(record, TpGemmResult):
+        what = f"tp_gemm {record.order} {record.m}x{record.n}x{record.k} {record.dtype}"
+        return f"{what}: {record.wrong} element(s) outside tolerance"
+    assert isinstance(record, CollectiveResult)
+    ranks = [rank for rank, wrong in enumerate(record.wrong_per_rank) if wrong]
+    where = f" on rank {', '.join(map(str, ranks))}" if ranks else ""
+    what = f"{record.op} {record.dtype} at {record.size_bytes} B"
+    return f"{what}: {record.wrong} wrong element(s){where}"
+
+
+KIND = CommunicationKind()

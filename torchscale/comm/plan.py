@@ -1,0 +1,62 @@
+"""Expand the ``communication:`` section into cells: one torchrun launch per GPU count (x repeat).
+
+Each launch sweeps every collective x dtype x size, the P2P pairs and the TP GEMM cases, so the
+process group and NCCL communicators are set up once per GPU count, as one nccl-tests run would.
+A single rank has no one to talk to: GPU counts of 1 are left out.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+from pydantic import ValidationError
+
+from torchscale.comm.config import CommCellSettings
+from torchscale.config.loader import explain
+from torchscale.config.schema import BenchmarkConfig
+from torchscale.errors import ConfigError
+
+KIND = "communication"
+
+
+def comm_cell_id(settings: CommCellSettings) -> str:
+    """Readable and stable, like training cell ids (what --resume matches)."""
+    from torchscale.plan.matrix import settings_digest
+
+    return f"comm-g{settings.gpus}-r{settings.repeat}-{settings_digest(settings)}"
+
+
+def comm_gpu_counts(config: BenchmarkConfig) -> List[int]:
+    counts = [gpus for gpus in config.gpu_counts if gpus >= 2]
+    if not counts:
+        raise ConfigError(
+            f"communication needs at least 2 ranks but gpu_counts is {config.gpu_counts}: "
+            "add a count of 2 or more, e.g. gpu_counts: [2, 4, 8]"
+        )
+    return counts
+
+
+def _check_tp_shards(settings: CommCellSettings) -> None:
+    for case in settings.tp_gemm:
+        if case.m % settings.gpus:
+            raise ConfigError(
+                f"communication.tp_gemm.m = {case.m} cannot be split evenly across "
+                f"{settings.gpus} ranks: choose m a multiple of every GPU count"
+            )
+
+
+def comm_settings(config: BenchmarkConfig) -> List[CommCellSettings]:
+    """The settings of every communication cell, repeats outermost, in GPU-count order."""
+    section = config.communication
+    if section is None:
+        return []
+    cells = []
+    for repeat in range(config.repeats):
+        for gpus in comm_gpu_counts(config):
+            try:
+                settings = CommCellSettings.from_section(section, gpus, repeat)
+            except ValidationError as exc:
+                raise ConfigError(f"invalid communication section: {explain(exc, {})}") from None
+            _check_tp_shards(settings)
+            cells.append(settings)
+    return cells

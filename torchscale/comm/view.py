@@ -1,0 +1,135 @@
+"""What a communication cell shows on stderr: nccl-tests-style tables, the P2P matrix, a summary.
+
+Text is built here and printed by ``torchscale.cli.benchmark_view``; nothing is computed here.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import groupby
+from typing import Any, List, Optional
+
+from rich.table import Table
+
+from torchscale.comm.busbw import format_size
+from torchscale.comm.config import CommCellSettings
+from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult
+
+REDOP = {"all_reduce": "sum", "reduce_scatter": "sum"}
+HEADER = (
+    f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  "
+    f"{'time':>8}  {'algbw':>7}  {'busbw':>7}  {'#wrong':>6}  {'min':>8}  {'max':>8}"
+)
+UNITS = (
+    f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'':>6}  "
+    f"{'(us)':>8}  {'(GB/s)':>7}  {'(GB/s)':>7}  {'':>6}  {'(us)':>8}  {'(us)':>8}"
+)
+
+
+def _num(value: Optional[float], spec: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, spec)
+
+
+def describe_comm_cell(settings: CommCellSettings) -> str:
+    """``communication on 4 GPUs (all_reduce, send_recv, tp_gemm x2; 8 B .. 64M, float32)``."""
+    parts = list(settings.collectives) + (["send_recv"] if settings.p2p else [])
+    if settings.tp_gemm:
+        parts.append(f"tp_gemm x{len(settings.tp_gemm)}")
+    sizes = f"{format_size(settings.sizes[0])} .. {format_size(settings.sizes[-1])}"
+    noun = "GPU" if settings.gpus == 1 else "GPUs"
+    return (
+        f"communication on {settings.gpus} {noun} ({', '.join(parts)}; {sizes} B, "
+        f"{', '.join(settings.dtypes)})"
+    )
+
+
+def collective_row(record: CollectiveResult) -> str:
+    wrong = "N/A" if record.wrong is None else str(record.wrong)
+    root = "0" if record.op == "broadcast" else "-1"
+    return (
+        f"  {record.size_bytes:>10}  {record.count:>12}  {record.dtype:>8}  "
+        f"{REDOP.get(record.op, 'none'):>6}  {root:>6}  {_num(record.time_us, '8.1f')}  "
+        f"{_num(record.algbw_gbps, '7.2f')}  {_num(record.busbw_gbps, '7.2f')}  {wrong:>6}  "
+        f"{_num(record.time_us_min, '8.1f')}  {_num(record.time_us_max, '8.1f')}"
+    )
+
+
+def pair_matrix_lines(record: CollectiveResult) -> List[str]:
+    """The [src][dst] send/recv bandwidth of one size, slowest pair named."""
+    matrix = record.pair_busbw_gbps or []
+    lines = [f"# send_recv GB/s at {record.size_bytes} B, row = sender, column = receiver"]
+    lines.append("# " + " " * 6 + "".join(f"{dst:>9}" for dst in range(len(matrix))))
+    for src, row in enumerate(matrix):
+        cells = "".join(f"{'-':>9}" if value is None else f"{value:9.2f}" for value in row)
+        lines.append(f"# {src:>6}{cells}")
+    if record.slowest_pair:
+        src, dst = record.slowest_pair
+        lines.append(f"# slowest pair: {src} -> {dst}")
+    return lines
+
+
+def comm_console_lines(records: List[ResultBase]) -> List[str]:
+    """nccl-tests-like tables of one cell's records, one block per op x dtype."""
+    collectives = [
+        r for r in records if isinstance(r, CollectiveResult) and r.size_bytes is not None
+    ]
+    lines: List[str] = []
+    for (op, dtype), group in groupby(collectives, key=lambda r: (r.op, r.dtype)):
+        rows = list(group)
+        first = rows[0]
+        peak = f", link {first.link} peak {first.link_peak_gbps:g} GB/s" if first.link else ""
+        lines += [
+            f"# {op} {dtype} on {first.world_size} ranks ({first.backend}{peak}); time is the "
+            "average over ranks, min/max the fastest and slowest rank",
+            HEADER,
+            UNITS,
+        ]
+        lines += [collective_row(record) for record in rows]
+        if op == "send_recv":
+            lines += pair_matrix_lines(rows[-1])
+    for record in records:
+        if isinstance(record, TpGemmResult) and record.time_us is not None:
+            lines.append(
+                f"# tp_gemm {record.order:<9} m={record.m} n={record.n} k={record.k} "
+                f"{record.dtype}: {record.time_us:,.1f} us, {_num(record.tflops, '.3f')} TFLOP/s, "
+                f"comm {_num(record.comm_share, '.0%')}, reference {record.reference_time_us:,.1f}"
+                f" us, valid {record.valid}"
+            )
+    return lines
+
+
+def comm_results_table(collectives: Any, tp_gemm: Any, title: str) -> Table:
+    """The end-of-run summary: best busbw per op and every TP GEMM case."""
+    from torchscale.comm.tables import peak_busbw
+
+    table = Table(title=title, title_justify="left")
+    for column in ("what", "ranks", "dtype", "status", "figure", "at"):
+        justify = "right" if column in ("ranks", "figure") else "left"
+        table.add_column(column, justify=justify, no_wrap=column == "what")
+    best = peak_busbw(collectives)
+    for row in best.itertuples():
+        table.add_row(
+            str(row.op),
+            str(row.world_size),
+            str(row.dtype),
+            "ok",
+            f"{row.busbw_gbps:,.2f} GB/s busbw",
+            f"{format_size(int(row.size_bytes))} B",
+        )
+    failed = collectives[collectives["status"] != "ok"].drop_duplicates(["op", "dtype", "cell_id"])
+    for row in failed.itertuples():
+        table.add_row(str(row.op), str(row.world_size), str(row.dtype), str(row.status), "-", "-")
+    for row in tp_gemm.itertuples():
+        figure = "-" if row.status != "ok" else f"{_num(row.tflops, ',.3f')} TFLOP/s"
+        share = "" if row.status != "ok" else f"comm {_num(row.comm_share, '.0%')}"
+        table.add_row(
+            f"tp_gemm {row.order} {row.m}x{row.n}x{row.k}",
+            str(row.world_size),
+            str(row.dtype),
+            str(row.status),
+            figure,
+            share,
+        )
+    return table

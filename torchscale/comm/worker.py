@@ -1,0 +1,206 @@
+"""Communication worker: ``torchrun ... -m torchscale.comm.worker --cell C.json --out R.json``.
+
+Every rank runs every collective x dtype x size (warmup, timed loop, then one checked op), the P2P
+pairs and the TP GEMM cases, in the same order. Rank 0 gathers the per-rank times and wrong counts
+and writes the raw figures to ``result.json``; bandwidths and statuses are derived from them by
+``torchscale.comm.kind``. A failing rank writes its error file and re-raises, as the training
+worker does.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import torch
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from torchscale.comm.busbw import SEND_RECV, Layout, layout
+from torchscale.comm.collectives import (
+    RUN,
+    Corruption,
+    buffers,
+    check_collective,
+    corruption_from_env,
+    torch_dtype,
+)
+from torchscale.comm.config import ELEMENT_BYTES, CommCellSettings
+from torchscale.comm.p2p import measure_pairs
+from torchscale.comm.timing import time_op
+from torchscale.comm.tp_gemm import run_case
+from torchscale.results.store import atomic_write_json
+from torchscale.worker.distributed import RankContext, init_distributed
+from torchscale.worker.entry import (
+    gather_at_rank0,
+    parse_cell_args,
+    rank_reporter,
+    read_cell,
+    reporting_failures,
+)
+from torchscale.worker.reporting import RankReporter
+from torchscale.worker.timing import Clock
+
+
+@dataclass(frozen=True)
+class RankRun:
+    """What every measurement of this rank needs."""
+
+    settings: CommCellSettings
+    ctx: RankContext
+    clock: Clock
+    reporter: RankReporter
+    corruption: Optional[Corruption]
+
+
+def _sizes(op: str, run: RankRun) -> Iterator[Tuple[str, Layout, Dict[str, Any]]]:
+    """(dtype, layout, the entry's identity) for every dtype x size of ``op``, in sweep order;
+    the progress file names each one, so a hang says where it stopped."""
+    for dtype_name in run.settings.dtypes:
+        for requested in run.settings.sizes:
+            lay = layout(op, requested, ELEMENT_BYTES[dtype_name], run.ctx.world_size)
+            where = f"{op} {dtype_name} at {lay.size_bytes} B"
+            run.reporter.phase("measure", where=where)
+            yield (
+                dtype_name,
+                lay,
+                {
+                    "dtype": dtype_name,
+                    "requested_bytes": requested,
+                    "size_bytes": lay.size_bytes,
+                    "count": lay.count,
+                },
+            )
+
+
+def _collectives(run: RankRun) -> List[Dict[str, Any]]:
+    """This rank's time (and wrong count) for every collective x dtype x size."""
+    settings, ctx = run.settings, run.ctx
+    results = []
+    for op in settings.collectives:
+        for dtype_name, lay, entry in _sizes(op, run):
+            dtype = torch_dtype(dtype_name)
+            step = partial(RUN[op], *buffers(lay, dtype, ctx.device))
+            time_us = time_op(run.clock, step, settings.warmup, settings.iterations)
+            del step  # free the buffers before the check allocates its own
+            wrong = None
+            if settings.check:
+                n = ctx.world_size
+                wrong = check_collective(lay, ctx.rank, n, dtype, ctx.device, run.corruption)
+            results.append({"op": op, **entry, "time_us": time_us, "wrong": wrong})
+    return results
+
+
+def _p2p(run: RankRun) -> List[Dict[str, Any]]:
+    """This rank's sides of every ordered pair, for every dtype x size."""
+    settings, ctx = run.settings, run.ctx
+    results = []
+    for dtype_name, lay, entry in _sizes(SEND_RECV, run):
+        sides = measure_pairs(
+            run.clock,
+            lay,
+            ctx.rank,
+            ctx.world_size,
+            torch_dtype(dtype_name),
+            ctx.device,
+            settings.warmup,
+            settings.iterations,
+            settings.check,
+            run.corruption,
+        )
+        results.append({**entry, **sides})
+    return results
+
+
+def _tp_gemm(run: RankRun) -> List[Dict[str, Any]]:
+    settings, ctx = run.settings, run.ctx
+    results = []
+    for case in settings.tp_gemm:
+        where = f"tp_gemm {case.order} {case.m}x{case.n}x{case.k} {case.dtype}"
+        run.reporter.phase("measure", where=where)
+        figures = run_case(
+            run.clock,
+            case,
+            ctx.rank,
+            ctx.world_size,
+            ctx.device,
+            settings.warmup,
+            settings.iterations,
+            settings.check,
+            run.corruption,
+        )
+        results.append({**case.model_dump(), **figures})
+    return results
+
+
+def measure(settings: CommCellSettings, ctx: RankContext, reporter: RankReporter) -> dict:
+    """Everything this rank measured, in the order every rank runs it."""
+    run = RankRun(settings, ctx, Clock(ctx.device), reporter, corruption_from_env())
+    return {
+        "rank": ctx.rank,
+        "host": socket.gethostname(),
+        "collectives": _collectives(run),
+        "p2p": _p2p(run) if settings.p2p else [],
+        "tp_gemm": _tp_gemm(run),
+    }
+
+
+def merge(per_rank: List[dict], ctx: RankContext, settings: CommCellSettings) -> dict:
+    """Rank 0's result.json: each measurement with its per-rank values side by side."""
+    first = per_rank[0]
+
+    def side_by_side(section: str, index: int, fields: tuple) -> dict:
+        entry = dict(first[section][index])
+        for field in fields:
+            entry[field] = [rank[section][index][field] for rank in per_rank]
+        return entry
+
+    tp_fields = ("time_us", "comm_time_us", "gemm_time_us", "reference_time_us")
+    tp_checked = ("wrong", "max_abs_error") if settings.check else ()
+    return {
+        "backend": ctx.backend,
+        "device_name": ctx.device_name(),
+        "hosts": sorted({rank["host"] for rank in per_rank}),
+        "collectives": [
+            side_by_side("collectives", i, ("time_us", "wrong"))
+            for i in range(len(first["collectives"]))
+        ],
+        "p2p": [
+            {
+                **{k: v for k, v in entry.items() if k not in ("send", "recv", "wrong")},
+                "per_rank": [rank["p2p"][i] for rank in per_rank],
+            }
+            for i, entry in enumerate(first["p2p"])
+        ],
+        "tp_gemm": [
+            side_by_side("tp_gemm", i, tp_fields + tp_checked) for i in range(len(first["tp_gemm"]))
+        ],
+    }
+
+
+def run_cell(cell_path: Path, out_path: Path) -> None:
+    settings = CommCellSettings.model_validate(read_cell(cell_path)["settings"])
+    reporter = rank_reporter(out_path)
+    with reporting_failures(reporter):
+        reporter.phase("init")
+        ctx = init_distributed(settings.cell_timeout_s)
+        if ctx.is_cuda:
+            torch.backends.cuda.matmul.allow_tf32 = False  # fp32 GEMMs stay fp32
+        mine = measure(settings, ctx, reporter)
+        reporter.phase("gather")
+        gathered = gather_at_rank0(mine, ctx)
+        if gathered is not None:
+            atomic_write_json(out_path, merge(gathered, ctx, settings))
+        reporter.phase("done")
+
+
+@record
+def main(argv: Optional[List[str]] = None) -> None:
+    args = parse_cell_args("torchscale.comm.worker", __doc__ or "", argv)
+    run_cell(args.cell, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""What every worker entry point shares: its arguments, reporting its failure, and gathering each
+rank's figures at rank 0 (the training worker and the communication worker both use it)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+import torch.distributed as dist
+
+from torchscale.worker.distributed import RankContext, shutdown_distributed
+from torchscale.worker.reporting import RankReporter
+
+
+def parse_cell_args(prog: str, description: str, argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--cell", type=Path, required=True, help="cell.json written by the planner")
+    parser.add_argument("--out", type=Path, required=True, help="where rank 0 writes the result")
+    return parser.parse_args(argv)
+
+
+def read_cell(cell_path: Path) -> Dict[str, Any]:
+    return json.loads(cell_path.read_text(encoding="utf-8"))
+
+
+def rank_reporter(out_path: Path) -> RankReporter:
+    """This rank's progress and error files, in the cell folder that holds the result."""
+    return RankReporter(out_path.parent, int(os.environ.get("RANK", "0")))
+
+
+@contextlib.contextmanager
+def reporting_failures(reporter: RankReporter) -> Iterator[None]:
+    """A failure writes this rank's error file (OOM recognised) and re-raises, so torchrun records
+    it and stops the other ranks; the process group is shut down either way."""
+    try:
+        yield
+    except BaseException as exc:
+        reporter.error(exc)
+        raise
+    finally:
+        shutdown_distributed()
+
+
+def gather_at_rank0(local: Any, ctx: RankContext) -> Optional[List[Any]]:
+    """Every rank's ``local`` in rank order on rank 0; None on the other ranks."""
+    gathered: Optional[List[Any]] = [None] * ctx.world_size if ctx.rank == 0 else None
+    dist.gather_object(local, gathered, dst=0)
+    return gathered
