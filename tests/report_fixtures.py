@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tests.shared_runs import SCRIPT_NAME, healthy_run
 from torchscale.analysis.stats import time_stats
 from torchscale.config.schema import CellSettings
 from torchscale.plan.matrix import cell_id, experiment_dirname
@@ -23,7 +24,6 @@ from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore, append_jsonl
 from torchscale.worker.aggregate import aggregate
 
-SCRIPT_NAME = "<script>alert(1)</script>"
 DEVICE = "NVIDIA H100 80GB HBM3"
 LINK_PEAK_GBPS = 450.0
 BUSBW_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n}
@@ -309,15 +309,6 @@ def write_experiment(root: Path, spec: FixtureSpec) -> Path:
     return store.root
 
 
-REAL_CONFIG = f"""\
-experiment_name: "{SCRIPT_NAME}"
-models: ["tests.report_models:mlp"]
-batch_sizes: [16]
-gpu_counts: [1, 2]
-warmup_steps: 2
-measure_steps: 10
-sync_probe_steps: 3
-"""
 _SESSION: Dict[str, Path] = {}  # built once per test session, whichever module asks first
 
 
@@ -342,42 +333,8 @@ def session_report(tmp_root: Path, source: str, fmt: str) -> Path:
 
 
 def real_results(tmp_root: Path) -> Path:
-    """One real CPU benchmark (1 and 2 gloo processes), run once per test session.
+    """One real CPU benchmark (1 and 2 gloo processes), shared with the engine's tests.
 
     Returns the output dir holding the experiment folder.
     """
-    if "real" not in _SESSION:
-        import os
-        import subprocess
-        import sys
-
-        root = tmp_root / "real-run"
-        root.mkdir(parents=True)
-        config = root / "config.yaml"
-        config.write_text(REAL_CONFIG, encoding="utf-8")
-        worktree = str(Path(__file__).resolve().parents[1])
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(p for p in (worktree, os.environ.get("PYTHONPATH")) if p),
-        }
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "torchscale",
-                "benchmark",
-                "--config",
-                str(config),
-                "--output-dir",
-                str(root / "results"),
-            ],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"benchmark failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        _SESSION["real"] = root / "results"
-    return _SESSION["real"]
+    return healthy_run(tmp_root).output_dir

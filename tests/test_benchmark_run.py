@@ -19,23 +19,13 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
+from tests.shared_runs import SCRIPT_NAME, healthy_run
 from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
-
-HEALTHY = """\
-experiment_name: healthy
-models: [gpt2-tiny, resnet-tiny]
-batch_sizes: [4]
-gpu_counts: [1, 2]
-warmup_steps: 2
-measure_steps: 8
-sync_probe_steps: 3
-cell_timeout_s: 240
-"""
 
 FAULTS = """\
 experiment_name: faults
@@ -49,7 +39,7 @@ gpu_counts: [2]
 warmup_steps: 2
 measure_steps: 6
 sync_probe_steps: 2
-cell_timeout_s: 30
+cell_timeout_s: 20
 """
 
 
@@ -75,12 +65,11 @@ def run_benchmark(tmp: Path, config_text: str, *extra: str) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def healthy(tmp_path_factory: pytest.TempPathFactory, worker_env: None) -> Dict:
-    tmp = tmp_path_factory.mktemp("healthy")
-    result, out = run_benchmark(tmp, HEALTHY, "--json")
-    assert result.exit_code == 0, result.output
-    store = ExperimentStore(out / "healthy")
-    return {"result": result, "store": store, "records": store.records(), "tmp": tmp}
+def healthy(tmp_path_factory: pytest.TempPathFactory) -> Dict:
+    """gpt2-tiny on 1 and 2 gloo processes, shared with the report's tests."""
+    run = healthy_run(tmp_path_factory.getbasetemp())
+    store = ExperimentStore(run.experiment_dir)
+    return {"result": run.result, "store": store, "records": store.records(), "run": run}
 
 
 def by_cell(records: List[TrainingResult]) -> Dict[tuple, TrainingResult]:
@@ -89,16 +78,11 @@ def by_cell(records: List[TrainingResult]) -> Dict[tuple, TrainingResult]:
 
 def test_every_cell_ran_with_real_figures(healthy: Dict) -> None:
     records = by_cell(healthy["records"])
-    assert set(records) == {
-        ("gpt2-tiny", 1),
-        ("gpt2-tiny", 2),
-        ("resnet-tiny", 1),
-        ("resnet-tiny", 2),
-    }
-    for (model, world), record in records.items():
+    assert set(records) == {("gpt2-tiny", 1), ("gpt2-tiny", 2)}
+    for (_, world), record in records.items():
         assert record.status == "ok", record.error
         assert record.backend == "gloo" and record.device_name == "cpu"
-        assert record.unit == ("tokens" if model == "gpt2-tiny" else "images")
+        assert record.unit == "tokens" and record.units_per_sample == 64  # gpt2-tiny's seq_len
         assert len(record.per_rank) == world
         assert [r.rank for r in record.per_rank] == list(range(world))
         assert record.measure_steps == 8 and len(record.step_times_ms) == 8
@@ -138,7 +122,7 @@ def test_summary_and_scaling_efficiency_come_from_the_records(healthy: Dict) -> 
     records = by_cell(healthy["records"])
     with open(healthy["store"].summary_path) as handle:
         rows = {(r["model"], int(r["world_size"])): r for r in csv.DictReader(handle)}
-    for model in ("gpt2-tiny", "resnet-tiny"):
+    for model in ("gpt2-tiny",):
         one, two = records[(model, 1)], records[(model, 2)]
         expected = two.samples_per_s / (2 * one.samples_per_s)
         assert float(rows[(model, 2)]["scaling_efficiency"]) == pytest.approx(expected)
@@ -150,11 +134,12 @@ def test_summary_and_scaling_efficiency_come_from_the_records(healthy: Dict) -> 
 def test_manifest_cells_and_console(healthy: Dict) -> None:
     store: ExperimentStore = healthy["store"]
     manifest = store.manifest()
-    assert manifest["experiment"] == "healthy"
-    assert manifest["config"]["models"] == ["gpt2-tiny", "resnet-tiny"]
+    assert manifest["experiment"] == SCRIPT_NAME  # the name is kept; the folder is a safe slug
+    assert store.root.name == "script-alert-1-script"
+    assert manifest["config"]["models"] == ["gpt2-tiny"]
     assert manifest["environment"]["torch"].split("+")[0] in manifest["environment"]["torch"]
     assert manifest["environment"]["backend"] == "gloo"
-    assert len(manifest["cells"]) == 4 and manifest["runs"][0]["command"]
+    assert len(manifest["cells"]) == 2 and manifest["runs"][0]["command"]
     for record in healthy["records"]:
         cell_dir = store.cell_dir(record.cell_id)
         assert (cell_dir / "cell.json").exists() and (cell_dir / "launch.log").exists()
@@ -164,15 +149,16 @@ def test_manifest_cells_and_console(healthy: Dict) -> None:
     assert "> Running gpt2-tiny on 2 GPUs (batch 4, fp32)..." in stderr
     assert "Average Throughput:" in stderr and "Iteration Latency:" in stderr
     document = json.loads(healthy["result"].stdout)
-    assert len(document["records"]) == 4 and document["experiment"] == "healthy"
+    assert len(document["records"]) == 2 and document["experiment"] == SCRIPT_NAME
 
 
 def test_existing_results_need_resume_and_resume_runs_nothing_new(healthy: Dict) -> None:
-    tmp = healthy["tmp"]
+    run = healthy["run"]
     before = healthy["store"].results_path.read_text()
-    again, _ = run_benchmark(tmp, HEALTHY)
+    args = ["benchmark", "-c", str(run.config), "-o", str(run.output_dir)]
+    again = runner.invoke(app, args)
     assert again.exit_code == 2 and "already holds results" in again.stderr
-    resumed, _ = run_benchmark(tmp, HEALTHY, "--resume")
+    resumed = runner.invoke(app, [*args, "--resume"])
     assert resumed.exit_code == 0, resumed.output
     assert "> Running" not in resumed.stderr
     assert healthy["store"].results_path.read_text() == before
@@ -200,7 +186,7 @@ def test_faults_are_recorded_and_the_sweep_goes_on(faults: Dict) -> None:
     assert crash.status == "failed"
     assert crash.error.startswith("rank 1 ") and "injected crash" in crash.error
     assert hang.status == "timeout"
-    assert "no result after 30 s" in hang.error
+    assert "no result after 20 s" in hang.error
     assert "rank 1 stuck in 'measure', step " in hang.error and "forward" in hang.error
     assert "rank 0 waiting in 'measure', step " in hang.error and "backward" in hang.error
     assert healthy.status == "ok" and healthy.samples_per_s > 0

@@ -97,6 +97,7 @@ def knobs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, TrainingResult]
 def test_bf16_channels_last_accumulation_compile_and_data_file(knobs: Dict) -> None:
     record = knobs["a"]
     runtime = record.runtime
+    assert record.unit == "images" and record.units_per_sample == 1
     assert runtime["autocast_dtype"] == "bfloat16" and runtime["grad_scaler"] is False
     assert runtime["channels_last"] is True
     assert runtime["compiled"] == "eager"

@@ -63,6 +63,8 @@ def profile(tmp: Path, gpus: int, delay_ms: int, slow_rank: int) -> Dict:
     # Without DDP's per-forward buffer broadcast, the only collective is the gradient all-reduce,
     # so what the others wait for is the injected delay (plus the all-reduce itself).
     args += ["--set", "ddp.broadcast_buffers=false"]
+    # Short measured and probe windows: the trace is what these tests are about.
+    args += ["--set", "warmup_steps=1", "--set", "measure_steps=4", "--set", "sync_probe_steps=2"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "[ANALYSIS] Profiling complete" in result.stderr

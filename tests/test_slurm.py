@@ -163,7 +163,10 @@ def test_sbatch_script_dry_run_sizes_the_job_and_writes_nothing(
     command = lines[-1]
     assert f"--config {config.resolve()}" in command
     assert f"--output-dir {out.resolve()}" in command
-    assert "--launcher slurm --resume --join-timeout=600 --benchmark=all --set=warmup_steps=3" in command
+    assert (
+        "--launcher slurm --resume --join-timeout=600 --benchmark=all --set=warmup_steps=3"
+        in command
+    )
     assert not out.exists()
 
 

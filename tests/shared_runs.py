@@ -1,0 +1,59 @@
+"""Real benchmark runs shared by several test modules, each run once per test session.
+
+A launch costs seconds (every torchrun agent and worker imports torch), so the engine's tests
+and the report's tests read the same real results instead of producing their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict
+
+from typer.testing import CliRunner
+
+SCRIPT_NAME = "<script>alert(1)</script>"
+"""An experiment name that must stay text everywhere (folder names, HTML, PDF)."""
+
+HEALTHY_CONFIG = f"""\
+experiment_name: "{SCRIPT_NAME}"
+models: [gpt2-tiny]
+batch_sizes: [4]
+gpu_counts: [1, 2]
+warmup_steps: 2
+measure_steps: 8
+sync_probe_steps: 3
+cell_timeout_s: 240
+"""
+
+
+@dataclass(frozen=True)
+class Run:
+    result: Any  # the CliRunner result: exit code, stdout, stderr
+    config: Path
+    output_dir: Path  # holds the experiment folder
+    experiment_dir: Path
+
+
+_RUNS: Dict[str, Run] = {}
+
+
+def healthy_run(tmp_root: Path) -> Run:
+    """``torchscale benchmark --json`` on gpt2-tiny with 1 and 2 gloo processes."""
+    if "healthy" not in _RUNS:
+        from torchscale.cli.app import app
+        from torchscale.plan.matrix import experiment_dirname
+
+        root = tmp_root / "healthy-run"
+        root.mkdir(parents=True, exist_ok=True)
+        config = root / "bench.yaml"
+        config.write_text(HEALTHY_CONFIG, encoding="utf-8")
+        output = root / "results"
+        result = CliRunner().invoke(
+            app, ["benchmark", "-c", str(config), "-o", str(output), "--json"]
+        )
+        if result.exit_code != 0:
+            raise RuntimeError(f"healthy benchmark failed ({result.exit_code}):\n{result.output}")
+        folder = output / experiment_dirname(SCRIPT_NAME)
+        _RUNS["healthy"] = Run(result, config, output, folder)
+    return _RUNS["healthy"]
