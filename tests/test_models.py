@@ -317,3 +317,37 @@ def test_checking_and_listing_names_never_imports_torch() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("module", "shape"), [("gpt2", None), ("gpt2", 64), ("bert", None), ("bert", 32)]
+)
+def test_closed_form_flops_parameters_equal_the_built_model(module: str, shape) -> None:
+    """N in 6N + attention is computed from the config (no model build in the worker); it must
+    equal the built model's parameters minus the position and token-type tables."""
+    from torchscale.models import bert, gpt2
+    from torchscale.models.transformer import matmul_parameters
+
+    base, model_class = (
+        (gpt2.GPT2_SMALL, gpt2.GPT2)
+        if module == "gpt2"
+        else (bert.BERT_LARGE, bert.BertForMaskedLM)
+    )
+    config = base if shape is None else base.resized(2, shape, 2, vocab_size=512)
+    with torch.device("meta"):
+        model = model_class(config)
+    embeddings = model.encoder.embeddings
+    tables = [embeddings.position, embeddings.token_type]
+    counted = count_parameters(model) - sum(count_parameters(t) for t in tables if t is not None)
+    assert matmul_parameters(model_class, config) == counted
+
+
+def test_building_a_spec_does_not_import_the_compiler() -> None:
+    """torch._dynamo costs 2 s to import; the worker must not pay it unless compile: true."""
+    code = (
+        "import sys; from torchscale.models.registry import load_model\n"
+        "[load_model(n) for n in ('gpt2', 'bert-large', 'resnet50', 'gpt2-tiny')]\n"
+        "print('torch._dynamo' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

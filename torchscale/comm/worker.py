@@ -34,12 +34,14 @@ from torchscale.comm.tp_gemm import run_case
 from torchscale.results.store import atomic_write_json
 from torchscale.worker.distributed import RankContext, init_distributed
 from torchscale.worker.entry import (
-    gather_at_rank0,
+    exit_now,
+    gather_at,
     parse_cell_args,
     rank_reporter,
     read_cell,
     reporting_failures,
 )
+from torchscale.worker.nodes import result_writer
 from torchscale.worker.reporting import RankReporter
 from torchscale.worker.timing import Clock
 
@@ -190,7 +192,7 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
             torch.backends.cuda.matmul.allow_tf32 = False  # fp32 GEMMs stay fp32
         mine = measure(settings, ctx, reporter)
         reporter.phase("gather")
-        gathered = gather_at_rank0(mine, ctx)
+        gathered = gather_at(mine, ctx, result_writer(ctx))
         if gathered is not None:
             atomic_write_json(out_path, merge(gathered, ctx, settings))
         reporter.phase("done")
@@ -200,6 +202,7 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
 def main(argv: Optional[List[str]] = None) -> None:
     args = parse_cell_args("torchscale.comm.worker", __doc__ or "", argv)
     run_cell(args.cell, args.out)
+    exit_now()
 
 
 if __name__ == "__main__":

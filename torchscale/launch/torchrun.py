@@ -71,7 +71,7 @@ def torchrun_command(
             cmd.append(f"--rdzv-id={rendezvous.run_id}")
         if rendezvous.conf():
             cmd.append(f"--rdzv-conf={rendezvous.conf()}")
-    cmd += ["--max-restarts=0", "--monitor-interval=0.5"]
+    cmd += ["--max-restarts=0", "--monitor-interval=0.1"]
     if log_dir is not None:
         cmd += [f"--log-dir={log_dir}", "--redirects=3", "--tee=3"]
     if wrapper:

@@ -47,6 +47,11 @@ BERT_LARGE = TransformerConfig(
 
 
 class BertForMaskedLM(LanguageModel):
+    @classmethod
+    def head_parameters(cls, config: TransformerConfig) -> int:
+        # transform (H x H + H), its LayerNorm (2H), the decoder's own bias (V)
+        return config.hidden * config.hidden + 3 * config.hidden + config.vocab_size
+
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__(config)
         self.transform = nn.Linear(config.hidden, config.hidden)

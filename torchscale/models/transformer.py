@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import cache
 from typing import Any, Callable, Optional, Type
 
 import torch
@@ -18,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from torchscale.errors import ConfigError
-from torchscale.models.flops import count_parameters, transformer_training_flops_per_sequence
+from torchscale.models.flops import transformer_training_flops_per_sequence
 from torchscale.models.spec import Batch, ModelSpec
 
 
@@ -182,18 +181,33 @@ class LanguageModel(nn.Module):
         super().__init__()
         self.encoder = Encoder(config)
 
+    @classmethod
+    def head_parameters(cls, config: TransformerConfig) -> int:
+        """Parameters of the head beyond the (tied) word embedding; subclasses with a head of
+        their own override this, and a test checks it against the built model."""
+        return 0
 
-@cache
+
+def encoder_matmul_parameters(config: TransformerConfig) -> int:
+    """The encoder's parameters minus the position and token-type tables, from the config.
+
+    Per block: qkv 3H^2+3H, output H^2+H, MLP H*F+F and F*H+H, two LayerNorms 4H.
+    """
+    hidden, ffn = config.hidden, config.ffn
+    block = 4 * hidden * hidden + 2 * hidden * ffn + 9 * hidden + ffn
+    norms = 2 * hidden * (int(config.embedding_norm) + int(config.pre_norm))
+    return config.vocab_size * hidden + config.layers * block + norms
+
+
 def matmul_parameters(model_class: Type[LanguageModel], config: TransformerConfig) -> int:
     """N for the FLOPs formula: every parameter except the position and token-type embeddings,
     which are only table lookups. The word embedding stays in N because it is tied to the output
     projection, a real hidden x vocab matmul on every token (nanoGPT's ``estimate_mfu`` counts
-    it the same way). Counted on a model built on the meta device, so nothing is allocated."""
-    with torch.device("meta"):
-        model = model_class(config)
-    embeddings = model.encoder.embeddings
-    lookups = [embeddings.position, embeddings.token_type]
-    return count_parameters(model) - sum(count_parameters(t) for t in lookups if t is not None)
+    it the same way).
+
+    Closed form rather than counted on a model built on the meta device: initialising parameters
+    there imports torch._dynamo (2 s in every worker process, torch 2.14)."""
+    return encoder_matmul_parameters(config) + model_class.head_parameters(config)
 
 
 def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -45,8 +47,18 @@ def reporting_failures(reporter: RankReporter) -> Iterator[None]:
         shutdown_distributed()
 
 
-def gather_at_rank0(local: Any, ctx: RankContext) -> Optional[List[Any]]:
-    """Every rank's ``local`` in rank order on rank 0; None on the other ranks."""
-    gathered: Optional[List[Any]] = [None] * ctx.world_size if ctx.rank == 0 else None
-    dist.gather_object(local, gathered, dst=0)
+def gather_at(local: Any, ctx: RankContext, writer: int) -> Optional[List[Any]]:
+    """Every rank's ``local`` in rank order on ``writer``; None on the other ranks."""
+    gathered: Optional[List[Any]] = [None] * ctx.world_size if ctx.rank == writer else None
+    dist.gather_object(local, gathered, dst=writer)
     return gathered
+
+
+def exit_now() -> None:
+    """End a worker whose results are written: skip the interpreter's teardown, which with torch
+    loaded takes ~0.7 s of every cell. Objects are collected first so DataLoader workers shut
+    down, and the output streams are flushed."""
+    gc.collect()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

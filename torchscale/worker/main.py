@@ -8,13 +8,9 @@ is recognised), then re-raises so torchrun records it and stops the other ranks.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from torchscale.config.schema import CellSettings
@@ -22,7 +18,15 @@ from torchscale.models.registry import load_model
 from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
 from torchscale.results.store import atomic_write_json
 from torchscale.worker.aggregate import aggregate
-from torchscale.worker.distributed import RankContext, init_distributed, shutdown_distributed
+from torchscale.worker.distributed import RankContext, init_distributed
+from torchscale.worker.entry import (
+    exit_now,
+    gather_at,
+    parse_cell_args,
+    rank_reporter,
+    read_cell,
+    reporting_failures,
+)
 from torchscale.worker.measure import ddp_config, measure_rank
 from torchscale.worker.nodes import gather_node_environments, result_writer
 from torchscale.worker.profiler import (
@@ -30,15 +34,7 @@ from torchscale.worker.profiler import (
     profile_window,
     should_profile,
 )
-from torchscale.worker.reporting import RankReporter
 from torchscale.worker.training import TrainingRun, build_run
-
-
-def _parse(argv: Optional[List[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="torchscale.worker", description=__doc__)
-    parser.add_argument("--cell", type=Path, required=True, help="cell.json written by the planner")
-    parser.add_argument("--out", type=Path, required=True, help="where rank 0 writes the result")
-    return parser.parse_args(argv)
 
 
 def _profile(
@@ -61,11 +57,11 @@ def _profile(
 
 
 def run_cell(cell_path: Path, out_path: Path) -> None:
-    cell = json.loads(cell_path.read_text(encoding="utf-8"))
+    cell = read_cell(cell_path)
     settings = CellSettings.model_validate(cell["settings"])
     request = ProfileRequest.from_json(cell.get("profile"))
-    reporter = RankReporter(out_path.parent, int(os.environ.get("RANK", "0")))
-    try:
+    reporter = rank_reporter(out_path)
+    with reporting_failures(reporter):
         reporter.phase("init")
         ctx = init_distributed(settings.cell_timeout_s)
         reporter.phase("build")
@@ -75,8 +71,7 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
         rank_result = measure_rank(run, settings, ctx, reporter)
         reporter.phase("gather")
         writer = result_writer(ctx)
-        gathered: Optional[list] = [None] * ctx.world_size if ctx.rank == writer else None
-        dist.gather_object(rank_result, gathered, dst=writer)
+        gathered = gather_at(rank_result, ctx, writer)
         nodes = gather_node_environments(ctx, writer)
         result = None
         if ctx.rank == writer:
@@ -101,14 +96,10 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
                 result["profile"] = info
                 atomic_write_json(out_path, result)
         reporter.phase("done")
-    except BaseException as exc:
-        reporter.error(exc)
-        raise
-    finally:
-        shutdown_distributed()
 
 
 @record
 def main(argv: Optional[List[str]] = None) -> None:
-    args = _parse(argv)
+    args = parse_cell_args("torchscale.worker", __doc__ or "", argv)
     run_cell(args.cell, args.out)
+    exit_now()
