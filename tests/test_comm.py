@@ -24,6 +24,7 @@ from torchscale.comm.collectives import (
 )
 from torchscale.comm.config import ELEMENT_BYTES, CommunicationSection
 from torchscale.comm.kind import KIND
+from torchscale.comm.scopes import distinct_scopes, scope_groups
 from torchscale.comm.tp_gemm import tolerance
 from torchscale.config.loader import load_config
 from torchscale.errors import ConfigError
@@ -200,6 +201,45 @@ def test_communication_only_config_plans_one_cell_per_gpu_count(tmp_path: Path) 
     assert plan.cells[0].cell_id.replace("-r0-", "-r1-") == plan.cells[2].cell_id
 
 
+def test_scopes_split_ranks_node_by_node() -> None:
+    assert scope_groups("world", 4, 2) == [[0, 1, 2, 3]]
+    assert scope_groups("intra_node", 8, 4) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert scope_groups("inter_node", 8, 2) == [[0, 2, 4, 6]]
+    # A scope equal to the world (one node, or one rank per node) measures nothing new.
+    assert distinct_scopes(["inter_node", "world", "intra_node"], 2, 4) == [
+        "inter_node",
+        "world",
+        "intra_node",
+    ]
+    assert distinct_scopes(["world", "intra_node", "inter_node"], 1, 8) == ["world"]
+    assert distinct_scopes(["world", "inter_node"], 4, 1) == ["world"]
+    with pytest.raises(ValueError, match="do not split into nodes of 3"):
+        scope_groups("world", 4, 3)
+
+
+def test_communication_cells_spread_over_nodes_like_training_cells(tmp_path: Path) -> None:
+    config = load_config(
+        write(
+            tmp_path,
+            "gpu_counts: [2, 4]\nnodes: [1, 2]\n"
+            "communication: {collectives: [all_reduce], scope: [world, inter_node]}\n",
+        )
+    )
+    cells = expand(config).cells
+    layout_ = [(c.settings.gpus, c.settings.nnodes, c.settings.scopes) for c in cells]
+    assert layout_ == [
+        (2, 1, ["world"]),
+        (2, 2, ["world"]),  # 2 x 1: the one rank per node is the world
+        (4, 1, ["world"]),
+        (4, 2, ["world", "inter_node"]),
+    ]
+    assert cells[3].cell_id.startswith("comm-g4-n2-r0-")
+    # The launch's node size spreads a count when the config says nothing.
+    plain = load_config(write(tmp_path, "gpu_counts: [8]\ncommunication: {scope: intra_node}\n"))
+    (cell,) = expand(plain, gpus_per_node=4).cells
+    assert (cell.settings.nnodes, cell.settings.scopes) == (2, ["intra_node"])
+
+
 def test_benchmark_selection(tmp_path: Path) -> None:
     config = load_config(
         write(
@@ -244,6 +284,10 @@ def test_benchmark_selection(tmp_path: Path) -> None:
             "communication.dtype: Input should be 'float32'",
         ),
         ("gpu_counts: [2]\ncommunication: {link: pcie4}\n", "needs a lane count, e.g. pcie4x16"),
+        (
+            "gpu_counts: [2]\ncommunication: {scope: [inter-node]}\n",
+            "communication.scope[0]: Input should be 'world', 'intra_node' or 'inter_node'",
+        ),
         (
             "gpu_counts: [2]\ncommunication: {colectives: []}\n",
             "unknown key 'communication.colectives' (did you mean 'communication.collectives'?)",

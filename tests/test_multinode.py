@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import socket
 import time
 from pathlib import Path
@@ -22,14 +21,15 @@ from typing import Callable, Dict, Iterator, List
 
 import pytest
 
-from tests.two_hosts import IFNAME, kill_tree, two_hosts
+from tests.two_hosts import IFNAME, kill_tree, torchscale_env, two_hosts
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-ENDPOINT = "10.213.77.2:29561"
+PORT = 29561
+ENDPOINT = f"10.213.77.2:{PORT}"
 CELL_TIMEOUT_S = 120
 HEAD_JOIN_TIMEOUT_S = 8  # covers the two torchruns of a cell starting a few seconds apart
 CONFIG = f"""\
@@ -74,24 +74,14 @@ def lockstep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
         config.write_text(CONFIG)
         out = tmp / "out"
         store = ExperimentStore(out / "two-hosts")
-        env = {
-            "TORCHSCALE_CPU_SLOTS": "2",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-            "COLUMNS": "200",
-            "NO_COLOR": "1",
-        }
-        common = ["benchmark", "-c", str(config), "-o", str(out), "--nnodes", "2"]
-        common += ["--rdzv-endpoint", ENDPOINT]
-        # compute first: it waits for head's store, so head never waits for compute's start-up
-        # and a short join timeout on head only bites when compute is gone.
-        compute = hosts.torchscale(
-            hosts.compute, [*common, "--node-rank", "1"], tmp / "compute.log", env
-        )
-        head = hosts.torchscale(
-            hosts.head,
-            [*common, "--node-rank", "0", "--join-timeout", str(HEAD_JOIN_TIMEOUT_S)],
-            tmp / "head.log",
+        env = torchscale_env()
+        # compute starts first, so a short join timeout on head only bites when compute is gone.
+        head, compute = hosts.lockstep(
+            ["benchmark", "-c", str(config), "-o", str(out)],
+            tmp,
             env,
+            PORT,
+            head_args=["--join-timeout", str(HEAD_JOIN_TIMEOUT_S)],
         )
 
         kill_cell = "gpt2-tiny-b4-g2-n2-*"

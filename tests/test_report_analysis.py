@@ -25,7 +25,7 @@ from torchscale.analysis.compare import (
 from torchscale.analysis.findings import findings_table, normalize, record_findings
 from torchscale.analysis.scaling import label_variants, scaling_curves
 from torchscale.analysis.tables import training_table
-from torchscale.report.charts import comparison_chart
+from torchscale.report.charts import bandwidth_charts, comparison_chart
 from torchscale.report.content import build_content
 from torchscale.report.data import load_report_data
 from torchscale.report.plotly_charts import figure, figures_json
@@ -154,6 +154,27 @@ def test_collective_table_reads_raw_documents() -> None:
     ok = table[table["status"] == "ok"].iloc[0]
     assert ok["busbw_peak_fraction"] == pytest.approx(0.1536 / 300.0)
     assert table[table["status"] == "failed"]["error"].tolist() == ["3 wrong elements"]
+
+
+def test_bandwidth_charts_keep_each_scope_a_series_of_its_own() -> None:
+    def doc(scope: str, group: int, size: int, busbw: float) -> dict:
+        return {
+            "kind": "collective", "op": "all_reduce", "world_size": 16, "nnodes": 2,
+            "scope": scope, "group_size": group, "size_bytes": size, "time_us": 1.0,
+            "algbw_gbps": busbw / 2, "busbw_gbps": busbw, "status": "ok",
+        }  # fmt: skip
+
+    docs = [doc("world", 16, s, 40.0) for s in (1024, 2048)]
+    docs += [doc("intra_node", 8, s, 300.0) for s in (1024, 2048)]
+    docs += [doc("inter_node", 2, s, 25.0) for s in (1024, 2048)]
+    docs.append({k: v for k, v in doc("world", 16, 4096, 41.0).items() if k != "scope"})
+    (chart,) = bandwidth_charts(collective_table(docs))
+    busbw = {s.name: s.y for s in chart.series if s.name.startswith("busbw")}
+    assert busbw == {
+        "busbw, 16 GPUs": [40.0, 40.0, 41.0],  # a record from before scopes is the world
+        "busbw, 16 GPUs, within nodes": [300.0, 300.0],
+        "busbw, 16 GPUs, across 2 nodes": [25.0, 25.0],
+    }
 
 
 def test_failure_table_lists_every_kind_with_reasons(fixture_data) -> None:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import psutil
 import pytest
@@ -28,6 +28,19 @@ SUBNET = "10.213.77"
 IFNAME = "tsnet0"
 """Both veth ends get this name inside their namespace, so one GLOO_SOCKET_IFNAME (which srun
 exports to every node) fits both hosts."""
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def torchscale_env(cpu_slots: int = 2) -> Dict[str, str]:
+    """What a torchscale on a host runs with: this checkout importable, CPU slots, plain logs."""
+    return {
+        "TORCHSCALE_CPU_SLOTS": str(cpu_slots),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "COLUMNS": "200",
+        "NO_COLOR": "1",
+    }
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,26 @@ class TwoHosts:
         self, host: Host, args: Sequence[str], log: Path, env: Optional[Dict[str, str]] = None
     ) -> subprocess.Popen:
         return self.start(host, [sys.executable, "-m", "torchscale", *args], log, env)
+
+    def lockstep(
+        self,
+        args: Sequence[str],
+        workdir: Path,
+        env: Dict[str, str],
+        port: int,
+        head_args: Sequence[str] = (),
+    ) -> Tuple[subprocess.Popen, subprocess.Popen]:
+        """``torchscale ARGS`` on both hosts as one 2-node launch meeting at head; logs go to
+        ``workdir/{head,compute}.log``. compute starts first: it waits for head's store, so head
+        never waits for compute's start-up. Returns (head, compute)."""
+        common = [*args, "--nnodes", "2", "--rdzv-endpoint", f"{self.head.address}:{port}"]
+        compute = self.torchscale(
+            self.compute, [*common, "--node-rank", "1"], workdir / "compute.log", env
+        )
+        head = self.torchscale(
+            self.head, [*common, "--node-rank", "0", *head_args], workdir / "head.log", env
+        )
+        return head, compute
 
     def down(self) -> None:
         for proc in self.procs:

@@ -15,6 +15,8 @@ COLLECTIVE_KIND = "collective"
 COLUMNS = [
     "experiment",
     "op",
+    "scope",
+    "group_size",
     "dtype",
     "world_size",
     "nnodes",
@@ -43,6 +45,8 @@ def _row(doc: Mapping[str, Any]) -> Dict[str, Any]:
     return {
         "experiment": doc.get("experiment"),
         "op": str(doc.get("op", "?")),
+        "scope": doc.get("scope", "world"),
+        "group_size": doc.get("group_size") or doc.get("world_size"),
         "dtype": doc.get("dtype"),
         "world_size": doc.get("world_size"),
         "nnodes": doc.get("nnodes", 1),
@@ -59,7 +63,8 @@ def _row(doc: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def collective_table(documents: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """One row per collective record, sorted by op, world size and message size."""
+    """One row per collective record, sorted by op, world size, scope and message size."""
     rows = [_row(doc) for doc in documents if doc.get("kind") == COLLECTIVE_KIND]
     table = pd.DataFrame(rows, columns=COLUMNS)
-    return table.sort_values(["op", "world_size", "size_bytes"], kind="stable", ignore_index=True)
+    keys = ["op", "world_size", "scope", "size_bytes"]
+    return table.sort_values(keys, kind="stable", ignore_index=True)

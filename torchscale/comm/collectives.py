@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -27,7 +27,25 @@ CORRUPT_ENV = "TORCHSCALE_TEST_CORRUPT"
 its OP output (at SIZE bytes, nccl-tests' size, or every size) after the op and before the check.
 OP may also be ``send_recv`` (the receiver's buffer) or ``tp_gemm`` (C, every case)."""
 
-Run = Callable[[torch.Tensor, torch.Tensor], object]
+
+@dataclass(frozen=True)
+class Group:
+    """The ranks one op runs over: torch's process group (None: the default, whole world) and the
+    global ranks of its members, in group-rank order."""
+
+    handle: Optional[dist.ProcessGroup]
+    members: Tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    def index(self, rank: int) -> int:
+        """``rank``'s rank inside the group."""
+        return self.members.index(rank)
+
+
+Run = Callable[[torch.Tensor, torch.Tensor, Group], object]
 
 # Newer torch releases renamed the single-tensor all-gather and reduce-scatter (the old names warn);
 # older ones (down to our floor, 2.2) only have the *_tensor names.
@@ -50,27 +68,27 @@ def pattern(rank: int, start: int, length: int, world_size: int) -> torch.Tensor
     return (rank * 7 + index * 3) % (2 * span + 1) - span
 
 
-def _all_reduce(inp: torch.Tensor, out: torch.Tensor) -> object:
-    return dist.all_reduce(out)  # in place: out is inp
+def _all_reduce(inp: torch.Tensor, out: torch.Tensor, group: Group) -> object:
+    return dist.all_reduce(out, group=group.handle)  # in place: out is inp
 
 
-def _broadcast(inp: torch.Tensor, out: torch.Tensor) -> object:
-    return dist.broadcast(out, src=ROOT)
+def _broadcast(inp: torch.Tensor, out: torch.Tensor, group: Group) -> object:
+    return dist.broadcast(out, src=group.members[ROOT], group=group.handle)
 
 
-def _all_gather(inp: torch.Tensor, out: torch.Tensor) -> object:
-    return all_gather_single(out, inp)
+def _all_gather(inp: torch.Tensor, out: torch.Tensor, group: Group) -> object:
+    return all_gather_single(out, inp, group=group.handle)
 
 
-def _reduce_scatter(inp: torch.Tensor, out: torch.Tensor) -> object:
-    return reduce_scatter_single(out, inp)
+def _reduce_scatter(inp: torch.Tensor, out: torch.Tensor, group: Group) -> object:
+    return reduce_scatter_single(out, inp, group=group.handle)
 
 
-def _all_to_all(inp: torch.Tensor, out: torch.Tensor) -> object:
-    return dist.all_to_all_single(out, inp)
+def _all_to_all(inp: torch.Tensor, out: torch.Tensor, group: Group) -> object:
+    return dist.all_to_all_single(out, inp, group=group.handle)
 
 
-RUN: dict = {
+RUN: Dict[str, Run] = {
     "all_reduce": _all_reduce,
     "broadcast": _broadcast,
     "all_gather": _all_gather,
@@ -158,14 +176,16 @@ def corruption_from_env() -> Optional[Corruption]:
 def check_collective(
     lay: Layout,
     rank: int,
-    n: int,
+    group: Group,
     dtype: torch.dtype,
     device: torch.device,
     corruption: Optional[Corruption],
 ) -> int:
-    """Run ``lay.op`` once on pattern data; return the wrong elements of this rank's output."""
-    inp, out = buffers(lay, dtype, device, check_input(lay, rank, n))
-    RUN[lay.op](inp, out)
+    """Run ``lay.op`` once on pattern data over ``group``; return the wrong elements of this
+    (global) rank's output. Patterns follow the rank inside the group."""
+    index, n = group.index(rank), group.size
+    inp, out = buffers(lay, dtype, device, check_input(lay, index, n))
+    RUN[lay.op](inp, out, group)
     if corruption and corruption.applies(lay.op, rank, lay.size_bytes):
         corruption.perturb(out)
-    return count_wrong(out, expected_output(lay, rank, n))
+    return count_wrong(out, expected_output(lay, index, n))

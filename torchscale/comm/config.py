@@ -27,11 +27,14 @@ from pydantic import (
 from typing_extensions import Annotated
 
 from torchscale.comm.busbw import COLLECTIVES, parse_size, size_sweep
+from torchscale.comm.scopes import SCOPES, distinct_scopes
 from torchscale.config.base import StrictModel, as_list
 from torchscale.hardware.links import parse_link
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
 assert set(Collective.__args__) == set(COLLECTIVES)  # type: ignore[attr-defined]
+Scope = Literal["world", "intra_node", "inter_node"]
+assert set(Scope.__args__) == set(SCOPES)  # type: ignore[attr-defined]
 
 ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8}
 DTYPE_ALIASES = {
@@ -80,6 +83,7 @@ GemmDtypes = _list_of(GemmDtype)
 GemmOrders = _list_of(GemmOrder)
 Collectives = _list_of(Collective, min_length=0)
 CommDtypes = _list_of(CommDtype)
+Scopes = _list_of(Scope)
 
 
 class TpGemmCase(StrictModel):
@@ -125,6 +129,12 @@ class CommunicationSection(StrictModel):
 
     collectives: Collectives = Field(
         default_factory=_default(*COLLECTIVES), description="Collectives to sweep ([] for none)."
+    )
+    scope: Scopes = Field(
+        default_factory=_default("world"),
+        description="Which ranks the collectives run over: world (all), intra_node (each node's "
+        "ranks, all nodes at once), inter_node (one rank per node: the network alone). "
+        "Multi-node cells only for the last two.",
     )
     p2p: bool = Field(True, description="Send/recv between every ordered pair of ranks.")
     min_bytes: ByteSize = Field(1024, description="Smallest message, e.g. 8, 1K, 64M (nccl -b).")
@@ -180,6 +190,9 @@ class CommCellSettings(StrictModel):
     """Everything one communication cell (one torchrun launch) runs with: the worker's input."""
 
     collectives: List[Collective]
+    scopes: List[Scope] = Field(
+        default_factory=_default("world"), description="The scopes this cell's nodes split into."
+    )
     p2p: bool
     sizes: List[PositiveInt] = Field(description="Requested message sizes in bytes.")
     dtypes: List[CommDtype]
@@ -199,10 +212,11 @@ class CommCellSettings(StrictModel):
 
     @classmethod
     def from_section(
-        cls, section: CommunicationSection, gpus: int, repeat: int
+        cls, section: CommunicationSection, gpus: int, nnodes: int, repeat: int
     ) -> CommCellSettings:
         return cls(
             collectives=section.collectives,
+            scopes=distinct_scopes(section.scope, nnodes, gpus // nnodes),
             p2p=section.p2p,
             sizes=section.sizes(),
             dtypes=section.dtype,
@@ -213,5 +227,6 @@ class CommCellSettings(StrictModel):
             tp_gemm=section.tp_gemm.cases() if section.tp_gemm else [],
             cell_timeout_s=section.cell_timeout_s,
             gpus=gpus,
+            nnodes=nnodes,
             repeat=repeat,
         )

@@ -1,9 +1,10 @@
 """The communication cell kind: the worker it launches, and its result.json -> result records.
 
-One ``collective`` record per op x dtype x size (send/recv included, as op ``send_recv`` with its
-pair matrix) and one ``tp_gemm`` record per case. Bandwidths come from ``torchscale.comm.busbw``.
-A cell with any wrong element or any TP GEMM outside tolerance failed: all its records get status
-``failed`` and an error naming every op and size that went wrong (the figures stay).
+One ``collective`` record per scope x op x dtype x size (send/recv included, as op ``send_recv``
+with its pair matrix) and one ``tp_gemm`` record per case. Bandwidths come from
+``torchscale.comm.busbw``. A cell with any wrong element or any TP GEMM outside tolerance failed:
+all its records get status ``failed`` and an error naming every op and size that went wrong (the
+figures stay).
 """
 
 from __future__ import annotations
@@ -65,19 +66,24 @@ class CommunicationKind:
             "busbw_peak_fraction": peak_fraction(busbw, known),
         }
 
-    def _collective(self, entry: dict, n: int, base: dict, link: Optional[str]) -> ResultBase:
-        wrong = entry["wrong"]
+    def _collective(self, entry: dict, base: dict, link: Optional[str]) -> ResultBase:
+        # Ranks that sat a scope out have no figures (None); busbw is for the groups' size.
+        took_part = [rank for rank, t in enumerate(entry["time_us"]) if t is not None]
+        wrong = [entry["wrong"][rank] for rank in took_part]
         checked = all(w is not None for w in wrong)
-        spread = _spread(entry["time_us"])
+        spread = _spread([entry["time_us"][rank] for rank in took_part])
+        n = entry.get("group_size", len(entry["time_us"]))
         return CollectiveResult(
             **base,
             **_sized(entry),
             op=entry["op"],
+            scope=entry.get("scope", "world"),
+            group_size=n,
             per_rank_time_us=entry["time_us"],
             **spread,
             **self._bandwidth(entry["op"], entry["size_bytes"], spread["time_us"], n, link),
             wrong=sum(wrong) if checked else None,
-            wrong_per_rank=wrong if checked else [],
+            wrong_per_rank=[w or 0 for w in entry["wrong"]] if checked else [],
         )
 
     def _send_recv(self, entry: dict, n: int, base: dict, link: Optional[str]) -> ResultBase:
@@ -147,7 +153,7 @@ class CommunicationKind:
         n = settings.gpus
         base = {**identity, **self._run_fields(settings, result)}
         records: List[CommResultBase] = [
-            self._collective(entry, n, base, settings.link) for entry in result["collectives"]
+            self._collective(entry, base, settings.link) for entry in result["collectives"]
         ]
         records += [self._send_recv(entry, n, base, settings.link) for entry in result["p2p"]]
         records += [self._tp_gemm(entry, n, base) for entry in result["tp_gemm"]]
@@ -164,9 +170,13 @@ class CommunicationKind:
         """One record per op x dtype (and TP GEMM case), without figures."""
         settings: CommCellSettings = cell.settings
         base = {**identity, "status": status, "error": error}
-        ops = [*settings.collectives, *([SEND_RECV] if settings.p2p else [])]
         records: List[ResultBase] = [
-            CollectiveResult(**base, op=op, dtype=dtype) for op in ops for dtype in settings.dtypes
+            CollectiveResult(**base, op=op, dtype=dtype, scope=scope)
+            for scope, op in [
+                *((scope, op) for scope in settings.scopes for op in settings.collectives),
+                *([("world", SEND_RECV)] if settings.p2p else []),
+            ]
+            for dtype in settings.dtypes
         ]
         records += [TpGemmResult(**base, **case.model_dump()) for case in settings.tp_gemm]
         return records
@@ -181,6 +191,8 @@ def describe_wrong(record: CommResultBase) -> str:
     ranks = [rank for rank, wrong in enumerate(record.wrong_per_rank) if wrong]
     where = f" on rank {', '.join(map(str, ranks))}" if ranks else ""
     what = f"{record.op} {record.dtype} at {record.size_bytes} B"
+    if record.scope != "world":
+        what += f" ({record.scope})"
     return f"{what}: {record.wrong} wrong element(s){where}"
 
 

@@ -1,13 +1,15 @@
-"""Expand the ``communication:`` section into cells: one torchrun launch per GPU count (x repeat).
+"""Expand the ``communication:`` section into cells: one torchrun launch per GPU count
+(x node count x repeat).
 
-Each launch sweeps every collective x dtype x size, the P2P pairs and the TP GEMM cases, so the
-process group and NCCL communicators are set up once per GPU count, as one nccl-tests run would.
+Each launch sweeps every scope x collective x dtype x size, the P2P pairs and the TP GEMM cases,
+so the process group and NCCL communicators are set up once per GPU count, as one nccl-tests
+run would.
 A single rank has no one to talk to: GPU counts of 1 are left out.
 """
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 from pydantic import ValidationError
 
@@ -23,7 +25,8 @@ def comm_cell_id(settings: CommCellSettings) -> str:
     """Readable and stable, like training cell ids (what --resume matches)."""
     from torchscale.plan.matrix import settings_digest
 
-    return f"comm-g{settings.gpus}-r{settings.repeat}-{settings_digest(settings)}"
+    nodes = f"-n{settings.nnodes}" if settings.nnodes > 1 else ""
+    return f"comm-g{settings.gpus}{nodes}-r{settings.repeat}-{settings_digest(settings)}"
 
 
 def comm_gpu_counts(config: BenchmarkConfig) -> List[int]:
@@ -45,18 +48,26 @@ def _check_tp_shards(settings: CommCellSettings) -> None:
             )
 
 
-def comm_settings(config: BenchmarkConfig) -> List[CommCellSettings]:
-    """The settings of every communication cell, repeats outermost, in GPU-count order."""
+def comm_settings(
+    config: BenchmarkConfig, gpus_per_node: Optional[int] = None
+) -> List[CommCellSettings]:
+    """The settings of every communication cell, repeats outermost, in GPU-count order; a count
+    spreads over nodes as training cells do (``nodes:``, ``gpus_per_node``, the launch's node)."""
+    from torchscale.plan.matrix import node_counts
+
     section = config.communication
     if section is None:
         return []
     cells = []
     for repeat in range(config.repeats):
         for gpus in comm_gpu_counts(config):
-            try:
-                settings = CommCellSettings.from_section(section, gpus, repeat)
-            except ValidationError as exc:
-                raise ConfigError(f"invalid communication section: {explain(exc, {})}") from None
-            _check_tp_shards(settings)
-            cells.append(settings)
+            for nnodes in node_counts(gpus, config, gpus_per_node):
+                try:
+                    settings = CommCellSettings.from_section(section, gpus, nnodes, repeat)
+                except ValidationError as exc:
+                    raise ConfigError(
+                        f"invalid communication section: {explain(exc, {})}"
+                    ) from None
+                _check_tp_shards(settings)
+                cells.append(settings)
     return cells

@@ -1,6 +1,6 @@
 """Communication records -> pandas tables, and the summary CSVs written beside ``summary.csv``.
 
-``summary_comm.csv``: one row per collective (and send_recv) x dtype x size x world size.
+``summary_comm.csv``: one row per collective (and send_recv) x scope x dtype x size x world size.
 ``summary_tp_gemm.csv``: one row per TP GEMM case x order x world size.
 """
 
@@ -20,9 +20,9 @@ SUMMARY_TP_GEMM = "summary_tp_gemm.csv"
 COMMON_COLUMNS = ["cell_id", "experiment", "world_size", "nnodes", "repeat", "status", "error"]
 COLLECTIVE_COLUMNS = [
     *COMMON_COLUMNS,
-    "op", "dtype", "size_bytes", "count", "time_us", "time_us_min", "time_us_max",
-    "algbw_gbps", "busbw_gbps", "busbw_factor", "link", "busbw_peak_fraction", "wrong",
-    "slowest_pair", "backend", "device_name",
+    "op", "scope", "group_size", "dtype", "size_bytes", "count", "time_us", "time_us_min",
+    "time_us_max", "algbw_gbps", "busbw_gbps", "busbw_factor", "link", "busbw_peak_fraction",
+    "wrong", "slowest_pair", "backend", "device_name",
 ]  # fmt: skip
 TP_GEMM_COLUMNS = [
     *COMMON_COLUMNS,
@@ -53,12 +53,13 @@ def tp_gemm_table(records: Iterable[ResultBase]) -> pd.DataFrame:
 
 
 def peak_busbw(table: pd.DataFrame) -> pd.DataFrame:
-    """Per op x dtype x world size: the best busbw over sizes and the size it came at."""
+    """Per op x scope x dtype x world size: the best busbw over sizes and the size it came at."""
+    keys = ["op", "scope", "dtype", "world_size"]
     ok = table[(table["status"] == "ok") & table["busbw_gbps"].notna()]
     if ok.empty:
-        return pd.DataFrame(columns=["op", "dtype", "world_size", "busbw_gbps", "size_bytes"])
-    best = ok.loc[ok.groupby(["op", "dtype", "world_size"])["busbw_gbps"].idxmax()]
-    return best[["op", "dtype", "world_size", "busbw_gbps", "size_bytes"]].reset_index(drop=True)
+        return pd.DataFrame(columns=[*keys, "busbw_gbps", "size_bytes"])
+    best = ok.loc[ok.groupby(keys)["busbw_gbps"].idxmax()]
+    return best[[*keys, "busbw_gbps", "size_bytes"]].reset_index(drop=True)
 
 
 def write_comm_summaries(root: Path, records: List[ResultBase]) -> None:

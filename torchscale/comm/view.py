@@ -16,6 +16,11 @@ from torchscale.comm.config import CommCellSettings
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult
 
 REDOP = {"all_reduce": "sum", "reduce_scatter": "sum"}
+SCOPE_TITLES = {
+    "world": "{n} ranks",
+    "intra_node": "{n} ranks within each node (all nodes at once)",
+    "inter_node": "{n} ranks, one per node (the network alone)",
+}
 HEADER = (
     f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'root':>6}  "
     f"{'time':>8}  {'algbw':>7}  {'busbw':>7}  {'#wrong':>6}  {'min':>8}  {'max':>8}"
@@ -33,15 +38,18 @@ def _num(value: Optional[float], spec: str) -> str:
 
 
 def describe_comm_cell(settings: CommCellSettings) -> str:
-    """``communication on 4 GPUs (all_reduce, send_recv, tp_gemm x2; 8 B .. 64M, float32)``."""
+    """``communication on 4 GPUs (all_reduce, send_recv, tp_gemm x2; 8 B .. 64M, float32)``;
+    ``on 4 GPUs x 2 nodes (...; world, inter_node)`` across nodes."""
     parts = list(settings.collectives) + (["send_recv"] if settings.p2p else [])
     if settings.tp_gemm:
         parts.append(f"tp_gemm x{len(settings.tp_gemm)}")
     sizes = f"{format_size(settings.sizes[0])} .. {format_size(settings.sizes[-1])}"
     noun = "GPU" if settings.gpus == 1 else "GPUs"
+    nodes = f" x {settings.nnodes} nodes" if settings.nnodes > 1 else ""
+    scopes = f"; {', '.join(settings.scopes)}" if settings.scopes != ["world"] else ""
     return (
-        f"communication on {settings.gpus} {noun} ({', '.join(parts)}; {sizes} B, "
-        f"{', '.join(settings.dtypes)})"
+        f"communication on {settings.gpus} {noun}{nodes} ({', '.join(parts)}; {sizes} B, "
+        f"{', '.join(settings.dtypes)}{scopes})"
     )
 
 
@@ -71,17 +79,18 @@ def pair_matrix_lines(record: CollectiveResult) -> List[str]:
 
 
 def comm_console_lines(records: List[ResultBase]) -> List[str]:
-    """nccl-tests-like tables of one cell's records, one block per op x dtype."""
+    """nccl-tests-like tables of one cell's records, one block per scope x op x dtype."""
     collectives = [
         r for r in records if isinstance(r, CollectiveResult) and r.size_bytes is not None
     ]
     lines: List[str] = []
-    for (op, dtype), group in groupby(collectives, key=lambda r: (r.op, r.dtype)):
+    for (scope, op, dtype), group in groupby(collectives, key=lambda r: (r.scope, r.op, r.dtype)):
         rows = list(group)
         first = rows[0]
         peak = f", link {first.link} peak {first.link_peak_gbps:g} GB/s" if first.link else ""
+        ranks = SCOPE_TITLES[scope].format(n=first.group_size or first.world_size)
         lines += [
-            f"# {op} {dtype} on {first.world_size} ranks ({first.backend}{peak}); time is the "
+            f"# {op} {dtype} on {ranks} ({first.backend}{peak}); time is the "
             "average over ranks, min/max the fastest and slowest rank",
             HEADER,
             UNITS,
@@ -105,7 +114,7 @@ def comm_results_table(collectives: Any, tp_gemm: Any, title: str) -> Table:
     from torchscale.comm.tables import peak_busbw
 
     table = Table(title=title, title_justify="left")
-    for column in ("what", "ranks", "dtype", "status", "figure", "at"):
+    for column in ("what", "ranks", "scope", "dtype", "status", "figure", "at"):
         justify = "right" if column in ("ranks", "figure") else "left"
         table.add_column(column, justify=justify, no_wrap=column == "what")
     best = peak_busbw(collectives)
@@ -113,20 +122,32 @@ def comm_results_table(collectives: Any, tp_gemm: Any, title: str) -> Table:
         table.add_row(
             str(row.op),
             str(row.world_size),
+            str(row.scope),
             str(row.dtype),
             "ok",
             f"{row.busbw_gbps:,.2f} GB/s busbw",
             f"{format_size(int(row.size_bytes))} B",
         )
-    failed = collectives[collectives["status"] != "ok"].drop_duplicates(["op", "dtype", "cell_id"])
+    failed = collectives[collectives["status"] != "ok"].drop_duplicates(
+        ["op", "scope", "dtype", "cell_id"]
+    )
     for row in failed.itertuples():
-        table.add_row(str(row.op), str(row.world_size), str(row.dtype), str(row.status), "-", "-")
+        table.add_row(
+            str(row.op),
+            str(row.world_size),
+            str(row.scope),
+            str(row.dtype),
+            str(row.status),
+            "-",
+            "-",
+        )
     for row in tp_gemm.itertuples():
         figure = "-" if row.status != "ok" else f"{_num(row.tflops, ',.3f')} TFLOP/s"
         share = "" if row.status != "ok" else f"comm {_num(row.comm_share, '.0%')}"
         table.add_row(
             f"tp_gemm {row.order} {row.m}x{row.n}x{row.k}",
             str(row.world_size),
+            "world",
             str(row.dtype),
             str(row.status),
             figure,

@@ -1,7 +1,8 @@
 """Communication worker: ``torchrun ... -m torchscale.comm.worker --cell C.json --out R.json``.
 
-Every rank runs every collective x dtype x size (warmup, timed loop, then one checked op), the P2P
-pairs and the TP GEMM cases, in the same order. Rank 0 gathers the per-rank times and wrong counts
+Every rank runs every scope x collective x dtype x size (warmup, timed loop, then one checked op),
+the P2P pairs and the TP GEMM cases, in the same order; a rank outside every group of a scope only
+takes part in the barriers. Rank 0 gathers the per-rank times and wrong counts
 and writes the raw figures to ``result.json``; bandwidths and statuses are derived from them by
 ``torchscale.comm.kind``. A failing rank writes its error file and re-raises, as the training
 worker does.
@@ -16,12 +17,14 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
+import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from torchscale.comm.busbw import SEND_RECV, Layout, layout
 from torchscale.comm.collectives import (
     RUN,
     Corruption,
+    Group,
     buffers,
     check_collective,
     corruption_from_env,
@@ -29,7 +32,8 @@ from torchscale.comm.collectives import (
 )
 from torchscale.comm.config import ELEMENT_BYTES, CommCellSettings
 from torchscale.comm.p2p import measure_pairs
-from torchscale.comm.timing import time_op
+from torchscale.comm.scopes import scope_groups
+from torchscale.comm.timing import idle, time_op
 from torchscale.comm.tp_gemm import run_case
 from torchscale.results.store import atomic_write_json
 from torchscale.worker.distributed import RankContext, init_distributed
@@ -57,13 +61,17 @@ class RankRun:
     corruption: Optional[Corruption]
 
 
-def _sizes(op: str, run: RankRun) -> Iterator[Tuple[str, Layout, Dict[str, Any]]]:
-    """(dtype, layout, the entry's identity) for every dtype x size of ``op``, in sweep order;
-    the progress file names each one, so a hang says where it stopped."""
+def _sizes(
+    op: str, run: RankRun, n: int, scope: str = "world"
+) -> Iterator[Tuple[str, Layout, Dict[str, Any]]]:
+    """(dtype, layout, the entry's identity) for every dtype x size of ``op`` on groups of ``n``
+    ranks, in sweep order; the progress file names each one, so a hang says where it stopped."""
     for dtype_name in run.settings.dtypes:
         for requested in run.settings.sizes:
-            lay = layout(op, requested, ELEMENT_BYTES[dtype_name], run.ctx.world_size)
-            where = f"{op} {dtype_name} at {lay.size_bytes} B"
+            lay = layout(op, requested, ELEMENT_BYTES[dtype_name], n)
+            where = f"{op} {dtype_name} at {lay.size_bytes} B" + (
+                f" ({scope})" if scope != "world" else ""
+            )
             run.reporter.phase("measure", where=where)
             yield (
                 dtype_name,
@@ -77,21 +85,44 @@ def _sizes(op: str, run: RankRun) -> Iterator[Tuple[str, Layout, Dict[str, Any]]
             )
 
 
+def scope_group(scope: str, ctx: RankContext) -> Tuple[Optional[Group], int]:
+    """This rank's group in ``scope`` (None: it sits the scope out) and the groups' size.
+
+    Every rank creates every group, in the same order, as ``new_group`` requires."""
+    if scope == "world":
+        return Group(None, tuple(range(ctx.world_size))), ctx.world_size
+    mine = None
+    groups = scope_groups(scope, ctx.world_size, ctx.local_world_size)
+    for members in groups:
+        handle = dist.new_group(members)
+        if ctx.rank in members:
+            mine = Group(handle, tuple(members))
+    return mine, len(groups[0])
+
+
 def _collectives(run: RankRun) -> List[Dict[str, Any]]:
-    """This rank's time (and wrong count) for every collective x dtype x size."""
+    """This rank's time (and wrong count) for every scope x collective x dtype x size; None for
+    both where the rank sat the scope out."""
     settings, ctx = run.settings, run.ctx
     results = []
-    for op in settings.collectives:
-        for dtype_name, lay, entry in _sizes(op, run):
-            dtype = torch_dtype(dtype_name)
-            step = partial(RUN[op], *buffers(lay, dtype, ctx.device))
-            time_us = time_op(run.clock, step, settings.warmup, settings.iterations)
-            del step  # free the buffers before the check allocates its own
-            wrong = None
-            if settings.check:
-                n = ctx.world_size
-                wrong = check_collective(lay, ctx.rank, n, dtype, ctx.device, run.corruption)
-            results.append({"op": op, **entry, "time_us": time_us, "wrong": wrong})
+    for scope in settings.scopes:
+        group, n = scope_group(scope, ctx)
+        for op in settings.collectives:
+            for dtype_name, lay, entry in _sizes(op, run, n, scope):
+                time_us = wrong = None
+                if group is None:
+                    time_op(run.clock, idle, 0, 1)  # take part in the timed loop's barrier only
+                else:
+                    dtype = torch_dtype(dtype_name)
+                    step = partial(RUN[op], *buffers(lay, dtype, ctx.device), group)
+                    time_us = time_op(run.clock, step, settings.warmup, settings.iterations)
+                    del step  # free the buffers before the check allocates its own
+                    if settings.check:
+                        wrong = check_collective(
+                            lay, ctx.rank, group, dtype, ctx.device, run.corruption
+                        )
+                entry = {"scope": scope, "group_size": n, **entry}
+                results.append({"op": op, **entry, "time_us": time_us, "wrong": wrong})
     return results
 
 
@@ -99,7 +130,7 @@ def _p2p(run: RankRun) -> List[Dict[str, Any]]:
     """This rank's sides of every ordered pair, for every dtype x size."""
     settings, ctx = run.settings, run.ctx
     results = []
-    for dtype_name, lay, entry in _sizes(SEND_RECV, run):
+    for dtype_name, lay, entry in _sizes(SEND_RECV, run, ctx.world_size):
         sides = measure_pairs(
             run.clock,
             lay,

@@ -216,6 +216,6 @@ def expand(
         for settings in training:
             add(cell_id(settings), settings, "training")
     if benchmark in ("all", "comm"):
-        for comm in comm_settings(config):
+        for comm in comm_settings(config, gpus_per_node):
             add(comm_cell_id(comm), comm, COMM_KIND)
     return Plan(config, cells, swept)

@@ -294,14 +294,19 @@ def rank_wait_charts(pooled_ranks: pd.DataFrame) -> List[Chart]:
     return charts
 
 
+SCOPE_LABELS = {"world": "", "intra_node": ", within nodes", "inter_node": ", across {n} nodes"}
+
+
 def bandwidth_charts(collectives: pd.DataFrame) -> List[Chart]:
     """Bus bandwidth (solid) and algorithm bandwidth (dashed) against message size, per op."""
     ok = collectives[(collectives["status"] == "ok") & collectives["busbw_gbps"].notna()]
     charts = []
     for op, group in ok.groupby("op", sort=True):
         series = []
-        for size, rows in group.groupby("world_size", sort=True):
-            name = f"{size} GPUs"
+        for (size, scope), rows in group.groupby(["world_size", "scope"], sort=True):
+            name = f"{size} GPUs" + SCOPE_LABELS.get(scope, f", {scope}").format(
+                n=rows["group_size"].iloc[0]
+            )
             x = rows["size_bytes"].tolist()
             series.append(Series(f"busbw, {name}", x, rows["busbw_gbps"].tolist(), color_key=name))
             series.append(

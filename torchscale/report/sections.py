@@ -233,7 +233,9 @@ def communication_section(collectives: pd.DataFrame) -> Optional[Section]:
         "communication",
         "Communication bandwidth",
         "Collective bandwidth as nccl-tests defines it: algbw = bytes / time, busbw = algbw x "
-        "the op's factor (2(n-1)/n for all-reduce), comparable with the link's peak.",
+        "the op's factor (2(n-1)/n for all-reduce), comparable with the link's peak. Across "
+        "nodes, 'within nodes' runs each node's ranks alone and 'across nodes' one rank per "
+        "node: the network on its own.",
         charts=charts.bandwidth_charts(collectives),
         tables=[
             make_table(
@@ -242,6 +244,7 @@ def communication_section(collectives: pd.DataFrame) -> Optional[Section]:
                 [
                     Column("op", "Op", fmt.text, numeric=False),
                     GPUS,
+                    Column("scope", "Scope", fmt.text, numeric=False),
                     Column("size_bytes", "Size", fmt.human_bytes),
                     Column("time_us", "Time µs", fmt.significant),
                     Column("algbw_gbps", "algbw GB/s", fmt.significant),

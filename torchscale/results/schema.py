@@ -208,7 +208,9 @@ class CommResultBase(ResultBase):
     time_us: Optional[float] = Field(None, description="Time per op, average across ranks.")
     time_us_min: Optional[float] = Field(None, description="Fastest rank's time per op.")
     time_us_max: Optional[float] = Field(None, description="Slowest rank's time per op.")
-    per_rank_time_us: List[float] = Field(default_factory=list, description="By rank.")
+    per_rank_time_us: List[Optional[float]] = Field(
+        default_factory=list, description="By rank; null for a rank that sat the scope out."
+    )
 
 
 class CollectiveResult(CommResultBase):
@@ -218,6 +220,14 @@ class CollectiveResult(CommResultBase):
     kind: Literal["collective"] = "collective"
     op: str = Field(
         description="all_reduce, all_gather, reduce_scatter, broadcast, all_to_all or send_recv."
+    )
+    scope: str = Field(
+        "world",
+        description="The ranks it ran over: world, intra_node (each node's ranks, all nodes at "
+        "once) or inter_node (one rank per node).",
+    )
+    group_size: Optional[int] = Field(
+        None, description="Ranks per group: the n of the busbw factor (world_size for world)."
     )
     size_bytes: Optional[int] = Field(None, description="nccl-tests' size: max(send, recv) bytes.")
     count: Optional[int] = Field(None, description="Elements per rank, as nccl-tests counts them.")
