@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -60,16 +60,19 @@ class FixtureSpec:
     slowdown: Dict[str, float] = field(default_factory=dict)  # model name -> step time factor
     cv_override: Dict[str, float] = field(default_factory=dict)  # model name -> step time CV
     straggler: Optional[Tuple[str, int, int]] = (SCRIPT_NAME, 8, 3)  # model, world, slow rank
+    gpus_per_node: int = 8  # a GPU count above it runs on gpus / gpus_per_node nodes
+    inter_node_ms: float = 4.0  # extra sync per doubling of the node count (the network)
     failures: bool = True
     collectives: bool = True
     findings: bool = True
 
 
-def _settings(model: str, batch: int, gpus: int, repeat: int) -> CellSettings:
+def _settings(model: str, batch: int, gpus: int, repeat: int, nnodes: int = 1) -> CellSettings:
     return CellSettings(
         model=model,
         batch_size=batch,
         gpus=gpus,
+        nnodes=nnodes,
         repeat=repeat,
         precision="bf16",
         warmup_steps=5,
@@ -86,10 +89,15 @@ def _identity(settings: CellSettings, experiment: str) -> dict:
         "global_batch_size": settings.gpus * settings.batch_size,
         "precision": settings.precision,
         "world_size": settings.gpus,
+        "nnodes": settings.nnodes,
         "nproc_per_node": settings.nproc_per_node,
         "repeat": settings.repeat,
         "settings": settings.model_dump(mode="json"),
     }
+
+
+def host_name(node: int) -> str:
+    return f"node-{chr(ord('a') + node)}"
 
 
 def _ranks(
@@ -99,6 +107,8 @@ def _ranks(
     cv = spec.cv_override.get(shape.name, shape.cv)
     compute = shape.ms_per_sample * batch * factor
     comm = shape.sync_ms_per_gpu_doubling * math.log2(world) if world > 1 else 0.0
+    per_node = min(world, spec.gpus_per_node)
+    comm += spec.inter_node_ms * math.log2(world // per_node)
     slow_rank = (
         spec.straggler[2] if spec.straggler and spec.straggler[:2] == (shape.name, world) else None
     )
@@ -125,9 +135,9 @@ def _ranks(
         ranks.append(
             {
                 "rank": r,
-                "local_rank": r,
-                "host": "node-a",
-                "device": f"cuda:{r}",
+                "local_rank": r % per_node,
+                "host": host_name(r // per_node),
+                "device": f"cuda:{r % per_node}",
                 "step_time_ms": time_stats(times),
                 "step_times_ms": times,
                 "measure_steps": spec.steps,
@@ -152,7 +162,8 @@ def training_record(
     spec: FixtureSpec,
     rng: np.random.Generator,
 ) -> TrainingResult:
-    settings = _settings(shape.name, batch, world, repeat)
+    nnodes = max(1, world // spec.gpus_per_node)
+    settings = _settings(shape.name, batch, world, repeat, nnodes)
     figures = aggregate(
         _ranks(shape, batch, world, spec, rng),
         batch_size=batch,
@@ -167,7 +178,7 @@ def training_record(
         **{**_identity(settings, spec.name), **figures},
         status="ok",
         backend="nccl",
-        hosts=["node-a"],
+        hosts=[host_name(node) for node in range(nnodes)],
     )
 
 
@@ -319,13 +330,39 @@ def fixture_results(tmp_root: Path) -> Path:
     return _SESSION["fixture"]
 
 
+NODE_SPEC = FixtureSpec(
+    name="fixture-nodes",
+    batch_sizes=(32,),
+    gpu_counts=(1, 2, 4, 8, 16),  # 8 and 16 run as 2 x 4 and 4 x 4
+    gpus_per_node=4,
+    straggler=None,
+    failures=False,
+    collectives=False,
+    findings=False,
+)
+UNSPLIT_SPEC = replace(
+    NODE_SPEC, models=MODELS[:1], batch_sizes=(64,), gpu_counts=(1, 2, 8), seed=1
+)
+"""A second configuration of the same experiment: its 2 x 4 cell has no 1 x 4 cell to split by."""
+
+
+def node_results(tmp_root: Path) -> Path:
+    """One experiment with cells on 1, 2 and 4 nodes, written once per test session."""
+    if "nodes" not in _SESSION:
+        write_experiment(tmp_root / "node-results", NODE_SPEC)
+        _SESSION["nodes"] = write_experiment(tmp_root / "node-results", UNSPLIT_SPEC)
+    return _SESSION["nodes"]
+
+
 def session_report(tmp_root: Path, source: str, fmt: str) -> Path:
-    """The report of ``source`` ("fixture" or "real") in ``fmt``, built once per session."""
+    """The report of ``source`` ("fixture", "nodes" or "real") in ``fmt``, built once per
+    session."""
     key = f"{source}.{fmt}"
     if key not in _SESSION:
         from torchscale.report.build import ReportRequest, generate_report
 
-        folder = fixture_results(tmp_root) if source == "fixture" else real_results(tmp_root)
+        sources = {"fixture": fixture_results, "nodes": node_results, "real": real_results}
+        folder = sources[source](tmp_root)
         output = tmp_root / "reports" / f"{source}-report.{fmt}"
         output.parent.mkdir(exist_ok=True)
         _SESSION[key] = generate_report(ReportRequest(folder, fmt, output))

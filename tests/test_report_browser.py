@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.chromium_cdp import CHROMIUM, Chromium
-from tests.report_fixtures import SCRIPT_NAME, FixtureSpec, session_report
+from tests.report_fixtures import NODE_SPEC, SCRIPT_NAME, FixtureSpec, session_report
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium)"
@@ -59,6 +59,13 @@ def test_fixture_report_in_chromium(browser: Chromium, tmp_path_factory) -> None
     path = session_report(tmp_path_factory.getbasetemp(), "fixture", "html")
     charts = _check(browser, path, FixtureSpec().name, path.with_suffix(".png"))
     assert len(charts) >= 14
+
+
+def test_node_report_in_chromium(browser: Chromium, tmp_path_factory) -> None:
+    path = session_report(tmp_path_factory.getbasetemp(), "nodes", "html")
+    charts = _check(browser, path, NODE_SPEC.name, path.with_suffix(".png"))
+    across = [c for c in charts if c["id"].startswith("nodes-")]
+    assert len(across) == 2 and all(c["traces"] == 3 for c in across)  # total, intra, inter
 
 
 def test_real_report_in_chromium(browser: Chromium, tmp_path_factory) -> None:

@@ -4,35 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from html import unescape
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
+from tests.pdf_pages import ink, needs_poppler, pages_png, pages_text
 from tests.report_fixtures import SCRIPT_NAME, fixture_results, session_report
 from torchscale.report.data import load_report_data
 
-pytestmark = pytest.mark.skipif(
-    not (shutil.which("pdftoppm") and shutil.which("pdftotext")),
-    reason="poppler-utils is not installed (Debian: apt-get install poppler-utils)",
-)
-
-
-def _pages_text(pdf: Path) -> list:
-    text = subprocess.run(
-        ["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True
-    ).stdout
-    return text.split("\f")[:-1]
-
-
-def _pages_png(pdf: Path) -> list:
-    prefix = pdf.with_suffix("")
-    subprocess.run(["pdftoppm", "-png", "-r", "50", str(pdf), str(prefix)], check=True)
-    return sorted(pdf.parent.glob(f"{prefix.name}-*.png"))
+pytestmark = needs_poppler
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +23,7 @@ def fixture_pdf(tmp_path_factory: pytest.TempPathFactory):
     html = session_report(root, "fixture", "html").read_text(encoding="utf-8")
     figures = json.loads(re.search(r'id="report-figures">(.*?)</script>', html, re.S).group(1))
     titles = [unescape(f["layout"]["title"]["text"]) for f in figures.values()]
-    return pdf, _pages_text(pdf), _pages_png(pdf), titles
+    return pdf, pages_text(pdf), pages_png(pdf), titles
 
 
 def test_every_page_rendered(fixture_pdf) -> None:
@@ -61,12 +42,9 @@ def test_every_chart_is_on_one_page_and_drawn(fixture_pdf) -> None:
         assert len(pages) == 1, (title, pages)  # the SVG's text is real PDF text
         chart_pages.add(pages[0])
     for index in chart_pages:
-        image = Image.open(pngs[index])
-        gray = np.asarray(image.convert("L"), dtype=float)
-        assert gray.std() > 12, index  # not blank (a white page has 0)
-        hsv = np.asarray(image.convert("HSV"), dtype=float)
-        coloured = (hsv[..., 1] > 80) & (hsv[..., 2] > 60)  # series colours, not black text
-        assert coloured.mean() > 0.001, (index, coloured.mean())
+        spread, coloured = ink(pngs[index])
+        assert spread > 12, index  # not blank
+        assert coloured > 0.001, (index, coloured)
 
 
 def test_table_rows_are_never_split(fixture_pdf) -> None:

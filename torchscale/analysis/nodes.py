@@ -20,8 +20,8 @@ from torchscale.analysis.tables import efficiency
 
 NODE_SCALING_COLUMNS = [
     "model", "batch_size", "precision", "nnodes", "nproc_per_node", "world_size",
-    "samples_per_s", "scaling_efficiency", "baseline_world_size", "intra_node_efficiency",
-    "inter_node_efficiency", "hosts", "config_key",
+    "samples_per_s", "throughput", "unit", "scaling_efficiency", "baseline_world_size",
+    "intra_node_efficiency", "inter_node_efficiency", "hosts", "config_key",
 ]  # fmt: skip
 
 
@@ -39,6 +39,8 @@ def node_scaling(table: pd.DataFrame) -> pd.DataFrame:
             precision=("precision", "first"),
             world_size=("world_size", "first"),
             samples_per_s=("samples_per_s", "mean"),
+            throughput=("throughput", "mean"),
+            unit=("unit", "first"),
             scaling_efficiency=("scaling_efficiency", "mean"),
             baseline_world_size=("baseline_world_size", "first"),
             hosts=("hosts", lambda hosts: " ".join(sorted({h for s in hosts for h in s.split()}))),

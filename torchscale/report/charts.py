@@ -36,7 +36,7 @@ def cell_labels(frame: pd.DataFrame, with_model: bool = True) -> pd.Series:
     return frame["model"].astype(str) + " · " + label if with_model else label
 
 
-def _chart_id(*parts: object) -> str:
+def chart_id(*parts: object) -> str:
     return re.sub(r"[^a-z0-9]+", "-", "-".join(map(str, parts)).lower()).strip("-")
 
 
@@ -45,12 +45,25 @@ def _per_model(frame: pd.DataFrame) -> Iterator[Tuple[str, str, pd.DataFrame]]:
         yield str(experiment), str(model), group
 
 
-def _title(base: str, model: str, experiment: str, many: bool) -> str:
+def chart_title(base: str, model: str, experiment: str, many: bool) -> str:
     return f"{base}: {model}" + (f" ({experiment})" if many else "")
 
 
 def _gpu_ticks(frame: pd.DataFrame) -> List[int]:
     return sorted(int(v) for v in frame["world_size"].unique())
+
+
+def efficiency_bands(top: float) -> List[Band]:
+    """The seed's bands on a percent axis reaching ``top``: good > 80%, excellent > 90%."""
+    return [
+        Band(100 * EFFICIENCY_EXCELLENT, top, "excellent > 90%", BAND_EXCELLENT),
+        Band(100 * EFFICIENCY_GOOD, 100 * EFFICIENCY_EXCELLENT, "good > 80%", BAND_GOOD),
+    ]
+
+
+def efficiency_top(efficiencies: pd.Series) -> float:
+    """Where a percent axis of efficiencies (fractions) ends: 110%, or above the highest."""
+    return max(110.0, float((100 * efficiencies).max()) + 5)
 
 
 def efficiency_charts(curves: pd.DataFrame) -> List[Chart]:
@@ -70,22 +83,17 @@ def efficiency_charts(curves: pd.DataFrame) -> List[Chart]:
         series.insert(
             0, Series("ideal", [ticks[0], ticks[-1]], [100, 100], dashed=True, color_key="__ideal")
         )
-        top = max(110.0, float((100 * group["scaling_efficiency"]).max()) + 5)
+        top = efficiency_top(group["scaling_efficiency"])
         charts.append(
             Chart(
-                _chart_id("efficiency", experiment, model),
-                _title("Scaling efficiency", model, experiment, many),
+                chart_id("efficiency", experiment, model),
+                chart_title("Scaling efficiency", model, experiment, many),
                 "GPUs",
                 "scaling efficiency (%)",
                 series,
                 group[["model", "variant", "world_size", "throughput", "scaling_efficiency"]],
                 x_ticks=ticks,
-                bands=[
-                    Band(100 * EFFICIENCY_EXCELLENT, top, "excellent > 90%", BAND_EXCELLENT),
-                    Band(
-                        100 * EFFICIENCY_GOOD, 100 * EFFICIENCY_EXCELLENT, "good > 80%", BAND_GOOD
-                    ),
-                ],
+                bands=efficiency_bands(top),
                 y_range=(0, top),
             )
         )
@@ -114,8 +122,8 @@ def throughput_charts(curves: pd.DataFrame) -> List[Chart]:
         unit = group["unit"].dropna().iloc[0] if group["unit"].notna().any() else "samples"
         charts.append(
             Chart(
-                _chart_id("throughput", experiment, model),
-                _title("Throughput", model, experiment, many),
+                chart_id("throughput", experiment, model),
+                chart_title("Throughput", model, experiment, many),
                 "GPUs",
                 f"{unit}/s (all GPUs)",
                 series,
@@ -147,8 +155,8 @@ def step_time_charts(table: pd.DataFrame, samples: pd.DataFrame) -> List[Chart]:
             quantiles = by_label.quantile([0.95, 0.99]).unstack()
             charts.append(
                 Chart(
-                    _chart_id("steps", experiment, name),
-                    _title("Step time distribution", name, experiment, many),
+                    chart_id("steps", experiment, name),
+                    chart_title("Step time distribution", name, experiment, many),
                     "",
                     "step time (ms)",
                     [
@@ -189,8 +197,8 @@ def memory_charts(by_variant: pd.DataFrame) -> List[Chart]:
             )
         charts.append(
             Chart(
-                _chart_id("memory", experiment, model),
-                _title("Memory per GPU", model, experiment, many),
+                chart_id("memory", experiment, model),
+                chart_title("Memory per GPU", model, experiment, many),
                 "",
                 "MiB",
                 series,
@@ -213,7 +221,7 @@ def _gpu_line_chart(
         for variant, rows in means.groupby("variant", sort=True)
     ]
     return Chart(
-        _chart_id(kind, experiment, model),
+        chart_id(kind, experiment, model),
         title,
         "GPUs",
         y_title,
@@ -238,7 +246,7 @@ def utilisation_charts(table: pd.DataFrame) -> List[Chart]:
                 "tflops_per_gpu",
                 1.0,
             )
-        title = _title(title, model, experiment, many)
+        title = chart_title(title, model, experiment, many)
         charts.append(_gpu_line_chart("mfu", title, y_title, group, column, scale))
     return charts
 
@@ -251,7 +259,7 @@ def sync_share_charts(table: pd.DataFrame) -> List[Chart]:
     return [
         _gpu_line_chart(
             "sync-share",
-            _title("Exposed gradient sync", model, experiment, many),
+            chart_title("Exposed gradient sync", model, experiment, many),
             "share of step time (%)",
             group,
             "sync_exposed_pct",
@@ -282,8 +290,8 @@ def rank_wait_charts(pooled_ranks: pd.DataFrame) -> List[Chart]:
         size = int(group["world_size"].iloc[0])
         charts.append(
             Chart(
-                _chart_id("rank-wait", experiment, model),
-                _title(f"Sync wait per rank on {size} GPUs", model, experiment, many),
+                chart_id("rank-wait", experiment, model),
+                chart_title(f"Sync wait per rank on {size} GPUs", model, experiment, many),
                 "",
                 "sync wait per step (ms)",
                 series,
@@ -317,7 +325,7 @@ def bandwidth_charts(collectives: pd.DataFrame) -> List[Chart]:
         peaks = group["link_peak_gbps"].dropna().unique()
         charts.append(
             Chart(
-                _chart_id("bandwidth", op),
+                chart_id("bandwidth", op),
                 f"Bandwidth: {op}",
                 "message size (bytes)",
                 "GB/s",

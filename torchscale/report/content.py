@@ -20,7 +20,7 @@ from torchscale.analysis.scaling import (
 )
 from torchscale.analysis.tables import training_table
 from torchscale.report import formatting as fmt
-from torchscale.report import sections
+from torchscale.report import nodes, sections
 from torchscale.report.data import ReportData
 from torchscale.report.elements import Chart, Column, Section, Table, make_table
 from torchscale.report.environment import EnvironmentBlock, environment_block
@@ -49,6 +49,7 @@ class ReportContent:
     failures: Optional[Table]
     environments: List[EnvironmentBlock]
     charts: List[Chart] = field(default_factory=list)
+    headlines: List[str] = field(default_factory=list)  # lines under the summary cards
 
 
 def _training(data: ReportData) -> pd.DataFrame:
@@ -181,9 +182,11 @@ def build_content(
     failures = cell_tables.failure_table(data.documents)
     samples = cell_tables.step_samples(records)
     ranks = cell_tables.rank_table(records)
+    node_rows = nodes.node_rows(table)
     built = sections.chart_sections(
         sections.comparison_section(*comparison) if comparison else None,
         sections.scaling_section(curves),
+        nodes.node_section(node_rows),
         sections.latency_section(
             table,
             cell_tables.latency_table(records),
@@ -210,4 +213,5 @@ def build_content(
         failures=_failures(failures),
         environments=[environment_block(e) for e in data.experiments],
         charts=[chart for section in built for chart in section.charts],
+        headlines=[line for line in [nodes.node_headline(node_rows)] if line],
     )

@@ -30,7 +30,7 @@ def cell_columns(frame: pd.DataFrame) -> List[Column]:
     return [*experiment_columns(frame), MODEL, VARIANT, GPUS]
 
 
-def _band_class(row: Dict[str, Any]) -> str:
+def band_class(row: Dict[str, Any]) -> str:
     return f"band-{efficiency_band(row['scaling_efficiency'])}"
 
 
@@ -69,7 +69,7 @@ def scaling_section(curves: pd.DataFrame) -> Section:
                     Column("mfu", "MFU", fmt.fraction),
                     *runs,
                 ],
-                row_class=_band_class,
+                row_class=band_class,
                 csv_frame=curves,
             )
         ],
