@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.report_fixtures import SCRIPT_NAME, FixtureSpec, fixture_results, write_experiment
+from tests.report_fixtures import (
+    MODELS,
+    SCRIPT_NAME,
+    FixtureSpec,
+    fixture_results,
+    training_record,
+    write_experiment,
+)
 from torchscale.analysis import cells as cell_tables
 from torchscale.analysis.collectives import collective_table
 from torchscale.analysis.compare import (
@@ -25,7 +33,7 @@ from torchscale.analysis.compare import (
 from torchscale.analysis.findings import findings_table, normalize, record_findings
 from torchscale.analysis.scaling import label_variants, scaling_curves
 from torchscale.analysis.tables import training_table
-from torchscale.report.charts import bandwidth_charts, comparison_chart
+from torchscale.report.charts import bandwidth_charts, cell_labels, comparison_chart
 from torchscale.report.content import build_content
 from torchscale.report.data import load_report_data
 from torchscale.report.plotly_charts import figure, figures_json
@@ -255,6 +263,37 @@ def test_compare_verdicts(tmp_path: Path) -> None:
     bars = {s.name: [y for y in s.y if y == y] for s in chart.series}  # NaN != NaN
     assert sorted(bars[REGRESSION]) == sorted(slow["throughput_change_pct"])
     assert ET.fromstring(svg(chart)) is not None
+
+
+def test_one_gpu_count_on_two_node_layouts_stays_two_cells() -> None:
+    """1 x 4 and 2 x 2 GPUs are different cells: never averaged, never matched to each other."""
+
+    def records(inter_node_ms: float) -> list:
+        one_node = FixtureSpec(models=MODELS[:1], batch_sizes=(32,), inter_node_ms=inter_node_ms)
+        two_nodes = replace(one_node, gpus_per_node=2)
+        rng = np.random.default_rng(0)
+        made = [training_record(MODELS[0], 32, w, 0, one_node, rng) for w in (1, 2, 4)]
+        return [*made, training_record(MODELS[0], 32, 4, 0, two_nodes, rng)]
+
+    old = records(4.0)
+    curves = scaling_curves(label_variants(training_table(old)))
+    by_layout = {(str(r.variant), r.world_size): r for r in curves.itertuples()}
+    assert sorted(by_layout) == [
+        ("batch 32 · 1 node", 1), ("batch 32 · 1 node", 2), ("batch 32 · 1 node", 4),
+        ("batch 32 · 2 nodes", 4),
+    ]  # fmt: skip
+    one, two = by_layout[("batch 32 · 1 node", 4)], by_layout[("batch 32 · 2 nodes", 4)]
+    assert (one.nnodes, two.nnodes) == (1, 2)
+    assert one.throughput == pytest.approx(old[2].throughput)
+    assert two.throughput == pytest.approx(old[3].throughput)
+    assert two.ideal_throughput == pytest.approx(4 * old[0].throughput)  # one baseline
+
+    # A slower network slows only the 2-node cell, and only that cell is flagged.
+    changed = compare_runs(old, records(40.0)).cells.set_index("nnodes")
+    assert list(changed.loc[changed["world_size"] == 4].index) == [1, 2]
+    at_four = changed[changed["world_size"] == 4]
+    assert at_four.loc[2, "verdict"] == REGRESSION and at_four.loc[1, "verdict"] == UNCHANGED
+    assert cell_labels(changed.reset_index()).tolist()[-1].endswith("4 GPU × 2 nodes")
 
 
 def test_every_chart_is_valid_plotly_and_svg(fixture_data) -> None:

@@ -1,8 +1,8 @@
 """Compare two runs cell by cell, and tell real changes from run-to-run noise.
 
-Cells are matched by configuration (``config_key``) and GPU count; repeats are pooled. Per cell:
-the change in throughput and in p95 step time, each with a bootstrap confidence interval from the
-per-step samples (resampling both runs' steps with replacement, seeded, so the answer is
+Cells are matched by configuration (``config_key``), GPU count and node count; repeats are pooled.
+Per cell: the change in throughput and in p95 step time, each with a bootstrap confidence interval
+from the per-step samples (resampling both runs' steps with replacement, seeded, so the answer is
 reproducible). A change is *beyond noise* when its interval excludes zero. A cell *regresses* when
 throughput drops, or p95 step time rises, by more than the threshold and beyond noise; a change
 past the threshold whose interval includes zero is reported as *within noise*. Cells without
@@ -26,7 +26,7 @@ IMPROVEMENT = "improvement"
 WITHIN_NOISE = "within noise"
 UNCHANGED = "unchanged"
 
-KEY = ["config_key", "world_size"]
+KEY = ["config_key", "world_size", "nnodes"]  # 2 x 4 GPUs is not 1 x 8
 Statistic = Callable[[np.ndarray], np.ndarray]  # (resamples, steps) -> (resamples,)
 
 
@@ -74,14 +74,16 @@ def bootstrap_ratio(
     return ratio, float(low), float(high)
 
 
-def _pooled(records: Sequence[ResultBase]) -> Tuple[pd.DataFrame, Dict[Tuple[str, int], List]]:
+def _pooled(
+    records: Sequence[ResultBase],
+) -> Tuple[pd.DataFrame, Dict[Tuple[str, int, int], List]]:
     """The measured cells' table (repeats averaged) and each cell's pooled step samples."""
     table = label_variants(training_table(records))
     table = table[(table["status"] == "ok") & table["throughput"].notna()]
-    samples: Dict[Tuple[str, int], List[float]] = {}
+    samples: Dict[Tuple[str, int, int], List[float]] = {}
     by_id = {r.cell_id: r for r in records if isinstance(r, TrainingResult)}
     for row in table.itertuples():
-        samples.setdefault((row.config_key, row.world_size), []).extend(
+        samples.setdefault((row.config_key, row.world_size, row.nnodes), []).extend(
             by_id[row.cell_id].step_times_ms
         )
     pooled = table.groupby(KEY, as_index=False).agg(
@@ -119,7 +121,7 @@ def compare_runs(
     merged = new.merge(old, on=KEY, suffixes=("_new", "_old"), how="outer", indicator=True)
     rows = []
     for row in merged[merged["_merge"] == "both"].itertuples():
-        key = (row.config_key, row.world_size)
+        key = (row.config_key, row.world_size, row.nnodes)
         throughput_change = _pct(row.throughput_new / row.throughput_old)
         p95_change = _pct(row.step_ms_p95_new / row.step_ms_p95_old)
         old_steps, new_steps = old_samples.get(key, []), new_samples.get(key, [])
@@ -144,6 +146,7 @@ def compare_runs(
                 "model": row.model_new,
                 "variant": row.variant_new,
                 "world_size": int(row.world_size),
+                "nnodes": int(row.nnodes),
                 "unit": row.unit_new,
                 "throughput_old": row.throughput_old,
                 "throughput_new": row.throughput_new,

@@ -93,11 +93,10 @@ def scaling_curves(table: pd.DataFrame) -> pd.DataFrame:
     ok = table[(table["status"] == "ok") & table["throughput"].notna()]
     if ok.empty:
         return pd.DataFrame(columns=columns)
-    keys = ["experiment", "model", "variant", "config_key", "batch_size", "world_size"]
+    keys = ["experiment", "model", "variant", "config_key", "batch_size", "world_size", "nnodes"]
     curves = (
-        ok.groupby(keys, sort=True, dropna=False)
+        ok.groupby(keys, sort=True, dropna=False, observed=True)
         .agg(
-            nnodes=("nnodes", "max"),
             unit=("unit", "first"),
             throughput=("throughput", "mean"),
             samples_per_s=("samples_per_s", "mean"),
@@ -110,11 +109,40 @@ def scaling_curves(table: pd.DataFrame) -> pd.DataFrame:
     )
     config = [curves["experiment"], curves["config_key"]]
     first = curves.groupby(config)["world_size"].transform("min")
-    base = (
-        curves["throughput"].where(curves["world_size"] == first).groupby(config).transform("max")
-    )
+    at_first = curves["world_size"] == first
+    fewest = curves["nnodes"].where(at_first).groupby(config).transform("min")
+    # The baseline is the smallest count on the fewest nodes, as for scaling_efficiency.
+    baseline = curves["throughput"].where(at_first & (curves["nnodes"] == fewest))
+    base = baseline.groupby(config).transform("max")
     curves["ideal_throughput"] = base * curves["world_size"] / first
+    curves = _split_node_layouts(curves)
     return curves[columns].sort_values(["experiment", "model", "variant", "world_size"])
+
+
+def _split_node_layouts(curves: pd.DataFrame) -> pd.DataFrame:
+    """A configuration measured at one GPU count on several node counts (``nodes: [1, 2]``)
+    becomes one line per node count (``batch 32 · 2 nodes``), so 1 x 8 and 2 x 4 are never
+    averaged or joined into one line."""
+    config = [curves["experiment"], curves["config_key"]]
+    layouts = curves.groupby([*config, curves["world_size"]])["nnodes"].transform("nunique")
+    split = layouts.groupby(config).transform("max") > 1
+    if not split.any():
+        return curves
+    curves = curves.copy()
+    variant = curves["variant"].astype(str)
+    nodes = curves["nnodes"].astype(int)
+    suffix = " · " + nodes.astype(str) + nodes.map(lambda n: " node" if n == 1 else " nodes")
+    labels = variant.where(~split, variant + suffix)
+    kept = curves["variant"]
+    old = list(kept.cat.categories) if isinstance(kept.dtype, pd.CategoricalDtype) else []
+    order = {
+        label: (old.index(v) if v in old else len(old), n)
+        for label, v, n in zip(labels, variant, nodes)
+    }
+    curves["variant"] = pd.Categorical(
+        labels, categories=sorted(order, key=order.__getitem__), ordered=True
+    )
+    return curves
 
 
 def model_summary(table: pd.DataFrame) -> pd.DataFrame:

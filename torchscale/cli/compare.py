@@ -48,7 +48,9 @@ def _table(comparison: Any, threshold: float) -> Any:
         table.add_row(
             row["model"],
             row["variant"],
-            str(row["world_size"]),
+            f"{row['world_size']} ({row['nnodes']} nodes)"
+            if row.get("nnodes", 1) > 1
+            else str(row["world_size"]),
             f"{fmt.significant(row['throughput_old'])} → {fmt.significant(row['throughput_new'])}",
             fmt.signed_percent(row["throughput_change_pct"]),
             ci(row["throughput_ci_low_pct"], row["throughput_ci_high_pct"]),

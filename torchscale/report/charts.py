@@ -31,8 +31,12 @@ MEMORY_PARTS = [
 
 
 def cell_labels(frame: pd.DataFrame, with_model: bool = True) -> pd.Series:
-    """``model · batch 32 · 4 GPU`` for each row (without the model inside a model's chart)."""
+    """``model · batch 32 · 4 GPU`` (``· 8 GPU × 2 nodes`` across nodes) for each row (without
+    the model inside a model's chart)."""
     label = frame["variant"].astype(str) + " · " + frame["world_size"].astype(str) + " GPU"
+    if "nnodes" in frame:
+        nodes = frame["nnodes"].fillna(1).astype(int)
+        label = label.where(nodes <= 1, label + " × " + nodes.astype(str) + " nodes")
     return frame["model"].astype(str) + " · " + label if with_model else label
 
 

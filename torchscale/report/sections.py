@@ -233,9 +233,9 @@ def communication_section(collectives: pd.DataFrame) -> Optional[Section]:
         "communication",
         "Communication bandwidth",
         "Collective bandwidth as nccl-tests defines it: algbw = bytes / time, busbw = algbw x "
-        "the op's factor (2(n-1)/n for all-reduce), comparable with the link's peak. Across "
-        "nodes, 'within nodes' runs each node's ranks alone and 'across nodes' one rank per "
-        "node: the network on its own.",
+        "the op's factor (2(n-1)/n for all-reduce), comparable with the link's peak. On "
+        "several nodes, 'within nodes' runs each node's ranks alone and 'across nodes' one rank "
+        "per node: the network on its own.",
         charts=charts.bandwidth_charts(collectives),
         tables=[
             make_table(
