@@ -47,8 +47,17 @@ def main() -> None:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     inputs, targets = spec.batch(args.batch_size, device)
 
+    # The spec's batch is a tensor, a tuple of positional inputs (BERT) or a dict of keywords.
+    args_, kwargs = (
+        ((), inputs)
+        if isinstance(inputs, dict)
+        else (tuple(inputs), {})
+        if isinstance(inputs, (tuple, list))
+        else ((inputs,), {})
+    )
+
     def step() -> None:
-        loss = spec.loss(model(inputs), targets)
+        loss = spec.loss(model(*args_, **kwargs), targets)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
