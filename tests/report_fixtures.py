@@ -247,6 +247,7 @@ def collective_documents(spec: FixtureSpec) -> List[dict]:
             "cell_id": "comm-broadcast-g8",
             "status": "failed",
             "op": "broadcast",
+            "dtype": "float32",
             "world_size": 8,
             "nproc_per_node": 8,
             "size_bytes": 1024,
