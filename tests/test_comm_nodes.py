@@ -49,15 +49,10 @@ GROUP_SIZE = {"world": 4, "intra_node": 2, "inter_node": 2}
 def split(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
     tmp = tmp_path_factory.mktemp("comm_nodes")
     with two_hosts(tmp, "two-host communication test") as hosts:
-        config = tmp / "comm.yaml"
-        config.write_text(CONFIG)
-        out = tmp / "out"
         env = {**torchscale_env(), CORRUPT_ENV: f"all_reduce:2:{CORRUPT_SIZE}"}
-        head, compute = hosts.lockstep(
-            ["benchmark", "-c", str(config), "-o", str(out)], tmp, env, PORT
-        )
+        head, compute = hosts.lockstep(CONFIG, tmp, env, PORT)
         codes = (head.wait(timeout=300), compute.wait(timeout=60))
-        store = ExperimentStore(out / "comm-nodes")
+        store = ExperimentStore(tmp / "out" / "comm-nodes")
         yield {
             "codes": codes,
             "records": [r for r in store.records() if isinstance(r, CollectiveResult)],

@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from tests.python_probe import python_prints
 from torchscale.errors import ConfigError
 from torchscale.models import ModelSpec
 from torchscale.models.flops import count_parameters, measured_forward_flops
@@ -349,5 +350,4 @@ def test_building_a_spec_does_not_import_the_compiler() -> None:
         "[load_model(n) for n in ('gpt2', 'bert-large', 'resnet50', 'gpt2-tiny')]\n"
         "print('torch._dynamo' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert python_prints(code) == "False"

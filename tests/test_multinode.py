@@ -70,14 +70,11 @@ def in_collectives(cell_pattern: str, store: ExperimentStore) -> bool:
 def lockstep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
     tmp = tmp_path_factory.mktemp("two_hosts")
     with two_hosts(tmp, "two-host test") as hosts:
-        config = tmp / "two.yaml"
-        config.write_text(CONFIG)
-        out = tmp / "out"
-        store = ExperimentStore(out / "two-hosts")
+        store = ExperimentStore(tmp / "out" / "two-hosts")
         env = torchscale_env()
         # compute starts first, so a short join timeout on head only bites when compute is gone.
         head, compute = hosts.lockstep(
-            ["benchmark", "-c", str(config), "-o", str(out)],
+            CONFIG,
             tmp,
             env,
             PORT,

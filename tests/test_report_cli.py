@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from tests.python_probe import python_prints
 from tests.report_fixtures import FixtureSpec, write_experiment
 from torchscale.cli.app import app
 from torchscale.plan.matrix import experiment_dirname
@@ -160,8 +159,7 @@ def test_cli_help_imports_nothing_heavy() -> None:
         "heavy = {'torch', 'pandas', 'plotly', 'matplotlib', 'weasyprint', 'jinja2', 'numpy'}; "
         "print(sorted(heavy & set(sys.modules)))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert python_prints(code) == "[]"
 
 
 @pytest.mark.parametrize(

@@ -145,16 +145,20 @@ class TwoHosts:
 
     def lockstep(
         self,
-        args: Sequence[str],
+        config: str,
         workdir: Path,
         env: Dict[str, str],
         port: int,
         head_args: Sequence[str] = (),
     ) -> Tuple[subprocess.Popen, subprocess.Popen]:
-        """``torchscale ARGS`` on both hosts as one 2-node launch meeting at head; logs go to
-        ``workdir/{head,compute}.log``. compute starts first: it waits for head's store, so head
-        never waits for compute's start-up. Returns (head, compute)."""
-        common = [*args, "--nnodes", "2", "--rdzv-endpoint", f"{self.head.address}:{port}"]
+        """``torchscale benchmark`` of the ``config`` text on both hosts as one 2-node launch
+        meeting at head, results in ``workdir/out``, logs in ``workdir/{head,compute}.log``.
+        compute starts first: it waits for head's store, so head never waits for compute's
+        start-up. Returns (head, compute)."""
+        path = workdir / "config.yaml"
+        path.write_text(config)
+        common = ["benchmark", "-c", str(path), "-o", str(workdir / "out"), "--nnodes", "2"]
+        common += ["--rdzv-endpoint", f"{self.head.address}:{port}"]
         compute = self.torchscale(
             self.compute, [*common, "--node-rank", "1"], workdir / "compute.log", env
         )
