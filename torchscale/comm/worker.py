@@ -36,15 +36,8 @@ from torchscale.comm.scopes import scope_groups
 from torchscale.comm.timing import idle, time_op
 from torchscale.comm.tp_gemm import run_case
 from torchscale.results.store import atomic_write_json
+from torchscale.worker import entry as cell_entry
 from torchscale.worker.distributed import RankContext, init_distributed
-from torchscale.worker.entry import (
-    exit_now,
-    gather_at,
-    parse_cell_args,
-    rank_reporter,
-    read_cell,
-    reporting_failures,
-)
 from torchscale.worker.nodes import result_writer
 from torchscale.worker.reporting import RankReporter
 from torchscale.worker.timing import Clock
@@ -214,16 +207,16 @@ def merge(per_rank: List[dict], ctx: RankContext, settings: CommCellSettings) ->
 
 
 def run_cell(cell_path: Path, out_path: Path) -> None:
-    settings = CommCellSettings.model_validate(read_cell(cell_path)["settings"])
-    reporter = rank_reporter(out_path)
-    with reporting_failures(reporter):
+    settings = CommCellSettings.model_validate(cell_entry.read_cell(cell_path)["settings"])
+    reporter = cell_entry.rank_reporter(out_path)
+    with cell_entry.reporting_failures(reporter):
         reporter.phase("init")
         ctx = init_distributed(settings.cell_timeout_s)
         if ctx.is_cuda:
             torch.backends.cuda.matmul.allow_tf32 = False  # fp32 GEMMs stay fp32
         mine = measure(settings, ctx, reporter)
         reporter.phase("gather")
-        gathered = gather_at(mine, ctx, result_writer(ctx))
+        gathered = cell_entry.gather_at(mine, ctx, result_writer(ctx))
         if gathered is not None:
             atomic_write_json(out_path, merge(gathered, ctx, settings))
         reporter.phase("done")
@@ -231,9 +224,9 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
 
 @record
 def main(argv: Optional[List[str]] = None) -> None:
-    args = parse_cell_args("torchscale.comm.worker", __doc__ or "", argv)
+    args = cell_entry.parse_cell_args("torchscale.comm.worker", __doc__ or "", argv)
     run_cell(args.cell, args.out)
-    exit_now()
+    cell_entry.exit_now()
 
 
 if __name__ == "__main__":
