@@ -17,6 +17,7 @@ import json
 import os
 import time
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -53,6 +54,8 @@ def run(size_bytes: int, warmup: int, iters: int, timeout_s: float) -> Optional[
     import torch.distributed as dist
 
     from torchscale.comm.busbw import algbw_gbps, busbw_gbps
+    from torchscale.comm.timing import time_op
+    from torchscale.worker.timing import Clock
 
     cuda = torch.cuda.is_available()
     backend = "nccl" if cuda else "gloo"
@@ -73,21 +76,13 @@ def run(size_bytes: int, warmup: int, iters: int, timeout_s: float) -> Optional[
     wrong = torch.tensor([int((data != expected).sum().item())], device=device)
     dist.all_reduce(wrong)
 
-    # Timing: nccl-tests style, a warm-up then the mean over back-to-back iterations.
+    # Timing: as the communication benchmark times it (nccl-tests style: a warm-up, a barrier,
+    # then the mean over back-to-back iterations); the slowest rank defines the time.
     buf = torch.zeros(numel, dtype=torch.float32, device=device)
-    for _ in range(warmup):
-        dist.all_reduce(buf)
-    if cuda:
-        torch.cuda.synchronize()
-    dist.barrier()
-    start = time.perf_counter()
-    for _ in range(iters):
-        dist.all_reduce(buf)
-    if cuda:
-        torch.cuda.synchronize()
-    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank defines the time
-    per_op = float(elapsed.item()) / iters
+    time_us = time_op(Clock(device), partial(dist.all_reduce, buf), warmup, iters)
+    slowest = torch.tensor([time_us], dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    per_op = float(slowest.item()) * 1e-6
     result = {
         "backend": backend,
         "world_size": world,
