@@ -19,12 +19,12 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
+from tests.environ import repo_pythonpath, restored_environ
 from tests.shared_runs import SCRIPT_NAME, healthy_run
 from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
-REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 
 FAULTS = """\
@@ -46,15 +46,10 @@ cell_timeout_s: 20
 @pytest.fixture(scope="module")
 def worker_env() -> Iterator[None]:
     """Workers import tests.fault_models: put the repo root on their PYTHONPATH."""
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "TORCHSCALE_TEST_OOM_AT")}
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), saved["PYTHONPATH"]]))
-    os.environ["TORCHSCALE_TEST_OOM_AT"] = "4"
-    yield
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with restored_environ("PYTHONPATH", "TORCHSCALE_TEST_OOM_AT"):
+        os.environ["PYTHONPATH"] = repo_pythonpath()
+        os.environ["TORCHSCALE_TEST_OOM_AT"] = "4"
+        yield
 
 
 def run_benchmark(tmp: Path, config_text: str, *extra: str) -> tuple:

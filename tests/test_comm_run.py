@@ -14,6 +14,7 @@ from typing import Dict, Iterator, List
 import pytest
 from typer.testing import CliRunner
 
+from tests.environ import restored_environ
 from torchscale.cli.app import app
 from torchscale.comm.busbw import busbw_factor, layout, size_sweep
 from torchscale.comm.collectives import CORRUPT_ENV
@@ -57,16 +58,9 @@ CORRUPT_SIZE = 768  # all_gather at 768 B on 4 ranks: 48 float32 per rank
 def run(tmp: Path, text: str, env: Dict[str, str]) -> Dict:
     config = tmp / "comm.yaml"
     config.write_text(text)
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
+    with restored_environ(*env):
+        os.environ.update(env)
         result = runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(tmp / "out")])
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     name = text.split("\n", 1)[0].split(": ")[1]
     store = ExperimentStore(tmp / "out" / name)
     return {"result": result, "store": store, "records": store.records()}

@@ -15,10 +15,10 @@ from typing import Dict, Iterator
 import pytest
 from typer.testing import CliRunner
 
+from tests.environ import repo_pythonpath, restored_environ
 from torchscale.cli.app import app
 from torchscale.results.store import ExperimentStore
 
-REPO = Path(__file__).resolve().parents[1]
 DELAY_MS = 300  # large against scheduling jitter (ms), which is what limits the precision
 runner = CliRunner()
 
@@ -43,14 +43,9 @@ profiling:
 @pytest.fixture(scope="module")
 def env() -> Iterator[None]:
     keys = ("PYTHONPATH", "TORCHSCALE_TEST_DELAY_MS", "TORCHSCALE_TEST_FAULT_RANK")
-    saved = {k: os.environ.get(k) for k in (*keys, "TORCHSCALE_CPU_SLOTS")}
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), saved["PYTHONPATH"]]))
-    yield
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with restored_environ(*keys, "TORCHSCALE_CPU_SLOTS"):
+        os.environ["PYTHONPATH"] = repo_pythonpath()
+        yield
 
 
 def profile(tmp: Path, gpus: int, delay_ms: int, slow_rank: int) -> Dict:

@@ -8,7 +8,6 @@ cluster running in two network namespaces (skipped where Slurm or namespaces are
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Dict, Iterator
@@ -16,6 +15,7 @@ from typing import Dict, Iterator
 import pytest
 from typer.testing import CliRunner
 
+from tests.environ import REPO
 from torchscale.cli.app import app
 from torchscale.config.loader import load_config
 from torchscale.errors import TorchscaleError
@@ -24,7 +24,6 @@ from torchscale.launch.slurm import SlurmAllocation, SlurmLaunch, expand_hostlis
 from torchscale.plan.matrix import expand
 from torchscale.results.store import ExperimentStore
 
-REPO = Path(__file__).resolve().parents[1]
 RECORDED = json.loads((REPO / "tests/data/slurm/sbatch_2nodes_env.json").read_text())["env"]
 runner = CliRunner()
 
@@ -198,7 +197,7 @@ cell_timeout_s: 120
 @pytest.fixture(scope="module")
 def slurm_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
     from tests.slurm_cluster import SlurmCluster, SlurmUnavailable
-    from tests.two_hosts import two_hosts
+    from tests.two_hosts import torchscale_env, two_hosts
 
     tmp = tmp_path_factory.mktemp("slurm")
     with two_hosts(tmp, "real Slurm job") as hosts:
@@ -210,12 +209,7 @@ def slurm_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
         config = tmp / "real.yaml"
         config.write_text(REAL)
         out = tmp / "out"
-        env = {
-            **cluster.env,
-            "TORCHSCALE_CPU_SLOTS": "1",
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-            "NO_COLOR": "1",
-        }
+        env = {**cluster.env, **torchscale_env(cpu_slots=1)}
         argv = ["benchmark", "-c", str(config), "-o", str(out), "--launcher", "slurm", "--submit"]
         submitted = hosts.torchscale(hosts.head, argv, tmp / "submit.log", env)
         assert submitted.wait(timeout=120) == 0, (tmp / "submit.log").read_text()

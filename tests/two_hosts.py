@@ -22,6 +22,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import psutil
 import pytest
 
+from tests.environ import repo_pythonpath
+
 SUBNET = "10.213.77"
 
 
@@ -30,14 +32,11 @@ IFNAME = "tsnet0"
 exports to every node) fits both hosts."""
 
 
-REPO = Path(__file__).resolve().parents[1]
-
-
 def torchscale_env(cpu_slots: int = 2) -> Dict[str, str]:
     """What a torchscale on a host runs with: this checkout importable, CPU slots, plain logs."""
     return {
         "TORCHSCALE_CPU_SLOTS": str(cpu_slots),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": repo_pythonpath(),
         "COLUMNS": "200",
         "NO_COLOR": "1",
     }
