@@ -4,34 +4,25 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import pytest
-
 from torchscale.profiling.analyzers.breakdown import BREAKDOWN_COLUMNS
 
 DATA = Path(__file__).parent / "data"
-# The real traces live in the project's shared/ folder beside the repository (CI's layout);
-# TORCHSCALE_SHARED points there when the checkout is elsewhere (e.g. a git worktree).
-SHARED_TRACES = (
-    Path(os.environ.get("TORCHSCALE_SHARED", Path(__file__).parents[1].parent / "shared"))
-    / "traces"
-)
+# Real public traces shipped with the repository (MIT, attribution in their README).
+REAL_TRACES = DATA / "hta_traces"
 
 
-def shared_traces() -> Path:
-    if not (SHARED_TRACES / "README.md").exists():
-        pytest.skip(f"real traces folder {SHARED_TRACES} is missing (set TORCHSCALE_SHARED)")
-    return SHARED_TRACES
+def real_traces() -> Path:
+    return REAL_TRACES
 
 
 def hta_reference() -> Dict[str, Dict[str, float]]:
-    """The HTA 0.5.0 figures in shared/traces/README.md, parsed from its table."""
+    """The HTA 0.5.0 figures in tests/data/hta_traces/README.md, parsed from its table."""
     rows = {}
-    for line in (shared_traces() / "README.md").read_text().splitlines():
+    for line in (real_traces() / "README.md").read_text().splitlines():
         cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
         if len(cells) == 9 and cells[0].endswith(".json.gz") and re.match(r"^[\d.]+$", cells[5]):
             keys = [*BREAKDOWN_COLUMNS[1:8], "overlap_pct"]  # README's column order
