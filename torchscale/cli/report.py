@@ -14,7 +14,15 @@ SourceOption = Annotated[
     Path,
     typer.Option("--source", "-s", help="Results folder: one experiment, or a folder of several."),
 ]
-FormatOption = Annotated[str, typer.Option("--format", "-f", help="Report format: html or pdf.")]
+FormatOption = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        "-f",
+        help="Report format: html, pdf, json (seed 001's document per experiment) or tensorboard "
+        "(event files; --output is then a folder).",
+    ),
+]
 OutputOption = Annotated[
     Optional[Path],
     typer.Option(

@@ -13,6 +13,9 @@ from torchscale.report.data import ReportData, load_report_data
 from torchscale.report.render import FORMATS, render
 from torchscale.results.store import atomic_write_bytes
 
+EXPORT_FORMATS = ("json", "tensorboard")
+"""Formats that export the results for other tools (the seed's JSON document, TensorBoard)."""
+
 
 @dataclass(frozen=True)
 class ReportRequest:
@@ -50,13 +53,23 @@ def check_output(path: Path) -> None:
 def generate_report(request: ReportRequest) -> Path:
     """Render the report and write it atomically; returns its path."""
     fmt = request.fmt.lower()
-    if fmt not in FORMATS:
+    if fmt not in (*FORMATS, *EXPORT_FORMATS):
         raise TorchscaleError(
-            f"unknown report format '{request.fmt}': use --format html or --format pdf"
+            f"unknown report format '{request.fmt}': use --format "
+            + ", ".join((*FORMATS, *EXPORT_FORMATS))
         )
     data = load_report_data(request.source)
+    if fmt == "tensorboard":
+        from torchscale.integrations.tensorboard import export_tensorboard
+
+        return export_tensorboard(data, request.output or data.source / "tensorboard")
     output = request.output or default_output(data, fmt)
     check_output(output)
+    if fmt == "json":
+        from torchscale.report.document import render_documents
+
+        atomic_write_bytes(output, render_documents(data))
+        return output
     comparison = None
     if request.baseline is not None:
         from torchscale.analysis.compare import CompareOptions, compare_runs

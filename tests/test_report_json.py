@@ -1,0 +1,101 @@
+"""``torchscale report --format json``: seed 001's document per experiment, valid against its
+JSON Schema, with the records' own figures."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import jsonschema
+import pytest
+from typer.testing import CliRunner
+
+from tests.report_fixtures import FixtureSpec, fixture_results, write_experiment
+from tests.shared_runs import healthy_run
+from torchscale.cli.app import app
+from torchscale.report.document import document_schema
+from torchscale.results.schema import CollectiveResult, TrainingResult
+from torchscale.results.store import ExperimentStore
+
+runner = CliRunner()
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "docs" / "report-json.schema.json"
+
+
+def report_json(source: Path, output: Path) -> object:
+    result = runner.invoke(app, ["report", "-s", str(source), "-f", "json", "-o", str(output)])
+    assert result.exit_code == 0, result.output
+    return json.loads(output.read_text(encoding="utf-8"), parse_constant=pytest.fail)
+
+
+def test_the_documented_schema_is_the_one_shipped() -> None:
+    assert json.loads(SCHEMA_FILE.read_text(encoding="utf-8")) == document_schema()
+
+
+@pytest.mark.slow
+def test_real_run_document_has_the_records_figures(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    folder = healthy_run(tmp_path_factory.getbasetemp()).experiment_dir
+    document = report_json(folder, tmp_path / "run.json")
+    jsonschema.validate(document, document_schema())
+    store = ExperimentStore(folder)
+    records = {r.world_size: r for r in store.records() if isinstance(r, TrainingResult)}
+    assert document["name"] == "<script>alert(1)</script>"
+    assert document["world_size"] == 2
+    assert document["timestamp"] == store.manifest()["updated_at"]
+    assert document["config"]["warmup_iters"] == 2 and document["config"]["benchmark_iters"] == 8
+    assert document["config"]["device"] == "cpu"
+    assert document["config"]["benchmark"] == store.manifest()["config"]
+    training = {entry["world_size"]: entry for entry in document["results"]["training"]}
+    for size, record in records.items():
+        assert training[size]["throughput"] == record.throughput
+        assert training[size]["step_ms_p95"] == record.step_time_ms.p95
+    efficiency = records[2].throughput / (2 * records[1].throughput)
+    assert training[2]["scaling_efficiency"] == pytest.approx(efficiency)
+    memory = {entry["world_size"]: entry for entry in document["results"]["memory"]}
+    assert memory[2]["peak_bytes"] == records[2].memory.peak_bytes
+    assert memory[1]["params_bytes"] == records[1].memory.params_bytes > 0
+    assert document["results"]["communication"] == {}
+
+
+def test_communication_is_keyed_like_the_seed(tmp_path_factory: pytest.TempPathFactory) -> None:
+    folder = fixture_results(tmp_path_factory.getbasetemp())
+    document = report_json(folder, folder.parent / "fixture.json")
+    jsonschema.validate(document, document_schema())
+    comm = document["results"]["communication"]
+    assert sorted(comm) == ["allgather", "allreduce", "broadcast"]
+    records = [r for r in ExperimentStore(folder).records() if isinstance(r, CollectiveResult)]
+    expected = [r for r in records if r.op == "all_reduce"]
+    assert len(comm["allreduce"]) == len(expected)
+    for entry, record in zip(comm["allreduce"], expected):
+        assert (entry["world_size"], entry["size_bytes"]) == (record.world_size, record.size_bytes)
+        assert entry["busbw_gbps"] == record.busbw_gbps
+    (failed,) = comm["broadcast"]
+    assert failed["status"] == "failed" and failed["time_us"] is None
+    # failed and skipped training cells are listed with their status, figures null
+    statuses = {entry["status"] for entry in document["results"]["training"]}
+    assert {"ok", "oom"} <= statuses
+    oom = next(e for e in document["results"]["training"] if e["status"] == "oom")
+    assert oom["throughput"] is None and oom["error"]
+    assert not any(isinstance(v, float) and math.isnan(v) for v in oom.values())
+
+
+def test_a_folder_of_experiments_gives_an_array(tmp_path: Path) -> None:
+    small = FixtureSpec(batch_sizes=(32,), gpu_counts=(1, 2), failures=False, findings=False)
+    for name in ("first", "second"):
+        write_experiment(tmp_path / "results", replace(small, name=name, collectives=False))
+    documents = report_json(tmp_path / "results", tmp_path / "all.json")
+    assert isinstance(documents, list)
+    assert [d["name"] for d in documents] == ["first", "second"]
+    for document in documents:
+        jsonschema.validate(document, document_schema())
+        assert len(document["results"]["training"]) == 2 * len(small.models)
+
+
+def test_unknown_format_names_the_choices(tmp_path_factory: pytest.TempPathFactory) -> None:
+    folder = fixture_results(tmp_path_factory.getbasetemp())
+    result = runner.invoke(app, ["report", "-s", str(folder), "-f", "xml"])
+    assert result.exit_code == 2
+    assert "unknown report format 'xml': use --format html, pdf, json, tensorboard" in result.output

@@ -1,0 +1,192 @@
+"""Seed 001's JSON document, one per experiment: ``torchscale report --format json``.
+
+``{name, world_size, timestamp, config, results: {communication, training, memory}}``. The models
+below are the document's definition; ``document_schema()`` is its JSON Schema (also in
+docs/report-json.schema.json). Figures come from the same tables as summary.csv and the report;
+NaN becomes null, so the file is strict JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Dict, List, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from torchscale.analysis.tables import training_table
+from torchscale.comm.tables import collective_table
+from torchscale.report.data import Experiment, ReportData
+from torchscale.results.schema import TrainingResult
+
+DOCUMENT_VERSION = 1
+OP_KEYS = {
+    "all_reduce": "allreduce",
+    "all_gather": "allgather",
+    "reduce_scatter": "reducescatter",
+    "broadcast": "broadcast",
+    "all_to_all": "alltoall",
+    "send_recv": "p2p",
+}
+"""torchscale's collective names -> the seed's keys (``allreduce``, ``allgather``...)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunConfig(_Strict):
+    """The seed's config keys, plus the resolved benchmark configuration."""
+
+    warmup_iters: Optional[int] = Field(None, description="warmup_steps (first value if swept).")
+    benchmark_iters: Optional[int] = Field(None, description="measure_steps (first if swept).")
+    device: Optional[str] = Field(None, description="Device name the cells ran on.")
+    benchmark: Dict[str, Any] = Field(
+        default_factory=dict, description="The resolved YAML configuration (manifest.json)."
+    )
+
+
+class CollectiveEntry(_Strict):
+    world_size: int
+    scope: str
+    dtype: str
+    size_bytes: Optional[int] = None
+    time_us: Optional[float] = None
+    algbw_gbps: Optional[float] = None
+    busbw_gbps: Optional[float] = None
+    status: str
+
+
+class TrainingEntry(_Strict):
+    cell_id: str
+    model: str
+    world_size: int
+    nnodes: int
+    batch_size: int
+    global_batch_size: int
+    precision: str
+    status: str
+    error: Optional[str] = None
+    unit: Optional[str] = None
+    samples_per_s: Optional[float] = None
+    throughput: Optional[float] = Field(None, description="unit per second, all ranks.")
+    step_ms_mean: Optional[float] = None
+    step_ms_p50: Optional[float] = None
+    step_ms_p95: Optional[float] = None
+    step_ms_p99: Optional[float] = None
+    scaling_efficiency: Optional[float] = Field(None, description="0..1, against the baseline.")
+    sync_exposed_pct: Optional[float] = None
+    mfu: Optional[float] = None
+
+
+class MemoryEntry(_Strict):
+    cell_id: str
+    model: str
+    world_size: int
+    batch_size: int
+    params_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    activations_peak_bytes: Optional[int] = None
+    peak_bytes: int
+    peak_kind: str
+
+
+class Results(_Strict):
+    communication: Dict[str, List[CollectiveEntry]] = Field(
+        default_factory=dict, description="By collective (allreduce, allgather, ...), per size."
+    )
+    training: List[TrainingEntry] = Field(default_factory=list, description="One per cell.")
+    memory: List[MemoryEntry] = Field(default_factory=list, description="Measured cells' peak.")
+
+
+class BenchmarkDocument(_Strict):
+    """One experiment, in seed 001's output format."""
+
+    name: str
+    world_size: int = Field(description="The largest world size measured.")
+    timestamp: Optional[str] = Field(None, description="When the results were last written (UTC).")
+    config: RunConfig
+    results: Results
+    torchscale_document_version: int = DOCUMENT_VERSION
+
+
+def _clean(row: Dict[str, Any]) -> Dict[str, Any]:
+    """NaN and pandas' missing values -> None; numpy scalars -> Python."""
+    out = {}
+    for key, value in row.items():
+        if hasattr(value, "item"):
+            value = value.item()
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            value = None
+        out[key] = value
+    return out
+
+
+def _first(value: Any) -> Any:
+    return value[0] if isinstance(value, list) and value else value if value != [] else None
+
+
+def _communication(experiment: Experiment) -> Dict[str, List[CollectiveEntry]]:
+    table = collective_table(experiment.records)
+    found: Dict[str, List[CollectiveEntry]] = {}
+    fields = set(CollectiveEntry.model_fields)
+    for row in table.to_dict("records"):
+        key = OP_KEYS.get(row["op"], row["op"])
+        values = {k: v for k, v in _clean(row).items() if k in fields}
+        found.setdefault(key, []).append(CollectiveEntry.model_validate(values))
+    return found
+
+
+def _memory(experiment: Experiment) -> List[MemoryEntry]:
+    entries = []
+    for record in experiment.records:
+        if isinstance(record, TrainingResult) and record.memory is not None:
+            entries.append(
+                MemoryEntry(
+                    cell_id=record.cell_id,
+                    model=record.model,
+                    world_size=record.world_size,
+                    batch_size=record.batch_size,
+                    **record.memory.model_dump(),
+                )
+            )
+    return entries
+
+
+def build_document(experiment: Experiment) -> BenchmarkDocument:
+    table = training_table(experiment.records)
+    fields = set(TrainingEntry.model_fields)
+    training = [
+        TrainingEntry.model_validate({k: v for k, v in _clean(row).items() if k in fields})
+        for row in table.to_dict("records")
+    ]
+    config = experiment.manifest.get("config") or {}
+    devices = [r.device_name for r in experiment.records if getattr(r, "device_name", None)]
+    return BenchmarkDocument(
+        name=experiment.name,
+        world_size=max((r.world_size for r in experiment.records), default=0),
+        timestamp=experiment.manifest.get("updated_at") or experiment.manifest.get("created_at"),
+        config=RunConfig(
+            warmup_iters=_first(config.get("warmup_steps")),
+            benchmark_iters=_first(config.get("measure_steps")),
+            device=devices[0] if devices else None,
+            benchmark=config,
+        ),
+        results=Results(
+            communication=_communication(experiment),
+            training=training,
+            memory=_memory(experiment),
+        ),
+    )
+
+
+def document_schema() -> Dict[str, Any]:
+    return BenchmarkDocument.model_json_schema()
+
+
+def render_documents(data: ReportData) -> bytes:
+    """The document of the one experiment, or a JSON array of them for a folder of several."""
+    documents = [build_document(e).model_dump(mode="json") for e in data.experiments]
+    body: Any = documents[0] if len(documents) == 1 else documents
+    return (json.dumps(body, indent=2, allow_nan=False) + "\n").encode("utf-8")
