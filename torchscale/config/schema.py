@@ -75,6 +75,11 @@ class DataSettings(StrictModel):
 class TrainingSettings(StrictModel):
     """The knobs of one cell besides model, batch size and GPU count."""
 
+    backend: Literal["auto", "nccl", "gloo", "ucc", "mpi"] = Field(
+        "auto",
+        description="Process-group backend: auto (nccl on GPUs, gloo on CPU), nccl, gloo, ucc or "
+        "mpi (with --launcher mpirun). One this torch lacks makes the cell skipped.",
+    )
     precision: Precision = Field("fp32", description="fp32, amp (fp16 + GradScaler) or bf16.")
     channels_last: bool = Field(False, description="NHWC memory format for conv models.")
     compile: bool = Field(False, description="Wrap the DDP model in torch.compile.")

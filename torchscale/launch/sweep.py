@@ -20,6 +20,7 @@ from torchscale.hardware.environment import (
     node_devices,
     threads_per_cpu_slot,
 )
+from torchscale.launch.backends import backend_skip_reason
 from torchscale.launch.cell import node_environments, run_cell, skipped_records
 from torchscale.launch.multinode import Launch, check_node_zero, merge_node_environments
 from torchscale.launch.nsys import resolve_tool
@@ -72,7 +73,9 @@ def build_manifest(plan: Plan, previous: Dict[str, Any], command: List[str]) -> 
 
 def skip_reason(cell: Cell, devices: NodeDevices, launch: Launch) -> Optional[str]:
     s = cell.settings
-    reason = launch.skip_reason(cell)
+    reason = launch.skip_reason(cell) or backend_skip_reason(
+        getattr(s, "backend", "auto"), devices.kind, launch.launcher
+    )
     if reason:
         return reason
     if s.nproc_per_node > devices.count:

@@ -25,6 +25,8 @@ from torchscale.models.registry import check_model_name, uses_seq_len
 # Settings that do not change what a cell measures, left out of its identity, so that --resume
 # after raising a timeout still recognises finished cells.
 NON_IDENTITY_FIELDS = {"repeat", "cell_timeout_s"}
+LATER_DEFAULTS = {"backend": "auto"}
+"""Knobs added after results existed: at their default they are left out of a cell's identity."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,9 @@ def experiment_dirname(name: str) -> str:
 
 def settings_digest(settings: BaseModel) -> str:
     identity = settings.model_dump(mode="json", exclude=NON_IDENTITY_FIELDS)
+    for name, default in LATER_DEFAULTS.items():  # so ids from before the knob stay the same
+        if identity.get(name) == default:
+            del identity[name]
     blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
     return hashlib.sha1(blob.encode()).hexdigest()[:8]
 

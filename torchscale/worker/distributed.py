@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from torchscale.hardware.environment import threads_per_cpu_slot
+from torchscale.launch.backends import resolve_backend
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,11 @@ class RankContext:
         return "cpu"
 
 
-def init_distributed(timeout_s: float) -> RankContext:
-    """Join the process group torchrun set up through the environment."""
+def init_distributed(timeout_s: float, backend: str = "auto") -> RankContext:
+    """Join the process group torchrun (or mpirun) set up through the environment.
+
+    ``backend`` auto: NCCL on a GPU, gloo on a CPU process; else the one named.
+    """
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     world_size = int(os.environ["WORLD_SIZE"])
@@ -44,15 +48,14 @@ def init_distributed(timeout_s: float) -> RankContext:
     if torch.cuda.is_available() and torch.cuda.device_count() > local_rank:
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        backend = "nccl"
     else:
         device = torch.device("cpu")
-        backend = "gloo"
         torch.set_num_threads(threads_per_cpu_slot())
+    backend = resolve_backend(backend, device.type == "cuda")
     dist.init_process_group(
         backend,
         timeout=timedelta(seconds=timeout_s),
-        device_id=device if device.type == "cuda" else None,
+        device_id=device if backend == "nccl" else None,
     )
     return RankContext(
         rank, local_rank, world_size, local_world_size, device, backend, socket.gethostname()

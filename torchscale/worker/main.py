@@ -63,7 +63,7 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
     reporter = rank_reporter(out_path)
     with reporting_failures(reporter):
         reporter.phase("init")
-        ctx = init_distributed(settings.cell_timeout_s)
+        ctx = init_distributed(settings.cell_timeout_s, settings.backend)
         reporter.phase("build")
         spec = load_model(settings.model, seq_len=settings.seq_len)
         run = build_run(settings, spec, ctx)

@@ -1,0 +1,87 @@
+"""The ``backend:`` knob: backends this torch (or node, or launcher) cannot run are recorded as
+skipped with the reason, before any launch; ``auto`` keeps the cell ids of older results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+from typer.testing import CliRunner
+
+from torchscale.cli.app import app
+from torchscale.config.schema import CellSettings
+from torchscale.launch.backends import backend_skip_reason, resolve_backend
+from torchscale.plan.matrix import cell_id
+from torchscale.results.store import ExperimentStore
+
+runner = CliRunner()
+
+CONFIG = """\
+experiment_name: backends
+models: [gpt2-tiny]
+batch_sizes: [2]
+gpu_counts: [1]
+backend: [ucc, mpi, nccl]
+warmup_steps: 1
+measure_steps: 2
+"""
+
+
+@pytest.mark.skipif(dist.is_ucc_available(), reason="this torch has UCC")
+def test_unavailable_backends_are_skipped_with_the_reason(tmp_path: Path) -> None:
+    config = tmp_path / "bench.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    result = runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output  # skipped cells are results, not errors
+    records = {r.settings["backend"]: r for r in ExperimentStore(tmp_path / "backends").records()}
+    assert sorted(records) == ["mpi", "nccl", "ucc"]
+    assert all(r.status == "skipped" for r in records.values())
+    assert records["ucc"].error.startswith("backend ucc is not available in this torch;")
+    if not dist.is_mpi_available():
+        assert records["mpi"].error.startswith("backend mpi is not available in this torch;")
+    if not (dist.is_nccl_available() and _has_gpus()):
+        assert "nccl" in records["nccl"].error
+    # nothing was launched: no cell folder holds a launch log
+    assert not list((tmp_path / "backends").glob("cells/*/launch.log"))
+    printed = json.loads(result.stdout)
+    assert {r["status"] for r in printed["records"]} == {"skipped"}
+
+
+def _has_gpus() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def test_reasons_and_resolution() -> None:
+    assert backend_skip_reason("auto", "cpu", "torchrun") is None
+    assert backend_skip_reason("gloo", "cpu", "torchrun") is None
+    assert backend_skip_reason("nccl", "cpu", "torchrun") in (
+        "backend nccl needs CUDA GPUs; this node has none (use gloo or auto)",
+        "backend nccl is not available in this torch; it needs CUDA GPUs and a torch built with "
+        "NCCL (the CUDA wheels)",
+    )
+    if dist.is_mpi_available():
+        assert "--launcher mpirun" in backend_skip_reason("mpi", "cpu", "torchrun")
+    assert resolve_backend("auto", cuda=True) == "nccl"
+    assert resolve_backend("auto", cuda=False) == "gloo"
+    assert resolve_backend("gloo", cuda=True) == "gloo"
+
+
+def test_auto_keeps_cell_ids_and_other_backends_change_them() -> None:
+    base = {"model": "gpt2-tiny", "batch_size": 4, "gpus": 2}
+    auto = cell_id(CellSettings(**base))
+    assert auto == cell_id(CellSettings(**base, backend="auto"))
+    # the id these settings had before the knob existed: --resume still finds old results
+    assert auto == "gpt2-tiny-b4-g2-fp32-r0-8826b216"
+    assert cell_id(CellSettings(**base, backend="gloo")) != auto
+
+
+def test_unknown_backend_is_a_config_error(tmp_path: Path) -> None:
+    config = tmp_path / "bench.yaml"
+    config.write_text(CONFIG.replace("[ucc, mpi, nccl]", "hccl"), encoding="utf-8")
+    result = runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "backend" in result.output and "'auto', 'nccl', 'gloo', 'ucc' or 'mpi'" in result.output
