@@ -14,6 +14,7 @@ from torchscale.cli.console import err_console, print_json, user_errors
 from torchscale.errors import TorchscaleError
 
 if TYPE_CHECKING:
+    from torchscale.integrations.sinks import Integrations
     from torchscale.launch.multinode import Launch
     from torchscale.plan.matrix import Plan
 
@@ -23,6 +24,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 EXIT_CELLS_FAILED = 1
 NODES_PANEL = "Multi-node"
+INTEGRATIONS_PANEL = "Integrations"
 
 
 class Launcher(str, Enum):
@@ -148,6 +150,25 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=NODES_PANEL,
             ),
         ] = 600.0,
+        tensorboard: Annotated[
+            Optional[Path],
+            typer.Option(
+                "--tensorboard",
+                help="Also write TensorBoard event files here, one run per cell "
+                "(needs torchscale[tensorboard]).",
+                file_okay=False,
+                rich_help_panel=INTEGRATIONS_PANEL,
+            ),
+        ] = None,
+        mlflow: Annotated[
+            Optional[str],
+            typer.Option(
+                "--mlflow",
+                help="Also log to MLflow: a folder, sqlite:///PATH.db or a server URL; one run per "
+                "cell under a run per experiment (needs torchscale[mlflow]).",
+                rich_help_panel=INTEGRATIONS_PANEL,
+            ),
+        ] = None,
         sbatch_arg: Annotated[
             Optional[List[str]],
             typer.Option(
@@ -176,8 +197,11 @@ def register(app: typer.Typer) -> None:
 
         from torchscale.cli.benchmark_nodes import plan_and_launch, submit_matrix
         from torchscale.config.loader import load_config, parse_overrides
+        from torchscale.integrations.sinks import Integrations
 
         loaded = load_config(config, parse_overrides(set_ or [], ctx.args))
+        integrations = Integrations(tensorboard, mlflow)
+        integrations.check()
         if submit:
             forwarded = [
                 f"--benchmark={benchmark_kind}",
@@ -203,6 +227,7 @@ def register(app: typer.Typer) -> None:
             resume=resume,
             retry_failed=retry_failed,
             json_output=json_output,
+            integrations=integrations,
         )
         if code:
             raise typer.Exit(code)
@@ -268,9 +293,11 @@ def _run(
     resume: bool,
     retry_failed: bool,
     json_output: bool,
+    integrations: Optional[Integrations] = None,
 ) -> int:
     from torchscale.cli.benchmark_nodes import follower_summary
     from torchscale.cli.benchmark_view import ConsoleEvents, results_table
+    from torchscale.integrations.sinks import SinkEvents
     from torchscale.launch.multinode import store_for
     from torchscale.launch.process import Terminated
     from torchscale.launch.sweep import SweepOptions, check_resumable, run_sweep, write_summary
@@ -282,8 +309,12 @@ def _run(
     if launch.records_results:
         check_resumable(store, resume)
     options = SweepOptions(resume=resume, retry_failed=retry_failed, launch=launch)
+    sinks = []
+    if integrations is not None and launch.records_results:
+        sinks = integrations.open(plan.config.experiment_name, store.root, plan.swept)
     try:
-        with ConsoleEvents() as events:
+        with ConsoleEvents() as console:
+            events = SinkEvents(console, sinks)
             records = run_sweep(plan, store, options, events)
     except KeyboardInterrupt as exc:
         done = len(store.records())
@@ -296,6 +327,7 @@ def _run(
     if not launch.records_results:
         return follower_summary(launch, store, records)
     table = write_summary(store, records)
+    events.close(records, table)
     title = f"{plan.config.experiment_name} ({store.root})"
     if not table.empty:
         err_console.print(results_table(table, title))

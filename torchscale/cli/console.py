@@ -14,6 +14,7 @@ from typing import Any, Callable, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from torchscale.errors import TorchscaleError
 
@@ -42,7 +43,8 @@ def print_json(document: Any) -> None:
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print a one-line error on stderr and return the Exit to raise."""
-    err_console.print(f"[bold red]Error:[/bold red] {message}", soft_wrap=True)
+    # escape: a message naming 'torchscale[mlflow]' or a path with brackets is text, not markup
+    err_console.print(f"[bold red]Error:[/bold red] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -48,7 +48,11 @@ def _generate(
 
     with err_console.status(f"Building the {fmt} report of {source}..."):
         path = generate_report(ReportRequest(source, fmt, output, baseline, threshold))
-    err_console.print(f"> Report written to {path}", soft_wrap=True, markup=False)
+    if fmt.lower() == "tensorboard":
+        message = f"> TensorBoard runs written to {path} (view: tensorboard --logdir {path})"
+    else:
+        message = f"> Report written to {path}"
+    err_console.print(message, soft_wrap=True, markup=False)
 
 
 def report(

@@ -60,7 +60,7 @@ def generate_report(request: ReportRequest) -> Path:
         )
     data = load_report_data(request.source)
     if fmt == "tensorboard":
-        from torchscale.integrations.tensorboard import export_tensorboard
+        from torchscale.integrations.tensorboard_events import export_tensorboard
 
         return export_tensorboard(data, request.output or data.source / "tensorboard")
     output = request.output or default_output(data, fmt)

@@ -1,0 +1,199 @@
+"""MLflow tracking: ``benchmark --mlflow URI``.
+
+One parent run per experiment sweep and one child run per cell (tag ``mlflow.parentRunId``), in the
+MLflow experiment named like the torchscale experiment. A child run has the cell's settings as
+parameters, its figures as metrics (``step_time_ms`` as a history over the measured steps),
+its status (FAILED for failed/oom/timeout cells, KILLED for skipped ones, the reason in the
+``torchscale.error`` tag) and its ``result.json``/``cell.json`` as artifacts. The parent run gets
+the swept knobs as parameters and, at the end, ``summary.csv``, ``manifest.json`` and seed 001's
+JSON document (``report.json``) as artifacts.
+
+URI: a local folder (MLflow's file store, which MLflow 3 keeps in maintenance mode: torchscale
+opts in for you), ``sqlite:///path/mlflow.db`` (artifacts beside it, in ``mlartifacts/``), or an
+``http(s)://`` tracking server. Needs ``pip install 'torchscale[mlflow]'``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from torchscale.errors import TorchscaleError
+from torchscale.integrations.sinks import cell_run_name, row_for, training_records
+from torchscale.results.schema import ResultBase, TrainingResult
+
+INSTALL_HINT = "pip install 'torchscale[mlflow]'"
+RUN_STATUS = {"ok": "FINISHED", "skipped": "KILLED"}  # others (failed, oom, timeout): FAILED
+MAX_PARAM_CHARS = 500
+PARENT_TAG = "mlflow.parentRunId"
+
+
+def require_mlflow(uri: str) -> None:
+    """Fail in one line, before any launch, when MLflow (or its SQL store) is missing."""
+    try:
+        import mlflow  # noqa: F401
+    except ImportError:
+        raise TorchscaleError(f"--mlflow needs the mlflow package: {INSTALL_HINT}") from None
+    if uri.startswith(("sqlite:", "postgresql:", "mysql:", "mssql:")):
+        try:
+            import alembic  # noqa: F401
+            import sqlalchemy  # noqa: F401
+        except ImportError:
+            raise TorchscaleError(
+                f"--mlflow {uri} is a database store, which needs sqlalchemy and alembic: "
+                f"{INSTALL_HINT}"
+            ) from None
+
+
+def tracking_uri(uri: str) -> str:
+    """A folder path becomes an absolute file store path; URIs are kept."""
+    if "://" in uri or uri.startswith("sqlite:"):
+        return uri
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # the user asked for a folder
+    return str(Path(uri).expanduser().resolve())
+
+
+def _artifact_location(uri: str) -> Optional[str]:
+    """For ``sqlite:///x/mlflow.db``: ``x/mlartifacts`` (MLflow would use ./mlruns of the cwd)."""
+    if uri.startswith("sqlite:///"):
+        database = Path(uri[len("sqlite:///") :])
+        return (database.parent / "mlartifacts").resolve().as_uri()
+    return None
+
+
+def _flatten(values: Dict[str, Any], prefix: str = "") -> Iterator[Tuple[str, Any]]:
+    for key, value in values.items():
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _params(values: Dict[str, Any]) -> Dict[str, str]:
+    return {key: str(value)[:MAX_PARAM_CHARS] for key, value in _flatten(values)}
+
+
+def cell_metrics(record: TrainingResult, row: Optional[Dict[str, Any]]) -> Dict[str, float]:
+    steps = record.step_time_ms
+    row = row or {}
+    figures = {
+        "throughput": record.throughput,
+        "samples_per_s": record.samples_per_s,
+        "step_time_ms_mean": steps.mean if steps else None,
+        "step_time_ms_p50": steps.p50 if steps else None,
+        "step_time_ms_p95": steps.p95 if steps else None,
+        "step_time_ms_p99": steps.p99 if steps else None,
+        "sync_exposed_pct": row.get("sync_exposed_pct"),
+        "scaling_efficiency": row.get("scaling_efficiency"),
+        "peak_memory_bytes": record.memory.peak_bytes if record.memory else None,
+        "tflops_per_gpu": record.tflops_per_gpu,
+        "mfu": record.mfu,
+    }
+    return {
+        key: float(value)
+        for key, value in figures.items()
+        if value is not None and not math.isnan(float(value))
+    }
+
+
+class MlflowSink:
+    """Logs each recorded cell as a child run of the sweep's parent run."""
+
+    name = "MLflow"
+
+    def __init__(self, uri: str, experiment: str, store_root: Path, swept: Sequence[str]) -> None:
+        require_mlflow(uri)
+        from mlflow import MlflowClient
+
+        self.uri = tracking_uri(uri)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        self.store_root = Path(store_root)
+        self.swept = list(swept)
+        found = self.client.get_experiment_by_name(experiment)
+        self.experiment_id = (
+            found.experiment_id
+            if found is not None
+            else self.client.create_experiment(
+                experiment, artifact_location=_artifact_location(self.uri)
+            )
+        )
+        parent = self.client.create_run(
+            self.experiment_id,
+            run_name=experiment,
+            tags={"torchscale.kind": "experiment", "torchscale.results_dir": str(store_root)},
+        )
+        self.parent_id = parent.info.run_id
+        self.client.log_batch(self.parent_id, params=self._param_list({"swept": ",".join(swept)}))
+        self.cell_runs: Dict[str, str] = {}
+
+    @staticmethod
+    def _param_list(values: Dict[str, Any]) -> List[Any]:
+        from mlflow.entities import Param
+
+        return [Param(key, value) for key, value in _params(values).items()]
+
+    def cell_finished(self, records: Sequence[ResultBase], table: Any) -> None:
+        for record in training_records(records):
+            self._log_cell(record, row_for(table, record.cell_id))
+
+    def _log_cell(self, record: TrainingResult, row: Optional[Dict[str, Any]]) -> None:
+        from mlflow.entities import Metric
+
+        name = cell_run_name(record, self.swept).split("/", 1)[1]  # the experiment is the parent
+        tags = {
+            PARENT_TAG: self.parent_id,
+            "torchscale.kind": "cell",
+            "torchscale.cell_id": record.cell_id,
+            "torchscale.status": record.status,
+        }
+        if record.error:
+            tags["torchscale.error"] = record.error[:5000]
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        run_id = run.info.run_id
+        self.cell_runs[record.cell_id] = run_id
+        params = {
+            **record.settings,
+            "world_size": record.world_size,
+            "backend": record.backend,
+            "device_name": record.device_name,
+        }
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, v, now, 0) for k, v in cell_metrics(record, row).items()]
+        metrics += [
+            Metric("step_time_ms", float(ms), now, step)
+            for step, ms in enumerate(record.step_times_ms)
+        ]
+        self.client.log_batch(run_id, metrics=metrics[:1000], params=self._param_list(params))
+        for extra in range(1000, len(metrics), 1000):
+            self.client.log_batch(run_id, metrics=metrics[extra : extra + 1000])
+        cell_dir = self.store_root / "cells" / record.cell_id
+        for artifact in ("result.json", "cell.json"):
+            if (cell_dir / artifact).is_file():
+                self.client.log_artifact(run_id, str(cell_dir / artifact))
+        self.client.set_terminated(run_id, RUN_STATUS.get(record.status, "FAILED"))
+
+    def close(self, records: Sequence[ResultBase], table: Any) -> None:
+        for name in ("summary.csv", "manifest.json"):
+            if (self.store_root / name).is_file():
+                self.client.log_artifact(self.parent_id, str(self.store_root / name))
+        self._log_document()
+        ok = sum(1 for r in training_records(records) if r.status == "ok")
+        self.client.log_metric(self.parent_id, "cells_ok", ok)
+        self.client.set_terminated(self.parent_id, "FINISHED")
+
+    def _log_document(self) -> None:
+        """Seed 001's JSON document of the experiment, as ``report.json``."""
+        import tempfile
+
+        from torchscale.report.data import load_experiment
+        from torchscale.report.document import build_document
+
+        document = build_document(load_experiment(self.store_root)).model_dump(mode="json")
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "report.json"
+            path.write_text(json.dumps(document, indent=2), encoding="utf-8")
+            self.client.log_artifact(self.parent_id, str(path))
