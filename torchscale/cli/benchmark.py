@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -30,6 +30,7 @@ INTEGRATIONS_PANEL = "Integrations"
 class Launcher(str, Enum):
     torchrun = "torchrun"
     slurm = "slurm"
+    mpirun = "mpirun"
 
 
 def register(app: typer.Typer) -> None:
@@ -94,7 +95,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--launcher",
                 help="torchrun: this node (with --nnodes: one torchscale per node, in lock step); "
-                "slurm: every cell through srun inside an allocation.",
+                "slurm: every cell through srun inside an allocation; mpirun: every cell's ranks "
+                "started by Open MPI or MPICH.",
                 rich_help_panel=NODES_PANEL,
             ),
         ] = Launcher.torchrun,
@@ -169,6 +171,16 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=INTEGRATIONS_PANEL,
             ),
         ] = None,
+        mpirun_arg: Annotated[
+            Optional[List[str]],
+            typer.Option(
+                "--mpirun-arg",
+                help="Extra mpirun argument for --launcher mpirun, e.g. "
+                "--mpirun-arg=--hostfile=hosts "
+                "(repeatable).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = None,
         sbatch_arg: Annotated[
             Optional[List[str]],
             typer.Option(
@@ -215,7 +227,7 @@ def register(app: typer.Typer) -> None:
             return
         plan, launch = plan_and_launch(
             loaded, launcher.value, nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout,
-            benchmark=benchmark_kind,
+            benchmark=benchmark_kind, mpirun_args=mpirun_arg or [],
         )  # fmt: skip
         if dry_run:
             _print_plan(plan, launch, output_dir, json_output)
@@ -254,19 +266,16 @@ def _print_plan(plan: Plan, launch: Launch, output_dir: Path, json_output: bool)
     store = store_for(launch, output_dir / experiment_dirname(plan.config.experiment_name))
     cells = [c for c in plan.cells if launch.visits(c)]
     waits = launch.join_waits(plan.cells)
-    commands = [
-        f"skipped: {launch.skip_reason(c)}"
-        if launch.skip_reason(c)
-        else format_command(
-            [
-                *launch.prefix(c),
-                *cell_command(
-                    c, store.cell_dir(c.cell_id), launch.rendezvous(c, waits.get(c.cell_id))
-                ),
-            ]
-        )
-        for c in cells
-    ]
+
+    def command(c: Any) -> str:
+        if launch.skip_reason(c):
+            return f"skipped: {launch.skip_reason(c)}"
+        cell_dir = store.cell_dir(c.cell_id)
+        own = launch.worker_command(c, cell_dir)  # mpirun starts the ranks itself
+        rendezvous = launch.rendezvous(c, waits.get(c.cell_id))
+        return format_command(own or [*launch.prefix(c), *cell_command(c, cell_dir, rendezvous)])
+
+    commands = [command(c) for c in cells]
     if json_output:
         print_json(
             [

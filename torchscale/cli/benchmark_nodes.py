@@ -43,6 +43,7 @@ def plan_and_launch(
     rdzv_id: Optional[str],
     join_timeout: float,
     benchmark: str = "all",
+    mpirun_args: Sequence[str] = (),
 ) -> Tuple[Plan, Launch]:
     from torchscale.launch.multinode import resolve_launch, split_endpoint
     from torchscale.launch.slurm import SlurmLaunch
@@ -59,6 +60,15 @@ def plan_and_launch(
         slurm = SlurmLaunch.from_env(os.environ, port, join_timeout)
         per_node = _node_size(config, slurm.allocation.gpus_per_node if slurm.allocation else None)
         launch = slurm
+    elif launcher == "mpirun":
+        from torchscale.launch.mpirun import resolve_mpirun_launch
+
+        if node_rank is not None:
+            raise TorchscaleError("--node-rank goes with --launcher torchrun; mpirun places ranks")
+        launch = resolve_mpirun_launch(
+            nnodes=nnodes, endpoint=endpoint, mpirun_args=mpirun_args, join_timeout_s=join_timeout
+        )
+        per_node = _node_size(config) if launch.nnodes > 1 else None
     else:
         launch = resolve_launch(
             nnodes=nnodes,

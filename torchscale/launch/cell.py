@@ -213,19 +213,20 @@ def run_cell(
     profile: Optional[ProfileRequest] = None,
     prefix: Sequence[str] = (),
     records_results: bool = True,
+    command: Optional[Sequence[str]] = None,
 ) -> List[ResultBase]:
     """Launch ``cell`` and return its records (never raises for a failing cell).
 
     ``prefix`` runs torchrun on the cell's nodes (``srun ...``). A node that does not record
     results (lock-step node R > 0) returns no records when its launch succeeds: the result is
-    written on node 0.
+    written on node 0. ``command`` replaces the torchrun launch (``--launcher mpirun``).
     """
     cell_dir = prepare_cell_dir(store, cell, experiment, profile)
     started, started_at = time.monotonic(), _now()
     # A multi-node launch may first wait for the other nodes at the rendezvous.
     timeout_s = cell.settings.cell_timeout_s + (rendezvous.join_timeout_s or 0.0)
     outcome = run_process(
-        [*prefix, *cell_command(cell, cell_dir, rendezvous, profile)],
+        list(command) if command else [*prefix, *cell_command(cell, cell_dir, rendezvous, profile)],
         timeout_s=timeout_s,
         log_path=cell_dir / LAUNCH_LOG,
         env=python_env({**(env or {}), WRITES_RESULT_ENV: "1" if records_results else "0"}),

@@ -111,6 +111,10 @@ class Launch:
             is_host=False,
         )
 
+    def worker_command(self, cell: Cell, cell_dir: Path) -> Optional[List[str]]:
+        """The whole command that starts the cell's ranks when torchrun does not (``mpirun``)."""
+        return None
+
     def prefix(self, cell: Cell) -> List[str]:
         """What runs torchrun on the cell's nodes: nothing here (each node starts its own)."""
         return []

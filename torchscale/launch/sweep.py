@@ -161,6 +161,7 @@ def run_sweep(
                     profile=profile if cell.kind == "training" else None,
                     prefix=launch.prefix(cell),
                     records_results=recording,
+                    command=launch.worker_command(cell, store.cell_dir(cell.cell_id)),
                 )
             records.extend(new)
             if not recording:

@@ -15,10 +15,12 @@ from typing import Any, Dict, Iterator, List, Optional
 import torch.distributed as dist
 
 from torchscale.worker.distributed import RankContext, shutdown_distributed
+from torchscale.worker.mpi_env import adopt_mpi_environment
 from torchscale.worker.reporting import RankReporter
 
 
 def parse_cell_args(prog: str, description: str, argv: Optional[List[str]]) -> argparse.Namespace:
+    adopt_mpi_environment()  # ranks started by mpirun: RANK etc. from MPI's variables
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--cell", type=Path, required=True, help="cell.json written by the planner")
     parser.add_argument("--out", type=Path, required=True, help="where rank 0 writes the result")
