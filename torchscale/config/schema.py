@@ -56,10 +56,11 @@ class DDPSettings(StrictModel):
 class DataSettings(StrictModel):
     """Where batches come from. Synthetic data isolates compute from I/O."""
 
-    source: Literal["synthetic", "image_folder", "tensor_file"] = Field(
+    source: Literal["synthetic", "image_folder", "tensor_file", "cifar100", "imagenet"] = Field(
         "synthetic",
         description="synthetic; image_folder (class sub-folders of images); "
-        "tensor_file (a torch.save'd dict with 'inputs' and 'targets').",
+        "tensor_file (a torch.save'd dict with 'inputs' and 'targets'); cifar100 (CIFAR-100's "
+        "python version under path); imagenet (path/train/<wnid>/ images). Never downloaded.",
     )
     path: Optional[str] = Field(None, description="Folder or file for non-synthetic sources.")
     num_workers: NonNegativeInt = Field(2, description="DataLoader worker processes per rank.")

@@ -17,6 +17,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from pydantic import BaseModel, ValidationError
 
+from torchscale.config.datasets import dataset_problem
 from torchscale.config.loader import explain
 from torchscale.config.schema import BenchmarkConfig, CellSettings, TrainingSettings
 from torchscale.errors import ConfigError
@@ -193,6 +194,15 @@ def _check_selection(config: BenchmarkConfig, benchmark: str) -> None:
         )
 
 
+def _check_datasets(training: List[CellSettings]) -> None:
+    """A dataset with a known layout (cifar100, imagenet) that is not on disk: one line saying
+    where to put it, before any launch (torchscale never downloads)."""
+    for source, path in sorted({(s.data.source, s.data.path or "") for s in training}):
+        problem = dataset_problem(source, path)
+        if problem:
+            raise ConfigError(problem)
+
+
 def expand(
     config: BenchmarkConfig, benchmark: str = "all", gpus_per_node: Optional[int] = None
 ) -> Plan:
@@ -220,6 +230,7 @@ def expand(
         training, swept = _training_settings(config, window, gpus_per_node)
         for settings in training:
             add(cell_id(settings), settings, "training")
+        _check_datasets(training)
     if benchmark in ("all", "comm"):
         for comm in comm_settings(config, gpus_per_node):
             add(comm_cell_id(comm), comm, COMM_KIND)

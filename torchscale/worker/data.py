@@ -14,6 +14,7 @@ from typing import Any, Iterator, List, Tuple
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
+from torchscale.config.datasets import LAYOUT_SOURCES
 from torchscale.config.schema import CellSettings
 from torchscale.models import ModelSpec
 from torchscale.worker.distributed import RankContext
@@ -81,10 +82,17 @@ def batch_stream(spec: ModelSpec, settings: CellSettings, ctx: RankContext) -> I
         batch = spec.batch(settings.batch_size, ctx.device)
         return itertools.repeat(batch)
     path = Path(data.path or "")
+    images = data.source in ("image_folder", *LAYOUT_SOURCES)
+    if images and (not spec.input_shape or len(spec.input_shape) != 3):
+        raise ValueError(f"model {spec.name} takes no images (no input_shape (C, H, W))")
+    dataset: Dataset
     if data.source == "image_folder":
-        if not spec.input_shape or len(spec.input_shape) != 3:
-            raise ValueError(f"model {spec.name} takes no images (no input_shape (C, H, W))")
-        dataset: Dataset = ImageFolder(path, tuple(spec.input_shape[1:]))
+        dataset = ImageFolder(path, tuple(spec.input_shape[1:]))
+    elif data.source in LAYOUT_SOURCES:
+        from torchscale.worker.datasets import Cifar100, imagenet
+
+        reader = Cifar100 if data.source == "cifar100" else imagenet
+        dataset = reader(path, tuple(spec.input_shape[1:]), spec.num_classes)
     else:
         dataset = _tensor_file(path)
     sampler = DistributedSampler(
