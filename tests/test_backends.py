@@ -85,3 +85,22 @@ def test_unknown_backend_is_a_config_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(tmp_path)])
     assert result.exit_code == 2
     assert "backend" in result.output and "'auto', 'nccl', 'gloo', 'ucc' or 'mpi'" in result.output
+
+
+@pytest.mark.skipif(dist.is_ucc_available(), reason="this torch has UCC")
+def test_communication_backends_one_cell_each(tmp_path: Path) -> None:
+    config = tmp_path / "bench.yaml"
+    config.write_text(
+        "experiment_name: comm-backends\ngpu_counts: [2]\n"
+        "communication: {collectives: [all_reduce], p2p: false, max_bytes: 4K, backend: [ucc]}\n",
+        encoding="utf-8",
+    )
+    result = runner.invoke(
+        app, ["benchmark", "-c", str(config), "-o", str(tmp_path), "--benchmark", "comm"]
+    )
+    assert result.exit_code == 0, result.output
+    records = ExperimentStore(tmp_path / "comm-backends").records()
+    assert records and {r.status for r in records} == {"skipped"}
+    assert {r.cell_id.split("-r0-")[0] for r in records} == {"comm-g2-ucc"}
+    assert all(r.error.startswith("backend ucc is not available in this torch;") for r in records)
+    assert not list((tmp_path / "comm-backends").glob("cells/*/launch.log"))

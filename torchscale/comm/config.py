@@ -34,6 +34,7 @@ from torchscale.hardware.links import parse_link
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
 assert set(Collective.__args__) == set(COLLECTIVES)  # type: ignore[attr-defined]
 Scope = Literal["world", "intra_node", "inter_node"]
+Backend = Literal["auto", "nccl", "gloo", "ucc", "mpi"]  # see torchscale.launch.backends
 assert set(Scope.__args__) == set(SCOPES)  # type: ignore[attr-defined]
 
 ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8}
@@ -157,6 +158,11 @@ class CommunicationSection(StrictModel):
     cell_timeout_s: PositiveFloat = Field(
         1800.0, description="Kill a communication cell after this many seconds."
     )
+    backend: Annotated[List[Backend], BeforeValidator(as_list), Len(min_length=1)] = Field(
+        default_factory=_default("auto"),
+        description="Process-group backends, one cell each: auto (nccl on GPUs, gloo on CPU), "
+        "nccl, gloo, ucc, mpi. One this torch lacks makes its cell skipped.",
+    )
 
     @field_validator("link")
     @classmethod
@@ -205,6 +211,7 @@ class CommCellSettings(StrictModel):
     gpus: PositiveInt
     nnodes: PositiveInt = 1
     repeat: NonNegativeInt = 0
+    backend: Backend = "auto"
 
     @property
     def nproc_per_node(self) -> int:
@@ -212,7 +219,12 @@ class CommCellSettings(StrictModel):
 
     @classmethod
     def from_section(
-        cls, section: CommunicationSection, gpus: int, nnodes: int, repeat: int
+        cls,
+        section: CommunicationSection,
+        gpus: int,
+        nnodes: int,
+        repeat: int,
+        backend: str = "auto",
     ) -> CommCellSettings:
         return cls(
             collectives=section.collectives,
@@ -229,4 +241,5 @@ class CommCellSettings(StrictModel):
             gpus=gpus,
             nnodes=nnodes,
             repeat=repeat,
+            backend=backend,
         )

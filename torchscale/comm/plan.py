@@ -9,6 +9,7 @@ A single rank has no one to talk to: GPU counts of 1 are left out.
 
 from __future__ import annotations
 
+import itertools
 from typing import List, Optional
 
 from pydantic import ValidationError
@@ -26,7 +27,8 @@ def comm_cell_id(settings: CommCellSettings) -> str:
     from torchscale.plan.matrix import settings_digest
 
     nodes = f"-n{settings.nnodes}" if settings.nnodes > 1 else ""
-    return f"comm-g{settings.gpus}{nodes}-r{settings.repeat}-{settings_digest(settings)}"
+    backend = f"-{settings.backend}" if settings.backend != "auto" else ""
+    return f"comm-g{settings.gpus}{nodes}{backend}-r{settings.repeat}-{settings_digest(settings)}"
 
 
 def comm_gpu_counts(config: BenchmarkConfig) -> List[int]:
@@ -61,9 +63,11 @@ def comm_settings(
     cells = []
     for repeat in range(config.repeats):
         for gpus in comm_gpu_counts(config):
-            for nnodes in node_counts(gpus, config, gpus_per_node):
+            for nnodes, backend in itertools.product(
+                node_counts(gpus, config, gpus_per_node), section.backend
+            ):
                 try:
-                    settings = CommCellSettings.from_section(section, gpus, nnodes, repeat)
+                    settings = CommCellSettings.from_section(section, gpus, nnodes, repeat, backend)
                 except ValidationError as exc:
                     raise ConfigError(
                         f"invalid communication section: {explain(exc, {})}"

@@ -211,7 +211,7 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
     reporter = cell_entry.rank_reporter(out_path)
     with cell_entry.reporting_failures(reporter):
         reporter.phase("init")
-        ctx = init_distributed(settings.cell_timeout_s)
+        ctx = init_distributed(settings.cell_timeout_s, settings.backend)
         if ctx.is_cuda:
             torch.backends.cuda.matmul.allow_tf32 = False  # fp32 GEMMs stay fp32
         mine = measure(settings, ctx, reporter)
