@@ -234,3 +234,17 @@ def test_a_failing_sink_costs_no_result(caplog: pytest.LogCaptureFixture) -> Non
     assert seen == ["console", "console"]  # the console went on; the broken sink was left alone
     (warning,) = [r.getMessage() for r in caplog.records]
     assert warning.startswith("Broken logging stopped (OSError: disk full); the results are safe")
+
+
+def test_an_interrupted_sweep_ends_its_mlflow_parent_run_killed(tmp_path: Path) -> None:
+    from torchscale.integrations.mlflow_runs import MlflowSink
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sink = MlflowSink(uri, "interrupted", tmp_path, ["batch_sizes"])
+    SinkEvents(object(), [sink]).abort()  # type: ignore[arg-type]
+    client = MlflowClient(tracking_uri=uri)
+    (parent,) = client.search_runs([client.get_experiment_by_name("interrupted").experiment_id])
+    assert parent.info.run_id == sink.parent_id and parent.info.status == "KILLED"
+    assert parent.data.params["swept"] == "batch_sizes"
+    # artifacts beside the database, not in ./mlruns of wherever torchscale ran
+    assert parent.info.artifact_uri.startswith((tmp_path / "mlartifacts").resolve().as_uri())

@@ -321,11 +321,13 @@ def _run(
     sinks = []
     if integrations is not None and launch.records_results:
         sinks = integrations.open(plan.config.experiment_name, store.root, plan.swept)
+    console = ConsoleEvents()
+    events = SinkEvents(console, sinks)
     try:
-        with ConsoleEvents() as console:
-            events = SinkEvents(console, sinks)
+        with console:
             records = run_sweep(plan, store, options, events)
     except KeyboardInterrupt as exc:
+        events.abort()
         done = len(store.records())
         how = "Terminated" if isinstance(exc, Terminated) else "Interrupted"
         err_console.print(

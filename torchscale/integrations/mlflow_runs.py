@@ -185,6 +185,10 @@ class MlflowSink:
         self.client.log_metric(self.parent_id, "cells_ok", ok)
         self.client.set_terminated(self.parent_id, "FINISHED")
 
+    def abort(self) -> None:
+        """Interrupted: the parent run ends KILLED (the finished cells' runs stay as logged)."""
+        self.client.set_terminated(self.parent_id, "KILLED")
+
     def _log_document(self) -> None:
         """Seed 001's JSON document of the experiment, as ``report.json``."""
         import tempfile

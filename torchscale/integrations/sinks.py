@@ -88,6 +88,12 @@ class SinkEvents:
         for sink in self.sinks:
             self._call(sink, "close", records, table)
 
+    def abort(self) -> None:
+        """The sweep was interrupted: let the sinks mark their runs as such."""
+        for sink in self.sinks:
+            if hasattr(sink, "abort"):
+                self._call(sink, "abort")
+
     def _call(self, sink: ResultSink, method: str, *args: Any) -> None:
         if sink.name in self.broken:
             return
