@@ -157,7 +157,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--tensorboard",
                 help="Also write TensorBoard event files here, one run per cell "
-                "(needs torchscale[tensorboard]).",
+                "(needs torchscale\\[tensorboard]).",
                 file_okay=False,
                 rich_help_panel=INTEGRATIONS_PANEL,
             ),
@@ -167,7 +167,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--mlflow",
                 help="Also log to MLflow: a folder, sqlite:///PATH.db or a server URL; one run per "
-                "cell under a run per experiment (needs torchscale[mlflow]).",
+                "cell under a run per experiment (needs torchscale\\[mlflow]).",
                 rich_help_panel=INTEGRATIONS_PANEL,
             ),
         ] = None,
