@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+from torchscale.launch.flight_recorder import FLIGHT_RECORDER_DIR, dump_note, flight_recorder_env
 from torchscale.launch.kinds import common_identity, get_kind
 from torchscale.launch.nsys import wrapper as nsys_wrapper
 from torchscale.launch.process import python_env, run_process
@@ -183,7 +184,8 @@ def prepare_cell_dir(
 ) -> Path:
     """A clean folder for this attempt, holding the cell's input."""
     cell_dir = store.cell_dir(cell.cell_id)
-    for stale in (cell_dir / RESULT_FILE, cell_dir / RANKS_DIR, cell_dir / PROFILE_DIR):
+    stale_paths = (RESULT_FILE, RANKS_DIR, PROFILE_DIR, FLIGHT_RECORDER_DIR)
+    for stale in (cell_dir / name for name in stale_paths):
         if stale.is_dir():
             shutil.rmtree(stale)
         elif stale.exists():
@@ -228,7 +230,13 @@ def run_cell(
         [*prefix, *cell_command(cell, cell_dir, rendezvous, profile)],
         timeout_s=timeout_s,
         log_path=cell_dir / LAUNCH_LOG,
-        env=python_env({**(env or {}), WRITES_RESULT_ENV: "1" if records_results else "0"}),
+        env=python_env(
+            {
+                **flight_recorder_env(cell_dir),
+                **(env or {}),
+                WRITES_RESULT_ENV: "1" if records_results else "0",
+            }
+        ),
         on_poll=on_poll,
     )
     timing = {
@@ -240,13 +248,27 @@ def run_cell(
     identity = {**common_identity(cell, experiment), **timing}
     result = read_json(cell_dir / RESULT_FILE)
     if outcome.timed_out:
-        reason = _stuck_ranks(cell_dir, cell.settings.gpus, timeout_s)
+        reason = _stuck_ranks(cell_dir, cell.settings.gpus, timeout_s) + dump_note(cell_dir)
         return kind.failed(cell, identity, "timeout", reason)
-    if outcome.returncode == 0 and not records_results:
+    finished = outcome.returncode == 0 or _only_nsys_failed(cell_dir, cell, profile, result)
+    if finished and not records_results:
         return []
-    if outcome.returncode == 0 and result:
+    if finished and result:
         if profile is not None and (result.get("profile") or {}).get("profiled"):
             result["profile"].update(analyze_traces(cell_dir / PROFILE_DIR, profile.target))
         return kind.records(cell, identity, result)
     status, reason = _failure(cell_dir, outcome.returncode, rendezvous)
-    return kind.failed(cell, identity, status, reason)
+    return kind.failed(cell, identity, status, reason + dump_note(cell_dir))
+
+
+def _only_nsys_failed(
+    cell_dir: Path, cell: Cell, profile: Optional[ProfileRequest], result: Optional[dict]
+) -> bool:
+    """A non-zero exit that is only nsys saying it wrote no report: the trigger decided not to
+    profile, so the capture range never opened. Every rank reached ``done``, none failed."""
+    if profile is None or profile.tool != "nsys" or _rank_files(cell_dir, "error"):
+        return False
+    if result is not None and (result.get("profile") or {}).get("profiled") is not False:
+        return False  # a traced cell must have its report
+    phases = [doc.get("phase") for doc in _rank_files(cell_dir, "progress")]
+    return len(phases) >= cell.settings.nproc_per_node and set(phases) == {"done"}

@@ -35,7 +35,17 @@ class RankContext:
         return "cpu"
 
 
-def init_distributed(timeout_s: float) -> RankContext:
+PROCESS_GROUP_TIMEOUT_CAP_S = 600.0  # NCCL's own default
+
+
+def process_group_timeout_s(cell_timeout_s: float) -> float:
+    """A collective may hang at most half the cell's budget (10 min at most): NCCL's watchdog
+    then fails it, names it and dumps the flight recorder while the launcher still waits.
+    With the cell's own timeout the launcher always killed the ranks first, and said nothing."""
+    return min(cell_timeout_s / 2.0, PROCESS_GROUP_TIMEOUT_CAP_S)
+
+
+def init_distributed(cell_timeout_s: float) -> RankContext:
     """Join the process group torchrun set up through the environment."""
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -51,7 +61,7 @@ def init_distributed(timeout_s: float) -> RankContext:
         torch.set_num_threads(threads_per_cpu_slot())
     dist.init_process_group(
         backend,
-        timeout=timedelta(seconds=timeout_s),
+        timeout=timedelta(seconds=process_group_timeout_s(cell_timeout_s)),
         device_id=device if device.type == "cuda" else None,
     )
     return RankContext(

@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+RANK_MARK_FORMAT = "torchscale rank={rank} world_size={world_size}"  # what the worker marks
 RANK_MARK = re.compile(r"^(?:torchscale\s+)?rank\s*[=:#_ ]\s*(\d+)\b", re.IGNORECASE)
 WORLD_SIZE_MARK = re.compile(r"\bworld_size\s*=\s*(\d+)\b", re.IGNORECASE)
 
