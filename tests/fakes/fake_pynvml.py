@@ -16,6 +16,11 @@ Fixture format (``tests/data/nvml/*.json``)::
                   "nvmlDeviceGetTopologyCommonAncestor": {"1": 40, ...},
                   "*": {"error": "NVML_ERROR_NOT_SUPPORTED"}}, ...]}
 
+``nvmlDeviceGetHandleByIndex`` may be recorded on a device too: ``{"error": ...}`` there makes that
+one GPU's handle fail (NO_PERMISSION under a Slurm cgroup, GPU_IS_LOST), as NVML does per index.
+A GPU in MIG mode records ``nvmlDeviceGetMigDeviceHandleByIndex`` as a map from slot to
+``{"mig": {...}}``, the MIG device's own answers (its ``nvmlDeviceGetName``...).
+
 A device function's answer is stored under its name; when it takes arguments after the handle, the
 answer is a map from the arguments (comma-joined; another GPU's handle as its index; ``*`` for any
 other) to the answer. ``{"error": NAME}`` raises that NVML error; other maps become structs
@@ -33,7 +38,7 @@ import json
 import sys
 import types
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import pynvml as real
 
@@ -43,8 +48,9 @@ SHARED_PREFIXES = ("NVML_", "NVMLError", "nvmlClocks")
 class FakeHandle:
     """What nvmlDeviceGetHandleByIndex returns: only its index matters to the replay."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, record: Optional[Dict[str, Any]] = None) -> None:
         self.index = index
+        self.record = record  # a MIG device's own answers; None for a whole GPU
 
     def __repr__(self) -> str:
         return f"FakeHandle({self.index})"
@@ -105,12 +111,15 @@ class Replay:
         self._require_init()
         if not 0 <= index < len(self.devices):
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        answer = self.devices[index].get("nvmlDeviceGetHandleByIndex")
+        if isinstance(answer, dict) and "error" in answer:
+            _raise(answer)
         return FakeHandle(index)
 
     def device(self, name: str, handle: FakeHandle, *args: Any) -> Any:
         self._require_init()
         self.calls.append(name)
-        record = self.devices[handle.index]
+        record = handle.record if handle.record is not None else self.devices[handle.index]
         if name not in record:
             if "*" not in record:
                 raise AssertionError(f"fixture records no answer for {name} on GPU {handle.index}")
@@ -121,6 +130,8 @@ class Replay:
             if key not in answer and "*" not in answer:
                 raise AssertionError(f"fixture records no answer for {name}{(handle.index, *args)}")
             answer = answer.get(key, answer.get("*"))
+        if isinstance(answer, dict) and "mig" in answer:
+            return FakeHandle(handle.index, answer["mig"])
         return _decode(answer)
 
 
