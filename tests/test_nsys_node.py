@@ -4,6 +4,7 @@ file, in the column sets of two export versions (tests/data/make_nsys_fixture.py
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import warnings
 from pathlib import Path
@@ -197,3 +198,45 @@ def test_single_rank_analysis_prints_no_numpy_warnings(tmp_path):
             warnings.simplefilter("error", RuntimeWarning)
             document = to_document(analyze([path], "all"))
         assert len(document["ranks"]) == 1 and document["sync_stall_pct"] is None
+
+
+def test_profiling_doc_states_the_straggler_rule_the_code_applies():
+    from torchscale.profiling import findings
+
+    doc = (Path(__file__).parents[1] / "docs" / "profiling.md").read_text()
+    rule = doc[doc.index("**Straggler rule**") :]
+    shares = {n: findings.straggler_share_threshold(n) for n in (2, 3, 4, 5, 8)}
+    assert shares[5] == pytest.approx(shares[8]) == findings.STRAGGLER_MIN_CAUSED_SHARE
+    for ranks, share in shares.items():
+        if ranks <= 5:
+            shown = f"{100 * share:.1f}".rstrip("0").rstrip(".")
+            assert f"{shown}% for {ranks}" in rule or f"{shown}% from {ranks} ranks on" in rule
+    assert f">= {findings.STRAGGLER_MIN_INSTANCES} *significant*" in rule
+    assert f">= {findings.STRAGGLER_MIN_STALL_PCT:g}% of their step time" in rule
+    from torchscale.profiling.analyzers import collectives
+
+    assert f">= {collectives.MIN_WAIT_US:g} us without step markers" in rule
+    assert f"{100 * collectives.MIN_WAIT_SHARE_OF_STEP:g}% of the" in rule
+
+
+def test_cli_says_where_rank_numbers_came_from_and_names_other_jobs(tmp_path):
+    from typer.testing import CliRunner
+
+    from torchscale.cli.app import app
+
+    write_node(tmp_path / "node.sqlite", gpus=2, timeline=SHARED)
+    result = CliRunner().invoke(app, ["profile", "analyze", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert "[ANALYSIS] Rank numbers from: CUDA device ids (one process per GPU)" in result.stderr
+    document = json.loads(result.stdout)
+    assert [(t["rank"], t["device"], t["rank_source"]) for t in document["traces"]] == [
+        (0, 0, "device"),
+        (1, 1, "device"),
+    ]
+    other = tmp_path / "other"
+    write_node(other / "a.sqlite", gpus=2, rank_marks=[0, 1])
+    write_node(other / "b.sqlite", gpus=1, rank_marks=[0])
+    result = CliRunner().invoke(app, ["profile", "analyze", str(other)])
+    assert result.exit_code == 0, result.stderr
+    assert "[WARN] b.sqlite: from another job (world size 1" in result.stderr
+    assert "NVTX rank marks" in result.stderr
