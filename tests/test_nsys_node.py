@@ -183,6 +183,15 @@ def test_traces_of_another_job_are_named_and_left_out(tmp_path):
     assert to_document(result)["warnings"] == [warning]
 
 
+def test_two_node_exports_numbered_by_device_say_how_to_fix(tmp_path):
+    from torchscale.errors import TorchscaleError
+
+    write_node(tmp_path / "node0.sqlite", gpus=2)
+    write_node(tmp_path / "node1.sqlite", gpus=2)
+    with pytest.raises(TorchscaleError, match=r"repeat across files .* NVTX rank marks"):
+        analyze([tmp_path], "all")
+
+
 def test_single_rank_analysis_prints_no_numpy_warnings(tmp_path):
     with_nccl = write_node(tmp_path / "a" / "one.sqlite", gpus=1)
     compute_only = write_node(tmp_path / "b" / "one.sqlite", gpus=1)

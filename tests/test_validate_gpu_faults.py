@@ -42,6 +42,7 @@ def test_a_gpu_of_another_job_does_not_hide_the_others(monkeypatch):
     assert "GPU 3 not accessible to this process (NVML: Insufficient Permissions" in gpus.value
     assert checks["ECC"].status.value == "PASS"
     assert checks["NVLink"].value == "18/18 links up on GPUs 0, 1, 2, 4, 5, 6, 7"
+    assert checks["GPU topology"].value == "pairs: NV18 x21"  # the 7 readable GPUs' pairs
     assert smoke_ranks() == 7  # NCCL ranks on the job's own GPUs, not a gloo fallback
 
 

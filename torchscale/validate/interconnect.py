@@ -94,7 +94,8 @@ def check_topology(net: Interconnect) -> CheckResult:
         return skip(
             name, "one GPU: no GPU pairs", "Nothing to fix: topology needs 2+ GPUs.", **details
         )
-    pairs = [net.matrix[i][j] for i in range(n) for j in range(i + 1, n)]
+    readable = [i for i in range(n) if i not in net.refused]  # NVML refused: the GPUs row says
+    pairs = [net.matrix[i][j] for i in readable for j in readable if j > i]
     kinds = sorted(set(pairs), key=pairs.index)
     shown = "pairs: " + ", ".join(f"{k} x{pairs.count(k)}" for k in kinds)
     if "?" in kinds:

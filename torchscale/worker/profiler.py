@@ -17,8 +17,7 @@ from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
-from torchscale.profiling.traces.nsys_ranks import RANK_MARK_FORMAT
+from torchscale.plan.profile_request import PROFILE_DIR, RANK_MARK_FORMAT, ProfileRequest
 from torchscale.worker.distributed import RankContext
 from torchscale.worker.timing import Clock
 from torchscale.worker.training import TrainingRun

@@ -144,10 +144,14 @@ def check_unique_ranks(traces: Sequence[RankTrace]) -> None:
                 where += f", devices {used[trace.rank].metadata.get('device')} and " + str(
                     trace.metadata.get("device")
                 )
-            raise TorchscaleError(
-                f"two traces claim rank {trace.rank} ({where}); pass "
-                "one trace per rank (one capture at a time)"
-            )
+            hint = "pass one trace per rank (one capture at a time)"
+            if trace.metadata.get("rank_source") == "device":
+                hint = (
+                    "ranks taken from CUDA device ids repeat across files (one export per "
+                    "node?): analyse each node's export on its own, or capture with torchscale, "
+                    "whose NVTX rank marks number the ranks of every node"
+                )
+            raise TorchscaleError(f"two traces claim rank {trace.rank} ({where}); {hint}")
         used[trace.rank] = trace
 
 

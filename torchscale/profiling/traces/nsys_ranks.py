@@ -27,7 +27,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-RANK_MARK_FORMAT = "torchscale rank={rank} world_size={world_size}"  # what the worker marks
+from torchscale.plan.profile_request import RANK_MARK_FORMAT
+
+__all__ = ["RANK_MARK", "RANK_MARK_FORMAT", "Unit", "split_units"]
+
 RANK_MARK = re.compile(r"^(?:torchscale\s+)?rank\s*[=:#_ ]\s*(\d+)\b", re.IGNORECASE)
 WORLD_SIZE_MARK = re.compile(r"\bworld_size\s*=\s*(\d+)\b", re.IGNORECASE)
 
