@@ -196,18 +196,25 @@ def recorder() -> types.ModuleType:
             setattr(module, name, getattr(real, name))
     module.fixture = fixture
 
-    def handle_index(handle: Any) -> int:
+    mig_records: Dict[int, Dict[str, Any]] = {}  # MIG device handle -> its own answers
+
+    def pointer(handle: Any) -> int:
         import ctypes
 
-        return index_of[ctypes.cast(handle, ctypes.c_void_p).value]
+        return ctypes.cast(handle, ctypes.c_void_p).value or 0
+
+    def handle_index(handle: Any) -> int:
+        return index_of[pointer(handle)]
 
     def by_index(index: int) -> Any:
-        import ctypes
-
-        handle = real.nvmlDeviceGetHandleByIndex(index)
-        index_of[ctypes.cast(handle, ctypes.c_void_p).value] = index
         while len(fixture["devices"]) <= index:
             fixture["devices"].append({})
+        try:
+            handle = real.nvmlDeviceGetHandleByIndex(index)
+        except real.NVMLError as exc:  # this GPU only: NO_PERMISSION, GPU_IS_LOST
+            fixture["devices"][index]["nvmlDeviceGetHandleByIndex"] = {"error": _error_name(exc)}
+            raise
+        index_of[pointer(handle)] = index
         return handle
 
     def call(name: str, store: Callable[[Any], None], *args: Any) -> Any:
@@ -226,7 +233,18 @@ def recorder() -> types.ModuleType:
             raise AttributeError(name)
 
         def device_call(handle: Any, *args: Any) -> Any:
-            record = fixture["devices"][handle_index(handle)]
+            mig = mig_records.get(pointer(handle))
+            record = mig if mig is not None else fixture["devices"][handle_index(handle)]
+            if name == "nvmlDeviceGetMigDeviceHandleByIndex":
+                answer: Dict[str, Any] = {}
+                try:
+                    child = real.nvmlDeviceGetMigDeviceHandleByIndex(handle, *args)
+                except real.NVMLError as exc:
+                    record.setdefault(name, {})[str(args[0])] = {"error": _error_name(exc)}
+                    raise
+                record.setdefault(name, {})[str(args[0])] = {"mig": answer}
+                mig_records[pointer(child)] = answer
+                return child
             key = ",".join(
                 str(handle_index(a)) if type(a) is type(handle) else str(a) for a in args
             )
