@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 import torchscale.worker.measure as measure
 from torchscale.config.schema import CellSettings
-from torchscale.launch.flight_recorder import dump_note, flight_recorder_env
+from torchscale.launch.flight_recorder import collective_timed_out, dump_note, flight_recorder_env
 from torchscale.models.registry import load_model
 from torchscale.worker import distributed, profiler
 from torchscale.worker.distributed import RankContext
@@ -163,8 +163,22 @@ def test_flight_recorder_dumps_into_the_cell_folder(tmp_path, monkeypatch):
     assert (tmp_path / "flight_recorder").is_dir() and dump_note(tmp_path) == ""
     (tmp_path / "flight_recorder" / "rank_1").write_bytes(b"pickle")
     assert "dumps of 1 rank(s)" in dump_note(tmp_path) and "torchfrtrace" in dump_note(tmp_path)
+    # NCCL's watchdog aborts the process: no error file, but the dumps say a collective hung
+    assert collective_timed_out([], tmp_path)
     monkeypatch.setenv("TORCH_FR_DUMP_TEMP_FILE", "/mine/")
     assert "TORCH_FR_DUMP_TEMP_FILE" not in flight_recorder_env(tmp_path)  # the user's wins
+
+
+def test_gloo_collective_timeouts_are_timeouts_other_errors_are_not(tmp_path):
+    gloo = {
+        "type": "RuntimeError",  # what torch 2.15's gloo raised in a 2-rank run here
+        "message": "[third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
+        "waiting 3000ms for recv operation to complete",
+    }
+    crash = {"type": "RuntimeError", "message": "injected crash"}
+    assert collective_timed_out([gloo], tmp_path)
+    assert not collective_timed_out([gloo, crash], tmp_path)
+    assert not collective_timed_out([], tmp_path)
 
 
 def test_nsys_window_marks_the_rank_and_warms_up_before_step_ranges(monkeypatch):

@@ -14,7 +14,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from torchscale.launch.flight_recorder import FLIGHT_RECORDER_DIR, dump_note, flight_recorder_env
+from torchscale.launch.flight_recorder import (
+    FLIGHT_RECORDER_DIR,
+    collective_timed_out,
+    dump_note,
+    flight_recorder_env,
+    process_group_timeout_s,
+)
 from torchscale.launch.kinds import common_identity, get_kind
 from torchscale.launch.nsys import wrapper as nsys_wrapper
 from torchscale.launch.process import python_env, run_process
@@ -119,9 +125,17 @@ def _rendezvous_failure(cell_dir: Path, rendezvous: Rendezvous) -> Optional[str]
     return None
 
 
-def _failure(cell_dir: Path, returncode: Optional[int], rendezvous: Rendezvous) -> tuple:
+def _failure(
+    cell_dir: Path, cell: Cell, returncode: Optional[int], rendezvous: Rendezvous
+) -> tuple:
     """(status, error text) of a launch that wrote no result."""
     errors = _rank_files(cell_dir, "error")
+    if collective_timed_out(errors, cell_dir):
+        waited = process_group_timeout_s(cell.settings.cell_timeout_s)
+        where = _stuck_ranks(cell_dir, cell.settings.gpus)
+        return "timeout", (
+            f"a collective timed out after {waited:g} s (the process-group timeout): {where}"
+        )
     if errors:
         ooms = [e for e in errors if e.get("kind") == "oom"]
         root = min(ooms or errors, key=lambda e: e.get("time", 0.0))
@@ -151,7 +165,7 @@ def _where(progress: dict, steps: Optional[tuple]) -> str:
     return text + (f" ({progress['where']})" if progress.get("where") else "")
 
 
-def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: float) -> str:
+def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: Optional[float] = None) -> str:
     """Who stopped where. Ranks blocked in a collective have moved past the rank that hangs, so
     the rank(s) furthest behind in (window, step, phase) are named as stuck."""
     progress = {doc["rank"]: doc for doc in _rank_files(cell_dir, "progress")}
@@ -176,7 +190,8 @@ def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: float) -> str:
         names = ", ".join(map(str, stuck))
         parts.append(f"rank {names} stuck in {_where(progress[stuck[0]], steps[stuck[0]])}")
         parts += [f"rank {r} waiting in {_where(progress[r], steps[r])}" for r in ahead]
-    return f"no result after {timeout_s:g} s: " + "; ".join(parts)
+    where = "; ".join(parts)
+    return where if timeout_s is None else f"no result after {timeout_s:g} s: {where}"
 
 
 def prepare_cell_dir(
@@ -257,7 +272,7 @@ def run_cell(
         if profile is not None and (result.get("profile") or {}).get("profiled"):
             result["profile"].update(analyze_traces(cell_dir / PROFILE_DIR, profile.target))
         return kind.records(cell, identity, result)
-    status, reason = _failure(cell_dir, outcome.returncode, rendezvous)
+    status, reason = _failure(cell_dir, cell, outcome.returncode, rendezvous)
     return kind.failed(cell, identity, status, reason + dump_note(cell_dir))
 
 

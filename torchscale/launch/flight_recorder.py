@@ -9,12 +9,40 @@ states) is written into the cell folder, where ``torchfrtrace`` reads it.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
 
+PROCESS_GROUP_TIMEOUT_CAP_S = 600.0  # NCCL's own default
+# How a rank reports a collective that timed out: gloo ("Timed out waiting 3000ms for recv
+# operation to complete"), NCCL's watchdog ("Watchdog caught collective operation timeout").
+COLLECTIVE_TIMEOUT = re.compile(r"Timed out waiting|collective operation timeout|timed out", re.I)
 FLIGHT_RECORDER_DIR = "flight_recorder"
 DUMP_PREFIX = "rank_"  # torch appends the rank: flight_recorder/rank_3
 RECORDER_ENTRIES = "2000"  # torch >= 2.6's default; older releases record nothing unless set
+
+
+def process_group_timeout_s(cell_timeout_s: float) -> float:
+    """A collective may hang at most half the cell's budget (10 min at most): NCCL's watchdog
+    then fails it and dumps the flight recorder while the launcher still waits. With the cell's
+    own timeout the launcher always killed the ranks first, and nothing said where they hung."""
+    return min(cell_timeout_s / 2.0, PROCESS_GROUP_TIMEOUT_CAP_S)
+
+
+def dumps(cell_dir: Path) -> List[Path]:
+    folder = cell_dir / FLIGHT_RECORDER_DIR
+    return (
+        sorted(p for p in folder.glob(f"{DUMP_PREFIX}*") if p.is_file()) if folder.is_dir() else []
+    )
+
+
+def collective_timed_out(errors: List[dict], cell_dir: Path) -> bool:
+    """Did the process-group timeout end this cell? NCCL's watchdog aborts the process (no error
+    file, but flight-recorder dumps); gloo raises in the waiting ranks (their error files)."""
+    if dumps(cell_dir):
+        return True
+    texts = [f"{e.get('type')}: {e.get('message')}" for e in errors]
+    return bool(texts) and all(COLLECTIVE_TIMEOUT.search(t) for t in texts)
 
 
 def flight_recorder_env(cell_dir: Path) -> Dict[str, str]:
@@ -35,10 +63,10 @@ def flight_recorder_env(cell_dir: Path) -> Dict[str, str]:
 def dump_note(cell_dir: Path) -> str:
     """`` ; NCCL flight recorder ...`` naming the dumps of a failed cell, or ``""``."""
     folder = cell_dir / FLIGHT_RECORDER_DIR
-    dumps = [p for p in folder.glob(f"{DUMP_PREFIX}*") if p.is_file()] if folder.is_dir() else []
-    if not dumps:
+    found = dumps(cell_dir)
+    if not found:
         return ""
     return (
-        f"; NCCL flight recorder dumps of {len(dumps)} rank(s) in {folder} "
+        f"; NCCL flight recorder dumps of {len(found)} rank(s) in {folder} "
         f"(read them with `torchfrtrace {folder}`)"
     )

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from torchscale.hardware.environment import threads_per_cpu_slot
+from torchscale.launch.flight_recorder import process_group_timeout_s
 
 
 @dataclass(frozen=True)
@@ -33,16 +34,6 @@ class RankContext:
         if self.is_cuda:
             return torch.cuda.get_device_name(self.device)
         return "cpu"
-
-
-PROCESS_GROUP_TIMEOUT_CAP_S = 600.0  # NCCL's own default
-
-
-def process_group_timeout_s(cell_timeout_s: float) -> float:
-    """A collective may hang at most half the cell's budget (10 min at most): NCCL's watchdog
-    then fails it, names it and dumps the flight recorder while the launcher still waits.
-    With the cell's own timeout the launcher always killed the ranks first, and said nothing."""
-    return min(cell_timeout_s / 2.0, PROCESS_GROUP_TIMEOUT_CAP_S)
 
 
 def init_distributed(cell_timeout_s: float) -> RankContext:
