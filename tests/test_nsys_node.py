@@ -249,3 +249,21 @@ def test_cli_says_where_rank_numbers_came_from_and_names_other_jobs(tmp_path):
     assert result.exit_code == 0, result.stderr
     assert "[WARN] b.sqlite: from another job (world size 1" in result.stderr
     assert "NVTX rank marks" in result.stderr
+
+
+def test_sqlite_with_nsys_table_names_but_no_timeline_is_one_clear_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from torchscale.cli.app import app
+
+    path = tmp_path / "odd.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (name TEXT)")
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ('k')")
+    con.commit()
+    con.close()
+    result = CliRunner().invoke(app, ["profile", "analyze", str(path)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not a readable nsys SQLite export" in lines[0]
+    assert "Traceback" not in result.output

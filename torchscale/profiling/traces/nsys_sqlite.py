@@ -287,6 +287,8 @@ def read_nsys(path: Path) -> List[RankTrace]:
     finally:
         con.close()
     parts = [(c, p) for c, p in parts if p is not None]
+    if not parts:
+        raise sqlite3.DatabaseError("its CUDA and NVTX tables have no start/end/streamId columns")
     cats = [c for c, _ in parts]
     names: List[str] = []
     cols: Dict[str, List[np.ndarray]] = {k: [] for k in (*COLUMN_KEYS, "cat", "name")}
