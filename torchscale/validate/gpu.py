@@ -80,6 +80,7 @@ def check_gpus(nvml: Optional[Nvml], handles: Sequence[Any], torch_count: int) -
         for model in models
     )
     if barred:
+        shown = shown or "no GPU this process may use"
         shown += (
             f"; {gpu_list(barred, len(handles))} not accessible to this process (NVML: "
             f"{names[barred[0]]}; another job's GPU under Slurm/cgroups?)"
