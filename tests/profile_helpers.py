@@ -15,14 +15,14 @@ DATA = Path(__file__).parent / "data"
 REAL_TRACES = DATA / "hta_traces"
 
 
-def real_traces() -> Path:
+def real_traces_dir() -> Path:
     return REAL_TRACES
 
 
 def hta_reference() -> Dict[str, Dict[str, float]]:
     """The HTA 0.5.0 figures in tests/data/hta_traces/README.md, parsed from its table."""
     rows = {}
-    for line in (real_traces() / "README.md").read_text().splitlines():
+    for line in (real_traces_dir() / "README.md").read_text().splitlines():
         cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
         if len(cells) == 9 and cells[0].endswith(".json.gz") and re.match(r"^[\d.]+$", cells[5]):
             keys = [*BREAKDOWN_COLUMNS[1:8], "overlap_pct"]  # README's column order

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.profile_helpers import DATA, hta_reference, real_traces
+from tests.profile_helpers import DATA, hta_reference, real_traces_dir
 from torchscale.cli.app import app
 from torchscale.cli.profile import parse_duration
 from torchscale.profiling.outputs import FINDINGS_FILE, TABLE_FILES
@@ -25,7 +25,7 @@ def test_analyze_json_document_matches_hta_and_writes_outputs(tmp_path):
         [
             "profile",
             "analyze",
-            str(real_traces() / name),
+            str(real_traces_dir() / name),
             "--json",
             "--output-dir",
             str(tmp_path),

@@ -15,9 +15,10 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from torchscale.config.schema import CellSettings, DDPSettings
+from torchscale.config.schema import CellSettings
 from torchscale.hardware.peaks import peak_precision
 from torchscale.models import ModelSpec
+from torchscale.worker.comm_hooks import register_comm_hook
 from torchscale.worker.data import batch_stream
 from torchscale.worker.distributed import RankContext
 from torchscale.worker.reporting import StepTracker
@@ -40,25 +41,6 @@ def _call(model: Callable[..., Any], inputs: Any) -> Any:
     if isinstance(inputs, (tuple, list)):
         return model(*inputs)
     return model(inputs)
-
-
-def _register_comm_hook(ddp: DDP, settings: DDPSettings) -> Optional[Any]:
-    """Gradient compression; returns hook state that must stay alive (PowerSGD)."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
-
-    if settings.comm_hook == "fp16":
-        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    elif settings.comm_hook == "bf16":
-        ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
-    elif settings.comm_hook == "powersgd":
-        state = powerSGD_hook.PowerSGDState(
-            process_group=None,
-            matrix_approximation_rank=settings.powersgd_rank,
-            start_powerSGD_iter=2,
-        )
-        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-        return state
-    return None
 
 
 def _optimizer(name: str, model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
@@ -193,7 +175,7 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
         find_unused_parameters=ddp_settings.find_unused_parameters,
         broadcast_buffers=ddp_settings.broadcast_buffers,
     )
-    comm_state = _register_comm_hook(ddp, ddp_settings)
+    comm_state = register_comm_hook(ddp, ddp_settings)
     forward: Callable[..., Any] = ddp
     if settings.compile:
         forward = torch.compile(ddp, backend=settings.compile_backend, mode=settings.compile_mode)
