@@ -231,9 +231,18 @@ class Timeline:
 
 
 def _rank_steps(
-    rows: Rows, tl: Timeline, rank: int, t: int, pid: int, tid: int, device: int, strings: _Strings
+    con: sqlite3.Connection,
+    rows: Rows,
+    tl: Timeline,
+    rank: int,
+    t: int,
+    pid: int,
+    tid: int,
+    device: int,
+    strings: _Strings,
 ) -> None:
-    """Append one rank's steps, starting at session time ``t`` (ns), to ``rows``."""
+    """Write one rank's steps, starting at session time ``t`` (ns), into ``con``: a step at a
+    time, so a million-kernel file (benchmarks/trace_analysis_speed.py) keeps memory flat."""
     rng = random.Random(tl.seed)
     durations = [rng.randint(2_000, 40_000) for _ in range(tl.kernels_per_step)]
     comm_stream = COMPUTE_STREAM if tl.shared_stream else COMM_STREAM
@@ -317,6 +326,7 @@ def _rank_steps(
                  strings(phase), 0)
             )  # fmt: skip
         t = step_end + 100_000
+        _insert(con, *rows.tables())
 
 
 def _finish(
@@ -373,10 +383,8 @@ def write_ranks(
         con = sqlite3.connect(path)
         con.executescript(SCHEMA)
         rows = Rows()
-        # same absolute moment on every rank
-        _rank_steps(rows, tl, rank, 50_000_000 - rank * 1_000_000, pid, pid | (PID + rank), 0,
-                    strings)  # fmt: skip
-        _insert(con, *rows.tables())
+        start = 50_000_000 - rank * 1_000_000  # same absolute moment on every rank
+        _rank_steps(con, rows, tl, rank, start, pid, pid | (PID + rank), 0, strings)
         _finish(con, strings, session_start, [0], bus_base=rank)
         paths.append(path)
     return paths
@@ -420,7 +428,7 @@ def write_node(
         if rank_marks is not None:
             mark = f"torchscale rank={rank_marks[device]} world_size={gpus}"
             rows.nvtx.append((40_000_000, None, 34, None, None, None, mark, tid, None, None, 0))
-        _rank_steps(rows, timeline, device, 50_000_000, pid, tid, device, strings)
+        _rank_steps(con, rows, timeline, device, 50_000_000, pid, tid, device, strings)
     _insert(con, *rows.tables())
     if variant == "2022.4":
         for table, columns in OLDER_EXPORT_DROPS.items():
