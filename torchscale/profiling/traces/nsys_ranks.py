@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from torchscale.plan.profile_request import RANK_MARK_FORMAT
 __all__ = ["RANK_MARK", "RANK_MARK_FORMAT", "Unit", "split_units"]
 
 RANK_MARK = re.compile(r"^(?:torchscale\s+)?rank\s*[=:#_ ]\s*(\d+)\b", re.IGNORECASE)
+DEVICE_SPAN = 1 << 20
 WORLD_SIZE_MARK = re.compile(r"\bworld_size\s*=\s*(\d+)\b", re.IGNORECASE)
 
 
@@ -39,7 +40,7 @@ WORLD_SIZE_MARK = re.compile(r"\bworld_size\s*=\s*(\d+)\b", re.IGNORECASE)
 class Unit:
     """One rank's share of an export: its row indices, its rank and where the rank came from."""
 
-    rows: np.ndarray
+    rows: Union[np.ndarray, slice]  # row indices, or every row (a file with one unit)
     rank: int
     metadata: Dict[str, Any] = field(default_factory=dict)
 
@@ -66,7 +67,9 @@ def split_units(
     """Split the rows of one export into units (see the module docstring)."""
     pid, device = pid.astype(np.int64), device.astype(np.int64)
     on_gpu = stream != -1
-    keys = sorted({(int(p), int(d)) for p, d in zip(pid[on_gpu], device[on_gpu])})
+    # pids are 24-bit and device ids small: one int64 per (process, device), unique in numpy
+    packed = np.unique(pid[on_gpu] * DEVICE_SPAN + device[on_gpu])
+    keys = [(int(k // DEVICE_SPAN), int(k % DEVICE_SPAN)) for k in packed]
     names = dict(gpus)
     if len(keys) <= 1:
         p, d = keys[0] if keys else (None, None)
@@ -74,7 +77,7 @@ def split_units(
         if rank is None and len(marks) == 1:  # pid unknown on GPU rows: the one marked process
             rank, world = _marked(next(iter(marks.values())))
         meta = _meta(p, d, names, "nvtx" if rank is not None else None, world)
-        return [Unit(np.arange(len(pid)), -1 if rank is None else rank, meta)]
+        return [Unit(slice(None), -1 if rank is None else rank, meta)]
     pids_known = any(p for p, _ in keys)
     cpu_pids = set(np.unique(pid[~on_gpu]).tolist())
     units = []
