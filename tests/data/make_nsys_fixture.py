@@ -390,7 +390,7 @@ def write_ranks(
     return paths
 
 
-NODE_VARIANTS = ("2026.4", "2022.4")
+NODE_VARIANTS = ("2026.4", "older")
 
 
 def write_node(
@@ -406,8 +406,9 @@ def write_node(
     torchrun launcher process with no GPU work. CUDA correlation ids restart in every process,
     as CUPTI numbers them per process.
 
-    ``variant``: ``2026.4`` (export schema 3.28.1, as ``SCHEMA``) or ``2022.4`` (the column sets
-    of an older export: none of the columns added since, and no TARGET_INFO_GPU table).
+    ``variant``: ``2026.4`` (export schema 3.28.1, as ``SCHEMA``) or ``older`` (an older export's
+    column sets: without the columns of features added later, see ``OLDER_EXPORT_DROPS``, and
+    without TARGET_INFO_GPU).
     ``rank_marks``: the rank each device's process marks in NVTX (torchscale's worker emits
     ``torchscale rank=R world_size=W``); None: no marks.
     """
@@ -430,17 +431,20 @@ def write_node(
             rows.nvtx.append((40_000_000, None, 34, None, None, None, mark, tid, None, None, 0))
         _rank_steps(con, rows, timeline, device, 50_000_000, pid, tid, device, strings)
     _insert(con, *rows.tables())
-    if variant == "2022.4":
+    if variant == "older":
         for table, columns in OLDER_EXPORT_DROPS.items():
             for column in columns:
                 con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
-    _finish(con, strings, EPOCH_NS, list(range(gpus)), "2.9.1" if variant == "2022.4" else
-            "3.28.1", with_gpu_table=variant != "2022.4")  # fmt: skip
+    older = variant == "older"
+    _finish(con, strings, EPOCH_NS, list(range(gpus)), "older" if older else "3.28.1",
+            with_gpu_table=not older)  # fmt: skip
     return path
 
 
-# Columns an older export (nsys 2022.x) does not have: those added with green contexts, CUDA
-# graphs ids, thread-block clusters and the NVTX payload/JSON fields.
+# Columns an older export lacks: those describing features CUDA/nsys gained later (green
+# contexts, CUDA graph ids, thread-block clusters, QMD completion, NVTX JSON/binary payloads).
+# Reconstructed from what the columns describe, not from a recorded older file: no older
+# export was at hand, so the exact release each column appeared in is not claimed.
 OLDER_EXPORT_DROPS: Dict[str, List[str]] = {
     "CUPTI_ACTIVITY_KIND_KERNEL": [
         "greenContextId", "graphId", "clusterX", "clusterY", "clusterZ",
