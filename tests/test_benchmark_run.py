@@ -181,15 +181,7 @@ def test_faults_are_recorded_and_the_sweep_goes_on(faults: Dict) -> None:
     assert crash.status == "failed"
     assert crash.error.startswith("rank 1 ") and "injected crash" in crash.error
     assert hang.status == "timeout"
-    # Whichever ends it first, the process group (half the cell's 20 s, counted from the hang)
-    # failing the waiting collective, or the launcher (20 s from the launch, start-up included),
-    # the progress files say who hung where.
-    assert hang.error.startswith(
-        (
-            "a collective timed out after 10 s (the process-group timeout): ",
-            "no result after 20 s: ",
-        )
-    ), hang.error
+    assert "no result after 20 s" in hang.error
     assert "rank 1 stuck in 'measure', step " in hang.error and "forward" in hang.error
     assert "rank 0 waiting in 'measure', step " in hang.error and "backward" in hang.error
     assert healthy.status == "ok" and healthy.samples_per_s > 0
@@ -207,11 +199,7 @@ def test_a_hung_cell_leaves_no_processes_behind(faults: Dict) -> None:
             leftovers.append(proc.pid)
     assert leftovers == []
     error_files = list((Path(cell_dir) / "ranks").glob("rank*.error.json"))
-    # the hung rank was killed; at most the waiting rank failed, in its collective (when the
-    # process-group timeout came before the launcher's)
-    assert [p.name for p in error_files] in ([], ["rank0.error.json"])
-    for path in error_files:
-        assert "Timed out waiting" in json.loads(path.read_text())["message"]
+    assert error_files == []  # killed, not failed
 
 
 def wait_for(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]

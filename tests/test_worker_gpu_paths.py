@@ -146,8 +146,10 @@ def test_process_group_fails_a_hung_collective_before_the_launcher_kills_the_cel
         monkeypatch.setenv(key, value)
     distributed.init_distributed(1800.0)
     assert seen["timeout"] == timedelta(seconds=600)
-    distributed.init_distributed(60.0)
-    assert seen["timeout"] == timedelta(seconds=30)
+    distributed.init_distributed(300.0)
+    assert seen["timeout"] == timedelta(seconds=150)
+    distributed.init_distributed(20.0)  # a test-sized cell: a minute, the launcher fires first
+    assert seen["timeout"] == timedelta(seconds=60)
 
 
 def test_flight_recorder_dumps_into_the_cell_folder(tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Dict, List
 
 PROCESS_GROUP_TIMEOUT_CAP_S = 600.0  # NCCL's own default
+PROCESS_GROUP_TIMEOUT_FLOOR_S = 60.0
 # How a rank reports a collective that timed out: gloo ("Timed out waiting 3000ms for recv
 # operation to complete"), NCCL's watchdog ("Watchdog caught collective operation timeout").
 COLLECTIVE_TIMEOUT = re.compile(r"Timed out waiting|collective operation timeout|timed out", re.I)
@@ -25,8 +26,12 @@ RECORDER_ENTRIES = "2000"  # torch >= 2.6's default; older releases record nothi
 def process_group_timeout_s(cell_timeout_s: float) -> float:
     """A collective may hang at most half the cell's budget (10 min at most): NCCL's watchdog
     then fails it and dumps the flight recorder while the launcher still waits. With the cell's
-    own timeout the launcher always killed the ranks first, and nothing said where they hung."""
-    return min(cell_timeout_s / 2.0, PROCESS_GROUP_TIMEOUT_CAP_S)
+    own timeout the launcher always killed the ranks first, and nothing said where they hung.
+    Never under a minute: ranks may reach their first collective far apart on a busy host
+    (imports, compilation), and that is not a hang; a cell of a minute or less is ended by the
+    launcher's timeout, as before."""
+    half = min(cell_timeout_s / 2.0, PROCESS_GROUP_TIMEOUT_CAP_S)
+    return max(PROCESS_GROUP_TIMEOUT_FLOOR_S, half)
 
 
 def dumps(cell_dir: Path) -> List[Path]:
