@@ -165,8 +165,10 @@ def test_flight_recorder_dumps_into_the_cell_folder(tmp_path, monkeypatch):
     assert (tmp_path / "flight_recorder").is_dir() and dump_note(tmp_path) == ""
     (tmp_path / "flight_recorder" / "rank_1").write_bytes(b"pickle")
     assert "dumps of 1 rank(s)" in dump_note(tmp_path) and "torchfrtrace" in dump_note(tmp_path)
-    # NCCL's watchdog aborts the process: no error file, but the dumps say a collective hung
+    # NCCL's watchdog aborts the process: no error file, but the dumps say a collective hung;
+    # a rank that crashed is the root cause even with dumps beside it
     assert collective_timed_out([], tmp_path)
+    assert not collective_timed_out([{"type": "RuntimeError", "message": "boom"}], tmp_path)
     monkeypatch.setenv("TORCH_FR_DUMP_TEMP_FILE", "/mine/")
     assert "TORCH_FR_DUMP_TEMP_FILE" not in flight_recorder_env(tmp_path)  # the user's wins
 

@@ -42,12 +42,14 @@ def dumps(cell_dir: Path) -> List[Path]:
 
 
 def collective_timed_out(errors: List[dict], cell_dir: Path) -> bool:
-    """Did the process-group timeout end this cell? NCCL's watchdog aborts the process (no error
-    file, but flight-recorder dumps); gloo raises in the waiting ranks (their error files)."""
-    if dumps(cell_dir):
-        return True
+    """Did the process-group timeout end this cell? gloo raises in the waiting ranks (their error
+    files say so); NCCL's watchdog aborts the processes, leaving no error file but the
+    flight-recorder dumps. A rank error of another kind (OOM, a crash) is the root cause even
+    when dumps exist (torch also dumps on other aborts)."""
     texts = [f"{e.get('type')}: {e.get('message')}" for e in errors]
-    return bool(texts) and all(COLLECTIVE_TIMEOUT.search(t) for t in texts)
+    if texts:
+        return all(COLLECTIVE_TIMEOUT.search(t) for t in texts)
+    return bool(dumps(cell_dir))
 
 
 def flight_recorder_env(cell_dir: Path) -> Dict[str, str]:
