@@ -101,6 +101,10 @@ def test_bf16_channels_last_accumulation_compile_and_data_file(knobs: Dict) -> N
     assert runtime["autocast_dtype"] == "bfloat16" and runtime["grad_scaler"] is False
     assert runtime["channels_last"] is True
     assert runtime["compiled"] == "eager"
+    # CUDA-only knobs are recorded as not applying on CPU; the math in force is recorded
+    assert runtime["cudnn_benchmark"] is None
+    assert set(runtime["allow_tf32"]) == {"matmul", "cudnn"}
+    assert runtime["peak_precision"] == "bf16"
     assert runtime["optimizer"] == "SGD"  # resnet's usual optimizer under optimizer: auto
     ddp = runtime["ddp"]
     assert ddp["comm_hook"] == "bf16_compress_hook"

@@ -95,7 +95,7 @@ def _union(rows):
 
 def test_nsys_sqlite_fixture_read_with_sql():
     folder = DATA / "nsys_2rank"
-    trace = read_nsys(folder / "rank0.sqlite")
+    (trace,) = read_nsys(folder / "rank0.sqlite")
     con = sqlite3.connect(folder / "rank0.sqlite")
     kernels = con.execute(
         "SELECT k.start, k.end, s.value, k.correlationId FROM "

@@ -203,6 +203,7 @@ def expected(name: str) -> Dict[str, tuple]:
             "PCIe link": "nvidia-smi -q -d PCIE",
             "NVLink": "nvidia-smi nvlink -s",
             "GPU topology": "nvidia-smi topo -m",
+            "MIG mode": "nvidia-smi -q | grep -i -A2 'MIG Mode'",
         }
         table = {check: ("SKIP", None, fix) for check, fix in manual.items()}
         table["GPUs"] = ("PASS", "2 x GPU (name not reported by NVML)", None)
@@ -232,6 +233,7 @@ def expected(name: str) -> Dict[str, tuple]:
         "PCIe link": ("PASS", f"gen {gen} x{width}", None),
         "NVLink": ("PASS", f"{links}/{links} links up on all 8 GPUs", None),
         "GPU topology": ("PASS", f"pairs: NV{links} x28", None),
+        "MIG mode": ("PASS", "off on all 8 GPUs", None),
     }
     if name == "h100_thermal":
         hot = next(i for i, d in enumerate(devices) if d["nvmlDeviceGetCurrentClocksEventReasons"])
@@ -260,6 +262,7 @@ def expected(name: str) -> Dict[str, tuple]:
             "reset the GPU (`nvidia-smi -r`) or reboot",
         )
         table["GPU topology"] = ("PASS", "pairs: NV1 x8, NV2 x8, SYS x12", None)
+        table["MIG mode"] = ("SKIP", None, "MIG Mode")  # Volta has no MIG
     if name == "a100_nvlink_down":
         table["NVLink"] = (
             "FAIL",

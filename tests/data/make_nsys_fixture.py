@@ -11,6 +11,10 @@ Ranks share one clock: each file's timestamps count from its own session start, 
 TARGET_INFO_SESSION_START_TIME, as nsys does. One rank can be made late: its backward pass takes
 ``late_us`` longer, so in every all-reduce the other ranks wait for it.
 
+A whole node in one export (``nsys profile torchrun ...``: every rank's process, one clock) comes
+from :func:`write_node`, in the column sets of two export versions; tests generate those files
+on the fly (they are small and fast to build).
+
 Run ``python tests/data/make_nsys_fixture.py`` to rewrite ``tests/data/nsys_2rank/``.
 """
 
@@ -18,8 +22,9 @@ from __future__ import annotations
 
 import random
 import sqlite3
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 SCHEMA = """
 CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
@@ -132,11 +137,12 @@ def _kernel_row(
     names: tuple,
     strings: _Strings,
     grid: int,
+    device: int = 0,
 ) -> tuple:
     return (
         start,
         end,
-        0,
+        device,
         1,
         None,
         stream,
@@ -195,6 +201,164 @@ def _insert(con: sqlite3.Connection, *tables: list) -> None:
         rows.clear()
 
 
+@dataclass
+class Rows:
+    """The rows of one export, collected table by table."""
+
+    kernels: List[tuple] = field(default_factory=list)
+    runtime: List[tuple] = field(default_factory=list)
+    memcpy: List[tuple] = field(default_factory=list)
+    memset: List[tuple] = field(default_factory=list)
+    nvtx: List[tuple] = field(default_factory=list)
+
+    def tables(self) -> tuple:
+        return self.kernels, self.runtime, self.memcpy, self.memset, self.nvtx
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """What every rank's DDP steps look like (one rank may be late)."""
+
+    steps: int = 4
+    kernels_per_step: int = 30
+    allreduce_every: int = 5
+    late_rank: int = -1
+    late_us: float = 0.0
+    seed: int = 3
+    # NCCL kernels on the compute stream (no overlap possible on a GPU), as when a user's
+    # collectives run on the current stream: per GPU, overlap is 0.
+    shared_stream: bool = False
+
+
+def _rank_steps(
+    con: sqlite3.Connection,
+    rows: Rows,
+    tl: Timeline,
+    rank: int,
+    t: int,
+    pid: int,
+    tid: int,
+    device: int,
+    strings: _Strings,
+) -> None:
+    """Write one rank's steps, starting at session time ``t`` (ns), into ``con``: a step at a
+    time, so a million-kernel file (benchmarks/trace_analysis_speed.py) keeps memory flat."""
+    rng = random.Random(tl.seed)
+    durations = [rng.randint(2_000, 40_000) for _ in range(tl.kernels_per_step)]
+    comm_stream = COMPUTE_STREAM if tl.shared_stream else COMM_STREAM
+    corr = 0
+    for step in range(tl.steps):
+        step_start = t
+        gpu = t + 20_000
+        corr += 1
+        rows.runtime.append((t + 5_000, t + 9_000, 0, tid, corr, strings(API["memcpy"]), 0, None))
+        rows.memcpy.append(
+            (gpu, gpu + 30_000, device, 1, None, COMPUTE_STREAM, corr, pid, 6_422_528, 1, None,
+             1, 0, 0, 1, 0, 1, None, None, None, 1)
+        )  # fmt: skip
+        gpu += 31_000
+        corr += 1
+        rows.runtime.append((t + 10_000, t + 12_000, 0, tid, corr, strings(API["launch"]), 0, None))
+        rows.kernels.append(
+            _kernel_row(gpu, gpu + 8_000, comm_stream, corr, pid, BROADCAST, strings, 8, device)
+        )
+        gpu += 9_000
+        phase_start = {"forward": gpu}
+        bwd_at, opt_at = tl.kernels_per_step // 3, tl.kernels_per_step - tl.kernels_per_step // 6
+        comm_free = 0
+        late_ns = int(tl.late_us * 1000) if tl.late_rank >= 0 else 0
+        shift = 0  # how far this rank's own timeline is behind the others'
+        for k in range(tl.kernels_per_step):
+            if k == bwd_at:
+                phase_start["backward"] = gpu
+                if rank == tl.late_rank:
+                    gpu += late_ns  # this rank's backward runs late
+                    shift = late_ns
+            if k == opt_at:
+                # the optimizer needs the reduced gradients: every rank resumes together
+                gpu, shift = max(gpu, comm_free), 0
+                phase_start["optimizer"] = gpu
+            corr += 1
+            launch = max(t + 15_000 + k * 6_000, gpu - 200_000)
+            rows.runtime.append(
+                (launch, launch + 4_000, 0, tid, corr, strings(API["launch"]), 0, None)
+            )
+            names = COMPUTE_KERNELS[k % len(COMPUTE_KERNELS)]
+            rows.kernels.append(
+                _kernel_row(
+                    gpu, gpu + durations[k], COMPUTE_STREAM, corr, pid, names, strings, 512, device
+                )
+            )
+            gpu += durations[k] + 1_500
+            bucket = (k - bwd_at) % tl.allreduce_every == tl.allreduce_every - 1
+            if bwd_at <= k < opt_at and bucket:
+                corr += 1
+                # A blocking all-reduce: each rank enters when ready (and its comm stream is
+                # free); all leave together once the late rank has entered.
+                start = max(gpu, comm_free)
+                last_in = max(gpu - shift + late_ns, comm_free)
+                end = last_in + 60_000
+                rows.runtime.append(
+                    (launch + 5_000, launch + 9_000, 0, tid, corr, strings(API["launch"]), 0, None)
+                )
+                rows.kernels.append(
+                    _kernel_row(start, end, comm_stream, corr, pid, ALLREDUCE, strings, 24, device)
+                )
+                comm_free = end
+                if tl.shared_stream:  # the next compute kernel queues behind the all-reduce
+                    gpu = end + 1_500
+        corr += 1
+        rows.runtime.append(
+            (gpu - 50_000, gpu - 48_000, 0, tid, corr, strings(API["memset"]), 0, None)
+        )
+        rows.memset.append(
+            (gpu, gpu + 3_000, device, 1, None, COMPUTE_STREAM, corr, pid, 0, 4096, None, 1)
+        )
+        gpu = max(gpu + 3_000, comm_free)
+        step_end = gpu + 50_000
+        rows.nvtx.append(
+            (step_start, step_end, 59, None, None, None, f"step {step}", tid, None, None, 0)
+        )
+        bounds = [phase_start["forward"], phase_start["backward"], phase_start["optimizer"], gpu]
+        for phase, lo, hi in zip(PHASES, bounds, bounds[1:]):
+            rows.nvtx.append(
+                (lo - 10_000, hi - 10_000, 59, None, None, None, None, tid, None,
+                 strings(phase), 0)
+            )  # fmt: skip
+        t = step_end + 100_000
+        _insert(con, *rows.tables())
+
+
+def _finish(
+    con: sqlite3.Connection,
+    strings: _Strings,
+    session_start: int,
+    gpus: List[int],
+    schema_version: str = "3.28.1",
+    with_gpu_table: bool = True,
+    bus_base: int = 0,
+) -> None:
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, v) for v, i in strings.ids.items()])
+    con.execute(
+        "INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_SCHEMA_VERSION', ?)", (schema_version,)
+    )
+    con.execute(
+        "INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, NULL, NULL, ?, NULL)",
+        (session_start, session_start),
+    )
+    if with_gpu_table:
+        for device in gpus:
+            con.execute(
+                "INSERT INTO TARGET_INFO_GPU (vmId, id, name, busLocation, totalMemory, smCount,"
+                " computeMajor, computeMinor) VALUES (0, ?, 'NVIDIA H100 80GB HBM3', ?, "
+                "85520809984, 132, 9, 0)",
+                (device, f"0000:{0x18 + bus_base + device:02x}:00.0"),
+            )
+    con.executemany("INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES (?, ?, ?)", EVENT_TYPES)
+    con.commit()
+    con.close()
+
+
 def write_ranks(
     folder: Path,
     *,
@@ -206,165 +370,92 @@ def write_ranks(
     late_us: float = 0.0,
     seed: int = 3,
 ) -> List[Path]:
-    """Write ``rank{r}.sqlite`` for each rank into ``folder``; return the paths."""
+    """Write ``rank{r}.sqlite`` for each rank into ``folder`` (one GPU, device 0, per file)."""
     folder.mkdir(parents=True, exist_ok=True)
-    rng = random.Random(seed)
-    durations = [rng.randint(2_000, 40_000) for _ in range(kernels_per_step)]
+    tl = Timeline(steps, kernels_per_step, allreduce_every, late_rank, late_us, seed)
     paths = []
     for rank in range(ranks):
         session_start = EPOCH_NS + rank * 1_000_000  # each rank's session starts a bit later
         pid = (rank << 48) | (PID + rank) << 24
-        tid = pid | (PID + rank)
         strings = _Strings()
         path = folder / f"rank{rank}.sqlite"
         path.unlink(missing_ok=True)
         con = sqlite3.connect(path)
         con.executescript(SCHEMA)
-        kernels, runtime, memcpy, memset, nvtx = [], [], [], [], []
-        corr = 0
-        t = 50_000_000 - rank * 1_000_000  # same absolute moment on every rank
-        for step in range(steps):
-            step_start = t
-            gpu = t + 20_000
-            corr += 1
-            runtime.append((t + 5_000, t + 9_000, 0, tid, corr, strings(API["memcpy"]), 0, None))
-            memcpy.append(
-                (
-                    gpu,
-                    gpu + 30_000,
-                    0,
-                    1,
-                    None,
-                    COMPUTE_STREAM,
-                    corr,
-                    pid,
-                    6_422_528,
-                    1,
-                    None,
-                    1,
-                    0,
-                    0,
-                    1,
-                    0,
-                    1,
-                    None,
-                    None,
-                    None,
-                    1,
-                )
-            )
-            gpu += 31_000
-            corr += 1
-            runtime.append((t + 10_000, t + 12_000, 0, tid, corr, strings(API["launch"]), 0, None))
-            kernels.append(
-                _kernel_row(gpu, gpu + 8_000, COMM_STREAM, corr, pid, BROADCAST, strings, 8)
-            )
-            gpu += 9_000
-            phase_start = {"forward": gpu}
-            bwd_at, opt_at = kernels_per_step // 3, kernels_per_step - kernels_per_step // 6
-            comm_free = 0
-            late_ns = int(late_us * 1000) if late_rank >= 0 else 0
-            shift = 0  # how far this rank's own timeline is behind the others'
-            for k in range(kernels_per_step):
-                if k == bwd_at:
-                    phase_start["backward"] = gpu
-                    if rank == late_rank:
-                        gpu += late_ns  # this rank's backward runs late
-                        shift = late_ns
-                if k == opt_at:
-                    # the optimizer needs the reduced gradients: every rank resumes together
-                    gpu, shift = max(gpu, comm_free), 0
-                    phase_start["optimizer"] = gpu
-                corr += 1
-                launch = max(t + 15_000 + k * 6_000, gpu - 200_000)
-                runtime.append(
-                    (launch, launch + 4_000, 0, tid, corr, strings(API["launch"]), 0, None)
-                )
-                names = COMPUTE_KERNELS[k % len(COMPUTE_KERNELS)]
-                kernels.append(
-                    _kernel_row(
-                        gpu, gpu + durations[k], COMPUTE_STREAM, corr, pid, names, strings, 512
-                    )
-                )
-                gpu += durations[k] + 1_500
-                if bwd_at <= k < opt_at and (k - bwd_at) % allreduce_every == allreduce_every - 1:
-                    corr += 1
-                    # A blocking all-reduce: each rank enters when ready (and its comm stream is
-                    # free); all leave together once the late rank has entered.
-                    start = max(gpu, comm_free)
-                    last_in = max(gpu - shift + late_ns, comm_free)
-                    end = last_in + 60_000
-                    runtime.append(
-                        (
-                            launch + 5_000,
-                            launch + 9_000,
-                            0,
-                            tid,
-                            corr,
-                            strings(API["launch"]),
-                            0,
-                            None,
-                        )
-                    )
-                    kernels.append(
-                        _kernel_row(start, end, COMM_STREAM, corr, pid, ALLREDUCE, strings, 24)
-                    )
-                    comm_free = end
-            corr += 1
-            runtime.append(
-                (gpu - 50_000, gpu - 48_000, 0, tid, corr, strings(API["memset"]), 0, None)
-            )
-            memset.append(
-                (gpu, gpu + 3_000, 0, 1, None, COMPUTE_STREAM, corr, pid, 0, 4096, None, 1)
-            )
-            gpu = max(gpu + 3_000, comm_free)
-            step_end = gpu + 50_000
-            nvtx.append(
-                (step_start, step_end, 59, None, None, None, f"step {step}", tid, None, None, 0)
-            )
-            bounds = [
-                phase_start["forward"],
-                phase_start["backward"],
-                phase_start["optimizer"],
-                gpu,
-            ]
-            for phase, lo, hi in zip(PHASES, bounds, bounds[1:]):
-                nvtx.append(
-                    (
-                        lo - 10_000,
-                        hi - 10_000,
-                        59,
-                        None,
-                        None,
-                        None,
-                        None,
-                        tid,
-                        None,
-                        strings(phase),
-                        0,
-                    )
-                )
-            t = step_end + 100_000
-            _insert(con, kernels, runtime, memcpy, memset, nvtx)
-        con.executemany(
-            "INSERT INTO StringIds VALUES (?, ?)", [(i, v) for v, i in strings.ids.items()]
-        )
-        con.execute("INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_SCHEMA_VERSION', '3.28.1')")
-        con.execute(
-            "INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (?, NULL, NULL, ?, NULL)",
-            (session_start, session_start),
-        )
-        con.execute(
-            "INSERT INTO TARGET_INFO_GPU (vmId, id, name, busLocation, totalMemory, smCount,"
-            " computeMajor, computeMinor) VALUES (0, 0, 'NVIDIA H100 80GB HBM3', ?, "
-            "85520809984, 132, 9, 0)",
-            (f"0000:{0x18 + rank:02x}:00.0",),
-        )
-        con.executemany("INSERT INTO ENUM_NSYS_EVENT_TYPE VALUES (?, ?, ?)", EVENT_TYPES)
-        con.commit()
-        con.close()
+        rows = Rows()
+        start = 50_000_000 - rank * 1_000_000  # same absolute moment on every rank
+        _rank_steps(con, rows, tl, rank, start, pid, pid | (PID + rank), 0, strings)
+        _finish(con, strings, session_start, [0], bus_base=rank)
         paths.append(path)
     return paths
+
+
+NODE_VARIANTS = ("2026.4", "older")
+
+
+def write_node(
+    path: Path,
+    *,
+    gpus: int = 2,
+    timeline: Timeline = Timeline(),
+    variant: str = "2026.4",
+    rank_marks: Optional[List[int]] = None,
+) -> Path:
+    """One export of a whole node, as ``nsys profile torchrun ...`` writes it: every rank's
+    process (pid ``PID + 10 * device``) driving CUDA device ``device``, one session clock, and a
+    torchrun launcher process with no GPU work. CUDA correlation ids restart in every process,
+    as CUPTI numbers them per process.
+
+    ``variant``: ``2026.4`` (export schema 3.28.1, as ``SCHEMA``) or ``older`` (an older export's
+    column sets: without the columns of features added later, see ``OLDER_EXPORT_DROPS``, and
+    without TARGET_INFO_GPU).
+    ``rank_marks``: the rank each device's process marks in NVTX (torchscale's worker emits
+    ``torchscale rank=R world_size=W``); None: no marks.
+    """
+    if variant not in NODE_VARIANTS:
+        raise ValueError(f"variant {variant!r} is not one of {NODE_VARIANTS}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    con = sqlite3.connect(path)
+    con.executescript(SCHEMA)
+    strings = _Strings()
+    launcher = (PID - 1) << 24
+    rows = Rows()
+    rows.nvtx.append((1_000, 2_000, 34, None, None, None, "torchrun start", launcher | PID - 1,
+                      None, None, 0))  # fmt: skip
+    for device in range(gpus):
+        pid = (PID + 10 * device) << 24
+        tid = pid | (PID + 10 * device)
+        if rank_marks is not None:
+            mark = f"torchscale rank={rank_marks[device]} world_size={gpus}"
+            rows.nvtx.append((40_000_000, None, 34, None, None, None, mark, tid, None, None, 0))
+        _rank_steps(con, rows, timeline, device, 50_000_000, pid, tid, device, strings)
+    _insert(con, *rows.tables())
+    if variant == "older":
+        for table, columns in OLDER_EXPORT_DROPS.items():
+            for column in columns:
+                con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    older = variant == "older"
+    _finish(con, strings, EPOCH_NS, list(range(gpus)), "older" if older else "3.28.1",
+            with_gpu_table=not older)  # fmt: skip
+    return path
+
+
+# Columns an older export lacks: those describing features CUDA/nsys gained later (green
+# contexts, CUDA graph ids, thread-block clusters, QMD completion, NVTX JSON/binary payloads).
+# Reconstructed from what the columns describe, not from a recorded older file: no older
+# export was at hand, so the exact release each column appeared in is not claimed.
+OLDER_EXPORT_DROPS: Dict[str, List[str]] = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": [
+        "greenContextId", "graphId", "clusterX", "clusterY", "clusterZ",
+        "clusterSchedulingPolicy", "maxPotentialClusterSize", "maxActiveClusters",
+        "sharedMemoryRequestedPercentage", "tensorSizeMinusOneElements", "qmdBulkReleaseDone",
+        "qmdPreexitDone", "qmdLastCtaDone",
+    ],
+    "CUPTI_ACTIVITY_KIND_MEMCPY": ["greenContextId", "virtualAddress", "copyCount"],
+    "CUPTI_ACTIVITY_KIND_MEMSET": ["greenContextId", "memKind"],
+    "NVTX_EVENTS": ["jsonTextId", "jsonText", "binaryData"],
+}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@ Fixture format (``tests/data/nvml/*.json``)::
                   "nvmlDeviceGetTopologyCommonAncestor": {"1": 40, ...},
                   "*": {"error": "NVML_ERROR_NOT_SUPPORTED"}}, ...]}
 
+``nvmlDeviceGetHandleByIndex`` may be recorded on a device too: ``{"error": ...}`` there makes that
+one GPU's handle fail (NO_PERMISSION under a Slurm cgroup, GPU_IS_LOST), as NVML does per index.
+A GPU in MIG mode records ``nvmlDeviceGetMigDeviceHandleByIndex`` as a map from slot to
+``{"mig": {...}}``, the MIG device's own answers (its ``nvmlDeviceGetName``...).
+
 A device function's answer is stored under its name; when it takes arguments after the handle, the
 answer is a map from the arguments (comma-joined; another GPU's handle as its index; ``*`` for any
 other) to the answer. ``{"error": NAME}`` raises that NVML error; other maps become structs
@@ -33,7 +38,7 @@ import json
 import sys
 import types
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import pynvml as real
 
@@ -43,8 +48,9 @@ SHARED_PREFIXES = ("NVML_", "NVMLError", "nvmlClocks")
 class FakeHandle:
     """What nvmlDeviceGetHandleByIndex returns: only its index matters to the replay."""
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, record: Optional[Dict[str, Any]] = None) -> None:
         self.index = index
+        self.record = record  # a MIG device's own answers; None for a whole GPU
 
     def __repr__(self) -> str:
         return f"FakeHandle({self.index})"
@@ -105,12 +111,15 @@ class Replay:
         self._require_init()
         if not 0 <= index < len(self.devices):
             raise real.NVMLError(real.NVML_ERROR_INVALID_ARGUMENT)
+        answer = self.devices[index].get("nvmlDeviceGetHandleByIndex")
+        if isinstance(answer, dict) and "error" in answer:
+            _raise(answer)
         return FakeHandle(index)
 
     def device(self, name: str, handle: FakeHandle, *args: Any) -> Any:
         self._require_init()
         self.calls.append(name)
-        record = self.devices[handle.index]
+        record = handle.record if handle.record is not None else self.devices[handle.index]
         if name not in record:
             if "*" not in record:
                 raise AssertionError(f"fixture records no answer for {name} on GPU {handle.index}")
@@ -121,6 +130,8 @@ class Replay:
             if key not in answer and "*" not in answer:
                 raise AssertionError(f"fixture records no answer for {name}{(handle.index, *args)}")
             answer = answer.get(key, answer.get("*"))
+        if isinstance(answer, dict) and "mig" in answer:
+            return FakeHandle(handle.index, answer["mig"])
         return _decode(answer)
 
 
@@ -185,18 +196,25 @@ def recorder() -> types.ModuleType:
             setattr(module, name, getattr(real, name))
     module.fixture = fixture
 
-    def handle_index(handle: Any) -> int:
+    mig_records: Dict[int, Dict[str, Any]] = {}  # MIG device handle -> its own answers
+
+    def pointer(handle: Any) -> int:
         import ctypes
 
-        return index_of[ctypes.cast(handle, ctypes.c_void_p).value]
+        return ctypes.cast(handle, ctypes.c_void_p).value or 0
+
+    def handle_index(handle: Any) -> int:
+        return index_of[pointer(handle)]
 
     def by_index(index: int) -> Any:
-        import ctypes
-
-        handle = real.nvmlDeviceGetHandleByIndex(index)
-        index_of[ctypes.cast(handle, ctypes.c_void_p).value] = index
         while len(fixture["devices"]) <= index:
             fixture["devices"].append({})
+        try:
+            handle = real.nvmlDeviceGetHandleByIndex(index)
+        except real.NVMLError as exc:  # this GPU only: NO_PERMISSION, GPU_IS_LOST
+            fixture["devices"][index]["nvmlDeviceGetHandleByIndex"] = {"error": _error_name(exc)}
+            raise
+        index_of[pointer(handle)] = index
         return handle
 
     def call(name: str, store: Callable[[Any], None], *args: Any) -> Any:
@@ -215,7 +233,18 @@ def recorder() -> types.ModuleType:
             raise AttributeError(name)
 
         def device_call(handle: Any, *args: Any) -> Any:
-            record = fixture["devices"][handle_index(handle)]
+            mig = mig_records.get(pointer(handle))
+            record = mig if mig is not None else fixture["devices"][handle_index(handle)]
+            if name == "nvmlDeviceGetMigDeviceHandleByIndex":
+                answer: Dict[str, Any] = {}
+                try:
+                    child = real.nvmlDeviceGetMigDeviceHandleByIndex(handle, *args)
+                except real.NVMLError as exc:
+                    record.setdefault(name, {})[str(args[0])] = {"error": _error_name(exc)}
+                    raise
+                record.setdefault(name, {})[str(args[0])] = {"mig": answer}
+                mig_records[pointer(child)] = answer
+                return child
             key = ",".join(
                 str(handle_index(a)) if type(a) is type(handle) else str(a) for a in args
             )

@@ -71,6 +71,14 @@ def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) 
     for row in ranks:
         table.add_row(*(_fmt(row.get(key), spec) for key, _, spec in columns))
     err_console.print(table)
+    from torchscale.profiling.traces.discover import RANK_SOURCES
+
+    sources = dict.fromkeys(r["rank_source"] for r in ranks if r.get("rank_source"))
+    if sources:
+        shown = "; ".join(RANK_SOURCES.get(s, s) for s in sources)
+        err_console.print(f"[ANALYSIS] Rank numbers from: {escape(shown)}", soft_wrap=True)
+    for warning in document.get("warnings") or []:
+        err_console.print(f"[WARN] {escape(warning)}", soft_wrap=True)
     stall = document.get("sync_stall_pct")
     stalls = [r for r in ranks if r.get("sync_stall_pct") is not None]
     if stall is not None and stalls:

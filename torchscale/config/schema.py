@@ -83,6 +83,17 @@ class TrainingSettings(StrictModel):
     )
     precision: Precision = Field("fp32", description="fp32, amp (fp16 + GradScaler) or bf16.")
     channels_last: bool = Field(False, description="NHWC memory format for conv models.")
+    cudnn_benchmark: bool = Field(
+        True,
+        description="CUDA cells: torch.backends.cudnn.benchmark (cuDNN tries its algorithms once "
+        "per input shape, in the warm-up, and keeps the fastest, as most training loops do).",
+    )
+    tf32: Optional[bool] = Field(
+        None,
+        description="TF32 math for fp32 matmuls and cuDNN convolutions: true, false, or unset "
+        "for PyTorch's defaults (convolutions TF32, matmuls not). MFU is scored against the peak "
+        "of the math actually used.",
+    )
     compile: bool = Field(False, description="Wrap the DDP model in torch.compile.")
     compile_backend: str = Field(
         "inductor",

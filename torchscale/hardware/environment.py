@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import socket
 import sys
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import psutil
 from torchscale import __version__
 from torchscale.hardware.nvml import open_nvml, supported
 
+MIG_NAME = re.compile(r"\bMIG\b")
 CPU_SLOTS_ENV = "TORCHSCALE_CPU_SLOTS"
 """On a node without GPUs, how many CPU worker processes count as "GPUs" (default: CPU cores)."""
 
@@ -37,10 +39,24 @@ class NodeDevices:
     def backend(self) -> str:
         return "nccl" if self.kind == "cuda" else "gloo"
 
+    @property
+    def mig_devices(self) -> List[str]:
+        """The MIG instances CUDA shows as devices (``NVIDIA A100-SXM4-40GB MIG 3g.20gb``): a
+        slice of a GPU each, and NCCL cannot run one job across several."""
+        return [name for name in self.names if MIG_NAME.search(name)] if self.kind == "cuda" else []
+
     def describe(self, n: int) -> str:
         if self.kind == "cuda":
-            return f"{n} GPU" + ("s" if n != 1 else "")
+            text = f"{n} GPU" + ("s" if n != 1 else "")
+            mig = self.mig_devices
+            if mig:
+                text += f" (MIG device{'s' if len(mig) > 1 else ''}: {', '.join(unique(mig))})"
+            return text
         return f"{n} CPU process" + ("es" if n != 1 else "")
+
+
+def unique(values: List[str]) -> List[str]:
+    return list(dict.fromkeys(values))
 
 
 def cpu_slots() -> int:
@@ -108,6 +124,7 @@ def collect_environment() -> Dict[str, Any]:
                     "memory_bytes": props.total_memory,
                     "capability": f"{props.major}.{props.minor}",
                     "multiprocessors": props.multi_processor_count,
+                    "mig": props.name in devices.mig_devices,
                 }
             )
     return {
@@ -125,6 +142,7 @@ def collect_environment() -> Dict[str, Any]:
         "memory_bytes": psutil.virtual_memory().total,
         "device_kind": devices.kind,
         "device_count": devices.count,
+        "mig_devices": devices.mig_devices,
         "backend": devices.backend,
         "gpus": gpus,
         "env": distributed_env(),

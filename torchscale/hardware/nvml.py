@@ -28,7 +28,16 @@ CLOCKS_EVENT_REASONS: Dict[int, str] = {
     0x040: "hw_thermal_slowdown",
     0x080: "hw_power_brake_slowdown",
     0x100: "display_clock_setting",
+    # Only under the old "throttle" names in nvidia-ml-py 13 (nvmlClocksThrottleReasonBoardLimit,
+    # ...Reliability), absent from its nvmlClocksEventReasonAll, yet drivers report them.
+    0x200: "board_limit",
+    0x400: "reliability",
 }
+# Bits newer than these are never dropped: they decode as ``reason_bit_0x800``, so a reader sees
+# that the driver said something.
+UNNAMED_REASON = "reason_bit_"
+NO_PERMISSION = "NVMLError_NoPermission"  # e.g. another job's GPU under a Slurm cgroup
+GPU_IS_LOST = "NVMLError_GpuIsLost"
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,14 @@ class Nvml:
         return int(getattr(self.lib, name, default))
 
     def call(self, function: str, *args: Any) -> Any:
-        """``pynvml.<function>(*args)``, or :class:`Unsupported` instead of any NVML error."""
+        """``pynvml.<function>(*args)``, or :class:`Unsupported` instead of any NVML error.
+
+        A GPU whose handle NVML refused (an :class:`Unsupported` in place of the handle) answers
+        every query with that refusal, so each check sees it as not reported, on that GPU only.
+        """
+        refused = next((a for a in args if isinstance(a, Unsupported)), None)
+        if refused is not None:
+            return refused
         fn = getattr(self.lib, function, None)
         if fn is None:
             return Unsupported(f"{function} is not in this nvidia-ml-py", "AttributeError")
@@ -81,17 +97,32 @@ class Nvml:
         return self.call("nvmlSystemGetCudaDriverVersion")
 
     def handles(self) -> Union[List[Any], Unsupported]:
-        """A handle per GPU NVML sees, in NVML index order."""
+        """A handle per GPU NVML sees, in NVML index order.
+
+        Each GPU on its own: one that NVML refuses (``NO_PERMISSION`` for another job's GPU in a
+        Slurm cgroup, ``GPU_IS_LOST`` for one off the bus) is an :class:`Unsupported` at its
+        index, and the others are still checked.
+        """
         count = self.call("nvmlDeviceGetCount")
         if not supported(count):
             return count
-        handles = []
-        for index in range(int(count)):
-            handle = self.call("nvmlDeviceGetHandleByIndex", index)
-            if not supported(handle):
-                return handle
-            handles.append(handle)
-        return handles
+        return [self.call("nvmlDeviceGetHandleByIndex", index) for index in range(int(count))]
+
+    def mig_devices(self, handle: Any) -> Union[List[str], Unsupported, None]:
+        """Names of the MIG devices of a GPU in MIG mode; None when MIG is off."""
+        mode = self.call("nvmlDeviceGetMigMode", handle)
+        if not supported(mode):
+            return mode
+        if int(mode[0]) != self.const("NVML_DEVICE_MIG_ENABLE", 1):
+            return None
+        slots = self.call("nvmlDeviceGetMaxMigDeviceCount", handle)
+        names = []
+        for index in range(int(slots) if supported(slots) else 0):
+            mig = self.call("nvmlDeviceGetMigDeviceHandleByIndex", handle, index)
+            if supported(mig):  # empty slots answer NotFound
+                name = self.call("nvmlDeviceGetName", mig)
+                names.append(text(name) if supported(name) else "MIG device")
+        return names
 
     def clocks_event_reasons(self, handle: Any) -> Union[int, Unsupported]:
         """Current clocks-event reason bits; falls back to the pre-535 "throttle" name."""
@@ -112,12 +143,20 @@ def _describe(exc: Exception) -> str:
 
 
 def decode_clocks_event_reasons(mask: int) -> List[str]:
-    """Names of the reason bits set in ``mask``, in bit order."""
-    return [name for bit, name in CLOCKS_EVENT_REASONS.items() if mask & bit]
+    """Names of the reason bits set in ``mask``, in bit order; bits nvidia-ml-py does not name
+    come out as ``reason_bit_0x200``."""
+    names = []
+    for position in range(max(int(mask), 0).bit_length()):
+        bit = 1 << position
+        if mask & bit:
+            names.append(CLOCKS_EVENT_REASONS.get(bit, f"{UNNAMED_REASON}{bit:#x}"))
+    return names
 
 
 def reason_label(name: str) -> str:
     """``hw_thermal_slowdown`` -> ``HW thermal slowdown``, as ``nvidia-smi -q`` words it."""
+    if name.startswith(UNNAMED_REASON):
+        return f"reason bit {name[len(UNNAMED_REASON) :]} (not named by this nvidia-ml-py)"
     words = [w.upper() if w in ("hw", "sw", "gpu") else w for w in name.split("_")]
     text_ = " ".join(words)
     return text_[0].upper() + text_[1:]

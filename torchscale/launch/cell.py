@@ -14,6 +14,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+from torchscale.launch.flight_recorder import (
+    FLIGHT_RECORDER_DIR,
+    collective_timed_out,
+    dump_note,
+    flight_recorder_env,
+    process_group_timeout_s,
+)
 from torchscale.launch.kinds import common_identity, get_kind
 from torchscale.launch.nsys import wrapper as nsys_wrapper
 from torchscale.launch.process import python_env, run_process
@@ -118,9 +125,17 @@ def _rendezvous_failure(cell_dir: Path, rendezvous: Rendezvous) -> Optional[str]
     return None
 
 
-def _failure(cell_dir: Path, returncode: Optional[int], rendezvous: Rendezvous) -> tuple:
+def _failure(
+    cell_dir: Path, cell: Cell, returncode: Optional[int], rendezvous: Rendezvous
+) -> tuple:
     """(status, error text) of a launch that wrote no result."""
     errors = _rank_files(cell_dir, "error")
+    if collective_timed_out(errors, cell_dir):
+        waited = process_group_timeout_s(cell.settings.cell_timeout_s)
+        where = _stuck_ranks(cell_dir, cell.settings.gpus)
+        return "timeout", (
+            f"a collective timed out after {waited:g} s (the process-group timeout): {where}"
+        )
     if errors:
         ooms = [e for e in errors if e.get("kind") == "oom"]
         root = min(ooms or errors, key=lambda e: e.get("time", 0.0))
@@ -150,7 +165,7 @@ def _where(progress: dict, steps: Optional[tuple]) -> str:
     return text + (f" ({progress['where']})" if progress.get("where") else "")
 
 
-def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: float) -> str:
+def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: Optional[float] = None) -> str:
     """Who stopped where. Ranks blocked in a collective have moved past the rank that hangs, so
     the rank(s) furthest behind in (window, step, phase) are named as stuck."""
     progress = {doc["rank"]: doc for doc in _rank_files(cell_dir, "progress")}
@@ -175,7 +190,8 @@ def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: float) -> str:
         names = ", ".join(map(str, stuck))
         parts.append(f"rank {names} stuck in {_where(progress[stuck[0]], steps[stuck[0]])}")
         parts += [f"rank {r} waiting in {_where(progress[r], steps[r])}" for r in ahead]
-    return f"no result after {timeout_s:g} s: " + "; ".join(parts)
+    where = "; ".join(parts)
+    return where if timeout_s is None else f"no result after {timeout_s:g} s: {where}"
 
 
 def prepare_cell_dir(
@@ -183,7 +199,8 @@ def prepare_cell_dir(
 ) -> Path:
     """A clean folder for this attempt, holding the cell's input."""
     cell_dir = store.cell_dir(cell.cell_id)
-    for stale in (cell_dir / RESULT_FILE, cell_dir / RANKS_DIR, cell_dir / PROFILE_DIR):
+    stale_paths = (RESULT_FILE, RANKS_DIR, PROFILE_DIR, FLIGHT_RECORDER_DIR)
+    for stale in (cell_dir / name for name in stale_paths):
         if stale.is_dir():
             shutil.rmtree(stale)
         elif stale.exists():
@@ -229,7 +246,13 @@ def run_cell(
         list(command) if command else [*prefix, *cell_command(cell, cell_dir, rendezvous, profile)],
         timeout_s=timeout_s,
         log_path=cell_dir / LAUNCH_LOG,
-        env=python_env({**(env or {}), WRITES_RESULT_ENV: "1" if records_results else "0"}),
+        env=python_env(
+            {
+                **flight_recorder_env(cell_dir),
+                **(env or {}),
+                WRITES_RESULT_ENV: "1" if records_results else "0",
+            }
+        ),
         on_poll=on_poll,
     )
     timing = {
@@ -241,13 +264,27 @@ def run_cell(
     identity = {**common_identity(cell, experiment), **timing}
     result = read_json(cell_dir / RESULT_FILE)
     if outcome.timed_out:
-        reason = _stuck_ranks(cell_dir, cell.settings.gpus, timeout_s)
+        reason = _stuck_ranks(cell_dir, cell.settings.gpus, timeout_s) + dump_note(cell_dir)
         return kind.failed(cell, identity, "timeout", reason)
-    if outcome.returncode == 0 and not records_results:
+    finished = outcome.returncode == 0 or _only_nsys_failed(cell_dir, cell, profile, result)
+    if finished and not records_results:
         return []
-    if outcome.returncode == 0 and result:
+    if finished and result:
         if profile is not None and (result.get("profile") or {}).get("profiled"):
             result["profile"].update(analyze_traces(cell_dir / PROFILE_DIR, profile.target))
         return kind.records(cell, identity, result)
-    status, reason = _failure(cell_dir, outcome.returncode, rendezvous)
-    return kind.failed(cell, identity, status, reason)
+    status, reason = _failure(cell_dir, cell, outcome.returncode, rendezvous)
+    return kind.failed(cell, identity, status, reason + dump_note(cell_dir))
+
+
+def _only_nsys_failed(
+    cell_dir: Path, cell: Cell, profile: Optional[ProfileRequest], result: Optional[dict]
+) -> bool:
+    """A non-zero exit that is only nsys saying it wrote no report: the trigger decided not to
+    profile, so the capture range never opened. Every rank reached ``done``, none failed."""
+    if profile is None or profile.tool != "nsys" or _rank_files(cell_dir, "error"):
+        return False
+    if result is not None and (result.get("profile") or {}).get("profiled") is not False:
+        return False  # a traced cell must have its report
+    phases = [doc.get("phase") for doc in _rank_files(cell_dir, "progress")]
+    return len(phases) >= cell.settings.nproc_per_node and set(phases) == {"done"}

@@ -9,7 +9,7 @@ times 3 for training.
 from __future__ import annotations
 
 from difflib import get_close_matches
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -42,12 +42,22 @@ def _check_arch(package: str, arch: str, available: List[str]) -> None:
     raise ConfigError(f"unknown {package} model '{arch}': {hint}see {package}'s list of models")
 
 
+# Auxiliary classifier heads: their outputs feed no loss, so their parameters get no gradient
+# and DDP (find_unused_parameters off) fails the second step. Built without them; init_weights
+# says what weights=None means (torchvision warns when it has to guess).
+NO_AUX_HEADS: Dict[str, Dict[str, Any]] = {
+    "googlenet": {"aux_logits": False, "init_weights": True},
+    "inception_v3": {"aux_logits": False, "init_weights": True},
+}
+
+
 def _torchvision(arch: str) -> Tuple[Callable[[], nn.Module], int]:
     import torchvision
 
     _check_arch("torchvision", arch, torchvision.models.list_models(module=torchvision.models))
     image_size = 299 if arch == "inception_v3" else 224
-    return lambda: torchvision.models.get_model(arch, weights=None), image_size
+    options = NO_AUX_HEADS.get(arch, {})
+    return lambda: torchvision.models.get_model(arch, weights=None, **options), image_size
 
 
 def _timm(arch: str) -> Tuple[Callable[[], nn.Module], int]:

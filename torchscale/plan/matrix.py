@@ -26,7 +26,7 @@ from torchscale.models.registry import check_model_name, uses_seq_len
 # Settings that do not change what a cell measures, left out of its identity, so that --resume
 # after raising a timeout still recognises finished cells.
 NON_IDENTITY_FIELDS = {"repeat", "cell_timeout_s"}
-LATER_DEFAULTS = {"backend": "auto"}
+LATER_DEFAULTS = {"backend": "auto", "cudnn_benchmark": True, "tf32": None}
 """Knobs added after results existed: at their default they are left out of a cell's identity."""
 
 

@@ -11,6 +11,11 @@ PROFILE_DIR = "profile"
 """Traces of a cell go to ``cells/<cell_id>/profile/``."""
 
 
+# The NVTX mark each rank's process emits in its nsys window, so that an export holding several
+# ranks (``nsys profile torchrun ...``) says which process is which rank (read by nsys_ranks).
+RANK_MARK_FORMAT = "torchscale rank={rank} world_size={world_size}"
+
+
 @dataclass(frozen=True)
 class ProfileRequest:
     """What the orchestrator asks a cell to trace (``profiling:`` or ``torchscale profile``)."""

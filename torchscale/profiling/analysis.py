@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -23,6 +23,7 @@ class ProfileAnalysis:
     tables: Dict[str, pd.DataFrame]  # ranks, steps, kernel_classes, collectives
     findings: List[Finding]
     target: str
+    warnings: List[str] = field(default_factory=list)  # e.g. traces of another job left out
 
     @property
     def sync_stall_pct(self) -> float:
@@ -48,13 +49,16 @@ def rank_table(
     table["steps"] = table["steps"].fillna(0).astype(int)
     table["memory_pct"] = table["memory_pct"].fillna(0.0)
     table.insert(1, "source", [t.source for t in traces])
+    table.insert(2, "rank_source", [t.metadata.get("rank_source") for t in traces])
+    table.insert(3, "device", [t.metadata.get("device") for t in traces])
     return table
 
 
 def analyze(
     paths: Sequence[Path], target: str = "all", workers: Optional[int] = None
 ) -> ProfileAnalysis:
-    traces = load_traces(paths, workers)
+    warnings: List[str] = []
+    traces = load_traces(paths, workers, warnings)
     steps = step_times(traces)
     classes = kernel_time_by_class(traces)
     coll = collective_tables(traces)
@@ -72,9 +76,8 @@ def analyze(
         calls["instance"] = calls["instance"].astype("Int64")
         calls["is_last"] = calls["is_last"].astype("boolean")
     tables = {"ranks": ranks, "steps": steps, "kernel_classes": classes, "collectives": calls}
-    return ProfileAnalysis(
-        traces, tables, find_bottlenecks(ranks, coll["instances"], target), target
-    )
+    findings = find_bottlenecks(ranks, coll["instances"], target)
+    return ProfileAnalysis(traces, tables, findings, target, warnings)
 
 
 def _clean(value: Any) -> Any:
@@ -88,6 +91,8 @@ def _clean(value: Any) -> Any:
 JSON_RANK_KEYS = [
     "rank",
     "source",
+    "rank_source",
+    "device",
     "idle_pct",
     "compute_pct",
     "non_compute_pct",
@@ -117,6 +122,15 @@ def to_document(result: ProfileAnalysis) -> Dict[str, Any]:
         "ranks": ranks,
         "findings": [f.to_dict() for f in result.findings],
         "traces": [
-            {"rank": t.rank, "source": t.source, "path": str(t.path)} for t in result.traces
+            {
+                "rank": t.rank,
+                "rank_source": t.metadata.get("rank_source"),
+                "source": t.source,
+                "path": str(t.path),
+                "device": t.metadata.get("device"),
+                "pid": t.metadata.get("pid"),
+            }
+            for t in result.traces
         ],
+        "warnings": list(result.warnings),
     }

@@ -170,7 +170,9 @@ def sync_findings(ranks: pd.DataFrame, have_straggler: bool) -> List[Finding]:
         )
     mean = ranks["sync_time_mean_us"].to_numpy(dtype=float)
     step = ranks["step_mean_us"].to_numpy(dtype=float)
-    share = 100.0 * np.nanmean(mean) / np.nanmean(step) if np.isfinite(step).any() else float("nan")
+    # One rank, or no collectives: no means to average (np.nanmean would warn on all-NaN input).
+    measured = np.isfinite(step).any() and np.isfinite(mean).any()
+    share = 100.0 * np.nanmean(mean) / np.nanmean(step) if measured else float("nan")
     across_ranks = float(np.nanstd(mean) / np.nanmean(mean)) if np.isfinite(mean).sum() > 1 else 0.0
     across_steps = (
         float(np.nanmax(ranks["sync_time_cv"].to_numpy(dtype=float)))

@@ -193,7 +193,8 @@ class TrainingResult(ResultBase):
     runtime: Dict[str, Any] = Field(
         default_factory=dict,
         description="What actually ran: optimizer, autocast dtype, GradScaler, channels_last, "
-        "compile, threads, data pipeline, and DDP's own report of its configuration (ddp).",
+        "compile, threads, data pipeline, cudnn_benchmark, allow_tf32 (matmul, cudnn), the "
+        "peak_precision MFU is scored against, and DDP's own report of its configuration (ddp).",
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
 
-from torchscale.hardware.nvml import Nvml, supported, text
+from torchscale.hardware.nvml import GPU_IS_LOST, NO_PERMISSION, Nvml, supported, text
 from torchscale.validate.result import (
     CheckResult,
     fail,
@@ -69,15 +69,23 @@ def check_gpus(nvml: Optional[Nvml], handles: Sequence[Any], torch_count: int) -
         }
         for i, (n, m) in enumerate(zip(names, memory))
     ]
-    lost = [i for i, a in enumerate(names) if getattr(a, "error", "") == "NVMLError_GpuIsLost"]
-    kinds = [(g["name"], g["memory_bytes"]) for g in gpus if g["index"] not in lost]
+    # A GPU NVML refuses (its handle, or its name) is judged on its own; the others still count.
+    lost = [i for i, a in enumerate(names) if getattr(a, "error", "") == GPU_IS_LOST]
+    barred = [i for i, a in enumerate(names) if getattr(a, "error", "") == NO_PERMISSION]
+    kinds = [(g["name"], g["memory_bytes"]) for g in gpus if g["index"] not in lost + barred]
     models = unique(kinds)
     shown = ", ".join(
         f"{kinds.count(model)} x {model[0] or 'GPU (name not reported by NVML)'}"
         + (f" ({gib(model[1])})" if model[1] else "")
         for model in models
     )
-    if torch_count and torch_count != len(handles):
+    if barred:
+        shown = shown or "no GPU this process may use"
+        shown += (
+            f"; {gpu_list(barred, len(handles))} not accessible to this process (NVML: "
+            f"{names[barred[0]]}; another job's GPU under Slurm/cgroups?)"
+        )
+    if torch_count and torch_count != len(handles) - len(barred):
         shown += f"; torch sees {torch_count} (CUDA_VISIBLE_DEVICES)"
     if lost:
         return fail(
@@ -97,6 +105,32 @@ def check_gpus(nvml: Optional[Nvml], handles: Sequence[Any], torch_count: int) -
             gpus=gpus,
         )
     return passed(name, shown, count=len(handles), gpus=gpus)
+
+
+MIG_FIX = (
+    "DDP needs whole GPUs: NCCL cannot run one job across MIG instances and CUDA gives a "
+    "process one of them. Disable MIG with `sudo nvidia-smi -i <gpu> -mig 0` and reset the GPU, "
+    "or benchmark a single MIG instance (--gpus 1)."
+)
+
+
+def check_mig(nvml: Nvml, handles: Sequence[Any]) -> CheckResult:
+    """MIG mode: a GPU split into MIG devices is not a GPU DDP can use whole."""
+    name = "MIG mode"
+    devices = [nvml.mig_devices(h) for h in handles]
+    unknown = not_reported(name, devices, "nvidia-smi -q | grep -i -A2 'MIG Mode'")
+    if unknown:
+        return unknown
+    on = {i: d for i, d in enumerate(devices) if supported(d) and d is not None}
+    if not on:
+        readable = [i for i, d in enumerate(devices) if supported(d)]
+        return passed(name, f"off on {gpu_list(readable, len(handles))}")
+    shown = join(
+        f"GPU {i}: MIG on, {len(d)} MIG device(s)"
+        + (": " + ", ".join(f"{d.count(n)} x {n}" for n in unique(d)) if d else "")
+        for i, d in on.items()
+    )
+    return warn(name, shown, MIG_FIX, mig={str(i): d for i, d in on.items()})
 
 
 def check_persistence(nvml: Nvml, handles: Sequence[Any]) -> CheckResult:

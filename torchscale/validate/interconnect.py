@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Union
 
 from torchscale.hardware.nvml import Nvml, Unsupported, supported
@@ -29,15 +29,19 @@ class Interconnect:
 
     ports: List[Union[List[NvLinkPort], Unsupported]]
     matrix: List[List[str]]
+    refused: List[int] = field(default_factory=list)  # GPUs whose handle NVML refused
 
 
 def read_interconnect(nvml: Nvml, handles: Sequence[Any]) -> Interconnect:
     bus_ids: List[Optional[str]] = [bus_id(nvml, h) for h in handles]
     ports = [nvlink_ports(nvml, h) for h in handles]
-    return Interconnect(ports, topology_matrix(nvml, handles, bus_ids, ports))
+    refused = [i for i, h in enumerate(handles) if not supported(h)]
+    return Interconnect(ports, topology_matrix(nvml, handles, bus_ids, ports), refused)
 
 
 def check_nvlink(net: Interconnect) -> CheckResult:
+    """Each GPU against its peers: fewer active links than the others is the fault. NVLink-capable
+    PCIe cards without a bridge report every port inactive: that is "not connected", not down."""
     name = "NVLink"
     with_links = {i: p for i, p in enumerate(net.ports) if supported(p)}
     if not with_links:
@@ -47,9 +51,20 @@ def check_nvlink(net: Interconnect) -> CheckResult:
             f"no NVLink reported ({reason})",
             "Nothing to fix on PCIe-only GPUs; on NVLink GPUs check `nvidia-smi nvlink -s`.",
         )
-    expected = max(len(p) for p in with_links.values())
+    active = {i: sum(p.active for p in ports) for i, ports in with_links.items()}
+    if not any(active.values()):
+        ports_per_gpu = max(len(p) for p in with_links.values())
+        return skip(
+            name,
+            f"not connected: {ports_per_gpu} NVLink ports per GPU, none active (no NVLink bridge)",
+            "Nothing to fix unless these cards should have an NVLink bridge: then check that it "
+            "is seated (`nvidia-smi nvlink -s`); without one GPUs talk over PCIe.",
+        )
+    expected = max(active.values())
     problems, per_gpu = [], {}
     for i, ports in enumerate(net.ports):
+        if i in net.refused:
+            continue  # NVML refused this GPU: the GPUs check says why
         if not supported(ports):
             problems.append(f"GPU {i}: no NVLink reported (peers have {expected})")
             per_gpu[str(i)] = {"up": 0, "links": 0, "down": []}
@@ -57,14 +72,15 @@ def check_nvlink(net: Interconnect) -> CheckResult:
         down = [p.link for p in ports if not p.active]
         up = len(ports) - len(down)
         per_gpu[str(i)] = {"up": up, "links": len(ports), "down": down}
-        if down or len(ports) < expected:
+        if up < expected:
             detail = f" (link {', '.join(map(str, down))} down)" if down else ""
             problems.append(f"GPU {i}: {up}/{expected} links up{detail}")
     if problems:
         return fail(name, join(problems), NVLINK_FIX, per_gpu=per_gpu)
+    checked = [i for i in range(len(net.ports)) if i not in net.refused]
     return passed(
         name,
-        f"{expected}/{expected} links up on {gpu_list(range(len(net.ports)), len(net.ports))}",
+        f"{expected}/{expected} links up on {gpu_list(checked, len(net.ports))}",
         per_gpu=per_gpu,
     )
 
@@ -78,7 +94,8 @@ def check_topology(net: Interconnect) -> CheckResult:
         return skip(
             name, "one GPU: no GPU pairs", "Nothing to fix: topology needs 2+ GPUs.", **details
         )
-    pairs = [net.matrix[i][j] for i in range(n) for j in range(i + 1, n)]
+    readable = [i for i in range(n) if i not in net.refused]  # NVML refused: the GPUs row says
+    pairs = [net.matrix[i][j] for i in readable for j in readable if j > i]
     kinds = sorted(set(pairs), key=pairs.index)
     shown = "pairs: " + ", ".join(f"{k} x{pairs.count(k)}" for k in kinds)
     if "?" in kinds:

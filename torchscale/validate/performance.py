@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from torchscale.hardware.nvml import Nvml, decode_clocks_event_reasons, reason_label, supported
+from torchscale.hardware.nvml import (
+    UNNAMED_REASON,
+    Nvml,
+    decode_clocks_event_reasons,
+    reason_label,
+    supported,
+)
 from torchscale.validate.gpu import answers, not_reported
 from torchscale.validate.result import CheckResult, fail, join, passed, unique, warn
 
@@ -25,9 +31,13 @@ def check_clocks_events(nvml: Nvml, handles: Sequence[Any]) -> CheckResult:
     if unknown:
         return unknown
     hard = {"hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
-    soft = {"sw_thermal_slowdown", "sw_power_cap"}
+    soft = {"sw_thermal_slowdown", "sw_power_cap", "board_limit", "reliability"}
     per_gpu = {
-        i: [r for r in decode_clocks_event_reasons(int(m)) if r in hard | soft]
+        i: [
+            r
+            for r in decode_clocks_event_reasons(int(m))
+            if r in hard | soft or r.startswith(UNNAMED_REASON)
+        ]
         for i, m in enumerate(masks)
         if supported(m)
     }
@@ -48,6 +58,14 @@ def check_clocks_events(nvml: Nvml, handles: Sequence[Any]) -> CheckResult:
             "SW power cap: the GPU is at its power limit (normal under full load, not when idle); "
             "check `nvidia-smi -q -d POWER`."
         )
+    if reasons & {"board_limit", "reliability"}:
+        fixes.append(
+            "Board limit / reliability: the board or the driver's reliability policy caps the "
+            "clocks (power delivery, voltage); compare `nvidia-smi -q -d PERFORMANCE` across GPUs "
+            "and ask the vendor if one GPU stays capped."
+        )
+    if any(r.startswith(UNNAMED_REASON) for r in reasons):
+        fixes.append("Look the bit up in your driver's nvml.h (nvmlClocksEventReason*).")
     status = fail if reasons & hard else warn
     return status(name, shown, " ".join(fixes), reasons={str(i): r for i, r in active.items()})
 

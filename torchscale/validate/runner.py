@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from torchscale import __version__
-from torchscale.hardware.nvml import open_nvml, supported
+from torchscale.hardware.nvml import NO_PERMISSION, open_nvml, supported
 from torchscale.validate import gpu, interconnect, performance, software, system
 from torchscale.validate.result import CheckResult, fail, skip, summarize
 from torchscale.validate.smoke import NAME as SMOKE_NAME
 from torchscale.validate.smoke import run_smoke_test
 
 GPU_CHECKS = (
+    ("MIG mode", gpu.check_mig),
     ("Persistence mode", gpu.check_persistence),
     ("ECC", gpu.check_ecc),
     ("Retired pages / remapped rows", gpu.check_retired_memory),
@@ -80,7 +81,12 @@ def smoke_ranks() -> int:
     to CUDA_VISIBLE_DEVICES. 0 means two gloo CPU ranks."""
     with open_nvml() as nvml:
         handles = nvml.handles() if supported(nvml) else []
-        count = len(handles) if supported(handles) else 0
+        # Another job's GPUs (NO_PERMISSION) are not ours to test; a lost GPU is, and fails.
+        count = (
+            len([h for h in handles if getattr(h, "error", None) != NO_PERMISSION])
+            if supported(handles)
+            else 0
+        )
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         count = min(count, len([d for d in visible.split(",") if d.strip()]))

@@ -58,29 +58,37 @@ def _tensor_file(path: Path) -> TensorDataset:
     return TensorDataset(data["inputs"], data["targets"])
 
 
-def _to_device(batch: Any, device: torch.device) -> Any:
+def _to_device(batch: Any, device: torch.device, channels_last: bool = False) -> Any:
+    """On ``device``; image batches (4-d) in NHWC when the model is: a channels_last model fed
+    NCHW inputs converts them inside every forward."""
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
+        moved = batch.to(device, non_blocking=True)
+        if channels_last and moved.dim() == 4:
+            moved = moved.contiguous(memory_format=torch.channels_last)
+        return moved
     if isinstance(batch, (list, tuple)):
-        return type(batch)(_to_device(item, device) for item in batch)
+        return type(batch)(_to_device(item, device, channels_last) for item in batch)
     return batch
 
 
 def _loader_stream(
-    loader: DataLoader, sampler: DistributedSampler, device: torch.device
+    loader: DataLoader, sampler: DistributedSampler, device: torch.device, channels_last: bool
 ) -> Iterator:
     for epoch in itertools.count():
         sampler.set_epoch(epoch)
         for inputs, targets in loader:
-            yield _to_device(inputs, device), _to_device(targets, device)
+            yield _to_device(inputs, device, channels_last), _to_device(targets, device)
 
 
-def batch_stream(spec: ModelSpec, settings: CellSettings, ctx: RankContext) -> Iterator[Any]:
-    """An endless iterator of ``(inputs, targets)`` on the rank's device."""
+def batch_stream(
+    spec: ModelSpec, settings: CellSettings, ctx: RankContext, channels_last: bool = False
+) -> Iterator[Any]:
+    """An endless iterator of ``(inputs, targets)`` on the rank's device, each batch converted
+    to channels_last once (synthetic: the one batch, before the first step)."""
     data = settings.data
     if data.source == "synthetic":
-        batch = spec.batch(settings.batch_size, ctx.device)
-        return itertools.repeat(batch)
+        inputs, targets = spec.batch(settings.batch_size, ctx.device)
+        return itertools.repeat((_to_device(inputs, ctx.device, channels_last), targets))
     path = Path(data.path or "")
     images = data.source in ("image_folder", *LAYOUT_SOURCES)
     if images and (not spec.input_shape or len(spec.input_shape) != 3):
@@ -112,4 +120,4 @@ def batch_stream(spec: ModelSpec, settings: CellSettings, ctx: RankContext) -> I
             f"data.path {path} has {len(dataset)} samples: fewer than one batch of "
             f"{settings.batch_size} per rank"
         )
-    return _loader_stream(loader, sampler, ctx.device)
+    return _loader_stream(loader, sampler, ctx.device, channels_last)

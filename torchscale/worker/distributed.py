@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from torchscale.hardware.environment import threads_per_cpu_slot
 from torchscale.launch.backends import resolve_backend
+from torchscale.launch.flight_recorder import process_group_timeout_s
 
 
 @dataclass(frozen=True)
@@ -36,10 +37,12 @@ class RankContext:
         return "cpu"
 
 
-def init_distributed(timeout_s: float, backend: str = "auto") -> RankContext:
+def init_distributed(cell_timeout_s: float, backend: str = "auto") -> RankContext:
     """Join the process group torchrun (or mpirun) set up through the environment.
 
-    ``backend`` auto: NCCL on a GPU, gloo on a CPU process; else the one named.
+    ``backend`` auto: NCCL on a GPU, gloo on a CPU process; else the one named. The group's
+    timeout is shorter than the cell's, so a hung collective is reported by the backend (and
+    its flight recorder) before the launcher kills the cell.
     """
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -54,7 +57,7 @@ def init_distributed(timeout_s: float, backend: str = "auto") -> RankContext:
     backend = resolve_backend(backend, device.type == "cuda")
     dist.init_process_group(
         backend,
-        timeout=timedelta(seconds=timeout_s),
+        timeout=timedelta(seconds=process_group_timeout_s(cell_timeout_s)),
         device_id=device if backend == "nccl" else None,
     )
     return RankContext(

@@ -79,7 +79,7 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
                 gathered or [],
                 batch_size=settings.batch_size,
                 grad_accum_steps=settings.grad_accum_steps,
-                precision=settings.precision,
+                precision=run.applied["peak_precision"],  # fp32 convnets: TF32 by default
                 unit=spec.unit,
                 units_per_sample=spec.units_per_sample,
                 flops_per_sample=spec.flops_per_sample,

@@ -103,6 +103,11 @@ def _measure_steps(settings: CellSettings, run: TrainingRun, clock: Clock, ctx: 
     return max(1, math.ceil(settings.measure_seconds * 1e3 / float(estimate.item())))
 
 
+# torch's kDDPRuntimeLoggingSampleRate (c10d/reducer.hpp): DDP's default, restored after the
+# probe. At rate 1 every forward records CUDA events and synchronises on the last step's.
+DDP_DEFAULT_LOGGING_SAMPLE_RATE = 100
+
+
 def _ddp_logging_probe(run: TrainingRun, clock: Clock, steps: int) -> Dict[str, Optional[float]]:
     """Mean per-step DDP timings over ``steps`` steps, from DDP's own logging data."""
     try:
@@ -110,16 +115,35 @@ def _ddp_logging_probe(run: TrainingRun, clock: Clock, steps: int) -> Dict[str, 
     except AttributeError:  # private API: absent in some builds
         return {}
     samples: Dict[str, List[float]] = {field: [] for field in DDP_LOGGING_FIELDS.values()}
-    for index in range(steps + 1):
-        run.step(clock)
-        if index == 0:
-            continue  # the logging data read after step k describes step k-1
-        data = run.ddp._get_ddp_logging_data()
-        for key, field in DDP_LOGGING_FIELDS.items():
-            if isinstance(data.get(key), int) and data[key] > 0:
-                samples[field].append(data[key] / 1e6)
-    clock.synchronize()
+    try:
+        for index in range(steps + 1):
+            run.step(clock)
+            if index == 0:
+                continue  # the logging data read after step k describes step k-1
+            data = run.ddp._get_ddp_logging_data()
+            for key, field in DDP_LOGGING_FIELDS.items():
+                if isinstance(data.get(key), int) and data[key] > 0:
+                    samples[field].append(data[key] / 1e6)
+        clock.synchronize()
+    finally:  # later windows (the profiled one) must not pay for per-step logging
+        run.ddp._set_ddp_runtime_logging_sample_rate(DDP_DEFAULT_LOGGING_SAMPLE_RATE)
     return {field: mean(values) for field, values in samples.items()}
+
+
+def reset_peak_memory(ctx: RankContext) -> None:
+    """Start the peak-memory count at the measured window: warm-up, compilation and cuDNN
+    autotuning workspaces are not the training step's footprint."""
+    if ctx.is_cuda:
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+
+
+def activation_bytes(
+    peak: int, params: int, grads: int, optimizer: int, gradient_as_bucket_view: bool
+) -> int:
+    """What the peak holds besides the model state. Without ``gradient_as_bucket_view`` DDP keeps
+    the gradients twice: in ``.grad`` and in its flat communication buckets."""
+    gradient_copies = 1 if gradient_as_bucket_view else 2
+    return max(0, peak - params - gradient_copies * grads - optimizer)
 
 
 def _memory(run: TrainingRun, ctx: RankContext) -> Dict[str, Any]:
@@ -134,7 +158,10 @@ def _memory(run: TrainingRun, ctx: RankContext) -> Dict[str, Any]:
     )
     if ctx.is_cuda:
         peak = torch.cuda.max_memory_allocated(ctx.device)
-        activations: Optional[int] = max(0, peak - param_bytes - grad_bytes - optimizer_bytes)
+        bucket_view = bool(getattr(run.ddp, "gradient_as_bucket_view", False))
+        activations: Optional[int] = activation_bytes(
+            peak, param_bytes, grad_bytes, optimizer_bytes, bucket_view
+        )
         kind = "cuda_allocated"
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
@@ -159,6 +186,7 @@ def measure_rank(
     steps = _measure_steps(settings, run, clock, ctx)
 
     reporter.phase("measure", steps=steps)
+    reset_peak_memory(ctx)
     sampler = GpuSampler(nvml_index(ctx.device.index)) if ctx.is_cuda else contextlib.nullcontext()
     with sampler:
         measured, wall = _window(run, clock, ctx, steps)

@@ -17,7 +17,7 @@ from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
+from torchscale.plan.profile_request import PROFILE_DIR, RANK_MARK_FORMAT, ProfileRequest
 from torchscale.worker.distributed import RankContext
 from torchscale.worker.timing import Clock
 from torchscale.worker.training import TrainingRun
@@ -83,10 +83,18 @@ def _torch_window(
     return path
 
 
-def _nvtx_window(run: TrainingRun, clock: Clock, steps: int) -> None:
+NVTX_WARMUP = "torchscale warm-up"  # not a step name: the analysis does not count it
+
+
+def _nvtx_window(run: TrainingRun, clock: Clock, steps: int, ctx: RankContext) -> None:
     nvtx: Callable[[str], ContextManager[Any]] = torch.cuda.nvtx.range
     torch.cuda.synchronize()
     torch.cuda.profiler.start()  # opens nsys's cudaProfilerApi capture range
+    # Which rank this process is, for an export holding several ranks (nsys_ranks reads it).
+    torch.cuda.nvtx.mark(RANK_MARK_FORMAT.format(rank=ctx.rank, world_size=ctx.world_size))
+    # The first step after cudaProfilerStart pays for CUPTI's setup: traced, not a step range.
+    with nvtx(NVTX_WARMUP):
+        run.step(clock, annotate=nvtx)
     for index in range(steps):
         with nvtx(f"step {index}"):
             run.step(clock, annotate=nvtx)
@@ -105,7 +113,7 @@ def profile_window(
     if request.tool == "nsys":
         if not ctx.is_cuda:
             raise RuntimeError("nsys profiling needs GPUs; use profiling.tool: torch on CPU")
-        _nvtx_window(run, clock, steps)
+        _nvtx_window(run, clock, steps, ctx)
         trace = out / f"rank{ctx.rank}.nsys-rep"
     else:
         trace = _torch_window(run, clock, ctx, request, steps, out)

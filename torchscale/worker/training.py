@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from torchscale.config.schema import CellSettings
+from torchscale.hardware.peaks import peak_precision
 from torchscale.models import ModelSpec
 from torchscale.worker.comm_hooks import register_comm_hook
 from torchscale.worker.data import batch_stream
@@ -118,6 +119,45 @@ class TrainingRun:
         return marks
 
 
+def _tf32_flags() -> Dict[str, Optional[bool]]:
+    """Whether fp32 matmuls (cuBLAS) and cuDNN convolutions run in TF32 right now.
+
+    torch refuses the legacy ``allow_tf32`` read once the newer ``fp32_precision`` API set the
+    two cuDNN flags apart (a user's model code may): then ask the new API for convolutions.
+    """
+    flags: Dict[str, Optional[bool]] = {}
+    try:
+        flags["matmul"] = bool(torch.backends.cuda.matmul.allow_tf32)
+    except RuntimeError:
+        flags["matmul"] = torch.backends.cuda.matmul.fp32_precision == "tf32"
+    try:
+        flags["cudnn"] = bool(torch.backends.cudnn.allow_tf32)
+    except RuntimeError:
+        flags["cudnn"] = torch.backends.cudnn.conv.fp32_precision == "tf32"
+    return flags
+
+
+def apply_math_settings(
+    settings: CellSettings, ctx: RankContext, model: nn.Module
+) -> Dict[str, Any]:
+    """cuDNN autotuning and TF32 as the cell asks; returns what is in force, for the record, and
+    the peak MFU is scored against (``peak_precision``)."""
+    if ctx.is_cuda:
+        torch.backends.cudnn.benchmark = settings.cudnn_benchmark
+    if settings.tf32 is not None:  # both through the legacy flags: never mix the two APIs
+        torch.backends.cuda.matmul.allow_tf32 = settings.tf32
+        torch.backends.cudnn.allow_tf32 = settings.tf32
+    tf32 = _tf32_flags()
+    has_conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules())
+    return {
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark) if ctx.is_cuda else None,
+        "allow_tf32": tf32,
+        "peak_precision": peak_precision(
+            settings.precision, bool(tf32["matmul"]), bool(tf32["cudnn"]), has_conv
+        ),
+    }
+
+
 def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> TrainingRun:
     """Build model, DDP wrapper, optimizer and data for this rank."""
     torch.manual_seed(settings.seed)  # same initial weights on every rank (DDP checks shapes)
@@ -144,7 +184,7 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
     if settings.precision == "amp":
         scaler = torch.amp.GradScaler(ctx.device.type)
     torch.manual_seed(settings.seed + 1000 + ctx.rank)  # different data on every rank
-    batches = batch_stream(spec, settings, ctx)
+    batches = batch_stream(spec, settings, ctx, channels_last)
     optimizer = _optimizer(optimizer_name, model, ctx.device)
     autocast = AUTOCAST_DTYPES.get(settings.precision)
     applied = {
@@ -156,6 +196,7 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
         "intra_op_threads": torch.get_num_threads(),
         "data": settings.data.source,
         "data_workers": settings.data.num_workers if settings.data.source != "synthetic" else 0,
+        **apply_math_settings(settings, ctx, model),
     }
     return TrainingRun(
         spec=spec,

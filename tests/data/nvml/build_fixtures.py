@@ -105,6 +105,7 @@ def device(
     ecc_uncorrected: int = 0,
     persistence: int = 1,
     reasons_function: str = "nvmlDeviceGetCurrentClocksEventReasons",
+    mig: Any = (0, 0),
 ) -> Dict[str, Any]:
     shutdown, slowdown, gpu_max = thresholds
     gen, max_gen, width, max_width = pcie
@@ -119,6 +120,8 @@ def device(
         },
         "nvmlDeviceGetPersistenceMode": persistence,
         "nvmlDeviceGetEccMode": [1, 1],
+        # [current, pending]: MIG disabled (Volta and older answer NotSupported)
+        "nvmlDeviceGetMigMode": list(mig) if isinstance(mig, tuple) else mig,
         # (error type, counter type): uncorrected volatile, corrected volatile
         "nvmlDeviceGetTotalEccErrors": {"1,0": ecc_uncorrected, "0,0": 0},
         "nvmlDeviceGetRemappedRows": remapped_rows,
@@ -218,6 +221,7 @@ V100 = dict(
     remapped_rows=NOT_SUPPORTED,  # Volta retires pages; row remapping came with Ampere
     retired=([], [], 0),
     reasons_function="nvmlDeviceGetCurrentClocksThrottleReasons",
+    mig=NOT_SUPPORTED,  # MIG came with Ampere
 )
 
 

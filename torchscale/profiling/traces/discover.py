@@ -7,7 +7,7 @@ import re
 import sqlite3
 import zlib
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from torchscale.errors import TorchscaleError
 from torchscale.profiling.traces.model import RankTrace
@@ -16,6 +16,14 @@ KINETO_SUFFIXES = (".json", ".json.gz")
 NSYS_SUFFIXES = (".sqlite",)
 # Our own outputs live beside the traces; never read them back as traces.
 OWN_OUTPUTS = frozenset({"findings.json"})
+# Where a trace's rank number came from (the ``rank_source`` of the JSON and of the tables).
+RANK_SOURCES = {
+    "trace": "the trace's own distributedInfo",
+    "nvtx": "NVTX rank marks (torchrun's RANK)",
+    "device": "CUDA device ids (one process per GPU)",
+    "file name": "file names (rank<N>)",
+    "order": "file order (nothing recorded the rank)",
+}
 _RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.IGNORECASE)
 
 
@@ -87,18 +95,23 @@ def rank_from_name(path: Path) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
-def load_traces(paths: Sequence[Path], workers: Optional[int] = None) -> List[RankTrace]:
-    """Read every trace under ``paths``; ranks come from the trace, its file name, or its order."""
+def load_traces(
+    paths: Sequence[Path], workers: Optional[int] = None, warnings: Optional[List[str]] = None
+) -> List[RankTrace]:
+    """Read every trace under ``paths``; ranks come from the trace, its file name, or its order.
+
+    Traces of another job found beside the analysed one are left out, with a line appended to
+    ``warnings`` naming them (see :func:`split_jobs`)."""
     from torchscale.profiling.traces.kineto import TraceReadError, read_kineto_files
     from torchscale.profiling.traces.kineto_decode import DecodeError
     from torchscale.profiling.traces.nsys_sqlite import read_nsys
 
     files = find_trace_files(paths)
     kineto = [f for f in files if trace_format(f) == "kineto"]
-    traces: Dict[Path, RankTrace] = {}
+    traces: Dict[Path, List[RankTrace]] = {}
     if kineto:
         try:
-            traces.update(read_kineto_files(kineto, workers))
+            traces.update({p: [t] for p, t in read_kineto_files(kineto, workers).items()})
         except (OSError, EOFError, zlib.error, *DecodeError) as exc:
             raise TraceReadError(f"cannot read trace: {exc}") from None  # raised outside a file
     for path in files:
@@ -107,17 +120,73 @@ def load_traces(paths: Sequence[Path], workers: Optional[int] = None) -> List[Ra
                 traces[path] = read_nsys(path)
             except sqlite3.DatabaseError as exc:
                 raise TraceReadError(f"{path}: not a readable nsys SQLite export ({exc})") from None
-    ordered = [traces[f] for f in files]
-    used = set()
+    ordered = [trace for f in files for trace in traces[f]]
     for position, trace in enumerate(ordered):
         if trace.rank < 0:
             from_name = rank_from_name(trace.path)
             trace.rank = position if from_name is None else from_name
-    for trace in ordered:
+            trace.metadata["rank_source"] = "order" if from_name is None else "file name"
+        trace.metadata.setdefault("rank_source", "trace")
+    kept, mixed = split_jobs(ordered)
+    if warnings is not None:
+        warnings += mixed
+    check_unique_ranks(kept)
+    return sorted(kept, key=lambda t: t.rank)
+
+
+def check_unique_ranks(traces: Sequence[RankTrace]) -> None:
+    """One trace per rank within one job: two claiming a rank are two captures mixed up."""
+    used: Dict[int, RankTrace] = {}
+    for trace in traces:
         if trace.rank in used:
-            raise TorchscaleError(
-                f"two traces claim rank {trace.rank} ({trace.path.name}); pass "
-                "one trace per rank (one capture at a time)"
-            )
-        used.add(trace.rank)
-    return sorted(ordered, key=lambda t: t.rank)
+            where = trace.path.name
+            if used[trace.rank].path == trace.path:
+                where += f", devices {used[trace.rank].metadata.get('device')} and " + str(
+                    trace.metadata.get("device")
+                )
+            hint = "pass one trace per rank (one capture at a time)"
+            if trace.metadata.get("rank_source") == "device":
+                hint = (
+                    "ranks taken from CUDA device ids repeat across files (one export per "
+                    "node?): analyse each node's export on its own, or capture with torchscale, "
+                    "whose NVTX rank marks number the ranks of every node"
+                )
+            raise TorchscaleError(f"two traces claim rank {trace.rank} ({where}); {hint}")
+        used[trace.rank] = trace
+
+
+def job_of(trace: RankTrace) -> Optional[Tuple[str, int]]:
+    """What a trace says about the job it came from: (backend, world size), None if it says
+    nothing (then it can belong to any job)."""
+    info = trace.metadata.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("world_size"), int):
+        return (str(info.get("backend") or ""), int(info["world_size"]))
+    world = trace.metadata.get("world_size")
+    return ("", int(world)) if isinstance(world, int) else None
+
+
+def split_jobs(traces: Sequence[RankTrace]) -> Tuple[List[RankTrace], List[str]]:
+    """The traces of one job, and a warning for each other job found beside them.
+
+    Traces that declare different jobs (world size, backend) are never matched against each
+    other: the job with the most traces is analysed (traces declaring nothing join it).
+    """
+    jobs: Dict[Tuple[str, int], List[RankTrace]] = {}
+    for trace in traces:
+        job = job_of(trace)
+        if job is not None:
+            jobs.setdefault(job, []).append(trace)
+    if len(jobs) < 2:
+        return list(traces), []
+    kept = max(jobs, key=lambda job: len(jobs[job]))
+    warnings = []
+    for job, members in jobs.items():
+        if job == kept:
+            continue
+        names = ", ".join(sorted({t.path.name for t in members}))
+        warnings.append(
+            f"{names}: from another job (world size {job[1]}"
+            + (f", {job[0]}" if job[0] else "")
+            + f"; analysed: world size {kept[1]}); left out, analyse them on their own"
+        )
+    return [t for t in traces if job_of(t) in (None, kept)], warnings

@@ -4,7 +4,12 @@ Tables used (Nsight Systems export schema 3.x): ``CUPTI_ACTIVITY_KIND_KERNEL``,
 ``CUPTI_ACTIVITY_KIND_MEMCPY``, ``CUPTI_ACTIVITY_KIND_MEMSET``, ``CUPTI_ACTIVITY_KIND_RUNTIME``
 (launch times, joined on ``correlationId``), ``NVTX_EVENTS`` (push/pop and start/end ranges),
 ``StringIds``, ``TARGET_INFO_SESSION_START_TIME`` and ``TARGET_INFO_GPU``. nsys creates
-tables lazily, so each is optional.
+tables lazily and its column sets change between versions, so every table and every column
+beyond a GPU row's ``start``/``end``/``streamId`` is optional: a missing one degrades what can be
+said (no launch times, no GPU names, one rank per process instead of per GPU), never the file.
+
+One export may hold several GPUs and processes (``nsys profile torchrun ...`` records every
+rank): it is split into one :class:`RankTrace` per (process, CUDA device), see ``nsys_ranks``.
 
 Nothing is fetched row by row: joins and per-correlation minima run in SQLite, and each column
 comes back as one ``group_concat`` string (in row-id chunks) parsed by numpy; only distinct names
@@ -21,6 +26,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from torchscale.profiling.traces.model import RankTrace, build_events
+from torchscale.profiling.traces.nsys_ranks import split_units
 
 CHUNK_ROWS = 1_000_000
 # Times are kept as microseconds since 2020-01-01 UTC: small enough for float64 to hold them to
@@ -91,27 +97,41 @@ def _strings(con: sqlite3.Connection, ids: np.ndarray) -> Dict[int, str]:
     )
 
 
-def _launch_lookup(con: sqlite3.Connection, tables: set) -> Tuple[np.ndarray, np.ndarray]:
-    """Earliest CUDA API call per correlation id (sorted ids, their start in ns).
+Lookup = Tuple[np.ndarray, np.ndarray]
+PID_SHIFT = np.int64(1 << 32)  # correlation ids are 32-bit: (pid, id) packs into one int64
 
-    Joining in SQL costs a sort of the whole runtime table (nsys creates no index); two
-    ``group_concat`` columns and a numpy sort are several times faster.
+
+def _first_per_key(key: np.ndarray, start: np.ndarray) -> Lookup:
+    order = np.lexsort((start, key))
+    key, start = key[order], start[order]
+    first = np.r_[True, key[1:] != key[:-1]] if len(key) else np.zeros(0, dtype=bool)
+    return key[first], start[first]
+
+
+def _launch_lookup(con: sqlite3.Connection, tables: set) -> Tuple[Lookup, Lookup]:
+    """Earliest CUDA API call per (process, correlation id), and per correlation id alone (for
+    GPU rows that do not say their process): sorted keys and their start in ns.
+
+    CUPTI numbers correlations per process, so in an export of several processes the same id
+    is several launches. Joining in SQL costs a sort of the whole runtime table (nsys creates no
+    index); ``group_concat`` columns and a numpy sort are several times faster.
     """
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    corr, start = _column_chunks(
+        return empty, empty
+    have = _columns(con, "CUPTI_ACTIVITY_KIND_RUNTIME")
+    if not {"correlationId", "start"} <= have:
+        return empty, empty
+    corr, start, pid = _column_chunks(
         con,
         "CUPTI_ACTIVITY_KIND_RUNTIME",
-        ["t.correlationId", "t.start"],
+        ["t.correlationId", "t.start", _pid(_col(have, "globalTid", "0"))],
         where="t.correlationId IS NOT NULL",
     )
-    order = np.lexsort((start, corr))
-    corr, start = corr[order], start[order]
-    first = np.r_[True, corr[1:] != corr[:-1]] if len(corr) else np.zeros(0, dtype=bool)
-    return corr[first], start[first]
+    return _first_per_key(pid * PID_SHIFT + corr, start), _first_per_key(corr, start)
 
 
-def _launch_of(corr: np.ndarray, lookup: Tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+def _launch_of(corr: np.ndarray, lookup: Lookup) -> np.ndarray:
     ids, starts = lookup
     out = np.full(len(corr), -1, dtype=np.int64)
     if len(ids) and len(corr):
@@ -121,31 +141,54 @@ def _launch_of(corr: np.ndarray, lookup: Tuple[np.ndarray, np.ndarray]) -> np.nd
     return out
 
 
+def _columns(con: sqlite3.Connection, table: str) -> set:
+    return {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+
+
+def _col(columns: set, name: str, fallback: str) -> str:
+    """``t.<name>`` when this export has the column, else ``fallback`` (a SQL constant)."""
+    return f"t.{name}" if name in columns else fallback
+
+
+def _pid(column: str) -> str:
+    return f"COALESCE({column}, 0) / {GLOBAL_ID_PART} % {GLOBAL_ID_PART}"
+
+
 def _gpu_rows(
     con: sqlite3.Connection,
     tables: set,
     cat: str,
     epoch_ns: int,
-    launches: Tuple[np.ndarray, np.ndarray],
+    launches: Tuple[Lookup, Lookup],
 ) -> Optional[tuple]:
     table, name_col = _GPU_TABLES[cat]
     if table not in tables:
         return None
+    have = _columns(con, table)
+    if not {"start", "end", "streamId"} <= have:
+        return None  # not a GPU activity table we can place on a timeline
+    if name_col == "demangledName" and name_col not in have:
+        name_col = "shortName" if "shortName" in have else "NULL"
     exprs = [
         "t.start",
         "t.end",
-        f"COALESCE(t.globalPid, 0) / {GLOBAL_ID_PART} % {GLOBAL_ID_PART}",
+        _pid(_col(have, "globalPid", "0")),
         "t.streamId",
-        "COALESCE(t.correlationId, -1)",
+        f"COALESCE({_col(have, 'correlationId', '-1')}, -1)",
+        f"COALESCE({_col(have, 'deviceId', '0')}, 0)",
     ]
-    if name_col != "NULL":
+    if name_col != "NULL" and name_col in have:
         exprs.append(f"COALESCE(t.{name_col}, -1)")
     columns = _column_chunks(con, table, exprs)
-    start, end, pid, stream, corr = columns[:5]
-    name_key = columns[5] if len(columns) > 5 else np.zeros(len(start), dtype=np.int64)
-    launched = _launch_of(corr, launches)
+    start, end, pid, stream, corr, device = columns[:6]
+    name_key = columns[6] if len(columns) > 6 else np.full(len(start), -1, dtype=np.int64)
+    by_pid, by_corr = launches
+    if "globalPid" in have:
+        launched = _launch_of(pid * PID_SHIFT + corr, by_pid)
+    else:
+        launched = _launch_of(corr, by_corr)
     if cat == "kernel":
-        strings = _strings(con, name_key)
+        strings = _strings(con, name_key) if "StringIds" in tables else {}
         names = [strings.get(int(k), f"<kernel {k}>") for k in np.unique(name_key)]
         codes = np.searchsorted(np.unique(name_key), name_key)
     elif cat == "gpu_memcpy":
@@ -156,15 +199,24 @@ def _gpu_rows(
         names, codes = ["Memset (Device)"], np.zeros(len(start), dtype=np.int64)
     launch_us = np.where(launched >= 0, _us(launched, epoch_ns), np.nan)
     ts = _us(start, epoch_ns)
-    return ts, _us(end, epoch_ns) - ts, codes, names, pid, stream, stream, corr, launch_us
+    return ts, _us(end, epoch_ns) - ts, codes, names, pid, stream, stream, corr, launch_us, device
+
+
+def _nvtx_text(con: sqlite3.Connection, tables: set, have: set) -> Tuple[str, str]:
+    """SQL for an NVTX event's text (inline, or a registered string) and the join it needs."""
+    inline = "t.text" if "text" in have else "NULL"
+    if "StringIds" in tables and "textId" in have:
+        return f"COALESCE({inline}, s.value)", "LEFT JOIN StringIds s ON s.id = t.textId"
+    return inline, ""
 
 
 def _nvtx_rows(con: sqlite3.Connection, tables: set, epoch_ns: int) -> Optional[tuple]:
     if "NVTX_EVENTS" not in tables:
         return None
-    text, strings = "t.text", ""
-    if "StringIds" in tables:  # registered strings: the text lives in StringIds
-        text, strings = "COALESCE(t.text, s.value)", "LEFT JOIN StringIds s ON s.id = t.textId"
+    have = _columns(con, "NVTX_EVENTS")
+    if not {"start", "end", "eventType"} <= have:
+        return None
+    text, strings = _nvtx_text(con, tables, have)
     types = ",".join(str(t) for t in NVTX_RANGE_TYPES)
     ranges = f"t.eventType IN ({types}) AND t.end IS NOT NULL AND {text} IS NOT NULL"
     con.execute("CREATE TEMP TABLE IF NOT EXISTS nvtx_names (name TEXT PRIMARY KEY, idx INTEGER)")
@@ -174,46 +226,53 @@ def _nvtx_rows(con: sqlite3.Connection, tables: set, epoch_ns: int) -> Optional[
         f"(SELECT DISTINCT {text} AS name FROM NVTX_EVENTS t {strings} WHERE {ranges})"
     )
     names = [r[0] for r in con.execute("SELECT name FROM nvtx_names ORDER BY idx")]
-    gtid = "COALESCE(t.globalTid, 0)"
-    exprs = [
-        "t.start",
-        "t.end",
-        f"{gtid} / {GLOBAL_ID_PART} % {GLOBAL_ID_PART}",
-        f"{gtid} % {GLOBAL_ID_PART}",
-        "nm.idx",
-    ]
+    gtid = f"COALESCE({_col(have, 'globalTid', '0')}, 0)"
+    exprs = ["t.start", "t.end", _pid(gtid), f"{gtid} % {GLOBAL_ID_PART}", "nm.idx"]
     joins = f"{strings} JOIN nvtx_names nm ON nm.name = {text}"
     start, end, pid, thread, codes = _column_chunks(con, "NVTX_EVENTS", exprs, joins, ranges)
     minus = np.full(len(start), -1, dtype=np.int64)
     ts = _us(start, epoch_ns)
-    return (
-        ts,
-        _us(end, epoch_ns) - ts,
-        codes,
-        names,
-        pid,
-        thread,
-        minus,
-        minus,
-        np.full(len(start), np.nan),
+    nan = np.full(len(start), np.nan)
+    return ts, _us(end, epoch_ns) - ts, codes, names, pid, thread, minus, minus, nan, minus
+
+
+def _rank_marks(con: sqlite3.Connection, tables: set) -> Dict[int, List[str]]:
+    """Per process, the NVTX texts that may say which rank it is (``torchscale rank=3 ...``)."""
+    if "NVTX_EVENTS" not in tables:
+        return {}
+    have = _columns(con, "NVTX_EVENTS")
+    text, strings = _nvtx_text(con, tables, have)
+    gtid = f"COALESCE({_col(have, 'globalTid', '0')}, 0)"
+    found: Dict[int, List[str]] = {}
+    query = (
+        f"SELECT DISTINCT {_pid(gtid)}, {text} FROM NVTX_EVENTS t {strings} "
+        f"WHERE {text} LIKE '%rank%' LIMIT 10000"
     )
+    for pid, value in con.execute(query):
+        found.setdefault(int(pid), []).append(str(value))
+    return found
 
 
 def _session_epoch_ns(con: sqlite3.Connection, tables: set) -> int:
-    if "TARGET_INFO_SESSION_START_TIME" in tables:
-        row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+    table = "TARGET_INFO_SESSION_START_TIME"
+    if table in tables and "utcEpochNs" in _columns(con, table):
+        row = con.execute(f"SELECT utcEpochNs FROM {table}").fetchone()
         if row and row[0] is not None:
             return int(row[0])
     return 0
 
 
 def _gpus(con: sqlite3.Connection, tables: set) -> List[Tuple[int, str]]:
-    if "TARGET_INFO_GPU" not in tables:
+    if "TARGET_INFO_GPU" not in tables or not {"id", "name"} <= _columns(con, "TARGET_INFO_GPU"):
         return []
     return [(int(i), str(n)) for i, n in con.execute("SELECT id, name FROM TARGET_INFO_GPU")]
 
 
-def read_nsys(path: Path) -> RankTrace:
+COLUMN_KEYS = ("ts", "dur", "pid", "tid", "stream", "corr", "launch", "device")
+
+
+def read_nsys(path: Path) -> List[RankTrace]:
+    """One trace per (process, CUDA device) of the export; see ``nsys_ranks`` for their ranks."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         tables = _tables(con)
@@ -224,21 +283,17 @@ def read_nsys(path: Path) -> RankTrace:
         parts = [(cat, _gpu_rows(con, tables, cat, epoch, launches)) for cat in _GPU_TABLES]
         parts.append(("user_annotation", _nvtx_rows(con, tables, epoch)))
         gpus = _gpus(con, tables)
+        marks = _rank_marks(con, tables)
     finally:
         con.close()
     parts = [(c, p) for c, p in parts if p is not None]
+    if not parts:
+        raise sqlite3.DatabaseError("its CUDA and NVTX tables have no start/end/streamId columns")
     cats = [c for c, _ in parts]
     names: List[str] = []
-    cols: Dict[str, List[np.ndarray]] = {
-        k: [] for k in ("ts", "dur", "cat", "name", "pid", "tid", "stream", "corr", "launch")
-    }
-    for cat_code, (_, (ts, dur, codes, part_names, pid, tid, stream, corr, launch)) in enumerate(
-        parts
-    ):
-        for key, value in zip(
-            ("ts", "dur", "pid", "tid", "stream", "corr", "launch"),
-            (ts, dur, pid, tid, stream, corr, launch),
-        ):
+    cols: Dict[str, List[np.ndarray]] = {k: [] for k in (*COLUMN_KEYS, "cat", "name")}
+    for cat_code, (_, (ts, dur, codes, part_names, *rest)) in enumerate(parts):
+        for key, value in zip(COLUMN_KEYS, (ts, dur, *rest)):
             cols[key].append(np.asarray(value))
         cols["cat"].append(np.full(len(ts), cat_code))
         cols["name"].append(np.asarray(codes) + len(names))
@@ -249,23 +304,30 @@ def read_nsys(path: Path) -> RankTrace:
         if names
         else (np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64))
     )
-    events = build_events(
-        flat["ts"],
-        flat["dur"],
-        flat["cat"],
-        cats,
-        remap[flat["name"].astype(np.int64)] if len(names) else flat["name"],
-        list(unique_names),
-        flat["pid"],
-        flat["tid"],
-        flat["stream"],
-        flat["corr"],
-        flat["launch"],
-    )
-    return RankTrace(
-        rank=-1,
-        path=path,
-        source="nsys",
-        events=events,
-        metadata={"gpus": gpus, "session_start_epoch_ns": epoch},
-    )
+    name_codes = remap[flat["name"].astype(np.int64)] if len(names) else flat["name"]
+    traces = []
+    for unit in split_units(flat["pid"], flat["device"], flat["stream"], marks, gpus):
+        rows = unit.rows
+        events = build_events(
+            flat["ts"][rows],
+            flat["dur"][rows],
+            flat["cat"][rows],
+            cats,
+            name_codes[rows],
+            list(unique_names),
+            flat["pid"][rows],
+            flat["tid"][rows],
+            flat["stream"][rows],
+            flat["corr"][rows],
+            flat["launch"][rows],
+        )
+        traces.append(
+            RankTrace(
+                rank=unit.rank,
+                path=path,
+                source="nsys",
+                events=events,
+                metadata={**unit.metadata, "session_start_epoch_ns": epoch},
+            )
+        )
+    return traces

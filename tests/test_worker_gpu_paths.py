@@ -1,0 +1,231 @@
+"""The worker's CUDA-path decisions, checked on CPU: a real one-rank gloo DDP run of resnet-tiny,
+with torch.cuda's calls replaced only where no GPU can answer (their names and defaults are
+read from the installed torch's own sources)."""
+
+from __future__ import annotations
+
+import re
+import socket
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import torchscale.worker.measure as measure
+from torchscale.config.schema import CellSettings
+from torchscale.launch.flight_recorder import collective_timed_out, dump_note, flight_recorder_env
+from torchscale.models.registry import load_model
+from torchscale.worker import distributed, profiler
+from torchscale.worker.distributed import RankContext
+from torchscale.worker.reporting import RankReporter
+from torchscale.worker.timing import Clock
+from torchscale.worker.training import apply_math_settings, build_run
+
+TORCH = Path(torch.__file__).parent
+C10D = TORCH / "include" / "torch" / "csrc" / "distributed" / "c10d"
+CPU = RankContext(0, 0, 1, 1, torch.device("cpu"), "gloo", socket.gethostname())
+CUDA = RankContext(0, 0, 1, 1, torch.device("cuda", 0), "nccl", socket.gethostname())
+
+
+@pytest.fixture
+def one_rank() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one CPU "GPU", as the launched workers get
+    dist.init_process_group(
+        "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=60)
+    )
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def torch_flags() -> Iterator[None]:
+    """Put torch's global math flags back after a test sets them."""
+    saved = (
+        torch.backends.cudnn.benchmark,
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    )
+    yield
+    torch.backends.cudnn.benchmark = saved[0]
+    torch.backends.cuda.matmul.allow_tf32 = saved[1]
+    torch.backends.cudnn.allow_tf32 = saved[2]
+
+
+def settings(**knobs: Any) -> CellSettings:
+    base: Dict[str, Any] = {"model": "resnet-tiny", "batch_size": 2, "gpus": 1}
+    return CellSettings.model_validate({**base, "warmup_steps": 1, "measure_steps": 2, **knobs})
+
+
+def test_ddp_logging_goes_back_to_torchs_sample_rate_after_the_probe(one_rank):
+    run = build_run(settings(), load_model("resnet-tiny"), CPU)
+    rates: List[int] = []
+    real = run.ddp._set_ddp_runtime_logging_sample_rate
+    run.ddp._set_ddp_runtime_logging_sample_rate = lambda r: (rates.append(r), real(r))[1]
+    timings = measure._ddp_logging_probe(run, Clock(CPU.device), 1)
+    header = (C10D / "reducer.hpp").read_text()
+    default = int(re.search(r"kDDPRuntimeLoggingSampleRate = (\d+);", header).group(1))
+    assert rates == [1, default] and default == measure.DDP_DEFAULT_LOGGING_SAMPLE_RATE
+    assert timings["ddp_forward_compute_ms"] is not None
+
+
+@pytest.mark.parametrize("source", ["synthetic", "tensor_file"])
+def test_channels_last_converts_the_batches_once(one_rank, tmp_path, source):
+    data: Dict[str, Any] = {"source": source}
+    if source == "tensor_file":
+        data |= {"path": str(tmp_path / "d.pt"), "num_workers": 0}
+        inputs = torch.randn(8, 3, 32, 32)
+        torch.save({"inputs": inputs, "targets": torch.randint(0, 10, (8,))}, data["path"])
+    run = build_run(settings(channels_last=True, data=data), load_model("resnet-tiny"), CPU)
+    first, _ = next(run.batches)
+    assert first.is_contiguous(memory_format=torch.channels_last)
+    assert not first.is_contiguous()  # NHWC strides, not a 1-channel corner case
+    if source == "synthetic":
+        assert next(run.batches)[0] is first  # converted once, reused every step
+    plain = build_run(settings(), load_model("resnet-tiny"), CPU)
+    assert next(plain.batches)[0].is_contiguous()
+
+
+def test_cudnn_benchmark_and_tf32_knobs_are_applied_and_recorded(torch_flags):
+    conv = load_model("resnet-tiny").build()
+    default = apply_math_settings(settings(), CUDA, conv)
+    assert torch.backends.cudnn.benchmark is True and default["cudnn_benchmark"] is True
+    # PyTorch's defaults: cuDNN convolutions in TF32, matmuls not: a convnet's fp32 MFU is
+    # scored against the TF32 peak, a transformer's against plain FP32
+    assert default["allow_tf32"] == {"matmul": False, "cudnn": True}
+    assert default["peak_precision"] == "tf32"
+    linear = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    assert apply_math_settings(settings(), CUDA, linear)["peak_precision"] == "fp32"
+    off = apply_math_settings(settings(cudnn_benchmark=False, tf32=False), CUDA, conv)
+    assert torch.backends.cudnn.benchmark is False and off["cudnn_benchmark"] is False
+    assert off["allow_tf32"] == {"matmul": False, "cudnn": False}
+    assert off["peak_precision"] == "fp32"
+    on = apply_math_settings(settings(tf32=True), CUDA, linear)
+    assert on["allow_tf32"] == {"matmul": True, "cudnn": True}
+    assert on["peak_precision"] == "tf32"
+    assert apply_math_settings(settings(precision="bf16"), CUDA, conv)["peak_precision"] == "bf16"
+    assert apply_math_settings(settings(), CPU, conv)["cudnn_benchmark"] is None
+
+
+def test_peak_memory_starts_at_the_measured_window(one_rank, tmp_path, monkeypatch):
+    run = build_run(settings(sync_probe_steps=0), load_model("resnet-tiny"), CPU)
+    steps: List[bool] = []
+    real_step = run.step
+    run.step = lambda *a, **k: (steps.append(True), real_step(*a, **k))[1]  # type: ignore
+    resets: List[int] = []
+    monkeypatch.setattr(measure, "reset_peak_memory", lambda ctx: resets.append(len(steps)))
+    measure.measure_rank(run, settings(sync_probe_steps=0), CPU, RankReporter(tmp_path, 0))
+    assert resets == [1]  # after the one warm-up step, before the two measured ones
+
+
+def test_peak_memory_reset_is_torchs_on_the_rank_device(monkeypatch):
+    reset_on: List[Any] = []
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset_on.append)
+    measure.reset_peak_memory(CPU)
+    measure.reset_peak_memory(CUDA)
+    assert reset_on == [CUDA.device]
+
+
+def test_activations_count_ddps_second_gradient_copy():
+    gib = 1 << 30
+    # 1 GiB params, 1 GiB grads, 2 GiB AdamW state, 10 GiB peak
+    assert measure.activation_bytes(10 * gib, gib, gib, 2 * gib, True) == 6 * gib
+    assert measure.activation_bytes(10 * gib, gib, gib, 2 * gib, False) == 5 * gib
+
+
+def test_process_group_fails_a_hung_collective_before_the_launcher_kills_the_cell(monkeypatch):
+    seen: Dict[str, Any] = {}
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: seen.update(kw))
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(key, value)
+    distributed.init_distributed(1800.0)
+    assert seen["timeout"] == timedelta(seconds=600)
+    distributed.init_distributed(300.0)
+    assert seen["timeout"] == timedelta(seconds=150)
+    distributed.init_distributed(20.0)  # a test-sized cell: a minute, the launcher fires first
+    assert seen["timeout"] == timedelta(seconds=60)
+
+
+def test_flight_recorder_dumps_into_the_cell_folder(tmp_path, monkeypatch):
+    for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    env = flight_recorder_env(tmp_path)
+    header = (C10D / "FlightRecorder.hpp").read_text()
+    wanted = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_BUFFER_SIZE")
+    for name in wanted:
+        assert name in header  # the names this torch reads
+    assert {"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DUMP_ON_TIMEOUT"} <= set(env)
+    assert env["TORCH_FR_DUMP_TEMP_FILE"] == str(tmp_path / "flight_recorder" / "rank_")
+    assert (tmp_path / "flight_recorder").is_dir() and dump_note(tmp_path) == ""
+    (tmp_path / "flight_recorder" / "rank_1").write_bytes(b"pickle")
+    assert "dumps of 1 rank(s)" in dump_note(tmp_path) and "torchfrtrace" in dump_note(tmp_path)
+    # NCCL's watchdog aborts the process: no error file, but the dumps say a collective hung;
+    # a rank that crashed is the root cause even with dumps beside it
+    assert collective_timed_out([], tmp_path)
+    assert not collective_timed_out([{"type": "RuntimeError", "message": "boom"}], tmp_path)
+    monkeypatch.setenv("TORCH_FR_DUMP_TEMP_FILE", "/mine/")
+    assert "TORCH_FR_DUMP_TEMP_FILE" not in flight_recorder_env(tmp_path)  # the user's wins
+
+
+def test_gloo_collective_timeouts_are_timeouts_other_errors_are_not(tmp_path):
+    gloo = {
+        "type": "RuntimeError",  # what torch 2.15's gloo raised in a 2-rank run here
+        "message": "[third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
+        "waiting 3000ms for recv operation to complete",
+    }
+    crash = {"type": "RuntimeError", "message": "injected crash"}
+    assert collective_timed_out([gloo], tmp_path)
+    assert not collective_timed_out([gloo, crash], tmp_path)
+    assert not collective_timed_out([], tmp_path)
+
+
+def test_nsys_window_marks_the_rank_and_warms_up_before_step_ranges(monkeypatch):
+    calls: List[str] = []
+
+    class Ranged:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __enter__(self) -> None:
+            calls.append(f"push {self.name}")
+
+        def __exit__(self, *exc: Any) -> None:
+            calls.append(f"pop {self.name}")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append("cudaProfilerStart"))
+    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append("cudaProfilerStop"))
+    monkeypatch.setattr(torch.cuda.nvtx, "range", Ranged)
+    monkeypatch.setattr(torch.cuda.nvtx, "mark", lambda text: calls.append(f"mark {text}"))
+
+    class Run:
+        def step(self, clock: Any, annotate: Any = None) -> None:
+            calls.append("step")
+
+    ctx = RankContext(3, 3, 4, 4, torch.device("cuda", 3), "nccl", "h")
+    profiler._nvtx_window(Run(), None, 2, ctx)  # type: ignore[arg-type]
+    assert calls == [
+        "cudaProfilerStart",
+        "mark torchscale rank=3 world_size=4",
+        f"push {profiler.NVTX_WARMUP}",
+        "step",
+        f"pop {profiler.NVTX_WARMUP}",
+        "push step 0",
+        "step",
+        "pop step 0",
+        "push step 1",
+        "step",
+        "pop step 1",
+        "cudaProfilerStop",
+    ]
+    from torchscale.profiling.analyzers.steps import STEP_NAME_RE
+    from torchscale.profiling.traces.nsys_ranks import RANK_MARK
+
+    assert not STEP_NAME_RE.match(profiler.NVTX_WARMUP)
+    assert RANK_MARK.match("torchscale rank=3 world_size=4").group(1) == "3"
