@@ -65,7 +65,7 @@ def experiment_dirname(name: str) -> str:
 def settings_digest(settings: BaseModel) -> str:
     identity = settings.model_dump(mode="json", exclude=NON_IDENTITY_FIELDS)
     for name, default in LATER_DEFAULTS.items():  # so ids from before the knob stay the same
-        if identity.get(name) == default:
+        if name in identity and identity[name] == default:
             del identity[name]
     blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
     return hashlib.sha1(blob.encode()).hexdigest()[:8]
