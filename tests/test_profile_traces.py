@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.profile_helpers import DATA, hta_reference, load_trace_json, real_traces, write_ranks
+from tests.profile_helpers import DATA, hta_reference, load_trace_json, write_ranks
+from tests.profile_helpers import real_traces as real_traces_folder
 from torchscale.profiling.analysis import analyze
 from torchscale.profiling.analyzers.breakdown import temporal_breakdown
 from torchscale.profiling.analyzers.collectives import collective_tables
@@ -24,7 +25,7 @@ TOLERANCE_PP = 0.5
 
 @pytest.fixture(scope="module")
 def real_traces():
-    folder = real_traces()
+    folder = real_traces_folder()
     return {name: kineto.read_kineto(folder / name) for name in hta_reference()}
 
 
@@ -47,7 +48,7 @@ def test_hta_window_drops_last_profiler_step(real_traces):
 
 
 def test_block_size_and_stdlib_give_same_events(monkeypatch, real_traces):
-    source = real_traces() / "nccl-2rank-rank0.json.gz"
+    source = real_traces_folder() / "nccl-2rank-rank0.json.gz"
     expected = real_traces["nccl-2rank-rank0.json.gz"].events
     monkeypatch.setattr(kineto, "BLOCK_BYTES", 1 << 15)  # many block boundaries
     pd.testing.assert_frame_equal(kineto.read_kineto(source).events, expected)
@@ -56,7 +57,7 @@ def test_block_size_and_stdlib_give_same_events(monkeypatch, real_traces):
 
 def test_parallel_split_gives_same_events(tmp_path, monkeypatch, real_traces):
     pytest.importorskip("msgspec")
-    source = real_traces() / "nccl-2rank-rank0.json.gz"
+    source = real_traces_folder() / "nccl-2rank-rank0.json.gz"
     plain = tmp_path / "rank0.json"
     plain.write_text(json.dumps(load_trace_json(source), indent=1))
     monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1 << 20)
@@ -170,7 +171,7 @@ def test_nsys_two_ranks_name_the_late_rank():
 
 @pytest.mark.parametrize(("ranks", "late", "rename"), [(2, 1, False), (4, 2, True)])
 def test_straggler_detected_on_real_trace_ranks(tmp_path, ranks, late, rename):
-    source = real_traces() / "nccl-2rank-rank0.json.gz"
+    source = real_traces_folder() / "nccl-2rank-rank0.json.gz"
     delays = write_ranks(load_trace_json(source), tmp_path, late, ranks, rename_nccl=rename)
     result = analyze([tmp_path], "sync_stalls")
     if rename:
@@ -196,7 +197,9 @@ def test_straggler_detected_on_real_trace_ranks(tmp_path, ranks, late, rename):
 
 
 def test_identical_ranks_give_no_straggler(tmp_path):
-    write_ranks(load_trace_json(real_traces() / "nccl-2rank-rank0.json.gz"), tmp_path, None, 2)
+    write_ranks(
+        load_trace_json(real_traces_folder() / "nccl-2rank-rank0.json.gz"), tmp_path, None, 2
+    )
     result = analyze([tmp_path], "all")
     assert not [f for f in result.findings if f.category in ("straggler", "sync")]
     assert result.tables["ranks"]["sync_stall_pct"].to_numpy() == pytest.approx([0.0, 0.0])

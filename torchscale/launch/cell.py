@@ -3,7 +3,9 @@
 ok: rank 0 wrote result.json. oom / failed: the root-cause rank is the one that reported an
 out-of-memory error, else the first to fail (later failures are usually peers losing it).
 timeout: the launch was killed after ``cell_timeout_s``; the progress files say which rank was
-stuck in which phase.
+stuck in which phase. A launch that ended without a word while the folder could not be written (a
+full disk, a read-only mount) is recorded as ``failed`` with that cause: its ranks could not write
+their error files, so the silence is the disk's, not a signal's.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from torchscale.launch.kinds import common_identity, get_kind
+from torchscale.launch.liveness import clear_owner, write_owner
 from torchscale.launch.nsys import wrapper as nsys_wrapper
 from torchscale.launch.process import python_env, run_process
 from torchscale.launch.torchrun import SINGLE_NODE, Rendezvous, torchrun_command
@@ -22,7 +25,7 @@ from torchscale.launch.traces import analyze_traces
 from torchscale.plan.matrix import Cell
 from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
 from torchscale.results.schema import CellStatus, ResultBase
-from torchscale.results.store import ExperimentStore, atomic_write_json
+from torchscale.results.store import ExperimentStore, atomic_write_json, storage_problem
 from torchscale.worker.reporting import (
     RANKS_DIR,
     STEP_PHASES,
@@ -132,6 +135,12 @@ def _failure(cell_dir: Path, returncode: Optional[int], rendezvous: Rendezvous) 
             f"{root.get('type')}: {root.get('message')}{also}"
         )
     log = cell_dir / LAUNCH_LOG
+    storage = storage_problem(cell_dir)
+    if storage:
+        return "failed", (
+            f"{storage} in {cell_dir}: the ranks could not write their files (torchrun exit "
+            f"code {returncode})"
+        )
     rendezvous_error = _rendezvous_failure(cell_dir, rendezvous)
     if rendezvous_error:
         return "failed", rendezvous_error
@@ -182,13 +191,12 @@ def prepare_cell_dir(
     store: ExperimentStore, cell: Cell, experiment: str, profile: Optional[ProfileRequest] = None
 ) -> Path:
     """A clean folder for this attempt, holding the cell's input."""
-    cell_dir = store.cell_dir(cell.cell_id)
+    cell_dir = store.make_cell_dir(cell.cell_id)
     for stale in (cell_dir / RESULT_FILE, cell_dir / RANKS_DIR, cell_dir / PROFILE_DIR):
-        if stale.is_dir():
+        if stale.is_symlink() or not stale.is_dir():
+            stale.unlink(missing_ok=True)
+        else:
             shutil.rmtree(stale)
-        elif stale.exists():
-            stale.unlink()
-    cell_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(
         cell_dir / CELL_FILE,
         {
@@ -224,13 +232,19 @@ def run_cell(
     started, started_at = time.monotonic(), _now()
     # A multi-node launch may first wait for the other nodes at the rendezvous.
     timeout_s = cell.settings.cell_timeout_s + (rendezvous.join_timeout_s or 0.0)
-    outcome = run_process(
-        [*prefix, *cell_command(cell, cell_dir, rendezvous, profile)],
-        timeout_s=timeout_s,
-        log_path=cell_dir / LAUNCH_LOG,
-        env=python_env({**(env or {}), WRITES_RESULT_ENV: "1" if records_results else "0"}),
-        on_poll=on_poll,
-    )
+    command = [*prefix, *cell_command(cell, cell_dir, rendezvous, profile)]
+    what = Path(prefix[0]).name if prefix else "torchrun"
+    try:
+        outcome = run_process(
+            command,
+            timeout_s=timeout_s,
+            log_path=cell_dir / LAUNCH_LOG,
+            env=python_env({**(env or {}), WRITES_RESULT_ENV: "1" if records_results else "0"}),
+            on_poll=on_poll,
+            on_start=lambda pid: write_owner(cell_dir, pid, what),
+        )
+    finally:
+        clear_owner(cell_dir)
     timing = {
         "started_at": started_at,
         "finished_at": _now(),
