@@ -177,6 +177,18 @@ def test_every_writer_refuses_links_and_fifos(tmp_path: Path) -> None:
     assert isinstance(outcome.get("error"), UnsafePathError) and "FIFO" in str(outcome["error"])
 
 
+def test_the_experiment_folder_itself_may_be_a_link(tmp_path: Path) -> None:
+    """Pointing results at scratch space with a link is the user's choice: only what torchscale
+    creates inside the experiment folder must not be a link."""
+    (tmp_path / "scratch").mkdir()
+    (tmp_path / "exp").symlink_to(tmp_path / "scratch", target_is_directory=True)
+    store = ExperimentStore(tmp_path / "exp")
+    with store.lock():
+        cell = store.make_cell_dir("cell-1")
+        atomic_write_json(cell / "cell.json", {"a": 1})
+    assert (tmp_path / "scratch" / "cells" / "cell-1" / "cell.json").exists()
+
+
 def test_the_lock_is_flock_on_a_regular_file(tmp_path: Path) -> None:
     store = ExperimentStore(tmp_path / "exp")
     with store.lock():
@@ -503,6 +515,8 @@ def test_the_matrix_cap_is_checked_before_anything_is_expanded(tmp_path: Path) -
     line = one_error_line(run["stderr"])
     assert "2,000,000 cells" in line and "--max-cells" in line
     assert run["elapsed_s"] < 2.0 and run["max_rss_mb"] < 300, run
+    as_json = runner.invoke(app, ["benchmark", "-c", str(path), "--dry-run", "--json"])
+    assert as_json.exit_code == 2 and as_json.stdout == ""  # nothing half-written on stdout
 
 
 def test_dry_run_streams_a_plan_it_never_holds(tmp_path: Path) -> None:
@@ -731,7 +745,7 @@ def test_one_unterminated_event_keeps_memory_bounded(tmp_path: Path) -> None:
     run = measured("profile", "analyze", str(path), timeout=300)
     assert run["rc"] == 2, run
     assert "no complete event" in one_error_line(run["stderr"])
-    assert run["max_rss_mb"] < 600, run
+    assert run["max_rss_mb"] < 400, run  # measured: ~200 MB, most of it the imports
 
 
 # --- 9. resume after the settings changed ----------------------------------------------------------

@@ -294,10 +294,13 @@ def _print_plan(
             [*launch.prefix(cell), *cell_command(cell, store.cell_dir(cell.cell_id), rendezvous)]
         )
 
+    stream = cells()
+    # Bad input (a matrix over --max-cells, ...) raises at the first cell: before any output.
+    stream = itertools.chain(list(itertools.islice(stream, 1)), stream)
     if json_output:
         separator = "\n"
         sys.stdout.write("[")
-        for cell in cells():
+        for cell in stream:
             if launch.visits(cell):
                 document = {
                     "cell_id": cell.cell_id,
@@ -310,7 +313,7 @@ def _print_plan(
         sys.stdout.flush()
         return
     swept = swept_knobs(config, benchmark)
-    chunks = _chunks(cells(), DRY_RUN_CHUNK)
+    chunks = _chunks(stream, DRY_RUN_CHUNK)
     chunk = next(chunks, [])
     done = 0
     while chunk:

@@ -245,9 +245,12 @@ def live_owner(cell_dir: Path) -> Optional[str]:
     A process on another host cannot be checked from here: it is logged, not assumed alive (a
     Slurm job that moved to another node after a crash must be able to go on).
     """
+    from torchscale.errors import TorchscaleError
+    from torchscale.results.files import read_limited
+
     try:
-        doc = json.loads((cell_dir / OWNER_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        doc = json.loads(read_limited(cell_dir / OWNER_FILE, 1 << 16, "owner file"))
+    except (OSError, ValueError, TorchscaleError):
         return None
     identity = ProcessIdentity.from_json(doc) if isinstance(doc, dict) else None
     if identity is None:

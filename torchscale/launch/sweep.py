@@ -143,21 +143,30 @@ def settings_changes(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
 
 def changed_cells(cells: Sequence[Cell], known: Sequence[ResultBase]) -> List[Dict[str, Any]]:
     """Planned cells that have stored results of other settings: the same model, batch, GPU
-    count, precision and repeat (the same cell id but for its settings digest)."""
-    planned = {base_id(cell.cell_id): cell for cell in cells}
+    count, precision and repeat (the same cell id but for its settings digest). Where several
+    planned cells share that much (a swept knob), the stored record is set against the closest."""
+    planned: Dict[str, List[Cell]] = {}
+    for cell in cells:
+        planned.setdefault(base_id(cell.cell_id), []).append(cell)
     ids = {cell.cell_id for cell in cells}
     changes: Dict[str, Dict[str, Any]] = {}
     for record in known:
-        cell = planned.get(base_id(record.cell_id))
-        if record.cell_id in ids or cell is None or cell.kind != record.kind:
+        siblings = [c for c in planned.get(base_id(record.cell_id), []) if c.kind == record.kind]
+        if record.cell_id in ids or not siblings:
             continue
-        if cell.cell_id not in changes:
-            new = cell.settings.model_dump(mode="json")
-            changes[cell.cell_id] = {
+        diffs = [
+            (settings_changes(record.settings, c.settings.model_dump(mode="json")), c)
+            for c in siblings
+        ]
+        diff, cell = min(diffs, key=lambda pair: len(pair[0]))
+        changes.setdefault(
+            cell.cell_id,
+            {
                 "cell_id": cell.cell_id,
                 "stored_cell_id": record.cell_id,
-                "changes": settings_changes(record.settings, new) or ["settings"],
-            }
+                "changes": diff or ["settings"],
+            },
+        )
     return list(changes.values())
 
 

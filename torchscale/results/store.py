@@ -34,7 +34,6 @@ from typing import Any, Dict, Iterator, List, Optional
 from torchscale.errors import TorchscaleError
 from torchscale.results.files import (
     StorageError,
-    UnsafePathError,
     dumps,
     not_regular,
     open_for_read,
@@ -169,8 +168,9 @@ class ExperimentStore:
         """The cell's folder, created; no folder on the way (``cells``, the cell's) may be a
         symbolic link."""
         path = self.cell_dir(cell_id)
+        self.root.mkdir(parents=True, exist_ok=True)  # the experiment folder may be a link
         for part in reversed([path, *path.parents]):
-            if part == self.root or self.root in part.parents:
+            if self.root in part.parents:
                 ensure_dir(part)
         return path
 
@@ -188,12 +188,6 @@ class ExperimentStore:
 
     def append(self, record: ResultBase) -> None:
         append_jsonl(self.results_path, record.model_dump(mode="json"))
-
-    def documents(self) -> List[Dict[str, Any]]:
-        """Every object of ``results.jsonl``, checked: impossible figures make it invalid."""
-        from torchscale.results.validity import checked_documents
-
-        return checked_documents(read_jsonl(self.results_path), self.results_path)
 
     def records(self) -> List[ResultBase]:
         """The records, checked (see :mod:`torchscale.results.validity`)."""
@@ -290,8 +284,6 @@ class ExperimentStore:
 def storage_error(folder: Path, exc: OSError, *, exit_code: int = 2, detail: str = "") -> Any:
     """``exc`` as the one line the user sees: a :class:`StorageError` when the disk is full,
     read-only, over quota or not permitted; other errors are returned as they are."""
-    if isinstance(exc, UnsafePathError):
-        return exc
     cause = storage_cause(exc)
     if cause is None:
         return exc

@@ -5,9 +5,9 @@ wrote it (a damaged file, a hand edit, a bug). Such a record keeps its place but
 ``invalid`` and an error naming the figure, so every table shows it as such and nothing that
 summarises or compares results (which all take ``ok`` records only) ever uses it. A record with a
 ``schema_version`` this torchscale does not know is read, with a warning. A record that does not
-validate at all is left out, with a warning.
+validate against the schema is invalid too (kept as a record where what identifies it validates).
 
-Everything that reads ``results.jsonl`` goes through :func:`checked_documents` (the sweep's
+Everything that reads ``results.jsonl`` goes through :func:`check_and_parse` (the sweep's
 ``--resume``, reports, ``compare``), and the sweep passes the records it makes through
 :func:`checked_record` before writing them.
 """
@@ -112,11 +112,6 @@ def _invalid(doc: Dict[str, Any], reasons: List[str]) -> Dict[str, Any]:
         "recorded_status": recorded,
         "error": f"invalid record (recorded as {recorded}): {shown}",
     }
-
-
-def checked_documents(documents: Iterable[Any], source: Any) -> List[Dict[str, Any]]:
-    """Every object of a ``results.jsonl``, those with impossible figures marked invalid."""
-    return check_and_parse(documents, source)[0]
 
 
 def check_and_parse(
