@@ -262,82 +262,99 @@ def run_sweep(
         if profiling.enabled
         else None
     )
+    progress: Dict[str, Any] = {"started": False, "recorded": 0}
+    with contextlib.ExitStack() as held:
+        held.enter_context(store.lock())
+        held.enter_context(options.launch.serve())
+        held.enter_context(sigterm_as_interrupt())
+        held.enter_context(_storage_errors(store, progress))
+        return _sweep(plan, store, options, events, held, devices, profile, progress)
+
+
+def _sweep(
+    plan: Plan,
+    store: ExperimentStore,
+    options: SweepOptions,
+    events: SweepEvents,
+    held: contextlib.ExitStack,
+    devices: NodeDevices,
+    profile: Optional[ProfileRequest],
+    progress: Dict[str, Any],
+) -> List[ResultBase]:
+    """The body of :func:`run_sweep`, with the folder locked (``held`` releases what it takes)."""
     launch = options.launch
     recording = launch.records_results
-    progress: Dict[str, Any] = {"started": False, "recorded": 0}
-    with store.lock(), launch.serve(), sigterm_as_interrupt(), _storage_errors(store, progress):
-        # Another node reads node 0's records where the folder is shared, to skip the same cells.
-        known = store.records() if options.resume or recording else []
-        done = {r.cell_id for r in known if not (options.retry_failed and r.status in RETRYABLE)}
-        remaining = [cell for cell in plan.cells if cell.cell_id not in done]
-        todo = [cell for cell in remaining if launch.visits(cell)]
-        check_live_owners(store, todo)
-        manifest: Dict[str, Any] = {}
-        if recording:
-            check_resumable(store, options.resume)
-            changes = check_changed_settings(store, todo, known, options.force)
-            previous = store.manifest()
-            manifest = build_manifest(plan, previous, sys.argv)
-            if changes:
-                manifest["runs"][-1]["changed_settings"] = changes
-            manifest.update(launch=launch.describe(), nodes=previous.get("nodes", []))
-            store.write_manifest(manifest)
-            store.hold_reserve()
-        records = known if recording else []  # elsewhere: what this node saw fail
-        waits = launch.join_waits(remaining)
-        env = dict(options.env or {})
-        if devices.kind == "cpu":
-            # torchrun sets OMP_NUM_THREADS=1 only for multi-process launches; make every cell
-            # use the same per-rank thread count.
-            env.setdefault("OMP_NUM_THREADS", str(threads_per_cpu_slot()))
-        experiment = plan.config.experiment_name
-        try:
-            for position, cell in enumerate(todo, 1):
-                events.cell_started(cell, position, len(todo))
-                progress["started"] = True
-                reason = skip_reason(cell, devices, launch)
-                if reason:
-                    new = skipped_records(cell, experiment, reason) if recording else []
-                else:
-                    new = run_cell(
-                        cell,
-                        store,
-                        experiment,
-                        rendezvous=launch.rendezvous(cell, waits.get(cell.cell_id)),
-                        env=env,
-                        on_poll=events.cell_polled,
-                        profile=profile if cell.kind == "training" else None,
-                        prefix=launch.prefix(cell),
-                        records_results=recording,
-                    )
-                new = [checked_record(record) for record in new]
-                records.extend(new)
-                if not recording:
-                    events.cell_finished(cell, new, None)
-                    check_node_zero(launch, new)
-                    continue
-                failed = any(r.status == "failed" for r in new)
-                problem = storage_problem(store.cell_dir(cell.cell_id)) if failed else None
-                if problem:
-                    store.release_reserve()
-                progress["lost"] = cell.cell_id
-                _append(store, new)
-                progress["lost"] = None
-                progress["recorded"] += 1
-                if problem:
-                    progress["dying"] = cell.cell_id
-                    with contextlib.suppress(OSError):
-                        write_summary(store, records)
-                    raise _stopped(store, problem, progress)
-                if merge_node_environments(manifest, node_environments(store, cell)):
-                    store.write_manifest(manifest)
-                events.cell_finished(cell, new, write_summary(store, records))
-            if not todo and recording:
+    # Another node reads node 0's records where the folder is shared, to skip the same cells.
+    known = store.records() if options.resume or recording else []
+    done = {r.cell_id for r in known if not (options.retry_failed and r.status in RETRYABLE)}
+    remaining = [cell for cell in plan.cells if cell.cell_id not in done]
+    todo = [cell for cell in remaining if launch.visits(cell)]
+    check_live_owners(store, todo)
+    manifest: Dict[str, Any] = {}
+    if recording:
+        check_resumable(store, options.resume)
+        changes = check_changed_settings(store, todo, known, options.force)
+        # A disk too full for the reserve stops us here, before anything is written.
+        held.enter_context(store.reserved())
+        previous = store.manifest()
+        manifest = build_manifest(plan, previous, sys.argv)
+        if changes:
+            manifest["runs"][-1]["changed_settings"] = changes
+        manifest.update(launch=launch.describe(), nodes=previous.get("nodes", []))
+        store.write_manifest(manifest)
+    records = known if recording else []  # elsewhere: what this node saw fail
+    waits = launch.join_waits(remaining)
+    env = dict(options.env or {})
+    if devices.kind == "cpu":
+        # torchrun sets OMP_NUM_THREADS=1 only for multi-process launches; make every cell
+        # use the same per-rank thread count.
+        env.setdefault("OMP_NUM_THREADS", str(threads_per_cpu_slot()))
+    experiment = plan.config.experiment_name
+    for position, cell in enumerate(todo, 1):
+        events.cell_started(cell, position, len(todo))
+        progress["started"] = True
+        reason = skip_reason(cell, devices, launch)
+        if reason:
+            new = skipped_records(cell, experiment, reason) if recording else []
+        else:
+            new = run_cell(
+                cell,
+                store,
+                experiment,
+                rendezvous=launch.rendezvous(cell, waits.get(cell.cell_id)),
+                env=env,
+                on_poll=events.cell_polled,
+                profile=profile if cell.kind == "training" else None,
+                prefix=launch.prefix(cell),
+                records_results=recording,
+            )
+        new = [checked_record(record) for record in new]
+        records.extend(new)
+        if not recording:
+            events.cell_finished(cell, new, None)
+            check_node_zero(launch, new)
+            continue
+        # A cell that failed while the disk is full (or read-only) died of it: record it in the
+        # reserved space and stop, since every later cell would die the same way.
+        failed = any(r.status == "failed" for r in new)
+        problem = storage_problem(store.cell_dir(cell.cell_id)) if failed else None
+        if problem:
+            store.release_reserve()
+        progress["lost"] = cell.cell_id
+        _append(store, new)
+        progress["lost"] = None
+        progress["recorded"] += 1
+        if problem:
+            progress["dying"] = cell.cell_id
+            with contextlib.suppress(OSError):
                 write_summary(store, records)
-        finally:
-            if recording:
-                store.release_reserve()
-        return records
+            raise _stopped(store, problem, progress)
+        if merge_node_environments(manifest, node_environments(store, cell)):
+            store.write_manifest(manifest)
+        events.cell_finished(cell, new, write_summary(store, records))
+    if not todo and recording:
+        write_summary(store, records)
+    return records
 
 
 def noop_events() -> SweepEvents:

@@ -272,6 +272,16 @@ class ExperimentStore:
                 os.unlink(self.reserve_path)
             raise storage_error(self.root, exc) from None
 
+    @contextlib.contextmanager
+    def reserved(self) -> Iterator[None]:
+        """:meth:`hold_reserve` for the block; the space is given back after it, whatever
+        happens."""
+        self.hold_reserve()
+        try:
+            yield
+        finally:
+            self.release_reserve()
+
     def release_reserve(self) -> bool:
         """Give the reserved space back; whether there was any."""
         try:
