@@ -7,6 +7,12 @@ reproducible). A change is *beyond noise* when its interval excludes zero. A cel
 throughput drops, or p95 step time rises, by more than the threshold and beyond noise; a change
 past the threshold whose interval includes zero is reported as *within noise*. Cells without
 per-step samples are judged on the threshold alone.
+
+A cell measured (``ok``) in the baseline that the new run did not measure is *lost*, and fails the
+gate like a regression: its verdict is what happened to it in the new run (``failed``,
+``timeout``, ``oom``, ``invalid``, ``skipped``) or ``missing`` when the new run has no record of
+it. (Runs that share no cell at all are not comparable: that is an error, not a list of losses.)
+Records that are invalid (``torchscale.results.validity``) are never compared.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ REGRESSION = "regression"
 IMPROVEMENT = "improvement"
 WITHIN_NOISE = "within noise"
 UNCHANGED = "unchanged"
+MISSING = "missing"
+LOST_ORDER = ("failed", "timeout", "oom", "invalid", "skipped")
+"""What a lost cell's verdict says, most serious first, when its repeats ended differently."""
 
 KEY = ["config_key", "world_size", "nnodes"]  # 2 x 4 GPUs is not 1 x 8
 Statistic = Callable[[np.ndarray], np.ndarray]  # (resamples, steps) -> (resamples,)
@@ -40,13 +49,26 @@ class CompareOptions:
 
 @dataclass
 class Comparison:
-    cells: pd.DataFrame  # one row per matched cell
+    cells: pd.DataFrame  # one row per matched cell, lost cells included (``lost`` True)
     only_old: pd.DataFrame  # cells of the baseline with no match in the new run
     only_new: pd.DataFrame
+    shared: bool = True  # whether the runs have any cell in common, measured or not
 
     @property
     def regressions(self) -> pd.DataFrame:
         return self.cells[self.cells["verdict"] == REGRESSION]
+
+    @property
+    def lost(self) -> pd.DataFrame:
+        """Cells measured in the baseline and not in the new run (failed, timeout, missing...)."""
+        if "lost" not in self.cells:
+            return self.cells.iloc[0:0]
+        return self.cells[self.cells["lost"].fillna(False).astype(bool)]
+
+    @property
+    def failed(self) -> bool:
+        """Whether the gate fails: a regression beyond noise, or a lost cell."""
+        return bool(len(self.regressions) or len(self.lost))
 
 
 def _mean(samples: np.ndarray) -> np.ndarray:
@@ -111,6 +133,59 @@ def _pct(ratio: float) -> float:
     return 100 * (ratio - 1)
 
 
+def _statuses(records: Sequence[ResultBase]) -> Dict[Tuple[str, int, int], List[str]]:
+    """Every training record's status, by the key cells are matched on."""
+    table = training_table(records)
+    found: Dict[Tuple[str, int, int], List[str]] = {}
+    for row in table.itertuples():
+        found.setdefault((row.config_key, int(row.world_size), int(row.nnodes)), []).append(
+            str(row.status)
+        )
+    return found
+
+
+def _lost_rows(
+    old: pd.DataFrame, new_status: Dict[Tuple[str, int, int], List[str]], compared: set
+) -> List[Dict]:
+    """A row for each cell measured in the baseline that the new run did not measure."""
+    rows = []
+    for row in old.itertuples():
+        key = (row.config_key, int(row.world_size), int(row.nnodes))
+        statuses = new_status.get(key, [])
+        if key in compared and not any(s in LOST_ORDER[:4] for s in statuses):
+            continue  # measured in the new run (no repeat failed): compared above
+        bad = [s for s in LOST_ORDER if s in statuses]
+        verdict = bad[0] if bad else MISSING
+        nan = float("nan")
+        rows.append(
+            {
+                "model": row.model,
+                "variant": row.variant,
+                "world_size": int(row.world_size),
+                "nnodes": int(row.nnodes),
+                "unit": row.unit,
+                "throughput_old": row.throughput,
+                "throughput_new": nan,
+                "throughput_change_pct": nan,
+                "throughput_ci_low_pct": nan,
+                "throughput_ci_high_pct": nan,
+                "p95_old_ms": row.step_ms_p95,
+                "p95_new_ms": nan,
+                "p95_change_pct": nan,
+                "p95_ci_low_pct": nan,
+                "p95_ci_high_pct": nan,
+                "beyond_noise": False,
+                "verdict": verdict,
+                "lost": True,
+                "new_status": ", ".join(sorted(set(statuses))) or MISSING,
+                "cell_id_old": row.cell_id,
+                "cell_id_new": None,
+                "config_key": row.config_key,
+            }
+        )
+    return rows
+
+
 def compare_runs(
     old_records: Sequence[ResultBase],
     new_records: Sequence[ResultBase],
@@ -118,6 +193,8 @@ def compare_runs(
 ) -> Comparison:
     old, old_samples = _pooled(old_records)
     new, new_samples = _pooled(new_records)
+    new_status = _statuses(new_records)
+    old_keys = set(_statuses(old_records))
     merged = new.merge(old, on=KEY, suffixes=("_new", "_old"), how="outer", indicator=True)
     rows = []
     for row in merged[merged["_merge"] == "both"].itertuples():
@@ -160,18 +237,32 @@ def compare_runs(
                 "p95_ci_high_pct": p95_high,
                 "beyond_noise": bool(tp_noise or p95_noise),
                 "verdict": min(verdicts, key=order.index),
+                "lost": False,
+                "new_status": "ok",
                 "cell_id_old": row.cell_id_old,
                 "cell_id_new": row.cell_id_new,
                 "config_key": row.config_key,
             }
         )
+    compared = {(r["config_key"], r["world_size"], r["nnodes"]) for r in rows}
+    shared = bool(old_keys & set(new_status))
+    if shared:
+        lost = _lost_rows(old, new_status, compared)
+        lost_keys = {(r["config_key"], r["world_size"], r["nnodes"]) for r in lost}
+        rows = [r for r in rows if (r["config_key"], r["world_size"], r["nnodes"]) not in lost_keys]
+        rows += lost
     cells = pd.DataFrame(rows)
     if cells.empty:
-        cells = pd.DataFrame(columns=["model", "variant", "world_size", "verdict"])
+        cells = pd.DataFrame(columns=["model", "variant", "world_size", "verdict", "lost"])
     unmatched_columns = ["model", "variant", "world_size", "cell_id"]
+    lost_keys = set()
+    if not cells.empty:
+        lost_keys = {(r.config_key, r.world_size, r.nnodes) for r in cells.itertuples() if r.lost}
 
     def unmatched(side: str, frame: pd.DataFrame) -> pd.DataFrame:
         keys = merged[merged["_merge"] == side][KEY]
+        kept = [tuple(k) not in lost_keys for k in keys.itertuples(index=False)]
+        keys = keys.loc[np.asarray(kept, dtype=bool)]
         return frame.merge(keys, on=KEY)[unmatched_columns]
 
-    return Comparison(cells, unmatched("right_only", old), unmatched("left_only", new))
+    return Comparison(cells, unmatched("right_only", old), unmatched("left_only", new), shared)

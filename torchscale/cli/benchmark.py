@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
+import sys
+import textwrap
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Iterator, List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -14,9 +17,10 @@ from torchscale.cli.console import err_console, print_json, user_errors
 from torchscale.errors import TorchscaleError
 
 if TYPE_CHECKING:
+    from torchscale.config.schema import BenchmarkConfig
     from torchscale.integrations.sinks import Integrations
     from torchscale.launch.multinode import Launch
-    from torchscale.plan.matrix import Plan
+    from torchscale.plan.matrix import Cell, Plan
 
 log = logging.getLogger("torchscale")
 
@@ -78,6 +82,22 @@ def register(app: typer.Typer) -> None:
         retry_failed: Annotated[
             bool, typer.Option("--retry-failed", help="With --resume, re-run failed/timeout cells.")
         ] = False,
+        force: Annotated[
+            bool,
+            typer.Option(
+                "--force",
+                help="With --resume: also when settings changed since the stored results (the "
+                "new results are recorded beside the old ones, and the report says so).",
+            ),
+        ] = False,
+        max_cells: Annotated[
+            int,
+            typer.Option(
+                "--max-cells",
+                help="Refuse a matrix of more cells than this (counted before it is expanded).",
+                min=1,
+            ),
+        ] = 10_000,
         list_models: Annotated[
             bool, typer.Option("--list-models", help="List the built-in models and exit.")
         ] = False,
@@ -207,10 +227,12 @@ def register(app: typer.Typer) -> None:
                 "missing --config: pass the benchmark YAML, e.g. --config benchmark_config.yaml"
             )
 
-        from torchscale.cli.benchmark_nodes import plan_and_launch, submit_matrix
+        from torchscale.cli.benchmark_nodes import launch_for, plan_and_launch, submit_matrix
         from torchscale.config.loader import load_config, parse_overrides
         from torchscale.integrations.sinks import Integrations
 
+        if force and not resume:
+            raise TorchscaleError("--force goes with --resume: pass --resume --force")
         loaded = load_config(config, parse_overrides(set_ or [], ctx.args))
         integrations = Integrations(tensorboard, mlflow)
         integrations.check()
@@ -223,15 +245,22 @@ def register(app: typer.Typer) -> None:
             submit_matrix(
                 loaded, config, output_dir, launcher.value, forwarded, sbatch_arg or [],
                 resume=resume, dry_run=dry_run, join_timeout=join_timeout, benchmark=benchmark_kind,
+                max_cells=max_cells,
             )  # fmt: skip
+            return
+        if dry_run:
+            launch, per_node = launch_for(
+                loaded, launcher.value, nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout,
+                mpirun_arg or [],
+            )  # fmt: skip
+            _print_plan(
+                loaded, benchmark_kind, per_node, max_cells, launch, output_dir, json_output
+            )
             return
         plan, launch = plan_and_launch(
             loaded, launcher.value, nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout,
-            benchmark=benchmark_kind, mpirun_args=mpirun_arg or [],
+            benchmark=benchmark_kind, mpirun_args=mpirun_arg or [], max_cells=max_cells,
         )  # fmt: skip
-        if dry_run:
-            _print_plan(plan, launch, output_dir, json_output)
-            return
         code = _run(
             plan,
             launch,
@@ -240,6 +269,7 @@ def register(app: typer.Typer) -> None:
             retry_failed=retry_failed,
             json_output=json_output,
             integrations=integrations,
+            force=force,
         )
         if code:
             raise typer.Exit(code)
@@ -256,41 +286,89 @@ def _list_models(json_output: bool) -> None:
         err_console.print(models_table(entries))
 
 
-def _print_plan(plan: Plan, launch: Launch, output_dir: Path, json_output: bool) -> None:
+DRY_RUN_CHUNK = 500
+"""Cells per table when a dry run prints a large plan (a plan up to this size is one table)."""
+
+
+def _chunks(cells: Iterator[Cell], size: int) -> Iterator[List[Cell]]:
+    while True:
+        chunk = list(itertools.islice(cells, size))
+        if not chunk:
+            return
+        yield chunk
+
+
+def _print_plan(
+    config: BenchmarkConfig,
+    benchmark: str,
+    per_node: Optional[int],
+    max_cells: int,
+    launch: Launch,
+    output_dir: Path,
+    json_output: bool,
+) -> None:
+    """Print the plan as it is expanded, so a matrix of any size (up to --max-cells) prints in
+    bounded memory: tables of ``DRY_RUN_CHUNK`` cells, each followed by its commands; with
+    ``--json``, one array written element by element."""
     from torchscale.cli.benchmark_view import plan_table
     from torchscale.launch.cell import cell_command
     from torchscale.launch.multinode import store_for
     from torchscale.launch.torchrun import format_command
-    from torchscale.plan.matrix import experiment_dirname
+    from torchscale.plan.matrix import Plan, experiment_dirname, iter_cells, swept_knobs
+    from torchscale.results.files import dumps
 
-    store = store_for(launch, output_dir / experiment_dirname(plan.config.experiment_name))
-    cells = [c for c in plan.cells if launch.visits(c)]
-    waits = launch.join_waits(plan.cells)
+    def cells() -> Iterator[Cell]:
+        return iter_cells(config, benchmark, per_node, max_cells)
 
-    def command(c: Any) -> str:
-        if launch.skip_reason(c):
-            return f"skipped: {launch.skip_reason(c)}"
-        cell_dir = store.cell_dir(c.cell_id)
-        own = launch.worker_command(c, cell_dir)  # mpirun starts the ranks itself
-        rendezvous = launch.rendezvous(c, waits.get(c.cell_id))
-        return format_command(own or [*launch.prefix(c), *cell_command(c, cell_dir, rendezvous)])
+    store = store_for(launch, output_dir / experiment_dirname(config.experiment_name))
+    # A lock-step node's wait at a cell depends on the cells before it: one pass to know them.
+    waits = launch.join_waits(list(cells())) if launch.nnodes > 1 else {}
 
-    commands = [command(c) for c in cells]
-    if json_output:
-        print_json(
-            [
-                {
-                    "cell_id": c.cell_id,
-                    "settings": c.settings.model_dump(mode="json"),
-                    "command": cmd,
-                }
-                for c, cmd in zip(cells, commands)
-            ]
+    def command(cell: Cell) -> str:
+        if launch.skip_reason(cell):
+            return f"skipped: {launch.skip_reason(cell)}"
+        cell_dir = store.cell_dir(cell.cell_id)
+        own = launch.worker_command(cell, cell_dir)  # mpirun starts the ranks itself
+        rendezvous = launch.rendezvous(cell, waits.get(cell.cell_id))
+        return format_command(
+            own or [*launch.prefix(cell), *cell_command(cell, cell_dir, rendezvous)]
         )
+
+    stream = cells()
+    # Bad input (a matrix over --max-cells, ...) raises at the first cell: before any output.
+    stream = itertools.chain(list(itertools.islice(stream, 1)), stream)
+    if json_output:
+        separator = "\n"
+        sys.stdout.write("[")
+        for cell in stream:
+            if launch.visits(cell):
+                document = {
+                    "cell_id": cell.cell_id,
+                    "settings": cell.settings.model_dump(mode="json"),
+                    "command": command(cell),
+                }
+                sys.stdout.write(separator + textwrap.indent(dumps(document, indent=2), "  "))
+                separator = ",\n"
+        sys.stdout.write("]\n" if separator == "\n" else "\n]\n")
+        sys.stdout.flush()
         return
-    err_console.print(plan_table(plan))
-    for cell, command in zip(cells, commands):
-        err_console.print(f"[{cell.index + 1}] {command}", soft_wrap=True, markup=False)
+    swept = swept_knobs(config, benchmark)
+    chunks = _chunks(stream, DRY_RUN_CHUNK)
+    chunk = next(chunks, [])
+    done = 0
+    while chunk:
+        following = next(chunks, [])
+        table = plan_table(Plan(config, chunk, swept))
+        if done or following:  # one of several tables: say which cells it holds
+            table.title = f"{config.experiment_name}: cells {done + 1}-{done + len(chunk)}"
+        err_console.print(table)
+        for cell in chunk:
+            if launch.visits(cell):
+                err_console.print(
+                    f"[{cell.index + 1}] {command(cell)}", soft_wrap=True, markup=False
+                )
+        done += len(chunk)
+        chunk = following
     err_console.print(f"dry run: nothing was run or written (results would go to {store.root})")
 
 
@@ -303,6 +381,7 @@ def _run(
     retry_failed: bool,
     json_output: bool,
     integrations: Optional[Integrations] = None,
+    force: bool = False,
 ) -> int:
     from torchscale.cli.benchmark_nodes import follower_summary
     from torchscale.cli.benchmark_view import ConsoleEvents, results_table
@@ -317,7 +396,7 @@ def _run(
     store = store_for(launch, output_dir / experiment_dirname(plan.config.experiment_name))
     if launch.records_results:
         check_resumable(store, resume)
-    options = SweepOptions(resume=resume, retry_failed=retry_failed, launch=launch)
+    options = SweepOptions(resume=resume, retry_failed=retry_failed, force=force, launch=launch)
     sinks = []
     if integrations is not None and launch.records_results:
         sinks = integrations.open(plan.config.experiment_name, store.root, plan.swept)
@@ -352,9 +431,11 @@ def _run(
             }
         )
     # Count cells, not records: a communication cell has one record per collective x size.
-    failed = {r.cell_id for r in records if r.status in ("failed", "timeout")}
+    failed = {r.cell_id for r in records if r.status in ("failed", "timeout", "invalid")}
     if failed:
-        err_console.print(f"{len(failed)} cell(s) failed or timed out; see their errors above.")
+        invalid = any(r.status == "invalid" for r in records)
+        what = "failed, timed out or are invalid" if invalid else "failed or timed out"
+        err_console.print(f"{len(failed)} cell(s) {what}; see their errors above.")
         return EXIT_CELLS_FAILED
     return 0
 

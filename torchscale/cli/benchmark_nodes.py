@@ -44,10 +44,31 @@ def plan_and_launch(
     join_timeout: float,
     benchmark: str = "all",
     mpirun_args: Sequence[str] = (),
+    max_cells: Optional[int] = None,
 ) -> Tuple[Plan, Launch]:
+    from torchscale.plan.matrix import DEFAULT_MAX_CELLS, expand
+
+    launch, per_node = launch_for(
+        config, launcher, nnodes, node_rank, endpoint, rdzv_id, join_timeout, mpirun_args
+    )
+    cap = DEFAULT_MAX_CELLS if max_cells is None else max_cells
+    return expand(config, benchmark, gpus_per_node=per_node, max_cells=cap), launch
+
+
+def launch_for(
+    config: BenchmarkConfig,
+    launcher: str,
+    nnodes: Optional[int],
+    node_rank: Optional[int],
+    endpoint: Optional[str],
+    rdzv_id: Optional[str],
+    join_timeout: float,
+    mpirun_args: Sequence[str] = (),
+) -> Tuple[Launch, Optional[int]]:
+    """This launch, and the node size cells spread by (None: the config says)."""
     from torchscale.launch.multinode import resolve_launch, split_endpoint
     from torchscale.launch.slurm import SlurmLaunch
-    from torchscale.plan.matrix import expand, experiment_dirname
+    from torchscale.plan.matrix import experiment_dirname
 
     launch: Launch
     if launcher == "slurm":
@@ -79,7 +100,7 @@ def plan_and_launch(
             experiment=experiment_dirname(config.experiment_name),
         )
         per_node = _node_size(config) if launch.nnodes > 1 else None
-    return expand(config, benchmark, gpus_per_node=per_node), launch
+    return launch, per_node
 
 
 def follower_summary(launch: Launch, store: ExperimentStore, failed: List[ResultBase]) -> int:
@@ -142,11 +163,12 @@ def submit_matrix(
     dry_run: bool,
     join_timeout: float,
     benchmark: str = "all",
+    max_cells: Optional[int] = None,
 ) -> None:
     """Write the matrix's sbatch script and submit it (``--dry-run``: print it on stdout)."""
     from torchscale.launch.slurm import SBATCH_FILE, submit
     from torchscale.launch.sweep import check_resumable
-    from torchscale.plan.matrix import expand, experiment_dirname
+    from torchscale.plan.matrix import DEFAULT_MAX_CELLS, expand, experiment_dirname
     from torchscale.results.store import ExperimentStore, atomic_write_text, check_writable
 
     if launcher != "slurm":
@@ -156,7 +178,8 @@ def submit_matrix(
             "--submit sizes the allocation from the config: set gpus_per_node (the GPUs of one "
             "node, e.g. --set gpus_per_node=8) or nodes"
         )
-    plan = expand(config, benchmark)
+    cap = DEFAULT_MAX_CELLS if max_cells is None else max_cells
+    plan = expand(config, benchmark, max_cells=cap)
     store = ExperimentStore(output_dir / experiment_dirname(config.experiment_name))
     check_resumable(store, resume)
     script = sbatch_for(plan, config_path, store.root, forwarded, sbatch_args, join_timeout)

@@ -15,15 +15,19 @@ EXIT_REGRESSION = 1
 
 
 def _clean(row: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+
+
+STYLES = {"regression": "bold red", "improvement": "green", "within noise": "yellow"}
+LOST_STYLE = "bold red"
 
 
 def _table(comparison: Any, threshold: float) -> Any:
     from rich.table import Table
+    from rich.text import Text
 
     from torchscale.report import formatting as fmt
 
-    styles = {"regression": "bold red", "improvement": "green", "within noise": "yellow"}
     table = Table(title=f"Per-cell change (threshold {threshold:g}%, 95% bootstrap CI)")
     for header in (
         "model",
@@ -46,8 +50,8 @@ def _table(comparison: Any, threshold: float) -> Any:
             return "-" if math.isnan(low) else f"{low:+.1f}…{high:+.1f}%"
 
         table.add_row(
-            row["model"],
-            row["variant"],
+            Text(str(row["model"])),
+            Text(str(row["variant"])),
             f"{row['world_size']} ({row['nnodes']} nodes)"
             if row.get("nnodes", 1) > 1
             else str(row["world_size"]),
@@ -57,7 +61,11 @@ def _table(comparison: Any, threshold: float) -> Any:
             f"{fmt.significant(row['p95_old_ms'])} → {fmt.significant(row['p95_new_ms'])}",
             fmt.signed_percent(row["p95_change_pct"]),
             ci(row["p95_ci_low_pct"], row["p95_ci_high_pct"]),
-            f"[{styles.get(row['verdict'], '')}]{row['verdict']}",
+            # Text, not markup: a verdict without a style must not print as "[]unchanged".
+            Text(
+                str(row["verdict"]),
+                style=LOST_STYLE if row.get("lost") else STYLES.get(row["verdict"], ""),
+            ),
         )
     return table
 
@@ -85,7 +93,8 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--json", help="Print the comparison as JSON on stdout.")
         ] = False,
     ) -> None:
-        """Compare two result folders and fail (exit 1) on regressions."""
+        """Compare two result folders; fail (exit 1) on regressions and on cells that ran in
+        OLD but failed, timed out or are missing in NEW."""
         from torchscale.analysis.compare import CompareOptions, compare_runs
         from torchscale.errors import TorchscaleError
         from torchscale.report.data import load_report_data
@@ -96,12 +105,13 @@ def register(app: typer.Typer) -> None:
         result = compare_runs(
             load_report_data(old, "OLD").records, load_report_data(new, "NEW").records, options
         )
-        if result.cells.empty:
+        if result.cells.empty or not result.shared:
             raise TorchscaleError(
                 f"no cell of {new} matches a cell of {old} (same model, settings and GPU count); "
                 "compare runs of the same configuration"
             )
         regressions = len(result.regressions)
+        lost = result.lost
         if json_output:
             print_json(
                 {
@@ -109,7 +119,9 @@ def register(app: typer.Typer) -> None:
                     "new": str(new),
                     "threshold_pct": threshold,
                     "resamples": resamples,
+                    "passed": not result.failed,
                     "regressions": regressions,
+                    "lost": len(lost),
                     "cells": [_clean(r) for r in result.cells.to_dict("records")],
                     "only_in_baseline": result.only_old.to_dict("records"),
                     "only_in_new": result.only_new.to_dict("records"),
@@ -126,5 +138,15 @@ def register(app: typer.Typer) -> None:
             err_console.print(
                 f"[bold red]{regressions} cell(s) regressed beyond {threshold:g}%[/bold red]"
             )
+        if len(lost):
+            named = ", ".join(f"{r.cell_id_old} ({r.verdict})" for r in lost.itertuples())
+            err_console.print(
+                f"{len(lost)} cell(s) measured in the baseline were not measured in the new run "
+                f"(failed, timed out or missing): {named}",
+                style="bold red",
+                markup=False,
+                soft_wrap=True,
+            )
+        if result.failed:
             raise typer.Exit(EXIT_REGRESSION)
         err_console.print(f"No regression beyond {threshold:g}% and the run-to-run noise.")

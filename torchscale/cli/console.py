@@ -7,7 +7,6 @@ so ``torchscale ... --json | jq`` always works.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import sys
 from typing import Any, Callable, TypeVar
@@ -36,8 +35,14 @@ def setup_logging(level: int) -> None:
 
 
 def print_json(document: Any) -> None:
-    """Write one JSON document to stdout (the only thing a ``--json`` command prints there)."""
-    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+    """Write one JSON document to stdout (the only thing a ``--json`` command prints there).
+
+    Strict JSON, whatever the document holds: a NaN or infinite number is written as null
+    (``torchscale.results.files.dumps``, the one encoder for everything torchscale writes).
+    """
+    from torchscale.results.files import dumps
+
+    sys.stdout.write(dumps(document, indent=2) + "\n")
     sys.stdout.flush()
 
 

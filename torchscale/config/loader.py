@@ -1,4 +1,11 @@
-"""Load a benchmark YAML, apply command-line overrides, and explain every error in one line."""
+"""Load a benchmark YAML, apply command-line overrides, and explain every error in one line.
+
+Loading is bounded, whatever the file holds: a document larger than ``MAX_CONFIG_BYTES`` is
+refused before it is parsed; aliases are counted as they expand (``MAX_NODES`` nodes in all, so a
+kilobyte of nested aliases cannot become a billion-element document); a key given twice in one
+mapping is an error naming the key and its line; and no message echoes more than
+``ECHO_CHARS`` characters of the input.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +17,117 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from torchscale.config.schema import BenchmarkConfig
-from torchscale.errors import ConfigError
+from torchscale.errors import ConfigError, TorchscaleError
 
 Override = Tuple[List[str], Any]
+
+MAX_CONFIG_BYTES = 1 << 20
+"""A benchmark config is a few KB; anything past this is not one."""
+MAX_NODES = 100_000
+"""Scalars, lists and mappings in a document once every alias is expanded."""
+ECHO_CHARS = 200
+"""The most characters of the input one error message quotes."""
+MAX_ERRORS = 5
+"""The most validation errors one message lists."""
+
+
+def clip(text: Any, limit: int = ECHO_CHARS) -> str:
+    """``text`` as a string of at most ``limit`` characters (the cut is marked)."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text):,} characters)"
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses duplicate keys and documents that expand too far."""
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        _check_expansion(node)
+        return node
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # '<<: *base' then a key of one's own is an override, not a repeat
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue  # an unhashable key: the constructor below reports it
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key '{clip(key, 80)}' (first on line {first + 1}); "
+                        "the second would silently replace the first: keep one",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_expansion(root: Any) -> None:
+    """Count the nodes of the document as if every alias were copied out; stop at MAX_NODES.
+
+    Sizes are memoised per node, so a shared (aliased) node is measured once: the check itself
+    is linear in the size of the file, not of the expansion. A node reached again while it is
+    being measured is an alias inside its own anchor: an infinite document.
+    """
+    if root is None:
+        return
+    sizes: dict = {}
+    stack = [(root, False)]
+    open_nodes = set()
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if key in sizes and not children_done:
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            sizes[key] = 1
+            continue
+        children = (
+            [part for pair in node.value for part in pair]
+            if isinstance(node, yaml.MappingNode)
+            else list(node.value)
+        )
+        if not children_done:
+            if key in open_nodes:
+                raise ConfigError(
+                    f"an alias refers to its own anchor (line {node.start_mark.line + 1}): "
+                    "the document would be infinite"
+                )
+            open_nodes.add(key)
+            stack.append((node, True))
+            for child in children:
+                if id(child) in open_nodes:
+                    raise ConfigError(
+                        f"an alias refers to its own anchor (line {child.start_mark.line + 1}): "
+                        "the document would be infinite"
+                    )
+                if id(child) not in sizes:
+                    stack.append((child, False))
+            continue
+        open_nodes.discard(key)
+        total = 1 + sum(sizes[id(child)] for child in children)
+        if total > MAX_NODES:
+            raise ConfigError(
+                f"the document expands to more than {MAX_NODES:,} values once its aliases "
+                f"are expanded (at line {node.start_mark.line + 1}); a benchmark config needs "
+                "far fewer: remove the nested aliases"
+            )
+        sizes[key] = total
+
+
+def safe_yaml(text: str) -> Any:
+    """``yaml.safe_load`` with :class:`BoundedLoader`'s limits."""
+    loader = BoundedLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def parse_overrides(sets: Sequence[str], extra_args: Sequence[str] = ()) -> List[Override]:
@@ -27,7 +142,8 @@ def parse_overrides(sets: Sequence[str], extra_args: Sequence[str] = ()) -> List
         arg = args[i]
         if not arg.startswith("--") or len(arg) <= 2:
             raise ConfigError(
-                f"unexpected argument '{arg}': overrides look like --set key=value or --key=value"
+                f"unexpected argument '{clip(arg)}': overrides look like --set key=value or "
+                "--key=value"
             )
         if "=" in arg:
             pairs.append(arg[2:])
@@ -35,15 +151,17 @@ def parse_overrides(sets: Sequence[str], extra_args: Sequence[str] = ()) -> List
             pairs.append(f"{arg[2:]}={args[i + 1]}")
             i += 1
         else:
-            raise ConfigError(f"override '{arg}' has no value: write {arg}=VALUE")
+            raise ConfigError(f"override '{clip(arg)}' has no value: write {clip(arg)}=VALUE")
         i += 1
     overrides = []
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"override '{pair}' is not key=value (e.g. ddp.bucket_cap_mb=50)")
+            raise ConfigError(
+                f"override '{clip(pair)}' is not key=value (e.g. ddp.bucket_cap_mb=50)"
+            )
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
+            value = safe_yaml(raw) if raw.strip() else None
         except yaml.YAMLError:
             value = raw
         overrides.append(([part.replace("-", "_") for part in key.strip().split(".")], value))
@@ -63,19 +181,26 @@ def apply_overrides(raw: Dict[str, Any], overrides: Sequence[Override]) -> Dict[
 
 
 def read_yaml(path: Path) -> Dict[str, Any]:
+    from torchscale.results.files import read_limited
+
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist; pass --config PATH to a YAML file")
     if not path.is_file():
         raise ConfigError(f"config path {path} is not a file; pass --config PATH to a YAML file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = read_limited(path, MAX_CONFIG_BYTES, "benchmark config").decode("utf-8")
+        data = safe_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path} is not valid YAML{where}: {problem}") from None
+        raise ConfigError(f"{path} is not valid YAML{where}: {clip(problem)}") from None
+    except TorchscaleError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from None
+        raise ConfigError(f"cannot read config {path}: {clip(exc)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path} is nested too deeply to be a benchmark config") from None
     if data is None:
         raise ConfigError(f"{path} is empty; see benchmark_config.yaml for an example")
     if not isinstance(data, dict):
@@ -134,26 +259,41 @@ def _format_loc(loc: Sequence[Any], raw: Dict[str, Any]) -> str:
 
 
 def explain(exc: ValidationError, raw: Dict[str, Any]) -> str:
-    """All of pydantic's errors as one line, with did-you-mean for unknown keys."""
+    """All of pydantic's errors as one line, with did-you-mean for unknown keys; no part quotes
+    more than ``ECHO_CHARS`` characters of the input, and at most ``MAX_ERRORS`` are listed."""
     messages = []
-    for error in exc.errors():
+    errors = exc.errors()
+    for error in errors[:MAX_ERRORS]:
         loc = [part for part in error["loc"] if part not in ("function-after",)]
-        where = _format_loc(loc, raw)
+        where = clip(_format_loc(loc, raw))
         if error["type"] == "extra_forbidden":
             allowed = _field_names(BenchmarkConfig, loc[:-1])
-            close = get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+            close = get_close_matches(str(loc[-1])[:ECHO_CHARS], allowed, n=1, cutoff=0.6)
             hint = (
                 f" (did you mean '{'.'.join(map(str, [*loc[:-1], close[0]]))}'?)" if close else ""
             )
             messages.append(f"unknown key '{where}'{hint}")
             continue
-        message = error["msg"].removeprefix("Value error, ")
+        message = clip(error["msg"].removeprefix("Value error, "), 2 * ECHO_CHARS)
         if error["type"] == "missing":
             messages.append(f"'{where}' is required")
         elif where and isinstance(error.get("input"), dict):
             messages.append(f"{where}: {message}")  # a section-wide rule: the section is no clue
         elif where:
-            messages.append(f"{where}: {message} (got {error.get('input')!r})")
+            messages.append(f"{where}: {message} (got {_echo(error.get('input'))})")
         else:
             messages.append(message)
+    if len(errors) > MAX_ERRORS:
+        messages.append(f"and {len(errors) - MAX_ERRORS} more error(s)")
     return "; ".join(messages)
+
+
+def _echo(value: Any) -> str:
+    """``repr(value)``, cut to ``ECHO_CHARS`` without building the whole of a huge value."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = ECHO_CHARS
+    short.maxlist = short.maxdict = short.maxtuple = short.maxset = 10
+    short.maxlevel = 3
+    return clip(short.repr(value))

@@ -3,7 +3,9 @@
 ok: rank 0 wrote result.json. oom / failed: the root-cause rank is the one that reported an
 out-of-memory error, else the first to fail (later failures are usually peers losing it).
 timeout: the launch was killed after ``cell_timeout_s``; the progress files say which rank was
-stuck in which phase.
+stuck in which phase. A launch that ended without a word while the folder could not be written (a
+full disk, a read-only mount) is recorded as ``failed`` with that cause: its ranks could not write
+their error files, so the silence is the disk's, not a signal's.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from torchscale.launch.flight_recorder import (
     process_group_timeout_s,
 )
 from torchscale.launch.kinds import common_identity, get_kind
+from torchscale.launch.liveness import clear_owner, write_owner
 from torchscale.launch.nsys import wrapper as nsys_wrapper
 from torchscale.launch.process import python_env, run_process
 from torchscale.launch.torchrun import SINGLE_NODE, Rendezvous, torchrun_command
@@ -29,7 +32,7 @@ from torchscale.launch.traces import analyze_traces
 from torchscale.plan.matrix import Cell
 from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
 from torchscale.results.schema import CellStatus, ResultBase
-from torchscale.results.store import ExperimentStore, atomic_write_json
+from torchscale.results.store import ExperimentStore, atomic_write_json, storage_problem
 from torchscale.worker.reporting import (
     RANKS_DIR,
     STEP_PHASES,
@@ -147,6 +150,12 @@ def _failure(
             f"{root.get('type')}: {root.get('message')}{also}"
         )
     log = cell_dir / LAUNCH_LOG
+    storage = storage_problem(cell_dir)
+    if storage:
+        return "failed", (
+            f"{storage} in {cell_dir}: the ranks could not write their files (torchrun exit "
+            f"code {returncode})"
+        )
     rendezvous_error = _rendezvous_failure(cell_dir, rendezvous)
     if rendezvous_error:
         return "failed", rendezvous_error
@@ -198,14 +207,13 @@ def prepare_cell_dir(
     store: ExperimentStore, cell: Cell, experiment: str, profile: Optional[ProfileRequest] = None
 ) -> Path:
     """A clean folder for this attempt, holding the cell's input."""
-    cell_dir = store.cell_dir(cell.cell_id)
+    cell_dir = store.make_cell_dir(cell.cell_id)
     stale_paths = (RESULT_FILE, RANKS_DIR, PROFILE_DIR, FLIGHT_RECORDER_DIR)
     for stale in (cell_dir / name for name in stale_paths):
-        if stale.is_dir():
+        if stale.is_symlink() or not stale.is_dir():
+            stale.unlink(missing_ok=True)
+        else:
             shutil.rmtree(stale)
-        elif stale.exists():
-            stale.unlink()
-    cell_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(
         cell_dir / CELL_FILE,
         {
@@ -242,19 +250,25 @@ def run_cell(
     started, started_at = time.monotonic(), _now()
     # A multi-node launch may first wait for the other nodes at the rendezvous.
     timeout_s = cell.settings.cell_timeout_s + (rendezvous.join_timeout_s or 0.0)
-    outcome = run_process(
-        list(command) if command else [*prefix, *cell_command(cell, cell_dir, rendezvous, profile)],
-        timeout_s=timeout_s,
-        log_path=cell_dir / LAUNCH_LOG,
-        env=python_env(
-            {
-                **flight_recorder_env(cell_dir),
-                **(env or {}),
-                WRITES_RESULT_ENV: "1" if records_results else "0",
-            }
-        ),
-        on_poll=on_poll,
-    )
+    argv = list(command or [*prefix, *cell_command(cell, cell_dir, rendezvous, profile)])
+    what = Path(argv[0]).name if command or prefix else "torchrun"
+    try:
+        outcome = run_process(
+            argv,
+            timeout_s=timeout_s,
+            log_path=cell_dir / LAUNCH_LOG,
+            env=python_env(
+                {
+                    **flight_recorder_env(cell_dir),
+                    **(env or {}),
+                    WRITES_RESULT_ENV: "1" if records_results else "0",
+                }
+            ),
+            on_poll=on_poll,
+            on_start=lambda pid: write_owner(cell_dir, pid, what),
+        )
+    finally:
+        clear_owner(cell_dir)
     timing = {
         "started_at": started_at,
         "finished_at": _now(),

@@ -3,6 +3,10 @@
 torchrun starts each worker in a session of its own, so killing the launcher's process group is not
 enough: a hung cell is ended by snapshotting the whole descendant tree first, then terminating every
 process in it (SIGTERM, a grace period, then SIGKILL).
+
+That needs torchscale alive. When torchscale itself is killed (SIGKILL, the OOM killer), the
+kernel kills the launcher (``PR_SET_PDEATHSIG``) and each worker's watchdog kills the worker
+(``torchscale.launch.liveness``): nothing of the cell outlives torchscale.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import psutil
+
+from torchscale.launch.liveness import die_with_parent, orchestrator_env
+from torchscale.results.files import open_for_write
 
 KILL_GRACE_S = 5.0
 """How long a process gets after SIGTERM to flush logs before SIGKILL."""
@@ -64,16 +71,19 @@ def run_process(
     env: Optional[Dict[str, str]] = None,
     cwd: Optional[Path] = None,
     on_poll: Optional[Callable[[float], None]] = None,
+    on_start: Optional[Callable[[int], None]] = None,
     poll_s: float = 0.2,
 ) -> ProcessOutcome:
     """Run ``cmd`` to completion or until ``timeout_s``; output goes to ``log_path``.
 
     The child runs in a new session, so a Ctrl-C in the terminal reaches only torchscale, which then
     ends the child's whole tree here and re-raises KeyboardInterrupt for the caller to handle.
-    ``on_poll(elapsed_s)`` is called while waiting (progress display).
+    The kernel kills the child if torchscale dies first. ``on_start(pid)`` is called once the
+    child runs (the cell's owner file); ``on_poll(elapsed_s)`` while waiting (progress display).
     """
     start = time.monotonic()
-    log_file = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    log_file = open_for_write(log_path, append=True) if log_path else subprocess.DEVNULL
+    env = {**(os.environ if env is None else env), **orchestrator_env()}
     try:
         proc = subprocess.Popen(
             list(cmd),
@@ -83,8 +93,11 @@ def run_process(
             env=env,
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=die_with_parent(),
         )
         try:
+            if on_start is not None:
+                on_start(proc.pid)
             while True:
                 elapsed = time.monotonic() - start
                 remaining = None if timeout_s is None else timeout_s - elapsed
@@ -107,7 +120,7 @@ def run_process(
             raise
     finally:
         if log_path:
-            log_file.close()
+            os.close(log_file)
 
 
 class Terminated(KeyboardInterrupt):

@@ -3,14 +3,21 @@
 The experiment folder is locked for the whole sweep. Ctrl-C ends the running cell's processes and
 propagates KeyboardInterrupt; everything recorded before it is intact and ``--resume`` runs only
 the cells without a record.
+
+Before anything runs, the sweep refuses a cell that a live process still runs (left by a
+torchscale that was killed) and, on ``--resume``, cells whose settings changed since their stored
+results (unless ``--force``). A full or read-only disk ends the sweep with one line
+(:class:`~torchscale.results.files.StorageError`): what finished is intact, and the cell it
+killed is recorded with that cause, in the space the sweep set aside for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Dict, List, Optional, Protocol
+from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 from torchscale import __version__
 from torchscale.errors import TorchscaleError
@@ -22,15 +29,18 @@ from torchscale.hardware.environment import (
 )
 from torchscale.launch.backends import backend_skip_reason
 from torchscale.launch.cell import node_environments, run_cell, skipped_records
+from torchscale.launch.liveness import live_owner
 from torchscale.launch.multinode import Launch, check_node_zero, merge_node_environments
 from torchscale.launch.nsys import resolve_tool
 from torchscale.launch.process import sigterm_as_interrupt
-from torchscale.plan.matrix import Cell, Plan
+from torchscale.plan.matrix import NON_IDENTITY_FIELDS, Cell, Plan
 from torchscale.plan.profile_request import ProfileRequest
+from torchscale.results.files import StorageError, storage_cause
 from torchscale.results.schema import SCHEMA_VERSION, ResultBase
-from torchscale.results.store import ExperimentStore, atomic_write_text
+from torchscale.results.store import ExperimentStore, atomic_write_text, storage_problem
+from torchscale.results.validity import INVALID, checked_record
 
-RETRYABLE = {"failed", "timeout"}
+RETRYABLE = {"failed", "timeout", INVALID}
 
 
 class SweepEvents(Protocol):
@@ -47,6 +57,7 @@ class SweepEvents(Protocol):
 class SweepOptions:
     resume: bool = False
     retry_failed: bool = False
+    force: bool = False  # with resume: record cells whose settings changed beside the old ones
     launch: Launch = field(default_factory=Launch)
     env: Optional[Dict[str, str]] = None
 
@@ -107,6 +118,138 @@ def check_resumable(store: ExperimentStore, resume: bool) -> None:
         )
 
 
+def base_id(cell_id: str) -> str:
+    """A cell id without its settings digest: the same cell of the matrix, whatever its knobs."""
+    return cell_id.rsplit("-", 1)[0]
+
+
+def _flat(settings: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    flat: Dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def settings_changes(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
+    """``measure_steps 8 -> 30`` for every setting that differs (those outside a cell's identity
+    left out)."""
+    before, after = _flat(old), _flat(new)
+    return [
+        f"{key} {before.get(key)!r} -> {after.get(key)!r}"
+        for key in sorted(set(before) | set(after))
+        if key.split(".")[0] not in NON_IDENTITY_FIELDS and before.get(key) != after.get(key)
+    ]
+
+
+def changed_cells(cells: Sequence[Cell], known: Sequence[ResultBase]) -> List[Dict[str, Any]]:
+    """Planned cells that have stored results of other settings: the same model, batch, GPU
+    count, precision and repeat (the same cell id but for its settings digest). Where several
+    planned cells share that much (a swept knob), the stored record is set against the closest."""
+    planned: Dict[str, List[Cell]] = {}
+    for cell in cells:
+        planned.setdefault(base_id(cell.cell_id), []).append(cell)
+    ids = {cell.cell_id for cell in cells}
+    changes: Dict[str, Dict[str, Any]] = {}
+    for record in known:
+        siblings = [c for c in planned.get(base_id(record.cell_id), []) if c.kind == record.kind]
+        if record.cell_id in ids or not siblings:
+            continue
+        diffs = [
+            (settings_changes(record.settings, c.settings.model_dump(mode="json")), c)
+            for c in siblings
+        ]
+        diff, cell = min(diffs, key=lambda pair: len(pair[0]))
+        changes.setdefault(
+            cell.cell_id,
+            {
+                "cell_id": cell.cell_id,
+                "stored_cell_id": record.cell_id,
+                "changes": diff or ["settings"],
+            },
+        )
+    return list(changes.values())
+
+
+def describe_changes(changes: Sequence[Dict[str, Any]], limit: int = 3) -> str:
+    shown = [f"{c['cell_id']} ({', '.join(c['changes'][:3])})" for c in changes[:limit]]
+    more = f" and {len(changes) - limit} more" if len(changes) > limit else ""
+    return "; ".join(shown) + more
+
+
+def check_changed_settings(
+    store: ExperimentStore, cells: Sequence[Cell], known: Sequence[ResultBase], force: bool
+) -> List[Dict[str, Any]]:
+    """Refuse (unless ``force``) to add results of changed settings beside the stored ones."""
+    changes = changed_cells(cells, known)
+    if changes and not force:
+        raise TorchscaleError(
+            f"settings changed since the results stored in {store.root} for {len(changes)} "
+            f"cell(s): {describe_changes(changes)}; pass --resume --force to record the new "
+            "results beside the old ones, or choose another --output-dir"
+        )
+    return changes
+
+
+def check_live_owners(store: ExperimentStore, cells: Sequence[Cell]) -> None:
+    """Refuse to start a cell that a live process (left by a killed torchscale) still runs."""
+    busy: List[Tuple[str, str]] = []
+    for cell in cells:
+        owner = live_owner(store.cell_dir(cell.cell_id))
+        if owner:
+            busy.append((cell.cell_id, owner))
+    if busy:
+        cell_id, owner = busy[0]
+        more = f" ({len(busy) - 1} more cell(s) too)" if len(busy) > 1 else ""
+        raise TorchscaleError(
+            f"cell {cell_id} is still being run by {owner}, left by an earlier torchscale{more}; "
+            "wait for it to end or kill it, then run again"
+        )
+
+
+@contextlib.contextmanager
+def _storage_errors(store: ExperimentStore, progress: Dict[str, Any]) -> Iterator[None]:
+    """A full or read-only disk as one line: exit 2 before any cell ran, 1 after."""
+    try:
+        yield
+    except OSError as exc:
+        cause = storage_cause(exc)
+        if cause is None:
+            raise
+        raise _stopped(store, cause, progress) from None
+
+
+def _stopped(store: ExperimentStore, cause: str, progress: Dict[str, Any]) -> StorageError:
+    if not progress["started"]:
+        return StorageError(store.root, cause, detail="nothing was run; fix it and run again")
+    lost = progress.get("lost")
+    dying = progress.get("dying")
+    told = f"{progress['recorded']} cell result(s) recorded by this run are intact"
+    if dying:
+        told += f"; cell {dying} died of it and is recorded as failed with that cause"
+    if lost:
+        told += f"; the result of cell {lost} could not be recorded (it runs again on --resume)"
+    return StorageError(
+        store.root, cause, exit_code=1, detail=f"{told}; fix it, then run again with --resume"
+    )
+
+
+def _append(store: ExperimentStore, records: Sequence[ResultBase]) -> None:
+    """Append ``records``; on a full disk, give the reserve back and try once more."""
+    done = 0
+    try:
+        for record in records:
+            store.append(record)
+            done += 1
+    except OSError as exc:
+        if storage_cause(exc) is None or not store.release_reserve():
+            raise
+        for record in records[done:]:
+            store.append(record)
+
+
 def run_sweep(
     plan: Plan, store: ExperimentStore, options: SweepOptions, events: SweepEvents
 ) -> List[ResultBase]:
@@ -122,60 +265,100 @@ def run_sweep(
         if profiling.enabled
         else None
     )
+    progress: Dict[str, Any] = {"started": False, "recorded": 0}
+    with contextlib.ExitStack() as held:
+        held.enter_context(store.lock())
+        held.enter_context(options.launch.serve())
+        held.enter_context(sigterm_as_interrupt())
+        held.enter_context(_storage_errors(store, progress))
+        return _sweep(plan, store, options, events, held, devices, profile, progress)
+
+
+def _sweep(
+    plan: Plan,
+    store: ExperimentStore,
+    options: SweepOptions,
+    events: SweepEvents,
+    held: contextlib.ExitStack,
+    devices: NodeDevices,
+    profile: Optional[ProfileRequest],
+    progress: Dict[str, Any],
+) -> List[ResultBase]:
+    """The body of :func:`run_sweep`, with the folder locked (``held`` releases what it takes)."""
     launch = options.launch
     recording = launch.records_results
-    with store.lock(), launch.serve(), sigterm_as_interrupt():
-        manifest: Dict[str, Any] = {}
-        if recording:
-            check_resumable(store, options.resume)
-            previous = store.manifest()
-            manifest = build_manifest(plan, previous, sys.argv)
-            manifest.update(launch=launch.describe(), nodes=previous.get("nodes", []))
+    # Another node reads node 0's records where the folder is shared, to skip the same cells.
+    known = store.records() if options.resume or recording else []
+    done = {r.cell_id for r in known if not (options.retry_failed and r.status in RETRYABLE)}
+    remaining = [cell for cell in plan.cells if cell.cell_id not in done]
+    todo = [cell for cell in remaining if launch.visits(cell)]
+    check_live_owners(store, todo)
+    manifest: Dict[str, Any] = {}
+    if recording:
+        check_resumable(store, options.resume)
+        changes = check_changed_settings(store, todo, known, options.force)
+        # A disk too full for the reserve stops us here, before anything is written.
+        held.enter_context(store.reserved())
+        previous = store.manifest()
+        manifest = build_manifest(plan, previous, sys.argv)
+        if changes:
+            manifest["runs"][-1]["changed_settings"] = changes
+        manifest.update(launch=launch.describe(), nodes=previous.get("nodes", []))
+        store.write_manifest(manifest)
+    records = known if recording else []  # elsewhere: what this node saw fail
+    waits = launch.join_waits(remaining)
+    env = dict(options.env or {})
+    if devices.kind == "cpu":
+        # torchrun sets OMP_NUM_THREADS=1 only for multi-process launches; make every cell
+        # use the same per-rank thread count.
+        env.setdefault("OMP_NUM_THREADS", str(threads_per_cpu_slot()))
+    experiment = plan.config.experiment_name
+    for position, cell in enumerate(todo, 1):
+        events.cell_started(cell, position, len(todo))
+        progress["started"] = True
+        reason = skip_reason(cell, devices, launch)
+        if reason:
+            new = skipped_records(cell, experiment, reason) if recording else []
+        else:
+            new = run_cell(
+                cell,
+                store,
+                experiment,
+                rendezvous=launch.rendezvous(cell, waits.get(cell.cell_id)),
+                env=env,
+                on_poll=events.cell_polled,
+                profile=profile if cell.kind == "training" else None,
+                prefix=launch.prefix(cell),
+                records_results=recording,
+                command=launch.worker_command(cell, store.cell_dir(cell.cell_id)),
+            )
+        new = [checked_record(record) for record in new]
+        records.extend(new)
+        if not recording:
+            events.cell_finished(cell, new, None)
+            check_node_zero(launch, new)
+            continue
+        # A cell that failed while the disk is full (or read-only) died of it: record it in the
+        # reserved space and stop, since every later cell would die the same way.
+        failed = any(r.status == "failed" for r in new)
+        problem = storage_problem(store.cell_dir(cell.cell_id)) if failed else None
+        if problem:
+            store.release_reserve()
+        progress["lost"] = cell.cell_id
+        _append(store, new)
+        progress["lost"] = None
+        progress["recorded"] += 1
+        if problem:
+            progress["dying"] = cell.cell_id
+            with contextlib.suppress(OSError):
+                write_summary(store, records)
+            raise _stopped(store, problem, progress)
+        if merge_node_environments(manifest, node_environments(store, cell)):
             store.write_manifest(manifest)
-        # Another node reads node 0's records where the folder is shared, to skip the same cells.
-        known = store.records() if options.resume or recording else []
-        done = {r.cell_id for r in known if not (options.retry_failed and r.status in RETRYABLE)}
-        records = known if recording else []  # elsewhere: what this node saw fail
-        remaining = [cell for cell in plan.cells if cell.cell_id not in done]
-        todo = [cell for cell in remaining if launch.visits(cell)]
-        waits = launch.join_waits(remaining)
-        env = dict(options.env or {})
-        if devices.kind == "cpu":
-            # torchrun sets OMP_NUM_THREADS=1 only for multi-process launches; make every cell
-            # use the same per-rank thread count.
-            env.setdefault("OMP_NUM_THREADS", str(threads_per_cpu_slot()))
-        experiment = plan.config.experiment_name
-        for position, cell in enumerate(todo, 1):
-            events.cell_started(cell, position, len(todo))
-            reason = skip_reason(cell, devices, launch)
-            if reason:
-                new = skipped_records(cell, experiment, reason) if recording else []
-            else:
-                new = run_cell(
-                    cell,
-                    store,
-                    experiment,
-                    rendezvous=launch.rendezvous(cell, waits.get(cell.cell_id)),
-                    env=env,
-                    on_poll=events.cell_polled,
-                    profile=profile if cell.kind == "training" else None,
-                    prefix=launch.prefix(cell),
-                    records_results=recording,
-                    command=launch.worker_command(cell, store.cell_dir(cell.cell_id)),
-                )
-            records.extend(new)
-            if not recording:
-                events.cell_finished(cell, new, None)
-                check_node_zero(launch, new)
-                continue
-            for record in new:
-                store.append(record)
-            if merge_node_environments(manifest, node_environments(store, cell)):
-                store.write_manifest(manifest)
-            events.cell_finished(cell, new, write_summary(store, records))
-        if not todo and recording:
-            write_summary(store, records)
-        return records
+        events.cell_finished(cell, new, write_summary(store, records))
+    if not todo and recording:
+        write_summary(store, records)
+    return records
 
 
 def noop_events() -> SweepEvents:

@@ -4,6 +4,11 @@ Order: repeats outermost (so repeated runs interleave and share drift), then mod
 other swept knobs, and GPU count innermost (then node count), so each model's 1-GPU baseline runs
 right before the counts that are compared with it. Communication cells (``torchscale.comm.plan``)
 follow.
+
+The size of the matrix is computed from the lengths of its lists before a single cell is built
+(:func:`count_cells`), and a matrix above ``--max-cells`` (10,000 by default) is refused: a short
+config must not expand into millions of cells by accident. :func:`iter_cells` builds the cells
+one at a time, so ``--dry-run`` can print a plan it never holds whole.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -28,6 +34,9 @@ from torchscale.models.registry import check_model_name, uses_seq_len
 NON_IDENTITY_FIELDS = {"repeat", "cell_timeout_s"}
 LATER_DEFAULTS = {"backend": "auto", "cudnn_benchmark": True, "tf32": None}
 """Knobs added after results existed: at their default they are left out of a cell's identity."""
+
+DEFAULT_MAX_CELLS = 10_000
+"""The largest matrix expanded without ``--max-cells``."""
 
 
 @dataclass(frozen=True)
@@ -139,24 +148,31 @@ MEMORY_WINDOW: Dict[str, Any] = {
 }
 
 
-def _training_settings(
-    config: BenchmarkConfig, window: Dict[str, Any], gpus_per_node: Optional[int]
-) -> Tuple[List[CellSettings], List[str]]:
-    """Every combination of the training axes and knobs (``window`` overrides), and the swept."""
-    for model in config.models:
-        check_model_name(model)
-    knobs = [
+def _training_knobs(config: BenchmarkConfig, window: Dict[str, Any]) -> List[Tuple[str, List]]:
+    return [
         (name, values)
         for name, values in _knob_axes(config)
         if name.split(".")[0] in TrainingSettings.model_fields and name not in window
     ]
+
+
+def _training_swept(config: BenchmarkConfig, knobs: List[Tuple[str, List]]) -> List[str]:
     swept = [name for name, values in knobs if len(values) > 1]
     swept += [
         key for key in ("models", "batch_sizes", "gpu_counts") if len(getattr(config, key)) > 1
     ]
     if config.nodes is not None and len(config.nodes) > 1:
         swept.append("nodes")
-    cells: List[CellSettings] = []
+    return swept
+
+
+def _iter_training_settings(
+    config: BenchmarkConfig, window: Dict[str, Any], gpus_per_node: Optional[int]
+) -> Iterator[CellSettings]:
+    """Every combination of the training axes and knobs (``window`` overrides), one at a time."""
+    for model in config.models:
+        check_model_name(model)
+    knobs = _training_knobs(config, window)
     knob_names = [name for name, _ in knobs]
     for repeat in range(config.repeats):
         for model, batch_size, *knob_values, gpus in itertools.product(
@@ -171,10 +187,59 @@ def _training_settings(
                     model=model, batch_size=batch_size, gpus=gpus, nnodes=nnodes, repeat=repeat
                 )
                 try:
-                    cells.append(CellSettings.model_validate(raw))
+                    yield CellSettings.model_validate(raw)
                 except ValidationError as exc:
                     raise ConfigError(f"invalid config: {explain(exc, raw)}") from None
-    return cells, swept
+
+
+def count_cells(
+    config: BenchmarkConfig, benchmark: str = "all", gpus_per_node: Optional[int] = None
+) -> Tuple[int, str]:
+    """How many cells the matrix has at most, from the lengths of its lists alone (nothing is
+    expanded), and which lists make it: ``(2000000, "models 2 x batch_sizes 1000 x ...")``."""
+    from torchscale.comm.plan import comm_gpu_counts
+
+    total, factors = 0, []
+    if benchmark in ("all", "training", "memory") and config.models:
+        window = MEMORY_WINDOW if benchmark == "memory" else {}
+        knobs = [(n, len(v)) for n, v in _training_knobs(config, window) if len(v) > 1]
+        other = math.prod(n for name, n in knobs if name != "seq_len")
+        seq_lens = dict(knobs).get("seq_len", 1)
+        per_gpu = sum(len(node_counts(g, config, gpus_per_node)) for g in config.gpu_counts)
+        per_model = sum(seq_lens if uses_seq_len(m) else 1 for m in config.models)
+        total += config.repeats * per_model * len(config.batch_sizes) * other * per_gpu
+        factors += [
+            f"{name} {n}"
+            for name, n in (
+                ("repeats", config.repeats),
+                ("models", len(config.models)),
+                ("batch_sizes", len(config.batch_sizes)),
+                *knobs,
+                ("gpu_counts", len(config.gpu_counts)),
+            )
+            if n > 1
+        ]
+    if benchmark in ("all", "comm") and config.communication is not None:
+        per_gpu = sum(len(node_counts(g, config, gpus_per_node)) for g in comm_gpu_counts(config))
+        total += config.repeats * per_gpu
+        factors.append(f"communication {config.repeats * per_gpu}")
+    return total, " x ".join(factors) or "1"
+
+
+def check_size(
+    config: BenchmarkConfig,
+    benchmark: str = "all",
+    gpus_per_node: Optional[int] = None,
+    max_cells: Optional[int] = DEFAULT_MAX_CELLS,
+) -> int:
+    """The matrix's size; a :class:`ConfigError` when it is above ``max_cells``."""
+    total, factors = count_cells(config, benchmark, gpus_per_node)
+    if max_cells is not None and total > max_cells:
+        raise ConfigError(
+            f"the matrix has {total:,} cells ({factors}), more than --max-cells {max_cells:,}: "
+            "shorten the lists, or pass --max-cells N to run that many"
+        )
+    return total
 
 
 def _check_selection(config: BenchmarkConfig, benchmark: str) -> None:
@@ -194,44 +259,71 @@ def _check_selection(config: BenchmarkConfig, benchmark: str) -> None:
         )
 
 
-def _check_datasets(training: List[CellSettings]) -> None:
+def _check_dataset(source: str, path: str) -> None:
     """A dataset with a known layout (cifar100, imagenet) that is not on disk: one line saying
     where to put it, before any launch (torchscale never downloads)."""
-    for source, path in sorted({(s.data.source, s.data.path or "") for s in training}):
-        problem = dataset_problem(source, path)
-        if problem:
-            raise ConfigError(problem)
+    problem = dataset_problem(source, path)
+    if problem:
+        raise ConfigError(problem)
+
+
+def iter_cells(
+    config: BenchmarkConfig,
+    benchmark: str = "all",
+    gpus_per_node: Optional[int] = None,
+    max_cells: Optional[int] = DEFAULT_MAX_CELLS,
+) -> Iterator[Cell]:
+    """The cells of :func:`expand`, in the same order, built one at a time (the size is checked
+    against ``max_cells`` before the first)."""
+    from torchscale.comm.plan import KIND as COMM_KIND
+    from torchscale.comm.plan import comm_cell_id, comm_settings
+
+    _check_selection(config, benchmark)
+    check_size(config, benchmark, gpus_per_node, max_cells)
+    seen = set()
+    index = 0
+    if benchmark in ("all", "training", "memory") and config.models:
+        window = MEMORY_WINDOW if benchmark == "memory" else {}
+        checked = set()
+        for settings in _iter_training_settings(config, window, gpus_per_node):
+            data = (settings.data.source, settings.data.path or "")
+            if data not in checked:
+                checked.add(data)
+                _check_dataset(*data)
+            cid = cell_id(settings)
+            if cid not in seen:
+                seen.add(cid)
+                yield Cell(index, cid, settings, "training")
+                index += 1
+    if benchmark in ("all", "comm"):
+        for comm in comm_settings(config, gpus_per_node):
+            cid = comm_cell_id(comm)
+            if cid not in seen:
+                seen.add(cid)
+                yield Cell(index, cid, comm, COMM_KIND)
+                index += 1
+
+
+def swept_knobs(config: BenchmarkConfig, benchmark: str = "all") -> List[str]:
+    """Dotted names of the training knobs with more than one value."""
+    if benchmark not in ("all", "training", "memory") or not config.models:
+        return []
+    window = MEMORY_WINDOW if benchmark == "memory" else {}
+    return _training_swept(config, _training_knobs(config, window))
 
 
 def expand(
-    config: BenchmarkConfig, benchmark: str = "all", gpus_per_node: Optional[int] = None
+    config: BenchmarkConfig,
+    benchmark: str = "all",
+    gpus_per_node: Optional[int] = None,
+    max_cells: Optional[int] = DEFAULT_MAX_CELLS,
 ) -> Plan:
     """Every combination of the config's values, validated as cells, duplicates removed.
 
     Training cells come first (in the order above), then one communication cell per GPU count.
     ``gpus_per_node`` is the launch's node size, used when the config gives neither ``nodes`` nor
-    ``gpus_per_node`` (see :func:`node_counts`).
+    ``gpus_per_node`` (see :func:`node_counts`). A matrix of more than ``max_cells`` cells is a
+    :class:`ConfigError`, raised before any cell is built.
     """
-    from torchscale.comm.plan import KIND as COMM_KIND
-    from torchscale.comm.plan import comm_cell_id, comm_settings
-
-    _check_selection(config, benchmark)
-    cells: List[Cell] = []
-    seen = set()
-
-    def add(cid: str, settings: Any, kind: str) -> None:
-        if cid not in seen:
-            seen.add(cid)
-            cells.append(Cell(len(cells), cid, settings, kind))
-
-    swept: List[str] = []
-    if benchmark in ("all", "training", "memory") and config.models:
-        window = MEMORY_WINDOW if benchmark == "memory" else {}
-        training, swept = _training_settings(config, window, gpus_per_node)
-        for settings in training:
-            add(cell_id(settings), settings, "training")
-        _check_datasets(training)
-    if benchmark in ("all", "comm"):
-        for comm in comm_settings(config, gpus_per_node):
-            add(comm_cell_id(comm), comm, COMM_KIND)
-    return Plan(config, cells, swept)
+    cells = list(iter_cells(config, benchmark, gpus_per_node, max_cells))
+    return Plan(config, cells, swept_knobs(config, benchmark))

@@ -6,12 +6,12 @@ over the final name, so a reader (``torchscale report``) sees either the old fil
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict
 
 from torchscale.profiling.analysis import ProfileAnalysis, to_document
+from torchscale.results.files import dumps
 from torchscale.results.store import atomic_write_bytes, check_writable
 
 FINDINGS_FILE = "findings.json"
@@ -37,7 +37,7 @@ def write_outputs(result: ProfileAnalysis, out_dir: Path) -> Dict[str, Path]:
         **to_document(result),
         "tables": TABLE_FILES,
     }
-    rendered[FINDINGS_FILE] = (json.dumps(document, indent=2, default=str) + "\n").encode()
+    rendered[FINDINGS_FILE] = (dumps(document, indent=2) + "\n").encode()
     written = {}
     for name, data in rendered.items():
         atomic_write_bytes(out_dir / name, data)

@@ -64,7 +64,10 @@ def _cards(table: pd.DataFrame, findings: pd.DataFrame, failures: pd.DataFrame) 
     ok = table[table["status"] == "ok"]
     missed = len(table) - len(ok)
     others = int((failures["kind"] != "training").sum())
+    invalid = int((table["status"] == "invalid").sum())
     detail = f"{missed} failed, OOM or skipped" if missed else "all cells ran"
+    if invalid:
+        detail = f"{missed} failed, OOM, skipped or invalid ({invalid} invalid)"
     if others:
         detail += f"; {others} other record(s) failed"
     tone = "bad" if ok.empty and len(table) else "warn" if len(failures) else "good"
@@ -162,6 +165,33 @@ def _failures(failures: pd.DataFrame) -> Optional[Table]:
     )
 
 
+def changed_settings_notes(data: ReportData) -> List[str]:
+    """A line per experiment where ``--resume --force`` recorded cells of changed settings beside
+    their old results (the manifest's runs say which)."""
+    lines = []
+    for experiment in data.experiments:
+        changed = [
+            change
+            for run in experiment.manifest.get("runs") or []
+            if isinstance(run, dict)
+            for change in run.get("changed_settings") or []
+            if isinstance(change, dict)
+        ]
+        if changed:
+            shown = "; ".join(
+                f"{c.get('cell_id')} ({', '.join(map(str, c.get('changes') or []))})"
+                for c in changed[:3]
+            )
+            more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+            lines.append(
+                f"Note: {experiment.name} holds results of changed settings side by side: "
+                f"{len(changed)} cell(s) were run again with --resume --force after their "
+                f"settings changed ({shown}{more}); old and new results are both shown, as "
+                "different configurations."
+            )
+    return lines
+
+
 def build_content(
     data: ReportData,
     comparison: Optional[Tuple[Comparison, float, str]] = None,
@@ -213,5 +243,7 @@ def build_content(
         failures=_failures(failures),
         environments=[environment_block(e) for e in data.experiments],
         charts=[chart for section in built for chart in section.charts],
-        headlines=[line for line in [nodes.node_headline(node_rows)] if line],
+        headlines=[
+            line for line in [nodes.node_headline(node_rows), *changed_settings_notes(data)] if line
+        ],
     )

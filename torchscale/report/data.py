@@ -1,7 +1,9 @@
 """Load what a report shows from a results folder: records, manifests and profiling findings.
 
 Reading is tolerant: a record that does not validate, or a kind this version does not know, is
-kept as its raw object (communication records are read from those), never a crash.
+kept as its raw object (communication records are read from those), never a crash. Records are
+checked as they are read (``torchscale.results.validity``): impossible figures make a record
+``invalid``; input whose every record is invalid is an error (exit 2), not an empty report.
 """
 
 from __future__ import annotations
@@ -12,11 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List
 
-from pydantic import ValidationError
-
 from torchscale.errors import TorchscaleError
-from torchscale.results.schema import RECORD_KINDS, ResultBase, parse_record
+from torchscale.results.schema import ResultBase
 from torchscale.results.store import ExperimentStore, find_experiments, read_jsonl
+from torchscale.results.validity import INVALID, check_and_parse
 
 log = logging.getLogger("torchscale")
 FINDINGS_FILE = "findings.json"
@@ -51,23 +52,6 @@ class ReportData:
         return [d for e in self.experiments for d in e.documents]
 
 
-def _parse(documents: List[Dict[str, Any]], path: Path) -> List[ResultBase]:
-    records = []
-    for doc in documents:
-        if doc.get("kind", "training") not in RECORD_KINDS:
-            continue
-        try:
-            records.append(parse_record(doc))
-        except ValidationError as exc:
-            log.warning(
-                "%s: skipped a %s record that does not validate (%s)",
-                path,
-                doc.get("kind"),
-                exc.errors()[0].get("msg"),
-            )
-    return records
-
-
 def read_findings(root: Path) -> List[Dict[str, Any]]:
     """Every finding in the ``findings.json`` files under ``root``, tagged with its file."""
     found = []
@@ -90,7 +74,7 @@ def load_experiment(path: Path) -> Experiment:
     except ValueError:
         log.warning("%s is damaged; the environment is left out", store.manifest_path)
         manifest = {}
-    documents = read_jsonl(store.results_path)
+    documents, records = check_and_parse(read_jsonl(store.results_path), store.results_path)
     name = manifest.get("experiment") or next(
         (d.get("experiment") for d in documents if d.get("experiment")), path.name
     )
@@ -98,7 +82,7 @@ def load_experiment(path: Path) -> Experiment:
         name=str(name),
         path=path,
         manifest=manifest,
-        records=_parse(documents, store.results_path),
+        records=records,
         documents=documents,
         findings=read_findings(path),
     )
@@ -118,5 +102,12 @@ def load_report_data(source: Path, what: str = "--source") -> ReportData:
         raise TorchscaleError(
             f"no results under {source}: expected <experiment>/results.jsonl as written by "
             "'torchscale benchmark --output-dir'"
+        )
+    documents = [d for e in experiments for d in e.documents]
+    if all(d.get("status") == INVALID for d in documents):
+        first = str(documents[0].get("error") or "")[:200]
+        raise TorchscaleError(
+            f"every record under {source} is invalid ({len(documents)} record(s); first: "
+            f"{first}); nothing can be reported or compared"
         )
     return ReportData(source=source, experiments=experiments)

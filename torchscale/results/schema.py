@@ -16,10 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA_VERSION = 1
 
-CellStatus = Literal["ok", "oom", "timeout", "failed", "skipped"]
+CellStatus = Literal["ok", "oom", "timeout", "failed", "skipped", "invalid"]
 """``ok`` measured; ``oom`` out of memory on some rank; ``timeout`` killed after the cell timeout;
 ``failed`` a rank crashed or the launch failed; ``skipped`` not run (e.g. more GPUs than the node
-has), with the reason in ``error``."""
+has), with the reason in ``error``; ``invalid`` a figure that cannot be true (NaN, infinite, zero
+or negative throughput or step time), found when the record was read or made
+(``torchscale.results.validity``), never compared."""
 
 
 class _Record(BaseModel):

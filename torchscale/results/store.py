@@ -5,11 +5,16 @@ Layout of ``<output-dir>/<experiment_name>/``::
     manifest.json        resolved config, versions, host, GPUs (rewritten atomically)
     results.jsonl        one record per finished cell, appended and fsynced: the source of truth
     summary.csv          a flat table derived from results.jsonl (rewritten atomically)
-    cells/<cell_id>/     cell.json, result.json, torchrun and per-rank logs, error files, traces
-    .lock                held while a benchmark writes here
+    cells/<cell_id>/     cell.json, result.json, torchrun and per-rank logs, error files, traces;
+                         owner.json while a launch runs the cell
+    .lock                held (flock) while a benchmark writes here
+    .reserve             space set aside during a sweep, so that a full disk cannot keep the
+                         cell it killed from being recorded
 
-A crash can at worst leave a partial last line in ``results.jsonl``; readers skip it with a warning
-and the next append starts on a fresh line.
+Every file here is written through :func:`~torchscale.results.files.open_for_write`: never through
+a symbolic link, never into a FIFO or a device. A crash can at worst leave a partial last line in
+``results.jsonl``; readers skip it with a warning and the next append starts on a fresh line (an
+append that fails, on a full disk say, is cut back to where it started).
 """
 
 from __future__ import annotations
@@ -20,12 +25,23 @@ import fcntl
 import json
 import logging
 import os
+import secrets
+import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional
 
 from torchscale.errors import TorchscaleError
-from torchscale.results.schema import ResultBase, parse_record
+from torchscale.results.files import (
+    StorageError,
+    dumps,
+    not_regular,
+    open_for_read,
+    open_for_write,
+    refuse_link,
+    storage_cause,
+)
+from torchscale.results.schema import ResultBase
 
 log = logging.getLogger("torchscale")
 
@@ -33,6 +49,9 @@ MANIFEST = "manifest.json"
 RESULTS = "results.jsonl"
 SUMMARY = "summary.csv"
 CELLS = "cells"
+RESERVE = ".reserve"
+RESERVE_BYTES = 1 << 20
+"""Set aside while a sweep runs and given back when the disk fills, to record the dying cell."""
 
 
 def _fsync_dir(path: Path) -> None:
@@ -43,13 +62,24 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def ensure_dir(path: Path) -> None:
+    """Create folder ``path`` (and its parents); refuse it when it is a symbolic link."""
+    refuse_link(path)
+    path.mkdir(parents=True, exist_ok=True)
+    refuse_link(path)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so readers see the old or the new file, never a mix."""
+    """Replace ``path`` with ``data`` so readers see the old or the new file, never a mix.
+
+    A symbolic link at ``path`` is refused (the rename would not follow it, but a link where a
+    result belongs is not torchscale's to replace).
+    """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; results are meant to be shared
+    refuse_link(path)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+    fd = open_for_write(tmp, exclusive=True)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -68,22 +98,33 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def atomic_write_json(path: Path, document: Any) -> None:
-    atomic_write_text(path, json.dumps(document, indent=2, default=str) + "\n")
+    atomic_write_text(path, dumps(document, indent=2) + "\n")
 
 
 def append_jsonl(path: Path, document: Dict[str, Any]) -> None:
-    """Append one JSON object as a line and fsync it before returning."""
-    line = json.dumps(document, default=str, separators=(",", ":")) + "\n"
-    with open(path, "ab") as handle:
+    """Append one JSON object as a line and fsync it before returning.
+
+    If the write fails (a full disk), the file is cut back to its old length: the lines before
+    stay whole and no partial line is left.
+    """
+    line = dumps(document, separators=(",", ":")) + "\n"
+    fd = open_for_write(path, append=True, read=True)
+    try:
+        size = os.fstat(fd).st_size
         # A crash mid-append can leave a partial line: start ours on a fresh one.
-        if handle.tell() > 0:
-            with open(path, "rb") as reader:
-                reader.seek(-1, os.SEEK_END)
-                if reader.read(1) != b"\n":
-                    line = "\n" + line
-        handle.write(line.encode("utf-8"))
-        handle.flush()
-        os.fsync(handle.fileno())
+        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+            line = "\n" + line
+        data = memoryview(line.encode("utf-8"))
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
 
 
 def read_jsonl(path: Path) -> List[Dict[str, Any]]:
@@ -91,7 +132,7 @@ def read_jsonl(path: Path) -> List[Dict[str, Any]]:
     if not path.exists():
         return []
     documents = []
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with open(open_for_read(path), encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
@@ -123,13 +164,24 @@ class ExperimentStore:
     def cell_dir(self, cell_id: str) -> Path:
         return self.root / CELLS / cell_id
 
+    def make_cell_dir(self, cell_id: str) -> Path:
+        """The cell's folder, created; no folder on the way (``cells``, the cell's) may be a
+        symbolic link."""
+        path = self.cell_dir(cell_id)
+        self.root.mkdir(parents=True, exist_ok=True)  # the experiment folder may be a link
+        for part in reversed([path, *path.parents]):
+            if self.root in part.parents:
+                ensure_dir(part)
+        return path
+
     def exists(self) -> bool:
         return self.results_path.exists() or self.manifest_path.exists()
 
     def manifest(self) -> Dict[str, Any]:
         if not self.manifest_path.exists():
             return {}
-        return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        with open(open_for_read(self.manifest_path), encoding="utf-8") as handle:
+            return json.load(handle)
 
     def write_manifest(self, manifest: Dict[str, Any]) -> None:
         atomic_write_json(self.manifest_path, manifest)
@@ -138,36 +190,145 @@ class ExperimentStore:
         append_jsonl(self.results_path, record.model_dump(mode="json"))
 
     def records(self) -> List[ResultBase]:
-        return [parse_record(doc) for doc in read_jsonl(self.results_path)]
+        """The records, checked (see :mod:`torchscale.results.validity`)."""
+        from torchscale.results.validity import check_and_parse
+
+        return check_and_parse(read_jsonl(self.results_path), self.results_path)[1]
 
     @property
     def lock_path(self) -> Path:
         return self.root / ".lock"
 
+    @property
+    def reserve_path(self) -> Path:
+        return self.root / RESERVE
+
+    def check_links(self) -> None:
+        """Refuse, before anything runs, a results folder whose files are links (or FIFOs)."""
+        for path in (self.lock_path, self.results_path, self.summary_path, self.manifest_path):
+            refuse_link(path)
+            try:
+                mode = os.stat(path).st_mode
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(mode):
+                raise not_regular(path, mode, "write")
+        refuse_link(self.root / CELLS)
+
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """Hold the folder exclusively, so two sweeps never interleave their results."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a+") as handle:
+        """Hold the folder exclusively, so two sweeps never interleave their results.
+
+        The lock is ``flock`` on ``.lock``, opened as a regular file without following links.
+        A full or read-only folder is one line (:class:`StorageError`), not a traceback.
+        """
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.check_links()
+            fd = open_for_write(self.lock_path, read=True)
+        except OSError as exc:
+            raise storage_error(self.root, exc) from None
+        try:
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
-                handle.seek(0)
-                owner = handle.read().strip() or "another process"
+                owner = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
                 raise TorchscaleError(
-                    f"{self.root} is in use by torchscale ({owner}); wait for it to finish "
-                    "or choose another --output-dir"
+                    f"{self.root} is in use by torchscale ({owner or 'another process'}); wait "
+                    "for it to finish or choose another --output-dir"
                 ) from None
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"pid {os.getpid()}")
-            handle.flush()
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+            except OSError as exc:
+                raise storage_error(self.root, exc) from None
             try:
                 yield
             finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def hold_reserve(self) -> None:
+        """Set ``RESERVE_BYTES`` aside (a full disk now is found before any cell runs)."""
+        try:
+            fd = open_for_write(self.reserve_path)
+            try:
+                size = os.fstat(fd).st_size
+                if size < RESERVE_BYTES:
+                    try:
+                        os.posix_fallocate(fd, 0, RESERVE_BYTES)
+                    except OSError as exc:
+                        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                            raise
+                        os.pwrite(fd, b"\0" * (RESERVE_BYTES - size), size)
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(self.reserve_path)
+            raise storage_error(self.root, exc) from None
+
+    @contextlib.contextmanager
+    def reserved(self) -> Iterator[None]:
+        """:meth:`hold_reserve` for the block; the space is given back after it, whatever
+        happens."""
+        self.hold_reserve()
+        try:
+            yield
+        finally:
+            self.release_reserve()
+
+    def release_reserve(self) -> bool:
+        """Give the reserved space back; whether there was any."""
+        try:
+            os.unlink(self.reserve_path)
+            return True
+        except (FileNotFoundError, IsADirectoryError):
+            return False
+
+
+def storage_error(folder: Path, exc: OSError, *, exit_code: int = 2, detail: str = "") -> Any:
+    """``exc`` as the one line the user sees: a :class:`StorageError` when the disk is full,
+    read-only, over quota or not permitted; other errors are returned as they are."""
+    cause = storage_cause(exc)
+    if cause is None:
+        return exc
+    return StorageError(folder, cause, exit_code=exit_code, detail=detail)
+
+
+def storage_problem(folder: Path) -> Optional[str]:
+    """Why nothing can be written in ``folder`` now (a full disk, a read-only mount), or None.
+
+    Asked after a cell failed without saying why: workers that cannot write their files cannot
+    say it themselves.
+    """
+    try:
+        vfs = os.statvfs(folder)
+    except OSError as exc:
+        return storage_cause(exc)
+    if vfs.f_flag & getattr(os, "ST_RDONLY", 1):
+        return storage_cause(OSError(errno.EROFS, "read-only"))
+    free = vfs.f_bfree if os.geteuid() == 0 else vfs.f_bavail
+    if free * vfs.f_frsize < 64 * 1024 or (vfs.f_files and vfs.f_ffree == 0):
+        return storage_cause(OSError(errno.ENOSPC, "full"))
+    probe = folder / f".probe.{secrets.token_hex(4)}"
+    try:
+        fd = open_for_write(probe, exclusive=True)
+        try:
+            os.write(fd, b"\0" * 4096)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return storage_cause(exc)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+    return None
 
 
 def find_experiments(source: Path) -> List[Path]:
@@ -195,7 +356,7 @@ def check_writable(directory: Path) -> None:
         with tempfile.TemporaryFile(dir=directory):
             pass
     except OSError as exc:
-        reason = exc.strerror or str(exc)
+        cause = storage_cause(exc) or exc.strerror or str(exc)
         raise TorchscaleError(
-            f"output dir {directory} is not writable ({reason}); choose another --output-dir"
+            f"output dir {directory} is not writable ({cause}); choose another --output-dir"
         ) from None

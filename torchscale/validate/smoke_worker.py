@@ -108,6 +108,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--timeout", type=float, default=60.0, help="the launch timeout (s)")
     args = parser.parse_args(argv)
+    from torchscale.launch.liveness import watch_parent
+
+    watch_parent()  # dies with its torchrun or with torchscale, even one killed by SIGKILL
     _hang_if_asked()
     result = run(args.size_bytes, args.warmup, args.iters, args.timeout)
     if result is not None:

@@ -14,17 +14,22 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import torch.distributed as dist
 
+from torchscale.launch.liveness import watch_parent
 from torchscale.worker.distributed import RankContext, shutdown_distributed
 from torchscale.worker.mpi_env import adopt_mpi_environment
 from torchscale.worker.reporting import RankReporter
 
 
 def parse_cell_args(prog: str, description: str, argv: Optional[List[str]]) -> argparse.Namespace:
+    """The worker's arguments. Every cell worker starts here, so here it starts its watchdog: it
+    dies with its launcher or with torchscale (see ``torchscale.launch.liveness``)."""
     adopt_mpi_environment()  # ranks started by mpirun: RANK etc. from MPI's variables
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("--cell", type=Path, required=True, help="cell.json written by the planner")
     parser.add_argument("--out", type=Path, required=True, help="where rank 0 writes the result")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    watch_parent()
+    return args
 
 
 def read_cell(cell_path: Path) -> Dict[str, Any]:

@@ -16,7 +16,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from torchscale.results.store import atomic_write_json
+from torchscale.results.files import open_for_write
+from torchscale.results.store import atomic_write_json, ensure_dir
 
 RANKS_DIR = "ranks"
 
@@ -41,9 +42,10 @@ class StepTracker:
 
     def __init__(self, path: Path) -> None:
         size = struct.calcsize(_STEP_FORMAT)
-        with open(path, "wb") as handle:
-            handle.write(b"\0" * size)
-        self._file = open(path, "r+b")  # noqa: SIM115 (kept open for the mapping's lifetime)
+        fd = open_for_write(path, read=True)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, b"\0" * size, 0)
+        self._file = os.fdopen(fd, "r+b")  # kept open for the mapping's lifetime
         self._map = mmap.mmap(self._file.fileno(), size)
         self.steps = 0
 
@@ -92,7 +94,7 @@ class RankReporter:
         self.rank = rank
         self.phase_name = "start"
         self.phase_starts: Dict[str, float] = {}
-        (cell_dir / RANKS_DIR).mkdir(parents=True, exist_ok=True)
+        ensure_dir(cell_dir / RANKS_DIR)
         self.steps = StepTracker(steps_path(cell_dir, rank))
 
     @staticmethod

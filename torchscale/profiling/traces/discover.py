@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import sqlite3
+import stat
 import zlib
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from torchscale.errors import TorchscaleError
 from torchscale.profiling.traces.model import RankTrace
+from torchscale.results.files import not_regular
 
 KINETO_SUFFIXES = (".json", ".json.gz")
 NSYS_SUFFIXES = (".sqlite",)
@@ -63,6 +66,10 @@ def find_trace_files(paths: Sequence[Path]) -> List[Path]:
             raise TorchscaleError(
                 f"{path}: no such file or folder; pass trace files or a folder holding them"
             )
+        mode = os.stat(path).st_mode  # a link is followed: to a regular file, it is fine
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            # A FIFO would block the reader forever, /dev/zero would feed it without end.
+            raise not_regular(path, mode, "read traces from")
         if path.is_dir():
             inside = sorted(p for p in path.iterdir() if p.is_file() and trace_format(p))
             inside += sorted(

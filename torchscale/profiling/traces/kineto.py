@@ -32,6 +32,9 @@ from torchscale.profiling.traces.model import RankTrace, build_events, launch_ti
 
 BLOCK_BYTES = 8 << 20  # decode unit: big enough to amortise calls, small enough for the cache
 HEAD_LIMIT_BYTES = 64 << 20  # "traceEvents" must start within this (Kineto writes it first)
+MAX_EVENT_BYTES = 64 << 20
+"""The largest single event read (real ones are a few KB): past it, no event boundary was found
+and the trace is refused, so memory stays bounded on any input, an unterminated event included."""
 PARALLEL_MIN_BYTES = 96 << 20  # below this a process pool costs more than it saves
 MAX_WORKERS = 4
 _TRACE_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -43,7 +46,15 @@ class TraceReadError(TorchscaleError):
 
 
 def _open(path: Path) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+    """The trace's bytes (decompressed); only a regular file is opened (a FIFO would block)."""
+    from torchscale.results.files import open_for_read
+
+    handle = open(open_for_read(path), "rb")  # noqa: SIM115 (returned, closed by the caller)
+    if not path.name.endswith(".gz"):
+        return handle
+    unzipped = gzip.GzipFile(fileobj=handle, mode="rb")
+    unzipped.myfileobj = handle  # closed with it, as gzip.open(path) would
+    return unzipped
 
 
 def _blocks(fh: IO[bytes], limit: Optional[int]) -> Iterator[bytes]:
@@ -132,6 +143,12 @@ def scan_range(
             buf += block
             if len(buf) > BLOCK_BYTES:
                 _decode_until_boundary(buf, out, use_msgspec)
+                if len(buf) > BLOCK_BYTES + MAX_EVENT_BYTES:
+                    raise TraceReadError(
+                        f"{path}: no complete event in {len(buf) >> 20} MiB (an unterminated "
+                        f"or damaged event; events over {MAX_EVENT_BYTES >> 20} MiB are "
+                        "refused); is it a complete torch.profiler trace?"
+                    )
     if last:
         dec.decode_trace_object(b'{"traceEvents": ' + bytes(buf), out, use_msgspec)
     elif len(buf) > 1 and bytes(buf[1:]).strip():

@@ -1,0 +1,176 @@
+"""Opening files safely in a folder that other people (and other programs) can touch.
+
+One helper opens every file torchscale writes in a results folder: :func:`open_for_write`. It
+never follows a symbolic link (``O_NOFOLLOW``), never blocks on a FIFO (``O_NONBLOCK`` until the
+file is known to be regular) and refuses anything that is not a regular file, with one line
+(:class:`UnsafePathError`, exit 2). :func:`open_for_read` is its reading twin for inputs that are
+read whole or streamed (results, configs, traces): a FIFO or a device is refused instead of
+hanging or reading forever.
+
+A full disk, a read-only mount, a quota or a permission problem becomes :class:`StorageError`:
+one line naming the folder and the cause (:func:`storage_cause` tells those errors apart from
+the rest). :func:`dumps` is the one JSON encoder for what torchscale writes or prints: strict
+JSON, a non-finite number becomes ``null``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import stat
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from torchscale.errors import TorchscaleError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class UnsafePathError(TorchscaleError):
+    """A path torchscale will not write (or read) through: a link, a FIFO, a device."""
+
+
+STORAGE_CAUSES = {
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+}
+
+
+def storage_cause(exc: BaseException) -> Optional[str]:
+    """``no space left on device`` (...) when ``exc`` is a storage error, else None."""
+    if isinstance(exc, OSError) and exc.errno in STORAGE_CAUSES:
+        return f"{STORAGE_CAUSES[exc.errno]} ({errno.errorcode[exc.errno]})"
+    return None
+
+
+class StorageError(TorchscaleError):
+    """The results folder cannot be written: full, read-only, over quota, not permitted.
+
+    Exit 2 when it is found before any cell ran, 1 when a sweep was under way (what finished is
+    intact, ``--resume`` goes on once the cause is fixed).
+    """
+
+    def __init__(self, folder: PathLike, cause: str, *, detail: str = "", exit_code: int = 2):
+        self.folder = Path(folder)
+        self.cause = cause
+        self.exit_code = exit_code
+        text = f"cannot write to {self.folder}: {cause}"
+        super().__init__(f"{text}; {detail}" if detail else text)
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def not_regular(path: PathLike, mode: int, verb: str = "read") -> UnsafePathError:
+    return UnsafePathError(
+        f"{path} is {_kind(mode)}, not a regular file; torchscale does not {verb} it"
+    )
+
+
+def refuse_link(path: PathLike) -> None:
+    """Raise :class:`UnsafePathError` when ``path`` exists as a symbolic link."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise UnsafePathError(
+            f"{path} is a symbolic link; torchscale does not write through links in a results "
+            "folder: remove it (or choose another --output-dir)"
+        )
+
+
+def _checked_regular(fd: int, path: PathLike, verb: str) -> int:
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise not_regular(path, mode, verb)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_for_write(
+    path: PathLike, *, append: bool = False, exclusive: bool = False, read: bool = False
+) -> int:
+    """Open (creating) ``path`` for writing and return the descriptor; never through a link.
+
+    ``append``: writes go to the end. ``exclusive``: the file must not exist (temporary files).
+    ``read``: opened read-write (the lock file). The file is never truncated here.
+    """
+    flags = (os.O_RDWR if read else os.O_WRONLY) | os.O_CREAT | os.O_NONBLOCK
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    if append:
+        flags |= os.O_APPEND
+    if exclusive:
+        flags |= os.O_EXCL
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            refuse_link(path)
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads: O_NONBLOCK makes it fail, not block
+            raise not_regular(path, os.lstat(path).st_mode, "write") from None
+        raise
+    return _checked_regular(fd, path, "write")
+
+
+def open_for_read(path: PathLike) -> int:
+    """Open ``path`` for reading (links followed) and return the descriptor; a FIFO, a device or
+    a folder is refused with one line instead of hanging or reading without end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    return _checked_regular(fd, path, "read")
+
+
+def read_limited(path: PathLike, limit: int, what: str = "file") -> bytes:
+    """The bytes of a regular file, refusing one larger than ``limit``."""
+    fd = open_for_read(path)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise TorchscaleError(
+            f"{path} is larger than {limit:,} bytes, too large for a {what}; check the path"
+        )
+    return data
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, +-Infinity) replaced by None, recursively;
+    numpy scalars and arrays become plain Python values."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    if type(value).__name__ == "NAType":  # pandas.NA
+        return None
+    item = getattr(value, "item", None)  # numpy scalar
+    if callable(item) and type(value).__module__ == "numpy":
+        tolist = getattr(value, "tolist", None)
+        return finite(tolist() if callable(tolist) else item())
+    return value
+
+
+def dumps(document: Any, **kwargs: Any) -> str:
+    """Strict JSON: NaN and Infinity become null (``allow_nan=False`` proves none is left)."""
+    kwargs.setdefault("default", str)
+    return json.dumps(finite(document), allow_nan=False, **kwargs)

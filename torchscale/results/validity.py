@@ -1,0 +1,189 @@
+"""Records are checked when they are read: a figure that cannot be true makes its record invalid.
+
+A throughput or a step time that is NaN, infinite, zero or negative was not measured, whatever
+wrote it (a damaged file, a hand edit, a bug). Such a record keeps its place but gets status
+``invalid`` and an error naming the figure, so every table shows it as such and nothing that
+summarises or compares results (which all take ``ok`` records only) ever uses it. A record with a
+``schema_version`` this torchscale does not know is read, with a warning. A record that does not
+validate against the schema is invalid too (kept as a record where what identifies it validates).
+
+Everything that reads ``results.jsonl`` goes through :func:`check_and_parse` (the sweep's
+``--resume``, reports, ``compare``), and the sweep passes the records it makes through
+:func:`checked_record` before writing them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from typing import Any, Dict, Iterable, List, Tuple
+
+from pydantic import ValidationError
+
+from torchscale.results.schema import RECORD_KINDS, SCHEMA_VERSION, ResultBase, parse_record
+
+log = logging.getLogger("torchscale")
+
+INVALID = "invalid"
+KNOWN_SCHEMA_VERSIONS = frozenset({SCHEMA_VERSION})
+_STATS = ("mean", "p50", "p95", "p99", "min", "max")
+
+# Per kind: figures that must be finite and > 0 where present, those that must be present in an
+# ``ok`` record, and those that must be finite and >= 0 (a zero bandwidth is a zero-byte message).
+POSITIVE = {
+    "training": ("throughput", "samples_per_s", "measured_s"),
+    "collective": ("time_us", "time_us_min", "time_us_max"),
+    "tp_gemm": ("time_us", "comm_time_us", "gemm_time_us"),
+}
+REQUIRED = {"training": ("throughput",), "collective": ("time_us",), "tp_gemm": ("time_us",)}
+NON_NEGATIVE = {
+    "collective": ("algbw_gbps", "busbw_gbps"),
+    "tp_gemm": ("tflops",),
+}
+
+
+def show(value: Any) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    if isinstance(value, float) and math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(value) if isinstance(value, str) else f"{value:g}" if _number(value) else str(value)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check(name: str, value: Any, found: List[str], *, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    if not _number(value):
+        found.append(f"{name} is {show(value)}, not a number")
+    elif not math.isfinite(value):
+        found.append(f"{name} is {show(value)}")
+    elif value < 0 or (value == 0 and not allow_zero):
+        found.append(f"{name} is {show(value)} (must be {'>= 0' if allow_zero else '> 0'})")
+
+
+def _check_steps(prefix: str, doc: Dict[str, Any], found: List[str]) -> None:
+    stats = doc.get("step_time_ms")
+    if isinstance(stats, dict):
+        for key in _STATS:
+            _check(f"{prefix}step_time_ms.{key}", stats.get(key), found)
+        for key in ("std", "cv"):
+            _check(f"{prefix}step_time_ms.{key}", stats.get(key), found, allow_zero=True)
+    steps = doc.get("step_times_ms")
+    if isinstance(steps, list):
+        bad = [i for i, v in enumerate(steps) if not (_number(v) and math.isfinite(v) and v > 0)]
+        if bad:
+            first = bad[0]
+            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+            found.append(f"{prefix}step_times_ms[{first}] is {show(steps[first])}{more}")
+
+
+def problems(doc: Dict[str, Any]) -> List[str]:
+    """Why ``doc`` cannot be true, or nothing. Only measured (``ok``) records carry figures."""
+    if doc.get("status", "ok") != "ok":
+        return []
+    kind = doc.get("kind", "training")
+    found: List[str] = []
+    for name in REQUIRED.get(kind, ()):
+        if doc.get(name) is None:
+            found.append(f"{name} is missing")
+    for name in POSITIVE.get(kind, ()):
+        _check(name, doc.get(name), found)
+    for name in NON_NEGATIVE.get(kind, ()):
+        _check(name, doc.get(name), found, allow_zero=True)
+    if kind == "training":
+        _check_steps("", doc, found)
+        for rank in doc.get("per_rank") or []:
+            if isinstance(rank, dict):
+                _check_steps(f"rank {rank.get('rank')} ", rank, found)
+    return found
+
+
+def _invalid(doc: Dict[str, Any], reasons: List[str]) -> Dict[str, Any]:
+    shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+    recorded = doc.get("status", "ok")
+    return {
+        **doc,
+        "status": INVALID,
+        "recorded_status": recorded,
+        "error": f"invalid record (recorded as {recorded}): {shown}",
+    }
+
+
+def check_and_parse(
+    documents: Iterable[Any], source: Any
+) -> Tuple[List[Dict[str, Any]], List[ResultBase]]:
+    """Every object of a ``results.jsonl`` (impossible figures marked invalid) and the records
+    of the kinds this torchscale knows. ``source`` names the file in warnings (one per kind of
+    problem and file). A record that does not validate is marked invalid too, and kept as a
+    record with what identifies it where that much validates."""
+    out: List[Dict[str, Any]] = []
+    records: List[ResultBase] = []
+    invalid: List[str] = []
+    versions = set()
+    for doc in documents:
+        if not isinstance(doc, dict):
+            log.warning("%s: skipped a line that is not a JSON object", source)
+            continue
+        version = doc.get("schema_version", SCHEMA_VERSION)
+        if version not in KNOWN_SCHEMA_VERSIONS:
+            versions.add(str(version))
+        original = doc
+        reasons = problems(doc)
+        if reasons:
+            doc = _invalid(original, reasons)
+            invalid.append(f"{doc.get('cell_id')}: {reasons[0]}")
+        known = doc.get("kind", "training") in RECORD_KINDS
+        if known:
+            try:
+                records.append(parse_record(doc))
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                where = ".".join(str(part) for part in error.get("loc", ()))
+                reason = f"does not validate ({where}: {error.get('msg')})"
+                if not reasons:
+                    invalid.append(f"{doc.get('cell_id')}: {reason}")
+                doc = _invalid(original, [*reasons, reason])
+                # Keep what identifies it, so that tables can show it as invalid.
+                with contextlib.suppress(ValidationError):
+                    records.append(parse_record(_identity_only(doc)))
+        out.append(doc)
+    if versions:
+        log.warning(
+            "%s: record(s) with schema_version %s, which this torchscale (schema_version %d) "
+            "does not know; read as version %d, fields may be misread: upgrade torchscale",
+            source,
+            ", ".join(sorted(versions)),
+            SCHEMA_VERSION,
+            SCHEMA_VERSION,
+        )
+    if invalid:
+        more = f" (and {len(invalid) - 1} more)" if len(invalid) > 1 else ""
+        log.warning(
+            "%s: %d invalid record(s), shown as invalid and never compared: %s%s",
+            source,
+            len(invalid),
+            invalid[0],
+            more,
+        )
+    return out, records
+
+
+def _identity_only(doc: Dict[str, Any]) -> Dict[str, Any]:
+    keep = set(ResultBase.model_fields) | {"model", "batch_size", "global_batch_size", "precision"}
+    keep |= {"dtype", "op", "m", "n", "k", "order"}
+    return {key: value for key, value in doc.items() if key in keep}
+
+
+def checked_record(record: ResultBase) -> ResultBase:
+    """``record`` as it will be read back: invalid when a figure cannot be true."""
+    doc = record.model_dump(mode="python")
+    reasons = problems(doc)
+    if not reasons:
+        return record
+    changed = _invalid(doc, reasons)
+    return record.model_copy(update={"status": INVALID, "error": changed["error"]})
