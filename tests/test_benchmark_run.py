@@ -39,7 +39,7 @@ gpu_counts: [2]
 warmup_steps: 2
 measure_steps: 6
 sync_probe_steps: 2
-cell_timeout_s: 20
+cell_timeout_s: 30  # the healthy cell starts in ~9 s on a quiet 2-core machine, ~15 s on a loaded one
 """
 
 
@@ -181,7 +181,7 @@ def test_faults_are_recorded_and_the_sweep_goes_on(faults: Dict) -> None:
     assert crash.status == "failed"
     assert crash.error.startswith("rank 1 ") and "injected crash" in crash.error
     assert hang.status == "timeout"
-    assert "no result after 20 s" in hang.error
+    assert "no result after 30 s" in hang.error
     assert "rank 1 stuck in 'measure', step " in hang.error and "forward" in hang.error
     assert "rank 0 waiting in 'measure', step " in hang.error and "backward" in hang.error
     assert healthy.status == "ok" and healthy.samples_per_s > 0
