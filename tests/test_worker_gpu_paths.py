@@ -153,7 +153,8 @@ def test_process_group_fails_a_hung_collective_before_the_launcher_kills_the_cel
 
 
 def test_flight_recorder_dumps_into_the_cell_folder(tmp_path, monkeypatch):
-    for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_DUMP_ON_TIMEOUT"):
+    names = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DUMP_ON_TIMEOUT")
+    for name in (*names, "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
         monkeypatch.delenv(name, raising=False)
     env = flight_recorder_env(tmp_path)
     header = (C10D / "FlightRecorder.hpp").read_text()
@@ -161,6 +162,8 @@ def test_flight_recorder_dumps_into_the_cell_folder(tmp_path, monkeypatch):
     for name in wanted:
         assert name in header  # the names this torch reads
     assert {"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DUMP_ON_TIMEOUT"} <= set(env)
+    # The buffer size under the name this torch reads without a deprecation warning.
+    assert env.get("TORCH_FR_BUFFER_SIZE") == "2000" and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env
     assert env["TORCH_FR_DUMP_TEMP_FILE"] == str(tmp_path / "flight_recorder" / "rank_")
     assert (tmp_path / "flight_recorder").is_dir() and dump_note(tmp_path) == ""
     (tmp_path / "flight_recorder" / "rank_1").write_bytes(b"pickle")

@@ -62,9 +62,22 @@ def flight_recorder_env(cell_dir: Path) -> Dict[str, str]:
         "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,  # older releases' name
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
     }
-    if "TORCH_FR_BUFFER_SIZE" not in os.environ:
-        wanted["TORCH_NCCL_TRACE_BUFFER_SIZE"] = RECORDER_ENTRIES
+    # torch 2.15 warns in every rank's log when it reads the old name of the buffer size.
+    buffer_sizes = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+    if not any(name in os.environ for name in buffer_sizes):
+        wanted[buffer_sizes[0] if _torch_at_least(2, 15) else buffer_sizes[1]] = RECORDER_ENTRIES
     return {key: value for key, value in wanted.items() if key not in os.environ}
+
+
+def _torch_at_least(major: int, minor: int) -> bool:
+    """From the installed distribution's metadata: the launcher never imports torch."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = re.match(r"(\d+)\.(\d+)", version("torch"))
+    except PackageNotFoundError:
+        return True
+    return found is None or (int(found[1]), int(found[2])) >= (major, minor)
 
 
 def dump_note(cell_dir: Path) -> str:
