@@ -158,6 +158,17 @@ def apply_math_settings(
     }
 
 
+def _buffer_sync(each_forward: bool) -> Dict[str, bool]:
+    """``ddp.broadcast_buffers``: torch 2.15 renamed it ``forward_sync_buffers`` (the old name
+    warns in every rank's log). Both mean rank 0's buffers are sent at each forward; the new one
+    also syncs them once at construction, which changes nothing here (same seed on every rank)."""
+    import inspect
+
+    if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters:
+        return {"forward_sync_buffers": each_forward}
+    return {"broadcast_buffers": each_forward}
+
+
 def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> TrainingRun:
     """Build model, DDP wrapper, optimizer and data for this rank."""
     torch.manual_seed(settings.seed)  # same initial weights on every rank (DDP checks shapes)
@@ -173,7 +184,7 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
         gradient_as_bucket_view=ddp_settings.gradient_as_bucket_view,
         static_graph=ddp_settings.static_graph,
         find_unused_parameters=ddp_settings.find_unused_parameters,
-        broadcast_buffers=ddp_settings.broadcast_buffers,
+        **_buffer_sync(ddp_settings.broadcast_buffers),
     )
     comm_state = register_comm_hook(ddp, ddp_settings)
     forward: Callable[..., Any] = ddp
