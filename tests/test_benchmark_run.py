@@ -130,7 +130,12 @@ def test_manifest_cells_and_console(healthy: Dict) -> None:
     store: ExperimentStore = healthy["store"]
     manifest = store.manifest()
     assert manifest["experiment"] == SCRIPT_NAME  # the name is kept; the folder is a safe slug
-    assert store.root.name == "script-alert-1-script"
+    # An unsafe name is made safe, with a hash of the original: no two names share a folder.
+    assert store.root.name.startswith("script-alert-1-script+") and len(store.root.name) == 32
+    assert f"> Results go to {store.root}" in healthy["result"].stderr
+    for record in healthy["records"]:  # known top-level fields are filled in
+        assert record.warmup_steps == record.settings["warmup_steps"] == 2
+        assert record.measure_steps and record.backend == "gloo" and record.unit == "tokens"
     assert manifest["config"]["models"] == ["gpt2-tiny"]
     assert manifest["environment"]["torch"].split("+")[0] in manifest["environment"]["torch"]
     assert manifest["environment"]["backend"] == "gloo"

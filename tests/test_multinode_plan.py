@@ -163,7 +163,10 @@ def test_other_nodes_write_only_their_own_subfolder(tmp_path: Path) -> None:
         store.append(None)
 
 
-def test_dry_run_on_node_one_lists_only_its_cells(tmp_path: Path) -> None:
+def test_dry_run_on_node_one_lists_only_its_cells(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHSCALE_CPU_SLOTS", "4")  # each node fits 4 ranks: no cell skipped
     config = tmp_path / "c.yaml"
     config.write_text(
         "experiment_name: two\nmodels: [gpt2-tiny]\ngpu_counts: [2, 4, 8]\nnodes: [1, 2]\n"

@@ -331,7 +331,7 @@ def test_several_experiments_scale_against_their_own_baselines(tmp_path: Path) -
     write_experiment(tmp_path, FixtureSpec(name="exp-b", gpu_counts=(1, 4), seed=3, **small))
     data = load_report_data(tmp_path)
     content = build_content(data)
-    assert content.title == "2 experiments"
+    assert content.title == "exp-a and exp-b"  # both named
     scaling = next(s for s in content.sections if s.section_id == "scaling").tables[0]
     assert scaling.headers[0] == ("Experiment", False)
     rows = [[text for text, _ in row] for row in scaling.rows]

@@ -14,7 +14,16 @@ import pandas as pd
 from torchscale.analysis.scaling import EFFICIENCY_GOOD
 from torchscale.results.schema import ResultBase, TrainingResult
 
-COLUMNS = ["severity", "category", "title", "message", "ranks", "recommendation", "source"]
+COLUMNS = [
+    "severity",
+    "category",
+    "title",
+    "message",
+    "ranks",
+    "recommendation",
+    "source",
+    "experiment",
+]
 SEVERITY_ORDER = {
     "critical": 0,
     "error": 0,
@@ -35,6 +44,25 @@ ERRATIC_ADVICE = (
     "Look for contention on the interconnect or other jobs on the node; try a larger "
     "ddp.bucket_cap_mb or ddp.static_graph, and profile with 'torchscale profile'."
 )
+# On CPU processes (gloo) there is no GPU to inspect and no interconnect inside the host: the
+# ranks share its cores.
+STRAGGLER_ADVICE_CPU = (
+    "Rank {rank} computes slower than the others: check for other processes on its cores and "
+    "its CPU frequency (top, cpupower frequency-info), give every rank cores of its own, then "
+    "profile the cell with 'torchscale profile --target sync_stalls'."
+)
+ERRATIC_ADVICE_CPU = (
+    "Look for other processes competing for the ranks' cores (top) and give every rank cores of "
+    "its own (fewer ranks per host, or TORCHSCALE_CPU_SLOTS); try a larger ddp.bucket_cap_mb or "
+    "ddp.static_graph, and profile with 'torchscale profile'."
+)
+
+
+def on_cpu(record: TrainingResult) -> bool:
+    """Whether a record's ranks were CPU processes (gloo), not GPUs."""
+    return record.backend == "gloo" or (record.device_name or "").lower() == "cpu"
+
+
 SYNC_BOUND_ADVICE = (
     "Gradient sync is exposed: overlap more of it (ddp.bucket_cap_mb, "
     "ddp.gradient_as_bucket_view, ddp.static_graph), raise the per-GPU batch or use gradient "
@@ -52,8 +80,9 @@ def _ranks(value: Any) -> List[int]:
     return [int(value)] if isinstance(value, (int, float)) else []
 
 
-def normalize(doc: Mapping[str, Any], source: str) -> Dict[str, Any]:
-    """A finding from any producer, with the fields the report shows."""
+def normalize(doc: Mapping[str, Any], source: str, experiment: str = "") -> Dict[str, Any]:
+    """A finding from any producer, with the fields the report shows; ``experiment`` names the
+    experiment it was found in."""
     title = doc.get("title") or doc.get("message") or doc.get("category") or "finding"
     message = doc.get("message") if doc.get("title") else doc.get("detail")
     return {
@@ -64,6 +93,7 @@ def normalize(doc: Mapping[str, Any], source: str) -> Dict[str, Any]:
         "ranks": _ranks(doc.get("ranks", doc.get("rank"))),
         "recommendation": str(doc.get("recommendation") or ""),
         "source": source,
+        "experiment": str(doc.get("experiment") or experiment),
     }
 
 
@@ -81,11 +111,16 @@ def record_findings(records: Iterable[ResultBase]) -> List[Dict[str, Any]]:
             key = (record.experiment, record.model, record.sync.slowest_rank)
             groups.setdefault(key, []).append(record)
     found = []
-    for (_, model, slowest), cells in groups.items():
+    for (experiment, model, slowest), cells in groups.items():
         cells.sort(key=lambda r: (r.world_size, r.batch_size, r.repeat))
         worst = max(cells, key=lambda r: r.sync.wait_spread_ms or 0.0)
         labels = list(dict.fromkeys(f"batch {r.batch_size} on {r.world_size} GPUs" for r in cells))
         straggler = slowest is not None
+        cpu = all(on_cpu(r) for r in cells)
+        if straggler:
+            advice = (STRAGGLER_ADVICE_CPU if cpu else STRAGGLER_ADVICE).format(rank=slowest)
+        else:
+            advice = ERRATIC_ADVICE_CPU if cpu else ERRATIC_ADVICE
         found.append(
             {
                 "severity": "warning",
@@ -96,10 +131,9 @@ def record_findings(records: Iterable[ResultBase]) -> List[Dict[str, Any]]:
                 + f": {model}",
                 "message": f"Seen in {_cells(labels)}. {worst.sync.warning}.",
                 "ranks": [slowest] if straggler else [],
-                "recommendation": STRAGGLER_ADVICE.format(rank=slowest)
-                if straggler
-                else ERRATIC_ADVICE,
+                "recommendation": advice,
                 "source": worst.cell_id + (f" (+{len(cells) - 1} cells)" if len(cells) > 1 else ""),
+                "experiment": experiment,
             }
         )
     return found
@@ -124,7 +158,7 @@ def scaling_findings(table: pd.DataFrame) -> List[Dict[str, Any]]:
         )
     )
     found = []
-    for (_, model), group in at_largest.groupby(["experiment", "model"], sort=True):
+    for (experiment, model), group in at_largest.groupby(["experiment", "model"], sort=True):
         below = group[group["efficiency"] <= EFFICIENCY_GOOD]
         if below.empty:
             continue
@@ -144,13 +178,18 @@ def scaling_findings(table: pd.DataFrame) -> List[Dict[str, Any]]:
                 if not pd.isna(sync) and sync >= 10
                 else COMPUTE_BOUND_ADVICE,
                 "source": worst["cell_id"],
+                "experiment": str(experiment),
             }
         )
     return found
 
 
 def findings_table(findings: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """All findings, most severe first."""
+    """All findings, most severe first; a finding made twice in one experiment (the same trace
+    analysed twice, say) is listed once."""
     table = pd.DataFrame(list(findings), columns=COLUMNS)
+    table["experiment"] = table["experiment"].fillna("")
+    same = ["experiment", "severity", "category", "title", "message", "recommendation"]
+    table = table[~table[same].astype(str).duplicated()]
     order = table["severity"].map(lambda s: SEVERITY_ORDER.get(s, 5))
     return table.assign(_order=order).sort_values("_order", kind="stable").drop(columns="_order")

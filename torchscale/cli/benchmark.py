@@ -8,7 +8,7 @@ import sys
 import textwrap
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, List, Optional
+from typing import TYPE_CHECKING, Iterator, List, Optional, Tuple
 
 import typer
 from typing_extensions import Annotated
@@ -234,6 +234,8 @@ def register(app: typer.Typer) -> None:
         if force and not resume:
             raise TorchscaleError("--force goes with --resume: pass --resume --force")
         loaded = load_config(config, parse_overrides(set_ or [], ctx.args))
+        if benchmark_kind != "comm":
+            _check_models(loaded)
         integrations = Integrations(tensorboard, mlflow)
         integrations.check()
         if submit:
@@ -286,6 +288,22 @@ def _list_models(json_output: bool) -> None:
         err_console.print(models_table(entries))
 
 
+def _check_models(config: BenchmarkConfig) -> None:
+    """Every ``module:function`` model imports and returns a ModelSpec, before anything runs."""
+    from torchscale.models.registry import check_model_factories
+
+    check_model_factories(config.models, seq_len=config.seq_len[0])
+
+
+def _warn_profiling(config: BenchmarkConfig, device_kind: str) -> None:
+    """One WARN line when the config asks for nsys and torch.profiler will trace instead."""
+    from torchscale.launch.nsys import tool_warning
+
+    warning = tool_warning(config.profiling.tool, device_kind) if config.profiling.enabled else None
+    if warning:
+        err_console.print(f"> [WARN] {warning}", soft_wrap=True, markup=False)
+
+
 DRY_RUN_CHUNK = 500
 """Cells per table when a dry run prints a large plan (a plan up to this size is one table)."""
 
@@ -311,8 +329,10 @@ def _print_plan(
     bounded memory: tables of ``DRY_RUN_CHUNK`` cells, each followed by its commands; with
     ``--json``, one array written element by element."""
     from torchscale.cli.benchmark_view import plan_table
+    from torchscale.hardware.environment import probe_devices
     from torchscale.launch.cell import cell_command
     from torchscale.launch.multinode import store_for
+    from torchscale.launch.sweep import skip_reason
     from torchscale.launch.torchrun import format_command
     from torchscale.plan.matrix import Plan, experiment_dirname, iter_cells, swept_knobs
     from torchscale.results.files import dumps
@@ -324,28 +344,38 @@ def _print_plan(
     # A lock-step node's wait at a cell depends on the cells before it: one pass to know them.
     waits = launch.join_waits(list(cells())) if launch.nnodes > 1 else {}
 
-    def command(cell: Cell) -> str:
-        if launch.skip_reason(cell):
-            return f"skipped: {launch.skip_reason(cell)}"
+    devices = probe_devices()
+    skipped: List[str] = []
+
+    def command(cell: Cell) -> Tuple[str, Optional[str]]:
+        """The cell's command, or why this node would skip it (as the run decides it)."""
+        reason = skip_reason(cell, devices, launch)
+        if reason:
+            skipped.append(cell.cell_id)
+            return f"skipped: {reason}", reason
         cell_dir = store.cell_dir(cell.cell_id)
         own = launch.worker_command(cell, cell_dir)  # mpirun starts the ranks itself
         rendezvous = launch.rendezvous(cell, waits.get(cell.cell_id))
-        return format_command(
+        text = format_command(
             own or [*launch.prefix(cell), *cell_command(cell, cell_dir, rendezvous)]
         )
+        return text, None
 
     stream = cells()
     # Bad input (a matrix over --max-cells, ...) raises at the first cell: before any output.
     stream = itertools.chain(list(itertools.islice(stream, 1)), stream)
+    _warn_profiling(config, devices.kind)
     if json_output:
         separator = "\n"
         sys.stdout.write("[")
         for cell in stream:
             if launch.visits(cell):
+                text, reason = command(cell)
                 document = {
                     "cell_id": cell.cell_id,
                     "settings": cell.settings.model_dump(mode="json"),
-                    "command": command(cell),
+                    "command": text,
+                    "skip_reason": reason,
                 }
                 sys.stdout.write(separator + textwrap.indent(dumps(document, indent=2), "  "))
                 separator = ",\n"
@@ -365,11 +395,16 @@ def _print_plan(
         for cell in chunk:
             if launch.visits(cell):
                 err_console.print(
-                    f"[{cell.index + 1}] {command(cell)}", soft_wrap=True, markup=False
+                    f"[{cell.index + 1}] {command(cell)[0]}", soft_wrap=True, markup=False
                 )
         done += len(chunk)
         chunk = following
-    err_console.print(f"dry run: nothing was run or written (results would go to {store.root})")
+    note = f"; {len(skipped)} of {done} cells would be skipped on this node" if skipped else ""
+    err_console.print(
+        f"dry run: nothing was run or written (results would go to {store.root}){note}",
+        soft_wrap=True,
+        markup=False,
+    )
 
 
 def _run(
@@ -385,6 +420,7 @@ def _run(
 ) -> int:
     from torchscale.cli.benchmark_nodes import follower_summary
     from torchscale.cli.benchmark_view import ConsoleEvents, results_table
+    from torchscale.hardware.environment import node_devices
     from torchscale.integrations.sinks import SinkEvents
     from torchscale.launch.multinode import store_for
     from torchscale.launch.process import Terminated
@@ -396,6 +432,8 @@ def _run(
     store = store_for(launch, output_dir / experiment_dirname(plan.config.experiment_name))
     if launch.records_results:
         check_resumable(store, resume)
+        err_console.print(f"> Results go to {store.root}", soft_wrap=True, markup=False)
+    _warn_profiling(plan.config, node_devices().kind)
     options = SweepOptions(resume=resume, retry_failed=retry_failed, force=force, launch=launch)
     sinks = []
     if integrations is not None and launch.records_results:

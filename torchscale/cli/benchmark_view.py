@@ -158,26 +158,48 @@ def plan_table(plan: Plan) -> Table:
     return table
 
 
+UNIT_SHORT = {"images": "img", "sequences": "seq", "tokens": "tok", "samples": "smp"}
+
+
 def results_table(table: Any, title: str) -> Table:
-    out = Table(title=title, title_justify="left")
-    columns = ("model", "batch", "GPUs", "prec", "status", "throughput", "step p50/p95 ms")
-    for column in (*columns, "sync %", "scaling", "MFU"):
-        out.add_column(column, justify="right" if column not in ("model", "status") else "left")
-    for row in table.itertuples():
-        unit = f" {row.unit}/s" if isinstance(row.unit, str) else ""
-        out.add_row(
-            str(row.model),
-            str(row.batch_size),
-            gpus_text(row.world_size, row.nnodes),
-            str(row.precision),
-            str(row.status),
-            _fmt(row.throughput, ",.1f", unit),
-            f"{_fmt(row.step_ms_p50)}/{_fmt(row.step_ms_p95)}",
-            _fmt(row.sync_exposed_pct, ".1f"),
-            _fmt(row.scaling_efficiency, ".0%"),
-            _fmt(row.mfu, ".1%"),
-        )
-    return out
+    """The final table: every figure in full at any console width (see ``cli/tables.py``)."""
+    from torchscale.cli.tables import Col, fitted_table
+
+    rows = list(table.itertuples())
+    units = [row.unit if isinstance(row.unit, str) else "" for row in rows]
+    numbers = [_fmt(r.throughput, ",.1f") for r in rows]
+    short = [UNIT_SHORT.get(u, u) for u in units]
+    one_unit = len(set(units)) == 1 and units[0]
+    cols = [
+        Col("model", [str(r.model) for r in rows], numeric=False, wrap=True),
+        Col("batch", [str(r.batch_size) for r in rows], same="batch {}"),
+        Col("GPUs", [gpus_text(r.world_size, r.nnodes) for r in rows], same="{} GPUs"),
+        Col("prec", [str(r.precision) for r in rows], numeric=False, same="{}", drop=1),
+        Col("status", [str(r.status) for r in rows], numeric=False, same="all {}"),
+        Col(
+            "throughput",
+            [n + (f" {u}/s" if u and n != "-" else "") for n, u in zip(numbers, units)],
+            compact=f"{short[0]}/s" if one_unit else "throughput",
+            compact_values=numbers
+            if one_unit
+            else [n + (f" {u}/s" if u and n != "-" else "") for n, u in zip(numbers, short)],
+        ),
+        Col(
+            "step p50/p95 ms",
+            [f"{_fmt(r.step_ms_p50)}/{_fmt(r.step_ms_p95)}" for r in rows],
+            compact="step ms\np50/p95",
+            drop=3,
+        ),
+        Col("sync %", [_fmt(r.sync_exposed_pct, ".1f") for r in rows], compact="sync\n%", drop=2),
+        Col("scaling", [_fmt(r.scaling_efficiency, ".0%") for r in rows]),
+        Col(
+            "MFU",
+            [_fmt(r.mfu, ".1%") for r in rows],
+            same=lambda v: "MFU n/a (device peak unknown)" if v == "-" else f"MFU {v}",
+            drop=4,
+        ),
+    ]
+    return fitted_table(err_console, title, cols, left_out="see summary.csv or --json")
 
 
 def models_table(entries: List[Any]) -> Table:

@@ -8,6 +8,7 @@ Heavy modules (pandas, numpy) are imported inside the command bodies.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -50,26 +51,39 @@ def _fmt(value: Any, spec: str) -> str:
 def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) -> None:
     """The analysis as the seed shows it: per-rank table, sync stall, numbered bottlenecks."""
     from rich.markup import escape
-    from rich.table import Table
+
+    from torchscale.cli.tables import Col, fitted_table
 
     ranks = document["ranks"]
-    table = Table(title="Per-rank breakdown (HTA definitions)", title_justify="left")
     columns = [
-        ("rank", "rank", "{:.0f}"),
-        ("source", "source", "{}"),
-        ("steps", "steps", "{:.0f}"),
-        ("step_mean_us", "step ms", "ms"),
-        ("idle_pct", "idle %", "{:.1f}"),
-        ("compute_pct", "compute %", "{:.1f}"),
-        ("non_compute_pct", "non-compute %", "{:.1f}"),
-        ("overlap_pct", "overlap %", "{:.1f}"),
-        ("exposed_comm_us", "exposed comm ms", "ms"),
-        ("sync_stall_pct", "sync stall %", "{:.1f}"),
+        # key, header, compact header, format, drop order when too narrow (0: always shown)
+        ("rank", "rank", "rank", "{:.0f}", 0),
+        ("source", "source", "source", "{}", 0),
+        ("steps", "steps", "steps", "{:.0f}", 5),
+        ("step_mean_us", "step ms", "step\nms", "ms", 0),
+        ("idle_pct", "idle %", "idle\n%", "{:.1f}", 0),
+        ("compute_pct", "compute %", "comp.\n%", "{:.1f}", 0),
+        ("non_compute_pct", "non-compute %", "non-\ncomp. %", "{:.1f}", 4),
+        ("overlap_pct", "overlap %", "over-\nlap %", "{:.1f}", 0),
+        ("exposed_comm_us", "exposed comm ms", "exposed\ncomm ms", "ms", 0),
+        ("sync_stall_pct", "sync stall %", "sync\nstall %", "{:.1f}", 0),
     ]
-    for _, title, _ in columns:
-        table.add_column(title, justify="right")
-    for row in ranks:
-        table.add_row(*(_fmt(row.get(key), spec) for key, _, spec in columns))
+    table = fitted_table(
+        err_console,
+        "Per-rank breakdown (HTA definitions)",
+        [
+            Col(
+                title,
+                [_fmt(row.get(key), spec) for row in ranks],
+                compact=compact,
+                numeric=key != "source",
+                same="{} traces" if key == "source" else None,
+                drop=drop,
+            )
+            for key, title, compact, spec, drop in columns
+        ],
+        left_out="see the CSV tables or --json",
+    )
     err_console.print(table)
     from torchscale.profiling.traces.discover import RANK_SOURCES
 
@@ -122,6 +136,20 @@ def _report_capture(records: List[Any], json_output: bool) -> int:
     if json_output and documents:
         print_json(documents[0] if len(documents) == 1 else {"cells": documents})
     return 0 if documents else 1
+
+
+VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Enable verbose logging.")]
+
+
+def _verbose(verbose: bool) -> None:
+    if verbose:
+        logging.getLogger("torchscale").setLevel(logging.DEBUG)
+
+
+def _check_models(config: Any) -> None:
+    from torchscale.models.registry import check_model_factories
+
+    check_model_factories(config.models, seq_len=config.seq_len[0])
 
 
 def register(app: typer.Typer) -> None:
@@ -178,10 +206,17 @@ def register(app: typer.Typer) -> None:
         json_output: Annotated[
             bool, typer.Option("--json", help="Print one JSON document on stdout.")
         ] = False,
+        verbose: VerboseOption = False,
     ) -> None:
-        """Profile a DDP run (capture), or use [bold]profile analyze[/bold] on existing traces."""
+        """Profile a DDP run (capture), or use [bold]profile analyze[/bold] on existing traces.
+
+        With no --model or --config, profiles the configuration the benchmark results in
+        --output-dir scaled worst (lowest efficiency at the largest GPU count that fits this
+        node); without results there, resnet50 (batch 64) on GPUs, resnet-tiny (batch 8) on CPU.
+        """
         if ctx.invoked_subcommand is not None:
             return
+        _verbose(verbose)
         seconds = parse_duration(duration)
         _check_choice(target, TARGETS, "--target")
         _check_choice(tool, TOOLS, "--tool")
@@ -189,12 +224,40 @@ def register(app: typer.Typer) -> None:
             raise TorchscaleError("use either --config or --model/--batch-size, not both")
         from torchscale.cli.benchmark_view import ConsoleEvents
         from torchscale.config.loader import parse_overrides
-        from torchscale.profiling.capture import CaptureRequest, run_capture
+        from torchscale.hardware.environment import node_devices
+        from torchscale.launch.nsys import tool_warning
+        from torchscale.profiling.capture import CaptureRequest, capture_config, run_capture
 
         overrides = parse_overrides(set_ or [])
-        request = CaptureRequest(gpus, seconds, target, tool, config, model, batch_size, overrides)
+        devices = None
+        knobs: Dict[str, Any] = {}
+        if config is None and model is None:
+            from torchscale.profiling.capture import worst_target
+
+            devices = node_devices()
+            picked = worst_target(output_dir, devices.kind, devices.count)
+            err_console.print(
+                f"> [INFO] No --model or --config: {picked.reason}.", soft_wrap=True, markup=False
+            )
+            model, knobs = picked.model, picked.knobs
+            batch_size = batch_size or picked.batch_size
+        request = CaptureRequest(
+            gpus, seconds, target, tool, config, model, batch_size, overrides, knobs
+        )
+        plan_config = capture_config(request)  # bad input fails here, before anything runs
+        _check_models(plan_config)
+        devices = devices or node_devices()
+        warning = tool_warning(tool, devices.kind, "--tool")
+        if warning:
+            err_console.print(f"> [WARN] {warning}", soft_wrap=True, markup=False)
+        from torchscale.plan.matrix import experiment_dirname
+        from torchscale.results.store import check_writable
+
+        check_writable(output_dir)
+        folder = output_dir / experiment_dirname(plan_config.experiment_name)
+        err_console.print(f"> Results go to {folder}", soft_wrap=True, markup=False)
         with ConsoleEvents() as events:
-            records = run_capture(request, output_dir, events)
+            records = run_capture(request, output_dir, events, plan_config)
         code = _report_capture(records, json_output)
         if code:
             raise typer.Exit(code)
@@ -224,8 +287,10 @@ def register(app: typer.Typer) -> None:
         json_output: Annotated[
             bool, typer.Option("--json", help="Print one JSON document on stdout.")
         ] = False,
+        verbose: VerboseOption = False,
     ) -> None:
         """Analyse per-rank traces: breakdown, overlap, stragglers, findings."""
+        _verbose(verbose)
         _check_choice(target, TARGETS, "--target")
         from torchscale.profiling.analysis import analyze as run_analysis
         from torchscale.profiling.analysis import to_document

@@ -5,7 +5,11 @@ Imports nothing heavy at module level: ``torchscale validate --help`` must not i
 
 from __future__ import annotations
 
+import json
+import logging
+import time
 from pathlib import Path
+from typing import Any, Callable, Dict
 
 import typer
 from typing_extensions import Annotated
@@ -45,8 +49,16 @@ def register(app: typer.Typer) -> None:
                 help="Where benchmark results will go: its free disk space is checked.",
             ),
         ] = Path("results"),
+        verbose: Annotated[
+            bool,
+            typer.Option(
+                "--verbose", "-v", help="Enable verbose logging (each check's details and timing)."
+            ),
+        ] = False,
     ) -> None:
         """Check if current node meets DDP requirements (NCCL, Drivers)."""
+        if verbose:
+            logging.getLogger("torchscale").setLevel(logging.DEBUG)
         if not timeout > 0:
             raise TorchscaleError(
                 f"--timeout must be a positive number of seconds, got {timeout:g}"
@@ -59,11 +71,34 @@ def register(app: typer.Typer) -> None:
 
         options = ValidateOptions(timeout_s=timeout, skip_smoke=skip_smoke, output_dir=output_dir)
         with err_console.status("Checking this node...") as status:
-            report = run_validation(
-                options, on_check=lambda name: status.update(f"Checking: {name}...")
-            )
+            report = run_validation(options, on_check=_progress(status))
         render(report, err_console)
+        _log_details(report)
         if json_output:
             print_json(report)
         if not report["summary"]["ok"]:
             raise typer.Exit(1)
+
+
+def _progress(status: Any) -> Callable[[str], None]:
+    """Show the step under way; with --verbose, log how long each step took."""
+    log = logging.getLogger("torchscale")
+    current = {"name": "", "start": time.monotonic()}
+
+    def step(name: str) -> None:
+        now = time.monotonic()
+        if current["name"]:
+            log.debug("validate: %s took %.2f s", current["name"], now - current["start"])
+        current.update(name=name, start=now)
+        status.update(f"Checking: {name}...")
+
+    return step
+
+
+def _log_details(report: Dict[str, Any]) -> None:
+    """With --verbose: what each check measured beyond its one-line value."""
+    log = logging.getLogger("torchscale")
+    for check in report["checks"]:
+        if check.get("details"):
+            details = json.dumps(check["details"], sort_keys=True, default=str)
+            log.debug("%s: %s", check["name"], details)

@@ -82,6 +82,21 @@ def node_devices() -> NodeDevices:
     return NodeDevices("cpu", count, [platform.processor() or platform.machine()] * count)
 
 
+def probe_devices() -> NodeDevices:
+    """What :func:`node_devices` would find, without importing torch (for ``--dry-run``): the
+    GPUs NVML sees, cut to ``CUDA_VISIBLE_DEVICES``, else CPU slots."""
+    with open_nvml() as nvml:
+        handles = nvml.handles() if supported(nvml) else []
+        count = len(handles) if supported(handles) else 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        count = min(count, len([d for d in visible.split(",") if d.strip()]))
+    if count:
+        return NodeDevices("cuda", count, ["GPU"] * count)
+    slots = cpu_slots()
+    return NodeDevices("cpu", slots, [platform.processor() or platform.machine()] * slots)
+
+
 def distributed_env() -> Dict[str, str]:
     """Environment variables that change how NCCL/gloo/torchrun behave, worth recording."""
     return {

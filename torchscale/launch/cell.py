@@ -10,6 +10,7 @@ their error files, so the silence is the disk's, not a signal's.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from datetime import datetime, timezone
@@ -27,7 +28,12 @@ from torchscale.launch.kinds import common_identity, get_kind
 from torchscale.launch.liveness import clear_owner, write_owner
 from torchscale.launch.nsys import wrapper as nsys_wrapper
 from torchscale.launch.process import python_env, run_process
-from torchscale.launch.torchrun import SINGLE_NODE, Rendezvous, torchrun_command
+from torchscale.launch.torchrun import (
+    SINGLE_NODE,
+    Rendezvous,
+    format_command,
+    torchrun_command,
+)
 from torchscale.launch.traces import analyze_traces
 from torchscale.plan.matrix import Cell
 from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
@@ -41,6 +47,8 @@ from torchscale.worker.reporting import (
     read_steps,
     steps_path,
 )
+
+log = logging.getLogger("torchscale")
 
 CELL_FILE = "cell.json"
 RESULT_FILE = "result.json"
@@ -251,6 +259,7 @@ def run_cell(
     # A multi-node launch may first wait for the other nodes at the rendezvous.
     timeout_s = cell.settings.cell_timeout_s + (rendezvous.join_timeout_s or 0.0)
     argv = list(command or [*prefix, *cell_command(cell, cell_dir, rendezvous, profile)])
+    log.debug("cell %s: %s (log: %s)", cell.cell_id, format_command(argv), cell_dir / LAUNCH_LOG)
     what = Path(argv[0]).name if command or prefix else "torchrun"
     try:
         outcome = run_process(

@@ -11,9 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
-from typing import List
-
-from torchscale.errors import ConfigError
+from typing import List, Optional
 
 EXPORT_TIMEOUT_S = 600.0
 TRACES = {
@@ -25,18 +23,32 @@ TRACES = {
 }
 
 
+def nsys_unavailable(device_kind: str) -> Optional[str]:
+    """Why nsys cannot trace on this node (None when it can)."""
+    if shutil.which("nsys") is None:
+        return "nsys is not on PATH"
+    if device_kind != "cuda":
+        return "this node has no GPUs for nsys to trace"
+    return None
+
+
 def resolve_tool(tool: str, device_kind: str) -> str:
-    """``auto`` -> nsys when it is on PATH and there are GPUs to trace, else torch.profiler."""
-    has_nsys = shutil.which("nsys") is not None
-    if tool == "auto":
-        return "nsys" if has_nsys and device_kind == "cuda" else "torch"
-    if tool == "nsys" and not has_nsys:
-        raise ConfigError(
-            "profiling tool nsys is not on PATH: install NVIDIA Nsight Systems or use tool torch"
-        )
-    if tool == "nsys" and device_kind != "cuda":
-        raise ConfigError("profiling tool nsys needs GPUs; this node has none: use tool torch")
+    """``auto`` -> nsys when it is on PATH and there are GPUs to trace, else torch.profiler;
+    ``nsys`` where it cannot run -> torch.profiler too (:func:`tool_warning` says so)."""
+    if tool in ("auto", "nsys"):
+        return "torch" if nsys_unavailable(device_kind) else "nsys"
     return tool
+
+
+def tool_warning(tool: str, device_kind: str, option: str = "profiling.tool") -> Optional[str]:
+    """The one line to show when ``nsys`` was asked for and torch.profiler runs instead."""
+    reason = nsys_unavailable(device_kind) if tool == "nsys" else None
+    if reason is None:
+        return None
+    return (
+        f"{option} is nsys but {reason}: profiling with torch.profiler instead "
+        "(install NVIDIA Nsight Systems on a GPU node for nsys traces)"
+    )
 
 
 def wrapper(profile_dir: Path, target: str) -> List[str]:

@@ -9,13 +9,17 @@ model) are not passed to it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
 import inspect
+import os
 import re
+import sys
+import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from torchscale.errors import ConfigError
 from torchscale.models.spec import ModelSpec
@@ -167,8 +171,9 @@ def _import_factory(path: str) -> Callable[..., ModelSpec]:
         module = importlib.import_module(module_name)
     except Exception as exc:  # a user module may fail with anything, e.g. a SyntaxError
         raise ConfigError(
-            f"cannot import model module '{module_name}' ({type(exc).__name__}: {exc}): make "
-            "it importable by the worker processes, e.g. put its folder on PYTHONPATH"
+            f"model '{path}': cannot import model module '{module_name}' "
+            f"({type(exc).__name__}: {exc}): make it importable by the worker processes, e.g. "
+            "put its folder on PYTHONPATH"
         ) from None
     factory = getattr(module, attr, None)
     if not callable(factory):
@@ -191,16 +196,95 @@ def load_model(name: str, **options: Any) -> ModelSpec:
     """Build the ``ModelSpec`` for ``name``, passing only the options its factory accepts."""
     check_model_name(name)
     factory = _factory(name)
-    params = inspect.signature(factory).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    accepted = {k: v for k, v in options.items() if v is not None and (takes_any or k in params)}
-    spec = factory(**accepted)
+    spec = factory(**_call_options(factory, options))
     if not isinstance(spec, ModelSpec):
         raise ConfigError(
             f"model '{name}': factory returned {type(spec).__name__}, "
             "expected a torchscale.models.ModelSpec"
         )
     return spec
+
+
+def _names_model_spec(annotation: Any) -> bool:
+    """Whether a return annotation (a type, a typing form or a string) is a ModelSpec."""
+    if isinstance(annotation, str):
+        return re.search(r"\bModelSpec\b", annotation) is not None
+    if isinstance(annotation, type):
+        return issubclass(annotation, ModelSpec)
+    return any(_names_model_spec(arg) for arg in typing.get_args(annotation))
+
+
+def _return_annotation(function: Callable[..., Any]) -> Any:
+    """The declared return type: resolved where possible, else as written (a string); None when
+    the function declares none."""
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:  # names imported only for type checking, or a typo in an annotation
+        hints = dict(getattr(function, "__annotations__", None) or {})
+    return hints.get("return")
+
+
+def _call_options(factory: Callable[..., Any], options: Dict[str, Any]) -> Dict[str, Any]:
+    """The options ``factory`` accepts (all of them when it takes ``**kwargs``), None left out."""
+    params = inspect.signature(factory).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return {k: v for k, v in options.items() if v is not None and (takes_any or k in params)}
+
+
+@contextlib.contextmanager
+def _worker_import_path() -> Iterator[None]:
+    """Import as the workers do: ``python -m torchscale.worker`` has the working folder on
+    ``sys.path`` (the ``torchscale`` script does not)."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def check_model_factory(name: str, **options: Any) -> None:
+    """Check a ``module:function`` model before anything launches: the module imports and the
+    function returns a :class:`ModelSpec`, judged by its return annotation, else by calling it
+    with ``options`` (a ModelSpec only describes the model: nothing is built until the worker
+    calls ``build``). Raises ConfigError with one line naming the entry otherwise."""
+    with _worker_import_path():
+        factory = _import_factory(name)
+    module_name, _, attr = name.partition(":")
+    usage = "a function returning a torchscale ModelSpec (see examples/custom_model.py)"
+    if inspect.isclass(factory):
+        if issubclass(factory, ModelSpec):
+            return
+        raise ConfigError(f"model '{name}': '{attr}' is a class, not {usage}")
+    target = inspect.unwrap(factory.func if isinstance(factory, functools.partial) else factory)
+    if not (inspect.isfunction(target) or inspect.ismethod(target)):
+        kind = "a built-in function" if inspect.isbuiltin(target) else type(target).__name__
+        raise ConfigError(f"model '{name}': '{attr}' in '{module_name}' is {kind}, not {usage}")
+    returns = _return_annotation(target)
+    if returns is not None:
+        if _names_model_spec(returns):
+            return
+        shown = returns if isinstance(returns, str) else getattr(returns, "__name__", returns)
+        raise ConfigError(f"model '{name}': '{attr}' is declared to return {shown}, not {usage}")
+    try:
+        spec = factory(**_call_options(factory, options))
+    except Exception as exc:
+        raise ConfigError(
+            f"model '{name}': calling {attr}() raised {type(exc).__name__}: {exc}; it must be "
+            f"{usage}"
+        ) from None
+    if not isinstance(spec, ModelSpec):
+        raise ConfigError(f"model '{name}': {attr}() returned {type(spec).__name__}, not {usage}")
+
+
+def check_model_factories(models: Sequence[str], **options: Any) -> None:
+    """:func:`check_model_factory` for every ``module:function`` entry of ``models``."""
+    for name in dict.fromkeys(models):
+        if is_custom(name):
+            check_model_factory(name, **options)
 
 
 def list_models() -> List[ModelEntry]:

@@ -9,10 +9,11 @@ writes ``findings.json`` beside the traces.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from torchscale.config.loader import Override, load_config, read_yaml
 from torchscale.config.schema import BenchmarkConfig
@@ -20,9 +21,22 @@ from torchscale.errors import TorchscaleError
 from torchscale.plan.matrix import experiment_dirname
 
 TOOLS = ("auto", "nsys", "torch")
+log = logging.getLogger("torchscale")
 
 # A short measured window first: the cell's own throughput and sync figures come with the trace.
 MODEL_DEFAULTS = {"warmup_steps": 5, "measure_steps": 20, "sync_probe_steps": 5}
+
+DEFAULT_MODEL = {"cuda": ("resnet50", 64), "cpu": ("resnet-tiny", 8)}
+"""What ``torchscale profile`` runs when given no model and the output folder holds no benchmark
+results to pick from: ResNet-50 (batch 64 per GPU) on GPUs, the tiny ResNet (batch 8) on a node
+without GPUs, where each rank is a CPU process."""
+
+# Settings of a benchmark cell that a profile of it does not copy: its identity (model, batch and
+# GPU count come separately) and its measured window (a profile runs MODEL_DEFAULTS first).
+_NOT_COPIED = {
+    "model", "batch_size", "gpus", "nnodes", "repeat",
+    "warmup_steps", "measure_steps", "measure_seconds", "sync_probe_steps",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -35,6 +49,84 @@ class CaptureRequest:
     model: Optional[str] = None
     batch_size: Optional[int] = None
     overrides: Sequence[Override] = ()
+    knobs: Mapping[str, Any] = field(default_factory=dict)  # other settings, with ``model``
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a ``profile`` without a model runs, and why."""
+
+    model: str
+    batch_size: int
+    knobs: Dict[str, Any]
+    reason: str
+
+
+def default_target(device_kind: str, why: str) -> Target:
+    model, batch = DEFAULT_MODEL.get(device_kind, DEFAULT_MODEL["cpu"])
+    return Target(model, batch, {}, f"{why}: profiling the default model {model} (batch {batch})")
+
+
+def worst_target(output_dir: Path, device_kind: str, device_count: int) -> Target:
+    """The configuration the benchmark results in ``output_dir`` found worst: the lowest scaling
+    efficiency at the largest GPU count measured that fits this node (one node); the default
+    model when there is none."""
+    import pandas as pd
+
+    from torchscale.analysis.scaling import label_variants
+    from torchscale.analysis.tables import training_table
+    from torchscale.results.schema import TrainingResult
+    from torchscale.results.store import ExperimentStore, find_experiments
+
+    frames, records = [], {}
+    for path in find_experiments(output_dir) if output_dir.is_dir() else []:
+        found = [r for r in ExperimentStore(path).records() if isinstance(r, TrainingResult)]
+        records.update((r.cell_id, r) for r in found)
+        frames.append(training_table(found))
+    if not frames or all(f.empty for f in frames):
+        return default_target(device_kind, f"no benchmark results in {output_dir}")
+    table = label_variants(pd.concat(frames, ignore_index=True))
+    scaled = table[
+        (table["status"] == "ok")
+        & table["scaling_efficiency"].notna()
+        & (table["world_size"] > table["baseline_world_size"])
+        & (table["nnodes"] == 1)
+        & (table["world_size"] <= device_count)
+    ]
+    if scaled.empty:
+        return default_target(
+            device_kind,
+            f"no scaling result in {output_dir} on at most {device_count} GPUs (this node)",
+        )
+    largest = int(scaled["world_size"].max())
+    at_largest = (
+        scaled[scaled["world_size"] == largest]
+        .groupby(["experiment", "config_key"], sort=False)
+        .agg(
+            efficiency=("scaling_efficiency", "mean"),
+            baseline=("baseline_world_size", "first"),
+            cell_id=("cell_id", "first"),
+            variant=("variant", "first"),
+        )
+        .reset_index()
+    )
+    for row in at_largest.sort_values("efficiency").itertuples():
+        log.debug(
+            "profile candidate: %s %s at %d GPUs: %.1f%% scaling efficiency (%s)",
+            row.experiment, row.variant, largest, 100 * row.efficiency, row.cell_id,
+        )  # fmt: skip
+    worst = at_largest.loc[at_largest["efficiency"].idxmin()]
+    record = records[worst["cell_id"]]
+    knobs = {k: v for k, v in record.settings.items() if k not in _NOT_COPIED}
+    others = len(at_largest) - 1
+    among = f"the lowest of {len(at_largest)} configurations" if others else "the only one"
+    reason = (
+        f"profiling {record.model} ({worst['variant']}, {record.precision}) from "
+        f"{worst['experiment']}: {float(worst['efficiency']):.0%} scaling efficiency on "
+        f"{largest} GPUs against {int(worst['baseline'])}, {among} measured at {largest} GPUs, "
+        "the largest count in the results that fits this node"
+    )
+    return Target(record.model, record.batch_size, knobs, reason)
 
 
 def capture_config(request: CaptureRequest, now: Optional[datetime] = None) -> BenchmarkConfig:
@@ -43,7 +135,12 @@ def capture_config(request: CaptureRequest, now: Optional[datetime] = None) -> B
         raw: Dict[str, Any] = read_yaml(request.config)
         name = str(raw.get("experiment_name") or request.config.stem)
     elif request.model and request.batch_size:
-        raw = {"models": [request.model], "batch_sizes": [request.batch_size], **MODEL_DEFAULTS}
+        raw = {
+            **request.knobs,
+            "models": [request.model],
+            "batch_sizes": [request.batch_size],
+            **MODEL_DEFAULTS,
+        }
         name = request.model
     else:
         raise TorchscaleError("say what to profile: --model M --batch-size B, or --config FILE")
@@ -61,13 +158,19 @@ def capture_config(request: CaptureRequest, now: Optional[datetime] = None) -> B
     return load_config(None, request.overrides, base=raw)
 
 
-def run_capture(request: CaptureRequest, output_dir: Path, events: Any) -> List[Any]:
-    """Run the traced cells; returns their records (profile folder in ``record.profile``)."""
+def run_capture(
+    request: CaptureRequest,
+    output_dir: Path,
+    events: Any,
+    config: Optional[BenchmarkConfig] = None,
+) -> List[Any]:
+    """Run the traced cells (``config``: ``capture_config(request)`` already built); returns
+    their records (profile folder in ``record.profile``)."""
     from torchscale.launch.sweep import SweepOptions, run_sweep
     from torchscale.plan.matrix import expand
     from torchscale.results.store import ExperimentStore, check_writable
 
-    plan = expand(capture_config(request))
+    plan = expand(config or capture_config(request))
     check_writable(output_dir)
     store = ExperimentStore(output_dir / experiment_dirname(plan.config.experiment_name))
     return [(record, store) for record in run_sweep(plan, store, SweepOptions(), events)]

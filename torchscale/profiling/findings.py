@@ -148,7 +148,20 @@ def straggler_findings(ranks: pd.DataFrame, instances: pd.DataFrame) -> List[Fin
     return out
 
 
-def sync_findings(ranks: pd.DataFrame, have_straggler: bool) -> List[Finding]:
+SYNC_VARIANCE_ADVICE_GPU = (
+    "Sync time varies with who arrives last (see the straggler finding) or with a contended "
+    "interconnect: run nccl-tests all_reduce_perf on these GPUs and check NCCL_DEBUG=INFO for "
+    "the transport (NVLink/IB vs sockets) and other traffic on the network."
+)
+SYNC_VARIANCE_ADVICE_CPU = (
+    "Sync time varies with who arrives last (see the straggler finding) or with contention for "
+    "the CPU: on a gloo run each rank's compute and its all-reduce share the host's cores and "
+    "memory bandwidth, so look for other processes on them (`top`) and give every rank cores of "
+    "its own (fewer ranks per host, or TORCHSCALE_CPU_SLOTS)."
+)
+
+
+def sync_findings(ranks: pd.DataFrame, have_straggler: bool, gpu: bool = True) -> List[Finding]:
     out = []
     stall = float(ranks["sync_stall_pct"].mean()) if len(ranks) else float("nan")
     if not have_straggler and stall >= SYNC_STALL_PCT:
@@ -188,12 +201,7 @@ def sync_findings(ranks: pd.DataFrame, have_straggler: bool) -> List[Finding]:
                     f"Gradient synchronization: high variance in sync time (cv {across_ranks:.2f} "
                     f"across ranks, up to {across_steps:.2f} across steps)"
                 ),
-                recommendation=(
-                    "Sync time varies with who arrives last (see the straggler finding) or "
-                    "with a contended interconnect: run nccl-tests all_reduce_perf on these "
-                    "GPUs and check NCCL_DEBUG=INFO for the transport (NVLink/IB vs "
-                    "sockets) and other traffic on the network."
-                ),
+                recommendation=SYNC_VARIANCE_ADVICE_GPU if gpu else SYNC_VARIANCE_ADVICE_CPU,
                 ranks=[int(r) for r in ranks["rank"]],
                 evidence={
                     "cv_across_ranks": _num(across_ranks, 3),
@@ -318,6 +326,14 @@ def memory_findings(ranks: pd.DataFrame) -> List[Finding]:
     )
 
 
+def _on_gpus(ranks: pd.DataFrame, instances: pd.DataFrame) -> bool:
+    """Whether the traced run used GPUs (NCCL), not CPU processes (gloo)."""
+    if len(instances):
+        return bool((instances["device"] == "gpu").all())
+    kernels = ranks["kernel_time_us"] if "kernel_time_us" in ranks else pd.Series(dtype=float)
+    return bool((kernels.fillna(0) > 0).any())
+
+
 def find_bottlenecks(
     ranks: pd.DataFrame, instances: pd.DataFrame, target: str = "all"
 ) -> List[Finding]:
@@ -326,7 +342,7 @@ def find_bottlenecks(
     stragglers = straggler_findings(ranks, instances) if len(instances) else []
     found = (
         stragglers
-        + sync_findings(ranks, bool(stragglers))
+        + sync_findings(ranks, bool(stragglers), gpu=_on_gpus(ranks, instances))
         + communication_findings(ranks)
         + compute_findings(ranks)
         + memory_findings(ranks)

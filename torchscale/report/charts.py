@@ -57,6 +57,9 @@ def _gpu_ticks(frame: pd.DataFrame) -> List[int]:
     return sorted(int(v) for v in frame["world_size"].unique())
 
 
+IDEAL_THROUGHPUT = "ideal (dashed): linear from the fewest GPUs"
+
+
 def efficiency_bands(top: float) -> List[Band]:
     """The seed's bands on a percent axis reaching ``top``: good > 80%, excellent > 90%."""
     return [
@@ -123,6 +126,8 @@ def throughput_charts(curves: pd.DataFrame) -> List[Chart]:
                     show_legend=False,
                 )
             )
+        # The dashed ideal lines take their variant's colour; one legend entry explains them all.
+        series.append(Series(IDEAL_THROUGHPUT, [None], [None], dashed=True, color_key="__ideal"))
         unit = group["unit"].dropna().iloc[0] if group["unit"].notna().any() else "samples"
         charts.append(
             Chart(

@@ -202,7 +202,7 @@ def build_content(
     curves = scaling_curves(table)
     findings = finding_rules.findings_table(
         [
-            finding_rules.normalize(f, f.get("_source", "profile"))
+            finding_rules.normalize(f, f.get("_source", "profile"), e.name)
             for e in data.experiments
             for f in e.findings
         ]
@@ -231,6 +231,9 @@ def build_content(
         sections.communication_section(collective_table(data.documents)),
     )
     finding_rows = findings.to_dict("records")
+    if len({e.name for e in data.experiments}) < 2:
+        for row in finding_rows:  # one experiment: naming it on every finding says nothing
+            row["experiment"] = ""
     return ReportContent(
         title=data.title,
         source=str(data.source),

@@ -21,6 +21,8 @@ from torchscale.results.validity import INVALID, check_and_parse
 
 log = logging.getLogger("torchscale")
 FINDINGS_FILE = "findings.json"
+TITLE_NAMES = 4
+"""A report of several experiments names up to this many in its title."""
 
 
 @dataclass
@@ -40,8 +42,13 @@ class ReportData:
 
     @property
     def title(self) -> str:
-        names = [e.name for e in self.experiments]
-        return names[0] if len(names) == 1 else f"{len(names)} experiments"
+        """The experiment's name, or every name (up to ``TITLE_NAMES``) for several."""
+        names = list(dict.fromkeys(e.name for e in self.experiments))
+        if len(names) == 1:
+            return names[0]
+        if len(names) > TITLE_NAMES:
+            return ", ".join(names[: TITLE_NAMES - 1]) + f" and {len(names) - TITLE_NAMES + 1} more"
+        return ", ".join(names[:-1]) + " and " + names[-1]
 
     @property
     def records(self) -> List[ResultBase]:

@@ -112,6 +112,7 @@ class Table:
     csv_uri: str
     caption: str = ""
     widths: List[float] = field(default_factory=list)  # % of the table width, per column
+    csv_note: str = ""  # what the CSV download holds beyond the table (HTML only: a PDF has none)
 
 
 def csv_data_uri(frame: pd.DataFrame) -> str:
@@ -127,6 +128,7 @@ def make_table(
     caption: str = "",
     row_class: Optional[Callable[[Dict[str, Any]], str]] = None,
     csv_frame: Optional[pd.DataFrame] = None,
+    csv_note: str = "",
 ) -> Table:
     """Format ``frame`` for display; the CSV download holds the unformatted numbers."""
     rows = []
@@ -135,7 +137,8 @@ def make_table(
         rows.append([(column.fmt(record[column.key]), css) for column in columns])
     headers = [(column.header, column.numeric) for column in columns]
     source = csv_frame if csv_frame is not None else frame[[c.key for c in columns]]
-    return Table(table_id, headers, rows, csv_data_uri(source), caption, _widths(headers, rows))
+    widths = _widths(headers, rows)
+    return Table(table_id, headers, rows, csv_data_uri(source), caption, widths, csv_note)
 
 
 def _widths(headers: List[Tuple[str, bool]], rows: List[List[Tuple[str, str]]]) -> List[float]:

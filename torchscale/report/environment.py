@@ -37,14 +37,43 @@ class EnvironmentBlock:
     topology: str
 
 
+def cudnn_version(value: Any) -> str:
+    """cuDNN's version number as ``torch.backends.cudnn.version()`` gives it, as a version:
+    cuDNN 9 encodes major*10000 + minor*100 + patch (91002 -> 9.10.2), older releases
+    major*1000 + minor*100 + patch (8902 -> 8.9.2)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return str(value)
+    major = value // 10000 if value >= 90000 else value // 1000
+    minor = (value % 10000 if value >= 90000 else value % 1000) // 100
+    return f"{major}.{minor}.{value % 100}"
+
+
+def _no_gpus(env: Dict[str, Any]) -> bool:
+    return env.get("device_kind") == "cpu" or (
+        env.get("device_kind") is None and env.get("gpus") == [] and not env.get("driver")
+    )
+
+
+def _fact(key: str, value: Any, env: Dict[str, Any]) -> str:
+    if key == "memory_bytes":
+        return fmt.human_bytes(value)
+    if key == "cudnn":
+        return cudnn_version(value)
+    if key == "cuda" and _no_gpus(env):
+        return "not available"  # the PyTorch row says which CUDA the build was for
+    return str(value)
+
+
 def environment_block(experiment: Experiment) -> EnvironmentBlock:
     env = experiment.manifest.get("environment") or {}
     facts = []
     for key, label in ENVIRONMENT_KEYS:
         value = env.get(key)
         if value is None or value == "":
+            if key == "cuda" and _no_gpus(env) and env:
+                facts.append((label, "not available"))
             continue
-        facts.append((label, fmt.human_bytes(value) if key == "memory_bytes" else str(value)))
+        facts.append((label, _fact(key, value, env)))
     known = {k for k, _ in ENVIRONMENT_KEYS} | {"gpus", "env", "topology"}
     facts += [
         (k, str(v)) for k, v in env.items() if k not in known and isinstance(v, (str, int, float))

@@ -103,17 +103,21 @@ def figure(chart: Chart) -> Dict[str, Any]:
                 "fillcolor": _rgba(*band.color),
             }
         )
-        annotations.append(
+        # Named in the legend: a label on the plot would sit on the data line.
+        traces.append(
             {
-                "xref": "paper",
-                "yref": "y",
-                "x": 1,
-                "y": band.low,
-                "xanchor": "right",
-                "yanchor": "bottom",
-                "showarrow": False,
-                "text": _text(band.label),
-                "font": {"size": 10, "color": "#4B5563"},
+                "type": "scatter",
+                "mode": "markers",
+                "x": [None],
+                "y": [None],
+                "name": _text(band.label),
+                "showlegend": True,
+                "hoverinfo": "skip",
+                "marker": {
+                    "symbol": "square",
+                    "size": 12,
+                    "color": _rgba(band.color[0], min(1.0, 2.5 * band.color[1])),
+                },
             }
         )
     for value, label in chart.hlines:

@@ -105,7 +105,7 @@ def latency_section(
                     Column("max", "Max", ms),
                     Column("cv", "CV", fmt.fraction),
                 ],
-                caption="The CSV download has one row per run.",
+                csv_note="The CSV download has one row per run.",
                 csv_frame=per_cell,
             )
         ],
@@ -185,7 +185,7 @@ def _rank_table(pooled_ranks: pd.DataFrame, ranks: pd.DataFrame) -> Table:
                 Column("sync_wait_pct", "Wait % of step", fmt.percent),
             ],
             row_class=lambda row: "straggler" if row["is_slowest"] else "",
-            caption=csv_note,
+            csv_note=csv_note,
             csv_frame=ranks,
         )
     matrix = cell_tables.rank_wait_matrix(pooled_ranks)
@@ -208,7 +208,8 @@ def _rank_table(pooled_ranks: pd.DataFrame, ranks: pd.DataFrame) -> Table:
             ),
         ],
         row_class=lambda row: "straggler" if not pd.isna(row["straggler"]) else "",
-        caption="Mean sync wait per step, in ms, of each rank. " + csv_note,
+        caption="Mean sync wait per step, in ms, of each rank.",
+        csv_note=csv_note,
         csv_frame=ranks,
     )
 

@@ -111,9 +111,10 @@ class _Frame:
         )
         labels = [tick_label(t) for t in self.y_ticks]
         self.legend = [s for s in chart.series if s.show_legend]
-        legend_w = min(LEGEND_MAX, max((_width(s.name, 10) for s in self.legend), default=0) + 30)
+        names = [s.name for s in self.legend] + [band.label for band in chart.bands]
+        legend_w = min(LEGEND_MAX, max((_width(n, 10) for n in names), default=0) + 30)
         self.left = 30 + max(_width(label) for label in labels)
-        self.right = WIDTH - (legend_w + 12 if self.legend else 16)
+        self.right = WIDTH - (legend_w + 12 if names else 16)
         self.top = 36.0
         band = (self.right - self.left) / max(1, len(categories))
         self.rotated = chart.x_type == "category" and (
@@ -282,8 +283,7 @@ def _references(frame: _Frame) -> Tuple[List[str], List[str]]:
         below.append(
             f'<rect x="{frame.left:.1f}" y="{top:.1f}" width="{frame.right - frame.left:.1f}" '
             f'height="{bottom - top:.1f}" fill="{band.color[0]}" fill-opacity="{band.color[1]}"/>'
-        )
-        above.append(_text(frame.right - 4, bottom - 4, band.label, 9.5, "end"))
+        )  # its label is a legend entry: text on the plot would sit on the data line
     for value, label in frame.chart.hlines:
         y = frame.y(value)
         above.append(
@@ -310,10 +310,30 @@ def _legend(frame: _Frame, colors: Dict[str, str]) -> List[str]:
             parts.append(
                 f'<path d="M{x:.1f} {y - 3:.1f}h16" stroke="{color}" stroke-width="2"{dash}/>'
             )
-        name = series.name if _width(series.name, 10) < LEGEND_MAX - 30 else series.name[:28] + "…"
-        parts.append(_text(x + 21, y + 1, name, 10, color=TEXT))
-        y += 16
+        y = _legend_label(parts, x, y, series.name)
+    for band in frame.chart.bands:
+        x = frame.right + 14
+        parts.append(
+            f'<rect x="{x:.1f}" y="{y - 8:.1f}" width="14" height="10" fill="{band.color[0]}" '
+            f'fill-opacity="{min(1.0, 2.5 * band.color[1]):.2f}"/>'
+        )
+        y = _legend_label(parts, x, y, band.label)
     return parts
+
+
+def _legend_label(parts: List[str], x: float, y: float, name: str) -> float:
+    """The entry's text, on two lines when long (never cut); returns where the next goes."""
+    room = (LEGEND_MAX - 30) / (CHAR_W * 10 / 11)
+    lines = [name]
+    if len(name) > room:
+        cut = name.rfind(" ", 0, int(room))
+        cut = cut if cut > 0 else int(room)
+        lines = [name[:cut].rstrip(), name[cut:].strip()]
+        lines[1] = lines[1] if len(lines[1]) <= room else lines[1][: int(room) - 1] + "…"
+    for line in lines:
+        parts.append(_text(x + 21, y + 1, line, 10, color=TEXT))
+        y += 13
+    return y + 3
 
 
 def _color(series: Series, colors: Dict[str, str]) -> str:

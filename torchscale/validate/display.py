@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -11,8 +12,17 @@ from rich.text import Text
 STYLES = {"PASS": "bold green", "WARN": "bold yellow", "FAIL": "bold red", "SKIP": "dim"}
 
 
-def checks_table(report: Dict[str, Any]) -> Table:
-    table = Table(title=f"torchscale validate: {report['host']}", title_justify="left")
+WIDE = 120
+"""Below this many columns the fix is stacked under the value instead of a column of its own."""
+
+
+def checks_table(report: Dict[str, Any], width: int = WIDE) -> Table:
+    """Check, status, value and fix; on a console narrower than ``WIDE`` (a CI log, a file: 80
+    columns) the fix goes under the value, so that neither is squeezed into a narrow column."""
+    title = f"torchscale validate: {report['host']}"
+    if width < WIDE:
+        return _stacked_table(report, title)
+    table = Table(title=title, title_justify="left")
     table.add_column("Check", no_wrap=True)
     table.add_column("Status", no_wrap=True)
     table.add_column("Value", overflow="fold")
@@ -22,6 +32,27 @@ def checks_table(report: Dict[str, Any]) -> Table:
         table.add_row(
             check["name"], Text(status, style=STYLES[status]), check["value"], check["fix"] or ""
         )
+    return table
+
+
+def _stacked_table(report: Dict[str, Any], title: str) -> Table:
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column("Status", no_wrap=True)
+    table.add_column("Check", no_wrap=True)
+    table.add_column("Value (and how to fix it)", overflow="fold", ratio=1)
+    for check in report["checks"]:
+        status = check["status"]
+        cell = Text(check["value"])
+        if check["fix"]:
+            cell.append("\nfix: " + check["fix"], style="dim")
+        table.add_row(Text(status, style=STYLES[status]), check["name"], cell)
     return table
 
 
@@ -53,7 +84,7 @@ def summary_line(report: Dict[str, Any]) -> Text:
 
 
 def render(report: Dict[str, Any], console: Console) -> None:
-    console.print(checks_table(report))
+    console.print(checks_table(report, console.width))
     topology = topology_table(report)
     if topology is not None:
         console.print(topology)

@@ -27,7 +27,7 @@ from torchscale.worker.entry import (
     read_cell,
     reporting_failures,
 )
-from torchscale.worker.measure import ddp_config, measure_rank
+from torchscale.worker.measure import ddp_config, measure_rank, warmup_steps
 from torchscale.worker.nodes import gather_node_environments, result_writer
 from torchscale.worker.profiler import (
     agree_on_window,
@@ -86,6 +86,7 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
                 device_name=ctx.device_name(),
             )
             result["backend"] = ctx.backend
+            result["warmup_steps"] = warmup_steps(settings)
             result["runtime"] = {**run.applied, "ddp": ddp_config(run)}
             result["nodes"] = nodes
             atomic_write_json(out_path, result)  # the measurement is safe before any tracing

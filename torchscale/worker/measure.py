@@ -176,13 +176,18 @@ def _memory(run: TrainingRun, ctx: RankContext) -> Dict[str, Any]:
     }
 
 
+def warmup_steps(settings: CellSettings) -> int:
+    """Warm-up steps a rank runs: ``warmup_steps``, at least one (the first step builds state)."""
+    return max(settings.warmup_steps, 1)
+
+
 def measure_rank(
     run: TrainingRun, settings: CellSettings, ctx: RankContext, reporter: RankReporter
 ) -> Dict[str, Any]:
     """Run every window on this rank and return its RankResult fields."""
     clock = Clock(ctx.device)
     reporter.phase("warmup")
-    _window(run, clock, ctx, max(settings.warmup_steps, 1))
+    _window(run, clock, ctx, warmup_steps(settings))
     steps = _measure_steps(settings, run, clock, ctx)
 
     reporter.phase("measure", steps=steps)

@@ -1,0 +1,105 @@
+"""Console tables that read well at any width, 80 columns (a CI log, a file) included.
+
+A table whose every column fits is printed as it is. A narrower console gets the compact form:
+stacked headers with their units, columns whose value is the same on every row said once under
+the title instead, text columns (model names) wrapped whole, and only then, least important first,
+columns left out (and named, with where to find them). A number is never cut: no ``…``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence, Union
+
+from rich import box
+from rich.console import Console
+from rich.measure import Measurement
+from rich.table import Table
+
+WRAP_WIDTH = 18
+"""How wide a wrapped text column (model names) may grow in the compact form."""
+
+
+@dataclass
+class Col:
+    """One column: its header (``compact`` is the narrow form, ``\\n`` stacks it) and values."""
+
+    header: str
+    values: List[str]
+    compact: Optional[str] = None
+    numeric: bool = True
+    wrap: bool = False  # text that may wrap onto several lines (never cut)
+    # Said once under the title, as same.format(value) or same(value), when every row has one
+    # value (compact form only).
+    same: Union[str, Callable[[str], str], None] = None
+    drop: int = 0  # 0: always shown; otherwise left out when too narrow, highest first
+    name: str = ""  # what a left-out column is called in the note (default: the header)
+    compact_values: Optional[List[str]] = None  # the values in the compact form, if different
+
+    @property
+    def label(self) -> str:
+        return self.name or " ".join(self.header.split())
+
+
+def _build(title: str, cols: Sequence[Col], compact: bool, caption: str = "") -> Table:
+    if compact:
+        table = Table(
+            title=title,
+            title_justify="left",
+            caption=caption or None,
+            caption_justify="left",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            collapse_padding=True,
+        )
+    else:
+        table = Table(title=title, title_justify="left", caption=caption or None)
+    for col in cols:
+        header = col.compact if compact and col.compact is not None else col.header
+        table.add_column(
+            header,
+            justify="right" if col.numeric else "left",
+            no_wrap=not col.wrap,
+            overflow="fold",
+            max_width=WRAP_WIDTH if compact and col.wrap else None,
+        )
+    columns = [col.compact_values if compact and col.compact_values else col.values for col in cols]
+    for row in zip(*columns):
+        table.add_row(*row)
+    return table
+
+
+def _width(console: Console, table: Table) -> int:
+    return Measurement.get(console, console.options.update_width(10_000), table).maximum
+
+
+def fitted_table(console: Console, title: str, cols: Sequence[Col], left_out: str = "") -> Table:
+    """``cols`` as one table no wider than ``console``; ``left_out`` says where the values of
+    columns that had to be left out can be found."""
+    cols = [c for c in cols if c.values is not None]
+    wide = _build(title, cols, compact=False)
+    if _width(console, wide) <= console.width:
+        return wide
+    notes: List[str] = []
+    shown: List[Col] = []
+    for col in cols:
+        distinct = set(col.values)
+        if col.same is not None and len(distinct) == 1 and col.values:
+            value = col.values[0]
+            notes.append(col.same(value) if callable(col.same) else col.same.format(value))
+        else:
+            shown.append(col)
+    dropped: List[str] = []
+    while True:
+        caption = " · ".join(notes)
+        if dropped:
+            where = f" ({left_out})" if left_out else ""
+            caption += ("; " if caption else "") + f"not shown: {', '.join(dropped)}{where}"
+        table = _build(title, shown, compact=True, caption=caption)
+        droppable = [c for c in shown if c.drop]
+        if _width(console, table) <= console.width or not droppable:
+            return table
+        victim = max(droppable, key=lambda c: c.drop)
+        shown.remove(victim)
+        dropped.append(victim.label)
