@@ -16,6 +16,7 @@ from tests.shared_runs import healthy_run
 from torchscale.analysis.scaling import label_variants, scaling_curves
 from torchscale.analysis.tables import training_table
 from torchscale.errors import TorchscaleError
+from torchscale.plan.matrix import experiment_dirname
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
@@ -95,7 +96,7 @@ def test_run_returns_results_like_the_cli(tmp_path: Path) -> None:
     assert isinstance(results, torchscale.Results) and results.ok
     (record,) = results.records
     assert record.status == "ok" and record.settings["ddp"]["bucket_cap_mb"] == 10
-    assert results.path == tmp_path / "api-run"
+    assert results.path == tmp_path / experiment_dirname("api run")  # made safe, hashed
     summary = (results.path / "summary.csv").read_text(encoding="utf-8")
     assert results.table.to_csv(index=False) == summary
     assert torchscale.load(results.path).to_csv(index=False) == summary

@@ -129,15 +129,16 @@ class ConsoleEvents:
 
 
 def plan_table(plan: Plan) -> Table:
-    """One row per cell: its id, the matrix axes and every knob that varies."""
+    """One row per cell: its id, the matrix axes and every knob that varies (fits 80 columns:
+    see ``cli/tables.py``)."""
+    from torchscale.cli.tables import Col, fitted_table
+
     knobs = [k for k in plan.swept if k not in ("models", "batch_sizes", "gpu_counts", "nodes")]
-    table = Table(title=f"{plan.config.experiment_name}: {len(plan)} cells", title_justify="left")
-    for column in ("#", "cell", "model", "batch", "GPUs", "precision", *knobs):
-        table.add_column(column)
+    rows: List[List[str]] = []
     for cell in plan.cells:
         if cell.kind != "training":
-            cells = (cell.kind, "-", str(cell.settings.gpus), "-", *["-"] * len(knobs))
-            table.add_row(str(cell.index + 1), cell.cell_id, *cells)
+            rest = [cell.kind, "-", str(cell.settings.gpus), "-", *["-"] * len(knobs)]
+            rows.append([str(cell.index + 1), cell.cell_id, *rest])
             continue
         settings = cell.settings.model_dump()
         values = []
@@ -146,16 +147,31 @@ def plan_table(plan: Plan) -> Table:
             for part in knob.split("."):
                 node = node[part]
             values.append(str(node))
-        table.add_row(
-            str(cell.index + 1),
-            cell.cell_id,
-            cell.settings.model,
-            str(cell.settings.batch_size),
-            gpus_text(cell.settings.gpus, cell.settings.nnodes),
-            cell.settings.precision,
-            *values,
+        rows.append(
+            [
+                str(cell.index + 1),
+                cell.cell_id,
+                cell.settings.model,
+                str(cell.settings.batch_size),
+                gpus_text(cell.settings.gpus, cell.settings.nnodes),
+                cell.settings.precision,
+                *values,
+            ]
         )
-    return table
+    headers = ["#", "cell", "model", "batch", "GPUs", "precision", *knobs]
+    columns = list(zip(*rows)) if rows else [()] * len(headers)
+    cols = [
+        Col(
+            header,
+            list(values),
+            numeric=False,
+            wrap=header in ("cell", "model"),
+            same=None if header in ("#", "cell") else f"{header} {{}}",
+        )
+        for header, values in zip(headers, columns)
+    ]
+    title = f"{plan.config.experiment_name}: {len(plan)} cells"
+    return fitted_table(err_console, title, cols)
 
 
 UNIT_SHORT = {"images": "img", "sequences": "seq", "tokens": "tok", "samples": "smp"}

@@ -297,6 +297,9 @@ def register(app: typer.Typer) -> None:
         from torchscale.profiling.outputs import write_outputs
 
         result = run_analysis(paths, target)
+        log = logging.getLogger("torchscale")
+        for trace in result.traces:
+            log.debug("rank %d: %s trace %s", trace.rank, trace.source, trace.path)
         out_dir = output_dir or (paths[0] if paths[0].is_dir() else paths[0].parent)
         written = write_outputs(result, out_dir)
         document = to_document(result)

@@ -41,7 +41,9 @@ class Col:
         return self.name or " ".join(self.header.split())
 
 
-def _build(title: str, cols: Sequence[Col], compact: bool, caption: str = "") -> Table:
+def _build(
+    title: str, cols: Sequence[Col], compact: bool, caption: str = "", cap: bool = False
+) -> Table:
     if compact:
         table = Table(
             title=title,
@@ -62,7 +64,7 @@ def _build(title: str, cols: Sequence[Col], compact: bool, caption: str = "") ->
             justify="right" if col.numeric else "left",
             no_wrap=not col.wrap,
             overflow="fold",
-            max_width=WRAP_WIDTH if compact and col.wrap else None,
+            max_width=WRAP_WIDTH if cap and col.wrap else None,
         )
     columns = [col.compact_values if compact and col.compact_values else col.values for col in cols]
     for row in zip(*columns):
@@ -97,6 +99,10 @@ def fitted_table(console: Console, title: str, cols: Sequence[Col], left_out: st
             where = f" ({left_out})" if left_out else ""
             caption += ("; " if caption else "") + f"not shown: {', '.join(dropped)}{where}"
         table = _build(title, shown, compact=True, caption=caption)
+        if _width(console, table) <= console.width:
+            return table
+        # Text columns (model names, cell ids) wrap onto more lines before anything is left out.
+        table = _build(title, shown, compact=True, caption=caption, cap=True)
         droppable = [c for c in shown if c.drop]
         if _width(console, table) <= console.width or not droppable:
             return table

@@ -77,7 +77,13 @@ class TrainingKind:
     def failed(
         self, cell: Cell, identity: Dict[str, Any], status: CellStatus, error: str
     ) -> List[ResultBase]:
-        return [TrainingResult(**identity, **self._fields(cell), status=status, error=error)]
+        from torchscale.models.registry import describe
+
+        entry = describe(cell.settings.model)  # a built-in model's unit is known without a run
+        known = {"unit": entry.unit} if entry else {}
+        return [
+            TrainingResult(**identity, **self._fields(cell), **known, status=status, error=error)
+        ]
 
 
 KIND = TrainingKind()

@@ -10,6 +10,7 @@ writes ``findings.json`` beside the traces.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -145,6 +146,8 @@ def capture_config(request: CaptureRequest, now: Optional[datetime] = None) -> B
     else:
         raise TorchscaleError("say what to profile: --model M --batch-size B, or --config FILE")
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    # A name torchscale makes is a safe folder name as it is (a model path has a colon).
+    name = re.sub(r"[^\w.-]+", "-", name).strip("-.") or "model"
     raw["experiment_name"] = f"profile-{name}-g{request.gpus}-{stamp}"
     raw["gpu_counts"] = [request.gpus]
     raw["profiling"] = {

@@ -105,6 +105,11 @@ def load_report_data(source: Path, what: str = "--source") -> ReportData:
         raise TorchscaleError(f"{what} {source} does not exist; point it at a results folder")
     experiments = [load_experiment(path) for path in find_experiments(source)]
     experiments = [e for e in experiments if e.documents]
+    for e in experiments:
+        log.debug(
+            "%s: experiment %r, %d records, %d profile findings",
+            e.path, e.name, len(e.documents), len(e.findings),
+        )  # fmt: skip
     if not experiments:
         raise TorchscaleError(
             f"no results under {source}: expected <experiment>/results.jsonl as written by "

@@ -1,0 +1,598 @@
+"""The seed's workflow as a new user runs it (issue 11): the CLI reference's options, the Use
+Case's ``profile`` with no model, the seed YAML on a node without nsys or eight GPUs, the names
+the user chose, plugin models checked before anything launches, and tables at 80 columns."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pandas as pd
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from tests.environ import REPO, repo_pythonpath
+from tests.shared_runs import healthy_run
+from torchscale.cli.app import app
+from torchscale.errors import ConfigError
+from torchscale.models.registry import check_model_factory
+from torchscale.plan.matrix import experiment_dirname, is_safe_name
+from torchscale.results.schema import TrainingResult
+from torchscale.results.store import ExperimentStore
+
+runner = CliRunner()
+SEED = REPO / "benchmark_config.yaml"
+
+
+@pytest.fixture
+def no_nsys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PATH without any folder that holds nsys; a CPU node with two rank slots."""
+    folders = os.environ.get("PATH", "").split(os.pathsep)
+    monkeypatch.setenv("PATH", os.pathsep.join(f for f in folders if not Path(f, "nsys").exists()))
+    monkeypatch.setenv("TORCHSCALE_CPU_SLOTS", "2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # the dry run's probe sees no GPU either
+    assert shutil.which("nsys") is None
+
+
+# --- the CLI reference: -v everywhere ------------------------------------------------------
+
+
+def test_validate_verbose_logs_each_checks_details(tmp_path: Path) -> None:
+    for flag in ("-v", "--verbose"):
+        result = runner.invoke(
+            app, ["validate", flag, "--skip-smoke", "--json", "--output-dir", str(tmp_path)]
+        )
+        assert result.exit_code in (0, 1), result.output  # 1 only for a FAIL row
+        assert "DEBUG" in result.stderr and "Disk space (output dir): {" in result.stderr
+        assert json.loads(result.stdout)["checks"]
+    quiet = runner.invoke(app, ["validate", "--skip-smoke", "--output-dir", str(tmp_path)])
+    assert "DEBUG" not in quiet.stderr
+
+
+def test_report_verbose(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
+    from tests.report_fixtures import fixture_results
+
+    source = fixture_results(tmp_path_factory.getbasetemp())
+    for args in (["report", "-v"], ["report", "generate", "--verbose"]):
+        result = runner.invoke(app, [*args, "-s", str(source), "-o", str(tmp_path / "r.html")])
+        assert result.exit_code == 0, result.output
+        assert "DEBUG" in result.stderr and "experiment 'fixture-scaling'" in result.stderr
+
+
+def test_profile_verbose(tmp_path: Path) -> None:
+    trace = REPO / "tests" / "data" / "nsys_2rank"
+    for args in (["profile", "analyze", "-v"], ["profile", "analyze", "--verbose"]):
+        result = runner.invoke(app, [*args, str(trace), "-o", str(tmp_path)])
+        assert result.exit_code == 0, result.output
+        assert "DEBUG" in result.stderr and "rank 1: nsys trace" in result.stderr
+    help_text = runner.invoke(app, ["profile", "--help"]).stdout
+    assert "--verbose" in help_text and "-v" in help_text
+    for command in (["validate"], ["report"], ["report", "generate"], ["benchmark"]):
+        assert "--verbose" in runner.invoke(app, [*command, "--help"]).stdout
+
+
+# --- the seed YAML on a CPU node without nsys ---------------------------------------------
+
+
+def test_seed_dry_run_marks_cells_this_node_skips_and_warns_about_nsys(
+    tmp_path: Path, no_nsys: None
+) -> None:
+    out = tmp_path / "results"
+    result = runner.invoke(app, ["benchmark", "-c", str(SEED), "-o", str(out), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    err = result.stderr
+    warns = [line for line in err.splitlines() if "[WARN]" in line]
+    assert len(warns) == 1 and "nsys is not on PATH" in warns[0] and "torch.profiler" in warns[0]
+    lines = {int(m[1]): m[2] for m in re.finditer(r"^\[(\d+)\] (.*)$", err, re.MULTILINE)}
+    assert len(lines) == 24  # 2 models x 3 batch sizes x 4 GPU counts
+    plan = json.loads(
+        runner.invoke(
+            app, ["benchmark", "-c", str(SEED), "-o", str(out), "--dry-run", "--json"]
+        ).stdout
+    )
+    for index, entry in enumerate(plan, 1):
+        gpus = entry["settings"]["gpus"]
+        if gpus in (4, 8):
+            reason = f"needs {gpus} CPU processes per node; this node has 2 CPU processes"
+            assert entry["skip_reason"] == reason and lines[index] == f"skipped: {reason}"
+            assert "torch.distributed.run" not in entry["command"]
+        else:
+            assert entry["skip_reason"] is None and "torch.distributed.run" in lines[index]
+    assert "12 of 24 cells would be skipped on this node" in err
+    assert f"results would go to {out / 'resnet50_scaling_test'}" in err
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_seed_yaml_with_nsys_runs_and_profiles_with_torch_profiler(
+    tmp_path: Path, no_nsys: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", repo_pythonpath())
+    # The seed file as written, shrunk to one small cell: profiling (tool nsys) stays as it is.
+    shrink = ["models=[resnet-tiny]", "batch_sizes=[4]", "gpu_counts=[1]", "precision=fp32",
+              "warmup_steps=1", "measure_steps=3", "sync_probe_steps=0",
+              "profiling.trigger=always", "profiling.steps=2"]  # fmt: skip
+    args = ["benchmark", "-c", str(SEED), "-o", str(tmp_path)]
+    result = runner.invoke(app, [*args, *(f"--set={item}" for item in shrink)])
+    assert result.exit_code == 0, result.output
+    warns = [line for line in result.stderr.splitlines() if "[WARN]" in line and "nsys" in line]
+    assert len(warns) == 1, result.stderr
+    (record,) = ExperimentStore(tmp_path / "resnet50_scaling_test").records()
+    assert record.status == "ok" and record.profile is not None
+    assert record.profile.tool == "torch" and record.profile.profiled, record.profile
+
+
+# --- the names the user chose --------------------------------------------------------------
+
+
+def test_safe_names_are_the_folder_and_unsafe_ones_never_share_one() -> None:
+    for name in ("resnet50_scaling_test", "実験", "эксперимент", "प्रयोग", "exp.v2", "A-1_b"):
+        assert is_safe_name(name) and experiment_dirname(name) == name
+    unsafe = ["my exp", "my/exp", "my?exp", "..", ".", "../up", "-rf", "a\\b", "x" * 300,
+              "<script>alert(1)</script>", "実験 1", "実験/1", "", "e\u0301"]  # fmt: skip
+    folders = [experiment_dirname(name) for name in unsafe]
+    assert len(set(folders)) == len(unsafe)  # one folder per name
+    for name, folder in zip(unsafe, folders):
+        assert not is_safe_name(name) and "+" in folder and "/" not in folder
+        assert folder not in (".", "..") and len(folder.encode()) <= 200
+        assert experiment_dirname(name) == folder  # stable
+    assert experiment_dirname("my exp").startswith("my-exp+")
+
+
+def test_results_land_in_the_folder_of_the_name(tmp_path: Path, monkeypatch) -> None:
+    """Real runs (cells this node skips: nothing launches, everything else is written)."""
+    monkeypatch.setenv("TORCHSCALE_CPU_SLOTS", "1")
+    out = tmp_path / "results"
+    for name in ("resnet50_scaling_test", "実験", "эксперимент", "実験 1", "実験?1"):
+        config = tmp_path / "c.yaml"
+        config.write_text(
+            f"experiment_name: '{name}'\nmodels: [gpt2-tiny]\ngpu_counts: [2]\n", encoding="utf-8"
+        )
+        result = runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        folder = out / experiment_dirname(name)
+        assert f"> Results go to {folder}" in result.stderr
+        (record,) = ExperimentStore(folder).records()
+        assert record.experiment == name and record.status == "skipped"
+    names = sorted(p.name for p in out.iterdir())
+    assert {"resnet50_scaling_test", "実験", "эксперимент"} <= set(names) and len(names) == 5
+
+
+# --- a plugin that is not a ModelSpec ------------------------------------------------------
+
+
+def test_os_system_exits_2_before_anything_launches(tmp_path: Path, monkeypatch) -> None:
+    import torchscale.launch.cell as cell
+
+    def no_launch(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a cell was launched")
+
+    monkeypatch.setattr(cell, "run_process", no_launch)
+    config = tmp_path / "c.yaml"
+    config.write_text("models: ['os:system']\ngpu_counts: [1]\n")
+    out = tmp_path / "out"
+    for extra in ([], ["--dry-run"]):
+        result = runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(out), *extra])
+        assert result.exit_code == 2, result.output
+        assert len(result.stderr.strip().splitlines()) == 1 and "'os:system'" in result.stderr
+        assert "built-in function" in result.stderr and not out.exists()
+    result = runner.invoke(app, ["profile", "-m", "os:system", "-b", "4", "-o", str(out)])
+    assert result.exit_code == 2 and "'os:system'" in result.stderr and not out.exists()
+
+
+def _declared_wrong() -> int:
+    return 1
+
+
+def _undeclared_wrong():  # type: ignore[no-untyped-def]
+    return "not a spec"
+
+
+def _undeclared_spec():  # type: ignore[no-untyped-def]
+    from torchscale.models.registry import load_model
+
+    return load_model("resnet-tiny")
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("os:system", "built-in function"),
+        ("collections:OrderedDict", "is a class"),
+        ("json:dumps", "calling dumps() raised TypeError"),
+        ("tests.test_first_contact:_declared_wrong", "declared to return int"),
+        ("tests.test_first_contact:_undeclared_wrong", "returned str"),
+        ("os:no_such_function", "has no function"),
+        ("no_such_pkg.models:build", "cannot import model module"),
+    ],
+)
+def test_a_factory_that_is_not_a_model_spec_is_bad_input(name: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)) as raised:
+        check_model_factory(name)
+    assert f"model '{name}'" in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "examples.custom_model:my_mlp",  # annotated: not called
+        "tests.fault_models:oom_model",
+        "torchscale.models.resnet:resnet50",  # nothing built: a spec only describes the model
+        "tests.test_first_contact:_undeclared_spec",  # unannotated: called, returns a spec
+    ],
+)
+def test_real_model_factories_pass(name: str) -> None:
+    check_model_factory(name, seq_len=64)
+
+
+# --- profile with no model: the Use Case's Phase 3 -----------------------------------------
+
+
+def _copy(record: TrainingResult, **changes: Any) -> TrainingResult:
+    settings = {**record.settings, **changes.pop("settings", {})}
+    return record.model_copy(update={**changes, "settings": settings})
+
+
+def _slow_sweep(root: Path, healthy: List[TrainingResult]) -> None:
+    """A second experiment whose batch-2 configuration barely scales (1% on 2 GPUs), and a
+    4-GPU cell worse still that this node (2 slots) could not run."""
+    one, two = sorted(healthy, key=lambda r: r.world_size)
+    (root / "sweep").mkdir(parents=True)
+    store = ExperimentStore(root / "sweep")
+    rate = one.samples_per_s
+    for world, efficiency in ((1, 1.0), (2, 0.01), (4, 0.001)):
+        base = one if world == 1 else two
+        store.append(
+            _copy(
+                base,
+                cell_id=f"gpt2-tiny-b2-g{world}-sweep",
+                experiment="sweep",
+                batch_size=2,
+                world_size=world,
+                samples_per_s=rate * world * efficiency,
+                throughput=rate * world * efficiency * base.units_per_sample,
+                settings={"batch_size": 2, "gpus": world},
+            )
+        )
+
+
+def test_worst_target_is_the_lowest_efficiency_at_the_largest_count_that_fits(
+    tmp_path: Path,
+) -> None:
+    from tests.report_fixtures import FixtureSpec, write_experiment
+    from torchscale.analysis.tables import training_table
+    from torchscale.profiling.capture import DEFAULT_MODEL, worst_target
+
+    empty = worst_target(tmp_path / "nothing", "cpu", 2)
+    assert (empty.model, empty.batch_size) == DEFAULT_MODEL["cpu"] == ("resnet-tiny", 8)
+    assert "no benchmark results" in empty.reason and "default model resnet-tiny" in empty.reason
+    assert worst_target(tmp_path / "nothing", "cuda", 8).model == "resnet50"
+
+    folder = write_experiment(tmp_path / "r", FixtureSpec(failures=False, collectives=False))
+    table = training_table(ExperimentStore(folder).records())
+    for fits in (8, 4, 2):
+        at = table[(table["world_size"] == fits) & table["scaling_efficiency"].notna()]
+        worst = at.loc[at["scaling_efficiency"].idxmin()]
+        target = worst_target(tmp_path / "r", "cuda", fits)
+        assert (target.model, target.batch_size) == (worst["model"], worst["batch_size"])
+        assert f"{worst['scaling_efficiency']:.0%} scaling efficiency on {fits} GPUs" in (
+            target.reason
+        )
+        assert target.knobs["precision"] == "bf16" and "gpus" not in target.knobs
+    none_fit = worst_target(tmp_path / "r", "cuda", 1)
+    assert none_fit.model == "resnet50" and "no scaling result" in none_fit.reason
+
+
+@pytest.mark.slow
+def test_profile_without_a_model_profiles_what_scaled_worst(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``benchmark`` then ``profile`` into the same folder, as the seed's Use Case does."""
+    run = healthy_run(tmp_path_factory.getbasetemp())
+    folder = tmp_path_factory.mktemp("use-case") / "scaling_results"
+    shutil.copytree(run.experiment_dir, folder / run.experiment_dir.name)
+    _slow_sweep(folder, ExperimentStore(run.experiment_dir).records())
+    monkeypatch.setenv("TORCHSCALE_CPU_SLOTS", "2")
+    monkeypatch.setenv("PYTHONPATH", repo_pythonpath())
+    args = ["profile", "--gpus", "2", "--duration", "1s", "--target", "sync_stalls"]
+    result = runner.invoke(app, [*args, "--output-dir", str(folder), "-v", "--json"])
+    assert result.exit_code == 0, result.output
+    said = next(line for line in result.stderr.splitlines() if "No --model or --config" in line)
+    assert "gpt2-tiny (batch 2" in said and "from sweep" in said
+    assert "1% scaling efficiency on 2 GPUs against 1" in said and "the lowest of 2" in said
+    profiled = [p for p in folder.iterdir() if p.name.startswith("profile-gpt2-tiny-g2-")]
+    (record,) = ExperimentStore(profiled[0]).records()
+    assert (record.model, record.batch_size, record.world_size) == ("gpt2-tiny", 2, 2)
+    assert record.profile and record.profile.profiled
+    assert json.loads(result.stdout)["findings"] is not None
+
+
+# --- 80 columns ----------------------------------------------------------------------------
+
+
+def _console() -> Console:
+    return Console(file=io.StringIO(), width=80, force_terminal=False, color_system=None)
+
+
+def _lines(console: Console) -> List[str]:
+    return console.file.getvalue().splitlines()  # type: ignore[attr-defined]
+
+
+def _matrix() -> pd.DataFrame:
+    rows: List[Dict[str, Any]] = []
+    models = [("resnet50", "images"), ("bert-large", "sequences"),
+              ("tests.fault_models:slow_rank_model", "samples")]  # fmt: skip
+    for index, (model, unit) in enumerate(models):
+        for batch in (64, 128, 256):
+            for gpus, nodes in ((1, 1), (2, 1), (4, 1), (8, 1), (16, 2)):
+                ok = gpus < 16
+                rows.append(
+                    {"model": model, "batch_size": batch, "world_size": gpus, "nnodes": nodes,
+                     "precision": "bf16" if gpus % 2 else "fp32",
+                     "status": "ok" if ok else "skipped",
+                     "throughput": 1_234_567.891 * gpus + index + batch if ok else float("nan"),
+                     "unit": unit, "step_ms_p50": 1234.5, "step_ms_p95": 12345.6,
+                     "sync_exposed_pct": 12.3, "scaling_efficiency": 0.9, "mfu": 0.41}
+                )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_benchmark_table_at_80_columns_shows_every_figure_in_full(monkeypatch) -> None:
+    import torchscale.cli.benchmark_view as view
+
+    console = _console()
+    monkeypatch.setattr(view, "err_console", console)
+    table = _matrix()
+    console.print(view.results_table(table, "resnet50_scaling_test (results/x)"))
+    lines = _lines(console)
+    text = "\n".join(lines)
+    assert all(len(line) <= 80 for line in lines) and "…" not in text
+    for value in table["throughput"].dropna():
+        assert f"{value:,.1f}" in text
+    for model in ("resnet50", "bert-large"):
+        assert re.search(rf"^{model}\s", text, re.MULTILINE)
+    # a long plugin name wraps whole onto two lines, it is never cut
+    assert "tests.fault_models" in text and ":slow_rank_model" in text
+    assert "not shown:" in text and "summary.csv or --json" in text
+    # a wide console still gets every column, as before
+    wide = Console(file=io.StringIO(), width=200, color_system=None)
+    monkeypatch.setattr(view, "err_console", wide)
+    wide.print(view.results_table(table, "t"))
+    assert "step p50/p95 ms" in wide.file.getvalue() and "MFU" in wide.file.getvalue()
+
+
+def test_real_results_table_at_80_columns(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch
+) -> None:
+    import torchscale.cli.benchmark_view as view
+    from torchscale.analysis.tables import training_table
+
+    records = ExperimentStore(healthy_run(tmp_path_factory.getbasetemp()).experiment_dir).records()
+    console = _console()
+    monkeypatch.setattr(view, "err_console", console)
+    console.print(view.results_table(training_table(records), "healthy"))
+    text = "\n".join(_lines(console))
+    assert "…" not in text and all(len(line) <= 80 for line in _lines(console))
+    for record in records:
+        assert f"{record.throughput:,.1f}" in text
+
+
+def test_profile_table_piped_at_80_columns(tmp_path: Path) -> None:
+    """In a real process whose stderr is a file, as in a CI log."""
+    env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": repo_pythonpath()}
+    env.pop("FORCE_COLOR", None)
+    out = tmp_path / "o"
+    trace = REPO / "tests" / "data" / "nsys_2rank"
+    with open(tmp_path / "stderr.txt", "w") as log:
+        code = subprocess.run(
+            [sys.executable, "-m", "torchscale", "profile", "analyze", str(trace), "-o", str(out),
+             "--json"], stdout=subprocess.PIPE, stderr=log, env=env, check=False,
+        ).returncode  # fmt: skip
+    assert code == 0
+    text = (tmp_path / "stderr.txt").read_text()
+    table = text.split("[ANALYSIS]")[0]
+    assert "…" not in table and all(len(line) <= 80 for line in table.splitlines())
+    document = json.loads((out / "findings.json").read_text())
+    for rank in document["ranks"]:
+        assert f"{rank['step_mean_us'] / 1000:.2f}" in table
+        assert f"{rank['sync_stall_pct']:.1f}" in table and f"{rank['idle_pct']:.1f}" in table
+
+
+def test_dry_run_plan_piped_at_80_columns(tmp_path: Path, no_nsys: None) -> None:
+    env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": repo_pythonpath()}
+    args = ["benchmark", "-c", str(SEED), "-o", str(tmp_path / "r"), "--dry-run"]
+    with open(tmp_path / "stderr.txt", "w") as log:
+        code = subprocess.run(
+            [sys.executable, "-m", "torchscale", *args], stderr=log, env=env, check=False
+        ).returncode
+    text = (tmp_path / "stderr.txt").read_text()
+    assert code == 0, text
+    table = text.split("resnet50_scaling_test: 24 cells")[1].split("\n[1] ")[0]
+    assert "…" not in table and all(len(line) <= 80 for line in table.splitlines())
+    plan = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    for entry in plan:
+        assert entry["cell_id"] in table
+
+
+def test_validate_table_at_80_columns() -> None:
+    from torchscale.validate.display import render
+
+    checks = [
+        {"name": "All-reduce smoke test", "status": "PASS", "fix": None,
+         "value": "8 nccl ranks, sum correct over 268,435,456 elements; 1,234.56 ms per "
+                  "1 GiB all-reduce, algbw 812.34 GB/s, busbw 1,421.59 GB/s"},
+        {"name": "Retired pages / remapped rows", "status": "FAIL", "value": "GPU 3: 12,345 rows",
+         "fix": "Drain the node and ask the vendor to replace GPU 3 (nvidia-smi -q -d ROW)."},
+        {"name": "NCCL environment", "status": "WARN", "value": "NCCL_P2P_DISABLE=1",
+         "fix": "Unset NCCL_P2P_DISABLE and NCCL_SHM_DISABLE unless you know why they are set."},
+    ]  # fmt: skip
+    report = {"host": "gpu-node-17", "backend": "nccl", "duration_s": 12.3, "checks": checks,
+              "summary": {"pass": 1, "warn": 1, "fail": 1, "skip": 0, "ok": False}}  # fmt: skip
+    console = _console()
+    render(report, console)
+    lines = _lines(console)
+    text = "\n".join(lines)
+    assert all(len(line) <= 80 for line in lines) and "…" not in text
+    for number in ("268,435,456", "1,234.56", "812.34", "1,421.59", "12,345"):
+        assert number in text
+    assert "fix: Drain the node" in text
+
+
+# --- findings fit the run ------------------------------------------------------------------
+
+GPU_ADVICE = re.compile(r"nvlink|infiniband|\bIB\b|nccl-tests|nvidia-smi|NCCL_DEBUG", re.I)
+
+
+def test_a_gloo_cpu_run_gets_no_gpu_interconnect_advice(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    from torchscale.analysis.findings import record_findings
+    from torchscale.profiling.analysis import analyze, to_document
+
+    document = to_document(analyze([REPO / "tests" / "data" / "gloo_2rank_cpu"], "all"))
+    assert document["findings"]
+    for finding in document["findings"]:
+        assert not GPU_ADVICE.search(finding["recommendation"]), finding
+    gpu = to_document(analyze([REPO / "tests" / "data" / "nsys_2rank"], "all"))
+    assert any("nccl-tests" in f["recommendation"] for f in gpu["findings"])
+
+    folder = healthy_run(tmp_path_factory.getbasetemp()).experiment_dir
+    record = next(r for r in ExperimentStore(folder).records() if r.sync is not None)
+    assert record.backend == "gloo"
+    for slowest in (1, None):
+        sync = record.sync.model_copy(update={"warning": "High variance", "slowest_rank": slowest})
+        cpu = record.model_copy(update={"sync": sync})
+        (finding,) = record_findings([cpu])
+        assert not GPU_ADVICE.search(finding["recommendation"]), finding
+        on_gpu = cpu.model_copy(update={"backend": "nccl", "device_name": "NVIDIA H100"})
+        (finding,) = record_findings([on_gpu])
+        if slowest is not None:
+            assert "nvidia-smi" in finding["recommendation"]
+
+
+# --- report polish -------------------------------------------------------------------------
+
+
+def _fixture_content(tmp_root: Path) -> Any:
+    from tests.report_fixtures import fixture_results
+    from torchscale.report.content import build_content
+    from torchscale.report.data import load_report_data
+
+    return build_content(load_report_data(fixture_results(tmp_root)))
+
+
+def test_band_labels_and_the_ideal_line_are_legend_entries(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    import xml.etree.ElementTree as ET
+
+    from torchscale.report.charts import IDEAL_THROUGHPUT
+    from torchscale.report.plotly_charts import figure
+    from torchscale.report.svg_charts import WIDTH, _Frame, svg
+
+    content = _fixture_content(tmp_path_factory.getbasetemp())
+    banded = [c for c in content.charts if c.bands]
+    assert banded
+    for chart in banded:
+        layout = figure(chart)["layout"]
+        assert not any("%" in a["text"] for a in layout.get("annotations", []))  # none on the plot
+        legend = [t["name"] for t in figure(chart)["data"] if t["showlegend"]]
+        assert "excellent &gt; 90%" in legend and "good &gt; 80%" in legend
+        right = _Frame(chart, []).right
+        texts = ET.fromstring(svg(chart)).iter("{http://www.w3.org/2000/svg}text")
+        labels = [t for t in texts if t.text in ("excellent > 90%", "good > 80%")]
+        assert len(labels) == 2 and all(right < float(t.get("x")) < WIDTH for t in labels)
+    for chart in [c for c in content.charts if c.chart_id.startswith("throughput-")]:
+        ideal = [t for t in figure(chart)["data"] if t["name"] == IDEAL_THROUGHPUT]
+        assert len(ideal) == 1 and ideal[0]["showlegend"] and ideal[0]["line"]["dash"] == "dash"
+        assert "ideal (dashed)" in svg(chart)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+def test_in_chromium_no_band_label_is_inside_a_plot(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    from tests.chromium_cdp import Chromium
+    from tests.report_fixtures import session_report
+
+    path = session_report(tmp_path_factory.getbasetemp(), "fixture", "html")
+    ready = (
+        "document.querySelectorAll('[data-figure]').length === "
+        "document.querySelectorAll('[data-drawn=\"true\"]').length"
+    )
+    probe = """(() => Array.from(document.querySelectorAll('[data-figure^="efficiency-"]')).map(el => {
+      const plot = el.querySelector('.nsewdrag').getBoundingClientRect();
+      const inside = r => r.left < plot.right && r.right > plot.left &&
+                          r.top < plot.bottom && r.bottom > plot.top;
+      const texts = Array.from(el.querySelectorAll('text')).filter(
+        t => /excellent > 90%|good > 80%|^ideal/.test(t.textContent));
+      return {n: texts.length, inside: texts.filter(t => inside(t.getBoundingClientRect()))
+              .map(t => t.textContent)};
+    }))()"""
+    with Chromium() as browser:
+        charts = browser.open(path, ready).evaluate(probe)
+    assert charts
+    for chart in charts:
+        assert chart["n"] == 3 and chart["inside"] == [], chart
+
+
+def test_two_experiments_are_both_named_and_label_their_findings(tmp_path: Path) -> None:
+    from tests.pdf_pages import needs_poppler, pages_text
+    from tests.report_fixtures import FixtureSpec, write_experiment
+    from torchscale.report.build import ReportRequest, generate_report
+    from torchscale.report.content import build_content
+    from torchscale.report.data import load_report_data
+
+    small = {"batch_sizes": (32,), "failures": False, "collectives": False}
+    write_experiment(tmp_path, FixtureSpec(name="exp-a", gpu_counts=(1, 2, 8), **small))
+    b = write_experiment(tmp_path, FixtureSpec(name="exp-b", gpu_counts=(1, 8), seed=3, **small))
+    # the same profile analysed twice in one experiment: its findings are listed once
+    twice = b / "cells" / "profile-again" / "profile"
+    twice.mkdir(parents=True)
+    shutil.copy(b / "cells" / "profile-8gpu" / "profile" / "findings.json", twice)
+    content = build_content(load_report_data(tmp_path))
+    assert content.title == "exp-a and exp-b"
+    findings = content.findings
+    assert {f["experiment"] for f in findings} == {"exp-a", "exp-b"}
+    keys = [(f["experiment"], f["title"], f["message"]) for f in findings]
+    assert len(keys) == len(set(keys))
+    assert sum(f["title"] == "GPU 3 finishes backward late" for f in findings) == 2  # a and b
+    html = generate_report(ReportRequest(tmp_path, "html", tmp_path / "r.html")).read_text()
+    assert "experiment exp-a" in html and "experiment exp-b" in html
+    assert "<title>torchscale report: exp-a and exp-b</title>" in html
+    if needs_poppler.args[0]:  # skipif condition: poppler missing
+        return
+    pdf = generate_report(ReportRequest(tmp_path, "pdf", tmp_path / "r.pdf"))
+    text = " ".join(pages_text(pdf))
+    assert "CSV" not in text and "csv" not in text.lower().replace("summary.csv", "")
+    assert "exp-a and exp-b" in text and "experiment exp-a" in text
+
+
+def test_environment_versions_read_as_versions(tmp_path_factory) -> None:
+    from tests.pdf_pages import needs_poppler, pages_text
+    from tests.report_fixtures import session_report
+    from torchscale.report.data import Experiment
+    from torchscale.report.environment import cudnn_version, environment_block
+
+    assert [cudnn_version(v) for v in (91002, 92600, 90100, 8902, 7605)] == [
+        "9.10.2", "9.26.0", "9.1.0", "8.9.2", "7.6.5"
+    ]  # fmt: skip
+    cpu = {"cuda": "13.2", "cudnn": 92600, "device_kind": "cpu", "gpus": [], "torch": "2.15"}
+    facts = dict(environment_block(Experiment("x", Path("."), {"environment": cpu})).facts)
+    assert facts["CUDA"] == "not available" and facts["cuDNN"] == "9.26.0"
+    gpu = {**cpu, "device_kind": "cuda", "cuda": "12.4", "cudnn": 91002}
+    facts = dict(environment_block(Experiment("x", Path("."), {"environment": gpu})).facts)
+    assert facts["CUDA"] == "12.4" and facts["cuDNN"] == "9.10.2"
+    if needs_poppler.args[0]:
+        return
+    text = " ".join(pages_text(session_report(tmp_path_factory.getbasetemp(), "real", "pdf")))
+    assert re.search(r"CUDA\s+not available", text) and not re.search(r"cuDNN\s+\d{4,}", text)
+    assert "CSV" not in text
