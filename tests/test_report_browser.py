@@ -65,7 +65,8 @@ def test_node_report_in_chromium(browser: Chromium, tmp_path_factory) -> None:
     path = session_report(tmp_path_factory.getbasetemp(), "nodes", "html")
     charts = _check(browser, path, NODE_SPEC.name, path.with_suffix(".png"))
     across = [c for c in charts if c["id"].startswith("nodes-")]
-    assert len(across) == 2 and all(c["traces"] == 3 for c in across)  # total, intra, inter
+    # total, intra, inter; and the two efficiency bands, named in the legend
+    assert len(across) == 2 and all(c["traces"] == 3 + 2 for c in across)
 
 
 def test_real_report_in_chromium(browser: Chromium, tmp_path_factory) -> None:
