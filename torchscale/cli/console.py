@@ -42,7 +42,9 @@ def print_json(document: Any) -> None:
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print a one-line error on stderr and return the Exit to raise."""
-    err_console.print(f"[bold red]Error:[/bold red] {message}", soft_wrap=True)
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]Error:[/bold red] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 

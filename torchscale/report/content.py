@@ -24,6 +24,7 @@ from torchscale.report import nodes, sections
 from torchscale.report.data import ReportData
 from torchscale.report.elements import Chart, Column, Section, Table, make_table
 from torchscale.report.environment import EnvironmentBlock, environment_block
+from torchscale.report.projection import projection_section
 
 TOP_FINDINGS = 5
 
@@ -199,6 +200,7 @@ def build_content(
         sections.utilisation_section(table),
         sections.sync_section(table, cell_tables.pooled_rank_table(table, ranks), ranks),
         sections.communication_section(collective_table(data.documents)),
+        projection_section(data),
     )
     finding_rows = findings.to_dict("records")
     return ReportContent(
