@@ -45,6 +45,9 @@ COMPUTE_DRIFT_LIMIT = 0.10
 """With --holdout: when the held-out cell's own compute-only step differs from the reference's by
 more than this, the node itself changed between the runs (a busier machine, shared cores), which
 no projection from the smaller count can foresee; the output says so."""
+CPU_WAIT_LIMIT = 0.10
+"""... and likewise when a rank's training thread waited for a CPU (runnable, not running) for more
+than this share of either cell's measured window: the host was oversubscribed while it measured."""
 
 ADD_ALL_REDUCE = (
     "add 'communication: {collectives: [all_reduce], min_bytes: 1K, max_bytes: 64M}' with "
@@ -73,6 +76,7 @@ class Reference:
     batch_per_gpu: float  # units per GPU per step
     measured: Dict[int, float]  # world size -> measured throughput (mean of repeats)
     measured_compute: Dict[int, float]  # world size -> compute-only step ms measured there
+    cpu_wait: Dict[int, float]  # world size -> largest share of the window a rank waited for a CPU
     world_size: int
     cell_id: str
     step_ms: float
@@ -128,6 +132,7 @@ def _reference(
     record: TrainingResult,
     measured: Dict[int, float],
     measured_compute: Dict[int, float],
+    cpu_wait: Dict[int, float],
 ) -> Reference:
     where = f"{record.model} on {record.world_size} GPU(s) ({record.cell_id})"
     compute = _rank_mean(record, "nosync_step_ms")
@@ -170,6 +175,7 @@ def _reference(
         batch_per_gpu=units,
         measured=measured,
         measured_compute=measured_compute,
+        cpu_wait=cpu_wait,
         world_size=record.world_size,
         cell_id=record.cell_id,
         step_ms=step_ms,
@@ -180,6 +186,17 @@ def _reference(
         step_noise_ms=noise,
         step_se_ms=std / math.sqrt(steps),
     )
+
+
+def cpu_wait_share(record: TrainingResult) -> Optional[float]:
+    """The largest share of the measured window any rank's training thread spent runnable but
+    waiting for a CPU (None where the host does not report it)."""
+    shares = [
+        r.cpu_wait_s / r.window_s
+        for r in record.per_rank
+        if r.cpu_wait_s is not None and r.window_s > 0
+    ]
+    return max(shares) if shares else None
 
 
 def references(records: Iterable[ResultBase], holdout: bool = False) -> List[Reference]:
@@ -204,15 +221,18 @@ def references(records: Iterable[ResultBase], holdout: bool = False) -> List[Ref
                 continue
             sizes = sizes[:-1]
         row = one_node[one_node["world_size"] == sizes[-1]].iloc[-1] if sizes else group.iloc[-1]
-        compute = {}
+        compute, waits = {}, {}
         for size in measured:
             cells = [by_id[c] for c in one_node[one_node["world_size"] == size]["cell_id"]]
             values = [_rank_mean(c, "nosync_step_ms") for c in cells]
             known = [v for v in values if v is not None]
             if known:
                 compute[int(size)] = sum(known) / len(known)
+            shares = [cpu_wait_share(c) for c in cells]
+            if any(v is not None for v in shares):
+                waits[int(size)] = max(v for v in shares if v is not None)
         measured = {int(k): float(v) for k, v in measured.items()}
-        found.append(_reference(row, by_id[row["cell_id"]], measured, compute))
+        found.append(_reference(row, by_id[row["cell_id"]], measured, compute, waits))
     if not found:
         raise ProjectionError(
             "--holdout needs one configuration measured at two GPU counts or more on one node: "
@@ -290,6 +310,8 @@ def predict(ref: Reference, fabric: Fabric, gpus: int) -> Dict[str, Any]:
         "efficiency": throughput / (gpus * ideal_per_gpu),
         "measured_throughput": ref.measured.get(gpus),
         "measured_compute_ms": ref.measured_compute.get(gpus),
+        "cpu_wait_share": ref.cpu_wait.get(gpus),
+        "reference_cpu_wait_share": ref.cpu_wait.get(ref.world_size),
     }
 
 

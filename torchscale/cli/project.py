@@ -108,7 +108,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Predict step time, throughput and scaling efficiency at larger GPU counts."""
-        from torchscale.analysis.projection import COMPUTE_DRIFT_LIMIT
+        from torchscale.analysis.projection import COMPUTE_DRIFT_LIMIT, CPU_WAIT_LIMIT
         from torchscale.analysis.projection import project as run_projection
         from torchscale.errors import TorchscaleError
         from torchscale.report.data import load_report_data
@@ -149,6 +149,16 @@ def register(app: typer.Typer) -> None:
                         markup=False,
                         soft_wrap=True,
                     )
+                    waits = [row.get("cpu_wait_share"), row.get("reference_cpu_wait_share")]
+                    if max((w for w in waits if w is not None), default=0.0) > CPU_WAIT_LIMIT:
+                        shown = max(w for w in waits if w is not None)
+                        err_console.print(
+                            f"> [WARN] A rank waited for a CPU for {shown:.0%} of a measured "
+                            "window (runnable, not running): the host was oversubscribed while "
+                            "these cells ran, so measured and predicted are not comparable.",
+                            markup=False,
+                            soft_wrap=True,
+                        )
                     drift = row.get("compute_drift")
                     if drift is not None and abs(drift) > COMPUTE_DRIFT_LIMIT:
                         err_console.print(
