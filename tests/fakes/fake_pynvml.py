@@ -16,6 +16,9 @@ Fixture format (``tests/data/nvml/*.json``)::
                   "nvmlDeviceGetTopologyCommonAncestor": {"1": 40, ...},
                   "*": {"error": "NVML_ERROR_NOT_SUPPORTED"}}, ...]}
 
+A time series (what a sampler sees over a window) is ``{"series": [answer, answer, ...]}`` in
+place of an answer: successive calls get successive answers, the last one repeating.
+
 A device function's answer is stored under its name; when it takes arguments after the handle, the
 answer is a map from the arguments (comma-joined; another GPU's handle as its index; ``*`` for any
 other) to the answer. ``{"error": NAME}`` raises that NVML error; other maps become structs
@@ -74,6 +77,7 @@ class Replay:
         self.devices: List[Dict[str, Any]] = fixture.get("devices", [])
         self.initialized = 0
         self.calls: List[str] = []
+        self.positions: Dict[str, int] = {}
 
     def init(self) -> None:
         if self.fixture.get("init"):
@@ -121,6 +125,11 @@ class Replay:
             if key not in answer and "*" not in answer:
                 raise AssertionError(f"fixture records no answer for {name}{(handle.index, *args)}")
             answer = answer.get(key, answer.get("*"))
+        if isinstance(answer, dict) and "series" in answer:
+            where = f"{handle.index}/{name}/{_key(args)}"
+            position = self.positions.get(where, 0)
+            self.positions[where] = position + 1
+            answer = answer["series"][min(position, len(answer["series"]) - 1)]
         return _decode(answer)
 
 

@@ -126,6 +126,10 @@ class ConsoleEvents:
             )
         if record.sync and record.sync.warning:
             err_console.print(f"> [WARN] {record.sync.warning}.", soft_wrap=True, markup=False)
+        from torchscale.analysis.telemetry import console_lines
+
+        for line in console_lines(record):
+            err_console.print(line, soft_wrap=True, markup=False)
 
 
 def plan_table(plan: Plan) -> Table:

@@ -19,12 +19,14 @@ from torchscale.analysis.scaling import (
     scaling_curves,
 )
 from torchscale.analysis.tables import training_table
+from torchscale.analysis.telemetry import telemetry_findings
 from torchscale.report import formatting as fmt
 from torchscale.report import nodes, sections
 from torchscale.report.data import ReportData
 from torchscale.report.elements import Chart, Column, Section, Table, make_table
 from torchscale.report.environment import EnvironmentBlock, environment_block
 from torchscale.report.projection import projection_section
+from torchscale.report.telemetry import telemetry_section
 
 TOP_FINDINGS = 5
 
@@ -178,6 +180,7 @@ def build_content(
             for f in e.findings
         ]
         + finding_rules.record_findings(records)
+        + telemetry_findings(records)
         + finding_rules.scaling_findings(table)
     )
     failures = cell_tables.failure_table(data.documents)
@@ -199,6 +202,7 @@ def build_content(
         ),
         sections.utilisation_section(table),
         sections.sync_section(table, cell_tables.pooled_rank_table(table, ranks), ranks),
+        telemetry_section(records),
         sections.communication_section(collective_table(data.documents)),
         projection_section(data),
     )
