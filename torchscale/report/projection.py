@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import pandas as pd
 
-from torchscale.analysis.projection import Projection, ProjectionError, project
+from torchscale.analysis.projection import ADD_INTER_NODE, Projection, ProjectionError, project
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
 from torchscale.report.data import ReportData
@@ -98,6 +98,11 @@ def projection_section(data: ReportData) -> Optional[Section]:
     )
     try:
         result = _projection(data)
+        if result.table.empty:
+            raise ProjectionError(
+                "the measured counts already fill a node and no all-reduce across nodes was "
+                f"measured: {ADD_INTER_NODE}"
+            )
     except ProjectionError as exc:
         missing = pd.DataFrame([{"missing": str(exc)}])
         table = make_table(
