@@ -70,16 +70,23 @@ sync_probe_steps: 3
 cell_timeout_s: 240
 communication:
   collectives: [all_reduce]
-  p2p: false
+  p2p: true
   min_bytes: 16K
   max_bytes: 4M
   factor: 4
   dtype: float32
   warmup: 2
   iterations: 10
+  tp_gemm:
+    m: [256, 512]
+    n: 128
+    k: 128
+    dtype: float32
+    orders: [AG_before, AG_after]
 """
 """Training cells on 1 and 2 gloo ranks plus all_reduce cells on 2: what ``torchscale project``
-needs. Batch 16 keeps compute the larger part of the step, as on a real training job."""
+needs. Batch 16 keeps compute the larger part of the step, as on a real training job. The same
+launch measures P2P pairs and two TP GEMM cases for the report's tests."""
 
 
 def projection_run(tmp_root: Path) -> Run:

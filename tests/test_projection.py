@@ -41,7 +41,7 @@ def _fit(alpha: float = 20.0, beta: float = 1e-4) -> AllReduceFit:
 def _reference(buckets: List[int], backward_ms: float, overlap: Any = None) -> Reference:
     return Reference(
         experiment="e", model="m", variant="batch 1", unit="samples", batch_per_gpu=1.0,
-        measured={1: 100.0}, measured_compute={1: 10.0}, world_size=1, cell_id="c",
+        measured={1: 100.0}, measured_compute={1: 10.0}, cpu_wait={}, world_size=1, cell_id="c",
         step_ms=10.0, compute_ms=10.0, backward_ms=backward_ms, buckets=buckets,
         overlap=overlap, step_noise_ms=[0.0], step_se_ms=0.0,
     )  # fmt: skip
