@@ -101,7 +101,7 @@ def step_histogram(table: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
 
 def tp_gemm_cases(records: Iterable[ResultBase]) -> pd.DataFrame:
     """One row per TP GEMM case and world size: AG_before, AG_after and compute-only times (the
-unsharded GEMM on one device, which each order's record times: their mean)."""
+    unsharded GEMM on one device, which each order's record times: their mean)."""
     rows = {}
     for record in records:
         if not isinstance(record, TpGemmResult) or record.status != "ok":
