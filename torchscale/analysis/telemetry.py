@@ -282,7 +282,7 @@ def _cpu_findings(record: TrainingResult) -> List[Dict[str, Any]]:
             slower = f"; its compute-only step is {ratio:+.0%} against the other ranks"
         straggler = len(record.per_rank) > 1 and _straggler(record, rank.rank)
         evidence = (
-            f"rank {rank.rank}'s training thread on {rank.host} waited for a CPU for {share:.0%} "
+            f"Rank {rank.rank}'s training thread on {rank.host} waited for a CPU for {share:.0%} "
             f"of the measured window and ran {cpu:.0%} of it{slower}."
         )
         found.append(
