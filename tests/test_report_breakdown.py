@@ -110,3 +110,15 @@ def test_pdf_shows_the_same_sections(reports: Dict[str, Path]) -> None:
         "Projected scaling",
     ):
         assert title in text, title
+
+
+def test_new_charts_draw_in_chromium(reports: Dict[str, Path]) -> None:
+    from tests.chromium_cdp import CHROMIUM, Chromium
+    from tests.test_report_browser import _check
+
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
+    with Chromium() as browser:
+        charts = _check(browser, reports["html"], "projection", reports["html"].with_suffix(".png"))
+    drawn = {c["id"].split("-")[0] for c in charts}
+    assert {"comm", "latency", "tp", "projection"} <= drawn, drawn
