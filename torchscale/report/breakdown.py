@@ -44,7 +44,8 @@ def _breakdown_charts(table: pd.DataFrame) -> List[Chart]:
             Chart(
                 chart_id("comm-compute", cell_id),
                 f"Communication vs computation per iteration — {first['model']}, batch "
-                f"{first['batch_size']}, {first['world_size']} GPUs",
+                f"{first['batch_size']}, {first['world_size']} GPU"
+                + ("s" if first["world_size"] != 1 else ""),
                 "rank",
                 "ms per iteration (DDP logging)",
                 series,
