@@ -214,6 +214,8 @@ def references(records: Iterable[ResultBase], holdout: bool = False) -> List[Ref
     found = []
     for _, group in ok.groupby(["experiment", "config_key"], sort=True):
         one_node = group[group["nnodes"] == 1]
+        if one_node.empty:  # measured across nodes only: take those cells as they are
+            one_node = group
         measured = one_node.groupby("world_size")["throughput"].mean().to_dict()
         sizes = sorted(measured)
         if holdout:
