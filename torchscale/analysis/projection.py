@@ -30,6 +30,7 @@ import pandas as pd
 from torchscale.analysis.alphabeta import (
     INTER_NODE,
     INTRA_NODE,
+    AllReduceFit,
     Fabric,
     all_reduce_points,
     fit_all_reduce,
@@ -258,8 +259,6 @@ def fabric_from(
         )
     inter = fit_all_reduce(all_reduce_points(documents, INTER_NODE), INTER_NODE)
     if inter is None and inter_node_gbps:
-        from torchscale.analysis.alphabeta import AllReduceFit
-
         inter = AllReduceFit(
             INTER_NODE,
             inter_node_latency_us,
