@@ -194,3 +194,55 @@ def test_report_shows_projected_scaling(projection: Run, tmp_path: Path) -> None
     gpus = [row["GPUs"] for row in rows]
     assert gpus == ["4", "8"]  # doublings of the largest measured count, up to a node
     assert all(row["All-reduce"] in ("ring", "tree") for row in rows)
+
+
+def _training_doc(experiment: str, step_ms: float) -> Dict[str, Any]:
+    stats = {"mean": step_ms, "p50": step_ms, "p95": step_ms, "p99": step_ms, "min": step_ms,
+             "max": step_ms, "std": 0.0, "cv": 0.0}  # fmt: skip
+    rank = {
+        "rank": 0, "local_rank": 0, "host": "h", "device": "cuda:0", "step_time_ms": stats,
+        "step_times_ms": [step_ms] * 10, "measure_steps": 10, "window_s": step_ms / 100,
+        "forward_ms": 3.0, "backward_ms": 6.0, "optimizer_ms": 1.0, "nosync_step_ms": step_ms,
+        "ddp_backward_compute_ms": 6.0, "memory": {"params_bytes": 4_000_000,
+        "grads_bytes": 4_000_000, "optimizer_bytes": 0, "peak_bytes": 1, "peak_kind": "rss"},
+    }  # fmt: skip
+    return {
+        "kind": "training", "cell_id": f"{experiment}-g1", "experiment": experiment,
+        "status": "ok", "world_size": 1, "nproc_per_node": 1, "model": "m", "batch_size": 8,
+        "global_batch_size": 8, "precision": "bf16", "unit": "samples", "samples_per_s": 800.0,
+        "throughput": 800.0, "step_time_ms": stats, "step_times_ms": [step_ms] * 10,
+        "measure_steps": 10, "measured_s": step_ms / 100, "per_rank": [rank],
+        "settings": {"model": "m", "batch_size": 8},
+        "runtime": {"ddp": {"bucket_sizes": [1_000_000, 3_000_000]}},
+    }  # fmt: skip
+
+
+def _all_reduce_docs(experiment: str, alpha: float, beta: float) -> List[Dict[str, Any]]:
+    return [
+        {"kind": "collective", "experiment": experiment, "op": "all_reduce", "status": "ok",
+         "scope": "world", "world_size": p, "group_size": p, "nnodes": 1, "size_bytes": n,
+         "time_us": _ring_us(alpha, beta, p, n)}
+        for p in (2, 4) for n in (1e4, 1e6, 1e8)
+    ]  # fmt: skip
+
+
+def test_each_experiment_uses_its_own_all_reduce_curves() -> None:
+    from torchscale.analysis.projection import project
+    from torchscale.results.schema import parse_record
+
+    documents = [_training_doc("fast", 10.0), _training_doc("slow", 10.0)]
+    documents += _all_reduce_docs("fast", 5.0, 1e-5) + _all_reduce_docs("slow", 50.0, 1e-3)
+    records = [parse_record(d) for d in documents if d["kind"] == "training"]
+    result = project(records, documents, [8])
+    rows = result.table.set_index("experiment")
+    # 4 MB of gradients in 2 buckets on 8 ranks: the slow fabric's ring costs ~100x more.
+    fast, slow = rows.loc["fast"], rows.loc["slow"]
+    assert slow["exposed_comm_ms"] > 20 * fast["exposed_comm_ms"] > 0
+    assert slow["throughput"] < fast["throughput"]
+    assert fast["step_ms"] == pytest.approx(10.0 + fast["exposed_comm_ms"], rel=1e-6)
+    assert any(
+        line.startswith("fast: all_reduce intra-node: alpha 5.0 us") for line in result.basis
+    )
+    assert any(
+        line.startswith("slow: all_reduce intra-node: alpha 50.0 us") for line in result.basis
+    )

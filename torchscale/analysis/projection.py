@@ -355,22 +355,40 @@ def project(
     """Every configuration's prediction at each of ``gpus`` (and, with ``holdout``, at the
     held-out count, next to what was measured there)."""
     refs = references(records, holdout)
-    fabric = fabric_from(documents, gpus_per_node, inter_node_gbps)
+    documents = list(documents)
+    fabric = fabric_from(documents, gpus_per_node, inter_node_gbps)  # refuses when none
+    # Each experiment's own all-reduce curves where it has them: another experiment's may have
+    # run on other hardware.
+    fabrics: Dict[str, Fabric] = {}
+    for experiment in sorted({ref.experiment for ref in refs}):
+        own = [d for d in documents if d.get("experiment") == experiment]
+        try:
+            fabrics[experiment] = fabric_from(own, gpus_per_node, inter_node_gbps)
+        except ProjectionError:
+            fabrics[experiment] = fabric
     rows = []
     for ref in refs:
-        calibrate(ref, fabric)
+        calibrate(ref, fabrics[ref.experiment])
+        if len(fabrics) > 1:
+            ref.basis[0] = f"{ref.experiment}: {ref.basis[0]}"
         targets = sorted(set(gpus))
         if holdout:
             targets = sorted(set(targets) | {max(ref.measured)})
-        rows += [predict(ref, fabric, n) for n in targets]
-    basis = [fabric.intra.describe()]
-    if fabric.inter is not None:
-        basis.append(
-            fabric.inter.describe()
-            if fabric.inter.points
-            else f"across nodes: ASSUMED {fabric.inter.busbw_gbps:.3g} GB/s, "
-            f"{fabric.inter.alpha_us:g} us (--inter-node-gbps), not measured"
-        )
+        rows += [predict(ref, fabrics[ref.experiment], n) for n in targets]
+    basis = []
+    for experiment, used in fabrics.items():
+        prefix = f"{experiment}: " if len(fabrics) > 1 else ""
+        basis.append(prefix + used.intra.describe())
+        if used.inter is not None:
+            basis.append(
+                prefix
+                + (
+                    used.inter.describe()
+                    if used.inter.points
+                    else f"across nodes: ASSUMED {used.inter.busbw_gbps:.3g} GB/s, "
+                    f"{used.inter.alpha_us:g} us (--inter-node-gbps), not measured"
+                )
+            )
     basis += [line for ref in refs for line in ref.basis]
     table = pd.DataFrame(
         rows,
