@@ -246,3 +246,19 @@ def test_each_experiment_uses_its_own_all_reduce_curves() -> None:
     assert any(
         line.startswith("slow: all_reduce intra-node: alpha 50.0 us") for line in result.basis
     )
+
+
+def test_cli_refuses_without_all_reduce_cells_and_names_the_config(tmp_path: Path) -> None:
+    folder = tmp_path / "fast"
+    folder.mkdir()
+    (folder / "results.jsonl").write_text(json.dumps(_training_doc("fast", 10.0)) + "\n")
+    result = runner.invoke(app, ["project", "--source", str(folder), "--gpus", "4"])
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("Error: no all_reduce measured inside a node")
+    assert "communication: {collectives: [all_reduce], min_bytes: 1K" in result.stderr
+    with (folder / "results.jsonl").open("a") as handle:
+        for doc in _all_reduce_docs("fast", 5.0, 1e-5):
+            handle.write(json.dumps(doc) + "\n")
+    result = runner.invoke(app, ["project", "-s", str(folder), "--gpus", "4", "8", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert [r["world_size"] for r in json.loads(result.stdout)["predictions"]] == [4, 8]
