@@ -15,7 +15,8 @@ TORCHSCALE_TEST_DELAY_MS     50                      slow_rank_model: sleep per 
 ===========================  ======================  ==========================================
 
 ``oversubscribed_model`` uses ``TORCHSCALE_TEST_FAULT_RANK`` too: that rank's training thread is
-pinned to one core, and a busy process pinned to the same core competes with it.
+pinned to one core, and ``TORCHSCALE_TEST_SPINNERS`` (default 2) busy processes pinned to the same
+core compete with it.
 
 Ranks come from torchrun's ``RANK`` variable (0 when unset). Faults count forward calls, which
 are steps unless gradient accumulation runs several forwards per step.
@@ -144,17 +145,19 @@ while True:
 """
 
 
-def oversubscribed_model(rank: Optional[int] = None) -> ModelSpec:
-    """On ``rank``, the training thread shares its core with a busy process from the first
-    forward on: an oversubscribed host, as when another job's process lands on the same core."""
+def oversubscribed_model(rank: Optional[int] = None, spinners: Optional[int] = None) -> ModelSpec:
+    """On ``rank``, the training thread shares its core with ``spinners`` busy processes from the
+    first forward on: an oversubscribed host, as when other jobs' processes land on its core."""
     busy_rank = setting(rank, "TORCHSCALE_TEST_FAULT_RANK", 1)
+    count = setting(spinners, "TORCHSCALE_TEST_SPINNERS", 2)
 
     def fault(calls: int, x: torch.Tensor) -> None:
         if current_rank() != busy_rank or calls:
             return
         core = busy_rank % (os.cpu_count() or 1)
         os.sched_setaffinity(0, {core})  # this (the training) thread only
-        spinner = subprocess.Popen([sys.executable, "-c", _SPINNER, str(core)])
-        atexit.register(spinner.kill)
+        for _ in range(count):
+            spinner = subprocess.Popen([sys.executable, "-c", _SPINNER, str(core)])
+            atexit.register(spinner.kill)
 
     return with_fault("oversubscribed-model", fault)

@@ -201,9 +201,10 @@ def test_real_oversubscribed_rank_is_found(tmp_path: Path, monkeypatch: pytest.M
     ]
     table = cpu_table(records).set_index("rank")
     print(table[["cpu_share", "cpu_wait_share", "nosync_step_ms"]])
-    # The busy process takes about half of rank 1's core; rank 0 has a core to itself.
-    assert table.loc[1, "cpu_wait_share"] > 0.25
-    assert table.loc[1, "cpu_wait_share"] > 2 * table.loc[0, "cpu_wait_share"]
+    # Two busy processes take about two thirds of rank 1's core; rank 0 only meets whatever else
+    # runs on the machine.
+    assert table.loc[1, "cpu_wait_share"] > 0.4
+    assert table.loc[1, "cpu_wait_share"] > table.loc[0, "cpu_wait_share"]
     found = {f["ranks"][0]: f for f in telemetry_findings(records) if "preempted" in f["title"]}
     # On a shared machine rank 0 may wait too (it is then named as well, with its own share).
     finding = found[1]
