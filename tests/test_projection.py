@@ -240,12 +240,26 @@ def test_each_experiment_uses_its_own_all_reduce_curves() -> None:
     assert slow["exposed_comm_ms"] > 20 * fast["exposed_comm_ms"] > 0
     assert slow["throughput"] < fast["throughput"]
     assert fast["step_ms"] == pytest.approx(10.0 + fast["exposed_comm_ms"], rel=1e-6)
+    assert not any("CAUTION" in line for line in result.basis)
     assert any(
         line.startswith("fast: all_reduce intra-node: alpha 5.0 us") for line in result.basis
     )
     assert any(
         line.startswith("slow: all_reduce intra-node: alpha 50.0 us") for line in result.basis
     )
+
+
+def test_a_reference_cell_on_a_busy_host_is_flagged() -> None:
+    from torchscale.analysis.projection import project
+    from torchscale.results.schema import parse_record
+
+    training = _training_doc("busy", 10.0)
+    rank = training["per_rank"][0]
+    rank["cpu_time_s"], rank["cpu_wait_s"] = 0.05, 0.04  # 40% of the 0.1 s window
+    documents = [training, *_all_reduce_docs("busy", 5.0, 1e-5)]
+    result = project([parse_record(training)], documents, [4])
+    (line,) = [line for line in result.basis if "CAUTION" in line]
+    assert "waited for a CPU for 40% of its window" in line
 
 
 def test_cli_refuses_without_all_reduce_cells_and_names_the_config(tmp_path: Path) -> None:

@@ -156,6 +156,13 @@ def calibrate(ref: Reference, fabric: Fabric) -> Reference:
         f"{len(ref.buckets)} gradient bucket(s), {sum(ref.buckets):,} B; "
         f"measured overlap {overlap}",
     ]
+    wait = ref.cpu_wait.get(ref.world_size)
+    if wait is not None and wait > CPU_WAIT_LIMIT:
+        ref.basis.append(
+            f"CAUTION: a rank of the reference cell waited for a CPU for {wait:.0%} of its window "
+            "(an oversubscribed host): its step time, and every prediction from it, is inflated; "
+            "rerun that cell on a quiet node"
+        )
     return ref
 
 
