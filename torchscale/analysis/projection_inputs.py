@@ -78,8 +78,8 @@ def _reference(
     compute = _rank_mean(record, "nosync_step_ms")
     if compute is None:
         raise ProjectionError(
-            f"{where} has no compute-only step time: set 'sync_probe_steps: 10' (or any count above 0) in the config "
-            "and rerun the training cells"
+            f"{where} has no compute-only step time: set 'sync_probe_steps: 10' in the config "
+            "(any count above 0) and rerun the training cells"
         )
     backward = _rank_mean(record, "ddp_backward_compute_ms")
     if backward is None:
