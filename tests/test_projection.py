@@ -156,9 +156,9 @@ def test_projection_to_more_nodes_needs_the_network_or_an_assumption(projection:
     rows = {r["world_size"]: r for r in document["predictions"]}
     assert sorted(rows) == [4, 16, 64] and rows[16]["nodes"] == 2 and rows[64]["nodes"] == 8
     assert any("ASSUMED 25 GB/s" in line for line in document["basis"])
-    # More GPUs, more exposed communication, so efficiency falls.
+    # More GPUs, more exposed communication and noise, so efficiency falls.
     assert rows[4]["exposed_comm_ms"] < rows[64]["exposed_comm_ms"]
-    assert rows[64]["efficiency"] < rows[4]["efficiency"] <= 1.0 + 1e-9
+    assert rows[64]["efficiency"] < rows[4]["efficiency"]
     assert all(math.isfinite(r["step_ms"]) for r in rows.values())
 
 

@@ -106,11 +106,12 @@ def tp_gemm_cases(records: Iterable[ResultBase]) -> pd.DataFrame:
     for record in records:
         if not isinstance(record, TpGemmResult) or record.status != "ok":
             continue
-        key = (record.world_size, record.m, record.n, record.k, record.dtype)
+        key = (record.experiment, record.world_size, record.m, record.n, record.k, record.dtype)
         row = rows.setdefault(
             key,
-            {"world_size": record.world_size, "m": record.m, "n": record.n, "k": record.k,
-             "dtype": record.dtype, "case": f"{record.m}×{record.n}×{record.k}",
+            {"experiment": record.experiment, "world_size": record.world_size, "m": record.m,
+             "n": record.n, "k": record.k, "dtype": record.dtype,
+             "case": f"{record.m}×{record.n}×{record.k}",
              "AG_before_us": None, "AG_after_us": None, "compute_only_us": None,
              "AG_before_tflops": None, "AG_after_tflops": None},
         )  # fmt: skip
@@ -122,7 +123,9 @@ def tp_gemm_cases(records: Iterable[ResultBase]) -> pd.DataFrame:
         references = row.pop("_references", [])
         row["compute_only_us"] = sum(references) / len(references) if references else None
     table = pd.DataFrame(list(rows.values()))
-    return table.sort_values(["world_size", "m", "n", "k"]) if not table.empty else table
+    return (
+        table.sort_values(["experiment", "world_size", "m", "n", "k"]) if not table.empty else table
+    )
 
 
 def p2p_matrices(records: Iterable[ResultBase]) -> List[pd.DataFrame]:

@@ -105,15 +105,16 @@ def gpu_timeline(records: Iterable[ResultBase]) -> pd.DataFrame:
                 continue
             for t, util, clock, power, temperature, reasons in rank.gpu.timeline:
                 rows.append(
-                    {"cell_id": record.cell_id, "model": record.model,
+                    {"cell_id": record.cell_id, "experiment": record.experiment,
+                     "model": record.model,
                      "world_size": record.world_size, "gpu": _gpu_label(rank), "t_s": t,
                      "util_pct": util, "sm_clock_mhz": clock, "power_w": power,
                      "temperature_c": temperature, "reasons": reasons}
                 )  # fmt: skip
     return pd.DataFrame(
         rows,
-        columns=["cell_id", "model", "world_size", "gpu", "t_s", "util_pct", "sm_clock_mhz",
-                 "power_w", "temperature_c", "reasons"],
+        columns=["cell_id", "experiment", "model", "world_size", "gpu", "t_s", "util_pct",
+                 "sm_clock_mhz", "power_w", "temperature_c", "reasons"],
     )  # fmt: skip
 
 

@@ -30,6 +30,7 @@ def _breakdown_charts(table: pd.DataFrame) -> List[Chart]:
     """One stacked bar chart per cell (largest GPU counts first): each rank's compute, exposed
     communication and communication hidden behind compute, per iteration."""
     charts = []
+    many = table["experiment"].nunique() > 1
     cells = table.groupby("cell_id", sort=False)["world_size"].first()
     for cell_id in cells.sort_values(ascending=False).index[:MAX_BREAKDOWN_CHARTS]:
         rows = table[table["cell_id"] == cell_id]
@@ -45,7 +46,8 @@ def _breakdown_charts(table: pd.DataFrame) -> List[Chart]:
                 chart_id("comm-compute", cell_id),
                 f"Communication vs computation per iteration — {first['model']}, batch "
                 f"{first['batch_size']}, {first['world_size']} GPU"
-                + ("s" if first["world_size"] != 1 else ""),
+                + ("s" if first["world_size"] != 1 else "")
+                + (f" ({first['experiment']})" if many else ""),
                 "rank",
                 "ms per iteration (DDP logging)",
                 series,
@@ -94,6 +96,7 @@ def comm_compute_section(records: list) -> Optional[Section]:
 def histogram_charts(histogram: pd.DataFrame) -> List[Chart]:
     """Step-time histogram per configuration, one bar series per GPU count."""
     charts = []
+    many = histogram["experiment"].nunique() > 1
     for (experiment, model, variant), group in histogram.groupby(
         ["experiment", "model", "variant"], sort=True, observed=True
     ):
@@ -104,7 +107,7 @@ def histogram_charts(histogram: pd.DataFrame) -> List[Chart]:
         charts.append(
             Chart(
                 chart_id("latency-histogram", experiment, model, variant),
-                f"Step-time histogram — {model}, {variant}",
+                f"Step-time histogram — {model}, {variant}" + (f" ({experiment})" if many else ""),
                 "step time (ms, bin centre)",
                 "steps",
                 series,
@@ -117,7 +120,8 @@ def histogram_charts(histogram: pd.DataFrame) -> List[Chart]:
 
 def _tp_gemm_charts(cases: pd.DataFrame) -> List[Chart]:
     charts = []
-    for world, rows in cases.groupby("world_size", sort=True):
+    many = cases["experiment"].nunique() > 1
+    for (experiment, world), rows in cases.groupby(["experiment", "world_size"], sort=True):
         x = rows["case"].tolist()
         series = [
             Series("AG_before", x, rows["AG_before_us"].tolist(), kind="bar"),
@@ -126,8 +130,9 @@ def _tp_gemm_charts(cases: pd.DataFrame) -> List[Chart]:
         ]
         charts.append(
             Chart(
-                chart_id("tp-gemm", world),
-                f"Tensor-parallel GEMM on {world} GPUs: all-gather before vs after the GEMM",
+                chart_id("tp-gemm", experiment, world),
+                f"Tensor-parallel GEMM on {world} GPUs: all-gather before vs after the GEMM"
+                + (f" ({experiment})" if many else ""),
                 "m×n×k",
                 "time per op (µs)",
                 series,

@@ -37,6 +37,7 @@ def _projection(data: ReportData) -> Projection:
 
 def _charts(table: pd.DataFrame) -> List[Chart]:
     charts = []
+    many = table["experiment"].nunique() > 1
     for (experiment, model), group in table.groupby(["experiment", "model"], sort=True):
         series = []
         for variant, rows in group.groupby("variant", sort=True):
@@ -64,12 +65,13 @@ def _charts(table: pd.DataFrame) -> List[Chart]:
         charts.append(
             Chart(
                 chart_id("projection", experiment, model),
-                f"Projected throughput — {model}",
+                f"Projected throughput — {model}" + (f" ({experiment})" if many else ""),
                 "GPUs",
                 f"{unit}/s (all GPUs)",
                 series,
                 group[
                     [
+                        "experiment",
                         "model",
                         "variant",
                         "world_size",
@@ -113,12 +115,17 @@ def projection_section(data: ReportData) -> Optional[Section]:
         return Section("projection", "Projected scaling", intro, tables=[table])
     table = result.table
     for ref in result.references:
-        mask = (table["model"] == ref.model) & (table["variant"] == ref.variant)
+        mask = (
+            (table["experiment"] == ref.experiment)
+            & (table["model"] == ref.model)
+            & (table["variant"] == ref.variant)
+        )
         table.loc[mask, "from"] = f"{ref.world_size} GPU(s)"
     charts = _charts(table)
     for chart in charts:  # the measured points beside the predicted line
         for ref in result.references:
-            if chart.data["model"].iloc[0] != ref.model:
+            first = chart.data.iloc[0]
+            if (first["experiment"], first["model"]) != (ref.experiment, ref.model):
                 continue
             xs = sorted(ref.measured)
             chart.series.append(

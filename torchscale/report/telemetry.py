@@ -35,6 +35,7 @@ def _gpu_rows(table: pd.DataFrame) -> pd.DataFrame:
 
 def _timeline_charts(timeline: pd.DataFrame) -> List[Chart]:
     charts = []
+    many = timeline["experiment"].nunique() > 1
     cells = (
         timeline.groupby("cell_id", sort=False)["world_size"].first().sort_values(ascending=False)
     )
@@ -48,7 +49,8 @@ def _timeline_charts(timeline: pd.DataFrame) -> List[Chart]:
         charts.append(
             Chart(
                 chart_id("gpu-timeline", cell_id),
-                f"SM clock over the measured window — {model}, {world} GPUs ({cell_id})",
+                f"SM clock over the measured window — {model}, {world} GPUs ({cell_id})"
+                + (f" ({rows['experiment'].iloc[0]})" if many else ""),
                 "seconds into the window",
                 "SM clock (MHz)",
                 series,
