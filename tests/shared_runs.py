@@ -66,7 +66,7 @@ batch_sizes: [16]
 gpu_counts: [1, 2]
 warmup_steps: 2
 measure_steps: 10
-sync_probe_steps: 3
+sync_probe_steps: 8
 cell_timeout_s: 240
 communication:
   collectives: [all_reduce]
@@ -85,7 +85,8 @@ communication:
     orders: [AG_before, AG_after]
 """
 """Training cells on 1 and 2 gloo ranks plus all_reduce cells on 2: what ``torchscale project``
-needs. Batch 16 keeps compute the larger part of the step, as on a real training job. The same
+needs. Batch 16 keeps compute the larger part of the step, as on a real training job (at batch 64
+two ranks on this VM's two cores compute 16-23% slower than one: memory bandwidth). The same
 launch measures P2P pairs and two TP GEMM cases for the report's tests."""
 
 

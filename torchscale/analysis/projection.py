@@ -127,6 +127,7 @@ def predict(ref: Reference, fabric: Fabric, gpus: int) -> Dict[str, Any]:
         "measured_throughput": ref.measured.get(gpus),
         "measured_compute_ms": ref.measured_compute.get(gpus),
         "cpu_wait_share": ref.cpu_wait.get(gpus),
+        "measured_comm_ms": ref.measured_comm.get(gpus),
         "reference_cpu_wait_share": ref.cpu_wait.get(ref.world_size),
     }
 

@@ -50,6 +50,7 @@ class Reference:
     measured: Dict[int, float]  # world size -> measured throughput (mean of repeats)
     measured_compute: Dict[int, float]  # world size -> compute-only step ms measured there
     cpu_wait: Dict[int, float]  # world size -> largest share of the window a rank waited for a CPU
+    measured_comm: Dict[int, float]  # world size -> DDP's all-reduce ms per step, mean of ranks
     world_size: int
     cell_id: str
     step_ms: float
@@ -73,6 +74,7 @@ def _reference(
     measured: Dict[int, float],
     measured_compute: Dict[int, float],
     cpu_wait: Dict[int, float],
+    measured_comm: Dict[int, float],
 ) -> Reference:
     where = f"{record.model} on {record.world_size} GPU(s) ({record.cell_id})"
     compute = _rank_mean(record, "nosync_step_ms")
@@ -116,6 +118,7 @@ def _reference(
         measured=measured,
         measured_compute=measured_compute,
         cpu_wait=cpu_wait,
+        measured_comm=measured_comm,
         world_size=record.world_size,
         cell_id=record.cell_id,
         step_ms=step_ms,
@@ -163,18 +166,21 @@ def references(records: Iterable[ResultBase], holdout: bool = False) -> List[Ref
                 continue
             sizes = sizes[:-1]
         row = one_node[one_node["world_size"] == sizes[-1]].iloc[-1] if sizes else group.iloc[-1]
-        compute, waits = {}, {}
+        compute, waits, comms = {}, {}, {}
         for size in measured:
             cells = [by_id[c] for c in one_node[one_node["world_size"] == size]["cell_id"]]
             values = [_rank_mean(c, "nosync_step_ms") for c in cells]
             known = [v for v in values if v is not None]
             if known:
                 compute[int(size)] = sum(known) / len(known)
+            comm = [_rank_mean(c, "ddp_backward_comm_ms") for c in cells if c.world_size > 1]
+            if any(v is not None for v in comm):
+                comms[int(size)] = mean([v for v in comm if v is not None]) or 0.0
             shares = [cpu_wait_share(c) for c in cells]
             if any(v is not None for v in shares):
                 waits[int(size)] = max(v for v in shares if v is not None)
         measured = {int(k): float(v) for k, v in measured.items()}
-        found.append(_reference(row, by_id[row["cell_id"]], measured, compute, waits))
+        found.append(_reference(row, by_id[row["cell_id"]], measured, compute, waits, comms))
     if not found:
         raise ProjectionError(
             "--holdout needs one configuration measured at two GPU counts or more on one node: "

@@ -159,6 +159,17 @@ def register(app: typer.Typer) -> None:
                             markup=False,
                             soft_wrap=True,
                         )
+                    comm = row.get("measured_comm_ms")
+                    if comm and row["comm_ms"] and comm > 2 * row["comm_ms"]:
+                        err_console.print(
+                            f"> [WARN] DDP's own all-reduce took {comm:.3g} ms per step at "
+                            f"{row['world_size']} GPUs, {comm / row['comm_ms']:.1f}x the "
+                            f"{row['comm_ms']:.3g} ms the communication cells' fit gives: the "
+                            "back-to-back micro-benchmark understates the fabric as DDP uses it "
+                            "(isolated ops after compute; docs/projection.md).",
+                            markup=False,
+                            soft_wrap=True,
+                        )
                     drift = row.get("compute_drift")
                     if drift is not None and abs(drift) > COMPUTE_DRIFT_LIMIT:
                         err_console.print(
