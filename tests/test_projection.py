@@ -236,6 +236,7 @@ def _training_doc(experiment: str, step_ms: float) -> Dict[str, Any]:
 def _all_reduce_docs(experiment: str, alpha: float, beta: float) -> List[Dict[str, Any]]:
     return [
         {"kind": "collective", "experiment": experiment, "op": "all_reduce", "status": "ok",
+         "cell_id": f"comm-g{p}", "nproc_per_node": p, "dtype": "float32",
          "scope": "world", "world_size": p, "group_size": p, "nnodes": 1, "size_bytes": n,
          "time_us": _ring_us(alpha, beta, p, n)}
         for p in (2, 4) for n in (1e4, 1e6, 1e8)
