@@ -14,14 +14,21 @@ TORCHSCALE_TEST_FAULT_AFTER  2                       hang and crash: forward cal
 TORCHSCALE_TEST_DELAY_MS     50                      slow_rank_model: sleep per forward
 ===========================  ======================  ==========================================
 
+``oversubscribed_model`` uses ``TORCHSCALE_TEST_FAULT_RANK`` too: that rank's training thread is
+pinned to one core, and ``TORCHSCALE_TEST_SPINNERS`` (default 2) busy processes pinned to the same
+core compete with it.
+
 Ranks come from torchrun's ``RANK`` variable (0 when unset). Faults count forward calls, which
 are steps unless gradient accumulation runs several forwards per step.
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
+import subprocess
+import sys
 import time
 from typing import Callable, Optional
 
@@ -124,3 +131,33 @@ def slow_rank_model(rank: Optional[int] = None, delay_ms: Optional[int] = None) 
             time.sleep(delay_s)
 
     return with_fault("slow-rank-model", fault)
+
+
+# A busy loop that ends soon after its parent (the rank) is gone, whatever killed it.
+_SPINNER = """
+import os, sys
+os.sched_setaffinity(0, {int(sys.argv[1])})
+parent, count = os.getppid(), 0
+while True:
+    count += 1
+    if count % 200000 == 0 and os.getppid() != parent:
+        break
+"""
+
+
+def oversubscribed_model(rank: Optional[int] = None, spinners: Optional[int] = None) -> ModelSpec:
+    """On ``rank``, the training thread shares its core with ``spinners`` busy processes from the
+    first forward on: an oversubscribed host, as when other jobs' processes land on its core."""
+    busy_rank = setting(rank, "TORCHSCALE_TEST_FAULT_RANK", 1)
+    count = setting(spinners, "TORCHSCALE_TEST_SPINNERS", 2)
+
+    def fault(calls: int, x: torch.Tensor) -> None:
+        if current_rank() != busy_rank or calls:
+            return
+        core = busy_rank % (os.cpu_count() or 1)
+        os.sched_setaffinity(0, {core})  # this (the training) thread only
+        for _ in range(count):
+            spinner = subprocess.Popen([sys.executable, "-c", _SPINNER, str(core)])
+            atexit.register(spinner.kill)
+
+    return with_fault("oversubscribed-model", fault)

@@ -57,3 +57,53 @@ def healthy_run(tmp_root: Path) -> Run:
         folder = output / experiment_dirname(SCRIPT_NAME)
         _RUNS["healthy"] = Run(result, config, output, folder)
     return _RUNS["healthy"]
+
+
+PROJECTION_CONFIG = """\
+experiment_name: projection
+models: [gpt2-tiny]
+batch_sizes: [16]
+gpu_counts: [1, 2]
+warmup_steps: 2
+measure_steps: 10
+sync_probe_steps: 8
+cell_timeout_s: 240
+communication:
+  collectives: [all_reduce]
+  p2p: true
+  min_bytes: 16K
+  max_bytes: 4M
+  factor: 4
+  dtype: float32
+  warmup: 2
+  iterations: 10
+  tp_gemm:
+    m: [256, 512]
+    n: 128
+    k: 128
+    dtype: float32
+    orders: [AG_before, AG_after]
+"""
+"""Training cells on 1 and 2 gloo ranks plus all_reduce cells on 2: what ``torchscale project``
+needs. Batch 16 keeps compute the larger part of the step, as on a real training job (at batch 64
+two ranks on this VM's two cores compute 16-23% slower than one: memory bandwidth). The same
+launch measures P2P pairs and two TP GEMM cases for the report's tests."""
+
+
+def projection_run(tmp_root: Path) -> Run:
+    """``torchscale benchmark`` of :data:`PROJECTION_CONFIG` (training and communication cells)."""
+    if "projection" not in _RUNS:
+        from torchscale.cli.app import app
+
+        root = tmp_root / "projection-run"
+        root.mkdir(parents=True, exist_ok=True)
+        config = root / "bench.yaml"
+        config.write_text(PROJECTION_CONFIG, encoding="utf-8")
+        output = root / "results"
+        result = CliRunner().invoke(app, ["benchmark", "-c", str(config), "-o", str(output)])
+        if result.exit_code != 0:
+            raise RuntimeError(
+                f"projection benchmark failed ({result.exit_code}):\n{result.output}"
+            )
+        _RUNS["projection"] = Run(result, config, output, output / "projection")
+    return _RUNS["projection"]

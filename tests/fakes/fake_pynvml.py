@@ -20,6 +20,8 @@ Fixture format (``tests/data/nvml/*.json``)::
 one GPU's handle fail (NO_PERMISSION under a Slurm cgroup, GPU_IS_LOST), as NVML does per index.
 A GPU in MIG mode records ``nvmlDeviceGetMigDeviceHandleByIndex`` as a map from slot to
 ``{"mig": {...}}``, the MIG device's own answers (its ``nvmlDeviceGetName``...).
+A time series (what a sampler sees over a window) is ``{"series": [answer, answer, ...]}`` in
+place of an answer: successive calls get successive answers, the last one repeating.
 
 A device function's answer is stored under its name; when it takes arguments after the handle, the
 answer is a map from the arguments (comma-joined; another GPU's handle as its index; ``*`` for any
@@ -80,6 +82,7 @@ class Replay:
         self.devices: List[Dict[str, Any]] = fixture.get("devices", [])
         self.initialized = 0
         self.calls: List[str] = []
+        self.positions: Dict[str, int] = {}
 
     def init(self) -> None:
         if self.fixture.get("init"):
@@ -130,6 +133,11 @@ class Replay:
             if key not in answer and "*" not in answer:
                 raise AssertionError(f"fixture records no answer for {name}{(handle.index, *args)}")
             answer = answer.get(key, answer.get("*"))
+        if isinstance(answer, dict) and "series" in answer:
+            where = f"{handle.index}/{name}/{_key(args)}"
+            position = self.positions.get(where, 0)
+            self.positions[where] = position + 1
+            answer = answer["series"][min(position, len(answer["series"]) - 1)]
         if isinstance(answer, dict) and "mig" in answer:
             return FakeHandle(handle.index, answer["mig"])
         return _decode(answer)

@@ -126,6 +126,12 @@ class ConsoleEvents:
             )
         if record.sync and record.sync.warning:
             err_console.print(f"> [WARN] {record.sync.warning}.", soft_wrap=True, markup=False)
+        from torchscale.analysis.breakdown import comm_compute_line
+        from torchscale.analysis.telemetry import console_lines
+
+        ratio = comm_compute_line(record) if record.world_size > 1 else None
+        for line in [*([ratio] if ratio else []), *console_lines(record)]:
+            err_console.print(line, soft_wrap=True, markup=False)
 
 
 def plan_table(plan: Plan) -> Table:

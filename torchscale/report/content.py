@@ -10,6 +10,7 @@ import pandas as pd
 
 from torchscale.analysis import cells as cell_tables
 from torchscale.analysis import findings as finding_rules
+from torchscale.analysis.breakdown import step_histogram
 from torchscale.analysis.collectives import collective_table
 from torchscale.analysis.compare import Comparison
 from torchscale.analysis.scaling import (
@@ -19,11 +20,15 @@ from torchscale.analysis.scaling import (
     scaling_curves,
 )
 from torchscale.analysis.tables import training_table
+from torchscale.analysis.telemetry import telemetry_findings
 from torchscale.report import formatting as fmt
 from torchscale.report import nodes, sections
+from torchscale.report.breakdown import comm_compute_section, histogram_charts, parallelism_section
 from torchscale.report.data import ReportData
 from torchscale.report.elements import Chart, Column, Section, Table, make_table
 from torchscale.report.environment import EnvironmentBlock, environment_block
+from torchscale.report.projection import projection_section
+from torchscale.report.telemetry import telemetry_section
 
 TOP_FINDINGS = 5
 
@@ -207,28 +212,35 @@ def build_content(
             for f in e.findings
         ]
         + finding_rules.record_findings(records)
+        + telemetry_findings(records)
         + finding_rules.scaling_findings(table)
     )
     failures = cell_tables.failure_table(data.documents)
     samples = cell_tables.step_samples(records)
     ranks = cell_tables.rank_table(records)
     node_rows = nodes.node_rows(table)
+    latency = sections.latency_section(
+        table,
+        cell_tables.latency_table(records),
+        cell_tables.pooled_latency_table(table, samples),
+        samples,
+    )
+    latency.charts += histogram_charts(step_histogram(table, samples))
     built = sections.chart_sections(
         sections.comparison_section(*comparison) if comparison else None,
         sections.scaling_section(curves),
         nodes.node_section(node_rows),
-        sections.latency_section(
-            table,
-            cell_tables.latency_table(records),
-            cell_tables.pooled_latency_table(table, samples),
-            samples,
-        ),
+        latency,
         sections.memory_section(
             cell_tables.memory_by_variant(table, cell_tables.memory_table(records))
         ),
         sections.utilisation_section(table),
         sections.sync_section(table, cell_tables.pooled_rank_table(table, ranks), ranks),
+        comm_compute_section(records),
+        telemetry_section(records),
         sections.communication_section(collective_table(data.documents)),
+        parallelism_section(records),
+        projection_section(data),
     )
     finding_rows = findings.to_dict("records")
     if len({e.name for e in data.experiments}) < 2:

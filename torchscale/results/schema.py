@@ -69,6 +69,24 @@ class GpuTelemetry(_Record):
     throttle_reasons: List[str] = Field(
         default_factory=list, description="NVML clocks-event reasons seen (idle excluded)."
     )
+    nvml_index: Optional[int] = Field(None, description="The GPU's NVML index (nvidia-smi's).")
+    sm_clock_mhz_min: Optional[float] = None
+    sm_clock_mhz_limit: Optional[float] = Field(None, description="The GPU's maximum SM clock.")
+    mem_clock_mhz_mean: Optional[float] = None
+    power_limit_w: Optional[float] = Field(None, description="Enforced power limit.")
+    temperature_c_mean: Optional[float] = None
+    throttle_share: Dict[str, float] = Field(
+        default_factory=dict, description="Per reason: the share of samples that reported it."
+    )
+    pcie_gen: Optional[int] = None
+    pcie_gen_max: Optional[int] = None
+    pcie_width: Optional[int] = None
+    pcie_width_max: Optional[int] = None
+    timeline: List[List[Optional[float]]] = Field(
+        default_factory=list,
+        description="Samples, at most 120: [seconds into the window, util %, SM MHz, power W, "
+        "temperature C, clocks-event reason bits].",
+    )
 
 
 class RankResult(_Record):
@@ -108,6 +126,14 @@ class RankResult(_Record):
     )
     process_started_at: Optional[float] = Field(
         None, description="The worker process's start (Unix time): launch overhead analysis."
+    )
+    cpu_time_s: Optional[float] = Field(
+        None, description="CPU time of the training thread during the measured window."
+    )
+    cpu_wait_s: Optional[float] = Field(
+        None,
+        description="Time the training thread was runnable but waiting for a CPU during the "
+        "measured window (Linux schedstat): preemption or an oversubscribed host.",
     )
 
 

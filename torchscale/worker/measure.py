@@ -26,7 +26,7 @@ from torchscale.analysis.stats import mean, time_stats
 from torchscale.config.schema import CellSettings
 from torchscale.worker.distributed import RankContext
 from torchscale.worker.reporting import RankReporter
-from torchscale.worker.telemetry import GpuSampler, nvml_index
+from torchscale.worker.telemetry import GpuSampler, nvml_index, thread_cpu
 from torchscale.worker.timing import Clock
 from torchscale.worker.training import TrainingRun
 
@@ -193,8 +193,15 @@ def measure_rank(
     reporter.phase("measure", steps=steps)
     reset_peak_memory(ctx)
     sampler = GpuSampler(nvml_index(ctx.device.index)) if ctx.is_cuda else contextlib.nullcontext()
+    cpu_before = thread_cpu()
     with sampler:
         measured, wall = _window(run, clock, ctx, steps)
+    cpu_after = thread_cpu()
+    cpu_wait = (
+        cpu_after[1] - cpu_before[1]
+        if cpu_after[1] is not None and cpu_before[1] is not None
+        else None
+    )
 
     probe = settings.sync_probe_steps
     ddp_timings: Dict[str, Optional[float]] = {}
@@ -233,4 +240,6 @@ def measure_rank(
         "gpu": sampler.summary() if isinstance(sampler, GpuSampler) else None,
         "timeline_s": reporter.timeline(),
         "process_started_at": reporter.process_started_at(),
+        "cpu_time_s": cpu_after[0] - cpu_before[0],
+        "cpu_wait_s": cpu_wait,
     }

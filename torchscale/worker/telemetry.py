@@ -8,7 +8,8 @@ the window are kept, since a thermally throttled GPU is the usual straggler.
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Optional
+import time
+from typing import Any, Dict, List, Optional, Tuple
 
 from torchscale.hardware.nvml import (
     Unsupported,
@@ -19,6 +20,18 @@ from torchscale.hardware.nvml import (
 
 # Reasons that mean "not running flat out on purpose" rather than a problem.
 BENIGN_REASONS = {"gpu_idle", "applications_clocks_setting"}
+TIMELINE_POINTS = 120
+"""At most this many samples are kept in the record (evenly thinned) for the report's timeline."""
+TIMELINE_FIELDS = ("t_s", "gpu_util_pct", "sm_clock_mhz", "power_w", "temperature_c",
+                   "clocks_event_reasons")  # fmt: skip
+STATIC_QUERIES = {
+    "sm_clock_mhz_limit": ("nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_SM", 1),
+    "pcie_gen": ("nvmlDeviceGetCurrPcieLinkGeneration", None, None),
+    "pcie_gen_max": ("nvmlDeviceGetMaxPcieLinkGeneration", None, None),
+    "pcie_width": ("nvmlDeviceGetCurrPcieLinkWidth", None, None),
+    "pcie_width_max": ("nvmlDeviceGetMaxPcieLinkWidth", None, None),
+}
+"""Read once per window: the GPU's clock limit and its PCIe link (current and maximum)."""
 
 
 def _values(samples: List[Dict[str, Optional[float]]], key: str) -> List[float]:
@@ -38,9 +51,17 @@ def summarize(samples: List[Dict[str, Optional[float]]]) -> Optional[Dict[str, A
         return max(_values(samples, key), default=None)
 
     reasons = set()
-    for mask in _values(samples, "clocks_event_reasons"):
-        reasons.update(decode_clocks_event_reasons(int(mask)))
+    counts: Dict[str, int] = {}
+    masks = _values(samples, "clocks_event_reasons")
+    for mask in masks:
+        decoded = set(decode_clocks_event_reasons(int(mask))) - BENIGN_REASONS
+        reasons.update(decoded)
+        for name in decoded:
+            counts[name] = counts.get(name, 0) + 1
     memory = peak("mem_used_bytes")
+    clocks = _values(samples, "sm_clock_mhz")
+    step = max(1, -(-len(samples) // TIMELINE_POINTS))
+    timeline = [[s.get(key) for key in TIMELINE_FIELDS] for s in samples[::step]]
     return {
         "samples": len(samples),
         "util_pct_mean": mean("gpu_util_pct"),
@@ -51,7 +72,38 @@ def summarize(samples: List[Dict[str, Optional[float]]]) -> Optional[Dict[str, A
         "sm_clock_mhz_mean": mean("sm_clock_mhz"),
         "temperature_c_max": peak("temperature_c"),
         "throttle_reasons": sorted(reasons - BENIGN_REASONS),
+        "sm_clock_mhz_min": min(clocks) if clocks else None,
+        "mem_clock_mhz_mean": mean("mem_clock_mhz"),
+        "power_limit_w": peak("power_limit_w"),
+        "temperature_c_mean": mean("temperature_c"),
+        "throttle_share": {name: n / len(masks) for name, n in sorted(counts.items())},
+        "timeline": timeline,
     }
+
+
+def read_static(nvml: Any, handle: Any) -> Dict[str, Optional[int]]:
+    """The GPU's SM clock limit and PCIe link generation and width, current and maximum."""
+    from torchscale.hardware.nvml import supported
+
+    static: Dict[str, Optional[int]] = {}
+    for field, (function, constant, default) in STATIC_QUERIES.items():
+        args = (nvml.const(constant, default),) if constant else ()
+        answer = nvml.call(function, handle, *args)
+        static[field] = int(answer) if supported(answer) else None
+    return static
+
+
+def thread_cpu() -> Tuple[float, Optional[float]]:
+    """(CPU seconds, seconds runnable but waiting for a CPU) of the calling thread so far.
+
+    Linux's ``/proc/thread-self/schedstat`` has both; elsewhere only the CPU time is known.
+    """
+    try:
+        with open("/proc/thread-self/schedstat", encoding="ascii") as handle:
+            run_ns, wait_ns = (int(v) for v in handle.read().split()[:2])
+        return run_ns / 1e9, wait_ns / 1e9
+    except (OSError, ValueError):
+        return time.thread_time(), None
 
 
 class GpuSampler:
@@ -61,6 +113,7 @@ class GpuSampler:
         self.nvml_index = nvml_index
         self.interval_s = interval_s
         self.samples: List[Dict[str, Optional[float]]] = []
+        self.static: Dict[str, Optional[int]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="torchscale-nvml", daemon=True)
 
@@ -71,8 +124,12 @@ class GpuSampler:
             handle = nvml.call("nvmlDeviceGetHandleByIndex", self.nvml_index)
             if isinstance(handle, Unsupported):
                 return
+            self.static = read_static(nvml, handle)
+            start = time.monotonic()
             while True:
-                self.samples.append(read_telemetry(nvml, handle))
+                sample = read_telemetry(nvml, handle)
+                sample["t_s"] = round(time.monotonic() - start, 3)
+                self.samples.append(sample)
                 if self._stop.wait(self.interval_s):
                     return
 
@@ -85,7 +142,10 @@ class GpuSampler:
         self._thread.join(timeout=5)
 
     def summary(self) -> Optional[Dict[str, Any]]:
-        return summarize(self.samples)
+        summary = summarize(self.samples)
+        if summary is not None:
+            summary.update(self.static, nvml_index=self.nvml_index)
+        return summary
 
 
 def nvml_index(device_index: int) -> int:

@@ -1,0 +1,295 @@
+"""``torchscale project``: the alpha-beta fit, the bucket schedule, and a real holdout prediction."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.html_tables import html_tables
+from tests.shared_runs import Run, projection_run
+from torchscale.analysis.alphabeta import INTRA_NODE, AllReduceFit, Fabric, fit_all_reduce
+from torchscale.analysis.projection import (
+    COMPUTE_DRIFT_LIMIT,
+    CPU_WAIT_LIMIT,
+    Reference,
+    expected_max_excess,
+    exposed_comm_ms,
+)
+from torchscale.cli.app import app
+
+runner = CliRunner()
+HOLDOUT_TOLERANCE = 0.15
+
+
+def _ring_us(alpha: float, beta: float, p: int, n: float) -> float:
+    return 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta
+
+
+def _fit(alpha: float = 20.0, beta: float = 1e-4) -> AllReduceFit:
+    points = [(p, n, _ring_us(alpha, beta, p, n)) for p in (2, 4) for n in (1e3, 1e5, 1e7)]
+    fit = fit_all_reduce(points, INTRA_NODE)
+    assert fit is not None
+    return fit
+
+
+def _reference(buckets: List[int], backward_ms: float, overlap: Any = None) -> Reference:
+    return Reference(
+        experiment="e", model="m", variant="batch 1", unit="samples", batch_per_gpu=1.0,
+        measured={1: 100.0}, measured_compute={1: 10.0}, cpu_wait={}, measured_comm={}, world_size=1, cell_id="c",
+        step_ms=10.0, compute_ms=10.0, backward_ms=backward_ms, buckets=buckets,
+        overlap=overlap, step_noise_ms=[0.0], step_se_ms=0.0,
+    )  # fmt: skip
+
+
+def test_fit_recovers_alpha_and_beta_of_the_ring_equation() -> None:
+    fit = _fit(alpha=20.0, beta=1e-4)
+    assert fit.alpha_us == pytest.approx(20.0, rel=1e-6)
+    assert fit.beta_us_per_byte == pytest.approx(1e-4, rel=1e-6)
+    assert fit.busbw_gbps == pytest.approx(10.0, rel=1e-6)  # 1 byte per 1e-4 us = 10 GB/s
+    assert fit.rel_rmse < 1e-9 and fit.group_sizes == (2, 4)
+
+
+def test_fit_needs_two_sizes() -> None:
+    assert fit_all_reduce([(2, 1024.0, 50.0), (2, 1024.0, 60.0)], INTRA_NODE) is None
+
+
+def test_tree_wins_at_scale_ring_wins_large_messages_on_few_ranks() -> None:
+    fabric = Fabric(_fit(alpha=20.0, beta=1e-4), None, gpus_per_node=1024)
+    small, _, algorithm = fabric.all_reduce_us(512, 1024)
+    assert algorithm == "tree"
+    assert small == pytest.approx(2 * 9 * 20.0 + 2 * 1024 * 1e-4, rel=1e-6)
+    # On few ranks the ring's bandwidth term, 2 (p-1)/p n beta, beats the tree's 2 n beta.
+    large, sigma, algorithm = fabric.all_reduce_us(4, 1e9)
+    assert algorithm == "ring" and sigma >= 0
+    assert large == pytest.approx(_ring_us(20.0, 1e-4, 4, 1e9), rel=1e-6)
+    # On many ranks the ring's 2 (p-1) latency steps cost more than that factor saves.
+    assert fabric.all_reduce_us(512, 1e9)[2] == "tree"
+
+
+def test_across_nodes_the_slower_link_sets_the_bandwidth() -> None:
+    intra = _fit(alpha=5.0, beta=1e-5)  # 100 GB/s
+    inter = AllReduceFit("inter_node", 50.0, 1e-4, ((0, 0), (0, 0)), 3, (2,), (1, 2), 0.0)
+    fabric = Fabric(intra, inter, gpus_per_node=8)
+    time, _, algorithm = fabric.all_reduce_us(16, 1e9)
+    assert algorithm == "ring"
+    expected = 2 * 15 / 16 * 1e9 * 1e-4 + 2 * (16 - 2) * 5.0 + 2 * 2 * 50.0
+    assert time == pytest.approx(expected, rel=1e-6)
+    with pytest.raises(ValueError, match="no inter-node fit"):
+        Fabric(intra, None, gpus_per_node=8).all_reduce_us(16, 1e6)
+
+
+def test_one_bucket_is_all_exposed_many_buckets_hide_behind_backward() -> None:
+    fabric = Fabric(_fit(alpha=20.0, beta=1e-4), None, gpus_per_node=8)
+    one = exposed_comm_ms(fabric, 8, _reference([40_000_000], backward_ms=100.0))
+    assert one["exposed_ms"] == pytest.approx(one["comm_ms"])
+    many = exposed_comm_ms(fabric, 8, _reference([4_000_000] * 10, backward_ms=100.0))
+    # Each bucket's all-reduce (~0.7 ms) ends long before the next is ready: only the last shows.
+    last = fabric.all_reduce_us(8, 4_000_000)[0] / 1e3
+    assert many["exposed_ms"] == pytest.approx(last, rel=1e-6)
+    # A measured overlap of 10% caps what the schedule may hide.
+    capped = exposed_comm_ms(fabric, 8, _reference([4_000_000] * 10, 100.0, overlap=0.1))
+    assert capped["exposed_ms"] == pytest.approx(0.9 * capped["comm_ms"], rel=1e-6)
+
+
+def test_expected_max_of_draws() -> None:
+    assert expected_max_excess([-1.0, 1.0], 1) == 0.0
+    assert expected_max_excess([-1.0, 1.0], 2) == pytest.approx(0.5)  # P(max = 1) = 3/4
+    assert expected_max_excess([-1.0, 1.0], 1000) == pytest.approx(1.0)
+
+
+# Real runs ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def projection(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return projection_run(tmp_path_factory.mktemp("shared"))
+
+
+def _project(folder: Path, *args: str) -> Tuple[Any, Dict[str, Any]]:
+    result = runner.invoke(app, ["project", "--source", str(folder), *args, "--json"])
+    document = json.loads(result.stdout) if result.exit_code == 0 else {}
+    return result, document
+
+
+@pytest.mark.slow
+def test_holdout_predicts_the_held_out_count_and_says_what_it_rests_on(projection: Run) -> None:
+    result, document = _project(projection.experiment_dir, "--holdout")
+    assert result.exit_code == 0, result.stderr
+    (row,) = [r for r in document["predictions"] if r["measured_throughput"] is not None]
+    assert row["world_size"] == 2 and row["from_gpus"] == 1
+    assert "Holdout gpt2-tiny" in result.stderr and f"{row['measured_throughput']:,.0f}" in (
+        result.stderr
+    )
+    assert row["error"] == pytest.approx(row["throughput"] / row["measured_throughput"] - 1)
+    assert any("all_reduce intra-node" in line for line in document["basis"])
+    assert any("no_sync probe" in line for line in document["basis"])
+    assert row["throughput_low"] <= row["throughput"] <= row["throughput_high"]
+    assert row["measured_comm_ms"] > 0  # DDP's own all-reduce time at 2 ranks, for comparison
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=False,
+    reason="known limitation on gloo (docs/PERFORMANCE.md#projection): DDP's all-reduce inside a "
+    "step runs 2-6x slower than the back-to-back micro-benchmark the fit uses, so on a quiet host "
+    "the error ranged -3% ... +43% (4 of 6 runs within 15%)",
+)
+def test_holdout_predicts_the_two_rank_throughput_within_15_percent(projection: Run) -> None:
+    result, document = _project(projection.experiment_dir, "--holdout")
+    (row,) = [r for r in document["predictions"] if r["measured_throughput"] is not None]
+    drift = row["compute_drift"]
+    wait = max(row["cpu_wait_share"] or 0.0, row["reference_cpu_wait_share"] or 0.0)
+    print(
+        f"holdout: predicted {row['throughput']:.0f}, measured {row['measured_throughput']:.0f} "
+        f"({100 * row['error']:+.1f}%), compute drift {100 * drift:+.1f}%, cpu wait {wait:.0%}, "
+        f"DDP all-reduce {row['measured_comm_ms']:.2f} ms vs fit {row['comm_ms']:.2f} ms"
+    )
+    if abs(drift) > COMPUTE_DRIFT_LIMIT or wait > CPU_WAIT_LIMIT:
+        # Other jobs took these cores while the cells ran (the ranks waited for a CPU, or the
+        # compute itself changed between the cells): the projection says so, and no model can
+        # be judged on that pair.
+        assert "no projection foresees" in result.stderr or "oversubscribed" in result.stderr
+        pytest.skip(f"host busy: compute drift {100 * drift:+.0f}%, rank CPU wait {wait:.0%}")
+    assert abs(row["error"]) <= HOLDOUT_TOLERANCE, row
+
+
+@pytest.mark.slow
+def test_projection_to_more_nodes_needs_the_network_or_an_assumption(projection: Run) -> None:
+    result, _ = _project(projection.experiment_dir, "--gpus", "16", "64")
+    assert result.exit_code == 2
+    assert "scope: [inter_node]" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    result, document = _project(
+        projection.experiment_dir, "--gpus", "4", "16", "64", "--inter-node-gbps", "25"
+    )
+    assert result.exit_code == 0, result.stderr
+    rows = {r["world_size"]: r for r in document["predictions"]}
+    assert sorted(rows) == [4, 16, 64] and rows[16]["nodes"] == 2 and rows[64]["nodes"] == 8
+    assert any("ASSUMED 25 GB/s" in line for line in document["basis"])
+    # More GPUs, more exposed communication and noise, so efficiency falls.
+    assert rows[4]["exposed_comm_ms"] < rows[64]["exposed_comm_ms"]
+    assert rows[64]["efficiency"] < rows[4]["efficiency"]
+    assert all(math.isfinite(r["step_ms"]) for r in rows.values())
+
+
+@pytest.mark.slow
+def test_projection_without_communication_cells_names_the_config_to_add(
+    projection: Run, tmp_path: Path
+) -> None:
+    folder = tmp_path / "training-only"
+    shutil.copytree(projection.experiment_dir, folder)
+    results = folder / "results.jsonl"
+    kept = [line for line in results.read_text().splitlines() if '"collective"' not in line]
+    results.write_text("\n".join(kept) + "\n")
+    result, _ = _project(folder, "--gpus", "4")
+    assert result.exit_code == 2
+    assert "communication: {collectives: [all_reduce]" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    # The report still builds, and says what is missing instead of a projection.
+    report = tmp_path / "r.html"
+    built = runner.invoke(app, ["report", "-s", str(folder), "-o", str(report)])
+    assert built.exit_code == 0, built.stderr
+    html = report.read_text()
+    assert "Not projected: missing measurement" in html and "all_reduce" in html
+
+
+@pytest.mark.slow
+def test_report_shows_projected_scaling(projection: Run, tmp_path: Path) -> None:
+    report = tmp_path / "r.html"
+    built = runner.invoke(app, ["report", "-s", str(projection.experiment_dir), "-o", str(report)])
+    assert built.exit_code == 0, built.stderr
+    html = report.read_text()
+    assert "Projected scaling" in html and "Rests on: all_reduce intra-node" in html
+    rows = html_tables(html)["projection-table"]
+    gpus = [row["GPUs"] for row in rows]
+    assert gpus == ["4", "8"]  # doublings of the largest measured count, up to a node
+    assert all(row["All-reduce"] in ("ring", "tree") for row in rows)
+
+
+def _training_doc(experiment: str, step_ms: float) -> Dict[str, Any]:
+    stats = {"mean": step_ms, "p50": step_ms, "p95": step_ms, "p99": step_ms, "min": step_ms,
+             "max": step_ms, "std": 0.0, "cv": 0.0}  # fmt: skip
+    rank = {
+        "rank": 0, "local_rank": 0, "host": "h", "device": "cuda:0", "step_time_ms": stats,
+        "step_times_ms": [step_ms] * 10, "measure_steps": 10, "window_s": step_ms / 100,
+        "forward_ms": 3.0, "backward_ms": 6.0, "optimizer_ms": 1.0, "nosync_step_ms": step_ms,
+        "ddp_backward_compute_ms": 6.0, "memory": {"params_bytes": 4_000_000,
+        "grads_bytes": 4_000_000, "optimizer_bytes": 0, "peak_bytes": 1, "peak_kind": "rss"},
+    }  # fmt: skip
+    return {
+        "kind": "training", "cell_id": f"{experiment}-g1", "experiment": experiment,
+        "status": "ok", "world_size": 1, "nproc_per_node": 1, "model": "m", "batch_size": 8,
+        "global_batch_size": 8, "precision": "bf16", "unit": "samples", "samples_per_s": 800.0,
+        "throughput": 800.0, "step_time_ms": stats, "step_times_ms": [step_ms] * 10,
+        "measure_steps": 10, "measured_s": step_ms / 100, "per_rank": [rank],
+        "settings": {"model": "m", "batch_size": 8},
+        "runtime": {"ddp": {"bucket_sizes": [1_000_000, 3_000_000]}},
+    }  # fmt: skip
+
+
+def _all_reduce_docs(experiment: str, alpha: float, beta: float) -> List[Dict[str, Any]]:
+    return [
+        {"kind": "collective", "experiment": experiment, "op": "all_reduce", "status": "ok",
+         "cell_id": f"comm-g{p}", "nproc_per_node": p, "dtype": "float32",
+         "scope": "world", "world_size": p, "group_size": p, "nnodes": 1, "size_bytes": n,
+         "time_us": _ring_us(alpha, beta, p, n)}
+        for p in (2, 4) for n in (1e4, 1e6, 1e8)
+    ]  # fmt: skip
+
+
+def test_each_experiment_uses_its_own_all_reduce_curves() -> None:
+    from torchscale.analysis.projection import project
+    from torchscale.results.schema import parse_record
+
+    documents = [_training_doc("fast", 10.0), _training_doc("slow", 10.0)]
+    documents += _all_reduce_docs("fast", 5.0, 1e-5) + _all_reduce_docs("slow", 50.0, 1e-3)
+    records = [parse_record(d) for d in documents if d["kind"] == "training"]
+    result = project(records, documents, [8])
+    rows = result.table.set_index("experiment")
+    # 4 MB of gradients in 2 buckets on 8 ranks: the slow fabric's ring costs ~100x more.
+    fast, slow = rows.loc["fast"], rows.loc["slow"]
+    assert slow["exposed_comm_ms"] > 20 * fast["exposed_comm_ms"] > 0
+    assert slow["throughput"] < fast["throughput"]
+    assert fast["step_ms"] == pytest.approx(10.0 + fast["exposed_comm_ms"], rel=1e-6)
+    assert not any("CAUTION" in line for line in result.basis)
+    assert any(
+        line.startswith("fast: all_reduce intra-node: alpha 5.0 us") for line in result.basis
+    )
+    assert any(
+        line.startswith("slow: all_reduce intra-node: alpha 50.0 us") for line in result.basis
+    )
+
+
+def test_a_reference_cell_on_a_busy_host_is_flagged() -> None:
+    from torchscale.analysis.projection import project
+    from torchscale.results.schema import parse_record
+
+    training = _training_doc("busy", 10.0)
+    rank = training["per_rank"][0]
+    rank["cpu_time_s"], rank["cpu_wait_s"] = 0.05, 0.04  # 40% of the 0.1 s window
+    documents = [training, *_all_reduce_docs("busy", 5.0, 1e-5)]
+    result = project([parse_record(training)], documents, [4])
+    (line,) = [line for line in result.basis if "CAUTION" in line]
+    assert "waited for a CPU for 40% of its window" in line
+
+
+def test_cli_refuses_without_all_reduce_cells_and_names_the_config(tmp_path: Path) -> None:
+    folder = tmp_path / "fast"
+    folder.mkdir()
+    (folder / "results.jsonl").write_text(json.dumps(_training_doc("fast", 10.0)) + "\n")
+    result = runner.invoke(app, ["project", "--source", str(folder), "--gpus", "4"])
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("Error: no all_reduce measured inside a node")
+    assert "communication: {collectives: [all_reduce], min_bytes: 1K" in result.stderr
+    with (folder / "results.jsonl").open("a") as handle:
+        for doc in _all_reduce_docs("fast", 5.0, 1e-5):
+            handle.write(json.dumps(doc) + "\n")
+    result = runner.invoke(app, ["project", "-s", str(folder), "--gpus", "4", "8", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert [r["world_size"] for r in json.loads(result.stdout)["predictions"]] == [4, 8]

@@ -1,0 +1,217 @@
+"""What a projection rests on: the reference cell of each configuration and the fitted fabric,
+read from result records, or a one-line refusal naming the config that would measure what is
+missing (see ``projection.py`` for the model)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional
+
+from torchscale.analysis.alphabeta import (
+    INTER_NODE,
+    INTRA_NODE,
+    AllReduceFit,
+    Fabric,
+    all_reduce_points,
+    fit_all_reduce,
+)
+from torchscale.analysis.scaling import label_variants
+from torchscale.analysis.stats import mean
+from torchscale.analysis.tables import training_table
+from torchscale.errors import TorchscaleError
+from torchscale.results.schema import ResultBase, TrainingResult
+
+ADD_ALL_REDUCE = (
+    "add 'communication: {collectives: [all_reduce], min_bytes: 1K, max_bytes: 64M}' with "
+    "gpu_counts of 2 or more to the config and run 'torchscale benchmark --benchmark comm' "
+    "into the same results folder"
+)
+ADD_INTER_NODE = (
+    "add 'nodes: [2]' and 'communication: {collectives: [all_reduce], scope: [inter_node]}' to a "
+    "config, run it on two nodes into the same results folder, or pass --gpus-per-node large "
+    "enough to stay on one node"
+)
+
+
+class ProjectionError(TorchscaleError):
+    """A measurement the projection rests on is missing: the message names the config to add."""
+
+
+@dataclass
+class Reference:
+    """What one configuration's projection rests on."""
+
+    experiment: str
+    model: str
+    variant: str
+    unit: str
+    batch_per_gpu: float  # units per GPU per step
+    measured: Dict[int, float]  # world size -> measured throughput (mean of repeats)
+    measured_compute: Dict[int, float]  # world size -> compute-only step ms measured there
+    cpu_wait: Dict[int, float]  # world size -> largest share of the window a rank waited for a CPU
+    measured_comm: Dict[int, float]  # world size -> DDP's all-reduce ms per step, mean of ranks
+    world_size: int
+    cell_id: str
+    step_ms: float
+    compute_ms: float
+    backward_ms: float
+    buckets: List[int]
+    overlap: Optional[float]
+    step_noise_ms: List[float]  # per-step deviations from the mean, all ranks
+    step_se_ms: float
+    other_ms: float = 0.0
+    basis: List[str] = field(default_factory=list)
+
+
+def _rank_mean(record: TrainingResult, name: str) -> Optional[float]:
+    return mean([getattr(r, name) for r in record.per_rank if getattr(r, name) is not None])
+
+
+def _reference(
+    row: Mapping[str, Any],
+    record: TrainingResult,
+    measured: Dict[int, float],
+    measured_compute: Dict[int, float],
+    cpu_wait: Dict[int, float],
+    measured_comm: Dict[int, float],
+) -> Reference:
+    where = f"{record.model} on {record.world_size} GPU(s) ({record.cell_id})"
+    compute = _rank_mean(record, "nosync_step_ms")
+    if compute is None:
+        raise ProjectionError(
+            f"{where} has no compute-only step time: set 'sync_probe_steps: 10' in the config "
+            "(any count above 0) and rerun the training cells"
+        )
+    backward = _rank_mean(record, "ddp_backward_compute_ms")
+    if backward is None:
+        backward = mean(
+            [max(r.backward_ms - (r.sync_wait_ms or 0.0), 0.0) for r in record.per_rank]
+        )
+    ddp = record.runtime.get("ddp") or {}
+    buckets = [int(b) for b in ddp.get("bucket_sizes") or [] if b]
+    grads = record.memory.grads_bytes if record.memory else None
+    if not buckets and grads:
+        buckets = [grads]
+    if not buckets:
+        raise ProjectionError(f"{where} records no gradient bytes: rerun its training cells")
+    overlap = None
+    if record.world_size > 1:
+        pairs = [
+            (r.ddp_backward_overlap_ms, r.ddp_backward_comm_ms)
+            for r in record.per_rank
+            if r.ddp_backward_comm_ms and r.ddp_backward_overlap_ms is not None
+        ]
+        if pairs:
+            overlap = min(1.0, max(0.0, mean([o / c for o, c in pairs]) or 0.0))
+    steps = record.measure_steps or len(record.step_times_ms) or 1
+    step_ms = (record.measured_s or 0.0) * 1e3 / steps or record.step_time_ms.mean
+    noise = [t - r.step_time_ms.mean for r in record.per_rank for t in r.step_times_ms]
+    std = record.step_time_ms.std if record.step_time_ms else 0.0
+    units = record.units_per_sample * record.batch_size * record.grad_accum_steps
+    return Reference(
+        experiment=record.experiment,
+        model=record.model,
+        variant=str(row["variant"]),
+        unit=record.unit or "samples",
+        batch_per_gpu=units,
+        measured=measured,
+        measured_compute=measured_compute,
+        cpu_wait=cpu_wait,
+        measured_comm=measured_comm,
+        world_size=record.world_size,
+        cell_id=record.cell_id,
+        step_ms=step_ms,
+        compute_ms=compute,
+        backward_ms=backward or 0.0,
+        buckets=buckets,
+        overlap=overlap,
+        step_noise_ms=noise,
+        step_se_ms=std / math.sqrt(steps),
+    )
+
+
+def cpu_wait_share(record: TrainingResult) -> Optional[float]:
+    """The largest share of the measured window any rank's training thread spent runnable but
+    waiting for a CPU (None where the host does not report it)."""
+    shares = [
+        r.cpu_wait_s / r.window_s
+        for r in record.per_rank
+        if r.cpu_wait_s is not None and r.window_s > 0
+    ]
+    return max(shares) if shares else None
+
+
+def references(records: Iterable[ResultBase], holdout: bool = False) -> List[Reference]:
+    """One reference per configuration: its largest measured GPU count (the one below it when
+    ``holdout``), with every measured throughput kept for comparison."""
+    trained = [r for r in records if isinstance(r, TrainingResult)]
+    table = label_variants(training_table(trained))
+    ok = table[(table["status"] == "ok") & table["throughput"].notna()]
+    if ok.empty:
+        raise ProjectionError(
+            "no measured training cell: run 'torchscale benchmark' with models, batch_sizes and "
+            "gpu_counts into this results folder first"
+        )
+    by_id = {r.cell_id: r for r in trained}
+    found = []
+    for _, group in ok.groupby(["experiment", "config_key"], sort=True):
+        one_node = group[group["nnodes"] == 1]
+        if one_node.empty:  # measured across nodes only: take those cells as they are
+            one_node = group
+        measured = one_node.groupby("world_size")["throughput"].mean().to_dict()
+        sizes = sorted(measured)
+        if holdout:
+            if len(sizes) < 2:
+                continue
+            sizes = sizes[:-1]
+        row = one_node[one_node["world_size"] == sizes[-1]].iloc[-1] if sizes else group.iloc[-1]
+        compute, waits, comms = {}, {}, {}
+        for size in measured:
+            cells = [by_id[c] for c in one_node[one_node["world_size"] == size]["cell_id"]]
+            values = [_rank_mean(c, "nosync_step_ms") for c in cells]
+            known = [v for v in values if v is not None]
+            if known:
+                compute[int(size)] = sum(known) / len(known)
+            comm = [_rank_mean(c, "ddp_backward_comm_ms") for c in cells if c.world_size > 1]
+            if any(v is not None for v in comm):
+                comms[int(size)] = mean([v for v in comm if v is not None]) or 0.0
+            shares = [cpu_wait_share(c) for c in cells]
+            if any(v is not None for v in shares):
+                waits[int(size)] = max(v for v in shares if v is not None)
+        measured = {int(k): float(v) for k, v in measured.items()}
+        found.append(_reference(row, by_id[row["cell_id"]], measured, compute, waits, comms))
+    if not found:
+        raise ProjectionError(
+            "--holdout needs one configuration measured at two GPU counts or more on one node: "
+            "add a count to gpu_counts, e.g. [1, 2]"
+        )
+    return found
+
+
+def fabric_from(
+    documents: Iterable[Mapping[str, Any]],
+    gpus_per_node: int,
+    inter_node_gbps: Optional[float] = None,
+    inter_node_latency_us: float = 10.0,
+) -> Fabric:
+    """Fit the fabric; ``inter_node_gbps`` stands in for an unmeasured network (an assumption)."""
+    documents = list(documents)
+    intra = fit_all_reduce(all_reduce_points(documents, INTRA_NODE), INTRA_NODE)
+    if intra is None:
+        raise ProjectionError(
+            f"no all_reduce measured inside a node at two sizes or more: {ADD_ALL_REDUCE}"
+        )
+    inter = fit_all_reduce(all_reduce_points(documents, INTER_NODE), INTER_NODE)
+    if inter is None and inter_node_gbps:
+        inter = AllReduceFit(
+            INTER_NODE,
+            inter_node_latency_us,
+            1e-3 / inter_node_gbps,
+            ((0.0, 0.0), (0.0, 0.0)),
+            0,
+            (),
+            (0, 0),
+            0.0,
+        )
+    return Fabric(intra, inter, gpus_per_node)
