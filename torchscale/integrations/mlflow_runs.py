@@ -16,14 +16,18 @@ opts in for you), ``sqlite:///path/mlflow.db`` (artifacts beside it, in ``mlarti
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from torchscale.errors import TorchscaleError
-from torchscale.integrations.sinks import cell_run_name, row_for, training_records
+from torchscale.integrations.sinks import (
+    cell_figures,
+    cell_run_name,
+    row_for,
+    training_records,
+)
 from torchscale.results.schema import ResultBase, TrainingResult
 
 INSTALL_HINT = "pip install 'torchscale[mlflow]'"
@@ -75,29 +79,6 @@ def _flatten(values: Dict[str, Any], prefix: str = "") -> Iterator[Tuple[str, An
 
 def _params(values: Dict[str, Any]) -> Dict[str, str]:
     return {key: str(value)[:MAX_PARAM_CHARS] for key, value in _flatten(values)}
-
-
-def cell_metrics(record: TrainingResult, row: Optional[Dict[str, Any]]) -> Dict[str, float]:
-    steps = record.step_time_ms
-    row = row or {}
-    figures = {
-        "throughput": record.throughput,
-        "samples_per_s": record.samples_per_s,
-        "step_time_ms_mean": steps.mean if steps else None,
-        "step_time_ms_p50": steps.p50 if steps else None,
-        "step_time_ms_p95": steps.p95 if steps else None,
-        "step_time_ms_p99": steps.p99 if steps else None,
-        "sync_exposed_pct": row.get("sync_exposed_pct"),
-        "scaling_efficiency": row.get("scaling_efficiency"),
-        "peak_memory_bytes": record.memory.peak_bytes if record.memory else None,
-        "tflops_per_gpu": record.tflops_per_gpu,
-        "mfu": record.mfu,
-    }
-    return {
-        key: float(value)
-        for key, value in figures.items()
-        if value is not None and not math.isnan(float(value))
-    }
 
 
 class MlflowSink:
@@ -162,7 +143,7 @@ class MlflowSink:
             "device_name": record.device_name,
         }
         now = int(time.time() * 1000)
-        metrics = [Metric(k, v, now, 0) for k, v in cell_metrics(record, row).items()]
+        metrics = [Metric(k, v, now, 0) for k, v in cell_figures(record, row).items()]
         metrics += [
             Metric("step_time_ms", float(ms), now, step)
             for step, ms in enumerate(record.step_times_ms)

@@ -7,6 +7,7 @@ them, and a sink that raises is reported once on stderr and then left alone.
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Sequence
 
@@ -109,6 +110,36 @@ class SinkEvents:
                 sink.name,
                 reason,
             )
+
+
+def finite(value: Any) -> Optional[float]:
+    """A figure as a float, or None where it is missing or not finite (no sink takes NaN)."""
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def cell_figures(record: TrainingResult, row: Optional[Dict[str, Any]]) -> Dict[str, float]:
+    """A cell's single figures by name, the same for every sink (TensorBoard tags, MLflow
+    metrics); ``row`` is its summary row (sync share, scaling efficiency). Missing ones are left
+    out."""
+    steps = record.step_time_ms
+    row = row or {}
+    figures = {
+        "throughput": record.throughput,
+        "samples_per_s": record.samples_per_s,
+        "step_time_ms_mean": steps.mean if steps else None,
+        "step_time_ms_p50": steps.p50 if steps else None,
+        "step_time_ms_p95": steps.p95 if steps else None,
+        "step_time_ms_p99": steps.p99 if steps else None,
+        "sync_exposed_pct": row.get("sync_exposed_pct"),
+        "scaling_efficiency": row.get("scaling_efficiency"),
+        "memory/peak_bytes": record.memory.peak_bytes if record.memory else None,
+        "tflops_per_gpu": record.tflops_per_gpu,
+        "mfu": record.mfu,
+    }
+    return {name: v for name, value in figures.items() if (v := finite(value)) is not None}
 
 
 def training_records(records: Sequence[ResultBase]) -> List[TrainingResult]:

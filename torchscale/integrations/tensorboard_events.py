@@ -6,8 +6,10 @@ so TensorBoard's own run comparison lines cells up. Per cell:
 - ``step_time_ms`` at every measured step (the slowest rank's time) and its histogram
   ``step_time_ms_hist``;
 - ``sync_wait_ms/rank<R>`` each rank's exposed gradient-sync wait at every step;
-- ``throughput`` (unit/s, all ranks), ``samples_per_s``, ``step_time_ms_p50``/``p95``/``p99``,
-  ``memory/peak_bytes``, ``mfu``, ``tflops_per_gpu``, ``scaling_efficiency`` at step 0.
+- the cell's single figures at step 0 (``integrations.sinks.cell_figures``, the same names as
+  the MLflow metrics): ``throughput`` (unit/s, all ranks), ``samples_per_s``,
+  ``step_time_ms_mean``/``p50``/``p95``/``p99``, ``sync_exposed_pct``, ``scaling_efficiency``,
+  ``memory/peak_bytes``, ``tflops_per_gpu``, ``mfu``.
 
 And one ``.../scaling`` run per configuration: ``scaling/throughput`` and
 ``scaling/efficiency`` with the GPU count as the step, so the scaling curve is a TensorBoard plot.
@@ -16,14 +18,15 @@ Needs the ``tensorboard`` package (``pip install 'torchscale[tensorboard]'``).
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Sequence
 
 from torchscale.errors import TorchscaleError
 from torchscale.integrations.sinks import (
+    cell_figures,
     cell_run_name,
     config_prefix,
+    finite,
     row_for,
     training_records,
 )
@@ -49,36 +52,12 @@ def _writer(path: Path) -> Any:
     return SummaryWriter(log_dir=str(path))
 
 
-def _finite(value: Any) -> Optional[float]:
-    if value is None:
-        return None
-    value = float(value)
-    return None if math.isnan(value) else value
-
-
-def cell_scalars(record: TrainingResult, row: Optional[Dict[str, Any]]) -> Dict[str, float]:
-    """The cell's single figures, by tag (missing ones left out)."""
-    steps = record.step_time_ms
-    figures = {
-        "throughput": record.throughput,
-        "samples_per_s": record.samples_per_s,
-        "step_time_ms_p50": steps.p50 if steps else None,
-        "step_time_ms_p95": steps.p95 if steps else None,
-        "step_time_ms_p99": steps.p99 if steps else None,
-        "memory/peak_bytes": record.memory.peak_bytes if record.memory else None,
-        "mfu": record.mfu,
-        "tflops_per_gpu": record.tflops_per_gpu,
-        "scaling_efficiency": (row or {}).get("scaling_efficiency"),
-    }
-    return {tag: v for tag, value in figures.items() if (v := _finite(value)) is not None}
-
-
 def write_cell(root: Path, record: TrainingResult, swept: Sequence[str], row: Any) -> Path:
     """One cell's run under ``root``; returns its folder."""
     path = root / cell_run_name(record, swept)
     writer = _writer(path)
     try:
-        for tag, value in cell_scalars(record, row).items():
+        for tag, value in cell_figures(record, row).items():
             writer.add_scalar(tag, value, 0)
         for step, step_ms in enumerate(record.step_times_ms):
             writer.add_scalar("step_time_ms", step_ms, step)
@@ -103,7 +82,7 @@ def write_scaling(
         row = row_for(table, record.cell_id)
         if record.status != "ok" or record.throughput is None or record.nnodes > 1:
             continue
-        efficiency = _finite((row or {}).get("scaling_efficiency"))
+        efficiency = finite((row or {}).get("scaling_efficiency"))
         by_size = groups.setdefault(config_prefix(record, swept), {})
         by_size.setdefault(record.world_size, []).append((record.throughput, efficiency))
     for prefix, by_size in groups.items():
