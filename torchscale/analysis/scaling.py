@@ -30,10 +30,11 @@ def efficiency_band(efficiency: float) -> str:
     return "poor"
 
 
-def _flatten(settings: Dict[str, Any], prefix: str = "") -> Iterator[Tuple[str, Any]]:
+def flatten_settings(settings: Dict[str, Any], prefix: str = "") -> Iterator[Tuple[str, Any]]:
+    """Nested settings as dotted names (``ddp.bucket_cap_mb``) and their values."""
     for key, value in settings.items():
         if isinstance(value, dict):
-            yield from _flatten(value, f"{prefix}{key}.")
+            yield from flatten_settings(value, f"{prefix}{key}.")
         else:
             yield f"{prefix}{key}", value
 
@@ -52,7 +53,7 @@ def label_variants(table: pd.DataFrame) -> pd.DataFrame:
     table["variant"] = ""
     if table.empty:
         return table
-    flat = {key: dict(_flatten(json.loads(key))) for key in table["config_key"].unique()}
+    flat = {key: dict(flatten_settings(json.loads(key))) for key in table["config_key"].unique()}
     order: Dict[str, tuple] = {}
     for _, group in table.groupby(["experiment", "model"], sort=False):
         configs = [flat[key] for key in group["config_key"].unique()]

@@ -19,8 +19,9 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
+from torchscale.analysis.scaling import flatten_settings
 from torchscale.errors import TorchscaleError
 from torchscale.integrations.sinks import (
     cell_figures,
@@ -69,16 +70,8 @@ def _artifact_location(uri: str) -> Optional[str]:
     return None
 
 
-def _flatten(values: Dict[str, Any], prefix: str = "") -> Iterator[Tuple[str, Any]]:
-    for key, value in values.items():
-        if isinstance(value, dict):
-            yield from _flatten(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
-
-
 def _params(values: Dict[str, Any]) -> Dict[str, str]:
-    return {key: str(value)[:MAX_PARAM_CHARS] for key, value in _flatten(values)}
+    return {key: str(value)[:MAX_PARAM_CHARS] for key, value in flatten_settings(values)}
 
 
 class MlflowSink:
