@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+import numpy as np
 import pytest
 
 from tests.data.make_nsys_fixture import Timeline, write_node, write_ranks
@@ -115,6 +116,32 @@ def test_two_gpu_export_gives_each_gpu_its_own_figures(tmp_path, variant):
     con.close()
     stragglers = [f for f in result.findings if f.category == "straggler"]
     assert [f.ranks for f in stragglers] == [[1]]
+
+
+def test_older_variant_has_the_documented_2020_runtime_and_string_tables(tmp_path):
+    """StringIds and CUPTI_ACTIVITY_KIND_RUNTIME of the "older" variant are exactly the
+    documented 2020 columns (no eventClass, no callchainId); the reader needs nothing more from
+    them: every GPU row still finds the CUDA call that launched it (per process)."""
+    from tests.data.make_nsys_fixture import OLDER_DOCUMENTED_TABLES
+    from torchscale.profiling.traces.nsys_sqlite import read_nsys
+
+    path = write_node(tmp_path / "node.sqlite", gpus=2, timeline=SHARED, variant="older")
+    con = sqlite3.connect(path)
+    for table, columns in OLDER_DOCUMENTED_TABLES.items():
+        info = con.execute(f"PRAGMA table_info({table})").fetchall()
+        declared = ", ".join(
+            " ".join(filter(None, [name, kind, "NOT NULL" if notnull else "", "PRIMARY KEY" if pk
+                                   else ""]))
+            for _, name, kind, notnull, _, pk in info
+        )  # fmt: skip
+        assert declared == columns, table
+    con.close()
+    traces = read_nsys(path)
+    assert sorted(t.rank for t in traces) == [0, 1]
+    for trace in traces:
+        gpu = trace.gpu_events()
+        assert len(gpu) and not np.isnan(gpu["launch_ts"].astype(float)).any()
+        assert (gpu["launch_ts"] <= gpu["ts"]).all()
 
 
 def _comm_and_compute_of_both(result) -> List[List[Tuple[float, float]]]:

@@ -393,6 +393,18 @@ def write_ranks(
 NODE_VARIANTS = ("2026.4", "older")
 
 
+def _rebuild(con: sqlite3.Connection, table: str, columns: str) -> None:
+    """Recreate ``table`` with exactly ``columns`` (a CREATE TABLE column list), keeping the
+    rows' values of the columns both have."""
+    names = [c.split()[0] for c in columns.split(",")]
+    con.execute(f"ALTER TABLE {table} RENAME TO old_{table}")
+    con.execute(f"CREATE TABLE {table} ({columns})")
+    con.execute(
+        f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(names)} FROM old_{table}"
+    )
+    con.execute(f"DROP TABLE old_{table}")
+
+
 def write_node(
     path: Path,
     *,
@@ -406,9 +418,10 @@ def write_node(
     torchrun launcher process with no GPU work. CUDA correlation ids restart in every process,
     as CUPTI numbers them per process.
 
-    ``variant``: ``2026.4`` (export schema 3.28.1, as ``SCHEMA``) or ``older`` (an older export's
-    column sets: without the columns of features added later, see ``OLDER_EXPORT_DROPS``, and
-    without TARGET_INFO_GPU).
+    ``variant``: ``2026.4`` (export schema 3.28.1, as ``SCHEMA``) or ``older``: StringIds and
+    CUPTI_ACTIVITY_KIND_RUNTIME as documented for a 2020 release (``OLDER_DOCUMENTED_TABLES``,
+    ``OLDER_SCHEMA_SOURCE``); the other tables reconstructed, without the columns of features
+    added later (``OLDER_EXPORT_DROPS``), and no TARGET_INFO_GPU.
     ``rank_marks``: the rank each device's process marks in NVTX (torchscale's worker emits
     ``torchscale rank=R world_size=W``); None: no marks.
     """
@@ -435,16 +448,44 @@ def write_node(
         for table, columns in OLDER_EXPORT_DROPS.items():
             for column in columns:
                 con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        for table, columns in OLDER_DOCUMENTED_TABLES.items():
+            _rebuild(con, table, columns)
     older = variant == "older"
     _finish(con, strings, EPOCH_NS, list(range(gpus)), "older" if older else "3.28.1",
             with_gpu_table=not older)  # fmt: skip
     return path
 
 
-# Columns an older export lacks: those describing features CUDA/nsys gained later (green
-# contexts, CUDA graph ids, thread-block clusters, QMD completion, NVTX JSON/binary payloads).
-# Reconstructed from what the columns describe, not from a recorded older file: no older
-# export was at hand, so the exact release each column appeared in is not claimed.
+# Where the "older" variant comes from, table by table.
+#
+# Documented (column names, order and types as NVIDIA's pages list them):
+#   StringIds and CUPTI_ACTIVITY_KIND_RUNTIME, from
+OLDER_SCHEMA_SOURCE = (
+    "NVIDIA Nsight Systems export documentation, 'SQLite Export Schema Reference' "
+    "(DRIVE OS 5.2.3.0L, (c) 2020): "
+    "https://docs.nvidia.com/drive/drive-os-5.2.3.0L/nsight-systems/nsys-exporter/exported_data.html"
+)
+#   The page prints no version number in what could be read of it; it is a 2020 release: its
+#   runtime table has no eventClass column (the 2021.5 page of the same reference lists one,
+#   https://docs.nvidia.com/nsight-systems/2021.5/nsys-exporter/exported_data.html) and its
+#   text differs from the 2020.1.1 package's copy. Read from it: StringIds' CREATE TABLE, and
+#   the runtime table's start, end (INT NOT NULL), globalTid, correlationId (INT). The stored
+#   copy at hand stops there; the runtime table's remaining columns, nameId and returnValue
+#   (INT NOT NULL, nothing after them), are those of the same reference as shipped in NVIDIA's
+#   nsight-systems 10.1.168 package (Nsight Systems 2019.3, CUDA 10.1).
+OLDER_DOCUMENTED_TABLES: Dict[str, str] = {
+    "StringIds": "id INTEGER PRIMARY KEY, value TEXT NOT NULL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME": (
+        "start INT NOT NULL, end INT NOT NULL, globalTid INT, correlationId INT, "
+        "nameId INT NOT NULL, returnValue INT NOT NULL"
+    ),
+}
+# NOT documented here (reconstructed): CUPTI_ACTIVITY_KIND_KERNEL / MEMCPY / MEMSET and
+# NVTX_EVENTS keep the 2026.4 columns less those describing features CUDA/nsys gained later
+# (green contexts, CUDA graph ids, thread-block clusters, QMD completion, NVTX JSON/binary
+# payloads); TARGET_INFO_GPU is left out. The column lists of these tables in the page above
+# could not be read with the tools at hand, so the exact release each column appeared in is
+# not claimed.
 OLDER_EXPORT_DROPS: Dict[str, List[str]] = {
     "CUPTI_ACTIVITY_KIND_KERNEL": [
         "greenContextId", "graphId", "clusterX", "clusterY", "clusterZ",
