@@ -81,7 +81,7 @@ def expected_per_device(path: Path) -> Dict[int, Dict[str, float]]:
     return out
 
 
-@pytest.mark.parametrize("variant", ["2026.4", "older"])
+@pytest.mark.parametrize("variant", ["2026.4", "older", "2022.4.2"])
 def test_two_gpu_export_gives_each_gpu_its_own_figures(tmp_path, variant):
     path = write_node(tmp_path / "node.sqlite", gpus=2, timeline=SHARED, variant=variant)
     result = analyze([path], "all")
@@ -294,3 +294,36 @@ def test_sqlite_with_nsys_table_names_but_no_timeline_is_one_clear_line(tmp_path
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "not a readable nsys SQLite export" in lines[0]
     assert "Traceback" not in result.output
+
+
+RECORDED_2022 = Path(__file__).parent / "data" / "nsys_2022.4.2"
+
+
+def test_2022_variant_is_built_in_the_schema_nsys_2022_4_wrote(tmp_path):
+    """Every table of the 2022.4.2 variant has exactly the columns (names, order, types,
+    NOT NULL) that the real nsys 2022.4.2 export created (tests/data/nsys_2022.4.2)."""
+    path = write_node(tmp_path / "node.sqlite", gpus=2, timeline=SHARED, variant="2022.4.2")
+    recorded = sqlite3.connect(":memory:")
+    recorded.executescript((RECORDED_2022 / "schema.sql").read_text())
+    built = sqlite3.connect(path)
+    tables = [r[0] for r in recorded.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    assert {"CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS", "EXPORT_META_DATA"} <= set(tables)
+    for table in tables:
+        want = recorded.execute(f"PRAGMA table_info({table})").fetchall()
+        assert built.execute(f"PRAGMA table_info({table})").fetchall() == want, table
+    assert not built.execute("SELECT name FROM sqlite_master WHERE name='META_DATA_EXPORT'").fetchall()
+
+
+def test_a_real_2022_export_without_gpu_activity_is_one_clear_line():
+    from typer.testing import CliRunner
+
+    from torchscale.cli.app import app
+
+    export = RECORDED_2022 / "cpu_only_sleep.sqlite"
+    meta = dict(sqlite3.connect(export).execute("SELECT name, value FROM EXPORT_META_DATA"))
+    assert meta["EXPORT_PRODUCT_VERSION"] == "2022.4.2.1"  # a real export of that nsys
+    result = CliRunner().invoke(app, ["profile", "analyze", str(export)])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "an nsys export with no CUDA kernels" in lines[0]
+    assert "--trace=cuda,nvtx" in lines[0] and "Traceback" not in result.output

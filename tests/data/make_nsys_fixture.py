@@ -390,7 +390,7 @@ def write_ranks(
     return paths
 
 
-NODE_VARIANTS = ("2026.4", "older")
+NODE_VARIANTS = ("2026.4", "older", "2022.4.2")
 
 
 def _rebuild(con: sqlite3.Connection, table: str, columns: str) -> None:
@@ -453,7 +453,48 @@ def write_node(
     older = variant == "older"
     _finish(con, strings, EPOCH_NS, list(range(gpus)), "older" if older else "3.28.1",
             with_gpu_table=not older)  # fmt: skip
+    if variant == "2022.4.2":
+        _as_recorded_schema(path, RECORDED_2022_SCHEMA)
     return path
+
+
+# The CREATE TABLE statements of a real Nsight Systems 2022.4.2 export (export schema 3.0.0),
+# recorded from that nsys (see nsys_2022.4.2/README.md): the "2022.4.2" variant is the same
+# node rebuilt table by table in exactly that schema.
+RECORDED_2022_SCHEMA = Path(__file__).parent / "nsys_2022.4.2" / "schema.sql"
+# 2022.4 names the export metadata table EXPORT_META_DATA; later releases META_DATA_EXPORT.
+RENAMED_2022_TABLES = {"META_DATA_EXPORT": "EXPORT_META_DATA"}
+
+
+def _as_recorded_schema(path: Path, schema: Path) -> None:
+    """Rebuild each table of the export at ``path`` as the recorded ``schema`` creates it,
+    keeping the values of the columns both have (a recorded NOT NULL column the newer export
+    lacks gets 0)."""
+    con = sqlite3.connect(path)
+    statements = [s.strip() for s in schema.read_text().split(";") if "CREATE TABLE" in s]
+    for statement in statements:
+        statement = "\n".join(
+            line for line in statement.splitlines() if not line.lstrip().startswith("--")
+        )
+        table = statement.split("CREATE TABLE", 1)[1].split("(", 1)[0].strip()
+        source = next((old for old, new in RENAMED_2022_TABLES.items() if new == table), table)
+        have = {row[1] for row in con.execute(f"PRAGMA table_info({source})")}
+        con.execute(f"ALTER TABLE {source} RENAME TO recorded_old")
+        con.execute(statement)
+        wanted = con.execute(f"PRAGMA table_info({table})").fetchall()
+        columns = [row[1] for row in wanted]
+        values = [
+            name if name in have else ("0" if notnull else "NULL")
+            for _, name, _, notnull, _, _ in wanted
+        ]
+        con.execute(
+            f"INSERT INTO {table} ({', '.join(columns)}) "
+            f"SELECT {', '.join(values)} FROM recorded_old"
+        )
+        con.execute("DROP TABLE recorded_old")
+    con.execute("UPDATE EXPORT_META_DATA SET value = '3.0.0' WHERE name = 'EXPORT_SCHEMA_VERSION'")
+    con.commit()
+    con.close()
 
 
 # Where the "older" variant comes from, table by table.

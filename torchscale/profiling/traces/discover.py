@@ -111,7 +111,7 @@ def load_traces(
     ``warnings`` naming them (see :func:`split_jobs`)."""
     from torchscale.profiling.traces.kineto import TraceReadError, read_kineto_files
     from torchscale.profiling.traces.kineto_decode import DecodeError
-    from torchscale.profiling.traces.nsys_sqlite import read_nsys
+    from torchscale.profiling.traces.nsys_sqlite import NoGpuActivity, read_nsys
 
     files = find_trace_files(paths)
     kineto = [f for f in files if trace_format(f) == "kineto"]
@@ -125,6 +125,8 @@ def load_traces(
         if trace_format(path) == "nsys":
             try:
                 traces[path] = read_nsys(path)
+            except NoGpuActivity as exc:
+                raise TraceReadError(str(exc)) from None
             except sqlite3.DatabaseError as exc:
                 raise TraceReadError(f"{path}: not a readable nsys SQLite export ({exc})") from None
     ordered = [trace for f in files for trace in traces[f]]

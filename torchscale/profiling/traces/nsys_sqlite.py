@@ -271,12 +271,26 @@ def _gpus(con: sqlite3.Connection, tables: set) -> List[Tuple[int, str]]:
 COLUMN_KEYS = ("ts", "dur", "pid", "tid", "stream", "corr", "launch", "device")
 
 
+# nsys names its export metadata table EXPORT_META_DATA (2022.4, schema 3.0.0), later
+# META_DATA_EXPORT; either marks a file as an nsys export.
+EXPORT_METADATA_TABLES = {"EXPORT_META_DATA", "META_DATA_EXPORT"}
+
+
+class NoGpuActivity(ValueError):
+    """A real nsys export that holds nothing torchscale analyses (no GPU was traced)."""
+
+
 def read_nsys(path: Path) -> List[RankTrace]:
     """One trace per (process, CUDA device) of the export; see ``nsys_ranks`` for their ranks."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         tables = _tables(con)
         if not tables & {"CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_MEMCPY"}:
+            if tables & EXPORT_METADATA_TABLES:  # an nsys export, of a capture without the GPU
+                raise NoGpuActivity(
+                    f"{path}: an nsys export with no CUDA kernels, memory copies or NVTX ranges: "
+                    "capture with `nsys profile --trace=cuda,nvtx,osrt` on a GPU node"
+                )
             raise sqlite3.DatabaseError("no CUDA kernel, memcpy or NVTX table")
         epoch = _session_epoch_ns(con, tables)
         launches = _launch_lookup(con, tables)
