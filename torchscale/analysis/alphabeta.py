@@ -25,6 +25,8 @@ from typing import Any, Iterable, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from torchscale.analysis.stats import finite_number
+
 INTRA_NODE = "intra_node"
 INTER_NODE = "inter_node"
 
@@ -62,14 +64,6 @@ class AllReduceFit:
         )
 
 
-def _number(value: Any) -> Optional[float]:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def all_reduce_points(
     documents: Iterable[Mapping[str, Any]], scope: str, exclude_groups: Iterable[int] = ()
 ) -> List[Tuple[int, float, float]]:
@@ -93,7 +87,7 @@ def all_reduce_points(
         else:
             wanted = record_scope == INTER_NODE
         group = int(doc.get("group_size") or doc.get("world_size") or 0)
-        size, time_us = _number(doc.get("size_bytes")), _number(doc.get("time_us"))
+        size, time_us = finite_number(doc.get("size_bytes")), finite_number(doc.get("time_us"))
         if not wanted or group < 2 or group in excluded or not size or not time_us:
             continue
         points.append((group, size, time_us))

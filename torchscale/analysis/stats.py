@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
+
+
+def finite_number(value: Any) -> Optional[float]:
+    """``value`` as a float; None where it is missing, not a number, NaN or infinite."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def mean(samples: Sequence[float]) -> Optional[float]:

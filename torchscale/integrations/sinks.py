@@ -7,10 +7,10 @@ them, and a sink that raises is reported once on stderr and then left alone.
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Sequence
 
+from torchscale.analysis.stats import finite_number
 from torchscale.errors import TorchscaleError
 from torchscale.results.schema import ResultBase, TrainingResult
 
@@ -112,14 +112,6 @@ class SinkEvents:
             )
 
 
-def finite(value: Any) -> Optional[float]:
-    """A figure as a float, or None where it is missing or not finite (no sink takes NaN)."""
-    if value is None:
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
 def cell_figures(record: TrainingResult, row: Optional[Dict[str, Any]]) -> Dict[str, float]:
     """A cell's single figures by name, the same for every sink (TensorBoard tags, MLflow
     metrics); ``row`` is its summary row (sync share, scaling efficiency). Missing ones are left
@@ -139,7 +131,7 @@ def cell_figures(record: TrainingResult, row: Optional[Dict[str, Any]]) -> Dict[
         "tflops_per_gpu": record.tflops_per_gpu,
         "mfu": record.mfu,
     }
-    return {name: v for name, value in figures.items() if (v := finite(value)) is not None}
+    return {name: v for name, value in figures.items() if (v := finite_number(value)) is not None}
 
 
 def training_records(records: Sequence[ResultBase]) -> List[TrainingResult]:

@@ -21,12 +21,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, Sequence
 
+from torchscale.analysis.stats import finite_number
 from torchscale.errors import TorchscaleError
 from torchscale.integrations.sinks import (
     cell_figures,
     cell_run_name,
     config_prefix,
-    finite,
     row_for,
     training_records,
 )
@@ -82,7 +82,7 @@ def write_scaling(
         row = row_for(table, record.cell_id)
         if record.status != "ok" or record.throughput is None or record.nnodes > 1:
             continue
-        efficiency = finite((row or {}).get("scaling_efficiency"))
+        efficiency = finite_number((row or {}).get("scaling_efficiency"))
         by_size = groups.setdefault(config_prefix(record, swept), {})
         by_size.setdefault(record.world_size, []).append((record.throughput, efficiency))
     for prefix, by_size in groups.items():
