@@ -8,9 +8,11 @@ model, one line per variant; repeats of a cell are averaged.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, List
 
 import pandas as pd
+
+from torchscale.config.base import flatten_settings
 
 EFFICIENCY_GOOD = 0.80
 EFFICIENCY_EXCELLENT = 0.90
@@ -28,15 +30,6 @@ def efficiency_band(efficiency: float) -> str:
     if efficiency > EFFICIENCY_GOOD:
         return "good"
     return "poor"
-
-
-def flatten_settings(settings: Dict[str, Any], prefix: str = "") -> Iterator[Tuple[str, Any]]:
-    """Nested settings as dotted names (``ddp.bucket_cap_mb``) and their values."""
-    for key, value in settings.items():
-        if isinstance(value, dict):
-            yield from flatten_settings(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
 
 
 def _label(flat: Dict[str, Any], varying: List[str]) -> str:

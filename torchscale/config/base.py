@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Dict, Iterator, Tuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -16,3 +16,12 @@ class StrictModel(BaseModel):
 def as_list(value: Any) -> Any:
     """A scalar where a list is expected means a list of one: ``dtype: float32``."""
     return value if isinstance(value, list) else [value]
+
+
+def flatten_settings(settings: Dict[str, Any], prefix: str = "") -> Iterator[Tuple[str, Any]]:
+    """Nested settings as dotted names (``ddp.bucket_cap_mb``) and their values."""
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            yield from flatten_settings(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from torchscale.analysis.scaling import flatten_settings
+from torchscale.config.base import flatten_settings
 from torchscale.errors import TorchscaleError
 from torchscale.integrations.sinks import (
     cell_figures,

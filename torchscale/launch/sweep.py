@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 from torchscale import __version__
+from torchscale.config.base import flatten_settings
 from torchscale.errors import TorchscaleError
 from torchscale.hardware.environment import (
     NodeDevices,
@@ -123,20 +124,10 @@ def base_id(cell_id: str) -> str:
     return cell_id.rsplit("-", 1)[0]
 
 
-def _flat(settings: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
-    flat: Dict[str, Any] = {}
-    for key, value in settings.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def settings_changes(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
     """``measure_steps 8 -> 30`` for every setting that differs (those outside a cell's identity
     left out)."""
-    before, after = _flat(old), _flat(new)
+    before, after = dict(flatten_settings(old)), dict(flatten_settings(new))
     return [
         f"{key} {before.get(key)!r} -> {after.get(key)!r}"
         for key in sorted(set(before) | set(after))
