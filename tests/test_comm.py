@@ -186,19 +186,28 @@ def test_communication_only_config_plans_one_cell_per_gpu_count(tmp_path: Path) 
         )
     )
     plan = expand(config)
+    # With a TP GEMM section one GPU is a cell too: its reference GEMM and 1-rank gather path.
     assert [(c.kind, c.settings.gpus, c.settings.repeat) for c in plan.cells] == [
+        ("communication", 1, 0),
         ("communication", 2, 0),
         ("communication", 4, 0),
+        ("communication", 1, 1),
         ("communication", 2, 1),
         ("communication", 4, 1),
     ]
-    settings = plan.cells[0].settings
+    cells = [c for c in plan.cells if c.settings.gpus > 1]
+    settings = cells[0].settings
     assert settings.sizes == [8, 16, 32, 64] and settings.dtypes == ["float32"]
     cases = {(c.m, c.k, c.dtype, c.order) for c in settings.tp_gemm}
     assert len(cases) == 2 * 2 * 2 * 2 and ("m", 128) not in cases
     assert {c.order for c in settings.tp_gemm} == {"AG_before", "AG_after"}
     # Repeats share identity: only the repeat number differs in the id.
-    assert plan.cells[0].cell_id.replace("-r0-", "-r1-") == plan.cells[2].cell_id
+    assert cells[0].cell_id.replace("-r0-", "-r1-") == cells[2].cell_id
+    # Collectives alone: a single rank has no one to talk to.
+    collectives_only = load_config(
+        write(tmp_path, "gpu_counts: [1, 2]\ncommunication:\n  min_bytes: 8\n  max_bytes: 64\n")
+    )
+    assert [c.settings.gpus for c in expand(collectives_only).cells] == [2]
 
 
 def test_scopes_split_ranks_node_by_node() -> None:

@@ -4,7 +4,8 @@
 Each launch sweeps every scope x collective x dtype x size, the P2P pairs and the TP GEMM cases,
 so the process group and NCCL communicators are set up once per GPU count, as one nccl-tests
 run would.
-A single rank has no one to talk to: GPU counts of 1 are left out.
+A single rank has no one to talk to: GPU counts of 1 are left out, unless the section asks for the
+TP GEMM, whose reference GEMM and 1-rank all-gather path are worth measuring on one GPU.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ def comm_cell_id(settings: CommCellSettings) -> str:
 
 
 def comm_gpu_counts(config: BenchmarkConfig) -> List[int]:
-    counts = [gpus for gpus in config.gpu_counts if gpus >= 2]
+    section = config.communication
+    least = 1 if section is not None and section.tp_gemm else 2
+    counts = [gpus for gpus in config.gpu_counts if gpus >= least]
     if not counts:
         raise ConfigError(
             f"communication needs at least 2 ranks but gpu_counts is {config.gpu_counts}: "

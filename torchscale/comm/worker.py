@@ -164,11 +164,12 @@ def _tp_gemm(run: RankRun) -> List[Dict[str, Any]]:
 def measure(settings: CommCellSettings, ctx: RankContext, reporter: RankReporter) -> dict:
     """Everything this rank measured, in the order every rank runs it."""
     run = RankRun(settings, ctx, Clock(ctx.device), reporter, corruption_from_env())
+    alone = ctx.world_size == 1  # a 1-rank cell exists for the TP GEMM alone (see comm.plan)
     return {
         "rank": ctx.rank,
         "host": socket.gethostname(),
-        "collectives": _collectives(run),
-        "p2p": _p2p(run) if settings.p2p else [],
+        "collectives": [] if alone else _collectives(run),
+        "p2p": _p2p(run) if settings.p2p and not alone else [],
         "tp_gemm": _tp_gemm(run),
     }
 
