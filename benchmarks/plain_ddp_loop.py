@@ -90,7 +90,7 @@ def main() -> None:
         step()
     if cuda:
         torch.cuda.synchronize()
-    elapsed = torch.tensor([time.perf_counter() - start])
+    elapsed = torch.tensor([time.perf_counter() - start], device=device)  # NCCL: on the GPU
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     world = dist.get_world_size()
     if dist.get_rank() == 0:

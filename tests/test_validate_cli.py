@@ -42,6 +42,7 @@ def checks_of(report: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
 
 
 @pytest.mark.slow
+@pytest.mark.cpu_only_node
 def test_stdout_is_one_json_document_and_the_exit_code_follows_it(real_run):
     result, report, _ = real_run
     assert set(report) >= {"checks", "host", "summary", "torchscale", "backend", "duration_s"}
@@ -56,6 +57,7 @@ def test_stdout_is_one_json_document_and_the_exit_code_follows_it(real_run):
 
 
 @pytest.mark.slow
+@pytest.mark.cpu_only_node
 def test_the_real_gloo_smoke_test_passes_with_the_exact_sum(real_run):
     _, report, _ = real_run
     smoke = checks_of(report)["All-reduce smoke test"]
@@ -76,6 +78,7 @@ def test_the_real_gloo_smoke_test_passes_with_the_exact_sum(real_run):
 
 
 @pytest.mark.slow
+@pytest.mark.cpu_only_node
 def test_values_that_must_be_true_on_this_cpu_only_machine(real_run):
     import torch
 
@@ -95,6 +98,7 @@ def test_values_that_must_be_true_on_this_cpu_only_machine(real_run):
 
 
 @pytest.mark.slow
+@pytest.mark.cpu_only_node
 def test_the_table_on_stderr(real_run):
     result, report, _ = real_run
     table = result.stderr
