@@ -24,7 +24,7 @@ from tests.shared_runs import healthy_run
 from torchscale.cli.app import app
 from torchscale.errors import ConfigError
 from torchscale.models.registry import check_model_factory
-from torchscale.plan.matrix import experiment_dirname, is_safe_name
+from torchscale.results.layout import experiment_dirname, is_safe_name
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from tests.python_probe import python_prints
 from tests.report_fixtures import FixtureSpec, write_experiment
 from torchscale.cli.app import app
-from torchscale.plan.matrix import experiment_dirname
+from torchscale.results.layout import experiment_dirname
 
 SMALL = {
     "batch_sizes": (32,),

@@ -149,14 +149,15 @@ def run(
         run_sweep,
         write_summary,
     )
-    from torchscale.plan.matrix import expand, experiment_dirname
+    from torchscale.plan.matrix import expand
+    from torchscale.results.layout import experiment_dir
     from torchscale.results.store import ExperimentStore, check_writable
 
     loaded = _config(config, overrides)
     plan = expand(loaded, benchmark)
     out = Path(output_dir)
     check_writable(out)
-    store = ExperimentStore(out / experiment_dirname(loaded.experiment_name))
+    store = ExperimentStore(experiment_dir(out, loaded.experiment_name))
     check_resumable(store, resume)
     options = SweepOptions(resume=resume, retry_failed=retry_failed, launch=Launch())
     records = run_sweep(plan, store, options, noop_events())

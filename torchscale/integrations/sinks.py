@@ -58,7 +58,7 @@ def cell_run_name(record: TrainingResult, swept: Sequence[str]) -> str:
 
 
 def config_prefix(record: TrainingResult, swept: Sequence[str]) -> str:
-    from torchscale.plan.matrix import experiment_dirname
+    from torchscale.results.layout import experiment_dirname
 
     parts = [experiment_dirname(record.experiment), record.model, config_label(record, swept)]
     return "/".join(part.replace("/", "_") for part in parts)

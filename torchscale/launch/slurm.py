@@ -24,8 +24,8 @@ from torchscale.errors import TorchscaleError
 from torchscale.launch.multinode import DEFAULT_PORT, Launch
 from torchscale.launch.torchrun import SINGLE_NODE, Rendezvous
 from torchscale.plan.matrix import Cell, Plan
+from torchscale.results.layout import SBATCH_FILE
 
-SBATCH_FILE = "sbatch.sh"
 NODELIST_VARS = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
 GPUS_VARS = ("SLURM_GPUS_PER_NODE", "SLURM_GPUS_ON_NODE")
 LAUNCH_OVERHEAD_S = 120.0

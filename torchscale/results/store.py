@@ -41,15 +41,11 @@ from torchscale.results.files import (
     refuse_link,
     storage_cause,
 )
+from torchscale.results.layout import CELLS, LOCK, MANIFEST, RESERVE, RESULTS, SUMMARY
 from torchscale.results.schema import ResultBase
 
 log = logging.getLogger("torchscale")
 
-MANIFEST = "manifest.json"
-RESULTS = "results.jsonl"
-SUMMARY = "summary.csv"
-CELLS = "cells"
-RESERVE = ".reserve"
 RESERVE_BYTES = 1 << 20
 """Set aside while a sweep runs and given back when the disk fills, to record the dying cell."""
 
@@ -197,7 +193,7 @@ class ExperimentStore:
 
     @property
     def lock_path(self) -> Path:
-        return self.root / ".lock"
+        return self.root / LOCK
 
     @property
     def reserve_path(self) -> Path:
