@@ -361,7 +361,7 @@ def session_report(tmp_root: Path, source: str, fmt: str) -> Path:
     session."""
     key = f"{source}.{fmt}"
     if key not in _SESSION:
-        from torchscale.report.build import ReportRequest, generate_report
+        from torchscale.app.report import ReportRequest, generate_report
 
         sources = {"fixture": fixture_results, "nodes": node_results, "real": real_results}
         folder = sources[source](tmp_root)

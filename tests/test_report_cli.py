@@ -91,8 +91,8 @@ def test_report_bad_input_is_one_line_exit_2(runs, tmp_path: Path, args, message
 
 
 def test_a_failed_render_leaves_the_old_report(runs, tmp_path: Path, monkeypatch) -> None:
+    from torchscale.app import report as build
     from torchscale.errors import TorchscaleError
-    from torchscale.report import build
 
     output = tmp_path / "report.html"
     output.write_text("previous report", encoding="utf-8")

@@ -15,7 +15,6 @@ from torchscale.results.layout import SUMMARY_COMM, SUMMARY_TP_GEMM
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult
 from torchscale.results.store import atomic_write_text
 
-
 COMMON_COLUMNS = ["cell_id", "experiment", "world_size", "nnodes", "repeat", "status", "error"]
 COLLECTIVE_COLUMNS = [
     *COMMON_COLUMNS,

@@ -152,10 +152,10 @@ class MlflowSink:
         self.client.log_batch(run_id, metrics=metrics[:1000], params=self._param_list(params))
         for extra in range(1000, len(metrics), 1000):
             self.client.log_batch(run_id, metrics=metrics[extra : extra + 1000])
-        cell_dir = cell_dir(self.store_root, record.cell_id)
+        folder = cell_dir(self.store_root, record.cell_id)
         for artifact in (RESULT_FILE, CELL_FILE):
-            if (cell_dir / artifact).is_file():
-                self.client.log_artifact(run_id, str(cell_dir / artifact))
+            if (folder / artifact).is_file():
+                self.client.log_artifact(run_id, str(folder / artifact))
         self.client.set_terminated(run_id, RUN_STATUS.get(record.status, "FAILED"))
 
     def close(self, records: Sequence[ResultBase], table: Any) -> None:

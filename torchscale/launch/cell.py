@@ -36,12 +36,13 @@ from torchscale.launch.torchrun import (
 )
 from torchscale.launch.traces import analyze_traces
 from torchscale.plan.matrix import Cell
-from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
+from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.layout import (
     CELL_FILE,
     LAUNCH_LOG,
-    RESULT_FILE,
     NODE_DIR_GLOB,
+    PROFILE_DIR,
+    RESULT_FILE,
     TORCHRUN_LOGS,
     rank_file_glob,
 )

@@ -13,7 +13,7 @@ from typing import Any, Dict
 
 from torchscale.errors import TorchscaleError
 from torchscale.launch.nsys import export_sqlite
-from torchscale.results.layout import NSYS_REPORT_GLOB
+from torchscale.results.layout import FINDINGS_FILE, NSYS_REPORT_GLOB
 
 log = logging.getLogger("torchscale")
 
@@ -21,7 +21,7 @@ log = logging.getLogger("torchscale")
 def analyze_traces(profile_dir: Path, target: str) -> Dict[str, Any]:
     """Export nsys reports if any, analyse; returns fields for the record's ``profile`` block."""
     from torchscale.profiling.analysis import analyze
-    from torchscale.profiling.outputs import FINDINGS_FILE, write_outputs
+    from torchscale.profiling.outputs import write_outputs
 
     if any(profile_dir.glob(NSYS_REPORT_GLOB)):
         try:

@@ -6,9 +6,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional
 
 from torchscale.config.schema import ProfilingSettings
-from torchscale.results.layout import PROFILE_DIR  # traces of a cell go to cells/<cell_id>/profile/
-
-
 
 # The NVTX mark each rank's process emits in its nsys window, so that an export holding several
 # ranks (``nsys profile torchrun ...``) says which process is which rank (read by nsys_ranks).

@@ -26,7 +26,9 @@ def parse_cell_args(prog: str, description: str, argv: Optional[List[str]]) -> a
     dies with its launcher or with torchscale (see ``torchscale.launch.liveness``)."""
     adopt_mpi_environment()  # ranks started by mpirun: RANK etc. from MPI's variables
     parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--cell", type=Path, required=True, help=f"{CELL_FILE} written by the planner")
+    parser.add_argument(
+        "--cell", type=Path, required=True, help=f"{CELL_FILE} written by the planner"
+    )
     parser.add_argument("--out", type=Path, required=True, help="where rank 0 writes the result")
     args = parser.parse_args(argv)
     watch_parent()

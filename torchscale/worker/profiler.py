@@ -17,8 +17,8 @@ from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from torchscale.plan.profile_request import PROFILE_DIR, RANK_MARK_FORMAT, ProfileRequest
-from torchscale.results.layout import kineto_trace, nsys_report
+from torchscale.plan.profile_request import RANK_MARK_FORMAT, ProfileRequest
+from torchscale.results.layout import PROFILE_DIR, kineto_trace, nsys_report
 from torchscale.worker.distributed import RankContext
 from torchscale.worker.timing import Clock
 from torchscale.worker.training import TrainingRun

@@ -1,4 +1,4 @@
-"""One call from a results folder to a written report file (what ``torchscale report`` runs)."""
+"""The ``report`` use case: one call from a results folder to a written report file."""
 
 from __future__ import annotations
 
