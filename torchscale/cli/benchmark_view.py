@@ -222,7 +222,7 @@ def results_table(table: Any, title: str) -> Table:
             drop=4,
         ),
     ]
-    return fitted_table(err_console, title, cols, left_out="see summary.csv or --json")
+    return fitted_table(err_console, title, cols, left_out=f"see {SUMMARY} or --json")
 
 
 def models_table(entries: List[Any]) -> Table:

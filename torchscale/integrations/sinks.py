@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Sequence
 
 from torchscale.analysis.stats import finite_number
 from torchscale.errors import TorchscaleError
+from torchscale.results.layout import RESULTS
 from torchscale.results.schema import ResultBase, TrainingResult
 
 if TYPE_CHECKING:
@@ -105,10 +106,11 @@ class SinkEvents:
             reason = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
             self.broken[sink.name] = reason
             log.warning(
-                "%s logging stopped (%s); the results are safe in results.jsonl and can be "
+                "%s logging stopped (%s); the results are safe in %s and can be "
                 "exported later (torchscale report --format ...)",
                 sink.name,
                 reason,
+                RESULTS,
             )
 
 
