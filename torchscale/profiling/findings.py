@@ -3,7 +3,7 @@ the numbers behind it, and what to do about it."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import pandas as pd
@@ -69,45 +69,47 @@ def _device(rank: int, instances: pd.DataFrame) -> str:
 
 
 def straggler_findings(ranks: pd.DataFrame, instances: pd.DataFrame) -> List[Finding]:
+    columns = ("rank", "sync_stall_pct", "caused_wait_share", "significant_instances")
     figures = [
-        RankWait(int(r.rank), float(r.sync_stall_pct), float(r.caused_wait_share),
-                 int(np.nan_to_num(r.significant_instances)))
-        for r in ranks.itertuples(index=False)
-    ]  # fmt: skip
-    verdict = find_straggler(figures, step=100.0)  # stalls are percentages of each rank's step
-    out = []
-    for row in ranks[ranks["rank"] == verdict.rank].itertuples(index=False) if verdict else ():
-        others = ranks[ranks["rank"] != row.rank]
-        stall = float(others["sync_stall_pct"].mean())
-        mine = instances[(instances["rank"] == row.rank) & instances["is_last"]]
-        op = str(mine["op"].mode().iloc[0]) if len(mine) else "collective"
-        nccl = "NCCL " if (mine["device"] == "gpu").all() else "gloo "
-        early = others.sort_values("sync_stall_pct", ascending=False)["rank"].iloc[0]
-        who, other = _device(row.rank, instances), _device(int(early), instances)
-        out.append(
-            Finding(
-                severity=_severity(stall, 5.0, 10.0),
-                category="straggler",
-                title=(
-                    f"{nccl}{op}: {who} arrives last at {row.times_last} of "
-                    f"{row.significant_instances} collectives, causing "
-                    f"{row.caused_wait_share:.0%} of all waiting (finishes its compute later "
-                    f"than {other}); the other ranks wait {stall:.1f}% of step time for it"
-                ),
-                recommendation=straggler_advice(int(row.rank), gpu=nccl == "NCCL "),
-                ranks=[int(row.rank)],
-                steps=sorted({int(s) for s in mine["step"] if s >= 0}),
-                evidence={
-                    "times_last": int(row.times_last),
-                    "significant_instances": int(row.significant_instances),
-                    "last_share": _num(row.last_share, 3),
-                    "caused_wait_share": _num(row.caused_wait_share, 3),
-                    "others_sync_stall_pct": _num(stall),
-                    "others_wait_us": _num(float(others["wait_us"].sum()), 1),
-                },
-            )
+        RankWait(int(rank), float(stall), float(caused), int(np.nan_to_num(significant)))
+        for rank, stall, caused, significant in zip(
+            *(ranks[c].to_numpy(dtype=float) for c in columns)
         )
-    return out
+    ]
+    verdict = find_straggler(figures, step=100.0)  # stalls are percentages of each rank's step
+    if verdict is None:
+        return []
+    late = verdict.rank
+    row: Dict[Any, Any] = ranks[ranks["rank"] == late].to_dict("records")[0]
+    others = ranks[ranks["rank"] != late]
+    stall = float(others["sync_stall_pct"].mean())
+    mine = instances[(instances["rank"] == late) & instances["is_last"]]
+    op = str(mine["op"].mode().iloc[0]) if len(mine) else "collective"
+    nccl = "NCCL " if (mine["device"] == "gpu").all() else "gloo "
+    early = others.sort_values("sync_stall_pct", ascending=False)["rank"].iloc[0]
+    who, other = _device(late, instances), _device(int(early), instances)
+    finding = Finding(
+        severity=_severity(stall, 5.0, 10.0),
+        category="straggler",
+        title=(
+            f"{nccl}{op}: {who} arrives last at {row['times_last']} of "
+            f"{row['significant_instances']} collectives, causing "
+            f"{row['caused_wait_share']:.0%} of all waiting (finishes its compute later "
+            f"than {other}); the other ranks wait {stall:.1f}% of step time for it"
+        ),
+        recommendation=straggler_advice(late, gpu=nccl == "NCCL "),
+        ranks=[late],
+        steps=sorted({int(s) for s in mine["step"] if s >= 0}),
+        evidence={
+            "times_last": int(row["times_last"]),
+            "significant_instances": int(row["significant_instances"]),
+            "last_share": _num(row["last_share"], 3),
+            "caused_wait_share": _num(row["caused_wait_share"], 3),
+            "others_sync_stall_pct": _num(stall),
+            "others_wait_us": _num(float(others["wait_us"].sum()), 1),
+        },
+    )
+    return [finding]
 
 
 def sync_findings(ranks: pd.DataFrame, have_straggler: bool, gpu: bool = True) -> List[Finding]:
@@ -215,7 +217,7 @@ def _rank_threshold(
     ranks: pd.DataFrame,
     column: str,
     threshold: float,
-    severity_at: tuple,
+    severity_at: Tuple[float, float],
     category: str,
     title: str,
     recommendation: str,
