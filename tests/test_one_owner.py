@@ -8,6 +8,7 @@ check feeds one set of per-rank figures to the worker, the profiler and the repo
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
@@ -23,9 +24,17 @@ FILE_NAME = re.compile(
 )
 
 
+@functools.cache
+def _parsed() -> Tuple[Tuple[Path, ast.Module], ...]:
+    """The package's modules, parsed once for all the checks here."""
+    return tuple(
+        (path, ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        for path in sorted(PACKAGE.rglob("*.py"))
+    )
+
+
 def _modules(folder: Path = PACKAGE) -> Iterator[Tuple[Path, ast.Module]]:
-    for path in sorted(folder.rglob("*.py")):
-        yield path, ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return ((path, tree) for path, tree in _parsed() if folder in path.parents)
 
 
 def _docstrings(tree: ast.Module) -> Set[int]:
@@ -182,7 +191,7 @@ def _profiler_frames(waits: List[float], step: float, late: int) -> Tuple[pd.Dat
 def test_worker_profiler_and_report_name_the_same_straggler(
     waits: List[float], step: float, expected: object
 ) -> None:
-    from torchscale.analysis.straggler import RankWait, find_straggler
+    from torchscale.analysis.straggler import RankWait, find_straggler, record_straggler
     from torchscale.analysis.telemetry import _straggler
     from torchscale.profiling.findings import straggler_findings
     from torchscale.worker.aggregate import sync_stats
@@ -210,5 +219,22 @@ def test_worker_profiler_and_report_name_the_same_straggler(
             self.per_rank: List[object] = []
             self.step_time_ms = None
 
-    for rank in range(len(waits)):
+    assert record_straggler(Record()) == expected  # type: ignore[arg-type]
+    for rank in range(len(waits)):  # the telemetry findings' "is the straggler"
         assert _straggler(Record(), rank) == (rank == expected)  # type: ignore[arg-type]
+    # A record without the worker's verdict gets the same rule from its per-rank waits.
+    bare = Record()
+    bare.sync = None  # type: ignore[assignment]
+    bare.per_rank = [RankResultLike(r, w) for r, w in enumerate(waits)]
+    bare.step_time_ms = StepLike(step)  # type: ignore[assignment]
+    assert record_straggler(bare) == expected  # type: ignore[arg-type]
+
+
+class RankResultLike:
+    def __init__(self, rank: int, wait: float) -> None:
+        self.rank, self.sync_wait_ms = rank, wait
+
+
+class StepLike:
+    def __init__(self, mean: float) -> None:
+        self.mean = mean
