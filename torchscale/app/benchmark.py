@@ -218,3 +218,26 @@ def run_benchmark(
 def check_benchmark_flags(*, force: bool, resume: bool) -> None:
     if force and not resume:
         raise TorchscaleError("--force goes with --resume: pass --resume --force")
+
+
+class _QuietEvents:
+    """Shows nothing (the Python API runs quietly)."""
+
+    def __enter__(self) -> _QuietEvents:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def cell_started(self, cell: Cell, position: int, total: int) -> None:
+        return None
+
+    def cell_polled(self, elapsed_s: float) -> None:
+        return None
+
+    def cell_finished(self, cell: Cell, records: List[ResultBase], table: Any) -> None:
+        return None
+
+
+def quiet_events() -> LiveEvents:
+    return _QuietEvents()
