@@ -64,7 +64,7 @@ def main() -> None:
         write_experiment(root, spec)
         print(f"wrote {folder} in {time.perf_counter() - start:.1f} s")
 
-    from torchscale.report.build import ReportRequest, generate_report
+    from torchscale.app.report import ReportRequest, generate_report
 
     for fmt in ("html", "pdf"):
         output = root / f"report.{fmt}"

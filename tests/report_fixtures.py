@@ -19,7 +19,8 @@ import numpy as np
 from tests.shared_runs import SCRIPT_NAME, healthy_run
 from torchscale.analysis.stats import time_stats
 from torchscale.config.schema import CellSettings
-from torchscale.plan.matrix import cell_id, experiment_dirname
+from torchscale.plan.matrix import cell_id
+from torchscale.results.layout import experiment_dirname
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore, append_jsonl
 from torchscale.worker.aggregate import aggregate
@@ -360,7 +361,7 @@ def session_report(tmp_root: Path, source: str, fmt: str) -> Path:
     session."""
     key = f"{source}.{fmt}"
     if key not in _SESSION:
-        from torchscale.report.build import ReportRequest, generate_report
+        from torchscale.app.report import ReportRequest, generate_report
 
         sources = {"fixture": fixture_results, "nodes": node_results, "real": real_results}
         folder = sources[source](tmp_root)

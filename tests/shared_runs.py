@@ -42,7 +42,7 @@ def healthy_run(tmp_root: Path) -> Run:
     """``torchscale benchmark --json`` on gpt2-tiny with 1 and 2 gloo processes."""
     if "healthy" not in _RUNS:
         from torchscale.cli.app import app
-        from torchscale.plan.matrix import experiment_dirname
+        from torchscale.results.layout import experiment_dirname
 
         root = tmp_root / "healthy-run"
         root.mkdir(parents=True, exist_ok=True)

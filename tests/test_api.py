@@ -16,7 +16,7 @@ from tests.shared_runs import healthy_run
 from torchscale.analysis.scaling import label_variants, scaling_curves
 from torchscale.analysis.tables import training_table
 from torchscale.errors import TorchscaleError
-from torchscale.plan.matrix import experiment_dirname
+from torchscale.results.layout import experiment_dirname
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 

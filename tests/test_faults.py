@@ -27,8 +27,8 @@ from tests.report_fixtures import FixtureSpec, write_experiment
 from torchscale.cli.app import app
 from torchscale.errors import TorchscaleError
 from torchscale.launch.liveness import OWNER_FILE, ProcessIdentity, live_owner, write_owner
-from torchscale.plan.matrix import experiment_dirname
 from torchscale.results.files import UnsafePathError, dumps, open_for_write
+from torchscale.results.layout import experiment_dirname
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore, append_jsonl, atomic_write_json
 

@@ -24,7 +24,7 @@ from tests.shared_runs import healthy_run
 from torchscale.cli.app import app
 from torchscale.errors import ConfigError
 from torchscale.models.registry import check_model_factory
-from torchscale.plan.matrix import experiment_dirname, is_safe_name
+from torchscale.results.layout import experiment_dirname, is_safe_name
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
@@ -269,7 +269,7 @@ def test_worst_target_is_the_lowest_efficiency_at_the_largest_count_that_fits(
 ) -> None:
     from tests.report_fixtures import FixtureSpec, write_experiment
     from torchscale.analysis.tables import training_table
-    from torchscale.profiling.capture import DEFAULT_MODEL, worst_target
+    from torchscale.app.profile import DEFAULT_MODEL, worst_target
 
     empty = worst_target(tmp_path / "nothing", "cpu", 2)
     assert (empty.model, empty.batch_size) == DEFAULT_MODEL["cpu"] == ("resnet-tiny", 8)
@@ -547,7 +547,7 @@ def test_in_chromium_no_band_label_is_inside_a_plot(
 def test_two_experiments_are_both_named_and_label_their_findings(tmp_path: Path) -> None:
     from tests.pdf_pages import needs_poppler, pages_text
     from tests.report_fixtures import FixtureSpec, write_experiment
-    from torchscale.report.build import ReportRequest, generate_report
+    from torchscale.app.report import ReportRequest, generate_report
     from torchscale.report.content import build_content
     from torchscale.report.data import load_report_data
 

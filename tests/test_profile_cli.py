@@ -113,8 +113,8 @@ def test_capture_builds_the_benchmark_it_runs(tmp_path):
     test_profile_capture.py for real captures)."""
     from datetime import datetime
 
+    from torchscale.app.profile import CaptureRequest, capture_config
     from torchscale.config.loader import parse_overrides
-    from torchscale.profiling.capture import CaptureRequest, capture_config
 
     when = datetime(2026, 11, 22, 3, 4, 5)
     for text, seconds in (("30", 30.0), ("30s", 30.0), ("2m", 120.0)):

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from tests.python_probe import python_prints
 from tests.report_fixtures import FixtureSpec, write_experiment
 from torchscale.cli.app import app
-from torchscale.plan.matrix import experiment_dirname
+from torchscale.results.layout import experiment_dirname
 
 SMALL = {
     "batch_sizes": (32,),
@@ -91,8 +91,8 @@ def test_report_bad_input_is_one_line_exit_2(runs, tmp_path: Path, args, message
 
 
 def test_a_failed_render_leaves_the_old_report(runs, tmp_path: Path, monkeypatch) -> None:
+    from torchscale.app import report as build
     from torchscale.errors import TorchscaleError
-    from torchscale.report import build
 
     output = tmp_path / "report.html"
     output.write_text("previous report", encoding="utf-8")

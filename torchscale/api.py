@@ -141,27 +141,27 @@ def run(
     Bad input raises ``torchscale.errors.TorchscaleError``; a failing cell is a record, not an
     exception (see ``Results.ok``).
     """
-    from torchscale.launch.multinode import Launch
-    from torchscale.launch.sweep import (
-        SweepOptions,
-        check_resumable,
-        noop_events,
-        run_sweep,
-        write_summary,
-    )
-    from torchscale.plan.matrix import expand, experiment_dirname
-    from torchscale.results.store import ExperimentStore, check_writable
+    import logging
 
-    loaded = _config(config, overrides)
-    plan = expand(loaded, benchmark)
-    out = Path(output_dir)
-    check_writable(out)
-    store = ExperimentStore(out / experiment_dirname(loaded.experiment_name))
-    check_resumable(store, resume)
-    options = SweepOptions(resume=resume, retry_failed=retry_failed, launch=Launch())
-    records = run_sweep(plan, store, options, noop_events())
-    write_summary(store, records)
-    return Results(store.root, records)
+    from torchscale.app.benchmark import (
+        BenchmarkRequest,
+        LaunchRequest,
+        quiet_events,
+        run_benchmark,
+    )
+
+    request = BenchmarkRequest(
+        _config(config, overrides),
+        Path(output_dir),
+        benchmark,
+        LaunchRequest(nnodes=1, node_rank=0),  # this node, whatever the environment says
+        resume=resume,
+        retry_failed=retry_failed,
+    )
+    outcome = run_benchmark(request, quiet_events(), logging.getLogger("torchscale").info)
+    if outcome.stopped_by:  # what finished is safe in the folder; the caller sees the signal
+        raise KeyboardInterrupt(f"{outcome.stopped_by}: {outcome.records_safe} results kept")
+    return Results(outcome.store_root, outcome.records)
 
 
 def _records(source: Union[PathLike, Results], what: str) -> List[ResultBase]:

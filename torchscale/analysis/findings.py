@@ -7,11 +7,13 @@ the sync warnings the worker puts in each training record, and scaling below the
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import pandas as pd
 
+from torchscale.analysis.finding import Finding, Severity, severity_order
 from torchscale.analysis.scaling import EFFICIENCY_GOOD
+from torchscale.analysis.straggler import PROFILE_NEXT, straggler_advice, sync_variance_advice
 from torchscale.results.schema import ResultBase, TrainingResult
 
 COLUMNS = [
@@ -24,38 +26,6 @@ COLUMNS = [
     "source",
     "experiment",
 ]
-SEVERITY_ORDER = {
-    "critical": 0,
-    "error": 0,
-    "high": 1,
-    "warning": 2,
-    "warn": 2,
-    "medium": 2,
-    "low": 3,
-    "info": 4,
-}
-
-STRAGGLER_ADVICE = (
-    "Compare rank {rank}'s clocks, temperature and power with the others "
-    "(nvidia-smi -q -d PERFORMANCE), check data loading and CPU affinity on its host, then "
-    "profile the cell with 'torchscale profile --target sync_stalls'."
-)
-ERRATIC_ADVICE = (
-    "Look for contention on the interconnect or other jobs on the node; try a larger "
-    "ddp.bucket_cap_mb or ddp.static_graph, and profile with 'torchscale profile'."
-)
-# On CPU processes (gloo) there is no GPU to inspect and no interconnect inside the host: the
-# ranks share its cores.
-STRAGGLER_ADVICE_CPU = (
-    "Rank {rank} computes slower than the others: check for other processes on its cores and "
-    "its CPU frequency (top, cpupower frequency-info), give every rank cores of its own, then "
-    "profile the cell with 'torchscale profile --target sync_stalls'."
-)
-ERRATIC_ADVICE_CPU = (
-    "Look for other processes competing for the ranks' cores (top) and give every rank cores of "
-    "its own (fewer ranks per host, or TORCHSCALE_CPU_SLOTS); try a larger ddp.bucket_cap_mb or "
-    "ddp.static_graph, and profile with 'torchscale profile'."
-)
 
 
 def on_cpu(record: TrainingResult) -> bool:
@@ -105,7 +75,7 @@ def _cells(labels: List[str]) -> str:
 def record_findings(records: Iterable[ResultBase]) -> List[Dict[str, Any]]:
     """The sync warnings the worker recorded, one finding per model and straggler rank (or
     erratic sync), listing the cells where it was seen."""
-    groups: Dict[tuple, List[TrainingResult]] = {}
+    groups: Dict[Tuple[str, str, Optional[int]], List[TrainingResult]] = {}
     for record in records:
         if isinstance(record, TrainingResult) and record.sync and record.sync.warning:
             key = (record.experiment, record.model, record.sync.slowest_rank)
@@ -113,29 +83,26 @@ def record_findings(records: Iterable[ResultBase]) -> List[Dict[str, Any]]:
     found = []
     for (experiment, model, slowest), cells in groups.items():
         cells.sort(key=lambda r: (r.world_size, r.batch_size, r.repeat))
-        worst = max(cells, key=lambda r: r.sync.wait_spread_ms or 0.0)
+        worst = max(cells, key=lambda r: (r.sync.wait_spread_ms if r.sync else None) or 0.0)
         labels = list(dict.fromkeys(f"batch {r.batch_size} on {r.world_size} GPUs" for r in cells))
-        straggler = slowest is not None
-        cpu = all(on_cpu(r) for r in cells)
-        if straggler:
-            advice = (STRAGGLER_ADVICE_CPU if cpu else STRAGGLER_ADVICE).format(rank=slowest)
+        gpu = not all(on_cpu(r) for r in cells)
+        if slowest is not None:
+            title = f"Rank {slowest} is a straggler"
+            advice = straggler_advice(slowest, gpu, PROFILE_NEXT)
         else:
-            advice = ERRATIC_ADVICE_CPU if cpu else ERRATIC_ADVICE
-        found.append(
-            {
-                "severity": "warning",
-                "category": "sync",
-                "title": (
-                    f"Rank {slowest} is a straggler" if straggler else "Erratic gradient sync"
-                )
-                + f": {model}",
-                "message": f"Seen in {_cells(labels)}. {worst.sync.warning}.",
-                "ranks": [slowest] if straggler else [],
-                "recommendation": advice,
-                "source": worst.cell_id + (f" (+{len(cells) - 1} cells)" if len(cells) > 1 else ""),
-                "experiment": experiment,
-            }
+            title = "Erratic gradient sync"
+            advice = sync_variance_advice(gpu, PROFILE_NEXT)
+        finding = Finding(
+            severity=Severity.WARNING,
+            category="sync",
+            title=f"{title}: {model}",
+            message=f"Seen in {_cells(labels)}. {worst.sync.warning if worst.sync else ''}.",
+            ranks=[slowest] if slowest is not None else [],
+            recommendation=advice,
+            source=worst.cell_id + (f" (+{len(cells) - 1} cells)" if len(cells) > 1 else ""),
+            experiment=experiment,
         )
+        found.append(finding.to_row())
     return found
 
 
@@ -166,21 +133,19 @@ def scaling_findings(table: pd.DataFrame) -> List[Dict[str, Any]]:
         efficiency, sync = float(worst["efficiency"]), worst["sync"]
         detail = f"; gradient sync is {sync:.0f}% of its step" if not pd.isna(sync) else ""
         others = f" ({len(below)} of {len(group)} configurations)" if len(group) > 1 else ""
-        found.append(
-            {
-                "severity": "high" if efficiency < 0.5 else "warning",
-                "category": "scaling",
-                "title": f"{model} scales below {EFFICIENCY_GOOD:.0%}{others}",
-                "message": f"Worst: {worst['variant']} at {efficiency:.0%} on "
-                f"{int(worst['world_size'])} GPUs against {int(worst['baseline'])} GPU(s){detail}.",
-                "ranks": [],
-                "recommendation": SYNC_BOUND_ADVICE
-                if not pd.isna(sync) and sync >= 10
-                else COMPUTE_BOUND_ADVICE,
-                "source": worst["cell_id"],
-                "experiment": str(experiment),
-            }
+        finding = Finding(
+            severity=Severity.HIGH if efficiency < 0.5 else Severity.WARNING,
+            category="scaling",
+            title=f"{model} scales below {EFFICIENCY_GOOD:.0%}{others}",
+            message=f"Worst: {worst['variant']} at {efficiency:.0%} on "
+            f"{int(worst['world_size'])} GPUs against {int(worst['baseline'])} GPU(s){detail}.",
+            recommendation=(
+                SYNC_BOUND_ADVICE if not pd.isna(sync) and sync >= 10 else COMPUTE_BOUND_ADVICE
+            ),
+            source=str(worst["cell_id"]),
+            experiment=str(experiment),
         )
+        found.append(finding.to_row())
     return found
 
 
@@ -191,5 +156,5 @@ def findings_table(findings: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     table["experiment"] = table["experiment"].fillna("")
     same = ["experiment", "severity", "category", "title", "message", "recommendation"]
     table = table[~table[same].astype(str).duplicated()]
-    order = table["severity"].map(lambda s: SEVERITY_ORDER.get(s, 5))
+    order = table["severity"].map(severity_order)
     return table.assign(_order=order).sort_values("_order", kind="stable").drop(columns="_order")

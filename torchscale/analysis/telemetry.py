@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import pandas as pd
 
+from torchscale.analysis.straggler import record_straggler
 from torchscale.hardware.nvml import reason_label
 from torchscale.results.schema import RankResult, ResultBase, TrainingResult
 
@@ -146,11 +147,8 @@ def _where(record: TrainingResult) -> str:
 
 
 def _straggler(record: TrainingResult, rank: int) -> bool:
-    """The rank the others wait for: named by the sync stats, or the one that waits least."""
-    if record.sync and record.sync.slowest_rank is not None:
-        return record.sync.slowest_rank == rank
-    waits = {r.rank: r.sync_wait_ms for r in record.per_rank if r.sync_wait_ms is not None}
-    return len(waits) > 1 and min(waits, key=waits.__getitem__) == rank
+    """The rank the others wait for, as the worker's sync stats named it (by the one rule)."""
+    return record_straggler(record) == rank
 
 
 def _clock_findings(record: TrainingResult) -> List[Dict[str, Any]]:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
 import logging
 import sys
-import textwrap
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -17,10 +15,9 @@ from torchscale.cli.console import err_console, print_json, user_errors
 from torchscale.errors import TorchscaleError
 
 if TYPE_CHECKING:
+    from torchscale.app.benchmark import BenchmarkOutcome, BenchmarkRequest
     from torchscale.config.schema import BenchmarkConfig
-    from torchscale.integrations.sinks import Integrations
-    from torchscale.launch.multinode import Launch
-    from torchscale.plan.matrix import Cell, Plan
+    from torchscale.results.schema import ResultBase
 
 log = logging.getLogger("torchscale")
 
@@ -227,52 +224,53 @@ def register(app: typer.Typer) -> None:
                 "missing --config: pass the benchmark YAML, e.g. --config benchmark_config.yaml"
             )
 
-        from torchscale.cli.benchmark_nodes import launch_for, plan_and_launch, submit_matrix
+        from torchscale.app.benchmark import (
+            BenchmarkRequest,
+            LaunchRequest,
+            check_benchmark_flags,
+        )
         from torchscale.config.loader import load_config, parse_overrides
         from torchscale.integrations.sinks import Integrations
 
-        if force and not resume:
-            raise TorchscaleError("--force goes with --resume: pass --resume --force")
+        check_benchmark_flags(force=force, resume=resume)
         loaded = load_config(config, parse_overrides(set_ or [], ctx.args))
         if benchmark_kind != "comm":
             _check_models(loaded)
         integrations = Integrations(tensorboard, mlflow)
         integrations.check()
+        request = BenchmarkRequest(
+            loaded,
+            output_dir,
+            benchmark_kind,
+            LaunchRequest(
+                launcher=launcher.value,
+                nnodes=nnodes,
+                node_rank=node_rank,
+                rdzv_endpoint=rdzv_endpoint,
+                rdzv_id=rdzv_id,
+                join_timeout=join_timeout,
+                mpirun_args=mpirun_arg or [],
+            ),
+            max_cells=max_cells,
+            resume=resume,
+            retry_failed=retry_failed,
+            force=force,
+            integrations=integrations,
+        )
         if submit:
             forwarded = [
                 f"--benchmark={benchmark_kind}",
                 *(f"--set={item}" for item in set_ or []),
                 *ctx.args,
             ]
-            submit_matrix(
-                loaded, config, output_dir, launcher.value, forwarded, sbatch_arg or [],
-                resume=resume, dry_run=dry_run, join_timeout=join_timeout, benchmark=benchmark_kind,
-                max_cells=max_cells,
-            )  # fmt: skip
+            _submit(request, config, forwarded, sbatch_arg or [], dry_run)
             return
         if dry_run:
-            launch, per_node = launch_for(
-                loaded, launcher.value, nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout,
-                mpirun_arg or [],
-            )  # fmt: skip
-            _print_plan(
-                loaded, benchmark_kind, per_node, max_cells, launch, output_dir, json_output
-            )
+            from torchscale.cli.plan_view import print_plan
+
+            print_plan(request, json_output)
             return
-        plan, launch = plan_and_launch(
-            loaded, launcher.value, nnodes, node_rank, rdzv_endpoint, rdzv_id, join_timeout,
-            benchmark=benchmark_kind, mpirun_args=mpirun_arg or [], max_cells=max_cells,
-        )  # fmt: skip
-        code = _run(
-            plan,
-            launch,
-            output_dir,
-            resume=resume,
-            retry_failed=retry_failed,
-            json_output=json_output,
-            integrations=integrations,
-            force=force,
-        )
+        code = _run(request, json_output)
         if code:
             raise typer.Exit(code)
 
@@ -295,190 +293,82 @@ def _check_models(config: BenchmarkConfig) -> None:
     check_model_factories(config.models, seq_len=config.seq_len[0])
 
 
-def _warn_profiling(config: BenchmarkConfig, device_kind: str) -> None:
-    """One WARN line when the config asks for nsys and torch.profiler will trace instead."""
-    from torchscale.launch.nsys import tool_warning
-
-    warning = tool_warning(config.profiling.tool, device_kind) if config.profiling.enabled else None
-    if warning:
-        err_console.print(f"> [WARN] {warning}", soft_wrap=True, markup=False)
+def _note(line: str) -> None:
+    err_console.print(line, soft_wrap=True, markup=False)
 
 
-DRY_RUN_CHUNK = 500
-"""Cells per table when a dry run prints a large plan (a plan up to this size is one table)."""
-
-
-def _chunks(cells: Iterator[Cell], size: int) -> Iterator[List[Cell]]:
-    while True:
-        chunk = list(itertools.islice(cells, size))
-        if not chunk:
-            return
-        yield chunk
-
-
-def _print_plan(
-    config: BenchmarkConfig,
-    benchmark: str,
-    per_node: Optional[int],
-    max_cells: int,
-    launch: Launch,
-    output_dir: Path,
-    json_output: bool,
+def _submit(
+    request: BenchmarkRequest,
+    config_path: Path,
+    forwarded: List[str],
+    sbatch_args: List[str],
+    dry_run: bool,
 ) -> None:
-    """Print the plan as it is expanded, so a matrix of any size (up to --max-cells) prints in
-    bounded memory: tables of ``DRY_RUN_CHUNK`` cells, each followed by its commands; with
-    ``--json``, one array written element by element."""
-    from torchscale.cli.benchmark_view import plan_table
-    from torchscale.hardware.environment import probe_devices
-    from torchscale.launch.cell import cell_command
-    from torchscale.launch.multinode import store_for
-    from torchscale.launch.sweep import skip_reason
-    from torchscale.launch.torchrun import format_command
-    from torchscale.plan.matrix import Plan, experiment_dirname, iter_cells, swept_knobs
-    from torchscale.results.files import dumps
+    from torchscale.app.submit import SubmitRequest, submit_matrix
 
-    def cells() -> Iterator[Cell]:
-        return iter_cells(config, benchmark, per_node, max_cells)
-
-    store = store_for(launch, output_dir / experiment_dirname(config.experiment_name))
-    # A lock-step node's wait at a cell depends on the cells before it: one pass to know them.
-    waits = launch.join_waits(list(cells())) if launch.nnodes > 1 else {}
-
-    devices = probe_devices()
-    skipped: List[str] = []
-
-    def command(cell: Cell) -> Tuple[str, Optional[str]]:
-        """The cell's command, or why this node would skip it (as the run decides it)."""
-        reason = skip_reason(cell, devices, launch)
-        if reason:
-            skipped.append(cell.cell_id)
-            return f"skipped: {reason}", reason
-        cell_dir = store.cell_dir(cell.cell_id)
-        own = launch.worker_command(cell, cell_dir)  # mpirun starts the ranks itself
-        rendezvous = launch.rendezvous(cell, waits.get(cell.cell_id))
-        text = format_command(
-            own or [*launch.prefix(cell), *cell_command(cell, cell_dir, rendezvous)]
-        )
-        return text, None
-
-    stream = cells()
-    # Bad input (a matrix over --max-cells, ...) raises at the first cell: before any output.
-    stream = itertools.chain(list(itertools.islice(stream, 1)), stream)
-    _warn_profiling(config, devices.kind)
-    if json_output:
-        separator = "\n"
-        sys.stdout.write("[")
-        for cell in stream:
-            if launch.visits(cell):
-                text, reason = command(cell)
-                document = {
-                    "cell_id": cell.cell_id,
-                    "settings": cell.settings.model_dump(mode="json"),
-                    "command": text,
-                    "skip_reason": reason,
-                }
-                sys.stdout.write(separator + textwrap.indent(dumps(document, indent=2), "  "))
-                separator = ",\n"
-        sys.stdout.write("]\n" if separator == "\n" else "\n]\n")
-        sys.stdout.flush()
+    done = submit_matrix(SubmitRequest(request, config_path, forwarded, sbatch_args, dry_run))
+    if done.script_path is None:
+        sys.stdout.write(done.script)
+        err_console.print("dry run: nothing was written or submitted")
         return
-    swept = swept_knobs(config, benchmark)
-    chunks = _chunks(stream, DRY_RUN_CHUNK)
-    chunk = next(chunks, [])
-    done = 0
-    while chunk:
-        following = next(chunks, [])
-        table = plan_table(Plan(config, chunk, swept))
-        if done or following:  # one of several tables: say which cells it holds
-            table.title = f"{config.experiment_name}: cells {done + 1}-{done + len(chunk)}"
-        err_console.print(table)
-        for cell in chunk:
-            if launch.visits(cell):
-                err_console.print(
-                    f"[{cell.index + 1}] {command(cell)[0]}", soft_wrap=True, markup=False
-                )
-        done += len(chunk)
-        chunk = following
-    note = f"; {len(skipped)} of {done} cells would be skipped on this node" if skipped else ""
     err_console.print(
-        f"dry run: nothing was run or written (results would go to {store.root}){note}",
-        soft_wrap=True,
+        f"submitted Slurm job {done.job_id} ({done.cells} cells, script {done.script_path}); "
+        f"results go to {done.store_root}, the job's log to {done.job_log}",
         markup=False,
     )
 
 
-def _run(
-    plan: Plan,
-    launch: Launch,
-    output_dir: Path,
-    *,
-    resume: bool,
-    retry_failed: bool,
-    json_output: bool,
-    integrations: Optional[Integrations] = None,
-    force: bool = False,
-) -> int:
-    from torchscale.cli.benchmark_nodes import follower_summary
+def _run(request: BenchmarkRequest, json_output: bool) -> int:
+    from torchscale.app.benchmark import run_benchmark
     from torchscale.cli.benchmark_view import ConsoleEvents, results_table
-    from torchscale.hardware.environment import node_devices
-    from torchscale.integrations.sinks import SinkEvents
-    from torchscale.launch.multinode import store_for
-    from torchscale.launch.process import Terminated
-    from torchscale.launch.sweep import SweepOptions, check_resumable, run_sweep, write_summary
-    from torchscale.plan.matrix import experiment_dirname
-    from torchscale.results.store import check_writable
 
-    check_writable(output_dir)
-    store = store_for(launch, output_dir / experiment_dirname(plan.config.experiment_name))
-    if launch.records_results:
-        check_resumable(store, resume)
-        err_console.print(f"> Results go to {store.root}", soft_wrap=True, markup=False)
-    _warn_profiling(plan.config, node_devices().kind)
-    options = SweepOptions(resume=resume, retry_failed=retry_failed, force=force, launch=launch)
-    sinks = []
-    if integrations is not None and launch.records_results:
-        sinks = integrations.open(plan.config.experiment_name, store.root, plan.swept)
-    console = ConsoleEvents()
-    events = SinkEvents(console, sinks)
-    try:
-        with console:
-            records = run_sweep(plan, store, options, events)
-    except KeyboardInterrupt as exc:
-        events.abort()
-        done = len(store.records())
-        how = "Terminated" if isinstance(exc, Terminated) else "Interrupted"
+    outcome = run_benchmark(request, ConsoleEvents(), _note)
+    if outcome.stopped_by:
         err_console.print(
-            f"[bold yellow]{how}.[/bold yellow] {done} cell result(s) are safe in "
-            f"{store.results_path}; run again with --resume to finish the rest."
+            f"[bold yellow]{outcome.stopped_by}.[/bold yellow] {outcome.records_safe} cell "
+            f"result(s) are safe in {outcome.results_path}; run again with --resume to finish "
+            "the rest."
         )
-        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
-    if not launch.records_results:
-        return follower_summary(launch, store, records)
-    table = write_summary(store, records)
-    events.close(records, table)
-    title = f"{plan.config.experiment_name} ({store.root})"
+        return EXIT_TERMINATED if outcome.stopped_by == "Terminated" else EXIT_INTERRUPTED
+    if not outcome.recorded:
+        return _follower_summary(outcome)
+    table = outcome.table
+    title = f"{outcome.experiment} ({outcome.store_root})"
     if not table.empty:
         err_console.print(results_table(table, title))
-    _print_comm_summary(records, title)
+    _print_comm_summary(outcome.records, title)
     if json_output:
         print_json(
             {
-                "experiment": plan.config.experiment_name,
-                "results_dir": str(store.root),
-                "records": [r.model_dump(mode="json") for r in records],
+                "experiment": outcome.experiment,
+                "results_dir": str(outcome.store_root),
+                "records": [r.model_dump(mode="json") for r in outcome.records],
             }
         )
-    # Count cells, not records: a communication cell has one record per collective x size.
-    failed = {r.cell_id for r in records if r.status in ("failed", "timeout", "invalid")}
+    failed = outcome.failed_cells
     if failed:
-        invalid = any(r.status == "invalid" for r in records)
-        what = "failed, timed out or are invalid" if invalid else "failed or timed out"
+        what = "failed, timed out or are invalid" if outcome.any_invalid else "failed or timed out"
         err_console.print(f"{len(failed)} cell(s) {what}; see their errors above.")
         return EXIT_CELLS_FAILED
     return 0
 
 
-def _print_comm_summary(records: list, title: str) -> None:
+def _follower_summary(outcome: BenchmarkOutcome) -> int:
+    """What a node other than node 0 says at the end (it records nothing)."""
+    err_console.print(
+        f"node {outcome.node_rank} of {outcome.nnodes}: done; node 0 records the results in "
+        f"{outcome.store_root}",
+        markup=False,
+    )
+    if outcome.records:
+        err_console.print(
+            f"{len(outcome.records)} cell(s) failed on this node; see their errors above."
+        )
+        return 1
+    return 0
+
+
+def _print_comm_summary(records: List[ResultBase], title: str) -> None:
     from torchscale.comm.tables import collective_table, tp_gemm_table
     from torchscale.comm.view import comm_results_table
 

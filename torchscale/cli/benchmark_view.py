@@ -19,6 +19,7 @@ from rich.table import Table
 
 from torchscale.cli.console import err_console
 from torchscale.plan.matrix import Cell, Plan
+from torchscale.results.layout import MANIFEST, RESULTS, SUMMARY
 from torchscale.results.schema import ResultBase, TrainingResult
 
 
@@ -221,7 +222,7 @@ def results_table(table: Any, title: str) -> Table:
             drop=4,
         ),
     ]
-    return fitted_table(err_console, title, cols, left_out="see summary.csv or --json")
+    return fitted_table(err_console, title, cols, left_out=f"see {SUMMARY} or --json")
 
 
 def models_table(entries: List[Any]) -> Table:
@@ -236,4 +237,4 @@ def models_table(entries: List[Any]) -> Table:
 
 
 def experiment_path_hint(path: Path) -> str:
-    return f"results in {path} (results.jsonl, summary.csv, manifest.json)"
+    return f"results in {path} ({RESULTS}, {SUMMARY}, {MANIFEST})"

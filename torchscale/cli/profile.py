@@ -1,23 +1,26 @@
 """``torchscale profile``: capture traces around a DDP run, or analyse existing traces.
 
-``torchscale profile --gpus N --duration 30s ...`` captures (see ``profiling/capture.py``);
+``torchscale profile --gpus N --duration 30s ...`` captures (see ``app/profile.py``);
 ``torchscale profile analyze PATH...`` reads per-rank traces and reports bottlenecks.
 Heavy modules (pandas, numpy) are imported inside the command bodies.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, print_json, user_errors
 from torchscale.errors import TorchscaleError
+from torchscale.results.layout import FINDINGS_FILE, PROFILE_TABLE_FILES
+
+if TYPE_CHECKING:
+    from torchscale.app.profile import CapturedCell
 
 TARGETS = ("sync_stalls", "communication", "compute", "memory", "all")
 TOOLS = ("auto", "nsys", "torch")
@@ -36,7 +39,7 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNIT_SECONDS[unit]
 
 
-def _check_choice(value: str, choices: tuple, option: str) -> str:
+def _check_choice(value: str, choices: Tuple[str, ...], option: str) -> str:
     if value not in choices:
         raise TorchscaleError(f"{option} {value!r} is not one of: {', '.join(choices)}")
     return value
@@ -113,29 +116,28 @@ def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) 
         err_console.print(f"[ANALYSIS] Wrote {', '.join(written)} to {out_dir}", soft_wrap=True)
 
 
-def _report_capture(records: List[Any], json_output: bool) -> int:
+def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
     """Print each traced cell's analysis; the exit code says whether anything was traced."""
-    from torchscale.profiling.outputs import FINDINGS_FILE, TABLE_FILES
-
     documents = []
-    for record, store in records:
-        profile = record.profile
-        if record.status != "ok" or profile is None or not profile.profiled:
-            why = record.error or (profile.reason if profile else "no trace was taken")
-            err_console.print(f"[ANALYSIS] {record.cell_id}: not profiled: {why}", soft_wrap=True)
+    for cell in cells:
+        if cell.not_profiled is not None:
+            err_console.print(
+                f"[ANALYSIS] {cell.cell_id}: not profiled: {cell.not_profiled}", soft_wrap=True
+            )
             continue
-        out_dir = store.cell_dir(record.cell_id) / (profile.dir or "")
-        findings = out_dir / FINDINGS_FILE
-        if not findings.exists():
-            err_console.print(f"[ANALYSIS] {record.cell_id}: {profile.reason}", soft_wrap=True)
+        if cell.document is None or cell.out_dir is None:
+            err_console.print(f"[ANALYSIS] {cell.cell_id}: {cell.no_analysis}", soft_wrap=True)
             continue
-        document = json.loads(findings.read_text(encoding="utf-8"))
-        err_console.print(f"[ANALYSIS] Profiling complete: {record.cell_id} ({profile.tool}).")
-        print_document(document, [FINDINGS_FILE, *TABLE_FILES.values()], out_dir)
-        documents.append({"cell_id": record.cell_id, "dir": str(out_dir), **document})
+        err_console.print(f"[ANALYSIS] Profiling complete: {cell.cell_id} ({cell.tool}).")
+        print_document(cell.document, [FINDINGS_FILE, *PROFILE_TABLE_FILES.values()], cell.out_dir)
+        documents.append({"cell_id": cell.cell_id, "dir": str(cell.out_dir), **cell.document})
     if json_output and documents:
         print_json(documents[0] if len(documents) == 1 else {"cells": documents})
     return 0 if documents else 1
+
+
+def _note(line: str) -> None:
+    err_console.print(line, soft_wrap=True, markup=False)
 
 
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Enable verbose logging.")]
@@ -144,12 +146,6 @@ VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Enable ver
 def _verbose(verbose: bool) -> None:
     if verbose:
         logging.getLogger("torchscale").setLevel(logging.DEBUG)
-
-
-def _check_models(config: Any) -> None:
-    from torchscale.models.registry import check_model_factories
-
-    check_model_factories(config.models, seq_len=config.seq_len[0])
 
 
 def register(app: typer.Typer) -> None:
@@ -222,43 +218,15 @@ def register(app: typer.Typer) -> None:
         _check_choice(tool, TOOLS, "--tool")
         if config is not None and (model is not None or batch_size is not None):
             raise TorchscaleError("use either --config or --model/--batch-size, not both")
+        from torchscale.app.profile import CaptureRequest, capture_profile
         from torchscale.cli.benchmark_view import ConsoleEvents
         from torchscale.config.loader import parse_overrides
-        from torchscale.hardware.environment import node_devices
-        from torchscale.launch.nsys import tool_warning
-        from torchscale.profiling.capture import CaptureRequest, capture_config, run_capture
 
-        overrides = parse_overrides(set_ or [])
-        devices = None
-        knobs: Dict[str, Any] = {}
-        if config is None and model is None:
-            from torchscale.profiling.capture import worst_target
-
-            devices = node_devices()
-            picked = worst_target(output_dir, devices.kind, devices.count)
-            err_console.print(
-                f"> [INFO] No --model or --config: {picked.reason}.", soft_wrap=True, markup=False
-            )
-            model, knobs = picked.model, picked.knobs
-            batch_size = batch_size or picked.batch_size
         request = CaptureRequest(
-            gpus, seconds, target, tool, config, model, batch_size, overrides, knobs
+            gpus, seconds, target, tool, config, model, batch_size, parse_overrides(set_ or [])
         )
-        plan_config = capture_config(request)  # bad input fails here, before anything runs
-        _check_models(plan_config)
-        devices = devices or node_devices()
-        warning = tool_warning(tool, devices.kind, "--tool")
-        if warning:
-            err_console.print(f"> [WARN] {warning}", soft_wrap=True, markup=False)
-        from torchscale.plan.matrix import experiment_dirname
-        from torchscale.results.store import check_writable
-
-        check_writable(output_dir)
-        folder = output_dir / experiment_dirname(plan_config.experiment_name)
-        err_console.print(f"> Results go to {folder}", soft_wrap=True, markup=False)
-        with ConsoleEvents() as events:
-            records = run_capture(request, output_dir, events, plan_config)
-        code = _report_capture(records, json_output)
+        cells = capture_profile(request, output_dir, ConsoleEvents(), _note)
+        code = _report_capture(cells, json_output)
         if code:
             raise typer.Exit(code)
 
@@ -281,7 +249,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--output-dir",
                 "-o",
-                help="Folder for findings.json and the CSV tables (default: beside the traces).",
+                help=f"Folder for {FINDINGS_FILE} and the CSV tables (default: beside the traces).",
             ),
         ] = None,
         json_output: Annotated[

@@ -44,7 +44,7 @@ VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Enable ver
 def _generate(
     source: Path, fmt: str, output: Optional[Path], baseline: Optional[Path], threshold: float
 ) -> None:
-    from torchscale.report.build import ReportRequest, generate_report
+    from torchscale.app.report import ReportRequest, generate_report
 
     with err_console.status(f"Building the {fmt} report of {source}..."):
         path = generate_report(ReportRequest(source, fmt, output, baseline, threshold))

@@ -11,11 +11,9 @@ from typing import Iterable, List
 
 import pandas as pd
 
+from torchscale.results.layout import SUMMARY_COMM, SUMMARY_TP_GEMM
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult
 from torchscale.results.store import atomic_write_text
-
-SUMMARY_COMM = "summary_comm.csv"
-SUMMARY_TP_GEMM = "summary_tp_gemm.csv"
 
 COMMON_COLUMNS = ["cell_id", "experiment", "world_size", "nnodes", "repeat", "status", "error"]
 COLLECTIVE_COLUMNS = [

@@ -29,6 +29,14 @@ from torchscale.integrations.sinks import (
     row_for,
     training_records,
 )
+from torchscale.results.layout import (
+    CELL_FILE,
+    MANIFEST,
+    REPORT_EXPORT,
+    RESULT_FILE,
+    SUMMARY,
+    cell_dir,
+)
 from torchscale.results.schema import ResultBase, TrainingResult
 
 INSTALL_HINT = "pip install 'torchscale[mlflow]'"
@@ -144,14 +152,14 @@ class MlflowSink:
         self.client.log_batch(run_id, metrics=metrics[:1000], params=self._param_list(params))
         for extra in range(1000, len(metrics), 1000):
             self.client.log_batch(run_id, metrics=metrics[extra : extra + 1000])
-        cell_dir = self.store_root / "cells" / record.cell_id
-        for artifact in ("result.json", "cell.json"):
-            if (cell_dir / artifact).is_file():
-                self.client.log_artifact(run_id, str(cell_dir / artifact))
+        folder = cell_dir(self.store_root, record.cell_id)
+        for artifact in (RESULT_FILE, CELL_FILE):
+            if (folder / artifact).is_file():
+                self.client.log_artifact(run_id, str(folder / artifact))
         self.client.set_terminated(run_id, RUN_STATUS.get(record.status, "FAILED"))
 
     def close(self, records: Sequence[ResultBase], table: Any) -> None:
-        for name in ("summary.csv", "manifest.json"):
+        for name in (SUMMARY, MANIFEST):
             if (self.store_root / name).is_file():
                 self.client.log_artifact(self.parent_id, str(self.store_root / name))
         self._log_document()
@@ -172,6 +180,6 @@ class MlflowSink:
 
         document = build_document(load_experiment(self.store_root)).model_dump(mode="json")
         with tempfile.TemporaryDirectory() as folder:
-            path = Path(folder) / "report.json"
+            path = Path(folder) / REPORT_EXPORT
             path.write_text(json.dumps(document, indent=2), encoding="utf-8")
             self.client.log_artifact(self.parent_id, str(path))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Sequence
 
 from torchscale.analysis.stats import finite_number
 from torchscale.errors import TorchscaleError
+from torchscale.results.layout import RESULTS
 from torchscale.results.schema import ResultBase, TrainingResult
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ def cell_run_name(record: TrainingResult, swept: Sequence[str]) -> str:
 
 
 def config_prefix(record: TrainingResult, swept: Sequence[str]) -> str:
-    from torchscale.plan.matrix import experiment_dirname
+    from torchscale.results.layout import experiment_dirname
 
     parts = [experiment_dirname(record.experiment), record.model, config_label(record, swept)]
     return "/".join(part.replace("/", "_") for part in parts)
@@ -105,10 +106,11 @@ class SinkEvents:
             reason = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
             self.broken[sink.name] = reason
             log.warning(
-                "%s logging stopped (%s); the results are safe in results.jsonl and can be "
+                "%s logging stopped (%s); the results are safe in %s and can be "
                 "exported later (torchscale report --format ...)",
                 sink.name,
                 reason,
+                RESULTS,
             )
 
 

@@ -36,7 +36,16 @@ from torchscale.launch.torchrun import (
 )
 from torchscale.launch.traces import analyze_traces
 from torchscale.plan.matrix import Cell
-from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
+from torchscale.plan.profile_request import ProfileRequest
+from torchscale.results.layout import (
+    CELL_FILE,
+    LAUNCH_LOG,
+    NODE_DIR_GLOB,
+    PROFILE_DIR,
+    RESULT_FILE,
+    TORCHRUN_LOGS,
+    rank_file_glob,
+)
 from torchscale.results.schema import CellStatus, ResultBase
 from torchscale.results.store import ExperimentStore, atomic_write_json, storage_problem
 from torchscale.worker.reporting import (
@@ -50,10 +59,6 @@ from torchscale.worker.reporting import (
 
 log = logging.getLogger("torchscale")
 
-CELL_FILE = "cell.json"
-RESULT_FILE = "result.json"
-LAUNCH_LOG = "launch.log"
-TORCHRUN_LOGS = "torchrun"
 WINDOW_ORDER = (
     "start",
     "init",
@@ -100,13 +105,13 @@ def skipped_records(cell: Cell, experiment: str, reason: str) -> List[ResultBase
 def _rank_dirs(cell_dir: Path) -> List[Path]:
     """This node's rank folder, then other nodes' where they are visible (a shared filesystem
     in a lock-step launch: ``node<R>/ranks``)."""
-    return [cell_dir / RANKS_DIR, *sorted(cell_dir.glob(f"node*/{RANKS_DIR}"))]
+    return [cell_dir / RANKS_DIR, *sorted(cell_dir.glob(f"{NODE_DIR_GLOB}/{RANKS_DIR}"))]
 
 
 def _rank_files(cell_dir: Path, suffix: str) -> List[dict]:
     found = []
     for folder in _rank_dirs(cell_dir):
-        for path in sorted(folder.glob(f"rank*.{suffix}.json")):
+        for path in sorted(folder.glob(rank_file_glob(suffix))):
             doc = read_json(path)
             if doc:
                 found.append({**doc, "_dir": str(folder.parent)})

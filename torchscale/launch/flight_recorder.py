@@ -13,12 +13,13 @@ import re
 from pathlib import Path
 from typing import Dict, List
 
+from torchscale.results.layout import FLIGHT_RECORDER_DIR
+
 PROCESS_GROUP_TIMEOUT_CAP_S = 600.0  # NCCL's own default
 PROCESS_GROUP_TIMEOUT_FLOOR_S = 60.0
 # How a rank reports a collective that timed out: gloo ("Timed out waiting 3000ms for recv
 # operation to complete"), NCCL's watchdog ("Watchdog caught collective operation timeout").
 COLLECTIVE_TIMEOUT = re.compile(r"Timed out waiting|collective operation timeout|timed out", re.I)
-FLIGHT_RECORDER_DIR = "flight_recorder"
 DUMP_PREFIX = "rank_"  # torch appends the rank: flight_recorder/rank_3
 RECORDER_ENTRIES = "2000"  # torch >= 2.6's default; older releases record nothing unless set
 

@@ -31,12 +31,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Dict, Optional
 
+from torchscale.results.layout import OWNER_FILE
+
 log = logging.getLogger("torchscale")
 
 ORCHESTRATOR_ENV = "TORCHSCALE_ORCHESTRATOR"
 """The torchscale process that launched this cell, as :meth:`ProcessIdentity.encode` writes it."""
 
-OWNER_FILE = "owner.json"
 PR_SET_PDEATHSIG = 1
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 

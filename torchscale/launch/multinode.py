@@ -26,6 +26,7 @@ from torchscale.errors import TorchscaleError
 from torchscale.launch.process import KILL_GRACE_S
 from torchscale.launch.torchrun import SINGLE_NODE, Rendezvous
 from torchscale.plan.matrix import Cell
+from torchscale.results.layout import node_dir, node_lock
 from torchscale.results.store import ExperimentStore
 
 DEFAULT_PORT = 29400
@@ -171,11 +172,11 @@ class NodeStore(ExperimentStore):
         self.node_rank = node_rank
 
     def cell_dir(self, cell_id: str) -> Path:
-        return super().cell_dir(cell_id) / f"node{self.node_rank}"
+        return super().cell_dir(cell_id) / node_dir(self.node_rank)
 
     @property
     def lock_path(self) -> Path:
-        return self.root / f".lock-node{self.node_rank}"
+        return self.root / node_lock(self.node_rank)
 
     def write_manifest(self, manifest: Dict[str, Any]) -> None:
         raise RuntimeError(f"node {self.node_rank} must not write the manifest")

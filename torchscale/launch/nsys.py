@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import List, Optional
 
+from torchscale.results.layout import NSYS_EXPORT_SUFFIX, NSYS_REPORT_GLOB
+
 EXPORT_TIMEOUT_S = 600.0
 TRACES = {
     "sync_stalls": "cuda,nvtx,osrt",
@@ -68,8 +70,8 @@ def wrapper(profile_dir: Path, target: str) -> List[str]:
 def export_sqlite(profile_dir: Path) -> List[Path]:
     """``nsys export --type sqlite`` every rank's report; returns the SQLite files."""
     exported = []
-    for report in sorted(profile_dir.glob("rank*.nsys-rep")):
-        target = report.with_suffix(".sqlite")
+    for report in sorted(profile_dir.glob(NSYS_REPORT_GLOB)):
+        target = report.with_suffix(NSYS_EXPORT_SUFFIX)
         subprocess.run(
             ["nsys", "export", "--type", "sqlite", "--force-overwrite", "true",
              "--output", str(target), str(report)],

@@ -25,7 +25,6 @@ from torchscale.launch.multinode import DEFAULT_PORT, Launch
 from torchscale.launch.torchrun import SINGLE_NODE, Rendezvous
 from torchscale.plan.matrix import Cell, Plan
 
-SBATCH_FILE = "sbatch.sh"
 NODELIST_VARS = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
 GPUS_VARS = ("SLURM_GPUS_PER_NODE", "SLURM_GPUS_ON_NODE")
 LAUNCH_OVERHEAD_S = 120.0

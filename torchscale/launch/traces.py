@@ -13,6 +13,7 @@ from typing import Any, Dict
 
 from torchscale.errors import TorchscaleError
 from torchscale.launch.nsys import export_sqlite
+from torchscale.results.layout import FINDINGS_FILE, NSYS_REPORT_GLOB
 
 log = logging.getLogger("torchscale")
 
@@ -20,9 +21,9 @@ log = logging.getLogger("torchscale")
 def analyze_traces(profile_dir: Path, target: str) -> Dict[str, Any]:
     """Export nsys reports if any, analyse; returns fields for the record's ``profile`` block."""
     from torchscale.profiling.analysis import analyze
-    from torchscale.profiling.outputs import FINDINGS_FILE, write_outputs
+    from torchscale.profiling.outputs import write_outputs
 
-    if any(profile_dir.glob("rank*.nsys-rep")):
+    if any(profile_dir.glob(NSYS_REPORT_GLOB)):
         try:
             export_sqlite(profile_dir)
         except (OSError, subprocess.SubprocessError) as exc:

@@ -18,7 +18,6 @@ import itertools
 import json
 import math
 import re
-import unicodedata
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -65,40 +64,6 @@ class Plan:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
-
-
-SAFE_NAME_BYTES = 200
-"""Longest experiment name (UTF-8 bytes) used as a folder name as it is; file systems allow 255."""
-
-
-def _safe_char(char: str) -> bool:
-    """Letters (with their combining marks) and digits of any script, ``-``, ``_`` and ``.``."""
-    return char in "-_." or unicodedata.category(char)[0] in "LMN"
-
-
-def is_safe_name(name: str) -> bool:
-    """Whether ``name`` can be a folder name as it is, on any file system and in any shell."""
-    return (
-        bool(name)
-        and name not in (".", "..")
-        and not name.startswith(("-", "."))
-        and len(name.encode("utf-8")) <= SAFE_NAME_BYTES
-        and unicodedata.is_normalized("NFC", name)
-        and all(_safe_char(c) for c in name)
-    )
-
-
-def experiment_dirname(name: str) -> str:
-    """The folder of an experiment: its name when that is a safe file name (:func:`is_safe_name`,
-    any script), else the name made safe plus ``+`` and a short hash of the original. A safe name
-    never contains ``+``, so two different names never share a folder (the name itself is kept in
-    the manifest and every record)."""
-    if is_safe_name(name):
-        return name
-    safe = "".join(c if _safe_char(c) else "-" for c in unicodedata.normalize("NFC", name))
-    safe = re.sub(r"-{2,}", "-", safe).strip("-.")[:48] or "experiment"
-    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:10]
-    return f"{safe}+{digest}"
 
 
 def settings_digest(settings: BaseModel) -> str:

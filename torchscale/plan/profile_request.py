@@ -7,10 +7,6 @@ from typing import Any, Dict, Optional
 
 from torchscale.config.schema import ProfilingSettings
 
-PROFILE_DIR = "profile"
-"""Traces of a cell go to ``cells/<cell_id>/profile/``."""
-
-
 # The NVTX mark each rank's process emits in its nsys window, so that an export holding several
 # ranks (``nsys profile torchrun ...``) says which process is which rank (read by nsys_ranks).
 RANK_MARK_FORMAT = "torchscale rank={rank} world_size={world_size}"

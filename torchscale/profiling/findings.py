@@ -3,28 +3,21 @@ the numbers behind it, and what to do about it."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import pandas as pd
 
+from torchscale.analysis.finding import Finding, Severity
+from torchscale.analysis.straggler import (
+    RankWait,
+    find_straggler,
+    straggler_advice,
+    sync_variance_advice,
+)
+
 # --- thresholds (percentages are of step time unless said otherwise) -------------------------
-# A rank is a straggler when it caused most of the waiting in collectives (weighted by wait, so
-# DDP's many small buffer broadcasts cannot outvote the all-reduce that stalls). With no
-# straggler each of N ranks causes ~1/N of it by chance, so the bar is halfway between chance and
-# certainty, and never below 60%: 75% for 2 ranks, 62.5% for 4, 60% from 5 on.
-STRAGGLER_MIN_CAUSED_SHARE = 0.6
-
-
-def straggler_share_threshold(ranks: int) -> float:
-    chance = 1.0 / max(ranks, 1)
-    return max(STRAGGLER_MIN_CAUSED_SHARE, chance + (1.0 - chance) / 2)
-
-
-STRAGGLER_MIN_INSTANCES = 2
-# ... and only worth reporting when the others lose >= 2% of their step waiting for it.
-STRAGGLER_MIN_STALL_PCT = 2.0
+# Who is a straggler: torchscale.analysis.straggler, the one rule.
 # Sync stall that no single rank explains (ranks take turns being late): report from 5%.
 SYNC_STALL_PCT = 5.0
 # Sync time varying by more than 25% (coefficient of variation) across ranks or steps, when
@@ -42,8 +35,7 @@ GPU_IDLE_PCT = 30.0
 DATALOADER_PCT = 10.0
 # Copies/memsets taking >= 10% of GPU busy time.
 MEMORY_PCT = 10.0
-HIGH, MEDIUM, LOW = "high", "medium", "low"
-SEVERITY_ORDER = {HIGH: 0, MEDIUM: 1, LOW: 2}
+HIGH, MEDIUM, LOW = Severity.HIGH, Severity.MEDIUM, Severity.LOW
 
 TARGET_CATEGORIES = {
     "sync_stalls": {"straggler", "sync"},
@@ -55,21 +47,7 @@ TARGET_CATEGORIES = {
 TARGETS = tuple(TARGET_CATEGORIES)
 
 
-@dataclass
-class Finding:
-    severity: str
-    category: str
-    title: str
-    recommendation: str
-    ranks: List[int] = field(default_factory=list)
-    steps: List[int] = field(default_factory=list)
-    evidence: Dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
-
-
-def _severity(value: float, medium: float, high: float) -> str:
+def _severity(value: float, medium: float, high: float) -> Severity:
     return HIGH if value >= high else MEDIUM if value >= medium else LOW
 
 
@@ -90,75 +68,48 @@ def _device(rank: int, instances: pd.DataFrame) -> str:
     return f"GPU-{rank}" if (instances["device"] == "gpu").all() else f"rank {rank}"
 
 
-def _straggler_advice(rank: int, gpu: bool) -> str:
-    where = (
-        "on its host run `nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE` (throttle reasons, "
-        "SM clock below the others, temperature) and compare with a healthy GPU"
-        if gpu
-        else "on its host check CPU load and frequency (`top`, `cpupower frequency-info`) and "
-        "other processes competing for its cores"
-    )
-    return (
-        f"Look at what makes rank {rank} slower: {where}; check its data loading (more "
-        "DataLoader workers, pinned memory, local copy of the dataset) and any work only it "
-        "does (logging, checkpointing, evaluation on rank 0)."
-    )
-
-
 def straggler_findings(ranks: pd.DataFrame, instances: pd.DataFrame) -> List[Finding]:
-    out = []
-    for row in ranks.itertuples(index=False):
-        if not (
-            row.significant_instances >= STRAGGLER_MIN_INSTANCES
-            and row.caused_wait_share >= straggler_share_threshold(len(ranks))
-        ):
-            continue
-        others = ranks[ranks["rank"] != row.rank]
-        stall = float(others["sync_stall_pct"].mean())
-        if not stall >= STRAGGLER_MIN_STALL_PCT:
-            continue
-        mine = instances[(instances["rank"] == row.rank) & instances["is_last"]]
-        op = str(mine["op"].mode().iloc[0]) if len(mine) else "collective"
-        nccl = "NCCL " if (mine["device"] == "gpu").all() else "gloo "
-        early = others.sort_values("sync_stall_pct", ascending=False)["rank"].iloc[0]
-        who, other = _device(row.rank, instances), _device(int(early), instances)
-        out.append(
-            Finding(
-                severity=_severity(stall, 5.0, 10.0),
-                category="straggler",
-                title=(
-                    f"{nccl}{op}: {who} arrives last at {row.times_last} of "
-                    f"{row.significant_instances} collectives, causing "
-                    f"{row.caused_wait_share:.0%} of all waiting (finishes its compute later "
-                    f"than {other}); the other ranks wait {stall:.1f}% of step time for it"
-                ),
-                recommendation=_straggler_advice(int(row.rank), gpu=nccl == "NCCL "),
-                ranks=[int(row.rank)],
-                steps=sorted({int(s) for s in mine["step"] if s >= 0}),
-                evidence={
-                    "times_last": int(row.times_last),
-                    "significant_instances": int(row.significant_instances),
-                    "last_share": _num(row.last_share, 3),
-                    "caused_wait_share": _num(row.caused_wait_share, 3),
-                    "others_sync_stall_pct": _num(stall),
-                    "others_wait_us": _num(float(others["wait_us"].sum()), 1),
-                },
-            )
+    columns = ("rank", "sync_stall_pct", "caused_wait_share", "significant_instances")
+    figures = [
+        RankWait(int(rank), float(stall), float(caused), int(np.nan_to_num(significant)))
+        for rank, stall, caused, significant in zip(
+            *(ranks[c].to_numpy(dtype=float) for c in columns)
         )
-    return out
-
-
-SYNC_VARIANCE_ADVICE_GPU = (
-    "Sync time varies with who arrives last (see the straggler finding) or with a contended "
-    "interconnect: run nccl-tests all_reduce_perf on these GPUs and check NCCL_DEBUG=INFO for "
-    "the transport (NVLink/IB vs sockets) and other traffic on the network."
-)
-SYNC_VARIANCE_ADVICE_CPU = (
-    "Sync time varies with who arrives last (see the straggler finding) or with contention for "
-    "the CPU: on a gloo run each rank's compute and its all-reduce share the host's cores and "
-    "memory bandwidth, so look for other processes on them (`top`) and give every rank cores of "
-    "its own (fewer ranks per host, or TORCHSCALE_CPU_SLOTS)."
-)
+    ]
+    verdict = find_straggler(figures, step=100.0)  # stalls are percentages of each rank's step
+    if verdict is None:
+        return []
+    late = verdict.rank
+    row: Dict[Any, Any] = ranks[ranks["rank"] == late].to_dict("records")[0]
+    others = ranks[ranks["rank"] != late]
+    stall = float(others["sync_stall_pct"].mean())
+    mine = instances[(instances["rank"] == late) & instances["is_last"]]
+    op = str(mine["op"].mode().iloc[0]) if len(mine) else "collective"
+    nccl = "NCCL " if (mine["device"] == "gpu").all() else "gloo "
+    early = others.sort_values("sync_stall_pct", ascending=False)["rank"].iloc[0]
+    who, other = _device(late, instances), _device(int(early), instances)
+    finding = Finding(
+        severity=_severity(stall, 5.0, 10.0),
+        category="straggler",
+        title=(
+            f"{nccl}{op}: {who} arrives last at {row['times_last']} of "
+            f"{row['significant_instances']} collectives, causing "
+            f"{row['caused_wait_share']:.0%} of all waiting (finishes its compute later "
+            f"than {other}); the other ranks wait {stall:.1f}% of step time for it"
+        ),
+        recommendation=straggler_advice(late, gpu=nccl == "NCCL "),
+        ranks=[late],
+        steps=sorted({int(s) for s in mine["step"] if s >= 0}),
+        evidence={
+            "times_last": int(row["times_last"]),
+            "significant_instances": int(row["significant_instances"]),
+            "last_share": _num(row["last_share"], 3),
+            "caused_wait_share": _num(row["caused_wait_share"], 3),
+            "others_sync_stall_pct": _num(stall),
+            "others_wait_us": _num(float(others["wait_us"].sum()), 1),
+        },
+    )
+    return [finding]
 
 
 def sync_findings(ranks: pd.DataFrame, have_straggler: bool, gpu: bool = True) -> List[Finding]:
@@ -201,7 +152,7 @@ def sync_findings(ranks: pd.DataFrame, have_straggler: bool, gpu: bool = True) -
                     f"Gradient synchronization: high variance in sync time (cv {across_ranks:.2f} "
                     f"across ranks, up to {across_steps:.2f} across steps)"
                 ),
-                recommendation=SYNC_VARIANCE_ADVICE_GPU if gpu else SYNC_VARIANCE_ADVICE_CPU,
+                recommendation=sync_variance_advice(gpu),
                 ranks=[int(r) for r in ranks["rank"]],
                 evidence={
                     "cv_across_ranks": _num(across_ranks, 3),
@@ -266,7 +217,7 @@ def _rank_threshold(
     ranks: pd.DataFrame,
     column: str,
     threshold: float,
-    severity_at: tuple,
+    severity_at: Tuple[float, float],
     category: str,
     title: str,
     recommendation: str,
@@ -348,4 +299,4 @@ def find_bottlenecks(
         + memory_findings(ranks)
     )
     found = [f for f in found if f.category in wanted]
-    return sorted(found, key=lambda f: SEVERITY_ORDER[f.severity])
+    return sorted(found, key=lambda f: f.severity.rank)

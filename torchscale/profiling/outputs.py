@@ -12,15 +12,10 @@ from typing import Dict
 
 from torchscale.profiling.analysis import ProfileAnalysis, to_document
 from torchscale.results.files import dumps
+from torchscale.results.layout import FINDINGS_FILE, PROFILE_TABLE_FILES
 from torchscale.results.store import atomic_write_bytes, check_writable
 
-FINDINGS_FILE = "findings.json"
-TABLE_FILES = {
-    "ranks": "profile_ranks.csv",
-    "steps": "profile_steps.csv",
-    "kernel_classes": "profile_kernel_classes.csv",
-    "collectives": "profile_collectives.csv",
-}
+TABLE_FILES = PROFILE_TABLE_FILES
 SCHEMA = "torchscale.profile.findings/1"
 
 

@@ -13,6 +13,7 @@ from torchscale.analysis import findings as finding_rules
 from torchscale.analysis.breakdown import step_histogram
 from torchscale.analysis.collectives import collective_table
 from torchscale.analysis.compare import Comparison
+from torchscale.analysis.finding import severity_order
 from torchscale.analysis.scaling import (
     efficiency_band,
     label_variants,
@@ -105,7 +106,7 @@ def _cards(table: pd.DataFrame, findings: pd.DataFrame, failures: pd.DataFrame) 
         )
     # findings_table sorts by severity, so counts come out most severe first
     counts = findings["severity"].value_counts(sort=False)
-    severe = findings["severity"].map(lambda s: finding_rules.SEVERITY_ORDER.get(s, 5) <= 1)
+    severe = findings["severity"].map(lambda s: severity_order(s) <= 1)
     cards.append(
         Card(
             "Findings",

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from torchscale.errors import TorchscaleError
+from torchscale.results.layout import FINDINGS_FILE, RESULTS
 from torchscale.results.schema import ResultBase
 from torchscale.results.store import ExperimentStore, find_experiments, read_jsonl
 from torchscale.results.validity import INVALID, check_and_parse
 
 log = logging.getLogger("torchscale")
-FINDINGS_FILE = "findings.json"
 TITLE_NAMES = 4
 """A report of several experiments names up to this many in its title."""
 
@@ -112,7 +112,7 @@ def load_report_data(source: Path, what: str = "--source") -> ReportData:
         )  # fmt: skip
     if not experiments:
         raise TorchscaleError(
-            f"no results under {source}: expected <experiment>/results.jsonl as written by "
+            f"no results under {source}: expected <experiment>/{RESULTS} as written by "
             "'torchscale benchmark --output-dir'"
         )
     documents = [d for e in experiments for d in e.documents]

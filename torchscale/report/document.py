@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torchscale.analysis.tables import training_table
 from torchscale.comm.tables import collective_table
 from torchscale.report.data import Experiment, ReportData
+from torchscale.results.layout import MANIFEST
 from torchscale.results.schema import TrainingResult
 
 DOCUMENT_VERSION = 1
@@ -42,7 +43,7 @@ class RunConfig(_Strict):
     benchmark_iters: Optional[int] = Field(None, description="measure_steps (first if swept).")
     device: Optional[str] = Field(None, description="Device name the cells ran on.")
     benchmark: Dict[str, Any] = Field(
-        default_factory=dict, description="The resolved YAML configuration (manifest.json)."
+        default_factory=dict, description=f"The resolved YAML configuration ({MANIFEST})."
     )
 
 

@@ -14,6 +14,8 @@ from typing import Any, Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from torchscale.results.layout import FINDINGS_FILE
+
 SCHEMA_VERSION = 1
 
 CellStatus = Literal["ok", "oom", "timeout", "failed", "skipped", "invalid"]
@@ -165,7 +167,7 @@ class ProfileInfo(_Record):
     dir: Optional[str] = Field(None, description="Trace folder, relative to the cell folder.")
     trace: Optional[str] = Field(None, description="This rank-0 trace file name.")
     findings: Optional[int] = Field(None, description="How many findings the analysis made.")
-    findings_file: Optional[str] = Field(None, description="findings.json, in ``dir``.")
+    findings_file: Optional[str] = Field(None, description=f"{FINDINGS_FILE}, in ``dir``.")
 
 
 class ResultBase(_Record):

@@ -1,6 +1,6 @@
 """The experiment folder on disk: written so that results are never lost or corrupted.
 
-Layout of ``<output-dir>/<experiment_name>/``::
+Layout of ``<output-dir>/<experiment_name>/`` (every name: :mod:`torchscale.results.layout`)::
 
     manifest.json        resolved config, versions, host, GPUs (rewritten atomically)
     results.jsonl        one record per finished cell, appended and fsynced: the source of truth
@@ -41,15 +41,11 @@ from torchscale.results.files import (
     refuse_link,
     storage_cause,
 )
+from torchscale.results.layout import CELLS, LOCK, MANIFEST, RESERVE, RESULTS, SUMMARY, cell_dir
 from torchscale.results.schema import ResultBase
 
 log = logging.getLogger("torchscale")
 
-MANIFEST = "manifest.json"
-RESULTS = "results.jsonl"
-SUMMARY = "summary.csv"
-CELLS = "cells"
-RESERVE = ".reserve"
 RESERVE_BYTES = 1 << 20
 """Set aside while a sweep runs and given back when the disk fills, to record the dying cell."""
 
@@ -162,7 +158,7 @@ class ExperimentStore:
         return self.root / SUMMARY
 
     def cell_dir(self, cell_id: str) -> Path:
-        return self.root / CELLS / cell_id
+        return cell_dir(self.root, cell_id)
 
     def make_cell_dir(self, cell_id: str) -> Path:
         """The cell's folder, created; no folder on the way (``cells``, the cell's) may be a
@@ -197,7 +193,7 @@ class ExperimentStore:
 
     @property
     def lock_path(self) -> Path:
-        return self.root / ".lock"
+        return self.root / LOCK
 
     @property
     def reserve_path(self) -> Path:

@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional
 
 from torchscale.launch.process import python_env, run_process
 from torchscale.launch.torchrun import format_command, torchrun_command
+from torchscale.results.layout import RESULT_FILE, SMOKE_LOG
 from torchscale.validate.result import CheckResult, fail, passed
 from torchscale.validate.smoke_worker import SAMPLE, expected_sum
 
@@ -97,7 +98,7 @@ def run_smoke_test(
     nproc = gpus if gpus > 0 else CPU_PROCESSES
     size = GPU_BYTES if gpus > 0 else CPU_BYTES
     workdir = Path(tempfile.mkdtemp(prefix="torchscale-validate-"))
-    result_path, log = workdir / "result.json", workdir / "smoke.log"
+    result_path, log = workdir / RESULT_FILE, workdir / SMOKE_LOG
     cmd = torchrun_command(
         WORKER,
         ["--result", str(result_path), "--size-bytes", str(size), "--timeout", str(timeout_s)],

@@ -9,11 +9,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from torchscale.analysis.stats import coefficient_of_variation, mean, time_stats
+from torchscale.analysis.straggler import RankWait, find_straggler
 from torchscale.hardware.peaks import mfu, peak_tflops
-
-STRAGGLER_SPREAD = 0.10
-"""A rank is named the straggler when per-rank sync waits differ by more than this share of the
-step: the others wait for it every step (in a blocking all-reduce the late rank waits least)."""
 
 HIGH_WAIT_CV = 0.5
 """Coefficient of variation of per-step sync wait above which sync time is called erratic ..."""
@@ -29,15 +26,14 @@ def sync_stats(ranks: List[Dict[str, Any]], step_ms: float) -> Optional[Dict[str
         for r in ranks
         if r.get("nosync_step_ms") is not None and r["step_time_ms"]["mean"] > 0
     ]
-    known = [w for w in waits if w is not None]
+    known: List[float] = [w for w in waits if w is not None]
     if not known:
         return None
     cvs = [coefficient_of_variation(r.get("sync_wait_samples_ms") or []) for r in ranks]
-    cv_steps = max((cv for cv in cvs if cv is not None), default=None)
+    cv_steps: Optional[float] = max((cv for cv in cvs if cv is not None), default=None)
     spread = max(known) - min(known)
-    slowest = None
-    if len(known) > 1 and step_ms > 0 and spread > STRAGGLER_SPREAD * step_ms:
-        slowest = ranks[waits.index(min(known))]["rank"]
+    straggler = find_straggler([RankWait(r["rank"], r.get("sync_wait_ms")) for r in ranks], step_ms)
+    slowest = straggler.rank if straggler else None
     # One rank has no peer to wait for: what looks like sync time there is noise.
     erratic = (
         len(ranks) > 1

@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterator, List, Optional
 import torch.distributed as dist
 
 from torchscale.launch.liveness import watch_parent
+from torchscale.results.layout import CELL_FILE
 from torchscale.worker.distributed import RankContext, shutdown_distributed
 from torchscale.worker.mpi_env import adopt_mpi_environment
 from torchscale.worker.reporting import RankReporter
@@ -25,7 +26,9 @@ def parse_cell_args(prog: str, description: str, argv: Optional[List[str]]) -> a
     dies with its launcher or with torchscale (see ``torchscale.launch.liveness``)."""
     adopt_mpi_environment()  # ranks started by mpirun: RANK etc. from MPI's variables
     parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--cell", type=Path, required=True, help="cell.json written by the planner")
+    parser.add_argument(
+        "--cell", type=Path, required=True, help=f"{CELL_FILE} written by the planner"
+    )
     parser.add_argument("--out", type=Path, required=True, help="where rank 0 writes the result")
     args = parser.parse_args(argv)
     watch_parent()

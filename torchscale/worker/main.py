@@ -15,7 +15,8 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from torchscale.config.schema import CellSettings
 from torchscale.models.registry import load_model
-from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
+from torchscale.plan.profile_request import ProfileRequest
+from torchscale.results.layout import PROFILE_DIR
 from torchscale.results.store import atomic_write_json
 from torchscale.worker.aggregate import aggregate
 from torchscale.worker.distributed import RankContext, init_distributed

@@ -17,7 +17,8 @@ from typing import Any, Callable, ContextManager, Dict, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from torchscale.plan.profile_request import PROFILE_DIR, RANK_MARK_FORMAT, ProfileRequest
+from torchscale.plan.profile_request import RANK_MARK_FORMAT, ProfileRequest
+from torchscale.results.layout import PROFILE_DIR, kineto_trace, nsys_report
 from torchscale.worker.distributed import RankContext
 from torchscale.worker.timing import Clock
 from torchscale.worker.training import TrainingRun
@@ -65,7 +66,7 @@ def _torch_window(
 ) -> Path:
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-    path = out / f"rank{ctx.rank}.json.gz"
+    path = out / kineto_trace(ctx.rank)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if ctx.is_cuda else [])
     # A schedule is what makes torch.profiler mark steps (ProfilerStep#N): one untraced warm-up
     # step, then the traced ones; the trace is exported when the last one ends.
@@ -114,7 +115,7 @@ def profile_window(
         if not ctx.is_cuda:
             raise RuntimeError("nsys profiling needs GPUs; use profiling.tool: torch on CPU")
         _nvtx_window(run, clock, steps, ctx)
-        trace = out / f"rank{ctx.rank}.nsys-rep"
+        trace = out / nsys_report(ctx.rank)
     else:
         trace = _torch_window(run, clock, ctx, request, steps, out)
     with contextlib.suppress(Exception):

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from torchscale.results.files import open_for_write
+from torchscale.results.layout import RANKS_DIR, rank_file, rank_steps_file
 from torchscale.results.store import atomic_write_json, ensure_dir
-
-RANKS_DIR = "ranks"
 
 WRITES_RESULT_ENV = "TORCHSCALE_WRITES_RESULT"
 """Set to 0 by a torchscale that does not record results (a lock-step node other than node 0),
@@ -32,7 +31,7 @@ _STEP_FORMAT = "qq"  # (steps started, phase index)
 
 
 def steps_path(cell_dir: Path, rank: int) -> Path:
-    return cell_dir / RANKS_DIR / f"rank{rank}.steps"
+    return cell_dir / RANKS_DIR / rank_steps_file(rank)
 
 
 class StepTracker:
@@ -69,11 +68,11 @@ def read_steps(path: Path) -> Optional[Tuple[int, str]]:
 
 
 def progress_path(cell_dir: Path, rank: int) -> Path:
-    return cell_dir / RANKS_DIR / f"rank{rank}.progress.json"
+    return cell_dir / RANKS_DIR / rank_file(rank, "progress")
 
 
 def error_path(cell_dir: Path, rank: int) -> Path:
-    return cell_dir / RANKS_DIR / f"rank{rank}.error.json"
+    return cell_dir / RANKS_DIR / rank_file(rank, "error")
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

@@ -14,11 +14,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from torchscale.errors import TorchscaleError
 from torchscale.profiling.traces.model import RankTrace
 from torchscale.results.files import not_regular
+from torchscale.results.layout import FINDINGS_FILE
 
 KINETO_SUFFIXES = (".json", ".json.gz")
 NSYS_SUFFIXES = (".sqlite",)
 # Our own outputs live beside the traces; never read them back as traces.
-OWN_OUTPUTS = frozenset({"findings.json"})
+OWN_OUTPUTS = frozenset({FINDINGS_FILE})
 # Where a trace's rank number came from (the ``rank_source`` of the JSON and of the tables).
 RANK_SOURCES = {
     "trace": "the trace's own distributedInfo",

@@ -1,4 +1,4 @@
-"""One call from a results folder to a written report file (what ``torchscale report`` runs)."""
+"""The ``report`` use case: one call from a results folder to a written report file."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Optional
 
 from torchscale.errors import TorchscaleError
-from torchscale.plan.matrix import experiment_dirname
 from torchscale.report.data import ReportData, load_report_data
 from torchscale.report.render import FORMATS, render
+from torchscale.results.layout import TENSORBOARD_DIR, report_file
 from torchscale.results.store import atomic_write_bytes
 
 EXPORT_FORMATS = ("json", "tensorboard")
@@ -29,7 +29,7 @@ class ReportRequest:
 def default_output(data: ReportData, fmt: str) -> Path:
     """``<source>/<experiment>-report.<fmt>`` (the source folder's name for several)."""
     name = data.title if len(data.experiments) == 1 else data.source.resolve().name
-    return data.source / f"{experiment_dirname(name)}-report.{fmt}"
+    return data.source / report_file(name, fmt)
 
 
 def check_output(path: Path) -> None:
@@ -62,7 +62,7 @@ def generate_report(request: ReportRequest) -> Path:
     if fmt == "tensorboard":
         from torchscale.integrations.tensorboard_events import export_tensorboard
 
-        return export_tensorboard(data, request.output or data.source / "tensorboard")
+        return export_tensorboard(data, request.output or data.source / TENSORBOARD_DIR)
     output = request.output or default_output(data, fmt)
     check_output(output)
     if fmt == "json":

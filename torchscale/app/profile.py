@@ -1,4 +1,4 @@
-"""``torchscale profile``: run one benchmark cell per model and batch size, traced.
+"""The ``profile`` capture use case: run one benchmark cell per model and batch size, traced.
 
 Capture is the benchmark engine with profiling switched on, so a profiled run is launched,
 measured and recorded exactly like a benchmark cell: torchrun of the DDP worker, a measured
@@ -9,17 +9,24 @@ writes ``findings.json`` beside the traces.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from torchscale.app import Notify
 from torchscale.config.loader import Override, load_config, read_yaml
 from torchscale.config.schema import BenchmarkConfig
 from torchscale.errors import TorchscaleError
-from torchscale.plan.matrix import experiment_dirname
+
+if TYPE_CHECKING:
+    from torchscale.app.benchmark import LiveEvents
+    from torchscale.results.schema import ResultBase
+    from torchscale.results.store import ExperimentStore
+from torchscale.results.layout import FINDINGS_FILE, experiment_dir
 
 TOOLS = ("auto", "nsys", "torch")
 log = logging.getLogger("torchscale")
@@ -79,7 +86,8 @@ def worst_target(output_dir: Path, device_kind: str, device_count: int) -> Targe
     from torchscale.results.schema import TrainingResult
     from torchscale.results.store import ExperimentStore, find_experiments
 
-    frames, records = [], {}
+    frames: List[pd.DataFrame] = []
+    records: Dict[str, TrainingResult] = {}
     for path in find_experiments(output_dir) if output_dir.is_dir() else []:
         found = [r for r in ExperimentStore(path).records() if isinstance(r, TrainingResult)]
         records.update((r.cell_id, r) for r in found)
@@ -111,12 +119,15 @@ def worst_target(output_dir: Path, device_kind: str, device_count: int) -> Targe
         )
         .reset_index()
     )
-    for row in at_largest.sort_values("efficiency").itertuples():
+    rows: List[Dict[str, Any]] = [
+        {str(k): v for k, v in row.items()} for row in at_largest.to_dict("records")
+    ]
+    for row in sorted(rows, key=lambda r: float(r["efficiency"])):
         log.debug(
             "profile candidate: %s %s at %d GPUs: %.1f%% scaling efficiency (%s)",
-            row.experiment, row.variant, largest, 100 * row.efficiency, row.cell_id,
+            row["experiment"], row["variant"], largest, 100 * row["efficiency"], row["cell_id"],
         )  # fmt: skip
-    worst = at_largest.loc[at_largest["efficiency"].idxmin()]
+    worst = min(rows, key=lambda r: float(r["efficiency"]))  # the first of equals, as idxmin
     record = records[worst["cell_id"]]
     knobs = {k: v for k, v in record.settings.items() if k not in _NOT_COPIED}
     others = len(at_largest) - 1
@@ -164,16 +175,73 @@ def capture_config(request: CaptureRequest, now: Optional[datetime] = None) -> B
 def run_capture(
     request: CaptureRequest,
     output_dir: Path,
-    events: Any,
+    events: LiveEvents,
     config: Optional[BenchmarkConfig] = None,
-) -> List[Any]:
+) -> List[Tuple[ResultBase, ExperimentStore]]:
     """Run the traced cells (``config``: ``capture_config(request)`` already built); returns
-    their records (profile folder in ``record.profile``)."""
+    their records (profile folder in ``record.profile``), each with its store."""
     from torchscale.launch.sweep import SweepOptions, run_sweep
     from torchscale.plan.matrix import expand
     from torchscale.results.store import ExperimentStore, check_writable
 
     plan = expand(config or capture_config(request))
     check_writable(output_dir)
-    store = ExperimentStore(output_dir / experiment_dirname(plan.config.experiment_name))
-    return [(record, store) for record in run_sweep(plan, store, SweepOptions(), events)]
+    store = ExperimentStore(experiment_dir(output_dir, plan.config.experiment_name))
+    with events:
+        records = run_sweep(plan, store, SweepOptions(), events)
+    return [(record, store) for record in records]
+
+
+@dataclass(frozen=True)
+class CapturedCell:
+    """One traced cell: its analysis (``findings.json``), or why there is none."""
+
+    cell_id: str
+    tool: Optional[str] = None
+    out_dir: Optional[Path] = None
+    document: Optional[Dict[str, Any]] = None
+    not_profiled: Optional[str] = None  # the cell failed, or its trigger did not trace it
+    no_analysis: Optional[str] = None  # traced, but the analysis wrote no findings
+
+
+def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
+    profile = getattr(record, "profile", None)
+    if record.status != "ok" or profile is None or not profile.profiled:
+        why = record.error or (profile.reason if profile else "no trace was taken")
+        return CapturedCell(record.cell_id, not_profiled=why)
+    out_dir = store.cell_dir(record.cell_id) / (profile.dir or "")
+    findings = out_dir / FINDINGS_FILE
+    if not findings.exists():
+        return CapturedCell(record.cell_id, profile.tool, out_dir, no_analysis=profile.reason)
+    document = json.loads(findings.read_text(encoding="utf-8"))
+    return CapturedCell(record.cell_id, profile.tool, out_dir, document)
+
+
+def capture_profile(
+    request: CaptureRequest, output_dir: Path, events: LiveEvents, notify: Notify
+) -> List[CapturedCell]:
+    """Pick what to trace (the worst-scaling configuration in ``output_dir`` when the request
+    names no model or config), check it, run it traced and read each cell's findings."""
+    from dataclasses import replace
+
+    from torchscale.hardware.environment import node_devices
+    from torchscale.launch.nsys import tool_warning
+    from torchscale.models.registry import check_model_factories
+    from torchscale.results.store import check_writable
+
+    devices = None
+    if request.config is None and request.model is None:
+        devices = node_devices()
+        picked = worst_target(output_dir, devices.kind, devices.count)
+        notify(f"> [INFO] No --model or --config: {picked.reason}.")
+        batch = request.batch_size or picked.batch_size
+        request = replace(request, model=picked.model, batch_size=batch, knobs=picked.knobs)
+    config = capture_config(request)  # bad input fails here, before anything runs
+    check_model_factories(config.models, seq_len=config.seq_len[0])
+    devices = devices or node_devices()
+    warning = tool_warning(request.tool, devices.kind, "--tool")
+    if warning:
+        notify(f"> [WARN] {warning}")
+    check_writable(output_dir)
+    notify(f"> Results go to {experiment_dir(output_dir, config.experiment_name)}")
+    return [captured_cell(r, s) for r, s in run_capture(request, output_dir, events, config)]

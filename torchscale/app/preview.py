@@ -1,0 +1,97 @@
+"""``benchmark --dry-run``: the plan as it would run, cell by cell, without running or writing.
+
+The cells are expanded lazily, so a matrix of any size (up to ``--max-cells``) is previewed in
+bounded memory; the CLI renders them as they come.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
+
+from torchscale.app.benchmark import BenchmarkRequest, launch_for, profiling_warning, results_store
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from torchscale.hardware.environment import NodeDevices
+    from torchscale.launch.multinode import Launch
+    from torchscale.plan.matrix import Cell
+    from torchscale.results.store import ExperimentStore
+
+
+@dataclass(frozen=True)
+class PlannedCell:
+    cell: Cell
+    visited: bool  # whether this node takes part in the cell (node 0 takes part in all)
+    command: Optional[str] = None  # what this node would run, when it takes part
+    skip_reason: Optional[str] = None  # why this node would skip it (as the run decides it)
+
+
+@dataclass
+class PlanPreview:
+    request: BenchmarkRequest
+    launch: Launch
+    per_node: Optional[int]
+    store: ExperimentStore
+    devices: NodeDevices
+    waits: Dict[str, float]
+    skipped: List[str] = field(default_factory=list)  # cells this node would skip, so far
+
+    @property
+    def swept(self) -> List[str]:
+        from torchscale.plan.matrix import swept_knobs
+
+        return swept_knobs(self.request.config, self.request.benchmark)
+
+    @property
+    def warning(self) -> Optional[str]:
+        return profiling_warning(self.request.config, self.devices.kind)
+
+    def _cells(self) -> Iterator[Cell]:
+        from torchscale.plan.matrix import DEFAULT_MAX_CELLS, iter_cells
+
+        cap = DEFAULT_MAX_CELLS if self.request.max_cells is None else self.request.max_cells
+        return iter_cells(self.request.config, self.request.benchmark, self.per_node, cap)
+
+    @property
+    def store_root(self) -> Path:
+        return self.store.root
+
+    def cells(self) -> Iterator[PlannedCell]:
+        """Every cell with this node's command, expanded as it is asked for: bad input (a matrix
+        over ``--max-cells``, ...) raises at the first cell."""
+        return map(self._planned, self._cells())
+
+    def _planned(self, cell: Cell) -> PlannedCell:
+        from torchscale.launch.cell import cell_command
+        from torchscale.launch.sweep import skip_reason
+        from torchscale.launch.torchrun import format_command
+
+        if not self.launch.visits(cell):
+            return PlannedCell(cell, visited=False)
+        reason = skip_reason(cell, self.devices, self.launch)
+        if reason:
+            self.skipped.append(cell.cell_id)
+            return PlannedCell(cell, True, f"skipped: {reason}", reason)
+        cell_dir = self.store.cell_dir(cell.cell_id)
+        own = self.launch.worker_command(cell, cell_dir)  # mpirun starts the ranks itself
+        rendezvous = self.launch.rendezvous(cell, self.waits.get(cell.cell_id))
+        prefix = [*self.launch.prefix(cell), *cell_command(cell, cell_dir, rendezvous)]
+        return PlannedCell(cell, True, format_command(own or prefix))
+
+
+def preview_plan(request: BenchmarkRequest) -> PlanPreview:
+    """The dry run of ``request``: this launch, where results would go, each cell's command."""
+    from torchscale.hardware.environment import probe_devices
+    from torchscale.plan.matrix import DEFAULT_MAX_CELLS, iter_cells
+
+    launch, per_node = launch_for(request.config, request.launch)
+    store = results_store(launch, request.output_dir, request.config)
+    waits: Dict[str, float] = {}
+    if launch.nnodes > 1:  # a lock-step node's wait at a cell depends on the cells before it
+        cap = DEFAULT_MAX_CELLS if request.max_cells is None else request.max_cells
+        waits = launch.join_waits(
+            list(iter_cells(request.config, request.benchmark, per_node, cap))
+        )
+    return PlanPreview(request, launch, per_node, store, probe_devices(), waits)

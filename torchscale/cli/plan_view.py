@@ -1,0 +1,83 @@
+"""``benchmark --dry-run`` on the console: the plan's tables and each cell's command (stderr), or
+one JSON array (stdout), printed as the cells are expanded."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import textwrap
+from typing import TYPE_CHECKING, Iterator, List
+
+from torchscale.cli.console import err_console
+
+if TYPE_CHECKING:
+    from torchscale.app.benchmark import BenchmarkRequest
+    from torchscale.app.preview import PlannedCell
+
+
+def _note(line: str) -> None:
+    err_console.print(line, soft_wrap=True, markup=False)
+
+
+DRY_RUN_CHUNK = 500
+"""Cells per table when a dry run prints a large plan (a plan up to this size is one table)."""
+
+
+def _chunks(cells: Iterator[PlannedCell], size: int) -> Iterator[List[PlannedCell]]:
+    while True:
+        chunk = list(itertools.islice(cells, size))
+        if not chunk:
+            return
+        yield chunk
+
+
+def print_plan(request: BenchmarkRequest, json_output: bool) -> None:
+    """Print the plan as it is expanded, so a matrix of any size (up to --max-cells) prints in
+    bounded memory: tables of ``DRY_RUN_CHUNK`` cells, each followed by its commands; with
+    ``--json``, one array written element by element."""
+    from torchscale.app.preview import preview_plan
+    from torchscale.cli.benchmark_view import plan_table
+    from torchscale.plan.matrix import Plan
+    from torchscale.results.files import dumps
+
+    preview = preview_plan(request)
+    config = request.config
+    stream = preview.cells()
+    # Bad input (a matrix over --max-cells, ...) raises at the first cell: before any output.
+    stream = itertools.chain(list(itertools.islice(stream, 1)), stream)
+    if preview.warning:
+        _note(f"> [WARN] {preview.warning}")
+    if json_output:
+        separator = "\n"
+        sys.stdout.write("[")
+        for planned in stream:
+            if planned.visited:
+                document = {
+                    "cell_id": planned.cell.cell_id,
+                    "settings": planned.cell.settings.model_dump(mode="json"),
+                    "command": planned.command,
+                    "skip_reason": planned.skip_reason,
+                }
+                sys.stdout.write(separator + textwrap.indent(dumps(document, indent=2), "  "))
+                separator = ",\n"
+        sys.stdout.write("]\n" if separator == "\n" else "\n]\n")
+        sys.stdout.flush()
+        return
+    swept = preview.swept
+    chunks = _chunks(stream, DRY_RUN_CHUNK)
+    chunk = next(chunks, [])
+    done = 0
+    while chunk:
+        following = next(chunks, [])
+        table = plan_table(Plan(config, [p.cell for p in chunk], swept))
+        if done or following:  # one of several tables: say which cells it holds
+            table.title = f"{config.experiment_name}: cells {done + 1}-{done + len(chunk)}"
+        err_console.print(table)
+        for planned in chunk:
+            if planned.visited:
+                _note(f"[{planned.cell.index + 1}] {planned.command}")
+        done += len(chunk)
+        chunk = following
+    skipped = preview.skipped
+    note = f"; {len(skipped)} of {done} cells would be skipped on this node" if skipped else ""
+    _note(f"dry run: nothing was run or written (results would go to {preview.store_root}){note}")

@@ -1,0 +1,153 @@
+"""The results folder: where an experiment lives and the name of every file in it.
+
+This module is the only place that names a file or folder torchscale writes (a test greps the
+package for it), so a reader, a writer and a message can never disagree on a name::
+
+    <output-dir>/<experiment_dirname(name)>/
+        manifest.json  results.jsonl  summary.csv  summary_comm.csv  summary_tp_gemm.csv
+        sbatch.sh  slurm-<job>.out  <experiment>-report.<format>  tensorboard/
+        .lock  .lock-node<N>  .reserve
+        cells/<cell_id>/[node<N>/]
+            cell.json  result.json  owner.json  launch.log  torchrun/  flight_recorder/
+            ranks/rank<R>.progress.json  ranks/rank<R>.error.json  ranks/rank<R>.steps
+            profile/  rank<R>.json.gz | rank<R>.nsys-rep (+ .sqlite)
+                      findings.json  profile_ranks.csv  profile_steps.csv ...
+
+Standard library only: ``torchscale --help`` and config errors import it without torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from pathlib import Path
+from typing import Dict
+
+# --- the experiment folder -------------------------------------------------------------------
+MANIFEST = "manifest.json"
+RESULTS = "results.jsonl"
+SUMMARY = "summary.csv"
+SUMMARY_COMM = "summary_comm.csv"
+SUMMARY_TP_GEMM = "summary_tp_gemm.csv"
+CELLS = "cells"
+LOCK = ".lock"
+RESERVE = ".reserve"
+SBATCH_FILE = "sbatch.sh"
+SLURM_LOG_PATTERN = "slurm-%j.out"
+"""The sbatch job's log, as sbatch names it (``%j``: the job id)."""
+TENSORBOARD_DIR = "tensorboard"
+REPORT_EXPORT = "report.json"
+"""The JSON document of an experiment as logged to MLflow."""
+
+# --- a cell's folder (cells/<cell_id>/) --------------------------------------------------------
+CELL_FILE = "cell.json"
+RESULT_FILE = "result.json"
+OWNER_FILE = "owner.json"
+LAUNCH_LOG = "launch.log"
+TORCHRUN_LOGS = "torchrun"
+RANKS_DIR = "ranks"
+FLIGHT_RECORDER_DIR = "flight_recorder"
+PROFILE_DIR = "profile"
+
+# --- a profile folder (cells/<cell_id>/profile/, or beside the traces analysed) ----------------
+FINDINGS_FILE = "findings.json"
+PROFILE_TABLE_FILES: Dict[str, str] = {
+    "ranks": "profile_ranks.csv",
+    "steps": "profile_steps.csv",
+    "kernel_classes": "profile_kernel_classes.csv",
+    "collectives": "profile_collectives.csv",
+}
+KINETO_TRACE_SUFFIX = ".json.gz"
+NSYS_REPORT_SUFFIX = ".nsys-rep"
+NSYS_EXPORT_SUFFIX = ".sqlite"
+NSYS_REPORT_GLOB = f"rank*{NSYS_REPORT_SUFFIX}"
+
+# --- the validate smoke test's scratch folder ---------------------------------------------------
+SMOKE_LOG = "smoke.log"
+
+
+def slurm_log(job_id: str) -> str:
+    return SLURM_LOG_PATTERN.replace("%j", job_id)
+
+
+def node_lock(node_rank: int) -> str:
+    return f"{LOCK}-node{node_rank}"
+
+
+def node_dir(node_rank: int) -> str:
+    """A node's own subfolder of a cell's folder, where a node other than 0 writes."""
+    return f"node{node_rank}"
+
+
+NODE_DIR_GLOB = "node*"
+
+
+def rank_file(rank: int, kind: str) -> str:
+    """A rank's file in ``ranks/``: ``rank<R>.<kind>.json`` (``kind``: progress, error)."""
+    return f"rank{rank}.{kind}.json"
+
+
+def rank_file_glob(kind: str) -> str:
+    return f"rank*.{kind}.json"
+
+
+def rank_steps_file(rank: int) -> str:
+    return f"rank{rank}.steps"
+
+
+def kineto_trace(rank: int) -> str:
+    return f"rank{rank}{KINETO_TRACE_SUFFIX}"
+
+
+def nsys_report(rank: int) -> str:
+    return f"rank{rank}{NSYS_REPORT_SUFFIX}"
+
+
+def report_file(experiment_or_folder: str, fmt: str) -> str:
+    """``<experiment>-report.<fmt>``: a report's default name inside the results folder."""
+    return f"{experiment_dirname(experiment_or_folder)}-report.{fmt}"
+
+
+# --- the name-to-folder rule --------------------------------------------------------------------
+SAFE_NAME_BYTES = 200
+"""Longest experiment name (UTF-8 bytes) used as a folder name as it is; file systems allow 255."""
+
+
+def _safe_char(char: str) -> bool:
+    """Letters (with their combining marks) and digits of any script, ``-``, ``_`` and ``.``."""
+    return char in "-_." or unicodedata.category(char)[0] in "LMN"
+
+
+def is_safe_name(name: str) -> bool:
+    """Whether ``name`` can be a folder name as it is, on any file system and in any shell."""
+    return (
+        bool(name)
+        and name not in (".", "..")
+        and not name.startswith(("-", "."))
+        and len(name.encode("utf-8")) <= SAFE_NAME_BYTES
+        and unicodedata.is_normalized("NFC", name)
+        and all(_safe_char(c) for c in name)
+    )
+
+
+def experiment_dirname(name: str) -> str:
+    """The folder of an experiment: its name when that is a safe file name (:func:`is_safe_name`,
+    any script), else the name made safe plus ``+`` and a short hash of the original. A safe name
+    never contains ``+``, so two different names never share a folder (the name itself is kept in
+    the manifest and every record)."""
+    if is_safe_name(name):
+        return name
+    safe = "".join(c if _safe_char(c) else "-" for c in unicodedata.normalize("NFC", name))
+    safe = re.sub(r"-{2,}", "-", safe).strip("-.")[:48] or "experiment"
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:10]
+    return f"{safe}+{digest}"
+
+
+def experiment_dir(output_dir: Path, experiment_name: str) -> Path:
+    """``<output_dir>/<experiment folder>``: where an experiment's results go."""
+    return Path(output_dir) / experiment_dirname(experiment_name)
+
+
+def cell_dir(experiment: Path, cell_id: str) -> Path:
+    return Path(experiment) / CELLS / cell_id
