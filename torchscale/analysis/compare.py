@@ -142,9 +142,8 @@ def _statuses(records: Sequence[ResultBase]) -> Dict[CellKey, List[str]]:
     table = training_table(records)
     found: Dict[CellKey, List[str]] = {}
     for row in table.itertuples():
-        found.setdefault((str(row.config_key), as_int(row.world_size), as_int(row.nnodes)), []).append(
-            str(row.status)
-        )
+        key = (str(row.config_key), as_int(row.world_size), as_int(row.nnodes))
+        found.setdefault(key, []).append(str(row.status))
     return found
 
 

@@ -7,7 +7,7 @@ the sync warnings the worker puts in each training record, and scaling below the
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import pandas as pd
 
@@ -105,7 +105,7 @@ def _cells(labels: List[str]) -> str:
 def record_findings(records: Iterable[ResultBase]) -> List[Dict[str, Any]]:
     """The sync warnings the worker recorded, one finding per model and straggler rank (or
     erratic sync), listing the cells where it was seen."""
-    groups: Dict[tuple, List[TrainingResult]] = {}
+    groups: Dict[Tuple[str, str, Optional[int]], List[TrainingResult]] = {}
     for record in records:
         if isinstance(record, TrainingResult) and record.sync and record.sync.warning:
             key = (record.experiment, record.model, record.sync.slowest_rank)
@@ -113,7 +113,7 @@ def record_findings(records: Iterable[ResultBase]) -> List[Dict[str, Any]]:
     found = []
     for (experiment, model, slowest), cells in groups.items():
         cells.sort(key=lambda r: (r.world_size, r.batch_size, r.repeat))
-        worst = max(cells, key=lambda r: r.sync.wait_spread_ms or 0.0)
+        worst = max(cells, key=lambda r: (r.sync.wait_spread_ms if r.sync else None) or 0.0)
         labels = list(dict.fromkeys(f"batch {r.batch_size} on {r.world_size} GPUs" for r in cells))
         straggler = slowest is not None
         cpu = all(on_cpu(r) for r in cells)
@@ -121,6 +121,7 @@ def record_findings(records: Iterable[ResultBase]) -> List[Dict[str, Any]]:
             advice = (STRAGGLER_ADVICE_CPU if cpu else STRAGGLER_ADVICE).format(rank=slowest)
         else:
             advice = ERRATIC_ADVICE_CPU if cpu else ERRATIC_ADVICE
+        warning = worst.sync.warning if worst.sync else None  # set: grouped on it above
         found.append(
             {
                 "severity": "warning",
@@ -129,7 +130,7 @@ def record_findings(records: Iterable[ResultBase]) -> List[Dict[str, Any]]:
                     f"Rank {slowest} is a straggler" if straggler else "Erratic gradient sync"
                 )
                 + f": {model}",
-                "message": f"Seen in {_cells(labels)}. {worst.sync.warning}.",
+                "message": f"Seen in {_cells(labels)}. {warning}.",
                 "ranks": [slowest] if straggler else [],
                 "recommendation": advice,
                 "source": worst.cell_id + (f" (+{len(cells) - 1} cells)" if len(cells) > 1 else ""),
@@ -162,7 +163,7 @@ def scaling_findings(table: pd.DataFrame) -> List[Dict[str, Any]]:
         below = group[group["efficiency"] <= EFFICIENCY_GOOD]
         if below.empty:
             continue
-        worst = below.loc[below["efficiency"].idxmin()]
+        worst = below.sort_values("efficiency", kind="stable").iloc[0]  # the first lowest
         efficiency, sync = float(worst["efficiency"]), worst["sync"]
         detail = f"; gradient sync is {sync:.0f}% of its step" if not pd.isna(sync) else ""
         others = f" ({len(below)} of {len(group)} configurations)" if len(group) > 1 else ""
