@@ -14,7 +14,7 @@ TFLOP/s is ``2 m n k / time`` for every order, as DDLB reports it.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -51,7 +51,7 @@ def make_inputs(case: TpGemmCase, device: torch.device) -> Tuple[torch.Tensor, t
 
 def sharded_steps(
     case: TpGemmCase, a_local: torch.Tensor, b: torch.Tensor, world_size: int
-) -> Tuple[list, int, torch.Tensor]:
+) -> Tuple[List[Callable[[], object]], int, torch.Tensor]:
     """(steps in order, index of the all-gather step, the tensor that ends up holding C)."""
     if case.order == "AG_before":
         gathered = a_local.new_empty(case.m, case.k)
