@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from torchscale.integrations.sinks import Integrations
     from torchscale.launch.multinode import Launch
     from torchscale.plan.matrix import Cell, Plan
+    from torchscale.results.schema import ResultBase
 
 log = logging.getLogger("torchscale")
 
@@ -478,7 +479,7 @@ def _run(
     return 0
 
 
-def _print_comm_summary(records: list, title: str) -> None:
+def _print_comm_summary(records: List[ResultBase], title: str) -> None:
     from torchscale.comm.tables import collective_table, tp_gemm_table
     from torchscale.comm.view import comm_results_table
 

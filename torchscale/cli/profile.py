@@ -11,7 +11,7 @@ import json
 import logging
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import typer
 from typing_extensions import Annotated
@@ -36,7 +36,7 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNIT_SECONDS[unit]
 
 
-def _check_choice(value: str, choices: tuple, option: str) -> str:
+def _check_choice(value: str, choices: Tuple[str, ...], option: str) -> str:
     if value not in choices:
         raise TorchscaleError(f"{option} {value!r} is not one of: {', '.join(choices)}")
     return value
