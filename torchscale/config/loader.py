@@ -47,7 +47,7 @@ class BoundedLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if isinstance(node, yaml.MappingNode):
-            seen = {}
+            seen: Dict[object, int] = {}
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     continue  # '<<: *base' then a key of one's own is an override, not a repeat
@@ -77,7 +77,7 @@ def _check_expansion(root: Any) -> None:
     """
     if root is None:
         return
-    sizes: dict = {}
+    sizes: Dict[int, int] = {}
     stack = [(root, False)]
     open_nodes = set()
     while stack:
@@ -221,7 +221,8 @@ def load_config(
         raw.setdefault("experiment_name", path.stem)
     source = str(path) if path is not None else "the options given"
     try:
-        return BenchmarkConfig.model_validate(raw)
+        config: BenchmarkConfig = BenchmarkConfig.model_validate(raw)  # a derived model: Any
+        return config
     except ValidationError as exc:
         raise ConfigError(f"invalid config in {source}: {explain(exc, raw)}") from None
 
@@ -246,7 +247,8 @@ def _section_model(annotation: Any) -> Optional[Type[BaseModel]]:
 
 
 def _format_loc(loc: Sequence[Any], raw: Dict[str, Any]) -> str:
-    text, node = "", raw
+    text = ""
+    node: object = raw
     for part in loc:
         if isinstance(part, int):
             # Only show the index when the user wrote a list (scalars are wrapped internally).
