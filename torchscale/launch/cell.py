@@ -15,7 +15,7 @@ import shutil
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from torchscale.launch.flight_recorder import (
     FLIGHT_RECORDER_DIR,
@@ -84,11 +84,13 @@ def cell_command(
         nproc_per_node=cell.settings.nproc_per_node,
         rendezvous=rendezvous,
         log_dir=cell_dir / TORCHRUN_LOGS,
-        wrapper=nsys_wrapper(cell_dir / PROFILE_DIR, profile.target) if nsys else (),
+        wrapper=nsys_wrapper(cell_dir / PROFILE_DIR, profile.target)
+        if nsys and profile is not None
+        else (),
     )
 
 
-def node_environments(store: ExperimentStore, cell: Cell) -> Optional[List[dict]]:
+def node_environments(store: ExperimentStore, cell: Cell) -> Optional[List[Dict[str, Any]]]:
     """The environment of each node the cell ran on, as its ranks reported it."""
     return (read_json(store.cell_dir(cell.cell_id) / RESULT_FILE) or {}).get("nodes")
 
@@ -103,7 +105,7 @@ def _rank_dirs(cell_dir: Path) -> List[Path]:
     return [cell_dir / RANKS_DIR, *sorted(cell_dir.glob(f"node*/{RANKS_DIR}"))]
 
 
-def _rank_files(cell_dir: Path, suffix: str) -> List[dict]:
+def _rank_files(cell_dir: Path, suffix: str) -> List[Dict[str, Any]]:
     found = []
     for folder in _rank_dirs(cell_dir):
         for path in sorted(folder.glob(f"rank*.{suffix}.json")):
@@ -138,7 +140,7 @@ def _rendezvous_failure(cell_dir: Path, rendezvous: Rendezvous) -> Optional[str]
 
 def _failure(
     cell_dir: Path, cell: Cell, returncode: Optional[int], rendezvous: Rendezvous
-) -> tuple:
+) -> Tuple[CellStatus, str]:
     """(status, error text) of a launch that wrote no result."""
     errors = _rank_files(cell_dir, "error")
     if collective_timed_out(errors, cell_dir):
@@ -175,7 +177,7 @@ def _failure(
     )
 
 
-def _where(progress: dict, steps: Optional[tuple]) -> str:
+def _where(progress: Dict[str, Any], steps: Optional[Tuple[int, str]]) -> str:
     """``'measure', step 3 forward`` or, for workers that say what they do, ``'measure' (all_reduce
     float32 at 4096 B)``: the ``where`` of the rank's progress file."""
     text = f"'{progress['phase']}'" + (f", step {steps[0]} {steps[1]}" if steps else "")
@@ -191,7 +193,7 @@ def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: Optional[float] = N
         rank: read_steps(steps_path(Path(doc["_dir"]), rank)) for rank, doc in progress.items()
     }
 
-    def position(rank: int) -> tuple:
+    def position(rank: int) -> Tuple[int, int, int]:
         window = WINDOW_ORDER.index(windows[rank]) if windows[rank] in WINDOW_ORDER else -1
         step, phase = steps[rank] or (0, STEP_PHASES[0])
         return (window, step, STEP_PHASES.index(phase))
@@ -301,7 +303,10 @@ def run_cell(
 
 
 def _only_nsys_failed(
-    cell_dir: Path, cell: Cell, profile: Optional[ProfileRequest], result: Optional[dict]
+    cell_dir: Path,
+    cell: Cell,
+    profile: Optional[ProfileRequest],
+    result: Optional[Dict[str, Any]],
 ) -> bool:
     """A non-zero exit that is only nsys saying it wrote no report: the trigger decided not to
     profile, so the capture range never opened. Every rank reached ``done``, none failed."""
