@@ -74,12 +74,14 @@ def worst_target(output_dir: Path, device_kind: str, device_count: int) -> Targe
     model when there is none."""
     import pandas as pd
 
+    from torchscale.analysis.scalar import as_float
     from torchscale.analysis.scaling import label_variants
     from torchscale.analysis.tables import training_table
     from torchscale.results.schema import TrainingResult
     from torchscale.results.store import ExperimentStore, find_experiments
 
-    frames, records = [], {}
+    frames: List[pd.DataFrame] = []
+    records: Dict[str, TrainingResult] = {}
     for path in find_experiments(output_dir) if output_dir.is_dir() else []:
         found = [r for r in ExperimentStore(path).records() if isinstance(r, TrainingResult)]
         records.update((r.cell_id, r) for r in found)
@@ -114,9 +116,9 @@ def worst_target(output_dir: Path, device_kind: str, device_count: int) -> Targe
     for row in at_largest.sort_values("efficiency").itertuples():
         log.debug(
             "profile candidate: %s %s at %d GPUs: %.1f%% scaling efficiency (%s)",
-            row.experiment, row.variant, largest, 100 * row.efficiency, row.cell_id,
+            row.experiment, row.variant, largest, 100 * as_float(row.efficiency), row.cell_id,
         )  # fmt: skip
-    worst = at_largest.loc[at_largest["efficiency"].idxmin()]
+    worst = at_largest.sort_values("efficiency", kind="stable").iloc[0]  # the first lowest
     record = records[worst["cell_id"]]
     knobs = {k: v for k, v in record.settings.items() if k not in _NOT_COPIED}
     others = len(at_largest) - 1

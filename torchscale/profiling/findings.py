@@ -4,10 +4,12 @@ the numbers behind it, and what to do about it."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import pandas as pd
+
+from torchscale.analysis.scalar import as_float, as_int
 
 # --- thresholds (percentages are of step time unless said otherwise) -------------------------
 # A rank is a straggler when it caused most of the waiting in collectives (weighted by wait, so
@@ -109,8 +111,8 @@ def straggler_findings(ranks: pd.DataFrame, instances: pd.DataFrame) -> List[Fin
     out = []
     for row in ranks.itertuples(index=False):
         if not (
-            row.significant_instances >= STRAGGLER_MIN_INSTANCES
-            and row.caused_wait_share >= straggler_share_threshold(len(ranks))
+            as_int(row.significant_instances) >= STRAGGLER_MIN_INSTANCES
+            and as_float(row.caused_wait_share) >= straggler_share_threshold(len(ranks))
         ):
             continue
         others = ranks[ranks["rank"] != row.rank]
@@ -121,7 +123,7 @@ def straggler_findings(ranks: pd.DataFrame, instances: pd.DataFrame) -> List[Fin
         op = str(mine["op"].mode().iloc[0]) if len(mine) else "collective"
         nccl = "NCCL " if (mine["device"] == "gpu").all() else "gloo "
         early = others.sort_values("sync_stall_pct", ascending=False)["rank"].iloc[0]
-        who, other = _device(row.rank, instances), _device(int(early), instances)
+        who, other = _device(as_int(row.rank), instances), _device(int(early), instances)
         out.append(
             Finding(
                 severity=_severity(stall, 5.0, 10.0),
@@ -132,12 +134,12 @@ def straggler_findings(ranks: pd.DataFrame, instances: pd.DataFrame) -> List[Fin
                     f"{row.caused_wait_share:.0%} of all waiting (finishes its compute later "
                     f"than {other}); the other ranks wait {stall:.1f}% of step time for it"
                 ),
-                recommendation=_straggler_advice(int(row.rank), gpu=nccl == "NCCL "),
-                ranks=[int(row.rank)],
+                recommendation=_straggler_advice(as_int(row.rank), gpu=nccl == "NCCL "),
+                ranks=[as_int(row.rank)],
                 steps=sorted({int(s) for s in mine["step"] if s >= 0}),
                 evidence={
-                    "times_last": int(row.times_last),
-                    "significant_instances": int(row.significant_instances),
+                    "times_last": as_int(row.times_last),
+                    "significant_instances": as_int(row.significant_instances),
                     "last_share": _num(row.last_share, 3),
                     "caused_wait_share": _num(row.caused_wait_share, 3),
                     "others_sync_stall_pct": _num(stall),
@@ -266,7 +268,7 @@ def _rank_threshold(
     ranks: pd.DataFrame,
     column: str,
     threshold: float,
-    severity_at: tuple,
+    severity_at: Tuple[float, float],
     category: str,
     title: str,
     recommendation: str,
