@@ -111,7 +111,7 @@ def straggler_findings(ranks: pd.DataFrame, instances: pd.DataFrame) -> List[Fin
     out = []
     for row in ranks.itertuples(index=False):
         if not (
-            as_int(row.significant_instances) >= STRAGGLER_MIN_INSTANCES
+            as_float(row.significant_instances) >= STRAGGLER_MIN_INSTANCES
             and as_float(row.caused_wait_share) >= straggler_share_threshold(len(ranks))
         ):
             continue
