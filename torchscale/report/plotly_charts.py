@@ -209,4 +209,5 @@ def plotly_js() -> str:
     """The plotly.js bundle shipped inside the installed plotly package (never a CDN)."""
     from plotly.offline import get_plotlyjs
 
-    return get_plotlyjs().replace("</script", "<\\/script")
+    bundle: str = get_plotlyjs()  # plotly is untyped
+    return bundle.replace("</script", "<\\/script")
