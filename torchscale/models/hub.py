@@ -27,7 +27,8 @@ def _logits(outputs: Any) -> torch.Tensor:
     (torchvision's inception_v3 and googlenet)."""
     if isinstance(outputs, torch.Tensor):
         return outputs
-    return outputs.logits if hasattr(outputs, "logits") else outputs[0]
+    logits: torch.Tensor = outputs.logits if hasattr(outputs, "logits") else outputs[0]
+    return logits
 
 
 def _classification_loss(outputs: Any, targets: torch.Tensor) -> torch.Tensor:

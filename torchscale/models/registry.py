@@ -19,7 +19,7 @@ import re
 import sys
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, cast
 
 from torchscale.errors import ConfigError
 from torchscale.models.spec import ModelSpec
@@ -178,7 +178,7 @@ def _import_factory(path: str) -> Callable[..., ModelSpec]:
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigError(f"model '{path}': module '{module_name}' has no function '{attr}'")
-    return factory
+    return cast(Callable[..., ModelSpec], factory)  # the user's factory, as documented
 
 
 def _factory(name: str) -> Callable[..., ModelSpec]:
