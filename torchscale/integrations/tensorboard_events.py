@@ -19,7 +19,7 @@ Needs the ``tensorboard`` package (``pip install 'torchscale[tensorboard]'``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from torchscale.analysis.stats import finite_number
 from torchscale.errors import TorchscaleError
@@ -77,7 +77,7 @@ def write_scaling(
     root: Path, records: Sequence[TrainingResult], swept: Sequence[str], table: Any
 ) -> None:
     """Per configuration, throughput and efficiency against the GPU count (repeats averaged)."""
-    groups: Dict[str, Dict[int, list]] = {}
+    groups: Dict[str, Dict[int, List[Tuple[float, Optional[float]]]]] = {}
     for record in records:
         row = row_for(table, record.cell_id)
         if record.status != "ok" or record.throughput is None or record.nnodes > 1:

@@ -181,7 +181,8 @@ class ExperimentStore:
         if not self.manifest_path.exists():
             return {}
         with open(open_for_read(self.manifest_path), encoding="utf-8") as handle:
-            return json.load(handle)
+            manifest: Dict[str, Any] = json.load(handle)
+            return manifest
 
     def write_manifest(self, manifest: Dict[str, Any]) -> None:
         atomic_write_json(self.manifest_path, manifest)
