@@ -31,9 +31,9 @@ MAX_ERRORS = 5
 """The most validation errors one message lists."""
 
 
-def clip(text: Any, limit: int = ECHO_CHARS) -> str:
-    """``text`` as a string of at most ``limit`` characters (the cut is marked)."""
-    text = str(text)
+def clip(value: object, limit: int = ECHO_CHARS) -> str:
+    """``value`` as a string of at most ``limit`` characters (the cut is marked)."""
+    text = str(value)
     return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text):,} characters)"
 
 
@@ -238,7 +238,7 @@ def _field_names(model: Type[BaseModel], loc: Sequence[Any]) -> List[str]:
     return list(model.model_fields)
 
 
-def _section_model(annotation: Any) -> Optional[Type[BaseModel]]:
+def _section_model(annotation: object) -> Optional[Type[BaseModel]]:
     """The section model of a field typed ``Section`` or ``Optional[Section]``."""
     for candidate in (annotation, *get_args(annotation)):
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
@@ -290,7 +290,7 @@ def explain(exc: ValidationError, raw: Dict[str, Any]) -> str:
     return "; ".join(messages)
 
 
-def _echo(value: Any) -> str:
+def _echo(value: object) -> str:
     """``repr(value)``, cut to ``ECHO_CHARS`` without building the whole of a huge value."""
     import reprlib
 

@@ -19,7 +19,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from torchscale.config.base import flatten_settings
 from torchscale.errors import TorchscaleError
@@ -30,6 +30,9 @@ from torchscale.integrations.sinks import (
     training_records,
 )
 from torchscale.results.schema import ResultBase, TrainingResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 INSTALL_HINT = "pip install 'torchscale[mlflow]'"
 RUN_STATUS = {"ok": "FINISHED", "skipped": "KILLED"}  # others (failed, oom, timeout): FAILED
@@ -110,7 +113,7 @@ class MlflowSink:
 
         return [Param(key, value) for key, value in _params(values).items()]
 
-    def cell_finished(self, records: Sequence[ResultBase], table: Any) -> None:
+    def cell_finished(self, records: Sequence[ResultBase], table: Optional[pd.DataFrame]) -> None:
         for record in training_records(records):
             self._log_cell(record, row_for(table, record.cell_id))
 
@@ -150,7 +153,7 @@ class MlflowSink:
                 self.client.log_artifact(run_id, str(cell_dir / artifact))
         self.client.set_terminated(run_id, RUN_STATUS.get(record.status, "FAILED"))
 
-    def close(self, records: Sequence[ResultBase], table: Any) -> None:
+    def close(self, records: Sequence[ResultBase], table: Optional[pd.DataFrame]) -> None:
         for name in ("summary.csv", "manifest.json"):
             if (self.store_root / name).is_file():
                 self.client.log_artifact(self.parent_id, str(self.store_root / name))
