@@ -8,7 +8,7 @@ model, one line per variant; repeats of a cell are averaged.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Tuple
+from typing import Dict, List, Tuple
 
 import pandas as pd
 
@@ -32,7 +32,7 @@ def efficiency_band(efficiency: float) -> str:
     return "poor"
 
 
-def _label(flat: Dict[str, Any], varying: List[str]) -> str:
+def _label(flat: Dict[str, object], varying: List[str]) -> str:
     parts = [f"batch {flat.get('batch_size')}"]
     for key in varying:
         value = flat.get(key)

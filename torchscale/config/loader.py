@@ -168,7 +168,7 @@ def parse_overrides(sets: Sequence[str], extra_args: Sequence[str] = ()) -> List
     return overrides
 
 
-def apply_overrides(raw: Dict[str, Any], overrides: Sequence[Override]) -> Dict[str, Any]:
+def apply_overrides(raw: Dict[str, object], overrides: Sequence[Override]) -> Dict[str, object]:
     for path, value in overrides:
         node = raw
         for part in path[:-1]:
@@ -180,7 +180,7 @@ def apply_overrides(raw: Dict[str, Any], overrides: Sequence[Override]) -> Dict[
     return raw
 
 
-def read_yaml(path: Path) -> Dict[str, Any]:
+def read_yaml(path: Path) -> Dict[str, object]:
     from torchscale.results.files import read_limited
 
     if not path.exists():
@@ -212,7 +212,7 @@ def load_config(
     path: Optional[Path],
     overrides: Sequence[Override] = (),
     *,
-    base: Optional[Dict[str, Any]] = None,
+    base: Optional[Dict[str, object]] = None,
 ) -> BenchmarkConfig:
     """Read, override and validate a config; ``base`` replaces the file (used by ``profile``)."""
     raw = read_yaml(path) if path is not None else dict(base or {})
@@ -246,7 +246,7 @@ def _section_model(annotation: object) -> Optional[Type[BaseModel]]:
     return None
 
 
-def _format_loc(loc: Sequence[Any], raw: Dict[str, Any]) -> str:
+def _format_loc(loc: Sequence[Any], raw: Dict[str, object]) -> str:
     text = ""
     node: object = raw
     for part in loc:
@@ -260,7 +260,7 @@ def _format_loc(loc: Sequence[Any], raw: Dict[str, Any]) -> str:
     return text
 
 
-def explain(exc: ValidationError, raw: Dict[str, Any]) -> str:
+def explain(exc: ValidationError, raw: Dict[str, object]) -> str:
     """All of pydantic's errors as one line, with did-you-mean for unknown keys; no part quotes
     more than ``ECHO_CHARS`` characters of the input, and at most ``MAX_ERRORS`` are listed."""
     messages = []

@@ -73,7 +73,7 @@ def _artifact_location(uri: str) -> Optional[str]:
     return None
 
 
-def _params(values: Dict[str, Any]) -> Dict[str, str]:
+def _params(values: Dict[str, object]) -> Dict[str, str]:
     return {key: str(value)[:MAX_PARAM_CHARS] for key, value in flatten_settings(values)}
 
 
@@ -108,7 +108,7 @@ class MlflowSink:
         self.cell_runs: Dict[str, str] = {}
 
     @staticmethod
-    def _param_list(values: Dict[str, Any]) -> List[Any]:
+    def _param_list(values: Dict[str, object]) -> List[Any]:
         from mlflow.entities import Param
 
         return [Param(key, value) for key, value in _params(values).items()]
@@ -117,7 +117,7 @@ class MlflowSink:
         for record in training_records(records):
             self._log_cell(record, row_for(table, record.cell_id))
 
-    def _log_cell(self, record: TrainingResult, row: Optional[Dict[str, Any]]) -> None:
+    def _log_cell(self, record: TrainingResult, row: Optional[Dict[str, object]]) -> None:
         from mlflow.entities import Metric
 
         name = cell_run_name(record, self.swept).split("/", 1)[1]  # the experiment is the parent

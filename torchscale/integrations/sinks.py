@@ -35,7 +35,7 @@ class ResultSink(Protocol):
         """The sweep is over (or the export done): every record and the final table."""
 
 
-def _value(settings: Dict[str, Any], dotted: str) -> Any:
+def _value(settings: Dict[str, object], dotted: str) -> Any:
     node: Any = settings
     for part in dotted.split("."):
         node = node.get(part) if isinstance(node, dict) else None
@@ -116,7 +116,7 @@ class SinkEvents:
             )
 
 
-def cell_figures(record: TrainingResult, row: Optional[Dict[str, Any]]) -> Dict[str, float]:
+def cell_figures(record: TrainingResult, row: Optional[Dict[str, object]]) -> Dict[str, float]:
     """A cell's single figures by name, the same for every sink (TensorBoard tags, MLflow
     metrics); ``row`` is its summary row (sync share, scaling efficiency). Missing ones are left
     out."""
@@ -142,7 +142,7 @@ def training_records(records: Sequence[ResultBase]) -> List[TrainingResult]:
     return [r for r in records if isinstance(r, TrainingResult)]
 
 
-def row_for(table: Optional[pd.DataFrame], cell_id: str) -> Optional[Dict[str, Any]]:
+def row_for(table: Optional[pd.DataFrame], cell_id: str) -> Optional[Dict[str, object]]:
     """The training table's row of ``cell_id`` (scaling efficiency is there), or None."""
     if table is None or table.empty:
         return None

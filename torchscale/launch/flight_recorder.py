@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Dict, List
 
 PROCESS_GROUP_TIMEOUT_CAP_S = 600.0  # NCCL's own default
 PROCESS_GROUP_TIMEOUT_FLOOR_S = 60.0
@@ -41,7 +41,7 @@ def dumps(cell_dir: Path) -> List[Path]:
     )
 
 
-def collective_timed_out(errors: List[Dict[str, Any]], cell_dir: Path) -> bool:
+def collective_timed_out(errors: List[Dict[str, object]], cell_dir: Path) -> bool:
     """Did the process-group timeout end this cell? gloo raises in the waiting ranks (their error
     files say so); NCCL's watchdog aborts the processes, leaving no error file but the
     flight-recorder dumps. A rank error of another kind (OOM, a crash) is the root cause even

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from torchscale.errors import TorchscaleError
 from torchscale.launch.kinds import get_kind
@@ -140,7 +140,7 @@ class MpirunLaunch(Launch):
             "--cell", str(cell_dir / CELL_FILE), "--out", str(cell_dir / RESULT_FILE),
         ]  # fmt: skip
 
-    def describe(self) -> Dict[str, Any]:
+    def describe(self) -> Dict[str, object]:
         return {
             **super().describe(),
             "mpirun": self.mpirun,

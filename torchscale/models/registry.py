@@ -224,7 +224,7 @@ def _return_annotation(function: Callable[..., Any]) -> Any:
     return hints.get("return")
 
 
-def _call_options(factory: Callable[..., Any], options: Dict[str, Any]) -> Dict[str, Any]:
+def _call_options(factory: Callable[..., Any], options: Dict[str, object]) -> Dict[str, object]:
     """The options ``factory`` accepts (all of them when it takes ``**kwargs``), None left out."""
     params = inspect.signature(factory).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())

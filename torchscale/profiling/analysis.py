@@ -110,7 +110,7 @@ JSON_RANK_KEYS = [
 ]
 
 
-def to_document(result: ProfileAnalysis) -> Dict[str, Any]:
+def to_document(result: ProfileAnalysis) -> Dict[str, object]:
     """The ``--json`` document (also the body of findings.json)."""
     ranks = [
         {k: _clean(row.get(k)) for k in JSON_RANK_KEYS}

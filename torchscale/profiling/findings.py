@@ -4,7 +4,7 @@ the numbers behind it, and what to do about it."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -65,9 +65,9 @@ class Finding:
     recommendation: str
     ranks: List[int] = field(default_factory=list)
     steps: List[int] = field(default_factory=list)
-    evidence: Dict[str, Any] = field(default_factory=dict)
+    evidence: Dict[str, object] = field(default_factory=dict)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> Dict[str, object]:
         return asdict(self)
 
 

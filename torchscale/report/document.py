@@ -42,7 +42,7 @@ class RunConfig(_Strict):
     warmup_iters: Optional[int] = Field(None, description="warmup_steps (first value if swept).")
     benchmark_iters: Optional[int] = Field(None, description="measure_steps (first if swept).")
     device: Optional[str] = Field(None, description="Device name the cells ran on.")
-    benchmark: Dict[str, Any] = Field(
+    benchmark: Dict[str, object] = Field(
         default_factory=dict, description="The resolved YAML configuration (manifest.json)."
     )
 
@@ -112,7 +112,7 @@ class BenchmarkDocument(_Strict):
     torchscale_document_version: int = DOCUMENT_VERSION
 
 
-def _clean(row: Dict[str, Any]) -> Dict[str, Any]:
+def _clean(row: Dict[str, object]) -> Dict[str, object]:
     """NaN and pandas' missing values -> None; numpy scalars -> Python."""
     out = {}
     for key, value in row.items():
@@ -183,7 +183,7 @@ def build_document(experiment: Experiment) -> BenchmarkDocument:
     )
 
 
-def document_schema() -> Dict[str, Any]:
+def document_schema() -> Dict[str, object]:
     return BenchmarkDocument.model_json_schema()
 
 

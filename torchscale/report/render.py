@@ -34,7 +34,7 @@ def _environment() -> Environment:
     )
 
 
-def _render(content: ReportContent, mode: str, extra: Dict[str, Any]) -> str:
+def _render(content: ReportContent, mode: str, extra: Dict[str, object]) -> str:
     template = _environment().get_template("report.html.j2")
     return template.render(
         report=content,

@@ -237,7 +237,7 @@ def read_kineto(path: Path, use_msgspec: bool = True) -> RankTrace:
 
 def _merge(
     parts: List[dec.Columns],
-) -> Tuple[Dict[str, np.ndarray], List[str], List[str], Dict[str, Any]]:
+) -> Tuple[Dict[str, np.ndarray], List[str], List[str], Dict[str, object]]:
     names: Dict[str, int] = {}
     cats: Dict[str, int] = {}
     name_codes, cat_codes, meta = [], [], {}

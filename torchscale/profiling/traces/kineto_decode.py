@@ -44,7 +44,7 @@ class Columns:
     name_codes: List[np.ndarray] = field(default_factory=list)
     cats: Dict[str, int] = field(default_factory=dict)
     names: Dict[str, int] = field(default_factory=dict)
-    metadata: Dict[str, Any] = field(default_factory=dict)
+    metadata: Dict[str, object] = field(default_factory=dict)
     api_correlation: List[np.ndarray] = field(default_factory=list)
     api_ts: List[np.ndarray] = field(default_factory=list)
 
@@ -166,7 +166,7 @@ if HAVE_MSGSPEC:
 
     class _TraceFile(msgspec.Struct, gc=False):
         traceEvents: List[_EventUnion] = []
-        distributedInfo: Optional[Dict[str, Any]] = None
+        distributedInfo: Optional[Dict[str, object]] = None
         baseTimeNanoseconds: Optional[int] = None
         schemaVersion: Optional[int] = None
 
@@ -207,7 +207,7 @@ def _add_dicts(events: List[Any], out: Columns) -> None:
     if not xs:
         return
     nan = float("nan")
-    args: List[Dict[str, Any]] = [
+    args: List[Dict[str, object]] = [
         e["args"] if isinstance(e.get("args"), dict) else {} for e in xs
     ]
     out.add(

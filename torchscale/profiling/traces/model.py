@@ -42,7 +42,7 @@ class RankTrace:
     path: Path
     source: str  # "kineto" or "nsys"
     events: pd.DataFrame
-    metadata: Dict[str, Any] = field(default_factory=dict)
+    metadata: Dict[str, object] = field(default_factory=dict)
     # Kineto only: HTA drops everything launched at or after the start of the last ProfilerStep
     # (that step is usually cut short by the profiler stopping). None: the whole trace counts.
     window_end: Optional[float] = None
