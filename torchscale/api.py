@@ -50,7 +50,7 @@ def load(results_dir: PathLike) -> pd.DataFrame:
     return pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
 
 
-def _step_rows(records: Sequence[ResultBase]) -> List[Dict[str, Any]]:
+def _step_rows(records: Sequence[ResultBase]) -> List[Dict[str, object]]:
     from torchscale.results.schema import TrainingResult
 
     rows = []

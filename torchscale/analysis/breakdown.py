@@ -10,11 +10,12 @@
 
 from __future__ import annotations
 
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
 
+from torchscale.analysis.scalar import as_int
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult, TrainingResult
 
 BREAKDOWN_COLUMNS = [
@@ -64,7 +65,7 @@ def comm_compute_line(record: TrainingResult) -> Optional[str]:
     if table.empty:
         return None
     parts = [
-        f"rank {int(r.rank)} {r.compute_ms:.1f} / {r.comm_ms:.1f} ({r.overlap_ms:.1f})"
+        f"rank {as_int(r.rank)} {r.compute_ms:.1f} / {r.comm_ms:.1f} ({r.overlap_ms:.1f})"
         for r in table.itertuples()
     ]
     ratio = table["comm_ms"].sum() / table["compute_ms"].sum()
@@ -91,7 +92,7 @@ def step_histogram(table: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
             counts, _ = np.histogram(rows_at["step_ms"].to_numpy(dtype=float), bins=edges)
             for index, count in enumerate(counts):
                 rows.append(
-                    {**dict(zip(keys, key)), "world_size": int(world),
+                    {**dict(zip(keys, key)), "world_size": as_int(world),
                      "bin_low_ms": edges[index], "bin_high_ms": edges[index + 1],
                      "bin_mid_ms": (edges[index] + edges[index + 1]) / 2, "steps": int(count)}
                 )  # fmt: skip
@@ -102,7 +103,8 @@ def step_histogram(table: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
 def tp_gemm_cases(records: Iterable[ResultBase]) -> pd.DataFrame:
     """One row per TP GEMM case and world size: AG_before, AG_after and compute-only times (the
     unsharded GEMM on one device, which each order's record times: their mean)."""
-    rows = {}
+    rows: Dict[Tuple[object, ...], Dict[str, object]] = {}
+    references: Dict[Tuple[object, ...], List[float]] = {}
     for record in records:
         if not isinstance(record, TpGemmResult) or record.status != "ok":
             continue
@@ -118,10 +120,10 @@ def tp_gemm_cases(records: Iterable[ResultBase]) -> pd.DataFrame:
         row[f"{record.order}_us"] = record.time_us
         row[f"{record.order}_tflops"] = record.tflops
         if record.reference_time_us is not None:
-            row.setdefault("_references", []).append(record.reference_time_us)
-    for row in rows.values():  # each order times the unsharded GEMM too: their mean
-        references = row.pop("_references", [])
-        row["compute_only_us"] = sum(references) / len(references) if references else None
+            references.setdefault(key, []).append(record.reference_time_us)
+    for case, row in rows.items():  # each order times the unsharded GEMM too: their mean
+        found = references.get(case, [])
+        row["compute_only_us"] = sum(found) / len(found) if found else None
     table = pd.DataFrame(list(rows.values()))
     return (
         table.sort_values(["experiment", "world_size", "m", "n", "k"]) if not table.empty else table
@@ -131,7 +133,7 @@ def tp_gemm_cases(records: Iterable[ResultBase]) -> pd.DataFrame:
 def p2p_matrices(records: Iterable[ResultBase]) -> List[pd.DataFrame]:
     """Per send/recv record at its largest message size (per world size): the src x dst busbw
     matrix (GB/s), with ``attrs`` naming the world size, size and slowest pair."""
-    largest = {}
+    largest: Dict[Tuple[int, str], CollectiveResult] = {}
     for record in records:
         if (
             isinstance(record, CollectiveResult)
@@ -144,10 +146,11 @@ def p2p_matrices(records: Iterable[ResultBase]) -> List[pd.DataFrame]:
                 largest[key] = record
     matrices = []
     for (world, dtype), record in sorted(largest.items()):
+        pairs = record.pair_busbw_gbps or []  # set: only such records are kept above
         matrix = pd.DataFrame(
-            record.pair_busbw_gbps,
-            index=[f"rank {i}" for i in range(len(record.pair_busbw_gbps))],
-            columns=[f"rank {j}" for j in range(len(record.pair_busbw_gbps))],
+            pairs,
+            index=[f"rank {i}" for i in range(len(pairs))],
+            columns=[f"rank {j}" for j in range(len(pairs))],
         )
         matrix.attrs = {"world_size": world, "dtype": dtype, "size_bytes": record.size_bytes,
                         "slowest_pair": record.slowest_pair, "cell_id": record.cell_id}  # fmt: skip

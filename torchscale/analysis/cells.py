@@ -42,7 +42,7 @@ def pooled_latency_table(table: pd.DataFrame, samples: pd.DataFrame) -> pd.DataF
     joined = samples.merge(table[["cell_id", *keys]], on="cell_id")
     rows = []
     for key, group in joined.groupby(keys, sort=True):
-        stats = time_stats(group["step_ms"].to_numpy())
+        stats = time_stats(group["step_ms"].to_numpy(dtype=np.float64))
         rows.append(
             {
                 **dict(zip(keys, key)),

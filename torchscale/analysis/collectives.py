@@ -39,7 +39,7 @@ def _number(value: Any) -> Optional[float]:
         return None
 
 
-def _row(doc: Mapping[str, Any]) -> Dict[str, Any]:
+def _row(doc: Mapping[str, Any]) -> Dict[str, object]:
     peak = _number(doc.get("link_peak_gbps", doc.get("peak_busbw_gbps")))
     busbw = _number(doc.get("busbw_gbps"))
     return {

@@ -18,11 +18,13 @@ Records that are invalid (``torchscale.results.validity``) are never compared.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Set, Tuple
 
 import numpy as np
 import pandas as pd
+from numpy.typing import NDArray
 
+from torchscale.analysis.scalar import as_float, as_int
 from torchscale.analysis.scaling import label_variants
 from torchscale.analysis.tables import training_table
 from torchscale.results.schema import ResultBase, TrainingResult
@@ -36,7 +38,9 @@ LOST_ORDER = ("failed", "timeout", "oom", "invalid", "skipped")
 """What a lost cell's verdict says, most serious first, when its repeats ended differently."""
 
 KEY = ["config_key", "world_size", "nnodes"]  # 2 x 4 GPUs is not 1 x 8
-Statistic = Callable[[np.ndarray], np.ndarray]  # (resamples, steps) -> (resamples,)
+FloatArray = NDArray[np.float64]
+Statistic = Callable[[FloatArray], FloatArray]  # (resamples, steps) -> (resamples,)
+CellKey = Tuple[str, int, int]  # KEY's values
 
 
 @dataclass(frozen=True)
@@ -71,12 +75,12 @@ class Comparison:
         return bool(len(self.regressions) or len(self.lost))
 
 
-def _mean(samples: np.ndarray) -> np.ndarray:
-    return samples.mean(axis=-1)
+def _mean(samples: FloatArray) -> FloatArray:
+    return np.asarray(samples.mean(axis=-1), dtype=np.float64)
 
 
-def _p95(samples: np.ndarray) -> np.ndarray:
-    return np.percentile(samples, 95, axis=-1)
+def _p95(samples: FloatArray) -> FloatArray:
+    return np.asarray(np.percentile(samples, 95, axis=-1), dtype=np.float64)
 
 
 def bootstrap_ratio(
@@ -98,15 +102,15 @@ def bootstrap_ratio(
 
 def _pooled(
     records: Sequence[ResultBase],
-) -> Tuple[pd.DataFrame, Dict[Tuple[str, int, int], List]]:
+) -> Tuple[pd.DataFrame, Dict[CellKey, List[float]]]:
     """The measured cells' table (repeats averaged) and each cell's pooled step samples."""
     table = label_variants(training_table(records))
     table = table[(table["status"] == "ok") & table["throughput"].notna()]
-    samples: Dict[Tuple[str, int, int], List[float]] = {}
+    samples: Dict[CellKey, List[float]] = {}
     by_id = {r.cell_id: r for r in records if isinstance(r, TrainingResult)}
     for row in table.itertuples():
-        samples.setdefault((row.config_key, row.world_size, row.nnodes), []).extend(
-            by_id[row.cell_id].step_times_ms
+        key = (str(row.config_key), as_int(row.world_size), as_int(row.nnodes))
+        samples.setdefault(key, []).extend(by_id[str(row.cell_id)].step_times_ms
         )
     pooled = table.groupby(KEY, as_index=False).agg(
         model=("model", "first"),
@@ -133,24 +137,23 @@ def _pct(ratio: float) -> float:
     return 100 * (ratio - 1)
 
 
-def _statuses(records: Sequence[ResultBase]) -> Dict[Tuple[str, int, int], List[str]]:
+def _statuses(records: Sequence[ResultBase]) -> Dict[CellKey, List[str]]:
     """Every training record's status, by the key cells are matched on."""
     table = training_table(records)
-    found: Dict[Tuple[str, int, int], List[str]] = {}
+    found: Dict[CellKey, List[str]] = {}
     for row in table.itertuples():
-        found.setdefault((row.config_key, int(row.world_size), int(row.nnodes)), []).append(
-            str(row.status)
-        )
+        key = (str(row.config_key), as_int(row.world_size), as_int(row.nnodes))
+        found.setdefault(key, []).append(str(row.status))
     return found
 
 
 def _lost_rows(
-    old: pd.DataFrame, new_status: Dict[Tuple[str, int, int], List[str]], compared: set
-) -> List[Dict]:
+    old: pd.DataFrame, new_status: Dict[CellKey, List[str]], compared: Set[CellKey]
+) -> List[Dict[str, object]]:
     """A row for each cell measured in the baseline that the new run did not measure."""
-    rows = []
+    rows: List[Dict[str, object]] = []
     for row in old.itertuples():
-        key = (row.config_key, int(row.world_size), int(row.nnodes))
+        key = (str(row.config_key), as_int(row.world_size), as_int(row.nnodes))
         statuses = new_status.get(key, [])
         if key in compared and not any(s in LOST_ORDER[:4] for s in statuses):
             continue  # measured in the new run (no repeat failed): compared above
@@ -161,8 +164,8 @@ def _lost_rows(
             {
                 "model": row.model,
                 "variant": row.variant,
-                "world_size": int(row.world_size),
-                "nnodes": int(row.nnodes),
+                "world_size": as_int(row.world_size),
+                "nnodes": as_int(row.nnodes),
                 "unit": row.unit,
                 "throughput_old": row.throughput,
                 "throughput_new": nan,
@@ -196,11 +199,11 @@ def compare_runs(
     new_status = _statuses(new_records)
     old_keys = set(_statuses(old_records))
     merged = new.merge(old, on=KEY, suffixes=("_new", "_old"), how="outer", indicator=True)
-    rows = []
+    rows: List[Dict[str, object]] = []
     for row in merged[merged["_merge"] == "both"].itertuples():
-        key = (row.config_key, row.world_size, row.nnodes)
-        throughput_change = _pct(row.throughput_new / row.throughput_old)
-        p95_change = _pct(row.step_ms_p95_new / row.step_ms_p95_old)
+        key = (str(row.config_key), as_int(row.world_size), as_int(row.nnodes))
+        throughput_change = _pct(as_float(row.throughput_new) / as_float(row.throughput_old))
+        p95_change = _pct(as_float(row.step_ms_p95_new) / as_float(row.step_ms_p95_old))
         old_steps, new_steps = old_samples.get(key, []), new_samples.get(key, [])
         if old_steps and new_steps:
             _, mean_low, mean_high = bootstrap_ratio(old_steps, new_steps, _mean, options)
@@ -222,8 +225,8 @@ def compare_runs(
             {
                 "model": row.model_new,
                 "variant": row.variant_new,
-                "world_size": int(row.world_size),
-                "nnodes": int(row.nnodes),
+                "world_size": as_int(row.world_size),
+                "nnodes": as_int(row.nnodes),
                 "unit": row.unit_new,
                 "throughput_old": row.throughput_old,
                 "throughput_new": row.throughput_new,
@@ -244,7 +247,7 @@ def compare_runs(
                 "config_key": row.config_key,
             }
         )
-    compared = {(r["config_key"], r["world_size"], r["nnodes"]) for r in rows}
+    compared = {(str(r["config_key"]), as_int(r["world_size"]), as_int(r["nnodes"])) for r in rows}
     shared = bool(old_keys & set(new_status))
     if shared:
         lost = _lost_rows(old, new_status, compared)

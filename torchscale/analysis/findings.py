@@ -129,7 +129,7 @@ def scaling_findings(table: pd.DataFrame) -> List[Dict[str, Any]]:
         below = group[group["efficiency"] <= EFFICIENCY_GOOD]
         if below.empty:
             continue
-        worst = below.loc[below["efficiency"].idxmin()]
+        worst = below.sort_values("efficiency", kind="stable").iloc[0]  # the first lowest
         efficiency, sync = float(worst["efficiency"]), worst["sync"]
         detail = f"; gradient sync is {sync:.0f}% of its step" if not pd.isna(sync) else ""
         others = f" ({len(below)} of {len(group)} configurations)" if len(group) > 1 else ""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional
 
 from torchscale.analysis.alphabeta import (
     INTER_NODE,
@@ -16,11 +16,15 @@ from torchscale.analysis.alphabeta import (
     all_reduce_points,
     fit_all_reduce,
 )
+from torchscale.analysis.scalar import as_float, as_int
 from torchscale.analysis.scaling import label_variants
 from torchscale.analysis.stats import mean
 from torchscale.analysis.tables import training_table
 from torchscale.errors import TorchscaleError
 from torchscale.results.schema import ResultBase, TrainingResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ADD_ALL_REDUCE = (
     "add 'communication: {collectives: [all_reduce], min_bytes: 1K, max_bytes: 64M}' with "
@@ -69,7 +73,7 @@ def _rank_mean(record: TrainingResult, name: str) -> Optional[float]:
 
 
 def _reference(
-    row: Mapping[str, Any],
+    row: pd.Series[Any],
     record: TrainingResult,
     measured: Dict[int, float],
     measured_compute: Dict[int, float],
@@ -105,7 +109,8 @@ def _reference(
         if pairs:
             overlap = min(1.0, max(0.0, mean([o / c for o, c in pairs]) or 0.0))
     steps = record.measure_steps or len(record.step_times_ms) or 1
-    step_ms = (record.measured_s or 0.0) * 1e3 / steps or record.step_time_ms.mean
+    mean_ms = record.step_time_ms.mean if record.step_time_ms else 0.0  # set on measured cells
+    step_ms = (record.measured_s or 0.0) * 1e3 / steps or mean_ms
     noise = [t - r.step_time_ms.mean for r in record.per_rank for t in r.step_times_ms]
     std = record.step_time_ms.std if record.step_time_ms else 0.0
     units = record.units_per_sample * record.batch_size * record.grad_accum_steps
@@ -159,7 +164,8 @@ def references(records: Iterable[ResultBase], holdout: bool = False) -> List[Ref
         one_node = group[group["nnodes"] == 1]
         if one_node.empty:  # measured across nodes only: take those cells as they are
             one_node = group
-        measured = one_node.groupby("world_size")["throughput"].mean().to_dict()
+        means = one_node.groupby("world_size")["throughput"].mean()
+        measured = {as_int(k): as_float(v) for k, v in means.items()}
         sizes = sorted(measured)
         if holdout:
             if len(sizes) < 2:

@@ -8,7 +8,7 @@ model, one line per variant; repeats of a cell are averaged.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List
+from typing import Dict, List, Tuple
 
 import pandas as pd
 
@@ -32,7 +32,7 @@ def efficiency_band(efficiency: float) -> str:
     return "poor"
 
 
-def _label(flat: Dict[str, Any], varying: List[str]) -> str:
+def _label(flat: Dict[str, object], varying: List[str]) -> str:
     parts = [f"batch {flat.get('batch_size')}"]
     for key in varying:
         value = flat.get(key)
@@ -47,7 +47,7 @@ def label_variants(table: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     flat = {key: dict(flatten_settings(json.loads(key))) for key in table["config_key"].unique()}
-    order: Dict[str, tuple] = {}
+    order: Dict[str, Tuple[int, str]] = {}
     for _, group in table.groupby(["experiment", "model"], sort=False):
         configs = [flat[key] for key in group["config_key"].unique()]
         names = sorted({name for config in configs for name in config} - _LABEL_SKIP)
@@ -157,7 +157,7 @@ def model_summary(table: pd.DataFrame) -> pd.DataFrame:
     ok = table[(table["status"] == "ok") & table["throughput"].notna()]
     rows = []
     for (experiment, model), group in ok.groupby(["experiment", "model"], sort=True):
-        best = group.loc[group["throughput"].idxmax()]
+        best = group.sort_values("throughput", ascending=False, kind="stable").iloc[0]
         largest = int(group["world_size"].max())
         at_largest = group[group["world_size"] == largest]["scaling_efficiency"].dropna()
         has_baseline = largest > group["world_size"].min()

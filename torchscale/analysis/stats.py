@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Union
 
 import numpy as np
+from numpy.typing import NDArray
 
 
 def finite_number(value: Any) -> Optional[float]:
@@ -21,7 +22,7 @@ def mean(samples: Sequence[float]) -> Optional[float]:
     return float(np.mean(samples)) if len(samples) else None
 
 
-def time_stats(samples: Sequence[float]) -> Optional[Dict[str, float]]:
+def time_stats(samples: Union[Sequence[float], NDArray[np.float64]]) -> Optional[Dict[str, float]]:
     """mean, p50/p95/p99 (linear interpolation), min, max, std (population) and cv."""
     if not len(samples):
         return None

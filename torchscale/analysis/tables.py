@@ -29,13 +29,13 @@ TRAINING_COLUMNS = [
 ]  # fmt: skip
 
 
-def config_key(settings: Dict[str, Any]) -> str:
+def config_key(settings: Dict[str, object]) -> str:
     """Identifies a configuration apart from its GPU count (and repeat)."""
     kept = {k: v for k, v in settings.items() if k not in SCALING_AXIS_FIELDS}
     return json.dumps(kept, sort_keys=True, separators=(",", ":"))
 
 
-def _row(record: TrainingResult) -> Dict[str, Any]:
+def _row(record: TrainingResult) -> Dict[str, object]:
     steps = record.step_time_ms
     sync = record.sync
     return {
@@ -75,7 +75,7 @@ def _row(record: TrainingResult) -> Dict[str, Any]:
 
 def training_table(records: Iterable[ResultBase]) -> pd.DataFrame:
     """One row per training cell, with scaling efficiency against its baseline."""
-    rows: List[Dict[str, Any]] = [_row(r) for r in records if isinstance(r, TrainingResult)]
+    rows: List[Dict[str, object]] = [_row(r) for r in records if isinstance(r, TrainingResult)]
     table = pd.DataFrame(rows, columns=TRAINING_COLUMNS)
     return add_scaling_efficiency(table)
 

@@ -8,13 +8,13 @@ times. Functions from records to DataFrames and finding dicts; drawing lives in 
 from __future__ import annotations
 
 import statistics
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import pandas as pd
 
 from torchscale.analysis.straggler import record_straggler
 from torchscale.hardware.nvml import reason_label
-from torchscale.results.schema import RankResult, ResultBase, TrainingResult
+from torchscale.results.schema import GpuTelemetry, RankResult, ResultBase, TrainingResult
 
 CLOCK_DEFICIT = 0.10
 """A GPU whose mean SM clock is this much below its peers' median ran slower."""
@@ -53,7 +53,7 @@ def _throttle(shares: Dict[str, float]) -> str:
     return ", ".join(f"{reason_label(k)} {v:.0%}" for k, v in sorted(shares.items()))
 
 
-def _pcie(gpu: Any) -> tuple:
+def _pcie(gpu: GpuTelemetry) -> Tuple[Optional[str], bool]:
     if gpu.pcie_gen is None or gpu.pcie_width is None:
         return None, False
     text = f"Gen{gpu.pcie_gen} x{gpu.pcie_width}"
@@ -157,7 +157,11 @@ def _clock_findings(record: TrainingResult) -> List[Dict[str, Any]]:
     for rank in ranks:
         gpu = rank.gpu
         assert gpu is not None and gpu.sm_clock_mhz_mean is not None
-        peers = [r.gpu.sm_clock_mhz_mean for r in ranks if r is not rank and r.gpu]
+        peers = [
+            r.gpu.sm_clock_mhz_mean
+            for r in ranks
+            if r is not rank and r.gpu and r.gpu.sm_clock_mhz_mean  # all: filtered above
+        ]
         slow = {k: v for k, v in gpu.throttle_share.items() if k in SLOW_REASONS}
         reference = statistics.median(peers) if peers else gpu.sm_clock_mhz_limit
         deficit = 1 - gpu.sm_clock_mhz_mean / reference if reference else 0.0

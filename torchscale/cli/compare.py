@@ -4,25 +4,32 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Dict
+from typing import TYPE_CHECKING, Dict, Hashable, Mapping
 
 import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, print_json, user_errors
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from torchscale.analysis.compare import Comparison
+
 EXIT_REGRESSION = 1
 
 
-def _clean(row: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+def _clean(row: Mapping[Hashable, object]) -> Dict[str, object]:
+    return {
+        str(k): None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()
+    }
 
 
 STYLES = {"regression": "bold red", "improvement": "green", "within noise": "yellow"}
 LOST_STYLE = "bold red"
 
 
-def _table(comparison: Any, threshold: float) -> Any:
+def _table(comparison: Comparison, threshold: float) -> Table:
     from rich.table import Table
     from rich.text import Text
 

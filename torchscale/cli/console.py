@@ -34,7 +34,7 @@ def setup_logging(level: int) -> None:
     log.propagate = False
 
 
-def print_json(document: Any) -> None:
+def print_json(document: object) -> None:
     """Write one JSON document to stdout (the only thing a ``--json`` command prints there).
 
     Strict JSON, whatever the document holds: a NaN or infinite number is written as null

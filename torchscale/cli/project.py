@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Hashable, List, Mapping, Optional
 
 import typer
 from typing_extensions import Annotated
@@ -14,8 +14,8 @@ from torchscale.cli.console import err_console, print_json, user_errors
 DEFAULT_TARGETS = [16, 64, 256, 1024]
 
 
-def _clean(row: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+def _clean(row: Mapping[Hashable, Any]) -> Dict[str, Any]:
+    return {str(k): None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
 
 
 def _band(row: Dict[str, Any], key: str) -> str:

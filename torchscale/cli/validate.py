@@ -9,13 +9,16 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict
+from typing import TYPE_CHECKING, Any, Callable, Dict
 
 import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, print_json, user_errors
 from torchscale.errors import TorchscaleError
+
+if TYPE_CHECKING:
+    from rich.status import Status
 
 
 def register(app: typer.Typer) -> None:
@@ -80,16 +83,17 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
 
-def _progress(status: Any) -> Callable[[str], None]:
+def _progress(status: Status) -> Callable[[str], None]:
     """Show the step under way; with --verbose, log how long each step took."""
     log = logging.getLogger("torchscale")
-    current = {"name": "", "start": time.monotonic()}
+    current, start = "", time.monotonic()
 
     def step(name: str) -> None:
+        nonlocal current, start
         now = time.monotonic()
-        if current["name"]:
-            log.debug("validate: %s took %.2f s", current["name"], now - current["start"])
-        current.update(name=name, start=now)
+        if current:
+            log.debug("validate: %s took %.2f s", current, now - start)
+        current, start = name, now
         status.update(f"Checking: {name}...")
 
     return step

@@ -34,7 +34,7 @@ _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
 
 
-def parse_size(value: Union[int, str]) -> int:
+def parse_size(value: Union[int, float, str]) -> int:
     """``8``, ``"1K"``, ``"64M"``, ``"1G"`` -> bytes. K/M/G are binary (1K = 1024), as nccl-tests'
     ``-b``/``-e`` read them; a trailing ``B`` or ``iB`` is allowed."""
     if isinstance(value, bool):

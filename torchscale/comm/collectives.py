@@ -54,7 +54,8 @@ reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.red
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    return getattr(torch, name)
+    dtype: torch.dtype = getattr(torch, name)
+    return dtype
 
 
 def pattern(rank: int, start: int, length: int, world_size: int) -> torch.Tensor:
@@ -112,13 +113,15 @@ def expected_output(lay: Layout, rank: int, n: int) -> torch.Tensor:
     """What ``rank``'s output must hold after the op, computed without communicating (int64)."""
     c = lay.count
     if lay.op == "all_reduce":
-        return sum(pattern(s, 0, c, n) for s in range(n))
+        return sum((pattern(s, 0, c, n) for s in range(n)), torch.zeros(c, dtype=torch.int64))
     if lay.op == "broadcast":
         return pattern(ROOT, 0, c, n)
     if lay.op == "all_gather":
         return torch.cat([pattern(s, s * c, c, n) for s in range(n)])
     if lay.op == "reduce_scatter":
-        return sum(pattern(s, rank * c, c, n) for s in range(n))
+        return sum(
+            (pattern(s, rank * c, c, n) for s in range(n)), torch.zeros(c, dtype=torch.int64)
+        )
     if lay.op == "all_to_all":
         return torch.cat([pattern(s, rank * c, c, n) for s in range(n)])
     raise ValueError(f"unknown op {lay.op!r}")

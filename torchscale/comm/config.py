@@ -11,7 +11,7 @@ No torch here: config errors must be reported without importing it.
 from __future__ import annotations
 
 import itertools
-from typing import Any, List, Literal, Optional
+from typing import Any, Callable, List, Literal, Optional
 
 from annotated_types import Len
 from pydantic import (
@@ -55,7 +55,7 @@ def _dtype_alias(value: Any) -> Any:
     return DTYPE_ALIASES.get(value, value) if isinstance(value, str) else value
 
 
-def _size(value: Any) -> Any:
+def _size(value: object) -> object:
     return parse_size(value) if isinstance(value, (int, float, str)) else value
 
 
@@ -70,21 +70,18 @@ GemmOrder = Literal["AG_before", "AG_after"]
 ByteSize = Annotated[PositiveInt, BeforeValidator(_size)]
 
 
-def _list_of(item: Any, min_length: int = 1) -> Any:
-    """A value or a list of values (a scalar is a list of one)."""
-    return Annotated[List[item], BeforeValidator(as_list), Len(min_length=min_length)]
-
-
-def _default(*values: Any) -> Any:
+def _default(*values: object) -> Callable[[], List[Any]]:
     return lambda: list(values)
 
 
-PositiveInts = _list_of(PositiveInt)
-GemmDtypes = _list_of(GemmDtype)
-GemmOrders = _list_of(GemmOrder)
-Collectives = _list_of(Collective, min_length=0)
-CommDtypes = _list_of(CommDtype)
-Scopes = _list_of(Scope)
+# A value or a list of values (a scalar is a list of one), spelled out per item type so that
+# the type checker sees each alias as a type.
+PositiveInts = Annotated[List[PositiveInt], BeforeValidator(as_list), Len(min_length=1)]
+GemmDtypes = Annotated[List[GemmDtype], BeforeValidator(as_list), Len(min_length=1)]
+GemmOrders = Annotated[List[GemmOrder], BeforeValidator(as_list), Len(min_length=1)]
+Collectives = Annotated[List[Collective], BeforeValidator(as_list), Len(min_length=0)]
+CommDtypes = Annotated[List[CommDtype], BeforeValidator(as_list), Len(min_length=1)]
+Scopes = Annotated[List[Scope], BeforeValidator(as_list), Len(min_length=1)]
 
 
 class TpGemmCase(StrictModel):
@@ -224,7 +221,7 @@ class CommCellSettings(StrictModel):
         gpus: int,
         nnodes: int,
         repeat: int,
-        backend: str = "auto",
+        backend: Backend = "auto",
     ) -> CommCellSettings:
         return cls(
             collectives=section.collectives,

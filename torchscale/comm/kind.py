@@ -9,7 +9,7 @@ figures stay).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from torchscale.comm.busbw import SEND_RECV, algbw_gbps, busbw_factor, busbw_gbps
 from torchscale.comm.config import ELEMENT_BYTES, CommCellSettings
@@ -54,7 +54,9 @@ class CommunicationKind:
         }
 
     @staticmethod
-    def _bandwidth(op: str, size: int, time_us: float, n: int, link: Optional[str]) -> dict:
+    def _bandwidth(
+        op: str, size: int, time_us: float, n: int, link: Optional[str]
+    ) -> Dict[str, Any]:
         busbw = busbw_gbps(op, size, time_us * 1e-6, n)
         known = parse_link(link) if link else None
         return {
@@ -66,7 +68,9 @@ class CommunicationKind:
             "busbw_peak_fraction": peak_fraction(busbw, known),
         }
 
-    def _collective(self, entry: dict, base: dict, link: Optional[str]) -> ResultBase:
+    def _collective(
+        self, entry: Dict[str, Any], base: Dict[str, Any], link: Optional[str]
+    ) -> CollectiveResult:
         # Ranks that sat a scope out have no figures (None); busbw is for the groups' size.
         took_part = [rank for rank, t in enumerate(entry["time_us"]) if t is not None]
         wrong = [entry["wrong"][rank] for rank in took_part]
@@ -86,7 +90,9 @@ class CommunicationKind:
             wrong_per_rank=[w or 0 for w in entry["wrong"]] if checked else [],
         )
 
-    def _send_recv(self, entry: dict, n: int, base: dict, link: Optional[str]) -> ResultBase:
+    def _send_recv(
+        self, entry: Dict[str, Any], n: int, base: Dict[str, Any], link: Optional[str]
+    ) -> CollectiveResult:
         matrix = pair_matrix(entry["per_rank"], n)
         times = [t for row in matrix for t in row if t is not None]
         size = entry["size_bytes"]
@@ -113,7 +119,7 @@ class CommunicationKind:
         )
 
     @staticmethod
-    def _tp_gemm(entry: dict, n: int, base: dict) -> ResultBase:
+    def _tp_gemm(entry: Dict[str, Any], n: int, base: Dict[str, Any]) -> TpGemmResult:
         spread = _spread(entry["time_us"])
         time_us = spread["time_us"]
         comm_us = sum(entry["comm_time_us"]) / n
@@ -152,7 +158,7 @@ class CommunicationKind:
         settings: CommCellSettings = cell.settings
         n = settings.gpus
         base = {**identity, **self._run_fields(settings, result)}
-        records: List[CommResultBase] = [
+        records: List[Union[CollectiveResult, TpGemmResult]] = [
             self._collective(entry, base, settings.link) for entry in result["collectives"]
         ]
         records += [self._send_recv(entry, n, base, settings.link) for entry in result["p2p"]]

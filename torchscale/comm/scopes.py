@@ -17,7 +17,9 @@ No torch here: the planner uses it.
 
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import List, Sequence, TypeVar
+
+ScopeT = TypeVar("ScopeT", bound=str)
 
 SCOPES = ("world", "intra_node", "inter_node")
 
@@ -39,7 +41,9 @@ def scope_groups(scope: str, world_size: int, nproc_per_node: int) -> List[List[
     raise ValueError(f"unknown scope {scope!r}: choose one of {', '.join(SCOPES)}")
 
 
-def distinct_scopes(requested: Sequence[str], nnodes: int, nproc_per_node: int) -> List[str]:
+def distinct_scopes(
+    requested: Sequence[ScopeT], nnodes: int, nproc_per_node: int
+) -> List[ScopeT]:
     """The requested scopes that measure something the world does not, in the order asked."""
     split = nnodes > 1 and nproc_per_node > 1  # only then is a node a proper, non-trivial subset
     return [scope for scope in requested if scope == "world" or split]

@@ -14,7 +14,7 @@ TFLOP/s is ``2 m n k / time`` for every order, as DDLB reports it.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -51,7 +51,7 @@ def make_inputs(case: TpGemmCase, device: torch.device) -> Tuple[torch.Tensor, t
 
 def sharded_steps(
     case: TpGemmCase, a_local: torch.Tensor, b: torch.Tensor, world_size: int
-) -> Tuple[list, int, torch.Tensor]:
+) -> Tuple[List[Callable[[], object]], int, torch.Tensor]:
     """(steps in order, index of the all-gather step, the tensor that ends up holding C)."""
     if case.order == "AG_before":
         gathered = a_local.new_empty(case.m, case.k)
@@ -80,7 +80,7 @@ def run_case(
     iterations: int,
     check: bool,
     corruption: Optional[Corruption],
-) -> Dict[str, Any]:
+) -> Dict[str, object]:
     """This rank's figures for one case: step times, reference time, and the validation."""
     a, b = make_inputs(case, device)
     rows = case.m // world_size
@@ -91,7 +91,7 @@ def run_case(
     reference = a.new_empty(case.m, case.n)
     reference_us = time_op(clock, lambda: torch.matmul(a, b, out=reference), warmup, iterations)
 
-    figures: Dict[str, Any] = {
+    figures: Dict[str, object] = {
         "time_us": sum(step_us),
         "comm_time_us": step_us[comm_index],
         "gemm_time_us": step_us[1 - comm_index],

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import math
 from itertools import groupby
-from typing import Any, List, Optional
+from typing import Any, List, Literal, Optional
 
 from rich.table import Table
 
+from torchscale.analysis.scalar import as_int
 from torchscale.comm.busbw import format_size
 from torchscale.comm.config import CommCellSettings
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult
@@ -115,7 +116,7 @@ def comm_results_table(collectives: Any, tp_gemm: Any, title: str) -> Table:
 
     table = Table(title=title, title_justify="left")
     for column in ("what", "ranks", "scope", "dtype", "status", "figure", "at"):
-        justify = "right" if column in ("ranks", "figure") else "left"
+        justify: Literal["right", "left"] = "right" if column in ("ranks", "figure") else "left"
         table.add_column(column, justify=justify, no_wrap=column == "what")
     best = peak_busbw(collectives)
     for row in best.itertuples():
@@ -126,7 +127,7 @@ def comm_results_table(collectives: Any, tp_gemm: Any, title: str) -> Table:
             str(row.dtype),
             "ok",
             f"{row.busbw_gbps:,.2f} GB/s busbw",
-            f"{format_size(int(row.size_bytes))} B",
+            f"{format_size(as_int(row.size_bytes))} B",
         )
     failed = collectives[collectives["status"] != "ok"].drop_duplicates(
         ["op", "scope", "dtype", "cell_id"]

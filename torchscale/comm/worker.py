@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple, cast
 
 import torch
 import torch.distributed as dist
@@ -88,8 +88,8 @@ def scope_group(scope: str, ctx: RankContext) -> Tuple[Optional[Group], int]:
     groups = scope_groups(scope, ctx.world_size, ctx.local_world_size)
     for members in groups:
         handle = dist.new_group(members)
-        if ctx.rank in members:
-            mine = Group(handle, tuple(members))
+        if ctx.rank in members:  # a member's handle is its ProcessGroup (not NON_GROUP_MEMBER)
+            mine = Group(cast(dist.ProcessGroup, handle), tuple(members))
     return mine, len(groups[0])
 
 
@@ -161,7 +161,9 @@ def _tp_gemm(run: RankRun) -> List[Dict[str, Any]]:
     return results
 
 
-def measure(settings: CommCellSettings, ctx: RankContext, reporter: RankReporter) -> dict:
+def measure(
+    settings: CommCellSettings, ctx: RankContext, reporter: RankReporter
+) -> Dict[str, Any]:
     """Everything this rank measured, in the order every rank runs it."""
     run = RankRun(settings, ctx, Clock(ctx.device), reporter, corruption_from_env())
     alone = ctx.world_size == 1  # a 1-rank cell exists for the TP GEMM alone (see comm.plan)
@@ -174,11 +176,13 @@ def measure(settings: CommCellSettings, ctx: RankContext, reporter: RankReporter
     }
 
 
-def merge(per_rank: List[dict], ctx: RankContext, settings: CommCellSettings) -> dict:
+def merge(
+    per_rank: List[Dict[str, Any]], ctx: RankContext, settings: CommCellSettings
+) -> Dict[str, Any]:
     """Rank 0's result.json: each measurement with its per-rank values side by side."""
     first = per_rank[0]
 
-    def side_by_side(section: str, index: int, fields: tuple) -> dict:
+    def side_by_side(section: str, index: int, fields: Tuple[str, ...]) -> Dict[str, Any]:
         entry = dict(first[section][index])
         for field in fields:
             entry[field] = [rank[section][index][field] for rank in per_rank]

@@ -18,7 +18,7 @@ def as_list(value: Any) -> Any:
     return value if isinstance(value, list) else [value]
 
 
-def flatten_settings(settings: Dict[str, Any], prefix: str = "") -> Iterator[Tuple[str, Any]]:
+def flatten_settings(settings: Dict[str, object], prefix: str = "") -> Iterator[Tuple[str, Any]]:
     """Nested settings as dotted names (``ddp.bucket_cap_mb``) and their values."""
     for key, value in settings.items():
         if isinstance(value, dict):

@@ -31,9 +31,9 @@ MAX_ERRORS = 5
 """The most validation errors one message lists."""
 
 
-def clip(text: Any, limit: int = ECHO_CHARS) -> str:
-    """``text`` as a string of at most ``limit`` characters (the cut is marked)."""
-    text = str(text)
+def clip(value: object, limit: int = ECHO_CHARS) -> str:
+    """``value`` as a string of at most ``limit`` characters (the cut is marked)."""
+    text = str(value)
     return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text):,} characters)"
 
 
@@ -47,7 +47,7 @@ class BoundedLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if isinstance(node, yaml.MappingNode):
-            seen = {}
+            seen: Dict[object, int] = {}
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     continue  # '<<: *base' then a key of one's own is an override, not a repeat
@@ -77,7 +77,7 @@ def _check_expansion(root: Any) -> None:
     """
     if root is None:
         return
-    sizes: dict = {}
+    sizes: Dict[int, int] = {}
     stack = [(root, False)]
     open_nodes = set()
     while stack:
@@ -168,7 +168,7 @@ def parse_overrides(sets: Sequence[str], extra_args: Sequence[str] = ()) -> List
     return overrides
 
 
-def apply_overrides(raw: Dict[str, Any], overrides: Sequence[Override]) -> Dict[str, Any]:
+def apply_overrides(raw: Dict[str, object], overrides: Sequence[Override]) -> Dict[str, object]:
     for path, value in overrides:
         node = raw
         for part in path[:-1]:
@@ -180,7 +180,7 @@ def apply_overrides(raw: Dict[str, Any], overrides: Sequence[Override]) -> Dict[
     return raw
 
 
-def read_yaml(path: Path) -> Dict[str, Any]:
+def read_yaml(path: Path) -> Dict[str, object]:
     from torchscale.results.files import read_limited
 
     if not path.exists():
@@ -212,7 +212,7 @@ def load_config(
     path: Optional[Path],
     overrides: Sequence[Override] = (),
     *,
-    base: Optional[Dict[str, Any]] = None,
+    base: Optional[Dict[str, object]] = None,
 ) -> BenchmarkConfig:
     """Read, override and validate a config; ``base`` replaces the file (used by ``profile``)."""
     raw = read_yaml(path) if path is not None else dict(base or {})
@@ -221,7 +221,8 @@ def load_config(
         raw.setdefault("experiment_name", path.stem)
     source = str(path) if path is not None else "the options given"
     try:
-        return BenchmarkConfig.model_validate(raw)
+        config: BenchmarkConfig = BenchmarkConfig.model_validate(raw)  # a derived model: Any
+        return config
     except ValidationError as exc:
         raise ConfigError(f"invalid config in {source}: {explain(exc, raw)}") from None
 
@@ -237,7 +238,7 @@ def _field_names(model: Type[BaseModel], loc: Sequence[Any]) -> List[str]:
     return list(model.model_fields)
 
 
-def _section_model(annotation: Any) -> Optional[Type[BaseModel]]:
+def _section_model(annotation: object) -> Optional[Type[BaseModel]]:
     """The section model of a field typed ``Section`` or ``Optional[Section]``."""
     for candidate in (annotation, *get_args(annotation)):
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
@@ -245,8 +246,9 @@ def _section_model(annotation: Any) -> Optional[Type[BaseModel]]:
     return None
 
 
-def _format_loc(loc: Sequence[Any], raw: Dict[str, Any]) -> str:
-    text, node = "", raw
+def _format_loc(loc: Sequence[Any], raw: Dict[str, object]) -> str:
+    text = ""
+    node: object = raw
     for part in loc:
         if isinstance(part, int):
             # Only show the index when the user wrote a list (scalars are wrapped internally).
@@ -258,7 +260,7 @@ def _format_loc(loc: Sequence[Any], raw: Dict[str, Any]) -> str:
     return text
 
 
-def explain(exc: ValidationError, raw: Dict[str, Any]) -> str:
+def explain(exc: ValidationError, raw: Dict[str, object]) -> str:
     """All of pydantic's errors as one line, with did-you-mean for unknown keys; no part quotes
     more than ``ECHO_CHARS`` characters of the input, and at most ``MAX_ERRORS`` are listed."""
     messages = []
@@ -288,7 +290,7 @@ def explain(exc: ValidationError, raw: Dict[str, Any]) -> str:
     return "; ".join(messages)
 
 
-def _echo(value: Any) -> str:
+def _echo(value: object) -> str:
     """``repr(value)``, cut to ``ECHO_CHARS`` without building the whole of a huge value."""
     import reprlib
 

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, List, Literal, Sequence, Type, Union, get_args, get_origin
+from typing import Any, List, Literal, Sequence, Tuple, Type, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -69,7 +69,7 @@ def _default(info: FieldInfo) -> str:
     return f"`{json.dumps(value)}`"
 
 
-def _rows(model: Type[BaseModel], prefix: str = "", skip: tuple = ()) -> List[str]:
+def _rows(model: Type[BaseModel], prefix: str = "", skip: Tuple[str, ...] = ()) -> List[str]:
     rows = []
     for name, info in model.model_fields.items():
         annotation = info.annotation

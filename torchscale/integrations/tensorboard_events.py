@@ -19,7 +19,7 @@ Needs the ``tensorboard`` package (``pip install 'torchscale[tensorboard]'``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from torchscale.analysis.stats import finite_number
 from torchscale.errors import TorchscaleError
@@ -31,6 +31,9 @@ from torchscale.integrations.sinks import (
     training_records,
 )
 from torchscale.results.schema import ResultBase, TrainingResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 INSTALL_HINT = "pip install 'torchscale[tensorboard]'"
 
@@ -74,10 +77,13 @@ def write_cell(root: Path, record: TrainingResult, swept: Sequence[str], row: An
 
 
 def write_scaling(
-    root: Path, records: Sequence[TrainingResult], swept: Sequence[str], table: Any
+    root: Path,
+    records: Sequence[TrainingResult],
+    swept: Sequence[str],
+    table: Optional[pd.DataFrame],
 ) -> None:
     """Per configuration, throughput and efficiency against the GPU count (repeats averaged)."""
-    groups: Dict[str, Dict[int, list]] = {}
+    groups: Dict[str, Dict[int, List[Tuple[float, Optional[float]]]]] = {}
     for record in records:
         row = row_for(table, record.cell_id)
         if record.status != "ok" or record.throughput is None or record.nnodes > 1:
@@ -110,12 +116,12 @@ class TensorBoardSink:
         self.root = Path(root)
         self.swept = list(swept)
 
-    def cell_finished(self, records: Sequence[ResultBase], table: Any) -> None:
+    def cell_finished(self, records: Sequence[ResultBase], table: Optional[pd.DataFrame]) -> None:
         for record in training_records(records):
             if record.status == "ok":
                 write_cell(self.root, record, self.swept, row_for(table, record.cell_id))
 
-    def close(self, records: Sequence[ResultBase], table: Any) -> None:
+    def close(self, records: Sequence[ResultBase], table: Optional[pd.DataFrame]) -> None:
         write_scaling(self.root, training_records(records), self.swept, table)
 
 

@@ -15,10 +15,9 @@ import shutil
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from torchscale.launch.flight_recorder import (
-    FLIGHT_RECORDER_DIR,
     collective_timed_out,
     dump_note,
     flight_recorder_env,
@@ -39,9 +38,11 @@ from torchscale.plan.matrix import Cell
 from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.layout import (
     CELL_FILE,
+    FLIGHT_RECORDER_DIR,
     LAUNCH_LOG,
     NODE_DIR_GLOB,
     PROFILE_DIR,
+    RANKS_DIR,
     RESULT_FILE,
     TORCHRUN_LOGS,
     rank_file_glob,
@@ -49,7 +50,6 @@ from torchscale.results.layout import (
 from torchscale.results.schema import CellStatus, ResultBase
 from torchscale.results.store import ExperimentStore, atomic_write_json, storage_problem
 from torchscale.worker.reporting import (
-    RANKS_DIR,
     STEP_PHASES,
     WRITES_RESULT_ENV,
     read_json,
@@ -89,11 +89,13 @@ def cell_command(
         nproc_per_node=cell.settings.nproc_per_node,
         rendezvous=rendezvous,
         log_dir=cell_dir / TORCHRUN_LOGS,
-        wrapper=nsys_wrapper(cell_dir / PROFILE_DIR, profile.target) if nsys else (),
+        wrapper=nsys_wrapper(cell_dir / PROFILE_DIR, profile.target)
+        if nsys and profile is not None
+        else (),
     )
 
 
-def node_environments(store: ExperimentStore, cell: Cell) -> Optional[List[dict]]:
+def node_environments(store: ExperimentStore, cell: Cell) -> Optional[List[Dict[str, Any]]]:
     """The environment of each node the cell ran on, as its ranks reported it."""
     return (read_json(store.cell_dir(cell.cell_id) / RESULT_FILE) or {}).get("nodes")
 
@@ -108,7 +110,7 @@ def _rank_dirs(cell_dir: Path) -> List[Path]:
     return [cell_dir / RANKS_DIR, *sorted(cell_dir.glob(f"{NODE_DIR_GLOB}/{RANKS_DIR}"))]
 
 
-def _rank_files(cell_dir: Path, suffix: str) -> List[dict]:
+def _rank_files(cell_dir: Path, suffix: str) -> List[Dict[str, Any]]:
     found = []
     for folder in _rank_dirs(cell_dir):
         for path in sorted(folder.glob(rank_file_glob(suffix))):
@@ -143,7 +145,7 @@ def _rendezvous_failure(cell_dir: Path, rendezvous: Rendezvous) -> Optional[str]
 
 def _failure(
     cell_dir: Path, cell: Cell, returncode: Optional[int], rendezvous: Rendezvous
-) -> tuple:
+) -> Tuple[CellStatus, str]:
     """(status, error text) of a launch that wrote no result."""
     errors = _rank_files(cell_dir, "error")
     if collective_timed_out(errors, cell_dir):
@@ -180,7 +182,7 @@ def _failure(
     )
 
 
-def _where(progress: dict, steps: Optional[tuple]) -> str:
+def _where(progress: Dict[str, Any], steps: Optional[Tuple[int, str]]) -> str:
     """``'measure', step 3 forward`` or, for workers that say what they do, ``'measure' (all_reduce
     float32 at 4096 B)``: the ``where`` of the rank's progress file."""
     text = f"'{progress['phase']}'" + (f", step {steps[0]} {steps[1]}" if steps else "")
@@ -196,7 +198,7 @@ def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: Optional[float] = N
         rank: read_steps(steps_path(Path(doc["_dir"]), rank)) for rank, doc in progress.items()
     }
 
-    def position(rank: int) -> tuple:
+    def position(rank: int) -> Tuple[int, int, int]:
         window = WINDOW_ORDER.index(windows[rank]) if windows[rank] in WINDOW_ORDER else -1
         step, phase = steps[rank] or (0, STEP_PHASES[0])
         return (window, step, STEP_PHASES.index(phase))
@@ -306,7 +308,10 @@ def run_cell(
 
 
 def _only_nsys_failed(
-    cell_dir: Path, cell: Cell, profile: Optional[ProfileRequest], result: Optional[dict]
+    cell_dir: Path,
+    cell: Cell,
+    profile: Optional[ProfileRequest],
+    result: Optional[Dict[str, Any]],
 ) -> bool:
     """A non-zero exit that is only nsys saying it wrote no report: the trigger decided not to
     profile, so the capture range never opened. Every rank reached ``done``, none failed."""

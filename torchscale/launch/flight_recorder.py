@@ -42,7 +42,7 @@ def dumps(cell_dir: Path) -> List[Path]:
     )
 
 
-def collective_timed_out(errors: List[dict], cell_dir: Path) -> bool:
+def collective_timed_out(errors: List[Dict[str, object]], cell_dir: Path) -> bool:
     """Did the process-group timeout end this cell? gloo raises in the waiting ranks (their error
     files say so); NCCL's watchdog aborts the processes, leaving no error file but the
     flight-recorder dumps. A rank error of another kind (OOM, a crash) is the root cause even

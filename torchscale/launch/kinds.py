@@ -80,9 +80,9 @@ class TrainingKind:
         from torchscale.models.registry import describe
 
         entry = describe(cell.settings.model)  # a built-in model's unit is known without a run
-        known = {"unit": entry.unit} if entry else {}
+        unit = entry.unit if entry else None
         return [
-            TrainingResult(**identity, **self._fields(cell), **known, status=status, error=error)
+            TrainingResult(**identity, **self._fields(cell), unit=unit, status=status, error=error)
         ]
 
 
@@ -91,4 +91,5 @@ KIND = TrainingKind()
 
 def get_kind(name: str) -> CellKind:
     module = importlib.import_module(KIND_MODULES[name])
-    return module.KIND
+    kind: CellKind = module.KIND
+    return kind

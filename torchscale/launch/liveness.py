@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from torchscale.results.layout import OWNER_FILE
 
@@ -113,7 +113,7 @@ class ProcessIdentity:
             return None
 
     @classmethod
-    def from_json(cls, doc: Dict) -> Optional[ProcessIdentity]:
+    def from_json(cls, doc: Dict[str, Any]) -> Optional[ProcessIdentity]:
         try:
             return cls(str(doc["host"]), str(doc["boot_id"]), int(doc["pid"]), int(doc["start"]))
         except (KeyError, TypeError, ValueError):
@@ -157,7 +157,8 @@ def _pidfd(pid: int) -> Optional[int]:
     if pidfd_open is None:
         return None
     try:
-        return pidfd_open(pid)
+        fd: int = pidfd_open(pid)
+        return fd
     except OSError:
         return None
 
@@ -205,9 +206,10 @@ def watch_parent(poll_s: float = 0.5, on_orphaned: Callable[[], None] = _kill_se
         return os.getppid() != parent or any(i.alive() is False for i in identities)
 
     def wait() -> None:
-        if all(fd is not None for fd in fds):
+        pidfds = [fd for fd in fds if fd is not None]
+        if len(pidfds) == len(fds):
             poller = select.poll()
-            for fd in fds:
+            for fd in pidfds:
                 poller.register(fd, select.POLLIN)
             while not poller.poll():
                 pass

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from torchscale.errors import TorchscaleError
 from torchscale.launch.kinds import get_kind
@@ -117,7 +117,7 @@ class MpirunLaunch(Launch):
 
     def worker_command(self, cell: Cell, cell_dir: Path) -> Optional[List[str]]:
         """``mpirun -np N ... python -m <worker> --cell ... --out ...``."""
-        from torchscale.launch.cell import CELL_FILE, RESULT_FILE
+        from torchscale.results.layout import CELL_FILE, RESULT_FILE
 
         settings = cell.settings
         cmd = [self.mpirun, "-np", str(settings.gpus)]
@@ -140,7 +140,7 @@ class MpirunLaunch(Launch):
             "--cell", str(cell_dir / CELL_FILE), "--out", str(cell_dir / RESULT_FILE),
         ]  # fmt: skip
 
-    def describe(self) -> Dict[str, Any]:
+    def describe(self) -> Dict[str, object]:
         return {
             **super().describe(),
             "mpirun": self.mpirun,

@@ -126,7 +126,7 @@ class Launch:
         if self.nnodes == 1 or self.node_rank != 0 or not self.endpoint:
             yield
             return
-        from torch.distributed import TCPStore
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]  # torch: no re-export
 
         host, port = split_endpoint(self.endpoint)
         try:
@@ -189,7 +189,9 @@ def store_for(launch: Launch, root: Path) -> ExperimentStore:
     return ExperimentStore(root) if launch.records_results else NodeStore(root, launch.node_rank)
 
 
-def merge_node_environments(manifest: Dict[str, Any], reported: Optional[List[Dict]]) -> bool:
+def merge_node_environments(
+    manifest: Dict[str, Any], reported: Optional[List[Dict[str, Any]]]
+) -> bool:
     """Add the nodes a cell ran on to ``manifest["nodes"]`` (one entry per host, sorted).
 
     Returns whether the manifest changed.

@@ -18,7 +18,7 @@ import shlex
 import socket
 import subprocess
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchscale.errors import TorchscaleError
 from torchscale.launch.multinode import DEFAULT_PORT, Launch
@@ -174,7 +174,7 @@ class SlurmLaunch(Launch):
             "--label",
         ]
 
-    def describe(self) -> Dict[str, Any]:
+    def describe(self) -> Dict[str, object]:
         return {
             **super().describe(),
             "node_rank": None,

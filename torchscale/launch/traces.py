@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import subprocess
 from pathlib import Path
-from typing import Any, Dict
+from typing import Dict
 
 from torchscale.errors import TorchscaleError
 from torchscale.launch.nsys import export_sqlite
@@ -18,7 +18,7 @@ from torchscale.results.layout import FINDINGS_FILE, NSYS_REPORT_GLOB
 log = logging.getLogger("torchscale")
 
 
-def analyze_traces(profile_dir: Path, target: str) -> Dict[str, Any]:
+def analyze_traces(profile_dir: Path, target: str) -> Dict[str, object]:
     """Export nsys reports if any, analyse; returns fields for the record's ``profile`` block."""
     from torchscale.profiling.analysis import analyze
     from torchscale.profiling.outputs import write_outputs

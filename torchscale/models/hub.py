@@ -27,7 +27,8 @@ def _logits(outputs: Any) -> torch.Tensor:
     (torchvision's inception_v3 and googlenet)."""
     if isinstance(outputs, torch.Tensor):
         return outputs
-    return outputs.logits if hasattr(outputs, "logits") else outputs[0]
+    logits: torch.Tensor = outputs.logits if hasattr(outputs, "logits") else outputs[0]
+    return logits
 
 
 def _classification_loss(outputs: Any, targets: torch.Tensor) -> torch.Tensor:
@@ -45,7 +46,7 @@ def _check_arch(package: str, arch: str, available: List[str]) -> None:
 # Auxiliary classifier heads: their outputs feed no loss, so their parameters get no gradient
 # and DDP (find_unused_parameters off) fails the second step. Built without them; init_weights
 # says what weights=None means (torchvision warns when it has to guess).
-NO_AUX_HEADS: Dict[str, Dict[str, Any]] = {
+NO_AUX_HEADS: Dict[str, Dict[str, object]] = {
     "googlenet": {"aux_logits": False, "init_weights": True},
     "inception_v3": {"aux_logits": False, "init_weights": True},
 }

@@ -19,7 +19,7 @@ import re
 import sys
 import typing
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, cast
 
 from torchscale.errors import ConfigError
 from torchscale.models.spec import ModelSpec
@@ -178,7 +178,7 @@ def _import_factory(path: str) -> Callable[..., ModelSpec]:
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise ConfigError(f"model '{path}': module '{module_name}' has no function '{attr}'")
-    return factory
+    return cast(Callable[..., ModelSpec], factory)  # the user's factory, as documented
 
 
 def _factory(name: str) -> Callable[..., ModelSpec]:
@@ -224,7 +224,7 @@ def _return_annotation(function: Callable[..., Any]) -> Any:
     return hints.get("return")
 
 
-def _call_options(factory: Callable[..., Any], options: Dict[str, Any]) -> Dict[str, Any]:
+def _call_options(factory: Callable[..., Any], options: Dict[str, object]) -> Dict[str, object]:
     """The options ``factory`` accepts (all of them when it takes ``**kwargs``), None left out."""
     params = inspect.signature(factory).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -41,10 +41,16 @@ def _out_size(size: int, kernel: int, stride: int, padding: int) -> int:
     return (size + 2 * padding - kernel) // stride + 1
 
 
+def _side(value: Union[int, str, Tuple[int, ...]]) -> int:
+    """A square layer's size along one side: ``3`` or ``(3, 3)`` -> 3 (never a padding mode)."""
+    return value[0] if isinstance(value, tuple) else int(value)
+
+
 def _conv_macs(conv_bn: nn.Module, size: int) -> Tuple[int, int]:
     """Multiply-adds of a square convolution on a ``size`` x ``size`` input, and its output size."""
-    conv = conv_bn[0]
-    (kernel, _), (stride, _), (padding, _) = conv.kernel_size, conv.stride, conv.padding
+    conv = conv_bn.get_submodule("0")
+    assert isinstance(conv, nn.Conv2d)  # _conv_bn's
+    kernel, stride, padding = _side(conv.kernel_size), _side(conv.stride), _side(conv.padding)
     out = _out_size(size, kernel, stride, padding)
     per_pixel = conv.out_channels * (conv.in_channels // conv.groups) * kernel * kernel
     return out * out * per_pixel, out
@@ -111,14 +117,16 @@ class ResNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stages(self.stem(x))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+        logits: torch.Tensor = self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+        return logits
 
     def forward_macs(self, image_size: int) -> int:
         """Multiply-adds of one image's forward pass, from the layers' real shapes: convolutions
         and the classifier, the layers published GMAC figures count."""
         macs, size = _conv_macs(self.stem[0], image_size)
         pool = self.stem[2]
-        size = _out_size(size, pool.kernel_size, pool.stride, pool.padding)
+        assert isinstance(pool, nn.MaxPool2d)
+        size = _out_size(size, _side(pool.kernel_size), _side(pool.stride), _side(pool.padding))
         for block in self.stages.modules():
             if isinstance(block, Bottleneck):
                 block_macs, size = block.forward_macs(size)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Optional, Type
+from typing import Any, Callable, Optional, Type, cast
 
 import torch
 import torch.nn.functional as F
@@ -73,7 +73,8 @@ class Embeddings(nn.Module):
             x = x + self.token_type(types)
         if self.norm is not None:
             x = self.norm(x)
-        return self.dropout(x)
+        out: torch.Tensor = self.dropout(x)
+        return out
 
 
 class SelfAttention(nn.Module):
@@ -96,7 +97,9 @@ class SelfAttention(nn.Module):
         y = F.scaled_dot_product_attention(
             q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=self.causal
         )
-        return self.out_dropout(self.out(y.transpose(1, 2).reshape(batch, seq, hidden)))
+        merged = y.transpose(1, 2).reshape(batch, seq, hidden)
+        out: torch.Tensor = self.out_dropout(self.out(merged))
+        return out
 
 
 class MLP(nn.Module):
@@ -108,7 +111,9 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.down(F.gelu(self.up(x), approximate=self.approximate)))
+        hidden = F.gelu(self.up(x), approximate=self.approximate)
+        out: torch.Tensor = self.dropout(self.down(hidden))
+        return out
 
 
 class Block(nn.Module):
@@ -125,9 +130,11 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.pre_norm:
             x = x + self.attention(self.attention_norm(x))
-            return x + self.mlp(self.mlp_norm(x))
+            out: torch.Tensor = x + self.mlp(self.mlp_norm(x))
+            return out
         x = self.attention_norm(x + self.attention(x))
-        return self.mlp_norm(x + self.mlp(x))
+        out = self.mlp_norm(x + self.mlp(x))
+        return out
 
 
 class Encoder(nn.Module):
@@ -148,7 +155,8 @@ class Encoder(nn.Module):
         x = self.embeddings(input_ids, token_type_ids)
         for block in self.blocks:
             x = block(x)
-        return x if self.final_norm is None else self.final_norm(x)
+        out: torch.Tensor = x if self.final_norm is None else self.final_norm(x)
+        return out
 
     def init_weights(self, std: float = 0.02, scale_residual: bool = False) -> None:
         """Normal(0, std) weights, zero biases, unit LayerNorms (both references' scheme).
@@ -167,6 +175,7 @@ class Encoder(nn.Module):
         if scale_residual:
             residual_std = std / math.sqrt(2 * self.config.layers)
             for block in self.blocks:
+                block = cast(Block, block)  # the ModuleList holds Blocks
                 nn.init.normal_(block.attention.out.weight, std=residual_std)
                 nn.init.normal_(block.mlp.down.weight, std=residual_std)
 

@@ -143,7 +143,9 @@ MEMORY_WINDOW: Dict[str, Any] = {
 }
 
 
-def _training_knobs(config: BenchmarkConfig, window: Dict[str, Any]) -> List[Tuple[str, List]]:
+def _training_knobs(
+    config: BenchmarkConfig, window: Dict[str, Any]
+) -> List[Tuple[str, List[Any]]]:
     return [
         (name, values)
         for name, values in _knob_axes(config)
@@ -151,7 +153,7 @@ def _training_knobs(config: BenchmarkConfig, window: Dict[str, Any]) -> List[Tup
     ]
 
 
-def _training_swept(config: BenchmarkConfig, knobs: List[Tuple[str, List]]) -> List[str]:
+def _training_swept(config: BenchmarkConfig, knobs: List[Tuple[str, List[Any]]]) -> List[str]:
     swept = [name for name, values in knobs if len(values) > 1]
     swept += [
         key for key in ("models", "batch_sizes", "gpu_counts") if len(getattr(config, key)) > 1

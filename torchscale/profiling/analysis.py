@@ -39,8 +39,8 @@ def rank_table(
     """One row per rank: breakdown, overlap, sync stall, step time, data loading, memory share."""
     table = temporal_breakdown(traces)
     step_stats = steps.groupby("rank")["duration_us"].agg(steps="count", step_mean_us="mean")
-    memory = classes[(classes["kernel_class"] == MEMORY) & (classes["device"] == "gpu")]
-    memory = memory.set_index("rank")["pct_of_busy"].rename("memory_pct")
+    memory_rows = classes[(classes["kernel_class"] == MEMORY) & (classes["device"] == "gpu")]
+    memory = memory_rows.set_index("rank")["pct_of_busy"].rename("memory_pct")
     table = (
         table.merge(step_stats, left_on="rank", right_index=True, how="left")
         .merge(stragglers, on="rank", how="left")
@@ -111,7 +111,7 @@ JSON_RANK_KEYS = [
 ]
 
 
-def to_document(result: ProfileAnalysis) -> Dict[str, Any]:
+def to_document(result: ProfileAnalysis) -> Dict[str, object]:
     """The ``--json`` document (also the body of findings.json)."""
     ranks = [
         {k: _clean(row.get(k)) for k in JSON_RANK_KEYS}

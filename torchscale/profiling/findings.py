@@ -3,12 +3,13 @@ the numbers behind it, and what to do about it."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
 
 from torchscale.analysis.finding import Finding, Severity
+from torchscale.analysis.scalar import as_float
 from torchscale.analysis.straggler import (
     RankWait,
     find_straggler,
@@ -51,15 +52,15 @@ def _severity(value: float, medium: float, high: float) -> Severity:
     return HIGH if value >= high else MEDIUM if value >= medium else LOW
 
 
-def _num(value: Any, digits: int = 2) -> Any:
+def _num(value: object, digits: int = 2) -> Optional[float]:
     return (
         None
         if value is None or (isinstance(value, float) and np.isnan(value))
-        else round(float(value), digits)
+        else round(as_float(value), digits)
     )
 
 
-def _by_rank(rows: pd.DataFrame, column: str, digits: int = 2) -> Dict[int, Any]:
+def _by_rank(rows: pd.DataFrame, column: str, digits: int = 2) -> Dict[int, Optional[float]]:
     """Evidence: ``column`` for each rank in ``rows``."""
     return {int(r): _num(v, digits) for r, v in zip(rows["rank"], rows[column])}
 

@@ -9,6 +9,7 @@ from typing import List, Optional
 import pandas as pd
 
 from torchscale.analysis import breakdown
+from torchscale.analysis.scalar import as_float
 from torchscale.comm.busbw import format_size
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
@@ -21,6 +22,7 @@ from torchscale.report.elements import (
     csv_data_uri,
     make_table,
 )
+from torchscale.results.schema import ResultBase
 
 MAX_BREAKDOWN_CHARTS = 6
 HEAT_LEVELS = 10
@@ -59,7 +61,7 @@ def _breakdown_charts(table: pd.DataFrame) -> List[Chart]:
     return charts
 
 
-def comm_compute_section(records: list) -> Optional[Section]:
+def comm_compute_section(records: List[ResultBase]) -> Optional[Section]:
     table = breakdown.comm_compute_table(records)
     if table.empty:
         return None
@@ -146,7 +148,7 @@ def _tp_gemm_charts(cases: pd.DataFrame) -> List[Chart]:
 def _heat(value: object, top: float) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)) or top <= 0:
         return "heat-none"
-    return f"heat-{min(HEAT_LEVELS - 1, int(float(value) / top * HEAT_LEVELS))}"
+    return f"heat-{min(HEAT_LEVELS - 1, int(as_float(value) / top * HEAT_LEVELS))}"
 
 
 def p2p_heatmap(matrix: pd.DataFrame) -> Table:
@@ -172,7 +174,7 @@ def p2p_heatmap(matrix: pd.DataFrame) -> Table:
     return Table(table_id, headers, rows, csv_data_uri(frame), caption, widths)
 
 
-def parallelism_section(records: list) -> Optional[Section]:
+def parallelism_section(records: List[ResultBase]) -> Optional[Section]:
     """The TP GEMM charts and the P2P heatmaps, when the communication cells measured them."""
     cases = breakdown.tp_gemm_cases(records)
     matrices = breakdown.p2p_matrices(records)

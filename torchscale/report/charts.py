@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Iterator, List, Tuple
 
+import numpy as np
 import pandas as pd
 
 from torchscale.analysis.scaling import EFFICIENCY_EXCELLENT, EFFICIENCY_GOOD
@@ -81,7 +82,7 @@ def efficiency_charts(curves: pd.DataFrame) -> List[Chart]:
         ticks = _gpu_ticks(group)
         series = [
             Series(
-                variant,
+                str(variant),
                 rows["world_size"].tolist(),
                 (100 * rows["scaling_efficiency"]).round(2).tolist(),
             )
@@ -115,13 +116,14 @@ def throughput_charts(curves: pd.DataFrame) -> List[Chart]:
         series = []
         for variant, rows in group.groupby("variant", sort=True):
             x = rows["world_size"].tolist()
-            series.append(Series(variant, x, rows["throughput"].tolist(), color_key=variant))
+            name = str(variant)
+            series.append(Series(name, x, rows["throughput"].tolist(), color_key=name))
             series.append(
                 Series(
                     f"{variant} (ideal)",
                     x,
                     rows["ideal_throughput"].tolist(),
-                    color_key=variant,
+                    color_key=str(variant),
                     dashed=True,
                     show_legend=False,
                 )
@@ -161,7 +163,7 @@ def step_time_charts(table: pd.DataFrame, samples: pd.DataFrame) -> List[Chart]:
             labels = list(dict.fromkeys(rows["label"]))
             by_label = rows.groupby("label", sort=False)["step_ms"]
             boxes = [by_label.get_group(label).tolist() for label in labels]
-            quantiles = by_label.quantile([0.95, 0.99]).unstack()
+            quantiles = by_label.quantile(np.array([0.95, 0.99])).unstack()
             charts.append(
                 Chart(
                     chart_id("steps", experiment, name),
@@ -224,9 +226,9 @@ def _gpu_line_chart(
 ) -> Chart:
     """One line per variant of ``column`` (repeats averaged) against GPU count."""
     experiment, model = str(group["experiment"].iloc[0]), str(group["model"].iloc[0])
-    means = group.groupby(["variant", "world_size"], as_index=False)[column].mean()
+    means = group.groupby(["variant", "world_size"], as_index=False)[[column]].mean()
     series = [
-        Series(variant, rows["world_size"].tolist(), (scale * rows[column]).tolist())
+        Series(str(variant), rows["world_size"].tolist(), (scale * rows[column]).tolist())
         for variant, rows in means.groupby("variant", sort=True)
     ]
     return Chart(
@@ -286,10 +288,10 @@ def rank_wait_charts(pooled_ranks: pd.DataFrame) -> List[Chart]:
     charts = []
     many = joined["experiment"].nunique() > 1
     for experiment, model, group in _per_model(joined):
-        means = group.groupby(["variant", "rank"], as_index=False)["sync_wait_ms"].mean()
+        means = group.groupby(["variant", "rank"], as_index=False)[["sync_wait_ms"]].mean()
         series = [
             Series(
-                variant,
+                str(variant),
                 [f"rank {r}" for r in rows["rank"]],
                 rows["sync_wait_ms"].tolist(),
                 kind="bar",
@@ -321,7 +323,7 @@ def bandwidth_charts(collectives: pd.DataFrame) -> List[Chart]:
     for op, group in ok.groupby("op", sort=True):
         series = []
         for (size, scope), rows in group.groupby(["world_size", "scope"], sort=True):
-            name = f"{size} GPUs" + SCOPE_LABELS.get(scope, f", {scope}").format(
+            name = f"{size} GPUs" + SCOPE_LABELS.get(str(scope), f", {scope}").format(
                 n=rows["group_size"].iloc[0]
             )
             x = rows["size_bytes"].tolist()

@@ -14,6 +14,7 @@ from torchscale.analysis.breakdown import step_histogram
 from torchscale.analysis.collectives import collective_table
 from torchscale.analysis.compare import Comparison
 from torchscale.analysis.finding import severity_order
+from torchscale.analysis.scalar import frame_records
 from torchscale.analysis.scaling import (
     efficiency_band,
     label_variants,
@@ -96,7 +97,7 @@ def _cards(table: pd.DataFrame, findings: pd.DataFrame, failures: pd.DataFrame) 
             Card(f"Scaling efficiency at {largest} GPUs", fmt.fraction(mean), detail, tone)
         )
     if not ok.empty:
-        best = ok.loc[ok["throughput"].idxmax()]
+        best = ok.sort_values("throughput", ascending=False, kind="stable").iloc[0]
         cards.append(
             Card(
                 f"Highest throughput ({best['unit'] or 'samples'}/s)",
@@ -243,7 +244,7 @@ def build_content(
         parallelism_section(records),
         projection_section(data),
     )
-    finding_rows = findings.to_dict("records")
+    finding_rows = frame_records(findings)
     if len({e.name for e in data.experiments}) < 2:
         for row in finding_rows:  # one experiment: naming it on every finding says nothing
             row["experiment"] = ""

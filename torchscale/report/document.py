@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from torchscale.analysis.scalar import frame_records
 from torchscale.analysis.tables import training_table
 from torchscale.comm.tables import collective_table
 from torchscale.report.data import Experiment, ReportData
@@ -112,7 +113,7 @@ class BenchmarkDocument(_Strict):
     torchscale_document_version: int = DOCUMENT_VERSION
 
 
-def _clean(row: Dict[str, Any]) -> Dict[str, Any]:
+def _clean(row: Dict[str, object]) -> Dict[str, object]:
     """NaN and pandas' missing values -> None; numpy scalars -> Python."""
     out = {}
     for key, value in row.items():
@@ -132,7 +133,7 @@ def _communication(experiment: Experiment) -> Dict[str, List[CollectiveEntry]]:
     table = collective_table(experiment.records)
     found: Dict[str, List[CollectiveEntry]] = {}
     fields = set(CollectiveEntry.model_fields)
-    for row in table.to_dict("records"):
+    for row in frame_records(table):
         key = OP_KEYS.get(row["op"], row["op"])
         values = {k: v for k, v in _clean(row).items() if k in fields}
         found.setdefault(key, []).append(CollectiveEntry.model_validate(values))
@@ -160,10 +161,11 @@ def build_document(experiment: Experiment) -> BenchmarkDocument:
     fields = set(TrainingEntry.model_fields)
     training = [
         TrainingEntry.model_validate({k: v for k, v in _clean(row).items() if k in fields})
-        for row in table.to_dict("records")
+        for row in frame_records(table)
     ]
     config = experiment.manifest.get("config") or {}
-    devices = [r.device_name for r in experiment.records if getattr(r, "device_name", None)]
+    named = (getattr(r, "device_name", None) for r in experiment.records)
+    devices = [name for name in named if name]
     return BenchmarkDocument(
         name=experiment.name,
         world_size=max((r.world_size for r in experiment.records), default=0),
@@ -182,7 +184,7 @@ def build_document(experiment: Experiment) -> BenchmarkDocument:
     )
 
 
-def document_schema() -> Dict[str, Any]:
+def document_schema() -> Dict[str, object]:
     return BenchmarkDocument.model_json_schema()
 
 

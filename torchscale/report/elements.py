@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pandas as pd
 
+from torchscale.analysis.scalar import frame_records
 from torchscale.report import formatting as fmt
 
 # Okabe-Ito, colour-blind safe, in an order that keeps neighbours distinct.
@@ -132,7 +133,7 @@ def make_table(
 ) -> Table:
     """Format ``frame`` for display; the CSV download holds the unformatted numbers."""
     rows = []
-    for record in frame.to_dict("records"):
+    for record in frame_records(frame):
         css = row_class(record) if row_class else ""
         rows.append([(column.fmt(record[column.key]), css) for column in columns])
     headers = [(column.header, column.numeric) for column in columns]

@@ -48,13 +48,13 @@ def cudnn_version(value: Any) -> str:
     return f"{major}.{minor}.{value % 100}"
 
 
-def _no_gpus(env: Dict[str, Any]) -> bool:
+def _no_gpus(env: Dict[str, object]) -> bool:
     return env.get("device_kind") == "cpu" or (
         env.get("device_kind") is None and env.get("gpus") == [] and not env.get("driver")
     )
 
 
-def _fact(key: str, value: Any, env: Dict[str, Any]) -> str:
+def _fact(key: str, value: Any, env: Dict[str, object]) -> str:
     if key == "memory_bytes":
         return fmt.human_bytes(value)
     if key == "cudnn":
@@ -84,7 +84,7 @@ def environment_block(experiment: Experiment) -> EnvironmentBlock:
     return EnvironmentBlock(experiment.name, facts, gpus, env_vars, topology or "")
 
 
-def gpu_lines(gpus: List[Dict[str, Any]]) -> List[str]:
+def gpu_lines(gpus: List[Dict[str, object]]) -> List[str]:
     """Identical GPUs on one line: ``GPU 0-7: NVIDIA H100 80GB HBM3, 79.6 GiB``."""
     groups: Dict[str, List[Any]] = {}
     for index, gpu in enumerate(gpus):

@@ -38,7 +38,7 @@ def _rgba(color: str, alpha: float) -> str:
     return f"rgba({red},{green},{blue},{alpha})"
 
 
-def _trace(series: Series, color: str) -> Dict[str, Any]:
+def _trace(series: Series, color: str) -> Dict[str, object]:
     common = {
         "name": _text(series.name),
         "showlegend": series.show_legend,
@@ -79,15 +79,15 @@ def _trace(series: Series, color: str) -> Dict[str, Any]:
     }
 
 
-def figure(chart: Chart) -> Dict[str, Any]:
+def figure(chart: Chart) -> Dict[str, object]:
     colors = chart.colors()
     traces = []
     for series in chart.series:
         key = series.color_key or series.name
         color = REFERENCE_COLOR if key == "__ideal" else colors[key]
         traces.append(_trace(series, color))
-    shapes: List[Dict[str, Any]] = []
-    annotations: List[Dict[str, Any]] = []
+    shapes: List[Dict[str, object]] = []
+    annotations: List[Dict[str, object]] = []
     for band in chart.bands:
         shapes.append(
             {
@@ -146,7 +146,7 @@ def figure(chart: Chart) -> Dict[str, Any]:
                 "font": {"size": 10, "color": "#4B5563"},
             }
         )
-    xaxis: Dict[str, Any] = {
+    xaxis: Dict[str, object] = {
         "title": {"text": _text(chart.x_title)},
         "type": chart.x_type,
         "gridcolor": GRID,
@@ -156,7 +156,7 @@ def figure(chart: Chart) -> Dict[str, Any]:
     if chart.x_ticks:
         xaxis["tickmode"] = "array"
         xaxis["tickvals"] = chart.x_ticks
-    yaxis: Dict[str, Any] = {
+    yaxis: Dict[str, object] = {
         "title": {"text": _text(chart.y_title)},
         "type": chart.y_type,
         "gridcolor": GRID,
@@ -209,4 +209,5 @@ def plotly_js() -> str:
     """The plotly.js bundle shipped inside the installed plotly package (never a CDN)."""
     from plotly.offline import get_plotlyjs
 
-    return get_plotlyjs().replace("</script", "<\\/script")
+    bundle: str = get_plotlyjs()  # plotly is untyped
+    return bundle.replace("</script", "<\\/script")

@@ -107,12 +107,12 @@ def projection_section(data: ReportData) -> Optional[Section]:
             )
     except ProjectionError as exc:
         missing = pd.DataFrame([{"missing": str(exc)}])
-        table = make_table(
+        missing_table = make_table(
             "projection-missing",
             missing,
             [Column("missing", "Not projected: missing measurement", fmt.text, numeric=False)],
         )
-        return Section("projection", "Projected scaling", intro, tables=[table])
+        return Section("projection", "Projected scaling", intro, tables=[missing_table])
     table = result.table
     for ref in result.references:
         mask = (

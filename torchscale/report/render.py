@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from typing import Any, Dict
+from typing import TYPE_CHECKING, Any, Dict
 
 from torchscale import __version__
 from torchscale.errors import TorchscaleError
 from torchscale.report.content import ReportContent
 from torchscale.report.elements import chart_data_table
 
+if TYPE_CHECKING:
+    from jinja2 import Environment
+
 TEMPLATES = Path(__file__).parent / "templates"
 FORMATS = ("html", "pdf")
 
 
-def _environment() -> Any:
+def _environment() -> Environment:
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
     return Environment(
@@ -31,7 +34,7 @@ def _environment() -> Any:
     )
 
 
-def _render(content: ReportContent, mode: str, extra: Dict[str, Any]) -> str:
+def _render(content: ReportContent, mode: str, extra: Dict[str, object]) -> str:
     template = _environment().get_template("report.html.j2")
     return template.render(
         report=content,
@@ -92,7 +95,8 @@ def render_pdf(content: ReportContent) -> bytes:
     )
     # WeasyPrint logs every CSS property it ignores at WARNING; they are not the user's problem.
     logging.getLogger("weasyprint").setLevel(logging.ERROR)
-    return HTML(string=page, url_fetcher=_data_only_fetcher()).write_pdf()
+    pdf: bytes = HTML(string=page, url_fetcher=_data_only_fetcher()).write_pdf()  # untyped
+    return pdf
 
 
 def render(content: ReportContent, fmt: str) -> bytes:

@@ -17,7 +17,7 @@ MAX_TIMELINES = 8
 """Timeline charts shown (the cells with the most GPUs first); every sample is in the CSV."""
 
 
-def _mhz(value: object) -> str:
+def _mhz(value: Optional[float]) -> str:
     return fmt.MISSING if value is None or pd.isna(value) else f"{float(value):,.0f}"
 
 

@@ -152,7 +152,7 @@ def read_limited(path: PathLike, limit: int, what: str = "file") -> bytes:
     return data
 
 
-def finite(value: Any) -> Any:
+def finite(value: object) -> object:
     """``value`` with every non-finite float (NaN, +-Infinity) replaced by None, recursively;
     numpy scalars and arrays become plain Python values."""
     if isinstance(value, float):
@@ -170,7 +170,7 @@ def finite(value: Any) -> Any:
     return value
 
 
-def dumps(document: Any, **kwargs: Any) -> str:
+def dumps(document: object, **kwargs: Any) -> str:
     """Strict JSON: NaN and Infinity become null (``allow_nan=False`` proves none is left)."""
     kwargs.setdefault("default", str)
     return json.dumps(finite(document), allow_nan=False, **kwargs)

@@ -10,7 +10,7 @@ bytes; throughput is per second for the whole job (all ranks), not per GPU.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Type
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -312,10 +312,11 @@ class TpGemmResult(CommResultBase):
 def parse_record(data: Dict[str, Any]) -> ResultBase:
     """Validate one ``results.jsonl`` object into the model for its ``kind``."""
     model = RECORD_KINDS.get(data.get("kind", "training"), ResultBase)
-    return model.model_validate(data)
+    record: ResultBase = model.model_validate(data)
+    return record
 
 
-RECORD_KINDS: Dict[str, type] = {
+RECORD_KINDS: Dict[str, Type[ResultBase]] = {
     "training": TrainingResult,
     "collective": CollectiveResult,
     "tp_gemm": TpGemmResult,

@@ -97,7 +97,7 @@ def atomic_write_json(path: Path, document: Any) -> None:
     atomic_write_text(path, dumps(document, indent=2) + "\n")
 
 
-def append_jsonl(path: Path, document: Dict[str, Any]) -> None:
+def append_jsonl(path: Path, document: Dict[str, object]) -> None:
     """Append one JSON object as a line and fsync it before returning.
 
     If the write fails (a full disk), the file is cut back to its old length: the lines before
@@ -123,7 +123,7 @@ def append_jsonl(path: Path, document: Dict[str, Any]) -> None:
         os.close(fd)
 
 
-def read_jsonl(path: Path) -> List[Dict[str, Any]]:
+def read_jsonl(path: Path) -> List[Dict[str, object]]:
     """Every well-formed object in ``path``; damaged lines are skipped with a warning."""
     if not path.exists():
         return []
@@ -173,13 +173,14 @@ class ExperimentStore:
     def exists(self) -> bool:
         return self.results_path.exists() or self.manifest_path.exists()
 
-    def manifest(self) -> Dict[str, Any]:
+    def manifest(self) -> Dict[str, object]:
         if not self.manifest_path.exists():
             return {}
         with open(open_for_read(self.manifest_path), encoding="utf-8") as handle:
-            return json.load(handle)
+            manifest: Dict[str, object] = json.load(handle)
+            return manifest
 
-    def write_manifest(self, manifest: Dict[str, Any]) -> None:
+    def write_manifest(self, manifest: Dict[str, object]) -> None:
         atomic_write_json(self.manifest_path, manifest)
 
     def append(self, record: ResultBase) -> None:

@@ -43,7 +43,7 @@ NON_NEGATIVE = {
 }
 
 
-def show(value: Any) -> str:
+def show(value: object) -> str:
     if isinstance(value, float) and math.isnan(value):
         return "NaN"
     if isinstance(value, float) and math.isinf(value):
@@ -51,7 +51,7 @@ def show(value: Any) -> str:
     return repr(value) if isinstance(value, str) else f"{value:g}" if _number(value) else str(value)
 
 
-def _number(value: Any) -> bool:
+def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

@@ -3,7 +3,7 @@ against their limits, and the PCIe link against its maximum."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, List, Sequence
 
 from torchscale.hardware.nvml import (
     UNNAMED_REASON,
@@ -153,7 +153,9 @@ def check_pcie(nvml: Nvml, handles: Sequence[Any]) -> CheckResult:
     unknown = not_reported(name, gen, "nvidia-smi -q -d PCIE")
     if unknown:
         return unknown
-    narrow, slow, idle_down = [], [], []
+    narrow: List[str] = []
+    slow: List[str] = []
+    idle_down: List[str] = []
     for i in range(len(handles)):
         if supported(width[i]) and supported(max_width[i]) and int(width[i]) < int(max_width[i]):
             narrow.append(f"GPU {i}: x{width[i]} of x{max_width[i]}")

@@ -26,14 +26,14 @@ class CheckResult:
     status: Status
     value: str
     fix: Optional[str] = None
-    details: Dict[str, Any] = field(default_factory=dict)
+    details: Dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status is not Status.PASS and not self.fix:
             raise ValueError(f"check {self.name!r} is {self.status.value} without a fix text")
 
-    def to_dict(self) -> Dict[str, Any]:
-        record: Dict[str, Any] = {
+    def to_dict(self) -> Dict[str, object]:
+        record: Dict[str, object] = {
             "name": self.name,
             "status": self.status.value,
             "value": self.value,
@@ -65,7 +65,7 @@ def worst(statuses: Iterable[Status]) -> Status:
     return max(statuses, key=SEVERITY.__getitem__, default=Status.SKIP)
 
 
-def summarize(checks: Sequence[CheckResult]) -> Dict[str, Any]:
+def summarize(checks: Sequence[CheckResult]) -> Dict[str, object]:
     counts = {status.value.lower(): 0 for status in Status}
     for check in checks:
         counts[check.status.value.lower()] += 1

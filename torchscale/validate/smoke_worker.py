@@ -19,7 +19,7 @@ import time
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 HANG_ENV = "TORCHSCALE_SMOKE_HANG"
 PATTERN_PERIOD = 251
@@ -43,13 +43,13 @@ def _hang_if_asked() -> None:
             time.sleep(60)
 
 
-def _write_atomic(path: Path, document: Dict[str, Any]) -> None:
+def _write_atomic(path: Path, document: Dict[str, object]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(document, indent=2))
     os.replace(tmp, path)
 
 
-def run(size_bytes: int, warmup: int, iters: int, timeout_s: float) -> Optional[Dict[str, Any]]:
+def run(size_bytes: int, warmup: int, iters: int, timeout_s: float) -> Optional[Dict[str, object]]:
     import torch
     import torch.distributed as dist
 

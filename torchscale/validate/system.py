@@ -71,7 +71,7 @@ def check_open_files(limits: Optional[Tuple[int, int]] = None) -> CheckResult:
 
 
 def _resolve(host: str) -> List[str]:
-    return sorted({info[4][0] for info in socket.getaddrinfo(host, None)})
+    return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None)})
 
 
 def check_hostname(env: Mapping[str, str] = os.environ) -> CheckResult:

@@ -39,7 +39,7 @@ def sync_stats(ranks: List[Dict[str, Any]], step_ms: float) -> Optional[Dict[str
         len(ranks) > 1
         and cv_steps is not None
         and cv_steps > HIGH_WAIT_CV
-        and mean(known) > MIN_WAIT_SHARE * step_ms
+        and (mean(known) or 0.0) > MIN_WAIT_SHARE * step_ms  # known is not empty: a float
     )
     warning = None
     if slowest is not None:
@@ -54,7 +54,7 @@ def sync_stats(ranks: List[Dict[str, Any]], step_ms: float) -> Optional[Dict[str
             "from step to step"
         )
     return {
-        "exposed_fraction": max(0.0, mean(overheads)) if overheads else None,
+        "exposed_fraction": max(0.0, mean(overheads) or 0.0) if overheads else None,
         "per_rank_wait_ms": waits,
         "wait_cv_across_steps": cv_steps,
         "wait_spread_ms": spread,

@@ -31,7 +31,7 @@ class OrderedPowerSGDState:
     """PowerSGD's own state, plus the previous bucket's future that the next bucket waits for."""
 
     powersgd: Any  # torch's PowerSGDState
-    pending: Optional[torch.futures.Future] = None
+    pending: Optional[torch.futures.Future[torch.Tensor]] = None
 
     # DDP's logging and PowerSGD's helpers read these from the hook state.
     @property
@@ -40,7 +40,8 @@ class OrderedPowerSGDState:
 
 
 def ordered_powerSGD_hook(
-    state: OrderedPowerSGDState, bucket: dist.GradBucket
+    state: OrderedPowerSGDState,
+    bucket: dist.GradBucket,  # type: ignore[name-defined]  # torch's stubs do not export it
 ) -> torch.futures.Future[torch.Tensor]:
     """torch's ``powerSGD_hook``, with each bucket's collectives issued after the previous one's."""
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
@@ -68,7 +69,7 @@ def register_comm_hook(ddp: DDP, settings: DDPSettings) -> Optional[Any]:
         )
         if dist.get_backend() == "gloo":
             ordered = OrderedPowerSGDState(state)
-            ddp.register_comm_hook(ordered, ordered_powerSGD_hook)  # type: ignore[arg-type]
+            ddp.register_comm_hook(ordered, ordered_powerSGD_hook)
             return ordered
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
         return state

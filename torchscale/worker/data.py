@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Iterator, List, Sized, Tuple, cast
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
@@ -19,10 +19,13 @@ from torchscale.config.schema import CellSettings
 from torchscale.models import ModelSpec
 from torchscale.worker.distributed import RankContext
 
+# One sample: (input, target), as each dataset below gives it.
+Samples = Dataset[Tuple[object, ...]]
+
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
 
 
-class ImageFolder(Dataset):
+class ImageFolder(Dataset[Tuple[torch.Tensor, int]]):
     """``root/<class>/<image>``: decoded with Pillow, resized to the model's input shape."""
 
     def __init__(self, root: Path, size: Tuple[int, int]) -> None:
@@ -72,8 +75,11 @@ def _to_device(batch: Any, device: torch.device, channels_last: bool = False) ->
 
 
 def _loader_stream(
-    loader: DataLoader, sampler: DistributedSampler, device: torch.device, channels_last: bool
-) -> Iterator:
+    loader: DataLoader[Tuple[object, ...]],
+    sampler: DistributedSampler[int],
+    device: torch.device,
+    channels_last: bool,
+) -> Iterator[Tuple[Any, Any]]:
     for epoch in itertools.count():
         sampler.set_epoch(epoch)
         for inputs, targets in loader:
@@ -93,17 +99,20 @@ def batch_stream(
     images = data.source in ("image_folder", *LAYOUT_SOURCES)
     if images and (not spec.input_shape or len(spec.input_shape) != 3):
         raise ValueError(f"model {spec.name} takes no images (no input_shape (C, H, W))")
-    dataset: Dataset
+    dataset: Samples
+    size = (spec.input_shape or (0, 0, 0))[1:]  # set: checked above for image sources
     if data.source == "image_folder":
-        dataset = ImageFolder(path, tuple(spec.input_shape[1:]))
+        dataset = ImageFolder(path, (size[0], size[1]))
     elif data.source in LAYOUT_SOURCES:
         from torchscale.worker.datasets import Cifar100, imagenet
 
+        if spec.num_classes is None:
+            raise ValueError(f"model {spec.name} has no num_classes to fold the labels into")
         reader = Cifar100 if data.source == "cifar100" else imagenet
-        dataset = reader(path, tuple(spec.input_shape[1:]), spec.num_classes)
+        dataset = reader(path, (size[0], size[1]), spec.num_classes)
     else:
         dataset = _tensor_file(path)
-    sampler = DistributedSampler(
+    sampler: DistributedSampler[int] = DistributedSampler(
         dataset, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True, seed=settings.seed
     )
     loader = DataLoader(
@@ -117,7 +126,7 @@ def batch_stream(
     )
     if len(loader) == 0:
         raise ValueError(
-            f"data.path {path} has {len(dataset)} samples: fewer than one batch of "
+            f"data.path {path} has {len(cast(Sized, dataset))} samples: fewer than one batch of "
             f"{settings.batch_size} per rank"
         )
     return _loader_stream(loader, sampler, ctx.device, channels_last)

@@ -24,7 +24,7 @@ CIFAR_MEAN = (0.5071, 0.4865, 0.4409)
 CIFAR_STD = (0.2673, 0.2564, 0.2762)
 
 
-class Cifar100(Dataset):
+class Cifar100(Dataset[Tuple[torch.Tensor, torch.Tensor]]):
     """The CIFAR-100 training split, normalised, resized to ``size`` when it is not 32 x 32."""
 
     def __init__(self, root: Path, size: Tuple[int, int], num_classes: int) -> None:
@@ -59,7 +59,7 @@ class Cifar100(Dataset):
         return (image - self.mean) / self.std, self.labels[index]
 
 
-class _FoldedLabels(Dataset):
+class _FoldedLabels(Dataset[Tuple[object, int]]):
     def __init__(self, dataset: Any, num_classes: int) -> None:
         self.dataset = dataset
         self.num_classes = num_classes
@@ -72,7 +72,7 @@ class _FoldedLabels(Dataset):
         return image, int(label) % self.num_classes
 
 
-def imagenet(root: Path, size: Tuple[int, int], num_classes: int) -> Dataset:
+def imagenet(root: Path, size: Tuple[int, int], num_classes: int) -> Dataset[Tuple[object, int]]:
     """ImageNet's training folder: torchvision's ImageFolder when installed, else ours."""
     problem = dataset_problem("imagenet", str(root))
     folder = imagenet_dir(root)

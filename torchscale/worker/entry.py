@@ -36,7 +36,8 @@ def parse_cell_args(prog: str, description: str, argv: Optional[List[str]]) -> a
 
 
 def read_cell(cell_path: Path) -> Dict[str, Any]:
-    return json.loads(cell_path.read_text(encoding="utf-8"))
+    cell: Dict[str, Any] = json.loads(cell_path.read_text(encoding="utf-8"))
+    return cell
 
 
 def rank_reporter(out_path: Path) -> RankReporter:

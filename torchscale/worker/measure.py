@@ -95,12 +95,15 @@ no guide: its first steps include compilation and allocator growth."""
 def _measure_steps(settings: CellSettings, run: TrainingRun, clock: Clock, ctx: RankContext) -> int:
     if settings.measure_steps is not None:
         return settings.measure_steps
+    seconds = settings.measure_seconds
+    if seconds is None:  # the config's validation requires one of the two
+        raise ValueError("neither measure_steps nor measure_seconds is set")
     calibration, _ = _window(run, clock, ctx, CALIBRATION_STEPS)
     step_ms = statistics.median(d["step"] for d in calibration)
     # All ranks must run the same number of steps: agree on the slowest rank's estimate.
     estimate = torch.tensor([step_ms], device=ctx.device)
     dist.all_reduce(estimate, op=dist.ReduceOp.MAX)
-    return max(1, math.ceil(settings.measure_seconds * 1e3 / float(estimate.item())))
+    return max(1, math.ceil(seconds * 1e3 / float(estimate.item())))
 
 
 # torch's kDDPRuntimeLoggingSampleRate (c10d/reducer.hpp): DDP's default, restored after the
@@ -218,7 +221,10 @@ def measure_rank(
     # Per-step waits are clipped at zero for their distribution; the mean wait is taken from the
     # means, so timing noise does not bias it upwards.
     waits = [max(0.0, s - nosync_ms) for s in step_ms] if nosync_ms is not None else []
-    mean_wait = max(0.0, mean(step_ms) - nosync_ms) if nosync_ms is not None else None
+    step_mean = mean(step_ms)
+    mean_wait = (
+        max(0.0, step_mean - nosync_ms) if nosync_ms is not None and step_mean is not None else None
+    )
     return {
         "rank": ctx.rank,
         "local_rank": ctx.local_rank,

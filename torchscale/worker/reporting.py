@@ -132,8 +132,9 @@ class RankReporter:
         )
 
 
-def read_json(path: Path) -> Optional[dict]:
+def read_json(path: Path) -> Optional[Dict[str, Any]]:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        doc: Dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return doc
     except (OSError, ValueError):
         return None

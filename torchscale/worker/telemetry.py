@@ -35,7 +35,7 @@ STATIC_QUERIES = {
 
 
 def _values(samples: List[Dict[str, Optional[float]]], key: str) -> List[float]:
-    return [s[key] for s in samples if s.get(key) is not None]
+    return [value for s in samples if (value := s.get(key)) is not None]
 
 
 def summarize(samples: List[Dict[str, Optional[float]]]) -> Optional[Dict[str, Any]]:

@@ -8,7 +8,7 @@ ends, so timing does not perturb what it measures.
 from __future__ import annotations
 
 import time
-from typing import Any, List
+from typing import Any, Dict, List, Tuple
 
 import torch
 
@@ -34,7 +34,8 @@ class Clock:
         """Milliseconds between two marks (call after synchronize on GPU)."""
         if self.cuda:
             return float(start.elapsed_time(end))
-        return (end - start) * 1e3
+        elapsed: float = (end - start) * 1e3
+        return elapsed
 
 
 class StepMarks:
@@ -43,10 +44,10 @@ class StepMarks:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.start = clock.mark()
-        self.micro: List[tuple] = []  # (data_ready, forward_end, backward_end)
+        self.micro: List[Tuple[Any, Any, Any]] = []  # (data_ready, forward_end, backward_end)
         self.end: Any = None
 
-    def durations(self) -> dict:
+    def durations(self) -> Dict[str, float]:
         """Phase totals in ms for this step: step, data, forward, backward, optimizer."""
         ms = self.clock.ms
         data = forward = backward = 0.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Dict, Iterator, Optional
+from typing import Any, Callable, ContextManager, Dict, Iterator, Optional, Tuple
 
 import torch
 from torch import nn
@@ -62,7 +62,7 @@ class TrainingRun:
     optimizer: torch.optim.Optimizer
     scaler: Optional[Any]
     autocast_dtype: Optional[torch.dtype]
-    batches: Iterator[tuple]
+    batches: Iterator[Tuple[Any, Any]]
     accum_steps: int
     device: torch.device
     comm_state: Optional[Any] = None
@@ -133,7 +133,8 @@ def _tf32_flags() -> Dict[str, Optional[bool]]:
     try:
         flags["cudnn"] = bool(torch.backends.cudnn.allow_tf32)
     except RuntimeError:
-        flags["cudnn"] = torch.backends.cudnn.conv.fp32_precision == "tf32"
+        conv = torch.backends.cudnn.conv  # type: ignore[attr-defined]  # newer torch, not stubbed
+        flags["cudnn"] = conv.fp32_precision == "tf32"
     return flags
 
 
@@ -158,7 +159,7 @@ def apply_math_settings(
     }
 
 
-def _buffer_sync(each_forward: bool) -> Dict[str, bool]:
+def _buffer_sync(each_forward: bool) -> Dict[str, Any]:
     """``ddp.broadcast_buffers``: torch 2.15 renamed it ``forward_sync_buffers`` (the old name
     warns in every rank's log). Both mean rank 0's buffers are sent at each forward; the new one
     also syncs them once at construction, which changes nothing here (same seed on every rank)."""

@@ -14,7 +14,7 @@ We add exposed communication (communication time not hidden under computation).
 
 from __future__ import annotations
 
-from typing import List
+from typing import Dict, List
 
 import pandas as pd
 
@@ -42,7 +42,7 @@ def _pct(part: float, whole: float) -> float:
     return round(100.0 * part / whole, 2) if whole else float("nan")
 
 
-def rank_breakdown(trace: RankTrace) -> dict:
+def rank_breakdown(trace: RankTrace) -> Dict[str, float]:
     gpu = trace.gpu_events()
     ts = gpu["ts"].to_numpy()
     end = ts + gpu["dur"].to_numpy()

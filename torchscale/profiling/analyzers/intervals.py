@@ -61,4 +61,7 @@ def covered_between(
         partial = np.minimum(inside, (ends - starts)[np.maximum(k, 0)])
         return np.where(k >= 0, done[np.maximum(k, 0)] + partial, 0.0)
 
-    return covered_until(np.asarray(hi, dtype=float)) - covered_until(np.asarray(lo, dtype=float))
+    covered: np.ndarray = covered_until(np.asarray(hi, dtype=float)) - covered_until(
+        np.asarray(lo, dtype=float)
+    )
+    return covered

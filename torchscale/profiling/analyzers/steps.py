@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import List
+from typing import List, Tuple
 
 import numpy as np
 import pandas as pd
@@ -58,7 +58,7 @@ def assign_steps(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
 
 def step_times(traces: List[RankTrace]) -> pd.DataFrame:
     """One row per rank and step: CPU-side step duration and the GPU's busy time within it."""
-    rows = []
+    rows: List[Tuple[object, ...]] = []
     for trace in traces:
         steps = step_ranges(trace)
         gpu = trace.gpu_events()

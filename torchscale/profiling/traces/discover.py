@@ -53,7 +53,7 @@ def looks_like_trace(path: Path) -> bool:
             with open(path, "rb") as fh:
                 return fh.read(16) == b"SQLite format 3\x00"
         opener = gzip.open if path.name.endswith(".gz") else open
-        with opener(path, "rb") as fh:  # type: ignore[operator]
+        with opener(path, "rb") as fh:
             return b'"traceEvents"' in fh.read(SNIFF_BYTES)
     except (OSError, EOFError, zlib.error):
         return True  # let the reader report what is wrong with it

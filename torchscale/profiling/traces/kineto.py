@@ -15,6 +15,7 @@ fractional part are rounded as HTA does (start up, end down); and when there are
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import queue
 import re
@@ -22,7 +23,7 @@ import threading
 import zlib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import IO, Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -45,7 +46,7 @@ class TraceReadError(TorchscaleError):
     """A trace file that cannot be read as what its name says it is."""
 
 
-def _open(path: Path) -> IO[bytes]:
+def _open(path: Path) -> io.BufferedIOBase:
     """The trace's bytes (decompressed); only a regular file is opened (a FIFO would block)."""
     from torchscale.results.files import open_for_read
 
@@ -53,11 +54,12 @@ def _open(path: Path) -> IO[bytes]:
     if not path.name.endswith(".gz"):
         return handle
     unzipped = gzip.GzipFile(fileobj=handle, mode="rb")
-    unzipped.myfileobj = handle  # closed with it, as gzip.open(path) would
+    # typeshed says FileIO; gzip.open(path) stores its open() (a BufferedReader) here too
+    unzipped.myfileobj = handle  # type: ignore[assignment]  # closed with it, as gzip.open would
     return unzipped
 
 
-def _blocks(fh: IO[bytes], limit: Optional[int]) -> Iterator[bytes]:
+def _blocks(fh: io.BufferedIOBase, limit: Optional[int]) -> Iterator[bytes]:
     """Successive blocks of ``fh`` (at most ``limit`` bytes in all), read one block ahead by a
     thread so that gzip decompression overlaps decoding."""
     pending: queue.Queue[Any] = queue.Queue(maxsize=2)
@@ -198,7 +200,7 @@ def plan_tasks(
 ) -> List[Tuple[Path, int, Optional[int], bool, bool, bool]]:
     """One task per file, or several per large plain file when more than one process helps."""
     tasks = []
-    can_split = dec.msgspec is not None and workers > 1
+    can_split = dec.HAVE_MSGSPEC and workers > 1
     for path in paths:
         size = path.stat().st_size
         if can_split and not path.name.endswith(".gz") and size >= PARALLEL_MIN_BYTES:
@@ -233,7 +235,9 @@ def read_kineto(path: Path, use_msgspec: bool = True) -> RankTrace:
     return finish(path, [scan_range(path, 0, None, True, True, use_msgspec)])
 
 
-def _merge(parts: List[dec.Columns]) -> Tuple[Dict[str, np.ndarray], List[str], List[str], dict]:
+def _merge(
+    parts: List[dec.Columns],
+) -> Tuple[Dict[str, np.ndarray], List[str], List[str], Dict[str, object]]:
     names: Dict[str, int] = {}
     cats: Dict[str, int] = {}
     name_codes, cat_codes, meta = [], [], {}

@@ -20,7 +20,9 @@ import pandas as pd
 try:  # speed only: the stdlib path below gives identical columns
     import msgspec
 except ImportError:  # pragma: no cover - exercised by forcing the stdlib path in tests
-    msgspec = None
+    HAVE_MSGSPEC = False
+else:
+    HAVE_MSGSPEC = True
 
 # Events HTA drops on load (no duration, profiler bookkeeping) or that we never analyse.
 SKIPPED_CATEGORIES = frozenset({"Trace", "python_function"})
@@ -42,7 +44,7 @@ class Columns:
     name_codes: List[np.ndarray] = field(default_factory=list)
     cats: Dict[str, int] = field(default_factory=dict)
     names: Dict[str, int] = field(default_factory=dict)
-    metadata: Dict[str, Any] = field(default_factory=dict)
+    metadata: Dict[str, object] = field(default_factory=dict)
     api_correlation: List[np.ndarray] = field(default_factory=list)
     api_ts: List[np.ndarray] = field(default_factory=list)
 
@@ -118,7 +120,7 @@ def _intern(strings: List[str], table: Dict[str, int]) -> np.ndarray:
     return remap[codes]
 
 
-if msgspec is not None:
+if HAVE_MSGSPEC:
 
     class _Args(msgspec.Struct, frozen=True, gc=False):
         stream: Union[int, str, None] = -1
@@ -160,15 +162,15 @@ if msgspec is not None:
         msgspec.defstruct(f"_Skip{i}", [], tag_field="ph", tag=p, gc=False)
         for i, p in enumerate(_OTHER_PHASES)
     )
-    _EventUnion = Union[(_Complete, *_Skipped)]  # type: ignore[valid-type]
+    _EventUnion = Union[(_Complete, *_Skipped)]  # type: ignore[valid-type]  # built at run time
 
     class _TraceFile(msgspec.Struct, gc=False):
-        traceEvents: List[_EventUnion] = []  # type: ignore[valid-type]  # noqa: RUF012
-        distributedInfo: Optional[Dict[str, Any]] = None
+        traceEvents: List[_EventUnion] = []
+        distributedInfo: Optional[Dict[str, object]] = None
         baseTimeNanoseconds: Optional[int] = None
         schemaVersion: Optional[int] = None
 
-    _events_decoder = msgspec.json.Decoder(List[_EventUnion])  # type: ignore[valid-type]
+    _events_decoder = msgspec.json.Decoder(List[_EventUnion])
     _file_decoder = msgspec.json.Decoder(_TraceFile)
     DecodeError: Any = (msgspec.DecodeError, ValueError)
     _get = {k: attrgetter(k) for k in ("cat", "name", "pid", "tid", "ts", "dur")}
@@ -205,7 +207,9 @@ def _add_dicts(events: List[Any], out: Columns) -> None:
     if not xs:
         return
     nan = float("nan")
-    args = [e.get("args") if isinstance(e.get("args"), dict) else {} for e in xs]
+    args: List[Dict[str, object]] = [
+        e["args"] if isinstance(e.get("args"), dict) else {} for e in xs
+    ]
     out.add(
         [e.get("ts", nan) for e in xs],
         [e.get("dur", nan) for e in xs],

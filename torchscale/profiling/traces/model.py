@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -42,7 +42,7 @@ class RankTrace:
     path: Path
     source: str  # "kineto" or "nsys"
     events: pd.DataFrame
-    metadata: Dict[str, Any] = field(default_factory=dict)
+    metadata: Dict[str, object] = field(default_factory=dict)
     # Kineto only: HTA drops everything launched at or after the start of the last ProfilerStep
     # (that step is usually cut short by the profiler stopping). None: the whole trace counts.
     window_end: Optional[float] = None
@@ -50,11 +50,15 @@ class RankTrace:
     def gpu_events(self) -> pd.DataFrame:
         """GPU activity as HTA counts it: every row with a stream (kernels, memcpy, memset)."""
         ev = self.events
-        return ev[ev["stream"].to_numpy() != -1]
+        return ev[ev["stream"] != -1]
 
     def cpu_events(self) -> pd.DataFrame:
         ev = self.events
-        return ev[ev["stream"].to_numpy() == -1]
+        return ev[ev["stream"] == -1]
+
+
+def _codes(codes: np.ndarray) -> np.ndarray[Tuple[int], np.dtype[np.int32]]:
+    return np.asarray(codes, dtype=np.int32).reshape(-1)  # 1-D already: says so to the checker
 
 
 def build_events(
@@ -77,8 +81,8 @@ def build_events(
         {
             "ts": np.asarray(ts, dtype=np.float64),
             "dur": np.asarray(dur, dtype=np.float64),
-            "cat": pd.Categorical.from_codes(np.asarray(cat_codes, dtype=np.int32), list(cats)),
-            "name": pd.Categorical.from_codes(np.asarray(name_codes, dtype=np.int32), list(names)),
+            "cat": pd.Categorical.from_codes(_codes(cat_codes), pd.Index(list(cats))),
+            "name": pd.Categorical.from_codes(_codes(name_codes), pd.Index(list(names))),
             "pid": np.asarray(pid, dtype=np.int64),
             "tid": np.asarray(tid, dtype=np.int64),
             "stream": np.asarray(stream, dtype=np.int64),

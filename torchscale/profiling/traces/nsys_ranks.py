@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -42,7 +42,7 @@ class Unit:
 
     rows: Union[np.ndarray, slice]  # row indices, or every row (a file with one unit)
     rank: int
-    metadata: Dict[str, Any] = field(default_factory=dict)
+    metadata: Dict[str, object] = field(default_factory=dict)
 
 
 def _marked(texts: Sequence[str]) -> Tuple[Optional[int], Optional[int]]:
@@ -109,8 +109,8 @@ def _meta(
     names: Dict[int, str],
     rank_source: Optional[str],
     world_size: Optional[int],
-) -> Dict[str, Any]:
-    meta: Dict[str, Any] = {
+) -> Dict[str, object]:
+    meta: Dict[str, object] = {
         "pid": pid,
         "device": device,
         "gpus": [(device, names[device])] if device in names else [],

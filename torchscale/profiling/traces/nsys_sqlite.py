@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -55,7 +55,7 @@ _GPU_TABLES = {
 }
 
 
-def _tables(con: sqlite3.Connection) -> set:
+def _tables(con: sqlite3.Connection) -> Set[str]:
     return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
 
@@ -98,6 +98,11 @@ def _strings(con: sqlite3.Connection, ids: np.ndarray) -> Dict[int, str]:
 
 
 Lookup = Tuple[np.ndarray, np.ndarray]
+# One table's columns: ts, dur, name codes, names, then pid, tid, stream, corr, launch, device.
+Rows = Tuple[
+    np.ndarray, np.ndarray, np.ndarray, List[str], np.ndarray,
+    np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+]  # fmt: skip
 PID_SHIFT = np.int64(1 << 32)  # correlation ids are 32-bit: (pid, id) packs into one int64
 
 
@@ -108,7 +113,7 @@ def _first_per_key(key: np.ndarray, start: np.ndarray) -> Lookup:
     return key[first], start[first]
 
 
-def _launch_lookup(con: sqlite3.Connection, tables: set) -> Tuple[Lookup, Lookup]:
+def _launch_lookup(con: sqlite3.Connection, tables: Set[str]) -> Tuple[Lookup, Lookup]:
     """Earliest CUDA API call per (process, correlation id), and per correlation id alone (for
     GPU rows that do not say their process): sorted keys and their start in ns.
 
@@ -141,11 +146,11 @@ def _launch_of(corr: np.ndarray, lookup: Lookup) -> np.ndarray:
     return out
 
 
-def _columns(con: sqlite3.Connection, table: str) -> set:
+def _columns(con: sqlite3.Connection, table: str) -> Set[str]:
     return {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
 
 
-def _col(columns: set, name: str, fallback: str) -> str:
+def _col(columns: Set[str], name: str, fallback: str) -> str:
     """``t.<name>`` when this export has the column, else ``fallback`` (a SQL constant)."""
     return f"t.{name}" if name in columns else fallback
 
@@ -156,11 +161,11 @@ def _pid(column: str) -> str:
 
 def _gpu_rows(
     con: sqlite3.Connection,
-    tables: set,
+    tables: Set[str],
     cat: str,
     epoch_ns: int,
     launches: Tuple[Lookup, Lookup],
-) -> Optional[tuple]:
+) -> Optional[Rows]:
     table, name_col = _GPU_TABLES[cat]
     if table not in tables:
         return None
@@ -202,7 +207,7 @@ def _gpu_rows(
     return ts, _us(end, epoch_ns) - ts, codes, names, pid, stream, stream, corr, launch_us, device
 
 
-def _nvtx_text(con: sqlite3.Connection, tables: set, have: set) -> Tuple[str, str]:
+def _nvtx_text(con: sqlite3.Connection, tables: Set[str], have: Set[str]) -> Tuple[str, str]:
     """SQL for an NVTX event's text (inline, or a registered string) and the join it needs."""
     inline = "t.text" if "text" in have else "NULL"
     if "StringIds" in tables and "textId" in have:
@@ -210,7 +215,7 @@ def _nvtx_text(con: sqlite3.Connection, tables: set, have: set) -> Tuple[str, st
     return inline, ""
 
 
-def _nvtx_rows(con: sqlite3.Connection, tables: set, epoch_ns: int) -> Optional[tuple]:
+def _nvtx_rows(con: sqlite3.Connection, tables: Set[str], epoch_ns: int) -> Optional[Rows]:
     if "NVTX_EVENTS" not in tables:
         return None
     have = _columns(con, "NVTX_EVENTS")
@@ -236,7 +241,7 @@ def _nvtx_rows(con: sqlite3.Connection, tables: set, epoch_ns: int) -> Optional[
     return ts, _us(end, epoch_ns) - ts, codes, names, pid, thread, minus, minus, nan, minus
 
 
-def _rank_marks(con: sqlite3.Connection, tables: set) -> Dict[int, List[str]]:
+def _rank_marks(con: sqlite3.Connection, tables: Set[str]) -> Dict[int, List[str]]:
     """Per process, the NVTX texts that may say which rank it is (``torchscale rank=3 ...``)."""
     if "NVTX_EVENTS" not in tables:
         return {}
@@ -253,7 +258,7 @@ def _rank_marks(con: sqlite3.Connection, tables: set) -> Dict[int, List[str]]:
     return found
 
 
-def _session_epoch_ns(con: sqlite3.Connection, tables: set) -> int:
+def _session_epoch_ns(con: sqlite3.Connection, tables: Set[str]) -> int:
     table = "TARGET_INFO_SESSION_START_TIME"
     if table in tables and "utcEpochNs" in _columns(con, table):
         row = con.execute(f"SELECT utcEpochNs FROM {table}").fetchone()
@@ -262,7 +267,7 @@ def _session_epoch_ns(con: sqlite3.Connection, tables: set) -> int:
     return 0
 
 
-def _gpus(con: sqlite3.Connection, tables: set) -> List[Tuple[int, str]]:
+def _gpus(con: sqlite3.Connection, tables: Set[str]) -> List[Tuple[int, str]]:
     if "TARGET_INFO_GPU" not in tables or not {"id", "name"} <= _columns(con, "TARGET_INFO_GPU"):
         return []
     return [(int(i), str(n)) for i, n in con.execute("SELECT id, name FROM TARGET_INFO_GPU")]
@@ -300,13 +305,13 @@ def read_nsys(path: Path) -> List[RankTrace]:
         marks = _rank_marks(con, tables)
     finally:
         con.close()
-    parts = [(c, p) for c, p in parts if p is not None]
-    if not parts:
+    found = [(c, p) for c, p in parts if p is not None]
+    if not found:
         raise sqlite3.DatabaseError("its CUDA and NVTX tables have no start/end/streamId columns")
-    cats = [c for c, _ in parts]
+    cats = [c for c, _ in found]
     names: List[str] = []
     cols: Dict[str, List[np.ndarray]] = {k: [] for k in (*COLUMN_KEYS, "cat", "name")}
-    for cat_code, (_, (ts, dur, codes, part_names, *rest)) in enumerate(parts):
+    for cat_code, (_, (ts, dur, codes, part_names, *rest)) in enumerate(found):
         for key, value in zip(COLUMN_KEYS, (ts, dur, *rest)):
             cols[key].append(np.asarray(value))
         cols["cat"].append(np.full(len(ts), cat_code))
