@@ -66,8 +66,8 @@ def torchscale_all_reduce(
     from torchscale.comm.config import CommCellSettings
     from torchscale.comm.kind import KIND
     from torchscale.comm.worker import measure, merge
-    from torchscale.launch.kinds import common_identity
-    from torchscale.plan.matrix import Cell
+    from torchscale.kinds.protocol import common_identity
+    from torchscale.plan.cell import Cell
     from torchscale.worker.reporting import RankReporter
 
     settings = CommCellSettings(

@@ -19,7 +19,8 @@ import numpy as np
 from tests.shared_runs import SCRIPT_NAME, healthy_run
 from torchscale.analysis.stats import time_stats
 from torchscale.config.schema import CellSettings
-from torchscale.plan.matrix import cell_id, experiment_dirname
+from torchscale.plan.matrix import experiment_dirname
+from torchscale.plan.training import cell_id
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore, append_jsonl
 from torchscale.worker.aggregate import aggregate

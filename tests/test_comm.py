@@ -29,7 +29,8 @@ from torchscale.comm.tp_gemm import tolerance
 from torchscale.config.loader import load_config
 from torchscale.errors import ConfigError
 from torchscale.hardware.links import link_peak_gbps, parse_link, pcie_lane_gbps
-from torchscale.plan.matrix import MEMORY_WINDOW, expand
+from torchscale.plan.matrix import expand
+from torchscale.plan.training import MEMORY_WINDOW
 
 runner = CliRunner()
 WORLD_SIZES = (2, 4, 8)

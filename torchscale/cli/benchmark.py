@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from torchscale.config.schema import BenchmarkConfig
     from torchscale.integrations.sinks import Integrations
     from torchscale.launch.multinode import Launch
-    from torchscale.plan.matrix import Cell, Plan
+    from torchscale.plan.cell import Cell
+    from torchscale.plan.matrix import Plan
 
 log = logging.getLogger("torchscale")
 

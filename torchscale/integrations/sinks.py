@@ -16,7 +16,7 @@ from torchscale.results.schema import ResultBase, TrainingResult
 
 if TYPE_CHECKING:
     from torchscale.launch.sweep import SweepEvents
-    from torchscale.plan.matrix import Cell
+    from torchscale.plan.cell import Cell
 
 log = logging.getLogger("torchscale")
 

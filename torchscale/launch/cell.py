@@ -17,6 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+from torchscale.kinds.protocol import common_identity
+from torchscale.kinds.registry import get_kind
 from torchscale.launch.flight_recorder import (
     FLIGHT_RECORDER_DIR,
     collective_timed_out,
@@ -24,7 +26,6 @@ from torchscale.launch.flight_recorder import (
     flight_recorder_env,
     process_group_timeout_s,
 )
-from torchscale.launch.kinds import common_identity, get_kind
 from torchscale.launch.liveness import clear_owner, write_owner
 from torchscale.launch.nsys import wrapper as nsys_wrapper
 from torchscale.launch.process import python_env, run_process
@@ -35,7 +36,7 @@ from torchscale.launch.torchrun import (
     torchrun_command,
 )
 from torchscale.launch.traces import analyze_traces
-from torchscale.plan.matrix import Cell
+from torchscale.plan.cell import Cell
 from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
 from torchscale.results.schema import CellStatus, ResultBase
 from torchscale.results.store import ExperimentStore, atomic_write_json, storage_problem

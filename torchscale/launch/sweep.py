@@ -28,13 +28,15 @@ from torchscale.hardware.environment import (
     node_devices,
     threads_per_cpu_slot,
 )
+from torchscale.kinds.registry import get_kind
 from torchscale.launch.backends import backend_skip_reason
 from torchscale.launch.cell import node_environments, run_cell, skipped_records
 from torchscale.launch.liveness import live_owner
 from torchscale.launch.multinode import Launch, check_node_zero, merge_node_environments
 from torchscale.launch.nsys import resolve_tool
 from torchscale.launch.process import sigterm_as_interrupt
-from torchscale.plan.matrix import NON_IDENTITY_FIELDS, Cell, Plan
+from torchscale.plan.cell import NON_IDENTITY_FIELDS, Cell
+from torchscale.plan.matrix import Plan
 from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.files import StorageError, storage_cause
 from torchscale.results.schema import SCHEMA_VERSION, ResultBase
@@ -318,7 +320,7 @@ def _sweep(
                 rendezvous=launch.rendezvous(cell, waits.get(cell.cell_id)),
                 env=env,
                 on_poll=events.cell_polled,
-                profile=profile if cell.kind == "training" else None,
+                profile=profile if get_kind(cell.kind).profiled else None,
                 prefix=launch.prefix(cell),
                 records_results=recording,
                 command=launch.worker_command(cell, store.cell_dir(cell.cell_id)),
