@@ -238,6 +238,7 @@ def collective_documents(spec: FixtureSpec) -> List[dict]:
                         "busbw_gbps": algbw * factor(world),
                         "wrong": 0,
                         "link_peak_gbps": LINK_PEAK_GBPS,
+                        "busbw_peak_fraction": algbw * factor(world) / LINK_PEAK_GBPS,
                     }
                 )
     docs.append(

@@ -84,10 +84,10 @@ def test_csv_downloads_hold_the_exact_numbers(report) -> None:
 def test_failed_cells_are_listed_with_reasons(report) -> None:
     _, tables, data = report
     shown = {(row["Status"], row["Reason"]) for row in tables["failures-table"]}
-    failed = [d for d in data.documents if d.get("status") != "ok"]
+    failed = [r for r in data.records if r.status != "ok"]
     assert len(tables["failures-table"]) == len(failed) == 4
-    for doc in failed:
-        assert (doc["status"], doc["error"]) in shown
+    for record in failed:
+        assert (record.status, record.error) in shown
 
 
 def test_findings_and_recommendations(report) -> None:

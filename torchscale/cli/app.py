@@ -11,9 +11,9 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from torchscale import __version__
 from torchscale.cli import benchmark, compare, profile, project, report, validate
 from torchscale.cli.console import setup_logging
+from torchscale.version import __version__
 
 app = typer.Typer(
     name="torchscale",

@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
             raise TorchscaleError("--inter-node-gbps must be a positive bandwidth in GB/s, e.g. 25")
         data = load_report_data(source)
         result = run_projection(
-            data.records, data.documents, targets, gpus_per_node, holdout, inter_node_gbps
+            data.records, targets, gpus_per_node, holdout, inter_node_gbps
         )
         rows = [_clean(r) for r in result.table.to_dict("records")]
         if json_output:

@@ -21,8 +21,8 @@ COMMON_COLUMNS = ["cell_id", "experiment", "world_size", "nnodes", "repeat", "st
 COLLECTIVE_COLUMNS = [
     *COMMON_COLUMNS,
     "op", "scope", "group_size", "dtype", "size_bytes", "count", "time_us", "time_us_min",
-    "time_us_max", "algbw_gbps", "busbw_gbps", "busbw_factor", "link", "busbw_peak_fraction",
-    "wrong", "slowest_pair", "backend", "device_name",
+    "time_us_max", "algbw_gbps", "busbw_gbps", "busbw_factor", "link", "link_peak_gbps",
+    "busbw_peak_fraction", "wrong", "slowest_pair", "backend", "device_name",
 ]  # fmt: skip
 TP_GEMM_COLUMNS = [
     *COMMON_COLUMNS,
@@ -44,7 +44,9 @@ def _rows(records: Iterable[ResultBase], model: type, columns: List[str]) -> pd.
 
 
 def collective_table(records: Iterable[ResultBase]) -> pd.DataFrame:
-    """One row per collective record, in the order measured."""
+    """One row per collective record, in the order measured: the one table of collectives (the
+    console, summary_comm.csv, the report). Bandwidths and ``busbw_peak_fraction`` are as the
+    record stores them (``torchscale.comm.busbw``, ``torchscale.hardware.links``)."""
     return _rows(records, CollectiveResult, COLLECTIVE_COLUMNS)
 
 

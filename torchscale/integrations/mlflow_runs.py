@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from torchscale.config.base import flatten_settings
 from torchscale.errors import TorchscaleError
-from torchscale.integrations.sinks import (
+from torchscale.integrations.run_names import (
     cell_figures,
     cell_run_name,
     row_for,

@@ -23,7 +23,7 @@ from typing import Any, Dict, Sequence
 
 from torchscale.analysis.stats import finite_number
 from torchscale.errors import TorchscaleError
-from torchscale.integrations.sinks import (
+from torchscale.integrations.run_names import (
     cell_figures,
     cell_run_name,
     config_prefix,

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
 
-from torchscale import __version__
 from torchscale.config.base import flatten_settings
 from torchscale.errors import TorchscaleError
 from torchscale.hardware.environment import (
@@ -42,6 +41,7 @@ from torchscale.results.files import StorageError, storage_cause
 from torchscale.results.schema import SCHEMA_VERSION, ResultBase
 from torchscale.results.store import ExperimentStore, atomic_write_text, storage_problem
 from torchscale.results.validity import INVALID, checked_record
+from torchscale.version import __version__
 
 RETRYABLE = {"failed", "timeout", INVALID}
 

@@ -11,7 +11,6 @@ import pandas as pd
 from torchscale.analysis import cells as cell_tables
 from torchscale.analysis import findings as finding_rules
 from torchscale.analysis.breakdown import step_histogram
-from torchscale.analysis.collectives import collective_table
 from torchscale.analysis.compare import Comparison
 from torchscale.analysis.scaling import (
     efficiency_band,
@@ -21,6 +20,7 @@ from torchscale.analysis.scaling import (
 )
 from torchscale.analysis.tables import training_table
 from torchscale.analysis.telemetry import telemetry_findings
+from torchscale.kinds.registry import TRAINING_KIND, record_kinds
 from torchscale.report import formatting as fmt
 from torchscale.report import nodes, sections
 from torchscale.report.breakdown import comm_compute_section, histogram_charts, parallelism_section
@@ -68,7 +68,7 @@ def _training(data: ReportData) -> pd.DataFrame:
 def _cards(table: pd.DataFrame, findings: pd.DataFrame, failures: pd.DataFrame) -> List[Card]:
     ok = table[table["status"] == "ok"]
     missed = len(table) - len(ok)
-    others = int((failures["kind"] != "training").sum())
+    others = int((~failures["kind"].isin(record_kinds(TRAINING_KIND))).sum())
     invalid = int((table["status"] == "invalid").sum())
     detail = f"{missed} failed, OOM or skipped" if missed else "all cells ran"
     if invalid:
@@ -215,7 +215,7 @@ def build_content(
         + telemetry_findings(records)
         + finding_rules.scaling_findings(table)
     )
-    failures = cell_tables.failure_table(data.documents)
+    failures = cell_tables.failure_table(records)
     samples = cell_tables.step_samples(records)
     ranks = cell_tables.rank_table(records)
     node_rows = nodes.node_rows(table)
@@ -238,7 +238,7 @@ def build_content(
         sections.sync_section(table, cell_tables.pooled_rank_table(table, ranks), ranks),
         comm_compute_section(records),
         telemetry_section(records),
-        sections.communication_section(collective_table(data.documents)),
+        sections.communication_section(records),
         parallelism_section(records),
         projection_section(data),
     )

@@ -1,9 +1,11 @@
 """Load what a report shows from a results folder: records, manifests and profiling findings.
 
-Reading is tolerant: a record that does not validate, or a kind this version does not know, is
-kept as its raw object (communication records are read from those), never a crash. Records are
-checked as they are read (``torchscale.results.validity``): impossible figures make a record
-``invalid``; input whose every record is invalid is an error (exit 2), not an empty report.
+Reading is tolerant: a record that does not validate is kept as what identifies it, marked
+``invalid``, and a kind this version does not know is read as the fields every record has
+(``ResultBase``); never a crash. Records are checked as they are read
+(``torchscale.results.validity``): impossible figures make a record ``invalid``; input whose
+every record is invalid is an error (exit 2), not an empty report. What the report gets is typed
+records only, never the raw objects.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ class Experiment:
     path: Path
     manifest: Dict[str, Any]
     records: List[ResultBase] = field(default_factory=list)
-    documents: List[Dict[str, Any]] = field(default_factory=list)  # every raw object
     findings: List[Dict[str, Any]] = field(default_factory=list)  # from findings.json files
 
 
@@ -53,10 +54,6 @@ class ReportData:
     @property
     def records(self) -> List[ResultBase]:
         return [r for e in self.experiments for r in e.records]
-
-    @property
-    def documents(self) -> List[Dict[str, Any]]:
-        return [d for e in self.experiments for d in e.documents]
 
 
 def read_findings(root: Path) -> List[Dict[str, Any]]:
@@ -81,16 +78,15 @@ def load_experiment(path: Path) -> Experiment:
     except ValueError:
         log.warning("%s is damaged; the environment is left out", store.manifest_path)
         manifest = {}
-    documents, records = check_and_parse(read_jsonl(store.results_path), store.results_path)
+    _, records = check_and_parse(read_jsonl(store.results_path), store.results_path)
     name = manifest.get("experiment") or next(
-        (d.get("experiment") for d in documents if d.get("experiment")), path.name
+        (r.experiment for r in records if r.experiment), path.name
     )
     return Experiment(
         name=str(name),
         path=path,
         manifest=manifest,
         records=records,
-        documents=documents,
         findings=read_findings(path),
     )
 
@@ -104,22 +100,22 @@ def load_report_data(source: Path, what: str = "--source") -> ReportData:
     if not source.exists():
         raise TorchscaleError(f"{what} {source} does not exist; point it at a results folder")
     experiments = [load_experiment(path) for path in find_experiments(source)]
-    experiments = [e for e in experiments if e.documents]
+    experiments = [e for e in experiments if e.records]
     for e in experiments:
         log.debug(
             "%s: experiment %r, %d records, %d profile findings",
-            e.path, e.name, len(e.documents), len(e.findings),
+            e.path, e.name, len(e.records), len(e.findings),
         )  # fmt: skip
     if not experiments:
         raise TorchscaleError(
             f"no results under {source}: expected <experiment>/results.jsonl as written by "
             "'torchscale benchmark --output-dir'"
         )
-    documents = [d for e in experiments for d in e.documents]
-    if all(d.get("status") == INVALID for d in documents):
-        first = str(documents[0].get("error") or "")[:200]
+    records = [r for e in experiments for r in e.records]
+    if all(r.status == INVALID for r in records):
+        first = str(records[0].error or "")[:200]
         raise TorchscaleError(
-            f"every record under {source} is invalid ({len(documents)} record(s); first: "
+            f"every record under {source} is invalid ({len(records)} record(s); first: "
             f"{first}); nothing can be reported or compared"
         )
     return ReportData(source=source, experiments=experiments)

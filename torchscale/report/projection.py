@@ -11,6 +11,7 @@ from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
 from torchscale.report.data import ReportData
 from torchscale.report.elements import Chart, Column, Section, Series, make_table
+from torchscale.results.schema import TrainingResult
 
 GPUS_PER_NODE = 8
 ACROSS_NODES = [16, 64, 256, 1024]
@@ -29,10 +30,10 @@ def report_targets(largest: int, inter_node: bool, gpus_per_node: int = GPUS_PER
 
 
 def _projection(data: ReportData) -> Projection:
-    records, documents = data.records, data.documents
-    first = project(records, documents, [], GPUS_PER_NODE)
+    records = data.records
+    first = project(records, [], GPUS_PER_NODE)
     largest = max(ref.world_size for ref in first.references)
-    return project(records, documents, report_targets(largest, first.fabric.inter is not None))
+    return project(records, report_targets(largest, first.fabric.inter is not None))
 
 
 def _charts(table: pd.DataFrame) -> List[Chart]:
@@ -90,7 +91,7 @@ def _charts(table: pd.DataFrame) -> List[Chart]:
 
 def projection_section(data: ReportData) -> Optional[Section]:
     """None without training cells; a one-line note of what to add when a measurement is missing."""
-    if not any(r.kind == "training" and r.status == "ok" for r in data.records):
+    if not any(isinstance(r, TrainingResult) and r.status == "ok" for r in data.records):
         return None
     intro = (
         "Predicted from this run's own measurements: the compute-only step (no_sync probe), DDP's "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Iterator
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
@@ -17,38 +17,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorData
 from torchscale.config.datasets import LAYOUT_SOURCES
 from torchscale.config.schema import CellSettings
 from torchscale.models import ModelSpec
+from torchscale.worker.datasets import Cifar100, ImageFolder, imagenet
 from torchscale.worker.distributed import RankContext
-
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
-
-
-class ImageFolder(Dataset):
-    """``root/<class>/<image>``: decoded with Pillow, resized to the model's input shape."""
-
-    def __init__(self, root: Path, size: Tuple[int, int]) -> None:
-        classes = sorted(p.name for p in root.iterdir() if p.is_dir())
-        self.samples: List[Tuple[Path, int]] = [
-            (path, index)
-            for index, name in enumerate(classes)
-            for path in sorted((root / name).rglob("*"))
-            if path.suffix.lower() in IMAGE_SUFFIXES
-        ]
-        if not self.samples:
-            raise ValueError(f"data.path {root} has no images in class sub-folders")
-        self.size = size
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, index: int) -> Tuple[torch.Tensor, int]:
-        from PIL import Image
-
-        path, label = self.samples[index]
-        with Image.open(path) as image:
-            rgb = image.convert("RGB").resize((self.size[1], self.size[0]))
-            pixels = torch.frombuffer(bytearray(rgb.tobytes()), dtype=torch.uint8)
-        tensor = pixels.view(self.size[0], self.size[1], 3).permute(2, 0, 1).float() / 255.0
-        return (tensor - 0.45) / 0.225, label
 
 
 def _tensor_file(path: Path) -> TensorDataset:
@@ -97,8 +67,6 @@ def batch_stream(
     if data.source == "image_folder":
         dataset = ImageFolder(path, tuple(spec.input_shape[1:]))
     elif data.source in LAYOUT_SOURCES:
-        from torchscale.worker.datasets import Cifar100, imagenet
-
         reader = Cifar100 if data.source == "cifar100" else imagenet
         dataset = reader(path, tuple(spec.input_shape[1:]), spec.num_classes)
     else:

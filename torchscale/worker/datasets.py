@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
-from typing import Any, Tuple
+from typing import Any, List, Tuple
 
 import torch
 from torch.utils.data import Dataset
@@ -22,6 +22,38 @@ from torchscale.config.datasets import cifar100_file, dataset_problem, imagenet_
 
 CIFAR_MEAN = (0.5071, 0.4865, 0.4409)
 CIFAR_STD = (0.2673, 0.2564, 0.2762)
+
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp"}
+
+
+class ImageFolder(Dataset):
+    """``root/<class>/<image>``: decoded with Pillow, resized to the model's input shape."""
+
+    def __init__(self, root: Path, size: Tuple[int, int]) -> None:
+        classes = sorted(p.name for p in root.iterdir() if p.is_dir())
+        self.samples: List[Tuple[Path, int]] = [
+            (path, index)
+            for index, name in enumerate(classes)
+            for path in sorted((root / name).rglob("*"))
+            if path.suffix.lower() in IMAGE_SUFFIXES
+        ]
+        if not self.samples:
+            raise ValueError(f"data.path {root} has no images in class sub-folders")
+        self.size = size
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> Tuple[torch.Tensor, int]:
+        from PIL import Image
+
+        path, label = self.samples[index]
+        with Image.open(path) as image:
+            rgb = image.convert("RGB").resize((self.size[1], self.size[0]))
+            pixels = torch.frombuffer(bytearray(rgb.tobytes()), dtype=torch.uint8)
+        tensor = pixels.view(self.size[0], self.size[1], 3).permute(2, 0, 1).float() / 255.0
+        return (tensor - 0.45) / 0.225, label
 
 
 class Cifar100(Dataset):
@@ -81,8 +113,6 @@ def imagenet(root: Path, size: Tuple[int, int], num_classes: int) -> Dataset:
     try:
         from torchvision import datasets, transforms
     except ImportError:
-        from torchscale.worker.data import ImageFolder
-
         return _FoldedLabels(ImageFolder(folder, size), num_classes)
     transform = transforms.Compose(
         [
