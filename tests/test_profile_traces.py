@@ -219,7 +219,7 @@ def test_real_gloo_capture_names_the_sleeping_rank():
 
 
 def test_findings_and_recommendations_on_real_traces(real_traces):
-    from torchscale.profiling.analysis import rank_table
+    from torchscale.profiling.analysis import trace_rank_table
     from torchscale.profiling.analyzers.kernels import kernel_time_by_class
     from torchscale.profiling.findings import (
         COMM_SIGNIFICANT_PCT,
@@ -230,7 +230,7 @@ def test_findings_and_recommendations_on_real_traces(real_traces):
     for name, ref in hta_reference().items():
         traces = [real_traces[name]]
         coll = collective_tables(traces)
-        ranks = rank_table(
+        ranks = trace_rank_table(
             traces, step_times(traces), kernel_time_by_class(traces), coll["stragglers"]
         )
         findings = find_bottlenecks(ranks, coll["instances"], "all")

@@ -32,7 +32,7 @@ class ProfileAnalysis:
         return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
 
 
-def rank_table(
+def trace_rank_table(
     traces: List[RankTrace], steps: pd.DataFrame, classes: pd.DataFrame, stragglers: pd.DataFrame
 ) -> pd.DataFrame:
     """One row per rank: breakdown, overlap, sync stall, step time, data loading, memory share."""
@@ -62,7 +62,7 @@ def analyze(
     steps = step_times(traces)
     classes = kernel_time_by_class(traces)
     coll = collective_tables(traces)
-    ranks = rank_table(traces, steps, classes, coll["stragglers"])
+    ranks = trace_rank_table(traces, steps, classes, coll["stragglers"])
     calls = (
         coll["calls"].merge(
             coll["instances"][["rank", "step", "op", "seq", "instance", "wait_us", "is_last"]],
