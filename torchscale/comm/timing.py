@@ -12,7 +12,7 @@ from typing import Callable, List, Sequence
 
 import torch.distributed as dist
 
-from torchscale.worker.timing import Clock
+from torchscale.runtime.clock import Clock
 
 Step = Callable[[], object]
 

@@ -21,7 +21,7 @@ import torch
 from torchscale.comm.collectives import Corruption, all_gather_single, torch_dtype
 from torchscale.comm.config import TpGemmCase
 from torchscale.comm.timing import time_op, time_steps
-from torchscale.worker.timing import Clock
+from torchscale.runtime.clock import Clock
 
 SEED = 1234
 # dtype -> (atol per sqrt(k), rtol): the GEMM adds k products in a different order per order and

@@ -40,7 +40,7 @@ from torchscale.plan.cell import Cell
 from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
 from torchscale.results.schema import CellStatus, ResultBase
 from torchscale.results.store import ExperimentStore, atomic_write_json, storage_problem
-from torchscale.worker.reporting import (
+from torchscale.runtime.rank_files import (
     RANKS_DIR,
     STEP_PHASES,
     WRITES_RESULT_ENV,

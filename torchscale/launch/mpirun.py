@@ -2,7 +2,7 @@
 rank running the worker module directly, instead of torchrun.
 
 The worker reads its rank, world size and local rank from the MPI launcher's variables
-(``worker/mpi_env.py``) and meets the others through torch's ``env://`` rendezvous at
+(``runtime/mpi_env.py``) and meets the others through torch's ``env://`` rendezvous at
 MASTER_ADDR:MASTER_PORT: ``--rdzv-endpoint`` when given, else the first host of the mpirun
 arguments (``--host``/``-H``, ``--hostfile``), else this host with a free port. The process group
 backend is the cell's ``backend:`` (``mpi`` only runs here). Cells needing more nodes than

@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorData
 from torchscale.config.datasets import LAYOUT_SOURCES
 from torchscale.config.schema import CellSettings
 from torchscale.models import ModelSpec
+from torchscale.runtime.process_group import RankContext
 from torchscale.worker.datasets import Cifar100, ImageFolder, imagenet
-from torchscale.worker.distributed import RankContext
 
 
 def _tensor_file(path: Path) -> TensorDataset:

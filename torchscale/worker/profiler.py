@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 
 from torchscale.plan.profile_request import PROFILE_DIR, RANK_MARK_FORMAT, ProfileRequest
-from torchscale.worker.distributed import RankContext
-from torchscale.worker.timing import Clock
+from torchscale.runtime.clock import Clock
+from torchscale.runtime.process_group import RankContext
 from torchscale.worker.training import TrainingRun
 
 

@@ -15,9 +15,9 @@ from typing import Any, Dict, Iterator, List, Optional
 import torch.distributed as dist
 
 from torchscale.launch.liveness import watch_parent
-from torchscale.worker.distributed import RankContext, shutdown_distributed
-from torchscale.worker.mpi_env import adopt_mpi_environment
-from torchscale.worker.reporting import RankReporter
+from torchscale.runtime.mpi_env import adopt_mpi_environment
+from torchscale.runtime.process_group import RankContext, shutdown_distributed
+from torchscale.runtime.rank_files import RankReporter
 
 
 def parse_cell_args(prog: str, description: str, argv: Optional[List[str]]) -> argparse.Namespace:
