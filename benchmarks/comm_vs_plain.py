@@ -67,7 +67,7 @@ def torchscale_all_reduce(
     from torchscale.comm.kind import KIND
     from torchscale.comm.worker import measure, merge
     from torchscale.kinds.protocol import common_identity
-    from torchscale.plan.cell import Cell
+    from torchscale.plan.planned_cell import Cell
     from torchscale.runtime.rank_files import RankReporter
 
     settings = CommCellSettings(

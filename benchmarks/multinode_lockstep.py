@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from tests.two_hosts import two_hosts
-from torchscale.analysis.nodes import node_scaling
-from torchscale.analysis.tables import training_table
+from torchscale.analysis.node_scaling import node_scaling
+from torchscale.analysis.training_tables import training_table
 from torchscale.results.store import ExperimentStore
 
 ENDPOINT = "10.213.77.2:29571"

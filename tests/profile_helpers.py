@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from torchscale.profiling.analyzers.breakdown import BREAKDOWN_COLUMNS
+from torchscale.profiling.analyzers.trace_breakdown import BREAKDOWN_COLUMNS
 
 DATA = Path(__file__).parent / "data"
 # Real public traces shipped with the repository (MIT, attribution in their README).

@@ -18,9 +18,9 @@ import numpy as np
 
 from tests.shared_runs import SCRIPT_NAME, healthy_run
 from torchscale.analysis.stats import time_stats
-from torchscale.config.schema import CellSettings
+from torchscale.config.settings import CellSettings
 from torchscale.plan.matrix import experiment_dirname
-from torchscale.plan.training import cell_id
+from torchscale.plan.training_cells import cell_id
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore, append_jsonl
 from torchscale.worker.aggregate import aggregate

@@ -4,13 +4,14 @@ name per module. Read from the source with ``ast``: nothing is imported but the 
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
 
 import torchscale
 
 PACKAGE = Path(torchscale.__file__).parent
-REGISTRY = PACKAGE / "kinds" / "registry.py"
+REGISTRY = PACKAGE / "kinds" / "kind_registry.py"
 
 
 def _modules() -> Dict[str, Path]:
@@ -100,7 +101,7 @@ def test_the_cycle_finder_sees_a_function_level_loop() -> None:
 
 
 def _kind_vocabulary() -> Set[str]:
-    from torchscale.kinds.registry import CELL_KINDS, record_kinds
+    from torchscale.kinds.kind_registry import CELL_KINDS, record_kinds
 
     return {name for cell_kind in CELL_KINDS for name in [cell_kind, *record_kinds(cell_kind)]}
 
@@ -150,7 +151,7 @@ def test_no_kind_is_compared_with_a_literal_outside_the_registry() -> None:
         if path != REGISTRY
         for line, name in kind_literal_comparisons(path.read_text(encoding="utf-8"), vocabulary)
     ]
-    assert found == [], "compare kinds through torchscale.kinds.registry:\n" + "\n".join(found)
+    assert found == [], "compare kinds through torchscale.kinds.kind_registry:\n" + "\n".join(found)
 
 
 def test_the_literal_finder_sees_every_spelling() -> None:
@@ -166,9 +167,23 @@ def test_the_literal_finder_sees_every_spelling() -> None:
 
 
 def test_every_record_model_belongs_to_one_cell_kind() -> None:
-    from torchscale.kinds.registry import CELL_KINDS
+    from torchscale.kinds.kind_registry import CELL_KINDS
     from torchscale.results.schema import RECORD_KINDS
 
     written = [model for kind in CELL_KINDS.values() for model in kind.record_models]
     assert sorted(written, key=str) == sorted(RECORD_KINDS.values(), key=str)
     assert len(set(written)) == len(written)
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    """A file name says what the module is: ``report/nodes.py`` and ``analysis/nodes.py`` did not.
+    ``__init__.py`` and ``__main__.py`` are Python's own names."""
+    names = Counter(
+        path.name for path in MODULES.values() if path.name not in ("__init__.py", "__main__.py")
+    )
+    shared = {
+        name: sorted(str(p.relative_to(PACKAGE)) for p in MODULES.values() if p.name == name)
+        for name, count in names.items()
+        if count > 1
+    }
+    assert shared == {}

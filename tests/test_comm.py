@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from torchscale.cli.app import app
 from torchscale.comm import busbw
 from torchscale.comm.busbw import layout, parse_size, size_sweep
-from torchscale.comm.collectives import (
+from torchscale.comm.collective_ops import (
     CORRUPT_ENV,
     ROOT,
     check_input,
@@ -30,7 +30,7 @@ from torchscale.config.loader import load_config
 from torchscale.errors import ConfigError
 from torchscale.hardware.links import link_peak_gbps, parse_link, pcie_lane_gbps
 from torchscale.plan.matrix import expand
-from torchscale.plan.training import MEMORY_WINDOW
+from torchscale.plan.training_cells import MEMORY_WINDOW
 
 runner = CliRunner()
 WORLD_SIZES = (2, 4, 8)

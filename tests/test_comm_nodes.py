@@ -17,7 +17,7 @@ import pytest
 
 from tests.two_hosts import torchscale_env, two_hosts
 from torchscale.comm.busbw import busbw_factor, layout
-from torchscale.comm.collectives import CORRUPT_ENV
+from torchscale.comm.collective_ops import CORRUPT_ENV
 from torchscale.comm.config import ELEMENT_BYTES
 from torchscale.results.schema import CollectiveResult
 from torchscale.results.store import ExperimentStore

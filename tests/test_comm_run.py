@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from tests.environ import restored_environ
 from torchscale.cli.app import app
 from torchscale.comm.busbw import busbw_factor, layout, size_sweep
-from torchscale.comm.collectives import CORRUPT_ENV
+from torchscale.comm.collective_ops import CORRUPT_ENV
 from torchscale.comm.config import ELEMENT_BYTES
 from torchscale.results.schema import CollectiveResult, TpGemmResult
 from torchscale.results.store import ExperimentStore

@@ -9,7 +9,7 @@ import pytest
 from torchscale.config.loader import load_config, parse_overrides
 from torchscale.errors import ConfigError
 from torchscale.plan.matrix import expand, experiment_dirname
-from torchscale.plan.training import cell_id
+from torchscale.plan.training_cells import cell_id
 
 SEED_CONFIG = """\
 experiment_name: "resnet50_scaling_test"

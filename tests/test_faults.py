@@ -681,7 +681,7 @@ def poisoned(root: Path, *, keep_valid: bool) -> Path:
 
 def test_impossible_figures_make_records_invalid_never_headlined(tmp_path: Path, caplog) -> None:
     from torchscale.report.content import build_content
-    from torchscale.report.data import load_report_data
+    from torchscale.report.report_data import load_report_data
 
     folder = poisoned(tmp_path / "p", keep_valid=True)
     data = load_report_data(folder)
@@ -753,7 +753,7 @@ def test_one_unterminated_event_keeps_memory_bounded(tmp_path: Path) -> None:
 
 def test_resume_after_settings_changed_is_refused_unless_forced(tmp_path: Path) -> None:
     from torchscale.report.content import build_content
-    from torchscale.report.data import load_report_data
+    from torchscale.report.report_data import load_report_data
 
     config = tmp_path / "c.yaml"
     config.write_text(SKIPPED_CONFIG.format(name="changed"))

@@ -268,7 +268,7 @@ def test_worst_target_is_the_lowest_efficiency_at_the_largest_count_that_fits(
     tmp_path: Path,
 ) -> None:
     from tests.report_fixtures import FixtureSpec, write_experiment
-    from torchscale.analysis.tables import training_table
+    from torchscale.analysis.training_tables import training_table
     from torchscale.profiling.capture import DEFAULT_MODEL, worst_target
 
     empty = worst_target(tmp_path / "nothing", "cpu", 2)
@@ -373,7 +373,7 @@ def test_real_results_table_at_80_columns(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch
 ) -> None:
     import torchscale.cli.benchmark_view as view
-    from torchscale.analysis.tables import training_table
+    from torchscale.analysis.training_tables import training_table
 
     records = ExperimentStore(healthy_run(tmp_path_factory.getbasetemp()).experiment_dir).records()
     console = _console()
@@ -484,7 +484,7 @@ def test_a_gloo_cpu_run_gets_no_gpu_interconnect_advice(
 def _fixture_content(tmp_root: Path) -> Any:
     from tests.report_fixtures import fixture_results
     from torchscale.report.content import build_content
-    from torchscale.report.data import load_report_data
+    from torchscale.report.report_data import load_report_data
 
     return build_content(load_report_data(fixture_results(tmp_root)))
 
@@ -549,7 +549,7 @@ def test_two_experiments_are_both_named_and_label_their_findings(tmp_path: Path)
     from tests.report_fixtures import FixtureSpec, write_experiment
     from torchscale.report.build import ReportRequest, generate_report
     from torchscale.report.content import build_content
-    from torchscale.report.data import load_report_data
+    from torchscale.report.report_data import load_report_data
 
     small = {"batch_sizes": (32,), "failures": False, "collectives": False}
     write_experiment(tmp_path, FixtureSpec(name="exp-a", gpu_counts=(1, 2, 8), **small))
@@ -579,8 +579,8 @@ def test_two_experiments_are_both_named_and_label_their_findings(tmp_path: Path)
 def test_environment_versions_read_as_versions(tmp_path_factory) -> None:
     from tests.pdf_pages import needs_poppler, pages_text
     from tests.report_fixtures import session_report
-    from torchscale.report.data import Experiment
-    from torchscale.report.environment import cudnn_version, environment_block
+    from torchscale.report.environment_block import cudnn_version, environment_block
+    from torchscale.report.report_data import Experiment
 
     assert [cudnn_version(v) for v in (91002, 92600, 90100, 8902, 7605)] == [
         "9.10.2", "9.26.0", "9.1.0", "8.9.2", "7.6.5"

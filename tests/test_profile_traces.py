@@ -12,10 +12,10 @@ import pytest
 
 from tests.profile_helpers import DATA, hta_reference, load_trace_json, real_traces_dir, write_ranks
 from torchscale.profiling.analysis import analyze
-from torchscale.profiling.analyzers.breakdown import temporal_breakdown
-from torchscale.profiling.analyzers.collectives import collective_tables
 from torchscale.profiling.analyzers.kernels import COMMUNICATION, COMPUTE, kernel_class
 from torchscale.profiling.analyzers.steps import step_times
+from torchscale.profiling.analyzers.trace_breakdown import temporal_breakdown
+from torchscale.profiling.analyzers.trace_collectives import collective_tables
 from torchscale.profiling.traces import kineto, load_traces
 from torchscale.profiling.traces.nsys_sqlite import read_nsys
 
@@ -221,7 +221,7 @@ def test_real_gloo_capture_names_the_sleeping_rank():
 def test_findings_and_recommendations_on_real_traces(real_traces):
     from torchscale.profiling.analysis import trace_rank_table
     from torchscale.profiling.analyzers.kernels import kernel_time_by_class
-    from torchscale.profiling.findings import (
+    from torchscale.profiling.finding_rules import (
         COMM_SIGNIFICANT_PCT,
         LOW_OVERLAP_PCT,
         find_bottlenecks,

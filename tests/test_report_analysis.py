@@ -19,7 +19,7 @@ from tests.report_fixtures import (
     write_experiment,
 )
 from torchscale.analysis import cells as cell_tables
-from torchscale.analysis.compare import (
+from torchscale.analysis.comparison import (
     IMPROVEMENT,
     REGRESSION,
     UNCHANGED,
@@ -31,11 +31,11 @@ from torchscale.analysis.compare import (
 )
 from torchscale.analysis.findings import findings_table, normalize, record_findings
 from torchscale.analysis.scaling import label_variants, scaling_curves
-from torchscale.analysis.tables import training_table
+from torchscale.analysis.training_tables import training_table
 from torchscale.report.charts import bandwidth_charts, cell_labels, comparison_chart
 from torchscale.report.content import build_content
-from torchscale.report.data import load_report_data
 from torchscale.report.plotly_charts import figure, figures_json
+from torchscale.report.report_data import load_report_data
 from torchscale.report.sections import REPORT_COLLECTIVE_COLUMNS, report_collectives
 from torchscale.report.svg_charts import nice_ticks, svg
 from torchscale.results.schema import TrainingResult, parse_record

@@ -14,7 +14,7 @@ from tests.html_tables import html_tables
 from tests.shared_runs import Run, projection_run
 from torchscale.cli.app import app
 from torchscale.report import formatting as fmt
-from torchscale.report.data import load_report_data
+from torchscale.report.report_data import load_report_data
 from torchscale.results.schema import CollectiveResult, TpGemmResult, TrainingResult
 
 pytestmark = pytest.mark.slow

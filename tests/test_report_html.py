@@ -19,7 +19,7 @@ from tests.report_fixtures import (
     fixture_results,
     session_report,
 )
-from torchscale.report.data import load_report_data
+from torchscale.report.report_data import load_report_data
 from torchscale.results.schema import TrainingResult
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.pdf_pages import ink, needs_poppler, pages_png, pages_text
 from tests.report_fixtures import SCRIPT_NAME, fixture_results, session_report
-from torchscale.report.data import load_report_data
+from torchscale.report.report_data import load_report_data
 
 pytestmark = needs_poppler
 

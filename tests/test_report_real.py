@@ -17,7 +17,7 @@ from tests.report_fixtures import (
     session_report,
 )
 from torchscale.cli.app import app
-from torchscale.report.data import load_report_data
+from torchscale.report.report_data import load_report_data
 from torchscale.results.schema import TrainingResult
 
 

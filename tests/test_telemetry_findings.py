@@ -25,7 +25,7 @@ from torchscale.analysis.telemetry import console_lines, cpu_table, telemetry_fi
 from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
 from torchscale.worker.aggregate import sync_stats
-from torchscale.worker.telemetry import GpuSampler
+from torchscale.worker.gpu_sampler import GpuSampler
 
 FIXTURES = Path(__file__).parent / "data" / "nvml"
 HEALTHY_SAMPLES = 4  # GPU 5's samples before it throttles

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 import torchscale.worker.measure as measure
-from torchscale.config.schema import CellSettings
+from torchscale.config.settings import CellSettings
 from torchscale.launch.flight_recorder import collective_timed_out, dump_note, flight_recorder_env
 from torchscale.models.registry import load_model
 from torchscale.runtime import process_group as distributed

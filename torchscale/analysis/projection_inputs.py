@@ -18,7 +18,7 @@ from torchscale.analysis.alphabeta import (
 )
 from torchscale.analysis.scaling import label_variants
 from torchscale.analysis.stats import mean
-from torchscale.analysis.tables import training_table
+from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
 from torchscale.results.schema import ResultBase, TrainingResult
 

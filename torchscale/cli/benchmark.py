@@ -17,11 +17,11 @@ from torchscale.cli.console import err_console, print_json, user_errors
 from torchscale.errors import TorchscaleError
 
 if TYPE_CHECKING:
-    from torchscale.config.schema import BenchmarkConfig
+    from torchscale.config.settings import BenchmarkConfig
     from torchscale.integrations.sinks import Integrations
     from torchscale.launch.multinode import Launch
-    from torchscale.plan.cell import Cell
     from torchscale.plan.matrix import Plan
+    from torchscale.plan.planned_cell import Cell
 
 log = logging.getLogger("torchscale")
 
@@ -480,7 +480,7 @@ def _run(
 
 
 def _print_comm_summary(records: list, title: str) -> None:
-    from torchscale.comm.tables import collective_table, tp_gemm_table
+    from torchscale.comm.result_tables import collective_table, tp_gemm_table
     from torchscale.comm.view import comm_results_table
 
     collectives, tp_gemm = collective_table(records), tp_gemm_table(records)

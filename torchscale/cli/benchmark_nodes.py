@@ -15,7 +15,7 @@ from torchscale.cli.console import err_console
 from torchscale.errors import TorchscaleError
 
 if TYPE_CHECKING:
-    from torchscale.config.schema import BenchmarkConfig
+    from torchscale.config.settings import BenchmarkConfig
     from torchscale.launch.multinode import Launch
     from torchscale.plan.matrix import Plan
     from torchscale.results.schema import ResultBase

@@ -18,10 +18,10 @@ from rich.progress import (
 from rich.table import Table
 
 from torchscale.cli.console import err_console
-from torchscale.kinds.registry import get_kind
-from torchscale.kinds.training import gpus_text
-from torchscale.plan.cell import Cell
+from torchscale.kinds.kind_registry import get_kind
+from torchscale.kinds.training_kind import gpus_text
 from torchscale.plan.matrix import Plan
+from torchscale.plan.planned_cell import Cell
 from torchscale.results.schema import ResultBase, TrainingResult
 
 
@@ -105,7 +105,7 @@ class ConsoleEvents:
             )
         if record.sync and record.sync.warning:
             err_console.print(f"> [WARN] {record.sync.warning}.", soft_wrap=True, markup=False)
-        from torchscale.analysis.breakdown import comm_compute_line
+        from torchscale.analysis.iteration_breakdown import comm_compute_line
         from torchscale.analysis.telemetry import console_lines
 
         ratio = comm_compute_line(record) if record.world_size > 1 else None
@@ -115,8 +115,8 @@ class ConsoleEvents:
 
 def plan_table(plan: Plan) -> Table:
     """One row per cell: its id, the matrix axes and every knob that varies (fits 80 columns:
-    see ``cli/tables.py``)."""
-    from torchscale.cli.tables import Col, fitted_table
+    see ``cli/console_tables.py``)."""
+    from torchscale.cli.console_tables import Col, fitted_table
 
     knobs = [k for k in plan.swept if k not in ("models", "batch_sizes", "gpu_counts", "nodes")]
     rows: List[List[str]] = []
@@ -143,8 +143,8 @@ UNIT_SHORT = {"images": "img", "sequences": "seq", "tokens": "tok", "samples": "
 
 
 def results_table(table: Any, title: str) -> Table:
-    """The final table: every figure in full at any console width (see ``cli/tables.py``)."""
-    from torchscale.cli.tables import Col, fitted_table
+    """The final table: every figure in full at any console width (``cli/console_tables.py``)."""
+    from torchscale.cli.console_tables import Col, fitted_table
 
     rows = list(table.itertuples())
     units = [row.unit if isinstance(row.unit, str) else "" for row in rows]

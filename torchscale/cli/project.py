@@ -111,7 +111,7 @@ def register(app: typer.Typer) -> None:
         from torchscale.analysis.projection import COMPUTE_DRIFT_LIMIT, CPU_WAIT_LIMIT
         from torchscale.analysis.projection import project as run_projection
         from torchscale.errors import TorchscaleError
-        from torchscale.report.data import load_report_data
+        from torchscale.report.report_data import load_report_data
 
         targets = [*(gpus or []), *_extra_counts(ctx.args)] or ([] if holdout else DEFAULT_TARGETS)
         if any(n < 1 for n in targets) or gpus_per_node < 1:

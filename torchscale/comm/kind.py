@@ -17,9 +17,9 @@ from torchscale.comm.config import ELEMENT_BYTES, CommCellSettings
 from torchscale.comm.pairs import pair_matrix, pair_wrong, slowest_pair
 from torchscale.comm.plan import comm_cell_id, comm_settings, count_comm
 from torchscale.comm.view import comm_console_lines, describe_comm_cell
-from torchscale.config.schema import BenchmarkConfig
+from torchscale.config.settings import BenchmarkConfig
 from torchscale.hardware.links import link_peak_gbps, parse_link, peak_fraction
-from torchscale.plan.cell import Cell, KindSettings
+from torchscale.plan.planned_cell import Cell, KindSettings
 from torchscale.results.schema import (
     CellStatus,
     CollectiveResult,

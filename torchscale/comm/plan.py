@@ -16,9 +16,9 @@ from pydantic import ValidationError
 
 from torchscale.comm.config import CommCellSettings
 from torchscale.config.loader import explain
-from torchscale.config.schema import BenchmarkConfig
+from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import ConfigError
-from torchscale.plan.cell import node_counts, settings_digest
+from torchscale.plan.planned_cell import node_counts, settings_digest
 
 
 def comm_cell_id(settings: CommCellSettings) -> str:

@@ -18,9 +18,9 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from torchscale.comm.collectives import Corruption, all_gather_single, torch_dtype
+from torchscale.comm.collective_ops import Corruption, all_gather_single, torch_dtype
 from torchscale.comm.config import TpGemmCase
-from torchscale.comm.timing import time_op, time_steps
+from torchscale.comm.op_timing import time_op, time_steps
 from torchscale.runtime.clock import Clock
 
 SEED = 1234

@@ -111,7 +111,7 @@ def comm_console_lines(records: List[ResultBase]) -> List[str]:
 
 def comm_results_table(collectives: Any, tp_gemm: Any, title: str) -> Table:
     """The end-of-run summary: best busbw per op and every TP GEMM case."""
-    from torchscale.comm.tables import peak_busbw
+    from torchscale.comm.result_tables import peak_busbw
 
     table = Table(title=title, title_justify="left")
     for column in ("what", "ranks", "scope", "dtype", "status", "figure", "at"):

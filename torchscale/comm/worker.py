@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from torchscale.comm.busbw import SEND_RECV, Layout, layout
-from torchscale.comm.collectives import (
+from torchscale.comm.collective_ops import (
     RUN,
     Corruption,
     Group,
@@ -31,9 +31,9 @@ from torchscale.comm.collectives import (
     torch_dtype,
 )
 from torchscale.comm.config import ELEMENT_BYTES, CommCellSettings
+from torchscale.comm.op_timing import idle, time_op
 from torchscale.comm.p2p import measure_pairs
 from torchscale.comm.scopes import scope_groups
-from torchscale.comm.timing import idle, time_op
 from torchscale.comm.tp_gemm import run_case
 from torchscale.results.store import atomic_write_json
 from torchscale.runtime import entry as cell_entry

@@ -167,8 +167,8 @@ class MlflowSink:
         """Seed 001's JSON document of the experiment, as ``report.json``."""
         import tempfile
 
-        from torchscale.report.data import load_experiment
         from torchscale.report.document import build_document
+        from torchscale.report.report_data import load_experiment
 
         document = build_document(load_experiment(self.store_root)).model_dump(mode="json")
         with tempfile.TemporaryDirectory() as folder:

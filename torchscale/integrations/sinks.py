@@ -15,7 +15,7 @@ from torchscale.results.schema import ResultBase
 
 if TYPE_CHECKING:
     from torchscale.launch.sweep import SweepEvents
-    from torchscale.plan.cell import Cell
+    from torchscale.plan.planned_cell import Cell
 
 log = logging.getLogger("torchscale")
 

@@ -121,7 +121,7 @@ class TensorBoardSink:
 
 def export_tensorboard(data: Any, root: Path) -> Path:
     """``report --format tensorboard``: every experiment of ``data`` (ReportData) into ``root``."""
-    from torchscale.analysis.tables import training_table
+    from torchscale.analysis.training_tables import training_table
 
     require_tensorboard()
     root = Path(root)

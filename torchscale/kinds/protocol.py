@@ -1,16 +1,16 @@
 """What one kind of cell provides: how it is planned, what it launches, which records it
 writes, and how a finished cell shows on the console.
 
-The registry (``torchscale.kinds.registry``) lists the kinds; nothing outside it compares a kind
-name with a literal.
+The registry (``torchscale.kinds.kind_registry``) lists the kinds; nothing outside it compares a
+kind name with a literal.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional, Protocol, Tuple, Type
 
-from torchscale.config.schema import BenchmarkConfig
-from torchscale.plan.cell import Cell, KindSettings
+from torchscale.config.settings import BenchmarkConfig
+from torchscale.plan.planned_cell import Cell, KindSettings
 from torchscale.results.schema import CellStatus, ResultBase
 
 

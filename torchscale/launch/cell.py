@@ -17,8 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+from torchscale.kinds.kind_registry import get_kind
 from torchscale.kinds.protocol import common_identity
-from torchscale.kinds.registry import get_kind
 from torchscale.launch.flight_recorder import (
     FLIGHT_RECORDER_DIR,
     collective_timed_out,
@@ -36,7 +36,7 @@ from torchscale.launch.torchrun import (
     torchrun_command,
 )
 from torchscale.launch.traces import analyze_traces
-from torchscale.plan.cell import Cell
+from torchscale.plan.planned_cell import Cell
 from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
 from torchscale.results.schema import CellStatus, ResultBase
 from torchscale.results.store import ExperimentStore, atomic_write_json, storage_problem

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from torchscale.errors import TorchscaleError
-from torchscale.kinds.registry import get_kind
+from torchscale.kinds.kind_registry import get_kind
 from torchscale.launch.multinode import Launch, split_endpoint
-from torchscale.plan.cell import Cell
+from torchscale.plan.planned_cell import Cell
 
 EXPORTED = ("OMP_NUM_THREADS", "PYTHONPATH", "PYTHONUNBUFFERED", "TORCHSCALE_CPU_SLOTS")
 """Variables a rank on another host needs from ours (Open MPI ``-x``; MPICH passes them all)."""

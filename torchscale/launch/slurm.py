@@ -23,8 +23,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from torchscale.errors import TorchscaleError
 from torchscale.launch.multinode import DEFAULT_PORT, Launch
 from torchscale.launch.torchrun import SINGLE_NODE, Rendezvous
-from torchscale.plan.cell import Cell
 from torchscale.plan.matrix import Plan
+from torchscale.plan.planned_cell import Cell
 
 SBATCH_FILE = "sbatch.sh"
 NODELIST_VARS = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")

@@ -27,15 +27,15 @@ from torchscale.hardware.environment import (
     node_devices,
     threads_per_cpu_slot,
 )
-from torchscale.kinds.registry import get_kind
+from torchscale.kinds.kind_registry import get_kind
 from torchscale.launch.backends import backend_skip_reason
 from torchscale.launch.cell import node_environments, run_cell, skipped_records
 from torchscale.launch.liveness import live_owner
 from torchscale.launch.multinode import Launch, check_node_zero, merge_node_environments
 from torchscale.launch.nsys import resolve_tool
 from torchscale.launch.process import sigterm_as_interrupt
-from torchscale.plan.cell import NON_IDENTITY_FIELDS, Cell
 from torchscale.plan.matrix import Plan
+from torchscale.plan.planned_cell import NON_IDENTITY_FIELDS, Cell
 from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.files import StorageError, storage_cause
 from torchscale.results.schema import SCHEMA_VERSION, ResultBase
@@ -103,8 +103,8 @@ def skip_reason(cell: Cell, devices: NodeDevices, launch: Launch) -> Optional[st
 def write_summary(store: ExperimentStore, records: List[ResultBase]) -> Any:
     """Rewrite summary.csv (and the communication CSVs) from the records; returns the training
     table for the console."""
-    from torchscale.analysis.tables import training_table
-    from torchscale.comm.tables import write_comm_summaries
+    from torchscale.analysis.training_tables import training_table
+    from torchscale.comm.result_tables import write_comm_summaries
 
     table = training_table(records)
     atomic_write_text(store.summary_path, table.drop(columns=["config_key"]).to_csv(index=False))

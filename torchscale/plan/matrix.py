@@ -1,7 +1,7 @@
 """Expand a ``BenchmarkConfig`` into the ordered list of cells to run.
 
-Each kind of cell (``torchscale.kinds.registry``) plans its own cells: training cells
-(``torchscale.plan.training``) first, then communication cells (``torchscale.comm.plan``).
+Each kind of cell (``torchscale.kinds.kind_registry``) plans its own cells: training cells
+(``torchscale.plan.training_cells``) first, then communication cells (``torchscale.comm.plan``).
 
 The size of the matrix is computed from the lengths of its lists before a single cell is built
 (:func:`count_cells`), and a matrix above ``--max-cells`` (10,000 by default) is refused: a short
@@ -17,10 +17,10 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
-from torchscale.config.schema import BenchmarkConfig
+from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import ConfigError
-from torchscale.kinds.registry import benchmark_choices, selected_kinds
-from torchscale.plan.cell import Cell
+from torchscale.kinds.kind_registry import benchmark_choices, selected_kinds
+from torchscale.plan.planned_cell import Cell
 
 DEFAULT_MAX_CELLS = 10_000
 """The largest matrix expanded without ``--max-cells``."""
@@ -75,8 +75,8 @@ def experiment_dirname(name: str) -> str:
 
 BENCHMARKS = tuple(benchmark_choices())
 """What ``--benchmark`` selects: ``all`` is everything the config defines; ``training`` the model
-cells; ``memory`` the model cells with a short window (``torchscale.plan.training.MEMORY_WINDOW``)
-that records each rank's memory and skips the sync probe; ``comm`` the ``communication:`` cells."""
+cells; ``memory`` the model cells with a short window (``plan.training_cells.MEMORY_WINDOW``) that
+records each rank's memory and skips the sync probe; ``comm`` the ``communication:`` cells."""
 
 
 def count_cells(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional
 
-from torchscale.config.schema import ProfilingSettings
+from torchscale.config.settings import ProfilingSettings
 
 PROFILE_DIR = "profile"
 """Traces of a cell go to ``cells/<cell_id>/profile/``."""

@@ -9,11 +9,11 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from torchscale.profiling.analyzers.breakdown import temporal_breakdown
-from torchscale.profiling.analyzers.collectives import collective_tables
 from torchscale.profiling.analyzers.kernels import MEMORY, kernel_time_by_class
 from torchscale.profiling.analyzers.steps import dataloader_time, step_times
-from torchscale.profiling.findings import Finding, find_bottlenecks
+from torchscale.profiling.analyzers.trace_breakdown import temporal_breakdown
+from torchscale.profiling.analyzers.trace_collectives import collective_tables
+from torchscale.profiling.finding_rules import Finding, find_bottlenecks
 from torchscale.profiling.traces import RankTrace, load_traces
 
 

@@ -10,25 +10,30 @@ import pandas as pd
 
 from torchscale.analysis import cells as cell_tables
 from torchscale.analysis import findings as finding_rules
-from torchscale.analysis.breakdown import step_histogram
-from torchscale.analysis.compare import Comparison
+from torchscale.analysis.comparison import Comparison
+from torchscale.analysis.iteration_breakdown import step_histogram
 from torchscale.analysis.scaling import (
     efficiency_band,
     label_variants,
     model_summary,
     scaling_curves,
 )
-from torchscale.analysis.tables import training_table
 from torchscale.analysis.telemetry import telemetry_findings
-from torchscale.kinds.registry import TRAINING_KIND, record_kinds
+from torchscale.analysis.training_tables import training_table
+from torchscale.kinds.kind_registry import TRAINING_KIND, record_kinds
 from torchscale.report import formatting as fmt
-from torchscale.report import nodes, sections
-from torchscale.report.breakdown import comm_compute_section, histogram_charts, parallelism_section
-from torchscale.report.data import ReportData
+from torchscale.report import node_section as nodes
+from torchscale.report import sections
+from torchscale.report.breakdown_sections import (
+    comm_compute_section,
+    histogram_charts,
+    parallelism_section,
+)
 from torchscale.report.elements import Chart, Column, Section, Table, make_table
-from torchscale.report.environment import EnvironmentBlock, environment_block
-from torchscale.report.projection import projection_section
-from torchscale.report.telemetry import telemetry_section
+from torchscale.report.environment_block import EnvironmentBlock, environment_block
+from torchscale.report.projection_section import projection_section
+from torchscale.report.report_data import ReportData
+from torchscale.report.telemetry_section import telemetry_section
 
 TOP_FINDINGS = 5
 

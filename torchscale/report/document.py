@@ -14,9 +14,9 @@ from typing import Any, Dict, List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from torchscale.analysis.tables import training_table
-from torchscale.comm.tables import collective_table
-from torchscale.report.data import Experiment, ReportData
+from torchscale.analysis.training_tables import training_table
+from torchscale.comm.result_tables import collective_table
+from torchscale.report.report_data import Experiment, ReportData
 from torchscale.results.schema import TrainingResult
 
 DOCUMENT_VERSION = 1

@@ -7,9 +7,9 @@ from typing import Any, Dict, Iterable, List, Optional
 import pandas as pd
 
 from torchscale.analysis import cells as cell_tables
-from torchscale.analysis.compare import Comparison
+from torchscale.analysis.comparison import Comparison
 from torchscale.analysis.scaling import efficiency_band
-from torchscale.comm.tables import collective_table
+from torchscale.comm.result_tables import collective_table
 from torchscale.report import charts
 from torchscale.report import formatting as fmt
 from torchscale.report.elements import Column, Section, Table, make_table
@@ -237,8 +237,8 @@ REPORT_COLLECTIVE_COLUMNS = [
 
 
 def report_collectives(records: Iterable[ResultBase]) -> pd.DataFrame:
-    """The collectives table (``torchscale.comm.tables``) as the report shows it: its columns,
-    sorted by op, world size, scope and message size."""
+    """The collectives table (``torchscale.comm.result_tables``) as the report shows it: its
+    columns, sorted by op, world size, scope and message size."""
     table = collective_table(records)
     # Records from before scopes ran over the world: their group is every rank.
     table["group_size"] = table["group_size"].fillna(table["world_size"])

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from torchscale.config.schema import CellSettings
+from torchscale.config.settings import CellSettings
 from torchscale.models.registry import load_model
 from torchscale.plan.profile_request import PROFILE_DIR, ProfileRequest
 from torchscale.results.store import atomic_write_json

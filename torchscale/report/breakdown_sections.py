@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import pandas as pd
 
-from torchscale.analysis import breakdown
+from torchscale.analysis import iteration_breakdown as breakdown
 from torchscale.comm.busbw import format_size
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id

@@ -7,16 +7,16 @@ For a configuration measured on K nodes of G ranks (N = K x G), against its base
     inter_node_efficiency  = throughput_N / (K x throughput of that one-node G-rank cell)
 
 so a 16-GPU cell at 70% splits into, say, 95% inside the node and 74% across nodes. Every figure
-uses :func:`torchscale.analysis.tables.efficiency`, the one definition. The inter-node factor needs
-the one-node cell with the same ranks per node (``nodes: [1, 2]``, or ``gpu_counts`` that include
-one full node); without it the factors are NaN.
+uses :func:`torchscale.analysis.training_tables.efficiency`, the one definition. The
+inter-node factor needs the one-node cell with the same ranks per node (``nodes: [1, 2]``, or
+``gpu_counts`` that include one full node); without it the factors are NaN.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from torchscale.analysis.tables import efficiency
+from torchscale.analysis.training_tables import efficiency
 
 NODE_SCALING_COLUMNS = [
     "model", "batch_size", "precision", "nnodes", "nproc_per_node", "world_size",
@@ -27,7 +27,7 @@ NODE_SCALING_COLUMNS = [
 
 def node_scaling(table: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration x node count x ranks per node (repeats averaged), from
-    :func:`~torchscale.analysis.tables.training_table`; only measured (ok) cells."""
+    :func:`~torchscale.analysis.training_tables.training_table`; only measured (ok) cells."""
     ok = table[(table["status"] == "ok") & table["samples_per_s"].notna()]
     if ok.empty:
         return pd.DataFrame(columns=NODE_SCALING_COLUMNS)

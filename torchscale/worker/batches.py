@@ -14,11 +14,11 @@ from typing import Any, Iterator
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
-from torchscale.config.datasets import LAYOUT_SOURCES
-from torchscale.config.schema import CellSettings
+from torchscale.config.dataset_paths import LAYOUT_SOURCES
+from torchscale.config.settings import CellSettings
 from torchscale.models import ModelSpec
 from torchscale.runtime.process_group import RankContext
-from torchscale.worker.datasets import Cifar100, ImageFolder, imagenet
+from torchscale.worker.dataset_readers import Cifar100, ImageFolder, imagenet
 
 
 def _tensor_file(path: Path) -> TensorDataset:

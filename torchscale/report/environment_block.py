@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
 from torchscale.report import formatting as fmt
-from torchscale.report.data import Experiment
+from torchscale.report.report_data import Experiment
 
 ENVIRONMENT_KEYS = [
     ("host", "Host"),

@@ -1,9 +1,9 @@
 """One cell of the matrix, and what every kind's planner shares: the settings digest of a
 cell's identity and the node counts a GPU count spreads over.
 
-Kind-specific planning lives with each kind (``torchscale.plan.training``,
+Kind-specific planning lives with each kind (``torchscale.plan.training_cells``,
 ``torchscale.comm.plan``); ``torchscale.plan.matrix`` expands a whole config over the kinds of
-``torchscale.kinds.registry``.
+``torchscale.kinds.kind_registry``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Union
 from pydantic import BaseModel
 
 from torchscale.comm.config import CommCellSettings
-from torchscale.config.schema import BenchmarkConfig, CellSettings
+from torchscale.config.settings import BenchmarkConfig, CellSettings
 from torchscale.errors import ConfigError
 
 KindSettings = Union[CellSettings, CommCellSettings]

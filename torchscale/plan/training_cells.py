@@ -13,12 +13,12 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from pydantic import BaseModel, ValidationError
 
-from torchscale.config.datasets import dataset_problem
+from torchscale.config.dataset_paths import dataset_problem
 from torchscale.config.loader import explain
-from torchscale.config.schema import BenchmarkConfig, CellSettings, TrainingSettings
+from torchscale.config.settings import BenchmarkConfig, CellSettings, TrainingSettings
 from torchscale.errors import ConfigError
 from torchscale.models.registry import check_model_name, uses_seq_len
-from torchscale.plan.cell import node_counts, settings_digest, slug
+from torchscale.plan.planned_cell import node_counts, settings_digest, slug
 
 MEMORY_WINDOW: Dict[str, Any] = {
     "warmup_steps": 1,

@@ -1,5 +1,5 @@
 """Datasets with a known on-disk layout (``data.source: cifar100 | imagenet``), see
-``torchscale.config.datasets`` for where they are looked for.
+``torchscale.config.dataset_paths`` for where they are looked for.
 
 CIFAR-100 is read from its documented pickle format (the same arrays torchvision's reader
 returns, without its download and checksum logic); ImageNet's folder layout goes through
@@ -18,7 +18,7 @@ from typing import Any, List, Tuple
 import torch
 from torch.utils.data import Dataset
 
-from torchscale.config.datasets import cifar100_file, dataset_problem, imagenet_dir
+from torchscale.config.dataset_paths import cifar100_file, dataset_problem, imagenet_dir
 
 CIFAR_MEAN = (0.5071, 0.4865, 0.4409)
 CIFAR_STD = (0.2673, 0.2564, 0.2762)

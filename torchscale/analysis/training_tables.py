@@ -3,8 +3,8 @@
 Scaling efficiency compares cells that differ only in GPU count:
 ``efficiency(N) = throughput_N / (N / B * throughput_B)`` with B the smallest GPU count measured for
 that configuration, on the fewest nodes (1 when a 1-GPU cell exists: then
-``throughput_N / (N * throughput_1)``). Repeats are averaged first. ``analysis/nodes.py`` splits it
-into intra- and inter-node factors with the same :func:`efficiency`.
+``throughput_N / (N * throughput_1)``). Repeats are averaged first. ``analysis/node_scaling.py``
+splits it into intra- and inter-node factors with the same :func:`efficiency`.
 """
 
 from __future__ import annotations

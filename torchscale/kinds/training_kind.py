@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Type
 
-from torchscale.config.schema import BenchmarkConfig, CellSettings
+from torchscale.config.settings import BenchmarkConfig, CellSettings
 from torchscale.models.registry import describe as describe_model
-from torchscale.plan.cell import Cell, KindSettings
-from torchscale.plan.training import cell_id, count_training, training_settings, training_swept
+from torchscale.plan.planned_cell import Cell, KindSettings
+from torchscale.plan.training_cells import (
+    cell_id,
+    count_training,
+    training_settings,
+    training_swept,
+)
 from torchscale.results.schema import CellStatus, ResultBase, TrainingResult
 
 

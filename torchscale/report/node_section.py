@@ -1,9 +1,9 @@
 """The "Scaling across nodes" section: scaling efficiency split into intra- and inter-node parts.
 
 Shown only when the results hold a measured multi-node cell. Every figure is
-:func:`torchscale.analysis.nodes.node_scaling`'s, computed per experiment (a cell of one run is
-never another run's baseline): a table per configuration x node count x GPUs per node, a chart per
-configuration, and a headline for the summary.
+:func:`torchscale.analysis.node_scaling.node_scaling`'s, computed per experiment (a cell of one
+run is never another run's baseline): a table per configuration x node count x GPUs per node, a
+chart per configuration, and a headline for the summary.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import pandas as pd
 
-from torchscale.analysis.nodes import NODE_SCALING_COLUMNS, node_scaling
+from torchscale.analysis.node_scaling import NODE_SCALING_COLUMNS, node_scaling
 from torchscale.report import charts, sections
 from torchscale.report import formatting as fmt
 from torchscale.report.elements import Chart, Column, Section, Series, make_table

@@ -9,8 +9,8 @@ import pandas as pd
 from torchscale.analysis.projection import ADD_INTER_NODE, Projection, ProjectionError, project
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
-from torchscale.report.data import ReportData
 from torchscale.report.elements import Chart, Column, Section, Series, make_table
+from torchscale.report.report_data import ReportData
 from torchscale.results.schema import TrainingResult
 
 GPUS_PER_NODE = 8

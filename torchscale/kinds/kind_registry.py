@@ -13,7 +13,7 @@ from typing import Dict, List
 from torchscale.comm.kind import KIND as COMMUNICATION
 from torchscale.errors import TorchscaleError
 from torchscale.kinds.protocol import CellKind
-from torchscale.kinds.training import KIND as TRAINING
+from torchscale.kinds.training_kind import KIND as TRAINING
 
 CELL_KINDS: Dict[str, CellKind] = {kind.name: kind for kind in (TRAINING, COMMUNICATION)}
 """Every cell kind by name, in the order their cells run."""

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from torchscale.analysis.scaling import label_variants
-from torchscale.analysis.tables import training_table
+from torchscale.analysis.training_tables import training_table
 from torchscale.results.schema import ResultBase, TrainingResult
 
 REGRESSION = "regression"
