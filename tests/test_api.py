@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 import torchscale
-from tests.python_probe import python_prints
-from tests.shared_runs import healthy_run
+from tests.support.python_probe import python_prints
+from tests.support.shared_runs import healthy_run
 from torchscale.analysis.scaling import label_variants, scaling_curves
 from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError

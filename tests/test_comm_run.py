@@ -14,7 +14,7 @@ from typing import Dict, Iterator, List
 import pytest
 from typer.testing import CliRunner
 
-from tests.environ import restored_environ
+from tests.support.environ import restored_environ
 from torchscale.cli.app import app
 from torchscale.comm.busbw import busbw_factor, layout, size_sweep
 from torchscale.comm.collective_ops import CORRUPT_ENV

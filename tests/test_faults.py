@@ -22,8 +22,8 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from tests.environ import repo_pythonpath
-from tests.report_fixtures import FixtureSpec, write_experiment
+from tests.support.environ import repo_pythonpath
+from tests.support.report_fixtures import FixtureSpec, write_experiment
 from torchscale.cli.app import app
 from torchscale.errors import TorchscaleError
 from torchscale.launch.liveness import OWNER_FILE, ProcessIdentity, live_owner, write_owner
@@ -225,7 +225,7 @@ except TorchscaleError as exc:
 
 HANG_CONFIG = """\
 experiment_name: killed
-models: ["tests.fault_models:hang_model"]
+models: ["tests.support.fault_models:hang_model"]
 batch_sizes: [4]
 gpu_counts: [2]
 warmup_steps: 1

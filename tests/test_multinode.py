@@ -21,7 +21,7 @@ from typing import Callable, Dict, Iterator, List
 
 import pytest
 
-from tests.two_hosts import IFNAME, kill_tree, torchscale_env, two_hosts
+from tests.support.two_hosts import IFNAME, kill_tree, torchscale_env, two_hosts
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 

@@ -10,7 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.profile_helpers import DATA, hta_reference, load_trace_json, real_traces_dir, write_ranks
+from tests.support.profile_helpers import (
+    DATA,
+    hta_reference,
+    load_trace_json,
+    real_traces_dir,
+    write_ranks,
+)
 from torchscale.profiling.analysis import analyze
 from torchscale.profiling.analyzers.kernels import COMMUNICATION, COMPUTE, kernel_class
 from torchscale.profiling.analyzers.steps import step_times

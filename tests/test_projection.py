@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Tuple
 import pytest
 from typer.testing import CliRunner
 
-from tests.html_tables import html_tables
-from tests.shared_runs import Run, projection_run
+from tests.support.html_tables import html_tables
+from tests.support.shared_runs import Run, projection_run
 from torchscale.analysis.alphabeta import INTRA_NODE, AllReduceFit, Fabric, fit_all_reduce
 from torchscale.analysis.projection import (
     COMPUTE_DRIFT_LIMIT,

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.report_fixtures import (
+from tests.support.report_fixtures import (
     MODELS,
     SCRIPT_NAME,
     FixtureSpec,

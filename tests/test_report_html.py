@@ -11,8 +11,8 @@ from html import unescape
 
 import pytest
 
-from tests.html_tables import displayed_close, html_tables
-from tests.report_fixtures import (
+from tests.support.html_tables import displayed_close, html_tables
+from tests.support.report_fixtures import (
     PROFILE_FINDINGS,
     SCRIPT_NAME,
     environment,

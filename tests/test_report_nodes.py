@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.html_tables import displayed_close, html_tables
-from tests.pdf_pages import ink, needs_poppler, pages_png, pages_text
-from tests.report_fixtures import (
+from tests.support.html_tables import displayed_close, html_tables
+from tests.support.pdf_pages import ink, needs_poppler, pages_png, pages_text
+from tests.support.report_fixtures import (
     MODELS,
     NODE_SPEC,
     SCRIPT_NAME,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pdf_pages import ink, needs_poppler, pages_png, pages_text
-from tests.report_fixtures import SCRIPT_NAME, fixture_results, session_report
+from tests.support.pdf_pages import ink, needs_poppler, pages_png, pages_text
+from tests.support.report_fixtures import SCRIPT_NAME, fixture_results, session_report
 from torchscale.report.report_data import load_report_data
 
 pytestmark = needs_poppler

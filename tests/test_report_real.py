@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.html_tables import displayed_close, html_tables
-from tests.report_fixtures import (
+from tests.support.html_tables import displayed_close, html_tables
+from tests.support.report_fixtures import (
     SCRIPT_NAME,
     real_results,
     session_report,

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tests.shared_runs import SCRIPT_NAME, healthy_run
+from tests.support.shared_runs import SCRIPT_NAME, healthy_run
 from torchscale.analysis.stats import time_stats
 from torchscale.config.settings import CellSettings
 from torchscale.plan.matrix import experiment_dirname

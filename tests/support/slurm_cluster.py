@@ -1,4 +1,4 @@
-"""A real two-node Slurm cluster on :class:`~tests.two_hosts.TwoHosts`.
+"""A real two-node Slurm cluster on :class:`~tests.support.two_hosts.TwoHosts`.
 
 ``slurmctld`` and ``slurmd`` (node ``gpu01``) run on ``head``, a second ``slurmd`` (``gpu02``) on
 ``compute``: Slurm node names that are not the host names, as on many clusters. Debian's
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from tests.two_hosts import NamespacesUnavailable, TwoHosts
+from tests.support.two_hosts import NamespacesUnavailable, TwoHosts
 
 BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "squeue", "sinfo")
 NODES = {"gpu01": "head", "gpu02": "compute"}

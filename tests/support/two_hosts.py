@@ -22,7 +22,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import psutil
 import pytest
 
-from tests.environ import repo_pythonpath
+from tests.support.environ import repo_pythonpath
 
 SUBNET = "10.213.77"
 

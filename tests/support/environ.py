@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def repo_pythonpath() -> str:

@@ -29,7 +29,7 @@ other) to the answer. ``{"error": NAME}`` raises that NVML error; other maps bec
 (attribute access, as pynvml's ctypes structures). A call the fixture does not record fails the
 test: fixtures must answer every query torchscale makes (``*`` on a device answers the rest).
 
-On a GPU node, ``python tests/fakes/fake_pynvml.py record OUT.json`` runs torchscale's NVML queries
+On a GPU node, ``python tests/support/fakes/fake_pynvml.py record OUT.json`` runs torchscale's NVML queries
 (validate's checks and the telemetry sampler) against the real library and writes every answer in
 this format, ready to become a fixture.
 """
@@ -302,5 +302,5 @@ def record(out: Path) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "record":
-        sys.exit("usage: python tests/fakes/fake_pynvml.py record OUT.json")
+        sys.exit("usage: python tests/support/fakes/fake_pynvml.py record OUT.json")
     record(Path(sys.argv[2]))

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 
 from torchscale.profiling.analyzers.trace_breakdown import BREAKDOWN_COLUMNS
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 # Real public traces shipped with the repository (MIT, attribution in their README).
 REAL_TRACES = DATA / "hta_traces"
 

@@ -1,6 +1,6 @@
 """Models that fail on purpose, for the benchmark engine's fault tests.
 
-Use them as ``tests.fault_models:<factory>`` with the repository root on PYTHONPATH. Each wraps
+Use them as ``tests.support.fault_models:<factory>`` with the repository root on PYTHONPATH. Each wraps
 ``resnet-tiny`` and injects its fault in ``forward``. Every setting can be given as a keyword
 argument or, since the engine passes a factory only the options it knows, through an environment
 variable the test sets for one launch (the keyword argument wins):
@@ -88,7 +88,7 @@ def oom_model(oom_at_batch: Optional[int] = None) -> ModelSpec:
     def fault(calls: int, x: torch.Tensor) -> None:
         if x.shape[0] >= threshold:
             raise OutOfMemoryError(
-                f"CUDA out of memory (injected by tests.fault_models.oom_model: batch size "
+                f"CUDA out of memory (injected by tests.support.fault_models.oom_model: batch size "
                 f"{x.shape[0]} >= {threshold})"
             )
 
