@@ -187,3 +187,47 @@ def test_no_two_modules_share_a_file_name() -> None:
         if count > 1
     }
     assert shared == {}
+
+
+PIPELINE = [
+    "errors", "version", "results", "hardware", "models", "config", "plan", "runtime", "comm",
+    "kinds", "worker", "launch", "analysis", "profiling", "report", "integrations", "validate",
+    "tune", "app", "api", "cli", "__main__",
+]  # fmt: skip
+"""Sub-packages from the bottom up: each imports only those before it (config -> plan -> launch ->
+worker -> results -> analysis -> report, read as data flow; the record schema and the device
+facts are leaves every stage reads, cli/app sit on top)."""
+
+KNOWN_BACKWARD = {
+    ("config", "comm"): "config.settings nests comm.config's communication: section",
+    ("plan", "comm"): "plan.planned_cell's KindSettings union names CommCellSettings",
+    ("plan", "kinds"): "plan.matrix expands the config over the registry's kinds",
+    ("runtime", "launch"): "runtime uses launch's backend choice, flight recorder and liveness",
+    ("launch", "analysis"): "the sweep writes summary.csv from the training table",
+    ("launch", "profiling"): "launch.traces analyses a profiled cell's traces (app/ takes it)",
+    ("worker", "analysis"): "worker.aggregate uses analysis.stats' time_stats",
+    ("report", "integrations"): "report --tensorboard exports through the integration",
+}
+"""Imports against the pipeline today, each with why: remove them, never add to them."""
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_packages_import_only_down_the_pipeline() -> None:
+    backward: Dict[Tuple[str, str], List[str]] = {}
+    for module, path in MODULES.items():
+        source = _package(module)
+        for target, line in _imported(module, path):
+            pair = (source, _package(target))
+            if "__init__" in pair or pair[0] == pair[1]:
+                continue
+            assert pair[0] in PIPELINE and pair[1] in PIPELINE, f"place {pair} in PIPELINE"
+            if PIPELINE.index(pair[1]) > PIPELINE.index(pair[0]):
+                backward.setdefault(pair, []).append(f"{module}:{line} imports {target}")
+    new = {pair: where for pair, where in backward.items() if pair not in KNOWN_BACKWARD}
+    assert new == {}, "imports against the pipeline (see PIPELINE)"
+    gone = sorted(set(KNOWN_BACKWARD) - set(backward))
+    assert gone == [], f"no longer imported: remove {gone} from KNOWN_BACKWARD"
