@@ -4,6 +4,7 @@ name per module. Read from the source with ``ast``: nothing is imported but the 
 from __future__ import annotations
 
 import ast
+import functools
 from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
@@ -27,12 +28,17 @@ def _modules() -> Dict[str, Path]:
 MODULES = _modules()
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imported(module: str, path: Path) -> Iterator[Tuple[str, int]]:
     """(torchscale module, line) for every import in ``path``, at any depth: module level,
     inside functions, under ``TYPE_CHECKING``. ``from pkg import name`` is the submodule
     ``pkg.name`` when there is one, else ``pkg`` itself."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -51,6 +57,7 @@ def _imported(module: str, path: Path) -> Iterator[Tuple[str, int]]:
                 yield name, node.lineno
 
 
+@functools.cache
 def _graph() -> Dict[str, Set[str]]:
     return {
         module: {name for name, _ in _imported(module, path)} for module, path in MODULES.items()
@@ -129,10 +136,10 @@ def _literals(node: ast.expr) -> List[str]:
     return []
 
 
-def kind_literal_comparisons(source: str, vocabulary: Set[str]) -> List[Tuple[int, str]]:
+def kind_literal_comparisons(tree: ast.Module, vocabulary: Set[str]) -> List[Tuple[int, str]]:
     """(line, kind name) for every comparison of a kind with a cell or record kind's name."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if not isinstance(node, ast.Compare):
             continue
         operands = [node.left, *node.comparators]
@@ -149,7 +156,7 @@ def test_no_kind_is_compared_with_a_literal_outside_the_registry() -> None:
         f"{path.relative_to(PACKAGE.parent)}:{line}: kind == {name!r}"
         for path in MODULES.values()
         if path != REGISTRY
-        for line, name in kind_literal_comparisons(path.read_text(encoding="utf-8"), vocabulary)
+        for line, name in kind_literal_comparisons(_tree(path), vocabulary)
     ]
     assert found == [], "compare kinds through torchscale.kinds.kind_registry:\n" + "\n".join(found)
 
@@ -162,7 +169,7 @@ def test_the_literal_finder_sees_every_spelling() -> None:
         'd = series.kind == "bar"\n'
         'e = r["kind"] == "tp_gemm"\n'
     )
-    found = kind_literal_comparisons(source, _kind_vocabulary())
+    found = kind_literal_comparisons(ast.parse(source), _kind_vocabulary())
     assert found == [(1, "communication"), (2, "training"), (3, "collective"), (5, "tp_gemm")]
 
 
