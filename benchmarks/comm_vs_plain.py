@@ -66,9 +66,9 @@ def torchscale_all_reduce(
     from torchscale.comm.config import CommCellSettings
     from torchscale.comm.kind import KIND
     from torchscale.comm.worker import measure, merge
-    from torchscale.launch.kinds import common_identity
-    from torchscale.plan.matrix import Cell
-    from torchscale.worker.reporting import RankReporter
+    from torchscale.kinds.protocol import common_identity
+    from torchscale.plan.planned_cell import Cell
+    from torchscale.runtime.rank_files import RankReporter
 
     settings = CommCellSettings(
         collectives=["all_reduce"], p2p=False, sizes=[nbytes], dtypes=["float32"],
@@ -88,7 +88,7 @@ def worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     from torchscale.comm.busbw import size_sweep
-    from torchscale.worker.distributed import init_distributed
+    from torchscale.runtime.process_group import init_distributed
 
     ctx = init_distributed(600)
     rank, n = ctx.rank, ctx.world_size

@@ -1,9 +1,9 @@
 """A lock-step sweep on two "hosts" of this machine: what one multi-node cell costs, and the
 intra- vs inter-node split over a veth link.
 
-Two network namespaces joined by a veth pair (the test harness ``tests/two_hosts.py``; needs root)
-each run ``torchscale benchmark`` with ``--nnodes 2``; the matrix runs every GPU count on one node
-and on two. Run from the repository root:
+Two network namespaces joined by a veth pair (the test harness ``tests/support/two_hosts.py``;
+needs root) each run ``torchscale benchmark`` with ``--nnodes 2``; the matrix runs every GPU count
+on one node and on two. Run from the repository root:
 
     PYTHONPATH=. python benchmarks/multinode_lockstep.py [--model gpt2-tiny] [--steps 30]
 
@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.two_hosts import two_hosts
-from torchscale.analysis.nodes import node_scaling
-from torchscale.analysis.tables import training_table
+from tests.support.two_hosts import two_hosts
+from torchscale.analysis.node_scaling import node_scaling
+from torchscale.analysis.training_tables import training_table
 from torchscale.results.store import ExperimentStore
 
 ENDPOINT = "10.213.77.2:29571"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.report_fixtures import MODELS, FixtureSpec, ModelShape, write_experiment
+from tests.support.report_fixtures import MODELS, FixtureSpec, ModelShape, write_experiment
 
 
 def thousand_cells() -> FixtureSpec:

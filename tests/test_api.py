@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 import torchscale
-from tests.python_probe import python_prints
-from tests.shared_runs import healthy_run
+from tests.support.python_probe import python_prints
+from tests.support.shared_runs import healthy_run
 from torchscale.analysis.scaling import label_variants, scaling_curves
-from torchscale.analysis.tables import training_table
+from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
 from torchscale.results.layout import experiment_dirname
 from torchscale.results.schema import TrainingResult

@@ -11,9 +11,9 @@ import torch.distributed as dist
 from typer.testing import CliRunner
 
 from torchscale.cli.app import app
-from torchscale.config.schema import CellSettings
+from torchscale.config.settings import CellSettings
 from torchscale.launch.backends import backend_skip_reason, resolve_backend
-from torchscale.plan.matrix import cell_id
+from torchscale.plan.training_cells import cell_id
 from torchscale.results.store import ExperimentStore
 
 runner = CliRunner()

@@ -19,8 +19,8 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from tests.environ import repo_pythonpath, restored_environ
-from tests.shared_runs import SCRIPT_NAME, healthy_run
+from tests.support.environ import repo_pythonpath, restored_environ
+from tests.support.shared_runs import SCRIPT_NAME, healthy_run
 from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
@@ -30,9 +30,9 @@ runner = CliRunner()
 FAULTS = """\
 experiment_name: faults
 models:
-  - tests.fault_models:oom_model
-  - tests.fault_models:crash_model
-  - tests.fault_models:hang_model
+  - tests.support.fault_models:oom_model
+  - tests.support.fault_models:crash_model
+  - tests.support.fault_models:hang_model
   - gpt2-tiny
 batch_sizes: [4]
 gpu_counts: [2]
@@ -45,7 +45,7 @@ cell_timeout_s: 30  # the healthy cell starts in ~9 s on a quiet 2-core machine,
 
 @pytest.fixture(scope="module")
 def worker_env() -> Iterator[None]:
-    """Workers import tests.fault_models: put the repo root on their PYTHONPATH."""
+    """Workers import tests.support.fault_models: put the repo root on their PYTHONPATH."""
     with restored_environ("PYTHONPATH", "TORCHSCALE_TEST_OOM_AT"):
         os.environ["PYTHONPATH"] = repo_pythonpath()
         os.environ["TORCHSCALE_TEST_OOM_AT"] = "4"

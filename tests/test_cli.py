@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from torchscale import __version__
 from torchscale.cli.app import app
+from torchscale.version import __version__
 
 runner = CliRunner()
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from torchscale.cli.app import app
 from torchscale.comm import busbw
 from torchscale.comm.busbw import layout, parse_size, size_sweep
-from torchscale.comm.collectives import (
+from torchscale.comm.collective_ops import (
     CORRUPT_ENV,
     ROOT,
     check_input,
@@ -29,7 +29,8 @@ from torchscale.comm.tp_gemm import tolerance
 from torchscale.config.loader import load_config
 from torchscale.errors import ConfigError
 from torchscale.hardware.links import link_peak_gbps, parse_link, pcie_lane_gbps
-from torchscale.plan.matrix import MEMORY_WINDOW, expand
+from torchscale.plan.matrix import expand
+from torchscale.plan.training_cells import MEMORY_WINDOW
 
 runner = CliRunner()
 WORLD_SIZES = (2, 4, 8)
@@ -404,7 +405,7 @@ def test_records_from_a_result(tmp_path: Path) -> None:
 
 def test_a_hung_communication_cell_names_the_op_and_size(tmp_path: Path) -> None:
     from torchscale.launch.cell import _stuck_ranks
-    from torchscale.worker.reporting import RankReporter
+    from torchscale.runtime.rank_files import RankReporter
 
     slow, done = RankReporter(tmp_path, 0), RankReporter(tmp_path, 1)
     slow.phase("measure", where="all_reduce float32 at 4096 B")

@@ -15,9 +15,9 @@ from typing import Dict, Iterator, List
 
 import pytest
 
-from tests.two_hosts import torchscale_env, two_hosts
+from tests.support.two_hosts import torchscale_env, two_hosts
 from torchscale.comm.busbw import busbw_factor, layout
-from torchscale.comm.collectives import CORRUPT_ENV
+from torchscale.comm.collective_ops import CORRUPT_ENV
 from torchscale.comm.config import ELEMENT_BYTES
 from torchscale.results.schema import CollectiveResult
 from torchscale.results.store import ExperimentStore

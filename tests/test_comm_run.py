@@ -14,10 +14,10 @@ from typing import Dict, Iterator, List
 import pytest
 from typer.testing import CliRunner
 
-from tests.environ import restored_environ
+from tests.support.environ import restored_environ
 from torchscale.cli.app import app
 from torchscale.comm.busbw import busbw_factor, layout, size_sweep
-from torchscale.comm.collectives import CORRUPT_ENV
+from torchscale.comm.collective_ops import CORRUPT_ENV
 from torchscale.comm.config import ELEMENT_BYTES
 from torchscale.results.schema import CollectiveResult, TpGemmResult
 from torchscale.results.store import ExperimentStore

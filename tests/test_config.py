@@ -8,7 +8,8 @@ import pytest
 
 from torchscale.config.loader import load_config, parse_overrides
 from torchscale.errors import ConfigError
-from torchscale.plan.matrix import cell_id, expand
+from torchscale.plan.matrix import expand
+from torchscale.plan.training_cells import cell_id
 from torchscale.results.layout import experiment_dirname
 
 SEED_CONFIG = """\

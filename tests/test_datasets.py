@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from torchscale.cli.app import app
 from torchscale.results.store import ExperimentStore
-from torchscale.worker.datasets import CIFAR_MEAN, CIFAR_STD, Cifar100, imagenet
+from torchscale.worker.dataset_readers import CIFAR_MEAN, CIFAR_STD, Cifar100, imagenet
 
 runner = CliRunner()
 SAMPLES = 24

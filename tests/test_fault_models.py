@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests import fault_models
+from tests.support import fault_models
 
 
 def forward(spec, batch_size: int = 2) -> None:
@@ -77,7 +77,7 @@ def test_slow_rank_model_delays_every_forward_on_its_rank(monkeypatch: pytest.Mo
 def test_fault_models_load_by_module_path() -> None:
     from torchscale.models.registry import load_model
 
-    spec = load_model("tests.fault_models:oom_model", oom_at_batch=8, seq_len=64)
+    spec = load_model("tests.support.fault_models:oom_model", oom_at_batch=8, seq_len=64)
     assert spec.name == "oom-model" and spec.unit == "images"
     with pytest.raises(fault_models.OutOfMemoryError):
         forward(spec, 8)

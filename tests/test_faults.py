@@ -22,8 +22,8 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from tests.environ import repo_pythonpath
-from tests.report_fixtures import FixtureSpec, write_experiment
+from tests.support.environ import repo_pythonpath
+from tests.support.report_fixtures import FixtureSpec, write_experiment
 from torchscale.cli.app import app
 from torchscale.errors import TorchscaleError
 from torchscale.launch.liveness import OWNER_FILE, ProcessIdentity, live_owner, write_owner
@@ -225,7 +225,7 @@ except TorchscaleError as exc:
 
 HANG_CONFIG = """\
 experiment_name: killed
-models: ["tests.fault_models:hang_model"]
+models: ["tests.support.fault_models:hang_model"]
 batch_sizes: [4]
 gpu_counts: [2]
 warmup_steps: 1
@@ -681,7 +681,7 @@ def poisoned(root: Path, *, keep_valid: bool) -> Path:
 
 def test_impossible_figures_make_records_invalid_never_headlined(tmp_path: Path, caplog) -> None:
     from torchscale.report.content import build_content
-    from torchscale.report.data import load_report_data
+    from torchscale.report.report_data import load_report_data
 
     folder = poisoned(tmp_path / "p", keep_valid=True)
     data = load_report_data(folder)
@@ -753,7 +753,7 @@ def test_one_unterminated_event_keeps_memory_bounded(tmp_path: Path) -> None:
 
 def test_resume_after_settings_changed_is_refused_unless_forced(tmp_path: Path) -> None:
     from torchscale.report.content import build_content
-    from torchscale.report.data import load_report_data
+    from torchscale.report.report_data import load_report_data
 
     config = tmp_path / "c.yaml"
     config.write_text(SKIPPED_CONFIG.format(name="changed"))

@@ -19,8 +19,8 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from tests.environ import REPO, repo_pythonpath
-from tests.shared_runs import healthy_run
+from tests.support.environ import REPO, repo_pythonpath
+from tests.support.shared_runs import healthy_run
 from torchscale.cli.app import app
 from torchscale.errors import ConfigError
 from torchscale.models.registry import check_model_factory
@@ -58,7 +58,7 @@ def test_validate_verbose_logs_each_checks_details(tmp_path: Path) -> None:
 
 
 def test_report_verbose(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
-    from tests.report_fixtures import fixture_results
+    from tests.support.report_fixtures import fixture_results
 
     source = fixture_results(tmp_path_factory.getbasetemp())
     for args in (["report", "-v"], ["report", "generate", "--verbose"]):
@@ -224,7 +224,7 @@ def test_a_factory_that_is_not_a_model_spec_is_bad_input(name: str, message: str
     "name",
     [
         "examples.custom_model:my_mlp",  # annotated: not called
-        "tests.fault_models:oom_model",
+        "tests.support.fault_models:oom_model",
         "torchscale.models.resnet:resnet50",  # nothing built: a spec only describes the model
         "tests.test_first_contact:_undeclared_spec",  # unannotated: called, returns a spec
     ],
@@ -267,8 +267,8 @@ def _slow_sweep(root: Path, healthy: List[TrainingResult]) -> None:
 def test_worst_target_is_the_lowest_efficiency_at_the_largest_count_that_fits(
     tmp_path: Path,
 ) -> None:
-    from tests.report_fixtures import FixtureSpec, write_experiment
-    from torchscale.analysis.tables import training_table
+    from tests.support.report_fixtures import FixtureSpec, write_experiment
+    from torchscale.analysis.training_tables import training_table
     from torchscale.app.profile import DEFAULT_MODEL, worst_target
 
     empty = worst_target(tmp_path / "nothing", "cpu", 2)
@@ -329,7 +329,7 @@ def _lines(console: Console) -> List[str]:
 def _matrix() -> pd.DataFrame:
     rows: List[Dict[str, Any]] = []
     models = [("resnet50", "images"), ("bert-large", "sequences"),
-              ("tests.fault_models:slow_rank_model", "samples")]  # fmt: skip
+              ("mylab.fault_models:slow_rank_model", "samples")]  # fmt: skip
     for index, (model, unit) in enumerate(models):
         for batch in (64, 128, 256):
             for gpus, nodes in ((1, 1), (2, 1), (4, 1), (8, 1), (16, 2)):
@@ -360,7 +360,7 @@ def test_benchmark_table_at_80_columns_shows_every_figure_in_full(monkeypatch) -
     for model in ("resnet50", "bert-large"):
         assert re.search(rf"^{model}\s", text, re.MULTILINE)
     # a long plugin name wraps whole onto two lines, it is never cut
-    assert "tests.fault_models" in text and ":slow_rank_model" in text
+    assert "mylab.fault_models" in text and ":slow_rank_model" in text
     assert "not shown:" in text and "summary.csv or --json" in text
     # a wide console still gets every column, as before
     wide = Console(file=io.StringIO(), width=200, color_system=None)
@@ -373,7 +373,7 @@ def test_real_results_table_at_80_columns(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch
 ) -> None:
     import torchscale.cli.benchmark_view as view
-    from torchscale.analysis.tables import training_table
+    from torchscale.analysis.training_tables import training_table
 
     records = ExperimentStore(healthy_run(tmp_path_factory.getbasetemp()).experiment_dir).records()
     console = _console()
@@ -482,9 +482,9 @@ def test_a_gloo_cpu_run_gets_no_gpu_interconnect_advice(
 
 
 def _fixture_content(tmp_root: Path) -> Any:
-    from tests.report_fixtures import fixture_results
+    from tests.support.report_fixtures import fixture_results
     from torchscale.report.content import build_content
-    from torchscale.report.data import load_report_data
+    from torchscale.report.report_data import load_report_data
 
     return build_content(load_report_data(fixture_results(tmp_root)))
 
@@ -520,8 +520,8 @@ def test_band_labels_and_the_ideal_line_are_legend_entries(
 def test_in_chromium_no_band_label_is_inside_a_plot(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    from tests.chromium_cdp import Chromium
-    from tests.report_fixtures import session_report
+    from tests.support.chromium_cdp import Chromium
+    from tests.support.report_fixtures import session_report
 
     path = session_report(tmp_path_factory.getbasetemp(), "fixture", "html")
     ready = (
@@ -545,11 +545,11 @@ def test_in_chromium_no_band_label_is_inside_a_plot(
 
 
 def test_two_experiments_are_both_named_and_label_their_findings(tmp_path: Path) -> None:
-    from tests.pdf_pages import needs_poppler, pages_text
-    from tests.report_fixtures import FixtureSpec, write_experiment
+    from tests.support.pdf_pages import needs_poppler, pages_text
+    from tests.support.report_fixtures import FixtureSpec, write_experiment
     from torchscale.app.report import ReportRequest, generate_report
     from torchscale.report.content import build_content
-    from torchscale.report.data import load_report_data
+    from torchscale.report.report_data import load_report_data
 
     small = {"batch_sizes": (32,), "failures": False, "collectives": False}
     write_experiment(tmp_path, FixtureSpec(name="exp-a", gpu_counts=(1, 2, 8), **small))
@@ -577,10 +577,10 @@ def test_two_experiments_are_both_named_and_label_their_findings(tmp_path: Path)
 
 
 def test_environment_versions_read_as_versions(tmp_path_factory) -> None:
-    from tests.pdf_pages import needs_poppler, pages_text
-    from tests.report_fixtures import session_report
-    from torchscale.report.data import Experiment
-    from torchscale.report.environment import cudnn_version, environment_block
+    from tests.support.pdf_pages import needs_poppler, pages_text
+    from tests.support.report_fixtures import session_report
+    from torchscale.report.environment_block import cudnn_version, environment_block
+    from torchscale.report.report_data import Experiment
 
     assert [cudnn_version(v) for v in (91002, 92600, 90100, 8902, 7605)] == [
         "9.10.2", "9.26.0", "9.1.0", "8.9.2", "7.6.5"

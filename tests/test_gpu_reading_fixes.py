@@ -13,11 +13,11 @@ import pytest
 import torch
 from torch import nn
 
-from torchscale.config.schema import CellSettings
+from torchscale.config.settings import CellSettings
 from torchscale.hardware.peaks import peak_precision, peak_tflops
 from torchscale.launch.cell import _only_nsys_failed
 from torchscale.models.hub import hub_model
-from torchscale.plan.matrix import Cell
+from torchscale.plan.planned_cell import Cell
 from torchscale.plan.profile_request import ProfileRequest
 
 # The names torch.cuda.get_device_name() reports (nvidia-smi's product names; ROCm's marketing

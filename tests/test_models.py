@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from tests.python_probe import python_prints
+from tests.support.python_probe import python_prints
 from torchscale.errors import ConfigError
 from torchscale.models import ModelSpec
 from torchscale.models.flops import count_parameters, measured_forward_flops

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from torchscale.cli.app import app
 from torchscale.launch.mpirun import first_host
 from torchscale.results.store import ExperimentStore
-from torchscale.worker.mpi_env import adopt_mpi_environment
+from torchscale.runtime.mpi_env import adopt_mpi_environment
 
 runner = CliRunner()
 CONFIG = """\

@@ -21,7 +21,7 @@ from typing import Callable, Dict, Iterator, List
 
 import pytest
 
-from tests.two_hosts import IFNAME, kill_tree, torchscale_env, two_hosts
+from tests.support.two_hosts import IFNAME, kill_tree, torchscale_env, two_hosts
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
@@ -196,8 +196,8 @@ def test_manifest_records_the_launch_and_every_node(lockstep: Dict) -> None:
 
 
 def test_summary_and_node_scaling_split_intra_and_inter_node(lockstep: Dict) -> None:
-    from torchscale.analysis.nodes import node_scaling
-    from torchscale.analysis.tables import training_table
+    from torchscale.analysis.node_scaling import node_scaling
+    from torchscale.analysis.training_tables import training_table
 
     with open(lockstep["store"].summary_path) as handle:
         rows = list(csv.DictReader(handle))

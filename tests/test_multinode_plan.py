@@ -11,8 +11,8 @@ from typing import List
 import pytest
 from typer.testing import CliRunner
 
-from torchscale.analysis.nodes import node_scaling
-from torchscale.analysis.tables import training_table
+from torchscale.analysis.node_scaling import node_scaling
+from torchscale.analysis.training_tables import training_table
 from torchscale.cli.app import app
 from torchscale.config.loader import load_config
 from torchscale.errors import ConfigError, TorchscaleError

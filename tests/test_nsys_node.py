@@ -249,7 +249,7 @@ def test_profiling_doc_states_the_straggler_rule_the_code_applies():
             assert f"{shown}% for {ranks}" in rule or f"{shown}% from {ranks} ranks on" in rule
     assert f">= {findings.STRAGGLER_MIN_INSTANCES} *significant*" in rule
     assert f">= {findings.STRAGGLER_MIN_STALL_PCT:g}% of their step time" in rule
-    from torchscale.profiling.analyzers import collectives
+    from torchscale.profiling.analyzers import trace_collectives as collectives
 
     assert f">= {collectives.MIN_WAIT_US:g} us without step markers" in rule
     assert f"{100 * collectives.MIN_WAIT_SHARE_OF_STEP:g}% of the" in rule

@@ -1,7 +1,7 @@
 """NVML answers recorded on a real GPU node, replayed: torchscale reads them as it did there.
 
 ``tests/data/nvml/h100_pcie_recorded.json`` was written on a lent H100 80GB HBM3 (driver
-580.159.04, PCIe gen 5 x16, no NVLink peers, 2026-11-22) by ``python tests/fakes/fake_pynvml.py
+580.159.04, PCIe gen 5 x16, no NVLink peers, 2026-11-22) by ``python tests/support/fakes/fake_pynvml.py
 record``; ``h100_pcie_validate.json`` is ``torchscale validate --json`` on the same node. The two
 came from two start-ups of the node a few minutes apart, so only the GPU's temperature and power
 draw differ between them (idle 34 vs 36 C, 73 W in both).
@@ -16,7 +16,7 @@ from typing import Any, Dict
 
 import pytest
 
-from tests.fakes.fake_pynvml import load
+from tests.support.fakes.fake_pynvml import load
 from torchscale.hardware.nvml import open_nvml, read_telemetry
 from torchscale.validate.runner import gpu_health
 

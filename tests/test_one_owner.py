@@ -109,7 +109,7 @@ def test_profiling_does_not_import_launch_and_launch_not_the_capture_use_case() 
 
 def test_the_cli_calls_use_cases_and_the_use_cases_print_nothing() -> None:
     engine = ("run_sweep", "check_resumable", "write_summary", "ExperimentStore", "expand")
-    for name in ("benchmark.py", "profile.py", "report.py"):
+    for name in ("benchmark_command.py", "profile_command.py", "report_command.py"):
         tree = ast.parse((PACKAGE / "cli" / name).read_text(encoding="utf-8"))
         called = {
             n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", "")
@@ -193,7 +193,7 @@ def test_worker_profiler_and_report_name_the_same_straggler(
 ) -> None:
     from torchscale.analysis.straggler import RankWait, find_straggler, record_straggler
     from torchscale.analysis.telemetry import _straggler
-    from torchscale.profiling.findings import straggler_findings
+    from torchscale.profiling.finding_rules import straggler_findings
     from torchscale.worker.aggregate import sync_stats
 
     rule = find_straggler([RankWait(r, w) for r, w in enumerate(waits)], step)

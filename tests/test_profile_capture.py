@@ -15,7 +15,7 @@ from typing import Dict, Iterator
 import pytest
 from typer.testing import CliRunner
 
-from tests.environ import repo_pythonpath, restored_environ
+from tests.support.environ import repo_pythonpath, restored_environ
 from torchscale.cli.app import app
 from torchscale.results.store import ExperimentStore
 
@@ -25,7 +25,7 @@ runner = CliRunner()
 
 TRIGGERED = """\
 experiment_name: triggered
-models: [tests.fault_models:slow_rank_model]
+models: [tests.support.fault_models:slow_rank_model]
 batch_sizes: [4]
 gpu_counts: [1, 2]
 warmup_steps: 2
@@ -60,7 +60,7 @@ def profile(tmp: Path, gpus: int, delay_ms: int, slow_rank: int) -> Dict:
     os.environ["TORCHSCALE_TEST_FAULT_RANK"] = str(slow_rank)
     os.environ["TORCHSCALE_CPU_SLOTS"] = str(max(gpus, os.cpu_count() or 1))
     args = ["profile", "--gpus", str(gpus), "--duration", WINDOW, "--batch-size", "4"]
-    args += ["--model", "tests.fault_models:slow_rank_model", "-o", str(tmp), "--json"]
+    args += ["--model", "tests.support.fault_models:slow_rank_model", "-o", str(tmp), "--json"]
     # Without DDP's per-forward buffer broadcast, the only collective is the gradient all-reduce,
     # so what the others wait for is the injected delay (plus the all-reduce itself).
     args += ["--set", "ddp.broadcast_buffers=false"]

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.profile_helpers import DATA, hta_reference, real_traces_dir
+from tests.support.profile_helpers import DATA, hta_reference, real_traces_dir
 from torchscale.cli.app import app
-from torchscale.cli.profile import parse_duration
+from torchscale.cli.profile_command import parse_duration
 from torchscale.profiling.outputs import FINDINGS_FILE, TABLE_FILES
 
 runner = CliRunner()

@@ -10,12 +10,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.profile_helpers import DATA, hta_reference, load_trace_json, real_traces_dir, write_ranks
+from tests.support.profile_helpers import (
+    DATA,
+    hta_reference,
+    load_trace_json,
+    real_traces_dir,
+    write_ranks,
+)
 from torchscale.profiling.analysis import analyze
-from torchscale.profiling.analyzers.breakdown import temporal_breakdown
-from torchscale.profiling.analyzers.collectives import collective_tables
 from torchscale.profiling.analyzers.kernels import COMMUNICATION, COMPUTE, kernel_class
 from torchscale.profiling.analyzers.steps import step_times
+from torchscale.profiling.analyzers.trace_breakdown import temporal_breakdown
+from torchscale.profiling.analyzers.trace_collectives import collective_tables
 from torchscale.profiling.traces import kineto, load_traces
 from torchscale.profiling.traces.nsys_sqlite import read_nsys
 
@@ -219,9 +225,9 @@ def test_real_gloo_capture_names_the_sleeping_rank():
 
 
 def test_findings_and_recommendations_on_real_traces(real_traces):
-    from torchscale.profiling.analysis import rank_table
+    from torchscale.profiling.analysis import trace_rank_table
     from torchscale.profiling.analyzers.kernels import kernel_time_by_class
-    from torchscale.profiling.findings import (
+    from torchscale.profiling.finding_rules import (
         COMM_SIGNIFICANT_PCT,
         LOW_OVERLAP_PCT,
         find_bottlenecks,
@@ -230,7 +236,7 @@ def test_findings_and_recommendations_on_real_traces(real_traces):
     for name, ref in hta_reference().items():
         traces = [real_traces[name]]
         coll = collective_tables(traces)
-        ranks = rank_table(
+        ranks = trace_rank_table(
             traces, step_times(traces), kernel_time_by_class(traces), coll["stragglers"]
         )
         findings = find_bottlenecks(ranks, coll["instances"], "all")

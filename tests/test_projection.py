@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Tuple
 import pytest
 from typer.testing import CliRunner
 
-from tests.html_tables import html_tables
-from tests.shared_runs import Run, projection_run
+from tests.support.html_tables import html_tables
+from tests.support.shared_runs import Run, projection_run
 from torchscale.analysis.alphabeta import INTRA_NODE, AllReduceFit, Fabric, fit_all_reduce
 from torchscale.analysis.projection import (
     COMPUTE_DRIFT_LIMIT,
@@ -249,8 +249,7 @@ def test_each_experiment_uses_its_own_all_reduce_curves() -> None:
 
     documents = [_training_doc("fast", 10.0), _training_doc("slow", 10.0)]
     documents += _all_reduce_docs("fast", 5.0, 1e-5) + _all_reduce_docs("slow", 50.0, 1e-3)
-    records = [parse_record(d) for d in documents if d["kind"] == "training"]
-    result = project(records, documents, [8])
+    result = project([parse_record(d) for d in documents], [8])
     rows = result.table.set_index("experiment")
     # 4 MB of gradients in 2 buckets on 8 ranks: the slow fabric's ring costs ~100x more.
     fast, slow = rows.loc["fast"], rows.loc["slow"]
@@ -274,7 +273,7 @@ def test_a_reference_cell_on_a_busy_host_is_flagged() -> None:
     rank = training["per_rank"][0]
     rank["cpu_time_s"], rank["cpu_wait_s"] = 0.05, 0.04  # 40% of the 0.1 s window
     documents = [training, *_all_reduce_docs("busy", 5.0, 1e-5)]
-    result = project([parse_record(training)], documents, [4])
+    result = project([parse_record(d) for d in documents], [4])
     (line,) = [line for line in result.basis if "CAUTION" in line]
     assert "waited for a CPU for 40% of its window" in line
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.report_fixtures import (
+from tests.support.report_fixtures import (
     MODELS,
     SCRIPT_NAME,
     FixtureSpec,
@@ -19,8 +19,7 @@ from tests.report_fixtures import (
     write_experiment,
 )
 from torchscale.analysis import cells as cell_tables
-from torchscale.analysis.collectives import collective_table
-from torchscale.analysis.compare import (
+from torchscale.analysis.comparison import (
     IMPROVEMENT,
     REGRESSION,
     UNCHANGED,
@@ -32,13 +31,14 @@ from torchscale.analysis.compare import (
 )
 from torchscale.analysis.findings import findings_table, normalize, record_findings
 from torchscale.analysis.scaling import label_variants, scaling_curves
-from torchscale.analysis.tables import training_table
+from torchscale.analysis.training_tables import training_table
 from torchscale.report.charts import bandwidth_charts, cell_labels, comparison_chart
 from torchscale.report.content import build_content
-from torchscale.report.data import load_report_data
 from torchscale.report.plotly_charts import figure, figures_json
+from torchscale.report.report_data import load_report_data
+from torchscale.report.sections import REPORT_COLLECTIVE_COLUMNS, report_collectives
 from torchscale.report.svg_charts import nice_ticks, svg
-from torchscale.results.schema import TrainingResult
+from torchscale.results.schema import TrainingResult, parse_record
 
 
 @pytest.fixture(scope="module")
@@ -134,40 +134,49 @@ def test_memory_by_variant_takes_the_smallest_gpu_count(fixture_data) -> None:
         assert row["optimizer_bytes"] == 2 * row["params_bytes"]
 
 
-def test_collective_table_reads_raw_documents() -> None:
-    docs = [
-        {
-            "kind": "collective",
-            "op": "all_reduce",
-            "world_size": 4,
-            "size_bytes": 1024,
-            "time_us": 10.0,
-            "algbw_gbps": 0.1024,
-            "busbw_gbps": 0.1536,
-            "link_peak_gbps": 300.0,
-            "status": "ok",
-            "future_field": [1, 2],
-        },
-        {
-            "kind": "collective",
-            "op": "all_reduce",
-            "world_size": 4,
-            "status": "failed",
-            "error": "3 wrong elements",
-        },
-        {"kind": "training", "model": "x"},
+def test_report_collectives_show_the_stored_peak_fraction() -> None:
+    base = {"kind": "collective", "experiment": "e", "op": "all_reduce", "dtype": "float32",
+            "world_size": 4, "nproc_per_node": 4}  # fmt: skip
+    records = [
+        parse_record(
+            {
+                **base,
+                "cell_id": "comm-g4",
+                "size_bytes": 1024,
+                "time_us": 10.0,
+                "algbw_gbps": 0.1024,
+                "busbw_gbps": 0.1536,
+                "link_peak_gbps": 300.0,
+                "busbw_peak_fraction": 0.1536 / 300.0,
+                "status": "ok",
+                "future_field": [1, 2],
+            }
+        ),
+        parse_record(
+            {**base, "cell_id": "comm-g4", "status": "failed", "error": "3 wrong elements"}
+        ),
+        parse_record(_training_record("x")),
     ]
-    table = collective_table(docs)
+    table = report_collectives(records)
     assert len(table) == 2
     ok = table[table["status"] == "ok"].iloc[0]
     assert ok["busbw_peak_fraction"] == pytest.approx(0.1536 / 300.0)
+    assert ok["link_peak_gbps"] == 300.0
     assert table[table["status"] == "failed"]["error"].tolist() == ["3 wrong elements"]
+    assert list(table.columns) == REPORT_COLLECTIVE_COLUMNS
+
+
+def _training_record(model: str) -> dict:
+    return {"kind": "training", "cell_id": "t", "experiment": "e", "status": "failed",
+            "world_size": 1, "nproc_per_node": 1, "model": model, "batch_size": 1,
+            "global_batch_size": 1, "precision": "fp32"}  # fmt: skip
 
 
 def test_bandwidth_charts_keep_each_scope_a_series_of_its_own() -> None:
     def doc(scope: str, group: int, size: int, busbw: float) -> dict:
         return {
             "kind": "collective", "op": "all_reduce", "world_size": 16, "nnodes": 2,
+            "cell_id": "comm-g16-n2", "experiment": "e", "nproc_per_node": 8, "dtype": "float32",
             "scope": scope, "group_size": group, "size_bytes": size, "time_us": 1.0,
             "algbw_gbps": busbw / 2, "busbw_gbps": busbw, "status": "ok",
         }  # fmt: skip
@@ -176,7 +185,7 @@ def test_bandwidth_charts_keep_each_scope_a_series_of_its_own() -> None:
     docs += [doc("intra_node", 8, s, 300.0) for s in (1024, 2048)]
     docs += [doc("inter_node", 2, s, 25.0) for s in (1024, 2048)]
     docs.append({k: v for k, v in doc("world", 16, 4096, 41.0).items() if k != "scope"})
-    (chart,) = bandwidth_charts(collective_table(docs))
+    (chart,) = bandwidth_charts(report_collectives([parse_record(d) for d in docs]))
     busbw = {s.name: s.y for s in chart.series if s.name.startswith("busbw")}
     assert busbw == {
         "busbw, 16 GPUs": [40.0, 40.0, 41.0],  # a record from before scopes is the world
@@ -186,12 +195,9 @@ def test_bandwidth_charts_keep_each_scope_a_series_of_its_own() -> None:
 
 
 def test_failure_table_lists_every_kind_with_reasons(fixture_data) -> None:
-    failures = cell_tables.failure_table(fixture_data.documents)
-    expected = {
-        (d.get("kind"), d["status"], d["error"])
-        for d in fixture_data.documents
-        if d.get("status") != "ok"
-    }
+    failures = cell_tables.failure_table(fixture_data.records)
+    expected = {(r.kind, r.status, r.error) for r in fixture_data.records if r.status != "ok"}
+    assert {"training", "collective"} <= {kind for kind, _, _ in expected}
     assert set(zip(failures["kind"], failures["status"], failures["reason"])) == expected
     assert {"oom", "failed", "skipped"} <= set(failures["status"])
 

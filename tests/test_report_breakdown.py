@@ -10,11 +10,11 @@ from typing import Dict, List
 import pytest
 from typer.testing import CliRunner
 
-from tests.html_tables import html_tables
-from tests.shared_runs import Run, projection_run
+from tests.support.html_tables import html_tables
+from tests.support.shared_runs import Run, projection_run
 from torchscale.cli.app import app
 from torchscale.report import formatting as fmt
-from torchscale.report.data import load_report_data
+from torchscale.report.report_data import load_report_data
 from torchscale.results.schema import CollectiveResult, TpGemmResult, TrainingResult
 
 pytestmark = pytest.mark.slow
@@ -40,7 +40,7 @@ def reports(projection: Run, tmp_path_factory: pytest.TempPathFactory) -> Dict[s
 
 
 def _pdf_text(path: Path) -> str:
-    from tests.pdf_pages import pages_text
+    from tests.support.pdf_pages import pages_text
 
     return " ".join(" ".join(pages_text(path)).split())
 
@@ -113,7 +113,7 @@ def test_pdf_shows_the_same_sections(reports: Dict[str, Path]) -> None:
 
 
 def test_new_charts_draw_in_chromium(reports: Dict[str, Path]) -> None:
-    from tests.chromium_cdp import CHROMIUM, Chromium
+    from tests.support.chromium_cdp import CHROMIUM, Chromium
     from tests.test_report_browser import _check
 
     if CHROMIUM is None:

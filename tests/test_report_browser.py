@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.chromium_cdp import CHROMIUM, Chromium
-from tests.report_fixtures import NODE_SPEC, SCRIPT_NAME, FixtureSpec, session_report
+from tests.support.chromium_cdp import CHROMIUM, Chromium
+from tests.support.report_fixtures import NODE_SPEC, SCRIPT_NAME, FixtureSpec, session_report
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium)"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.python_probe import python_prints
-from tests.report_fixtures import FixtureSpec, write_experiment
+from tests.support.python_probe import python_prints
+from tests.support.report_fixtures import FixtureSpec, write_experiment
 from torchscale.cli.app import app
 from torchscale.results.layout import experiment_dirname
 

@@ -11,15 +11,15 @@ from html import unescape
 
 import pytest
 
-from tests.html_tables import displayed_close, html_tables
-from tests.report_fixtures import (
+from tests.support.html_tables import displayed_close, html_tables
+from tests.support.report_fixtures import (
     PROFILE_FINDINGS,
     SCRIPT_NAME,
     environment,
     fixture_results,
     session_report,
 )
-from torchscale.report.data import load_report_data
+from torchscale.report.report_data import load_report_data
 from torchscale.results.schema import TrainingResult
 
 
@@ -84,10 +84,10 @@ def test_csv_downloads_hold_the_exact_numbers(report) -> None:
 def test_failed_cells_are_listed_with_reasons(report) -> None:
     _, tables, data = report
     shown = {(row["Status"], row["Reason"]) for row in tables["failures-table"]}
-    failed = [d for d in data.documents if d.get("status") != "ok"]
+    failed = [r for r in data.records if r.status != "ok"]
     assert len(tables["failures-table"]) == len(failed) == 4
-    for doc in failed:
-        assert (doc["status"], doc["error"]) in shown
+    for record in failed:
+        assert (record.status, record.error) in shown
 
 
 def test_findings_and_recommendations(report) -> None:

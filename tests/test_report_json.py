@@ -12,8 +12,8 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from tests.report_fixtures import FixtureSpec, fixture_results, write_experiment
-from tests.shared_runs import healthy_run
+from tests.support.report_fixtures import FixtureSpec, fixture_results, write_experiment
+from tests.support.shared_runs import healthy_run
 from torchscale.cli.app import app
 from torchscale.report.document import document_schema
 from torchscale.results.schema import CollectiveResult, TrainingResult

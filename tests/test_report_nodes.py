@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.html_tables import displayed_close, html_tables
-from tests.pdf_pages import ink, needs_poppler, pages_png, pages_text
-from tests.report_fixtures import (
+from tests.support.html_tables import displayed_close, html_tables
+from tests.support.pdf_pages import ink, needs_poppler, pages_png, pages_text
+from tests.support.report_fixtures import (
     MODELS,
     NODE_SPEC,
     SCRIPT_NAME,
@@ -24,14 +24,14 @@ from tests.report_fixtures import (
     session_report,
     write_experiment,
 )
-from torchscale.analysis.nodes import node_scaling
+from torchscale.analysis.node_scaling import node_scaling
 from torchscale.analysis.scaling import label_variants
-from torchscale.analysis.tables import training_table
+from torchscale.analysis.training_tables import training_table
 from torchscale.report.content import build_content
-from torchscale.report.data import load_report_data
 from torchscale.report.elements import PALETTE
-from torchscale.report.nodes import node_rows
+from torchscale.report.node_section import node_rows
 from torchscale.report.plotly_charts import figure
+from torchscale.report.report_data import load_report_data
 from torchscale.report.svg_charts import svg
 
 G = NODE_SPEC.gpus_per_node

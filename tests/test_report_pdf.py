@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.pdf_pages import ink, needs_poppler, pages_png, pages_text
-from tests.report_fixtures import SCRIPT_NAME, fixture_results, session_report
-from torchscale.report.data import load_report_data
+from tests.support.pdf_pages import ink, needs_poppler, pages_png, pages_text
+from tests.support.report_fixtures import SCRIPT_NAME, fixture_results, session_report
+from torchscale.report.report_data import load_report_data
 
 pytestmark = needs_poppler
 
@@ -51,11 +51,11 @@ def test_table_rows_are_never_split(fixture_pdf) -> None:
     _, texts, _, _ = fixture_pdf
     data = load_report_data(fixture_results(Path(fixture_pdf[0]).parents[1]))
     words_per_page = [set(text.split()) for text in texts]
-    for doc in data.documents:
-        if doc.get("status") == "ok":
+    for record in data.records:
+        if record.status == "ok":
             continue
-        needed = set(doc["error"].split()) | {doc["status"]}
-        assert any(needed <= words for words in words_per_page), doc["error"]
+        needed = set((record.error or "").split()) | {record.status}
+        assert any(needed <= words for words in words_per_page), record.error
 
 
 def test_names_stay_text_in_the_pdf(fixture_pdf) -> None:

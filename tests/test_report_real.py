@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.html_tables import displayed_close, html_tables
-from tests.report_fixtures import (
+from tests.support.html_tables import displayed_close, html_tables
+from tests.support.report_fixtures import (
     SCRIPT_NAME,
     real_results,
     session_report,
 )
 from torchscale.cli.app import app
-from torchscale.report.data import load_report_data
+from torchscale.report.report_data import load_report_data
 from torchscale.results.schema import TrainingResult
 
 

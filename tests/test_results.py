@@ -10,7 +10,7 @@ from typing import Any, Dict, List
 import pytest
 
 from torchscale.analysis.stats import time_stats
-from torchscale.analysis.tables import training_table
+from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore, check_writable, read_jsonl

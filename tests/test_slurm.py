@@ -15,7 +15,7 @@ from typing import Dict, Iterator
 import pytest
 from typer.testing import CliRunner
 
-from tests.environ import REPO
+from tests.support.environ import REPO
 from torchscale.cli.app import app
 from torchscale.config.loader import load_config
 from torchscale.errors import TorchscaleError
@@ -196,8 +196,8 @@ cell_timeout_s: 120
 
 @pytest.fixture(scope="module")
 def slurm_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
-    from tests.slurm_cluster import SlurmCluster, SlurmUnavailable
-    from tests.two_hosts import torchscale_env, two_hosts
+    from tests.support.slurm_cluster import SlurmCluster, SlurmUnavailable
+    from tests.support.two_hosts import torchscale_env, two_hosts
 
     tmp = tmp_path_factory.mktemp("slurm")
     with two_hosts(tmp, "real Slurm job") as hosts:

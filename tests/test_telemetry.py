@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.fake_pynvml import load
+from tests.support.fakes.fake_pynvml import load
 from torchscale.hardware.nvml import decode_clocks_event_reasons
-from torchscale.worker.telemetry import GpuSampler, summarize
+from torchscale.worker.gpu_sampler import GpuSampler, summarize
 
 FIXTURES = Path(__file__).parent / "data" / "nvml"
 

@@ -3,7 +3,7 @@
 The GPU side replays the recorded HGX H100 fixture through the fake pynvml, turned into a time
 series: GPU 5 starts healthy and falls into thermal slowdown (the fixture's own throttled answers:
 1,215 MHz, 90 °C, reasons 0x68) part-way through the window. The CPU side is a real 2-rank run
-whose rank 1 shares its core with a busy process (``tests.fault_models:oversubscribed_model``).
+whose rank 1 shares its core with a busy process (``tests.support.fault_models:oversubscribed_model``).
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from typing import Any, Dict, List
 import pytest
 from typer.testing import CliRunner
 
-from tests.environ import repo_pythonpath
-from tests.fakes.fake_pynvml import load
-from tests.html_tables import html_tables
+from tests.support.environ import repo_pythonpath
+from tests.support.fakes.fake_pynvml import load
+from tests.support.html_tables import html_tables
 from torchscale.analysis.telemetry import console_lines, cpu_table, telemetry_findings
 from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
 from torchscale.worker.aggregate import sync_stats
-from torchscale.worker.telemetry import GpuSampler
+from torchscale.worker.gpu_sampler import GpuSampler
 
 FIXTURES = Path(__file__).parent / "data" / "nvml"
 HEALTHY_SAMPLES = 4  # GPU 5's samples before it throttles
@@ -158,7 +158,7 @@ def test_low_utilisation_is_split_by_sync_share(
 def test_report_shows_gpu_telemetry_table_and_timeline(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from tests.pdf_pages import pages_text
+    from tests.support.pdf_pages import pages_text
 
     cell = throttled_cell(monkeypatch)
     folder = tmp_path / "telemetry"
@@ -186,7 +186,7 @@ def test_report_shows_gpu_telemetry_table_and_timeline(
 def test_real_oversubscribed_rank_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = tmp_path / "busy.yaml"
     config.write_text(
-        "experiment_name: busy\nmodels: [tests.fault_models:oversubscribed_model]\n"
+        "experiment_name: busy\nmodels: [tests.support.fault_models:oversubscribed_model]\n"
         "batch_sizes: [8]\ngpu_counts: [2]\nwarmup_steps: 2\nmeasure_steps: 12\n"
         "sync_probe_steps: 2\ncell_timeout_s: 240\n"
     )

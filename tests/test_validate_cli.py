@@ -19,7 +19,7 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from tests.fakes.fake_pynvml import load
+from tests.support.fakes.fake_pynvml import load
 from torchscale.cli.app import app
 from torchscale.comm.busbw import busbw_factor
 from torchscale.validate.smoke import SmokeCancelled, run_smoke_test

@@ -1,6 +1,6 @@
 """validate on nodes that are not all healthy or not all ours: one GPU NVML refuses, NVLink
 cards without a bridge, MIG, newer clock-event bits. Faults are injected into the recorded H100
-node exactly as NVML reports them (tests/fakes/fake_pynvml.py raises the real pynvml errors)."""
+node exactly as NVML reports them (tests/support/fakes/fake_pynvml.py raises the real pynvml errors)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pynvml
 import pytest
 import torch
 
-from tests.fakes.fake_pynvml import load
+from tests.support.fakes.fake_pynvml import load
 from torchscale.hardware import environment
 from torchscale.hardware.nvml import CLOCKS_EVENT_REASONS, decode_clocks_event_reasons
 from torchscale.validate.runner import gpu_health, smoke_ranks

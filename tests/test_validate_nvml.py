@@ -1,5 +1,5 @@
 """GPU checks against recorded NVML answers of real nodes (tests/data/nvml, served by the fake
-pynvml of tests/fakes): the verdict and the fix text of every check, for every fixture."""
+pynvml of tests/support/fakes): the verdict and the fix text of every check, for every fixture."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 import pynvml
 import pytest
 
-from tests.fakes.fake_pynvml import load
+from tests.support.fakes.fake_pynvml import load
 from torchscale.hardware import environment
 from torchscale.hardware.nvml import Unsupported, open_nvml, read_telemetry, supported
 from torchscale.hardware.topology import format_matrix

@@ -15,13 +15,14 @@ import torch
 import torch.distributed as dist
 
 import torchscale.worker.measure as measure
-from torchscale.config.schema import CellSettings
+from torchscale.config.settings import CellSettings
 from torchscale.launch.flight_recorder import collective_timed_out, dump_note, flight_recorder_env
 from torchscale.models.registry import load_model
-from torchscale.worker import distributed, profiler
-from torchscale.worker.distributed import RankContext
-from torchscale.worker.reporting import RankReporter
-from torchscale.worker.timing import Clock
+from torchscale.runtime import process_group as distributed
+from torchscale.runtime.clock import Clock
+from torchscale.runtime.process_group import RankContext
+from torchscale.runtime.rank_files import RankReporter
+from torchscale.worker import profiler
 from torchscale.worker.training import apply_math_settings, build_run
 
 TORCH = Path(torch.__file__).parent

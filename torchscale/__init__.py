@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from torchscale.version import __version__
 
 if TYPE_CHECKING:
-    from torchscale.analysis.compare import Comparison
+    from torchscale.analysis.comparison import Comparison
     from torchscale.api import Results, compare, load, load_steps, run
 
 __all__ = ["Comparison", "Results", "__version__", "compare", "load", "load_steps", "run"]
@@ -24,7 +24,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     if name == "Comparison":
-        from torchscale.analysis.compare import Comparison
+        from torchscale.analysis.comparison import Comparison
 
         return Comparison
     raise AttributeError(f"module 'torchscale' has no attribute {name!r}")

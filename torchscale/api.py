@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from torchscale.analysis.compare import Comparison
-    from torchscale.config.schema import BenchmarkConfig
+    from torchscale.analysis.comparison import Comparison
+    from torchscale.config.settings import BenchmarkConfig
     from torchscale.results.schema import ResultBase
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -25,14 +25,14 @@ STEP_COLUMNS = ["experiment", "cell_id", "world_size", "rank", "step", "step_ms"
 
 
 def _experiments(results_dir: PathLike, what: str = "results_dir") -> List[Any]:
-    from torchscale.report.data import load_report_data
+    from torchscale.report.report_data import load_report_data
 
     return load_report_data(Path(results_dir), what).experiments
 
 
 def _summary(records: Sequence[ResultBase]) -> pd.DataFrame:
     """summary.csv's table: the same function the benchmark writes it with."""
-    from torchscale.analysis.tables import training_table
+    from torchscale.analysis.training_tables import training_table
 
     return training_table(records).drop(columns=["config_key"])
 
@@ -113,7 +113,7 @@ class Results:
 
 def _config(config: ConfigLike, overrides: Optional[Mapping[str, Any]]) -> BenchmarkConfig:
     from torchscale.config.loader import load_config
-    from torchscale.config.schema import BenchmarkConfig
+    from torchscale.config.settings import BenchmarkConfig
 
     pairs = [(key.split("."), value) for key, value in (overrides or {}).items()]
     if isinstance(config, BenchmarkConfig):
@@ -184,7 +184,7 @@ def compare(
     within noise, unchanged; bootstrap intervals in ``*_ci_low_pct``/``*_ci_high_pct``);
     ``Comparison.regressions`` the regressed ones; ``only_old``/``only_new`` the unmatched cells.
     """
-    from torchscale.analysis.compare import CompareOptions, compare_runs
+    from torchscale.analysis.comparison import CompareOptions, compare_runs
 
     options = CompareOptions(threshold_pct=threshold_pct, resamples=resamples, seed=seed)
     return compare_runs(_records(old, "old"), _records(new, "new"), options)

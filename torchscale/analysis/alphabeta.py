@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, List, Mapping, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 import numpy as np
 
 from torchscale.analysis.stats import finite_number
+from torchscale.results.schema import CollectiveResult, ResultBase
 
 INTRA_NODE = "intra_node"
 INTER_NODE = "inter_node"
@@ -65,7 +66,7 @@ class AllReduceFit:
 
 
 def all_reduce_points(
-    documents: Iterable[Mapping[str, Any]], scope: str, exclude_groups: Iterable[int] = ()
+    records: Iterable[ResultBase], scope: str, exclude_groups: Iterable[int] = ()
 ) -> List[Tuple[int, float, float]]:
     """(group size, bytes, time us) of every measured all-reduce over ``scope``.
 
@@ -74,20 +75,19 @@ def all_reduce_points(
     """
     excluded = set(exclude_groups)
     points = []
-    for doc in documents:
-        if doc.get("kind") != "collective" or doc.get("op") != "all_reduce":
+    for record in records:
+        if not isinstance(record, CollectiveResult) or record.op != "all_reduce":
             continue
-        if doc.get("status", "ok") != "ok":
+        if record.status != "ok":
             continue
-        record_scope = doc.get("scope", "world")
         if scope == INTRA_NODE:
-            wanted = record_scope == INTRA_NODE or (
-                record_scope == "world" and int(doc.get("nnodes") or 1) == 1
+            wanted = record.scope == INTRA_NODE or (
+                record.scope == "world" and (record.nnodes or 1) == 1
             )
         else:
-            wanted = record_scope == INTER_NODE
-        group = int(doc.get("group_size") or doc.get("world_size") or 0)
-        size, time_us = finite_number(doc.get("size_bytes")), finite_number(doc.get("time_us"))
+            wanted = record.scope == INTER_NODE
+        group = int(record.group_size or record.world_size or 0)
+        size, time_us = finite_number(record.size_bytes), finite_number(record.time_us)
         if not wanted or group < 2 or group in excluded or not size or not time_us:
             continue
         points.append((group, size, time_us))

@@ -6,13 +6,13 @@ training table (``tables.training_table``) for model, variant and GPU count.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Mapping
+from typing import Iterable, List, Optional
 
 import numpy as np
 import pandas as pd
 
 from torchscale.analysis.stats import time_stats
-from torchscale.results.schema import ResultBase, TrainingResult
+from torchscale.results.schema import CollectiveResult, ResultBase, TrainingResult
 
 LATENCY_COLUMNS = ["cell_id", "steps", "mean", "p50", "p95", "p99", "min", "max", "std", "cv"]
 MEMORY_PARTS = ["params_bytes", "grads_bytes", "optimizer_bytes", "activations_peak_bytes"]
@@ -180,11 +180,9 @@ def rank_table(records: Iterable[ResultBase]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def failure_table(documents: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """Every record of any kind that did not measure (oom, timeout, failed, skipped), with why.
-
-    Reads the raw ``results.jsonl`` objects so that kinds without a schema here are listed too.
-    """
+def failure_table(records: Iterable[ResultBase]) -> pd.DataFrame:
+    """Every record of any kind that did not measure (oom, timeout, failed, skipped), with why;
+    a kind this torchscale does not know is listed too (read as ``ResultBase``)."""
     columns = [
         "cell_id",
         "experiment",
@@ -197,16 +195,23 @@ def failure_table(documents: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     ]
     rows = [
         {
-            "cell_id": doc.get("cell_id"),
-            "experiment": doc.get("experiment"),
-            "kind": doc.get("kind", "training"),
-            "model": doc.get("model") or doc.get("op"),
-            "batch_size": doc.get("batch_size"),
-            "world_size": doc.get("world_size"),
-            "status": doc.get("status"),
-            "reason": doc.get("error") or "(no reason recorded)",
+            "cell_id": record.cell_id,
+            "experiment": record.experiment,
+            "kind": record.kind,
+            "model": _what(record),
+            "batch_size": record.batch_size if isinstance(record, TrainingResult) else None,
+            "world_size": record.world_size,
+            "status": record.status,
+            "reason": record.error or "(no reason recorded)",
         }
-        for doc in documents
-        if doc.get("status", "ok") != "ok"
+        for record in records
+        if record.status != "ok"
     ]
     return pd.DataFrame(rows, columns=columns)
+
+
+def _what(record: ResultBase) -> Optional[str]:
+    """What the record measured: the model, or the collective."""
+    if isinstance(record, TrainingResult):
+        return record.model
+    return record.op if isinstance(record, CollectiveResult) else None

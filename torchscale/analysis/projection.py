@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import pandas as pd
 
@@ -169,7 +169,6 @@ def calibrate(ref: Reference, fabric: Fabric) -> Reference:
 
 def project(
     records: Iterable[ResultBase],
-    documents: Iterable[Mapping[str, Any]],
     gpus: Sequence[int],
     gpus_per_node: int = 8,
     holdout: bool = False,
@@ -177,14 +176,14 @@ def project(
 ) -> Projection:
     """Every configuration's prediction at each of ``gpus`` (and, with ``holdout``, at the
     held-out count, next to what was measured there)."""
+    records = list(records)
     refs = references(records, holdout)
-    documents = list(documents)
-    fabric = fabric_from(documents, gpus_per_node, inter_node_gbps)  # refuses when none
+    fabric = fabric_from(records, gpus_per_node, inter_node_gbps)  # refuses when none
     # Each experiment's own all-reduce curves where it has them: another experiment's may have
     # run on other hardware.
     fabrics: Dict[str, Fabric] = {}
     for experiment in sorted({ref.experiment for ref in refs}):
-        own = [d for d in documents if d.get("experiment") == experiment]
+        own = [r for r in records if r.experiment == experiment]
         try:
             fabrics[experiment] = fabric_from(own, gpus_per_node, inter_node_gbps)
         except ProjectionError:

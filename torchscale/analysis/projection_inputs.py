@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
 
 from torchscale.analysis.alphabeta import (
     INTER_NODE,
@@ -16,12 +16,12 @@ from torchscale.analysis.alphabeta import (
     all_reduce_points,
     fit_all_reduce,
 )
-from torchscale.analysis.scalar import as_float, as_int
 from torchscale.analysis.scaling import label_variants
 from torchscale.analysis.stats import mean
-from torchscale.analysis.tables import training_table
+from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
 from torchscale.results.schema import ResultBase, TrainingResult
+from torchscale.results.table_scalars import as_float, as_int
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -196,19 +196,19 @@ def references(records: Iterable[ResultBase], holdout: bool = False) -> List[Ref
 
 
 def fabric_from(
-    documents: Iterable[Mapping[str, Any]],
+    records: Iterable[ResultBase],
     gpus_per_node: int,
     inter_node_gbps: Optional[float] = None,
     inter_node_latency_us: float = 10.0,
 ) -> Fabric:
     """Fit the fabric; ``inter_node_gbps`` stands in for an unmeasured network (an assumption)."""
-    documents = list(documents)
-    intra = fit_all_reduce(all_reduce_points(documents, INTRA_NODE), INTRA_NODE)
+    records = list(records)
+    intra = fit_all_reduce(all_reduce_points(records, INTRA_NODE), INTRA_NODE)
     if intra is None:
         raise ProjectionError(
             f"no all_reduce measured inside a node at two sizes or more: {ADD_ALL_REDUCE}"
         )
-    inter = fit_all_reduce(all_reduce_points(documents, INTER_NODE), INTER_NODE)
+    inter = fit_all_reduce(all_reduce_points(records, INTER_NODE), INTER_NODE)
     if inter is None and inter_node_gbps:
         inter = AllReduceFit(
             INTER_NODE,

@@ -18,10 +18,11 @@ from torchscale.errors import TorchscaleError
 from torchscale.results.layout import experiment_dir, experiment_dirname
 
 if TYPE_CHECKING:
-    from torchscale.config.schema import BenchmarkConfig
+    from torchscale.config.settings import BenchmarkConfig
     from torchscale.integrations.sinks import Integrations
     from torchscale.launch.multinode import Launch
-    from torchscale.plan.matrix import Cell, Plan
+    from torchscale.plan.matrix import Plan
+    from torchscale.plan.planned_cell import Cell
     from torchscale.results.schema import ResultBase
     from torchscale.results.store import ExperimentStore
 

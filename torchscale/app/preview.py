@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
     from torchscale.hardware.environment import NodeDevices
     from torchscale.launch.multinode import Launch
-    from torchscale.plan.matrix import Cell
+    from torchscale.plan.planned_cell import Cell
     from torchscale.results.store import ExperimentStore
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 
 from torchscale.app import Notify
 from torchscale.config.loader import Override, load_config, read_yaml
-from torchscale.config.schema import BenchmarkConfig
+from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import TorchscaleError
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ def worst_target(output_dir: Path, device_kind: str, device_count: int) -> Targe
     import pandas as pd
 
     from torchscale.analysis.scaling import label_variants
-    from torchscale.analysis.tables import training_table
+    from torchscale.analysis.training_tables import training_table
     from torchscale.results.schema import TrainingResult
     from torchscale.results.store import ExperimentStore, find_experiments
 

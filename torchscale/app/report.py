@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Optional
 
 from torchscale.errors import TorchscaleError
-from torchscale.report.data import ReportData, load_report_data
 from torchscale.report.render import FORMATS, render
+from torchscale.report.report_data import ReportData, load_report_data
 from torchscale.results.layout import TENSORBOARD_DIR, report_file
 from torchscale.results.store import atomic_write_bytes
 
@@ -72,7 +72,7 @@ def generate_report(request: ReportRequest) -> Path:
         return output
     comparison = None
     if request.baseline is not None:
-        from torchscale.analysis.compare import CompareOptions, compare_runs
+        from torchscale.analysis.comparison import CompareOptions, compare_runs
 
         baseline = load_report_data(request.baseline, "--baseline")
         result = compare_runs(

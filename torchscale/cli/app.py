@@ -11,9 +11,16 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from torchscale import __version__
-from torchscale.cli import benchmark, compare, profile, project, report, validate
+from torchscale.cli import (
+    benchmark_command,
+    compare,
+    profile_command,
+    project,
+    report_command,
+    validate,
+)
 from torchscale.cli.console import setup_logging
+from torchscale.version import __version__
 
 app = typer.Typer(
     name="torchscale",
@@ -58,9 +65,9 @@ def root(
     setup_logging(levels[verbose])
 
 
-benchmark.register(app)
-profile.register(app)
-report.register(app)
+benchmark_command.register(app)
+profile_command.register(app)
+report_command.register(app)
 validate.register(app)
 compare.register(app)
 project.register(app)

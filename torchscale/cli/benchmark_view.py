@@ -18,7 +18,10 @@ from rich.progress import (
 from rich.table import Table
 
 from torchscale.cli.console import err_console
-from torchscale.plan.matrix import Cell, Plan
+from torchscale.kinds.kind_registry import get_kind
+from torchscale.kinds.training_kind import gpus_text
+from torchscale.plan.matrix import Plan
+from torchscale.plan.planned_cell import Cell
 from torchscale.results.layout import MANIFEST, RESULTS, SUMMARY
 from torchscale.results.schema import ResultBase, TrainingResult
 
@@ -29,21 +32,8 @@ def _fmt(value: Optional[float], spec: str = ",.1f", suffix: str = "") -> str:
     return f"{value:{spec}}{suffix}"
 
 
-def gpus_text(gpus: int, nnodes: int) -> str:
-    """``4``, or ``4 (2x2)`` for 4 ranks on 2 nodes."""
-    nnodes = int(nnodes) if nnodes == nnodes else 1  # NaN in an empty table column
-    return str(gpus) if nnodes <= 1 else f"{gpus} ({nnodes}x{int(gpus) // nnodes})"
-
-
 def describe_cell(cell: Cell) -> str:
-    s = cell.settings
-    if cell.kind == "communication":
-        from torchscale.comm.view import describe_comm_cell
-
-        return describe_comm_cell(s)
-    noun = "GPU" if s.gpus == 1 else "GPUs"
-    nodes = f" x {s.nnodes} nodes" if s.nnodes > 1 else ""
-    return f"{s.model} on {s.gpus} {noun}{nodes} (batch {s.batch_size}, {s.precision})"
+    return get_kind(cell.kind).describe(cell)
 
 
 class ConsoleEvents:
@@ -87,19 +77,8 @@ class ConsoleEvents:
         for record in records:
             if isinstance(record, TrainingResult):
                 self._training_lines(record, table)
-        if cell.kind == "communication":
-            self._comm_lines(records)
-
-    @staticmethod
-    def _comm_lines(records: List[ResultBase]) -> None:
-        from torchscale.comm.view import comm_console_lines
-
-        for line in comm_console_lines(records):
+        for line in get_kind(cell.kind).console_lines(records):
             err_console.print(line, markup=False, highlight=False, soft_wrap=True)
-        first = records[0] if records else None
-        if first is not None and first.status != "ok":
-            label = "SKIP" if first.status == "skipped" else "FAIL"
-            err_console.print(f"> [{label}] {first.status}: {first.error}", soft_wrap=True)
 
     def _training_lines(self, record: TrainingResult, table: Any) -> None:
         if record.status != "ok":
@@ -127,7 +106,7 @@ class ConsoleEvents:
             )
         if record.sync and record.sync.warning:
             err_console.print(f"> [WARN] {record.sync.warning}.", soft_wrap=True, markup=False)
-        from torchscale.analysis.breakdown import comm_compute_line
+        from torchscale.analysis.iteration_breakdown import comm_compute_line
         from torchscale.analysis.telemetry import console_lines
 
         ratio = comm_compute_line(record) if record.world_size > 1 else None
@@ -137,34 +116,14 @@ class ConsoleEvents:
 
 def plan_table(plan: Plan) -> Table:
     """One row per cell: its id, the matrix axes and every knob that varies (fits 80 columns:
-    see ``cli/tables.py``)."""
-    from torchscale.cli.tables import Col, fitted_table
+    see ``cli/console_tables.py``)."""
+    from torchscale.cli.console_tables import Col, fitted_table
 
     knobs = [k for k in plan.swept if k not in ("models", "batch_sizes", "gpu_counts", "nodes")]
     rows: List[List[str]] = []
     for cell in plan.cells:
-        if cell.kind != "training":
-            rest = [cell.kind, "-", str(cell.settings.gpus), "-", *["-"] * len(knobs)]
-            rows.append([str(cell.index + 1), cell.cell_id, *rest])
-            continue
-        settings = cell.settings.model_dump()
-        values = []
-        for knob in knobs:
-            node: Any = settings
-            for part in knob.split("."):
-                node = node[part]
-            values.append(str(node))
-        rows.append(
-            [
-                str(cell.index + 1),
-                cell.cell_id,
-                cell.settings.model,
-                str(cell.settings.batch_size),
-                gpus_text(cell.settings.gpus, cell.settings.nnodes),
-                cell.settings.precision,
-                *values,
-            ]
-        )
+        row = get_kind(cell.kind).plan_row(cell, knobs)
+        rows.append([str(cell.index + 1), cell.cell_id, *row])
     headers = ["#", "cell", "model", "batch", "GPUs", "precision", *knobs]
     columns = list(zip(*rows)) if rows else [()] * len(headers)
     cols = [
@@ -185,8 +144,8 @@ UNIT_SHORT = {"images": "img", "sequences": "seq", "tokens": "tok", "samples": "
 
 
 def results_table(table: Any, title: str) -> Table:
-    """The final table: every figure in full at any console width (see ``cli/tables.py``)."""
-    from torchscale.cli.tables import Col, fitted_table
+    """The final table: every figure in full at any console width (``cli/console_tables.py``)."""
+    from torchscale.cli.console_tables import Col, fitted_table
 
     rows = list(table.itertuples())
     units = [row.unit if isinstance(row.unit, str) else "" for row in rows]

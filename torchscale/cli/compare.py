@@ -14,7 +14,7 @@ from torchscale.cli.console import err_console, print_json, user_errors
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from torchscale.analysis.compare import Comparison
+    from torchscale.analysis.comparison import Comparison
 
 EXIT_REGRESSION = 1
 
@@ -102,9 +102,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Compare two result folders; fail (exit 1) on regressions and on cells that ran in
         OLD but failed, timed out or are missing in NEW."""
-        from torchscale.analysis.compare import CompareOptions, compare_runs
+        from torchscale.analysis.comparison import CompareOptions, compare_runs
         from torchscale.errors import TorchscaleError
-        from torchscale.report.data import load_report_data
+        from torchscale.report.report_data import load_report_data
 
         if threshold < 0 or resamples < 100:
             raise TorchscaleError("--threshold must be >= 0 and --resamples >= 100")

@@ -111,7 +111,7 @@ def register(app: typer.Typer) -> None:
         from torchscale.analysis.projection import COMPUTE_DRIFT_LIMIT, CPU_WAIT_LIMIT
         from torchscale.analysis.projection import project as run_projection
         from torchscale.errors import TorchscaleError
-        from torchscale.report.data import load_report_data
+        from torchscale.report.report_data import load_report_data
 
         targets = [*(gpus or []), *_extra_counts(ctx.args)] or ([] if holdout else DEFAULT_TARGETS)
         if any(n < 1 for n in targets) or gpus_per_node < 1:
@@ -121,9 +121,7 @@ def register(app: typer.Typer) -> None:
         if inter_node_gbps is not None and inter_node_gbps <= 0:
             raise TorchscaleError("--inter-node-gbps must be a positive bandwidth in GB/s, e.g. 25")
         data = load_report_data(source)
-        result = run_projection(
-            data.records, data.documents, targets, gpus_per_node, holdout, inter_node_gbps
-        )
+        result = run_projection(data.records, targets, gpus_per_node, holdout, inter_node_gbps)
         rows = [_clean(r) for r in result.table.to_dict("records")]
         if json_output:
             print_json(

@@ -1,4 +1,5 @@
-"""The communication cell kind: the worker it launches, and its result.json -> result records.
+"""The communication cell kind: its plan (``torchscale.comm.plan``), the worker it launches, its
+result.json -> result records, and its console view (``torchscale.comm.view``).
 
 One ``collective`` record per scope x op x dtype x size (send/recv included, as op ``send_recv``
 with its pair matrix) and one ``tp_gemm`` record per case. Bandwidths come from
@@ -9,13 +10,16 @@ figures stay).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Type, Union
 
 from torchscale.comm.busbw import SEND_RECV, algbw_gbps, busbw_factor, busbw_gbps
 from torchscale.comm.config import ELEMENT_BYTES, CommCellSettings
 from torchscale.comm.pairs import pair_matrix, pair_wrong, slowest_pair
+from torchscale.comm.plan import comm_cell_id, comm_settings, count_comm
+from torchscale.comm.view import comm_console_lines, describe_comm_cell
+from torchscale.config.settings import BenchmarkConfig
 from torchscale.hardware.links import link_peak_gbps, parse_link, peak_fraction
-from torchscale.plan.matrix import Cell
+from torchscale.plan.planned_cell import Cell, KindSettings
 from torchscale.results.schema import (
     CellStatus,
     CollectiveResult,
@@ -38,9 +42,54 @@ def _spread(values: List[float]) -> Dict[str, Any]:
     }
 
 
+def _settings(cell: Cell) -> CommCellSettings:
+    assert isinstance(cell.settings, CommCellSettings), cell.kind
+    return cell.settings
+
+
 class CommunicationKind:
     name = "communication"
     worker_module = "torchscale.comm.worker"
+    record_models: Tuple[Type[ResultBase], ...] = (CollectiveResult, TpGemmResult)
+    selections: Tuple[str, ...] = ("all", "comm")
+    profiled = False
+
+    def missing(self, config: BenchmarkConfig) -> Optional[str]:
+        if config.communication is not None:
+            return None
+        return "a communication: section in the config (see docs/communication.md)"
+
+    def count(
+        self, config: BenchmarkConfig, benchmark: str, gpus_per_node: Optional[int]
+    ) -> Tuple[int, List[str]]:
+        return count_comm(config, gpus_per_node)
+
+    def plan(
+        self, config: BenchmarkConfig, benchmark: str, gpus_per_node: Optional[int]
+    ) -> Iterator[KindSettings]:
+        yield from comm_settings(config, gpus_per_node)
+
+    def cell_id(self, settings: KindSettings) -> str:
+        assert isinstance(settings, CommCellSettings)
+        return comm_cell_id(settings)
+
+    def swept(self, config: BenchmarkConfig, benchmark: str) -> List[str]:
+        return []  # one cell sweeps every op, dtype and size itself
+
+    def describe(self, cell: Cell) -> str:
+        return describe_comm_cell(_settings(cell))
+
+    def plan_row(self, cell: Cell, knobs: List[str]) -> List[str]:
+        return [self.name, "-", str(cell.settings.gpus), "-", *["-"] * len(knobs)]
+
+    def console_lines(self, records: List[ResultBase]) -> List[str]:
+        """nccl-tests-style tables, then what went wrong with the cell, if anything."""
+        lines = comm_console_lines(records)
+        first = records[0] if records else None
+        if first is not None and first.status != "ok":
+            label = "SKIP" if first.status == "skipped" else "FAIL"
+            lines.append(f"> [{label}] {first.status}: {first.error}")
+        return lines
 
     @staticmethod
     def _run_fields(settings: CommCellSettings, result: Dict[str, Any]) -> Dict[str, Any]:
@@ -155,7 +204,7 @@ class CommunicationKind:
     def records(
         self, cell: Cell, identity: Dict[str, Any], result: Dict[str, Any]
     ) -> List[ResultBase]:
-        settings: CommCellSettings = cell.settings
+        settings = _settings(cell)
         n = settings.gpus
         base = {**identity, **self._run_fields(settings, result)}
         records: List[Union[CollectiveResult, TpGemmResult]] = [
@@ -174,7 +223,7 @@ class CommunicationKind:
         self, cell: Cell, identity: Dict[str, Any], status: CellStatus, error: str
     ) -> List[ResultBase]:
         """One record per op x dtype (and TP GEMM case), without figures."""
-        settings: CommCellSettings = cell.settings
+        settings = _settings(cell)
         base = {**identity, "status": status, "error": error}
         records: List[ResultBase] = [
             CollectiveResult(**base, op=op, dtype=dtype, scope=scope)

@@ -15,10 +15,10 @@ import torch
 import torch.distributed as dist
 
 from torchscale.comm.busbw import Layout
-from torchscale.comm.collectives import UNWRITTEN, Corruption, count_wrong, pattern
+from torchscale.comm.collective_ops import UNWRITTEN, Corruption, count_wrong, pattern
+from torchscale.comm.op_timing import idle, time_op
 from torchscale.comm.pairs import Pair, RankSides, ordered_pairs, pair_key
-from torchscale.comm.timing import idle, time_op
-from torchscale.worker.timing import Clock
+from torchscale.runtime.clock import Clock
 
 
 def _check_pair(

@@ -11,22 +11,19 @@ TP GEMM, whose reference GEMM and 1-rank all-gather path are worth measuring on 
 from __future__ import annotations
 
 import itertools
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from pydantic import ValidationError
 
 from torchscale.comm.config import CommCellSettings
 from torchscale.config.loader import explain
-from torchscale.config.schema import BenchmarkConfig
+from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import ConfigError
-
-KIND = "communication"
+from torchscale.plan.planned_cell import node_counts, settings_digest
 
 
 def comm_cell_id(settings: CommCellSettings) -> str:
     """Readable and stable, like training cell ids (what --resume matches)."""
-    from torchscale.plan.matrix import settings_digest
-
     nodes = f"-n{settings.nnodes}" if settings.nnodes > 1 else ""
     backend = f"-{settings.backend}" if settings.backend != "auto" else ""
     return f"comm-g{settings.gpus}{nodes}{backend}-r{settings.repeat}-{settings_digest(settings)}"
@@ -53,13 +50,20 @@ def _check_tp_shards(settings: CommCellSettings) -> None:
             )
 
 
+def count_comm(config: BenchmarkConfig, gpus_per_node: Optional[int]) -> Tuple[int, List[str]]:
+    """How many communication cells, and the factor that names them."""
+    if config.communication is None:
+        return 0, []
+    per_gpu = sum(len(node_counts(g, config, gpus_per_node)) for g in comm_gpu_counts(config))
+    total = config.repeats * per_gpu
+    return total, [f"communication {total}"]
+
+
 def comm_settings(
     config: BenchmarkConfig, gpus_per_node: Optional[int] = None
 ) -> List[CommCellSettings]:
     """The settings of every communication cell, repeats outermost, in GPU-count order; a count
     spreads over nodes as training cells do (``nodes:``, ``gpus_per_node``, the launch's node)."""
-    from torchscale.plan.matrix import node_counts
-
     section = config.communication
     if section is None:
         return []

@@ -18,10 +18,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from torchscale.comm.collectives import Corruption, all_gather_single, torch_dtype
+from torchscale.comm.collective_ops import Corruption, all_gather_single, torch_dtype
 from torchscale.comm.config import TpGemmCase
-from torchscale.comm.timing import time_op, time_steps
-from torchscale.worker.timing import Clock
+from torchscale.comm.op_timing import time_op, time_steps
+from torchscale.runtime.clock import Clock
 
 SEED = 1234
 # dtype -> (atol per sqrt(k), rtol): the GEMM adds k products in a different order per order and

@@ -11,10 +11,10 @@ from typing import Any, List, Literal, Optional
 
 from rich.table import Table
 
-from torchscale.analysis.scalar import as_int
 from torchscale.comm.busbw import format_size
 from torchscale.comm.config import CommCellSettings
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult
+from torchscale.results.table_scalars import as_int
 
 REDOP = {"all_reduce": "sum", "reduce_scatter": "sum"}
 SCOPE_TITLES = {
@@ -112,7 +112,7 @@ def comm_console_lines(records: List[ResultBase]) -> List[str]:
 
 def comm_results_table(collectives: Any, tp_gemm: Any, title: str) -> Table:
     """The end-of-run summary: best busbw per op and every TP GEMM case."""
-    from torchscale.comm.tables import peak_busbw
+    from torchscale.comm.result_tables import peak_busbw
 
     table = Table(title=title, title_justify="left")
     for column in ("what", "ranks", "scope", "dtype", "status", "figure", "at"):

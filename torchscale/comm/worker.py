@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from torchscale.comm.busbw import SEND_RECV, Layout, layout
-from torchscale.comm.collectives import (
+from torchscale.comm.collective_ops import (
     RUN,
     Corruption,
     Group,
@@ -31,16 +31,16 @@ from torchscale.comm.collectives import (
     torch_dtype,
 )
 from torchscale.comm.config import ELEMENT_BYTES, CommCellSettings
+from torchscale.comm.op_timing import idle, time_op
 from torchscale.comm.p2p import measure_pairs
 from torchscale.comm.scopes import scope_groups
-from torchscale.comm.timing import idle, time_op
 from torchscale.comm.tp_gemm import run_case
 from torchscale.results.store import atomic_write_json
-from torchscale.worker import entry as cell_entry
-from torchscale.worker.distributed import RankContext, init_distributed
-from torchscale.worker.nodes import result_writer
-from torchscale.worker.reporting import RankReporter
-from torchscale.worker.timing import Clock
+from torchscale.runtime import entry as cell_entry
+from torchscale.runtime.clock import Clock
+from torchscale.runtime.job_nodes import result_writer
+from torchscale.runtime.process_group import RankContext, init_distributed
+from torchscale.runtime.rank_files import RankReporter
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from torchscale.config.schema import BenchmarkConfig
+from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import ConfigError, TorchscaleError
 
 Override = Tuple[List[str], Any]

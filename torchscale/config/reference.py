@@ -13,7 +13,7 @@ from pydantic.fields import FieldInfo
 from typing_extensions import Annotated
 
 from torchscale.comm.config import CommunicationSection, TpGemmSection
-from torchscale.config.schema import (
+from torchscale.config.settings import (
     BenchmarkConfig,
     DataSettings,
     DDPSettings,

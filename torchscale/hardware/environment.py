@@ -16,8 +16,8 @@ from typing import Dict, List, Optional
 
 import psutil
 
-from torchscale import __version__
 from torchscale.hardware.nvml import open_nvml, supported
+from torchscale.version import __version__
 
 MIG_NAME = re.compile(r"\bMIG\b")
 CPU_SLOTS_ENV = "TORCHSCALE_CPU_SLOTS"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from torchscale.config.base import flatten_settings
 from torchscale.errors import TorchscaleError
-from torchscale.integrations.sinks import (
+from torchscale.integrations.run_names import (
     cell_figures,
     cell_run_name,
     row_for,
@@ -178,8 +178,8 @@ class MlflowSink:
         """Seed 001's JSON document of the experiment, as ``report.json``."""
         import tempfile
 
-        from torchscale.report.data import load_experiment
         from torchscale.report.document import build_document
+        from torchscale.report.report_data import load_experiment
 
         document = build_document(load_experiment(self.store_root)).model_dump(mode="json")
         with tempfile.TemporaryDirectory() as folder:

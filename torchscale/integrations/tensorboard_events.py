@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from torchscale.analysis.stats import finite_number
 from torchscale.errors import TorchscaleError
-from torchscale.integrations.sinks import (
+from torchscale.integrations.run_names import (
     cell_figures,
     cell_run_name,
     config_prefix,
@@ -127,7 +127,7 @@ class TensorBoardSink:
 
 def export_tensorboard(data: Any, root: Path) -> Path:
     """``report --format tensorboard``: every experiment of ``data`` (ReportData) into ``root``."""
-    from torchscale.analysis.tables import training_table
+    from torchscale.analysis.training_tables import training_table
 
     require_tensorboard()
     root = Path(root)

@@ -17,13 +17,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from torchscale.kinds.kind_registry import get_kind
+from torchscale.kinds.protocol import common_identity
 from torchscale.launch.flight_recorder import (
     collective_timed_out,
     dump_note,
     flight_recorder_env,
     process_group_timeout_s,
 )
-from torchscale.launch.kinds import common_identity, get_kind
 from torchscale.launch.liveness import clear_owner, write_owner
 from torchscale.launch.nsys import wrapper as nsys_wrapper
 from torchscale.launch.process import python_env, run_process
@@ -34,7 +35,7 @@ from torchscale.launch.torchrun import (
     torchrun_command,
 )
 from torchscale.launch.traces import analyze_traces
-from torchscale.plan.matrix import Cell
+from torchscale.plan.planned_cell import Cell
 from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.layout import (
     CELL_FILE,
@@ -49,7 +50,7 @@ from torchscale.results.layout import (
 )
 from torchscale.results.schema import CellStatus, ResultBase
 from torchscale.results.store import ExperimentStore, atomic_write_json, storage_problem
-from torchscale.worker.reporting import (
+from torchscale.runtime.rank_files import (
     STEP_PHASES,
     WRITES_RESULT_ENV,
     read_json,

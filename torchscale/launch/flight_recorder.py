@@ -1,7 +1,7 @@
 """NCCL's flight recorder for a cell: where a hung collective's ranks dump what they were doing.
 
 The worker's process group times out well before the launcher kills the cell (see
-``worker.distributed.process_group_timeout_s``), so NCCL's watchdog notices a hung collective,
+``runtime.process_group.process_group_timeout_s``), so NCCL's watchdog notices a hung collective,
 and every rank's flight recorder (the last collectives it issued, with sequence numbers and
 states) is written into the cell folder, where ``torchfrtrace`` reads it.
 """

@@ -2,7 +2,7 @@
 rank running the worker module directly, instead of torchrun.
 
 The worker reads its rank, world size and local rank from the MPI launcher's variables
-(``worker/mpi_env.py``) and meets the others through torch's ``env://`` rendezvous at
+(``runtime/mpi_env.py``) and meets the others through torch's ``env://`` rendezvous at
 MASTER_ADDR:MASTER_PORT: ``--rdzv-endpoint`` when given, else the first host of the mpirun
 arguments (``--host``/``-H``, ``--hostfile``), else this host with a free port. The process group
 backend is the cell's ``backend:`` (``mpi`` only runs here). Cells needing more nodes than
@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from torchscale.errors import TorchscaleError
-from torchscale.launch.kinds import get_kind
+from torchscale.kinds.kind_registry import get_kind
 from torchscale.launch.multinode import Launch, split_endpoint
-from torchscale.plan.matrix import Cell
+from torchscale.plan.planned_cell import Cell
 
 EXPORTED = ("OMP_NUM_THREADS", "PYTHONPATH", "PYTHONUNBUFFERED", "TORCHSCALE_CPU_SLOTS")
 """Variables a rank on another host needs from ours (Open MPI ``-x``; MPICH passes them all)."""

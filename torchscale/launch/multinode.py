@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from torchscale.errors import TorchscaleError
 from torchscale.launch.process import KILL_GRACE_S
 from torchscale.launch.torchrun import SINGLE_NODE, Rendezvous
-from torchscale.plan.matrix import Cell
+from torchscale.plan.planned_cell import Cell
 from torchscale.results.layout import node_dir, node_lock
 from torchscale.results.store import ExperimentStore
 

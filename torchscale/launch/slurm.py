@@ -23,7 +23,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from torchscale.errors import TorchscaleError
 from torchscale.launch.multinode import DEFAULT_PORT, Launch
 from torchscale.launch.torchrun import SINGLE_NODE, Rendezvous
-from torchscale.plan.matrix import Cell, Plan
+from torchscale.plan.matrix import Plan
+from torchscale.plan.planned_cell import Cell
 
 NODELIST_VARS = ("SLURM_JOB_NODELIST", "SLURM_NODELIST")
 GPUS_VARS = ("SLURM_GPUS_PER_NODE", "SLURM_GPUS_ON_NODE")

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
 
-from torchscale import __version__
 from torchscale.config.base import flatten_settings
 from torchscale.errors import TorchscaleError
 from torchscale.hardware.environment import (
@@ -28,18 +27,21 @@ from torchscale.hardware.environment import (
     node_devices,
     threads_per_cpu_slot,
 )
+from torchscale.kinds.kind_registry import get_kind
 from torchscale.launch.backends import backend_skip_reason
 from torchscale.launch.cell import node_environments, run_cell, skipped_records
 from torchscale.launch.liveness import live_owner
 from torchscale.launch.multinode import Launch, check_node_zero, merge_node_environments
 from torchscale.launch.nsys import resolve_tool
 from torchscale.launch.process import sigterm_as_interrupt
-from torchscale.plan.matrix import NON_IDENTITY_FIELDS, Cell, Plan
+from torchscale.plan.matrix import Plan
+from torchscale.plan.planned_cell import NON_IDENTITY_FIELDS, Cell
 from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.files import StorageError, storage_cause
 from torchscale.results.schema import SCHEMA_VERSION, ResultBase
 from torchscale.results.store import ExperimentStore, atomic_write_text, storage_problem
 from torchscale.results.validity import INVALID, checked_record
+from torchscale.version import __version__
 
 RETRYABLE = {"failed", "timeout", INVALID}
 
@@ -101,8 +103,8 @@ def skip_reason(cell: Cell, devices: NodeDevices, launch: Launch) -> Optional[st
 def write_summary(store: ExperimentStore, records: List[ResultBase]) -> Any:
     """Rewrite summary.csv (and the communication CSVs) from the records; returns the training
     table for the console."""
-    from torchscale.analysis.tables import training_table
-    from torchscale.comm.tables import write_comm_summaries
+    from torchscale.analysis.training_tables import training_table
+    from torchscale.comm.result_tables import write_comm_summaries
 
     table = training_table(records)
     atomic_write_text(store.summary_path, table.drop(columns=["config_key"]).to_csv(index=False))
@@ -318,7 +320,7 @@ def _sweep(
                 rendezvous=launch.rendezvous(cell, waits.get(cell.cell_id)),
                 env=env,
                 on_poll=events.cell_polled,
-                profile=profile if cell.kind == "training" else None,
+                profile=profile if get_kind(cell.kind).profiled else None,
                 prefix=launch.prefix(cell),
                 records_results=recording,
                 command=launch.worker_command(cell, store.cell_dir(cell.cell_id)),

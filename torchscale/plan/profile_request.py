@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Optional
 
-from torchscale.config.schema import ProfilingSettings
+from torchscale.config.settings import ProfilingSettings
 
 # The NVTX mark each rank's process emits in its nsys window, so that an export holding several
 # ranks (``nsys profile torchrun ...``) says which process is which rank (read by nsys_ranks).

@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 
 from torchscale.analysis.finding import Finding
-from torchscale.profiling.analyzers.breakdown import temporal_breakdown
-from torchscale.profiling.analyzers.collectives import collective_tables
 from torchscale.profiling.analyzers.kernels import MEMORY, kernel_time_by_class
 from torchscale.profiling.analyzers.steps import dataloader_time, step_times
-from torchscale.profiling.findings import find_bottlenecks
+from torchscale.profiling.analyzers.trace_breakdown import temporal_breakdown
+from torchscale.profiling.analyzers.trace_collectives import collective_tables
+from torchscale.profiling.finding_rules import find_bottlenecks
 from torchscale.profiling.traces import RankTrace, load_traces
 
 
@@ -33,7 +33,7 @@ class ProfileAnalysis:
         return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
 
 
-def rank_table(
+def trace_rank_table(
     traces: List[RankTrace], steps: pd.DataFrame, classes: pd.DataFrame, stragglers: pd.DataFrame
 ) -> pd.DataFrame:
     """One row per rank: breakdown, overlap, sync stall, step time, data loading, memory share."""
@@ -63,7 +63,7 @@ def analyze(
     steps = step_times(traces)
     classes = kernel_time_by_class(traces)
     coll = collective_tables(traces)
-    ranks = rank_table(traces, steps, classes, coll["stragglers"])
+    ranks = trace_rank_table(traces, steps, classes, coll["stragglers"])
     calls = (
         coll["calls"].merge(
             coll["instances"][["rank", "step", "op", "seq", "instance", "wait_us", "is_last"]],

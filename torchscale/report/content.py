@@ -10,27 +10,32 @@ import pandas as pd
 
 from torchscale.analysis import cells as cell_tables
 from torchscale.analysis import findings as finding_rules
-from torchscale.analysis.breakdown import step_histogram
-from torchscale.analysis.collectives import collective_table
-from torchscale.analysis.compare import Comparison
+from torchscale.analysis.comparison import Comparison
 from torchscale.analysis.finding import severity_order
-from torchscale.analysis.scalar import frame_records
+from torchscale.analysis.iteration_breakdown import step_histogram
 from torchscale.analysis.scaling import (
     efficiency_band,
     label_variants,
     model_summary,
     scaling_curves,
 )
-from torchscale.analysis.tables import training_table
 from torchscale.analysis.telemetry import telemetry_findings
+from torchscale.analysis.training_tables import training_table
+from torchscale.kinds.kind_registry import TRAINING_KIND, record_kinds
 from torchscale.report import formatting as fmt
-from torchscale.report import nodes, sections
-from torchscale.report.breakdown import comm_compute_section, histogram_charts, parallelism_section
-from torchscale.report.data import ReportData
+from torchscale.report import node_section as nodes
+from torchscale.report import sections
+from torchscale.report.breakdown_sections import (
+    comm_compute_section,
+    histogram_charts,
+    parallelism_section,
+)
 from torchscale.report.elements import Chart, Column, Section, Table, make_table
-from torchscale.report.environment import EnvironmentBlock, environment_block
-from torchscale.report.projection import projection_section
-from torchscale.report.telemetry import telemetry_section
+from torchscale.report.environment_block import EnvironmentBlock, environment_block
+from torchscale.report.projection_section import projection_section
+from torchscale.report.report_data import ReportData
+from torchscale.report.telemetry_section import telemetry_section
+from torchscale.results.table_scalars import frame_records
 
 TOP_FINDINGS = 5
 
@@ -70,7 +75,7 @@ def _training(data: ReportData) -> pd.DataFrame:
 def _cards(table: pd.DataFrame, findings: pd.DataFrame, failures: pd.DataFrame) -> List[Card]:
     ok = table[table["status"] == "ok"]
     missed = len(table) - len(ok)
-    others = int((failures["kind"] != "training").sum())
+    others = int((~failures["kind"].isin(record_kinds(TRAINING_KIND))).sum())
     invalid = int((table["status"] == "invalid").sum())
     detail = f"{missed} failed, OOM or skipped" if missed else "all cells ran"
     if invalid:
@@ -217,7 +222,7 @@ def build_content(
         + telemetry_findings(records)
         + finding_rules.scaling_findings(table)
     )
-    failures = cell_tables.failure_table(data.documents)
+    failures = cell_tables.failure_table(records)
     samples = cell_tables.step_samples(records)
     ranks = cell_tables.rank_table(records)
     node_rows = nodes.node_rows(table)
@@ -240,7 +245,7 @@ def build_content(
         sections.sync_section(table, cell_tables.pooled_rank_table(table, ranks), ranks),
         comm_compute_section(records),
         telemetry_section(records),
-        sections.communication_section(collective_table(data.documents)),
+        sections.communication_section(records),
         parallelism_section(records),
         projection_section(data),
     )

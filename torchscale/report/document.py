@@ -14,12 +14,12 @@ from typing import Any, Dict, List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from torchscale.analysis.scalar import frame_records
-from torchscale.analysis.tables import training_table
-from torchscale.comm.tables import collective_table
-from torchscale.report.data import Experiment, ReportData
+from torchscale.analysis.training_tables import training_table
+from torchscale.comm.result_tables import collective_table
+from torchscale.report.report_data import Experiment, ReportData
 from torchscale.results.layout import MANIFEST
 from torchscale.results.schema import TrainingResult
+from torchscale.results.table_scalars import frame_records
 
 DOCUMENT_VERSION = 1
 OP_KEYS = {

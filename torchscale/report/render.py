@@ -10,10 +10,10 @@ import base64
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict
 
-from torchscale import __version__
 from torchscale.errors import TorchscaleError
 from torchscale.report.content import ReportContent
 from torchscale.report.elements import chart_data_table
+from torchscale.version import __version__
 
 if TYPE_CHECKING:
     from jinja2 import Environment

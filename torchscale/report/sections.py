@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 import pandas as pd
 
 from torchscale.analysis import cells as cell_tables
-from torchscale.analysis.compare import Comparison
+from torchscale.analysis.comparison import Comparison
 from torchscale.analysis.scaling import efficiency_band
+from torchscale.comm.result_tables import collective_table
 from torchscale.report import charts
 from torchscale.report import formatting as fmt
 from torchscale.report.elements import Column, Section, Table, make_table
+from torchscale.results.schema import ResultBase
 
 EXPERIMENT = Column("experiment", "Experiment", fmt.text, numeric=False)
 MODEL = Column("model", "Model", fmt.text, numeric=False)
@@ -227,7 +229,26 @@ def sync_section(table: pd.DataFrame, pooled_ranks: pd.DataFrame, ranks: pd.Data
     )
 
 
-def communication_section(collectives: pd.DataFrame) -> Optional[Section]:
+REPORT_COLLECTIVE_COLUMNS = [
+    "experiment", "op", "scope", "group_size", "dtype", "world_size", "nnodes", "size_bytes",
+    "time_us", "algbw_gbps", "busbw_gbps", "link_peak_gbps", "busbw_peak_fraction", "wrong",
+    "status", "error",
+]  # fmt: skip
+
+
+def report_collectives(records: Iterable[ResultBase]) -> pd.DataFrame:
+    """The collectives table (``torchscale.comm.result_tables``) as the report shows it: its
+    columns, sorted by op, world size, scope and message size."""
+    table = collective_table(records)
+    # Records from before scopes ran over the world: their group is every rank.
+    table["group_size"] = table["group_size"].fillna(table["world_size"])
+    keys = ["op", "world_size", "scope", "size_bytes"]
+    shown = table[REPORT_COLLECTIVE_COLUMNS]
+    return shown.sort_values(keys, kind="stable", ignore_index=True)
+
+
+def communication_section(records: Iterable[ResultBase]) -> Optional[Section]:
+    collectives = report_collectives(records)
     if collectives.empty:
         return None
     return Section(

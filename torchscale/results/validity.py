@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterable, List, Tuple
 
 from pydantic import ValidationError
 
-from torchscale.results.schema import RECORD_KINDS, SCHEMA_VERSION, ResultBase, parse_record
+from torchscale.results.schema import SCHEMA_VERSION, ResultBase, parse_record
 
 log = logging.getLogger("torchscale")
 
@@ -36,6 +36,8 @@ POSITIVE = {
     "collective": ("time_us", "time_us_min", "time_us_max"),
     "tp_gemm": ("time_us", "comm_time_us", "gemm_time_us"),
 }
+PER_STEP = ("training",)
+"""Record kinds with per-step times (``step_times_ms``, and each of ``per_rank``'s)."""
 REQUIRED = {"training": ("throughput",), "collective": ("time_us",), "tp_gemm": ("time_us",)}
 NON_NEGATIVE = {
     "collective": ("algbw_gbps", "busbw_gbps"),
@@ -95,7 +97,7 @@ def problems(doc: Dict[str, Any]) -> List[str]:
         _check(name, doc.get(name), found)
     for name in NON_NEGATIVE.get(kind, ()):
         _check(name, doc.get(name), found, allow_zero=True)
-    if kind == "training":
+    if kind in PER_STEP:
         _check_steps("", doc, found)
         for rank in doc.get("per_rank") or []:
             if isinstance(rank, dict):
@@ -117,10 +119,11 @@ def _invalid(doc: Dict[str, Any], reasons: List[str]) -> Dict[str, Any]:
 def check_and_parse(
     documents: Iterable[Any], source: Any
 ) -> Tuple[List[Dict[str, Any]], List[ResultBase]]:
-    """Every object of a ``results.jsonl`` (impossible figures marked invalid) and the records
-    of the kinds this torchscale knows. ``source`` names the file in warnings (one per kind of
-    problem and file). A record that does not validate is marked invalid too, and kept as a
-    record with what identifies it where that much validates."""
+    """Every object of a ``results.jsonl`` (impossible figures marked invalid) and its record:
+    a kind this torchscale does not know is read as the fields every record has (``ResultBase``).
+    ``source`` names the file in warnings (one per kind of problem and file). A record that does
+    not validate is marked invalid too, and kept as a record with what identifies it where that
+    much validates."""
     out: List[Dict[str, Any]] = []
     records: List[ResultBase] = []
     invalid: List[str] = []
@@ -137,20 +140,18 @@ def check_and_parse(
         if reasons:
             doc = _invalid(original, reasons)
             invalid.append(f"{doc.get('cell_id')}: {reasons[0]}")
-        known = doc.get("kind", "training") in RECORD_KINDS
-        if known:
-            try:
-                records.append(parse_record(doc))
-            except ValidationError as exc:
-                error = exc.errors()[0]
-                where = ".".join(str(part) for part in error.get("loc", ()))
-                reason = f"does not validate ({where}: {error.get('msg')})"
-                if not reasons:
-                    invalid.append(f"{doc.get('cell_id')}: {reason}")
-                doc = _invalid(original, [*reasons, reason])
-                # Keep what identifies it, so that tables can show it as invalid.
-                with contextlib.suppress(ValidationError):
-                    records.append(parse_record(_identity_only(doc)))
+        try:
+            records.append(parse_record(doc))
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error.get("loc", ()))
+            reason = f"does not validate ({where}: {error.get('msg')})"
+            if not reasons:
+                invalid.append(f"{doc.get('cell_id')}: {reason}")
+            doc = _invalid(original, [*reasons, reason])
+            # Keep what identifies it, so that tables can show it as invalid.
+            with contextlib.suppress(ValidationError):
+                records.append(parse_record(_identity_only(doc)))
         out.append(doc)
     if versions:
         log.warning(

@@ -18,12 +18,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from torchscale import __version__
 from torchscale.hardware.nvml import NO_PERMISSION, open_nvml, supported
 from torchscale.validate import gpu, interconnect, performance, software, system
 from torchscale.validate.result import CheckResult, fail, skip, summarize
 from torchscale.validate.smoke import NAME as SMOKE_NAME
 from torchscale.validate.smoke import run_smoke_test
+from torchscale.version import __version__
 
 GPU_CHECKS = (
     ("MIG mode", gpu.check_mig),

@@ -54,8 +54,8 @@ def run(size_bytes: int, warmup: int, iters: int, timeout_s: float) -> Optional[
     import torch.distributed as dist
 
     from torchscale.comm.busbw import algbw_gbps, busbw_gbps
-    from torchscale.comm.timing import time_op
-    from torchscale.worker.timing import Clock
+    from torchscale.comm.op_timing import time_op
+    from torchscale.runtime.clock import Clock
 
     cuda = torch.cuda.is_available()
     backend = "nccl" if cuda else "gloo"

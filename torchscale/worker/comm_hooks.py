@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from torchscale.config.schema import DDPSettings
+from torchscale.config.settings import DDPSettings
 
 # Passed to PowerSGDState: full-precision all-reduce for the first steps, then compression.
 POWERSGD_START_ITER = 2

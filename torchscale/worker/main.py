@@ -1,9 +1,9 @@
 """Worker entry point: ``torchrun ... -m torchscale.worker --cell cell.json --out result.json``.
 
 Every rank builds the model and runs the windows; the writer (rank 0, or the lowest rank on the
-node that records results, see ``worker/nodes.py``) gathers the per-rank figures and each node's
-environment and writes ``result.json`` atomically. A rank that fails writes its error file (OOM
-is recognised), then re-raises so torchrun records it and stops the other ranks.
+node that records results, see ``runtime/job_nodes.py``) gathers the per-rank figures and each
+node's environment and writes ``result.json`` atomically. A rank that fails writes its error file
+(OOM is recognised), then re-raises so torchrun records it and stops the other ranks.
 """
 
 from __future__ import annotations
@@ -13,14 +13,12 @@ from typing import Any, Dict, List, Optional
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from torchscale.config.schema import CellSettings
+from torchscale.config.settings import CellSettings
 from torchscale.models.registry import load_model
 from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.layout import PROFILE_DIR
 from torchscale.results.store import atomic_write_json
-from torchscale.worker.aggregate import aggregate
-from torchscale.worker.distributed import RankContext, init_distributed
-from torchscale.worker.entry import (
+from torchscale.runtime.entry import (
     exit_now,
     gather_at,
     parse_cell_args,
@@ -28,8 +26,10 @@ from torchscale.worker.entry import (
     read_cell,
     reporting_failures,
 )
+from torchscale.runtime.job_nodes import gather_node_environments, result_writer
+from torchscale.runtime.process_group import RankContext, init_distributed
+from torchscale.worker.aggregate import aggregate
 from torchscale.worker.measure import ddp_config, measure_rank, warmup_steps
-from torchscale.worker.nodes import gather_node_environments, result_writer
 from torchscale.worker.profiler import (
     agree_on_window,
     profile_window,

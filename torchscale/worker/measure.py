@@ -23,11 +23,11 @@ import torch
 import torch.distributed as dist
 
 from torchscale.analysis.stats import mean, time_stats
-from torchscale.config.schema import CellSettings
-from torchscale.worker.distributed import RankContext
-from torchscale.worker.reporting import RankReporter
-from torchscale.worker.telemetry import GpuSampler, nvml_index, thread_cpu
-from torchscale.worker.timing import Clock
+from torchscale.config.settings import CellSettings
+from torchscale.runtime.clock import Clock
+from torchscale.runtime.process_group import RankContext
+from torchscale.runtime.rank_files import RankReporter
+from torchscale.worker.gpu_sampler import GpuSampler, nvml_index, thread_cpu
 from torchscale.worker.training import TrainingRun
 
 # DDP logging keys (nanoseconds, for the previous iteration) -> RankResult fields.

@@ -19,8 +19,8 @@ import torch.distributed as dist
 
 from torchscale.plan.profile_request import RANK_MARK_FORMAT, ProfileRequest
 from torchscale.results.layout import PROFILE_DIR, kineto_trace, nsys_report
-from torchscale.worker.distributed import RankContext
-from torchscale.worker.timing import Clock
+from torchscale.runtime.clock import Clock
+from torchscale.runtime.process_group import RankContext
 from torchscale.worker.training import TrainingRun
 
 

@@ -15,14 +15,14 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from torchscale.config.schema import CellSettings
+from torchscale.config.settings import CellSettings
 from torchscale.hardware.peaks import peak_precision
 from torchscale.models import ModelSpec
+from torchscale.runtime.clock import Clock, StepMarks
+from torchscale.runtime.process_group import RankContext
+from torchscale.runtime.rank_files import StepTracker
+from torchscale.worker.batches import batch_stream
 from torchscale.worker.comm_hooks import register_comm_hook
-from torchscale.worker.data import batch_stream
-from torchscale.worker.distributed import RankContext
-from torchscale.worker.reporting import StepTracker
-from torchscale.worker.timing import Clock, StepMarks
 
 Annotate = Callable[[str], ContextManager[Any]]
 

@@ -1,6 +1,6 @@
 """Build the NVML fixtures of tests/data/nvml/ from published outputs of real nodes.
 
-No GPU node was at hand to record with ``python tests/fakes/fake_pynvml.py record``, so each
+No GPU node was at hand to record with ``python tests/support/fakes/fake_pynvml.py record``, so each
 fixture is written here from public ``nvidia-smi`` / ``nvidia-smi topo -m`` / NCCL topology dumps of
 the same hardware (sources in each fixture's ``sources``), translated into what NVML returns for
 those fields: names, memory, bus ids, driver and CUDA versions, power limits and idle draw,

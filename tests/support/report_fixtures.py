@@ -1,0 +1,380 @@
+"""Result folders for report and compare tests, computed from a simple performance model.
+
+Each cell's per-rank step times are drawn (seeded) around ``compute + exposed sync``, then
+aggregated by the worker's own ``aggregate`` so every derived figure (throughput, percentiles,
+sync stats, MFU) follows torchscale's definitions. Collective records follow the nccl-tests
+formulas. Nothing is a copied number: tests recompute what they assert from these records.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from tests.support.shared_runs import SCRIPT_NAME, healthy_run
+from torchscale.analysis.stats import time_stats
+from torchscale.config.settings import CellSettings
+from torchscale.plan.training_cells import cell_id
+from torchscale.results.layout import experiment_dirname
+from torchscale.results.schema import TrainingResult
+from torchscale.results.store import ExperimentStore, append_jsonl
+from torchscale.worker.aggregate import aggregate
+
+DEVICE = "NVIDIA H100 80GB HBM3"
+LINK_PEAK_GBPS = 450.0
+BUSBW_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A synthetic model: compute per sample, gradient bytes, and how noisy its steps are."""
+
+    name: str
+    params: int
+    ms_per_sample: float
+    flops_per_sample: float
+    sync_ms_per_gpu_doubling: float
+    cv: float = 0.03
+    activation_bytes_per_sample: int = 64 * 2**20
+
+
+MODELS = (
+    ModelShape("resnet-synthetic", 25_557_032, 0.25, 24.6e9, 1.2),
+    ModelShape(SCRIPT_NAME, 124_000_000, 0.9, 6 * 124e6 * 1024, 9.0),
+)
+
+
+@dataclass
+class FixtureSpec:
+    name: str = "fixture-scaling"
+    models: Sequence[ModelShape] = MODELS
+    batch_sizes: Sequence[int] = (32, 64)
+    gpu_counts: Sequence[int] = (1, 2, 4, 8)
+    repeats: int = 1
+    steps: int = 30
+    seed: int = 0
+    slowdown: Dict[str, float] = field(default_factory=dict)  # model name -> step time factor
+    cv_override: Dict[str, float] = field(default_factory=dict)  # model name -> step time CV
+    straggler: Optional[Tuple[str, int, int]] = (SCRIPT_NAME, 8, 3)  # model, world, slow rank
+    gpus_per_node: int = 8  # a GPU count above it runs on gpus / gpus_per_node nodes
+    inter_node_ms: float = 4.0  # extra sync per doubling of the node count (the network)
+    failures: bool = True
+    collectives: bool = True
+    findings: bool = True
+
+
+def _settings(model: str, batch: int, gpus: int, repeat: int, nnodes: int = 1) -> CellSettings:
+    return CellSettings(
+        model=model,
+        batch_size=batch,
+        gpus=gpus,
+        nnodes=nnodes,
+        repeat=repeat,
+        precision="bf16",
+        warmup_steps=5,
+        measure_steps=30,
+    )
+
+
+def _identity(settings: CellSettings, experiment: str) -> dict:
+    return {
+        "cell_id": cell_id(settings),
+        "experiment": experiment,
+        "model": settings.model,
+        "batch_size": settings.batch_size,
+        "global_batch_size": settings.gpus * settings.batch_size,
+        "precision": settings.precision,
+        "world_size": settings.gpus,
+        "nnodes": settings.nnodes,
+        "nproc_per_node": settings.nproc_per_node,
+        "repeat": settings.repeat,
+        "settings": settings.model_dump(mode="json"),
+    }
+
+
+def host_name(node: int) -> str:
+    return f"node-{chr(ord('a') + node)}"
+
+
+def _ranks(
+    shape: ModelShape, batch: int, world: int, spec: FixtureSpec, rng: np.random.Generator
+) -> List[dict]:
+    factor = spec.slowdown.get(shape.name, 1.0)
+    cv = spec.cv_override.get(shape.name, shape.cv)
+    compute = shape.ms_per_sample * batch * factor
+    comm = shape.sync_ms_per_gpu_doubling * math.log2(world) if world > 1 else 0.0
+    per_node = min(world, spec.gpus_per_node)
+    comm += spec.inter_node_ms * math.log2(world // per_node)
+    slow_rank = (
+        spec.straggler[2] if spec.straggler and spec.straggler[:2] == (shape.name, world) else None
+    )
+    delays = np.zeros(world)
+    if slow_rank is not None:
+        delays[slow_rank] = 0.3 * compute
+    noise = rng.normal(1.0, cv, size=(spec.steps, world)).clip(0.2)
+    own = compute * noise + delays  # each rank's compute per step
+    done = own.max(axis=1, keepdims=True)  # all-reduce completes when the last rank arrives
+    steps = done + comm
+    waits = steps - own
+    states = shape.params * 4
+    ranks = []
+    for r in range(world):
+        times = steps[:, 0].tolist()  # ranks leave the all-reduce together
+        memory = {
+            "params_bytes": states,
+            "grads_bytes": states,
+            "optimizer_bytes": 2 * states,
+            "activations_peak_bytes": shape.activation_bytes_per_sample * batch,
+            "peak_kind": "cuda_allocated",
+        }
+        memory["peak_bytes"] = 4 * states + memory["activations_peak_bytes"] + 2**28
+        ranks.append(
+            {
+                "rank": r,
+                "local_rank": r % per_node,
+                "host": host_name(r // per_node),
+                "device": f"cuda:{r % per_node}",
+                "step_time_ms": time_stats(times),
+                "step_times_ms": times,
+                "measure_steps": spec.steps,
+                "window_s": sum(times) / 1000,
+                "forward_ms": float(own[:, r].mean()) / 3,
+                "backward_ms": float(2 * own[:, r].mean() / 3 + waits[:, r].mean()),
+                "optimizer_ms": 0.5,
+                "nosync_step_ms": float(own[:, r].mean()),
+                "sync_wait_ms": float(waits[:, r].mean()),
+                "sync_wait_samples_ms": waits[:, r].tolist(),
+                "memory": memory,
+            }
+        )
+    return ranks
+
+
+def training_record(
+    shape: ModelShape,
+    batch: int,
+    world: int,
+    repeat: int,
+    spec: FixtureSpec,
+    rng: np.random.Generator,
+) -> TrainingResult:
+    nnodes = max(1, world // spec.gpus_per_node)
+    settings = _settings(shape.name, batch, world, repeat, nnodes)
+    figures = aggregate(
+        _ranks(shape, batch, world, spec, rng),
+        batch_size=batch,
+        grad_accum_steps=1,
+        precision="bf16",
+        unit="samples",
+        units_per_sample=1.0,
+        flops_per_sample=shape.flops_per_sample,
+        device_name=DEVICE,
+    )
+    return TrainingResult(
+        **{**_identity(settings, spec.name), **figures},
+        status="ok",
+        backend="nccl",
+        hosts=[host_name(node) for node in range(nnodes)],
+    )
+
+
+def failure_records(spec: FixtureSpec) -> List[TrainingResult]:
+    first, second = spec.models[0].name, spec.models[-1].name
+    cases = [
+        (
+            first,
+            256,
+            1,
+            "oom",
+            "rank 0 on node-a failed in forward: OutOfMemoryError: CUDA out "
+            "of memory. Tried to allocate 2.00 GiB",
+        ),
+        (
+            second,
+            256,
+            2,
+            "failed",
+            "rank 1 on node-a failed in backward: DistBackendError: NCCL "
+            "error: unhandled system error (then ranks [0] failed too)",
+        ),
+        (first, 32, 16, "skipped", "needs 16 GPUs per node; this node has 8 GPUs"),
+    ]
+    return [
+        TrainingResult(
+            **_identity(_settings(model, batch, gpus, 0), spec.name), status=status, error=error
+        )
+        for model, batch, gpus, status, error in cases
+    ]
+
+
+def collective_documents(spec: FixtureSpec) -> List[dict]:
+    """nccl-tests style records: time = latency + bytes / link rate, busbw = algbw x factor."""
+    docs = []
+    for op, factor in BUSBW_FACTOR.items():
+        for world in (2, 4, 8):
+            for size in (2**k for k in range(10, 29, 3)):
+                # 85% of the link's peak bus bandwidth once latency is amortised
+                time_us = 8.0 + size * factor(world) / (LINK_PEAK_GBPS * 0.85 * 1e3)
+                algbw = size / time_us / 1e3
+                docs.append(
+                    {
+                        "schema_version": 1,
+                        "kind": "collective",
+                        "experiment": spec.name,
+                        "cell_id": f"comm-{op}-g{world}-{size}",
+                        "status": "ok",
+                        "op": op,
+                        "dtype": "float32",
+                        "world_size": world,
+                        "nproc_per_node": world,
+                        "size_bytes": size,
+                        "time_us": time_us,
+                        "algbw_gbps": algbw,
+                        "busbw_gbps": algbw * factor(world),
+                        "wrong": 0,
+                        "link_peak_gbps": LINK_PEAK_GBPS,
+                        "busbw_peak_fraction": algbw * factor(world) / LINK_PEAK_GBPS,
+                    }
+                )
+    docs.append(
+        {
+            "schema_version": 1,
+            "kind": "collective",
+            "experiment": spec.name,
+            "cell_id": "comm-broadcast-g8",
+            "status": "failed",
+            "op": "broadcast",
+            "dtype": "float32",
+            "world_size": 8,
+            "nproc_per_node": 8,
+            "size_bytes": 1024,
+            "wrong": 12,
+            "error": "broadcast: 12 wrong elements on rank 5",
+        }
+    )
+    return docs
+
+
+PROFILE_FINDINGS = [
+    {
+        "severity": "high",
+        "category": "straggler",
+        "title": "GPU 3 finishes backward late",
+        "message": "NCCL all_reduce waits 15.0% of step time for rank 3",
+        "ranks": [3],
+        "recommendation": "Check rank 3's clocks: nvidia-smi -q -d PERFORMANCE",
+    },
+    {
+        "severity": "info",
+        "category": "overlap",
+        "message": "Overlap is 71% in backward",
+        "ranks": [],
+        "recommendation": "Raise ddp.bucket_cap_mb",
+    },
+]
+
+
+def environment() -> dict:
+    return {
+        "host": "node-a",
+        "platform": "Linux-6.8-x86_64",
+        "python": "3.11.7",
+        "torch": "2.5.1+cu124",
+        "cuda": "12.4",
+        "cudnn": 90100,
+        "nccl": "2.21.5",
+        "driver": "550.90.07",
+        "backend": "nccl",
+        "device_kind": "cuda",
+        "device_count": 8,
+        "gpus": [{"index": i, "name": DEVICE, "memory_bytes": 85520809984} for i in range(8)],
+        "env": {"NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "0"},
+        "topology": {"GPU0": ["X", "NV18"], "GPU1": ["NV18", "X"]},
+    }
+
+
+def write_experiment(root: Path, spec: FixtureSpec) -> Path:
+    """Write ``root/<experiment>/`` as ``torchscale benchmark`` would; returns its folder."""
+    store = ExperimentStore(root / experiment_dirname(spec.name))
+    store.write_manifest(
+        {"schema_version": 1, "experiment": spec.name, "environment": environment(), "config": {}}
+    )
+    rng = np.random.default_rng(spec.seed)
+    for repeat in range(spec.repeats):
+        for shape in spec.models:
+            for batch in spec.batch_sizes:
+                for world in spec.gpu_counts:
+                    store.append(training_record(shape, batch, world, repeat, spec, rng))
+    if spec.failures:
+        for record in failure_records(spec):
+            store.append(record)
+    if spec.collectives:
+        for doc in collective_documents(spec):
+            append_jsonl(store.results_path, doc)
+    if spec.findings:
+        profile = store.cell_dir("profile-8gpu") / "profile"
+        profile.mkdir(parents=True)
+        (profile / "findings.json").write_text(json.dumps(PROFILE_FINDINGS), encoding="utf-8")
+    return store.root
+
+
+_SESSION: Dict[str, Path] = {}  # built once per test session, whichever module asks first
+
+
+def fixture_results(tmp_root: Path) -> Path:
+    """The default fixture experiment, written once per test session."""
+    if "fixture" not in _SESSION:
+        _SESSION["fixture"] = write_experiment(tmp_root / "fixture-results", FixtureSpec())
+    return _SESSION["fixture"]
+
+
+NODE_SPEC = FixtureSpec(
+    name="fixture-nodes",
+    batch_sizes=(32,),
+    gpu_counts=(1, 2, 4, 8, 16),  # 8 and 16 run as 2 x 4 and 4 x 4
+    gpus_per_node=4,
+    straggler=None,
+    failures=False,
+    collectives=False,
+    findings=False,
+)
+UNSPLIT_SPEC = replace(
+    NODE_SPEC, models=MODELS[:1], batch_sizes=(64,), gpu_counts=(1, 2, 8), seed=1
+)
+"""A second configuration of the same experiment: its 2 x 4 cell has no 1 x 4 cell to split by."""
+
+
+def node_results(tmp_root: Path) -> Path:
+    """One experiment with cells on 1, 2 and 4 nodes, written once per test session."""
+    if "nodes" not in _SESSION:
+        write_experiment(tmp_root / "node-results", NODE_SPEC)
+        _SESSION["nodes"] = write_experiment(tmp_root / "node-results", UNSPLIT_SPEC)
+    return _SESSION["nodes"]
+
+
+def session_report(tmp_root: Path, source: str, fmt: str) -> Path:
+    """The report of ``source`` ("fixture", "nodes" or "real") in ``fmt``, built once per
+    session."""
+    key = f"{source}.{fmt}"
+    if key not in _SESSION:
+        from torchscale.app.report import ReportRequest, generate_report
+
+        sources = {"fixture": fixture_results, "nodes": node_results, "real": real_results}
+        folder = sources[source](tmp_root)
+        output = tmp_root / "reports" / f"{source}-report.{fmt}"
+        output.parent.mkdir(exist_ok=True)
+        _SESSION[key] = generate_report(ReportRequest(folder, fmt, output))
+    return _SESSION[key]
+
+
+def real_results(tmp_root: Path) -> Path:
+    """One real CPU benchmark (1 and 2 gloo processes), shared with the engine's tests.
+
+    Returns the output dir holding the experiment folder.
+    """
+    return healthy_run(tmp_root).output_dir

@@ -1,0 +1,239 @@
+"""The package's shape: no import cycle, cell kinds compared only in their registry, one file
+name per module. Read from the source with ``ast``: nothing is imported but the registry."""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections import Counter
+from pathlib import Path
+from typing import Dict, Iterator, List, Set, Tuple
+
+import torchscale
+
+PACKAGE = Path(torchscale.__file__).parent
+REGISTRY = PACKAGE / "kinds" / "kind_registry.py"
+
+
+def _modules() -> Dict[str, Path]:
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+MODULES = _modules()
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _imported(module: str, path: Path) -> Iterator[Tuple[str, int]]:
+    """(torchscale module, line) for every import in ``path``, at any depth: module level,
+    inside functions, under ``TYPE_CHECKING``. ``from pkg import name`` is the submodule
+    ``pkg.name`` when there is one, else ``pkg`` itself."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            subs = [f"{base}.{alias.name}" for alias in node.names]
+            names = [sub for sub in subs if sub in MODULES] or [base]
+        else:
+            continue
+        for name in names:
+            while name and name not in MODULES:
+                name = name.rpartition(".")[0]
+            if name.startswith("torchscale") and name != module:
+                yield name, node.lineno
+
+
+@functools.cache
+def _graph() -> Dict[str, Set[str]]:
+    return {
+        module: {name for name, _ in _imported(module, path)} for module, path in MODULES.items()
+    }
+
+
+def _cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """Strongly connected components of more than one node (Tarjan)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    found: List[List[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_back_through_others() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_sees_a_function_level_loop() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    # and the graph holds function-level imports: the CLI imports its commands lazily
+    assert "torchscale.cli.benchmark_command" in _graph()["torchscale.cli.app"]
+
+
+def _kind_vocabulary() -> Set[str]:
+    from torchscale.kinds.kind_registry import CELL_KINDS, record_kinds
+
+    return {name for cell_kind in CELL_KINDS for name in [cell_kind, *record_kinds(cell_kind)]}
+
+
+def _names_a_kind(node: ast.expr) -> bool:
+    """``kind``, ``cell.kind``, ``record.kind``, ``doc.get("kind")``, ``doc["kind"]``."""
+    if isinstance(node, ast.Name):
+        return node.id.endswith("kind")
+    if isinstance(node, ast.Attribute):
+        return node.attr.endswith("kind")
+    if isinstance(node, ast.Call) and node.args:
+        first = node.args[0]
+        return isinstance(first, ast.Constant) and first.value == "kind"
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+        return isinstance(key, ast.Constant) and key.value == "kind"
+    return False
+
+
+def _literals(node: ast.expr) -> List[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [name for element in node.elts for name in _literals(element)]
+    return []
+
+
+def kind_literal_comparisons(tree: ast.Module, vocabulary: Set[str]) -> List[Tuple[int, str]]:
+    """(line, kind name) for every comparison of a kind with a cell or record kind's name."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        if any(_names_a_kind(operand) for operand in operands):
+            for operand in operands:
+                found += [(node.lineno, name) for name in _literals(operand) if name in vocabulary]
+    return found
+
+
+def test_no_kind_is_compared_with_a_literal_outside_the_registry() -> None:
+    vocabulary = _kind_vocabulary()
+    assert {"training", "communication", "collective", "tp_gemm"} <= vocabulary
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: kind == {name!r}"
+        for path in MODULES.values()
+        if path != REGISTRY
+        for line, name in kind_literal_comparisons(_tree(path), vocabulary)
+    ]
+    assert found == [], "compare kinds through torchscale.kinds.kind_registry:\n" + "\n".join(found)
+
+
+def test_the_literal_finder_sees_every_spelling() -> None:
+    source = (
+        'a = cell.kind == "communication"\n'
+        'b = "training" != kind\n'
+        'c = doc.get("kind") in ("collective", "other")\n'
+        'd = series.kind == "bar"\n'
+        'e = r["kind"] == "tp_gemm"\n'
+    )
+    found = kind_literal_comparisons(ast.parse(source), _kind_vocabulary())
+    assert found == [(1, "communication"), (2, "training"), (3, "collective"), (5, "tp_gemm")]
+
+
+def test_every_record_model_belongs_to_one_cell_kind() -> None:
+    from torchscale.kinds.kind_registry import CELL_KINDS
+    from torchscale.results.schema import RECORD_KINDS
+
+    written = [model for kind in CELL_KINDS.values() for model in kind.record_models]
+    assert sorted(written, key=str) == sorted(RECORD_KINDS.values(), key=str)
+    assert len(set(written)) == len(written)
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    """A file name says what the module is: ``report/nodes.py`` and ``analysis/nodes.py`` did not.
+    ``__init__.py`` and ``__main__.py`` are Python's own names."""
+    names = Counter(
+        path.name for path in MODULES.values() if path.name not in ("__init__.py", "__main__.py")
+    )
+    shared = {
+        name: sorted(str(p.relative_to(PACKAGE)) for p in MODULES.values() if p.name == name)
+        for name, count in names.items()
+        if count > 1
+    }
+    assert shared == {}
+
+
+PIPELINE = [
+    "errors", "version", "results", "hardware", "models", "config", "plan", "runtime", "comm",
+    "kinds", "worker", "launch", "analysis", "profiling", "report", "integrations", "validate",
+    "tune", "app", "api", "cli", "__main__",
+]  # fmt: skip
+"""Sub-packages from the bottom up: each imports only those before it (config -> plan -> launch ->
+worker -> results -> analysis -> report, read as data flow; the record schema and the device
+facts are leaves every stage reads, cli/app sit on top)."""
+
+KNOWN_BACKWARD = {
+    ("config", "comm"): "config.settings nests comm.config's communication: section",
+    ("plan", "comm"): "plan.planned_cell's KindSettings union names CommCellSettings",
+    ("plan", "kinds"): "plan.matrix expands the config over the registry's kinds",
+    ("runtime", "launch"): "runtime uses launch's backend choice, flight recorder and liveness",
+    ("launch", "analysis"): "the sweep writes summary.csv from the training table",
+    ("launch", "profiling"): "launch.traces analyses a profiled cell's traces (app/ takes it)",
+    ("worker", "analysis"): "worker.aggregate uses analysis.stats' time_stats",
+}
+"""Imports against the pipeline today, each with why: remove them, never add to them."""
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_packages_import_only_down_the_pipeline() -> None:
+    backward: Dict[Tuple[str, str], List[str]] = {}
+    for module, path in MODULES.items():
+        source = _package(module)
+        for target, line in _imported(module, path):
+            pair = (source, _package(target))
+            if "__init__" in pair or pair[0] == pair[1]:
+                continue
+            assert pair[0] in PIPELINE and pair[1] in PIPELINE, f"place {pair} in PIPELINE"
+            if PIPELINE.index(pair[1]) > PIPELINE.index(pair[0]):
+                backward.setdefault(pair, []).append(f"{module}:{line} imports {target}")
+    new = {pair: where for pair, where in backward.items() if pair not in KNOWN_BACKWARD}
+    assert new == {}, "imports against the pipeline (see PIPELINE)"
+    gone = sorted(set(KNOWN_BACKWARD) - set(backward))
+    assert gone == [], f"no longer imported: remove {gone} from KNOWN_BACKWARD"

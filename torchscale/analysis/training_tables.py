@@ -1,0 +1,107 @@
+"""Result records -> pandas tables, and scaling efficiency (defined here and nowhere else).
+
+Scaling efficiency compares cells that differ only in GPU count:
+``efficiency(N) = throughput_N / (N / B * throughput_B)`` with B the smallest GPU count measured for
+that configuration, on the fewest nodes (1 when a 1-GPU cell exists: then
+``throughput_N / (N * throughput_1)``). Repeats are averaged first. ``analysis/node_scaling.py``
+splits it into intra- and inter-node factors with the same :func:`efficiency`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Iterable, List
+
+import pandas as pd
+
+from torchscale.results.schema import ResultBase, TrainingResult
+
+# Settings that define the scaling axis or do not change what is measured: left out when matching
+# a cell with its baseline.
+SCALING_AXIS_FIELDS = {"gpus", "nnodes", "repeat", "cell_timeout_s"}
+
+TRAINING_COLUMNS = [
+    "cell_id", "experiment", "model", "batch_size", "grad_accum_steps", "global_batch_size",
+    "world_size", "nnodes", "nproc_per_node", "precision", "repeat", "status", "error", "unit",
+    "samples_per_s", "throughput", "step_ms_mean", "step_ms_p50", "step_ms_p95", "step_ms_p99",
+    "step_ms_cv", "sync_exposed_pct", "slowest_rank", "peak_memory_bytes", "tflops_per_gpu",
+    "mfu", "device_name", "hosts", "config_key",
+]  # fmt: skip
+
+
+def config_key(settings: Dict[str, object]) -> str:
+    """Identifies a configuration apart from its GPU count (and repeat)."""
+    kept = {k: v for k, v in settings.items() if k not in SCALING_AXIS_FIELDS}
+    return json.dumps(kept, sort_keys=True, separators=(",", ":"))
+
+
+def _row(record: TrainingResult) -> Dict[str, object]:
+    steps = record.step_time_ms
+    sync = record.sync
+    return {
+        "cell_id": record.cell_id,
+        "experiment": record.experiment,
+        "model": record.model,
+        "batch_size": record.batch_size,
+        "grad_accum_steps": record.grad_accum_steps,
+        "global_batch_size": record.global_batch_size,
+        "world_size": record.world_size,
+        "nnodes": record.nnodes,
+        "nproc_per_node": record.nproc_per_node,
+        "precision": record.precision,
+        "repeat": record.repeat,
+        "status": record.status,
+        "error": record.error,
+        "unit": record.unit,
+        "samples_per_s": record.samples_per_s,
+        "throughput": record.throughput,
+        "step_ms_mean": steps.mean if steps else None,
+        "step_ms_p50": steps.p50 if steps else None,
+        "step_ms_p95": steps.p95 if steps else None,
+        "step_ms_p99": steps.p99 if steps else None,
+        "step_ms_cv": steps.cv if steps else None,
+        "sync_exposed_pct": (
+            100 * sync.exposed_fraction if sync and sync.exposed_fraction is not None else None
+        ),
+        "slowest_rank": sync.slowest_rank if sync else None,
+        "peak_memory_bytes": record.memory.peak_bytes if record.memory else None,
+        "tflops_per_gpu": record.tflops_per_gpu,
+        "mfu": record.mfu,
+        "device_name": record.device_name,
+        "hosts": " ".join(record.hosts),
+        "config_key": config_key(record.settings),
+    }
+
+
+def training_table(records: Iterable[ResultBase]) -> pd.DataFrame:
+    """One row per training cell, with scaling efficiency against its baseline."""
+    rows: List[Dict[str, object]] = [_row(r) for r in records if isinstance(r, TrainingResult)]
+    table = pd.DataFrame(rows, columns=TRAINING_COLUMNS)
+    return add_scaling_efficiency(table)
+
+
+def efficiency(rate: Any, size: Any, base_rate: Any, base_size: Any) -> Any:
+    """Throughput over the ideal: the baseline's throughput scaled by ``size / base_size``."""
+    return rate / (size / base_size * base_rate)
+
+
+def add_scaling_efficiency(table: pd.DataFrame) -> pd.DataFrame:
+    """Add ``scaling_efficiency`` and ``baseline_world_size`` (NaN where no baseline)."""
+    table = table.copy()
+    table["scaling_efficiency"] = float("nan")
+    table["baseline_world_size"] = float("nan")
+    ok = table[(table["status"] == "ok") & table["samples_per_s"].notna()]
+    if ok.empty:
+        return table
+    # The same GPU count may run on one node and on several: they are different cells.
+    mean_rate = ok.groupby(["config_key", "world_size", "nnodes"])["samples_per_s"].mean()
+    for key, by_size in mean_rate.groupby(level=0):
+        by_size = by_size.droplevel(0)
+        base_size, base_nodes = min(by_size.index)
+        base_rate = float(by_size.loc[(base_size, base_nodes)])
+        rows = (table["config_key"] == key) & (table["status"] == "ok")
+        sizes = table.loc[rows, "world_size"].astype(float)
+        rates = table.loc[rows, "samples_per_s"].astype(float)
+        table.loc[rows, "scaling_efficiency"] = efficiency(rates, sizes, base_rate, int(base_size))
+        table.loc[rows, "baseline_world_size"] = int(base_size)
+    return table

@@ -1,0 +1,377 @@
+"""``torchscale benchmark``: expand the YAML matrix into torchrun launches, record the results."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional
+
+import typer
+from typing_extensions import Annotated
+
+from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.errors import TorchscaleError
+
+if TYPE_CHECKING:
+    from torchscale.app.benchmark import BenchmarkOutcome, BenchmarkRequest
+    from torchscale.config.settings import BenchmarkConfig
+    from torchscale.results.schema import ResultBase
+
+log = logging.getLogger("torchscale")
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+EXIT_CELLS_FAILED = 1
+NODES_PANEL = "Multi-node"
+INTEGRATIONS_PANEL = "Integrations"
+
+
+class Launcher(str, Enum):
+    torchrun = "torchrun"
+    slurm = "slurm"
+    mpirun = "mpirun"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "benchmark",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )
+    @user_errors
+    def benchmark(
+        ctx: typer.Context,
+        config: Annotated[
+            Optional[Path],
+            typer.Option(
+                "--config", "-c", help="Benchmark configuration YAML file.", dir_okay=False
+            ),
+        ] = None,
+        output_dir: Annotated[
+            Path,
+            typer.Option("--output-dir", "-o", help="Results go to OUTPUT_DIR/<experiment_name>/."),
+        ] = Path("results"),
+        set_: Annotated[
+            Optional[List[str]],
+            typer.Option(
+                "--set",
+                help="Override a config key, e.g. --set ddp.bucket_cap_mb=50 (repeatable). "
+                "The form --ddp.bucket_cap_mb=50 works too.",
+            ),
+        ] = None,
+        benchmark_kind: Annotated[
+            str,
+            typer.Option(
+                "--benchmark",
+                help="What to run: all (everything the config defines), training (the model "
+                "cells), memory (the model cells with a short window that records memory per "
+                "rank), comm (the communication: section).",
+            ),
+        ] = "all",
+        dry_run: Annotated[
+            bool,
+            typer.Option("--dry-run", help="Print the expanded plan and its torchrun commands."),
+        ] = False,
+        resume: Annotated[
+            bool, typer.Option("--resume", help="Run only the cells that have no result yet.")
+        ] = False,
+        retry_failed: Annotated[
+            bool, typer.Option("--retry-failed", help="With --resume, re-run failed/timeout cells.")
+        ] = False,
+        force: Annotated[
+            bool,
+            typer.Option(
+                "--force",
+                help="With --resume: also when settings changed since the stored results (the "
+                "new results are recorded beside the old ones, and the report says so).",
+            ),
+        ] = False,
+        max_cells: Annotated[
+            int,
+            typer.Option(
+                "--max-cells",
+                help="Refuse a matrix of more cells than this (counted before it is expanded).",
+                min=1,
+            ),
+        ] = 10_000,
+        list_models: Annotated[
+            bool, typer.Option("--list-models", help="List the built-in models and exit.")
+        ] = False,
+        schema: Annotated[
+            bool, typer.Option("--schema", help="Print the JSON Schema of result records and exit.")
+        ] = False,
+        json_output: Annotated[
+            bool, typer.Option("--json", help="Print the results (or the plan) as JSON on stdout.")
+        ] = False,
+        verbose: Annotated[
+            bool, typer.Option("--verbose", "-v", help="Enable verbose logging.")
+        ] = False,
+        launcher: Annotated[
+            Launcher,
+            typer.Option(
+                "--launcher",
+                help="torchrun: this node (with --nnodes: one torchscale per node, in lock step); "
+                "slurm: every cell through srun inside an allocation; mpirun: every cell's ranks "
+                "started by Open MPI or MPICH.",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = Launcher.torchrun,
+        submit: Annotated[
+            bool,
+            typer.Option(
+                "--submit",
+                help="With --launcher slurm: write an sbatch script for the whole matrix and "
+                "submit it (with --dry-run: print it).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = False,
+        nnodes: Annotated[
+            Optional[int],
+            typer.Option(
+                "--nnodes",
+                help="Nodes in this launch (env PET_NNODES).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = None,
+        node_rank: Annotated[
+            Optional[int],
+            typer.Option(
+                "--node-rank",
+                help="This node's rank; node 0 records the results (env PET_NODE_RANK).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = None,
+        rdzv_endpoint: Annotated[
+            Optional[str],
+            typer.Option(
+                "--rdzv-endpoint",
+                help="HOST:PORT of node 0, where the nodes meet (env PET_RDZV_ENDPOINT, or "
+                "MASTER_ADDR and MASTER_PORT).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = None,
+        rdzv_id: Annotated[
+            Optional[str],
+            typer.Option(
+                "--rdzv-id",
+                help="Run id shared by the nodes; cells meet as ID-CELL (env PET_RDZV_ID; "
+                "default: torchscale-EXPERIMENT, or the Slurm job id).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = None,
+        join_timeout: Annotated[
+            float,
+            typer.Option(
+                "--join-timeout",
+                help="Seconds a node waits at a cell for the others (plus the cells node 0 runs "
+                "without it meanwhile).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = 600.0,
+        tensorboard: Annotated[
+            Optional[Path],
+            typer.Option(
+                "--tensorboard",
+                help="Also write TensorBoard event files here, one run per cell "
+                "(needs torchscale\\[tensorboard]).",
+                file_okay=False,
+                rich_help_panel=INTEGRATIONS_PANEL,
+            ),
+        ] = None,
+        mlflow: Annotated[
+            Optional[str],
+            typer.Option(
+                "--mlflow",
+                help="Also log to MLflow: a folder, sqlite:///PATH.db or a server URL; one run per "
+                "cell under a run per experiment (needs torchscale\\[mlflow]).",
+                rich_help_panel=INTEGRATIONS_PANEL,
+            ),
+        ] = None,
+        mpirun_arg: Annotated[
+            Optional[List[str]],
+            typer.Option(
+                "--mpirun-arg",
+                help="Extra mpirun argument for --launcher mpirun, e.g. "
+                "--mpirun-arg=--hostfile=hosts "
+                "(repeatable).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = None,
+        sbatch_arg: Annotated[
+            Optional[List[str]],
+            typer.Option(
+                "--sbatch-arg",
+                help="Extra #SBATCH line for --submit, e.g. --sbatch-arg=--partition=gpu "
+                "(repeatable).",
+                rich_help_panel=NODES_PANEL,
+            ),
+        ] = None,
+    ) -> None:
+        """Run throughput/latency tests across GPU configs."""
+        if verbose:
+            log.setLevel(logging.DEBUG)
+        if list_models:
+            _list_models(json_output)
+            return
+        if schema:
+            from torchscale.results.schema import TrainingResult
+
+            print_json(TrainingResult.model_json_schema())
+            return
+        if config is None:
+            raise TorchscaleError(
+                "missing --config: pass the benchmark YAML, e.g. --config benchmark_config.yaml"
+            )
+
+        from torchscale.app.benchmark import (
+            BenchmarkRequest,
+            LaunchRequest,
+            check_benchmark_flags,
+        )
+        from torchscale.config.loader import load_config, parse_overrides
+        from torchscale.integrations.sinks import Integrations
+
+        check_benchmark_flags(force=force, resume=resume)
+        loaded = load_config(config, parse_overrides(set_ or [], ctx.args))
+        if benchmark_kind != "comm":
+            _check_models(loaded)
+        integrations = Integrations(tensorboard, mlflow)
+        integrations.check()
+        request = BenchmarkRequest(
+            loaded,
+            output_dir,
+            benchmark_kind,
+            LaunchRequest(
+                launcher=launcher.value,
+                nnodes=nnodes,
+                node_rank=node_rank,
+                rdzv_endpoint=rdzv_endpoint,
+                rdzv_id=rdzv_id,
+                join_timeout=join_timeout,
+                mpirun_args=mpirun_arg or [],
+            ),
+            max_cells=max_cells,
+            resume=resume,
+            retry_failed=retry_failed,
+            force=force,
+            integrations=integrations,
+        )
+        if submit:
+            forwarded = [
+                f"--benchmark={benchmark_kind}",
+                *(f"--set={item}" for item in set_ or []),
+                *ctx.args,
+            ]
+            _submit(request, config, forwarded, sbatch_arg or [], dry_run)
+            return
+        if dry_run:
+            from torchscale.cli.plan_view import print_plan
+
+            print_plan(request, json_output)
+            return
+        code = _run(request, json_output)
+        if code:
+            raise typer.Exit(code)
+
+
+def _list_models(json_output: bool) -> None:
+    from torchscale.cli.benchmark_view import models_table
+    from torchscale.models.registry import list_models
+
+    entries = list_models()
+    if json_output:
+        print_json([entry.__dict__ for entry in entries])
+    else:
+        err_console.print(models_table(entries))
+
+
+def _check_models(config: BenchmarkConfig) -> None:
+    """Every ``module:function`` model imports and returns a ModelSpec, before anything runs."""
+    from torchscale.models.registry import check_model_factories
+
+    check_model_factories(config.models, seq_len=config.seq_len[0])
+
+
+def _note(line: str) -> None:
+    err_console.print(line, soft_wrap=True, markup=False)
+
+
+def _submit(
+    request: BenchmarkRequest,
+    config_path: Path,
+    forwarded: List[str],
+    sbatch_args: List[str],
+    dry_run: bool,
+) -> None:
+    from torchscale.app.submit import SubmitRequest, submit_matrix
+
+    done = submit_matrix(SubmitRequest(request, config_path, forwarded, sbatch_args, dry_run))
+    if done.script_path is None:
+        sys.stdout.write(done.script)
+        err_console.print("dry run: nothing was written or submitted")
+        return
+    err_console.print(
+        f"submitted Slurm job {done.job_id} ({done.cells} cells, script {done.script_path}); "
+        f"results go to {done.store_root}, the job's log to {done.job_log}",
+        markup=False,
+    )
+
+
+def _run(request: BenchmarkRequest, json_output: bool) -> int:
+    from torchscale.app.benchmark import run_benchmark
+    from torchscale.cli.benchmark_view import ConsoleEvents, results_table
+
+    outcome = run_benchmark(request, ConsoleEvents(), _note)
+    if outcome.stopped_by:
+        err_console.print(
+            f"[bold yellow]{outcome.stopped_by}.[/bold yellow] {outcome.records_safe} cell "
+            f"result(s) are safe in {outcome.results_path}; run again with --resume to finish "
+            "the rest."
+        )
+        return EXIT_TERMINATED if outcome.stopped_by == "Terminated" else EXIT_INTERRUPTED
+    if not outcome.recorded:
+        return _follower_summary(outcome)
+    table = outcome.table
+    title = f"{outcome.experiment} ({outcome.store_root})"
+    if not table.empty:
+        err_console.print(results_table(table, title))
+    _print_comm_summary(outcome.records, title)
+    if json_output:
+        print_json(
+            {
+                "experiment": outcome.experiment,
+                "results_dir": str(outcome.store_root),
+                "records": [r.model_dump(mode="json") for r in outcome.records],
+            }
+        )
+    failed = outcome.failed_cells
+    if failed:
+        what = "failed, timed out or are invalid" if outcome.any_invalid else "failed or timed out"
+        err_console.print(f"{len(failed)} cell(s) {what}; see their errors above.")
+        return EXIT_CELLS_FAILED
+    return 0
+
+
+def _follower_summary(outcome: BenchmarkOutcome) -> int:
+    """What a node other than node 0 says at the end (it records nothing)."""
+    err_console.print(
+        f"node {outcome.node_rank} of {outcome.nnodes}: done; node 0 records the results in "
+        f"{outcome.store_root}",
+        markup=False,
+    )
+    if outcome.records:
+        err_console.print(
+            f"{len(outcome.records)} cell(s) failed on this node; see their errors above."
+        )
+        return 1
+    return 0
+
+
+def _print_comm_summary(records: List[ResultBase], title: str) -> None:
+    from torchscale.comm.result_tables import collective_table, tp_gemm_table
+    from torchscale.comm.view import comm_results_table
+
+    collectives, tp_gemm = collective_table(records), tp_gemm_table(records)
+    if not collectives.empty or not tp_gemm.empty:
+        err_console.print(comm_results_table(collectives, tp_gemm, f"{title}: communication"))

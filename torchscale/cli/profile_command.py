@@ -1,0 +1,278 @@
+"""``torchscale profile``: capture traces around a DDP run, or analyse existing traces.
+
+``torchscale profile --gpus N --duration 30s ...`` captures (see ``app/profile.py``);
+``torchscale profile analyze PATH...`` reads per-rank traces and reports bottlenecks.
+Heavy modules (pandas, numpy) are imported inside the command bodies.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+import typer
+from typing_extensions import Annotated
+
+from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.errors import TorchscaleError
+from torchscale.results.layout import FINDINGS_FILE, PROFILE_TABLE_FILES
+
+if TYPE_CHECKING:
+    from torchscale.app.profile import CapturedCell
+
+TARGETS = ("sync_stalls", "communication", "compute", "memory", "all")
+TOOLS = ("auto", "nsys", "torch")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
+
+
+def parse_duration(text: str) -> float:
+    """``30``, ``30s``, ``2m``, ``1h`` -> seconds."""
+    match = _DURATION.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise TorchscaleError(
+            f"--duration {text!r} is not a duration; use seconds like 30, 30s, or minutes like 2m"
+        )
+    unit = match.group(2).lower() if match.group(2) else None
+    return float(match.group(1)) * _UNIT_SECONDS[unit]
+
+
+def _check_choice(value: str, choices: Tuple[str, ...], option: str) -> str:
+    if value not in choices:
+        raise TorchscaleError(f"{option} {value!r} is not one of: {', '.join(choices)}")
+    return value
+
+
+def _fmt(value: Any, spec: str) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    return f"{value / 1000:.2f}" if spec == "ms" else spec.format(value)
+
+
+def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) -> None:
+    """The analysis as the seed shows it: per-rank table, sync stall, numbered bottlenecks."""
+    from rich.markup import escape
+
+    from torchscale.cli.console_tables import Col, fitted_table
+
+    ranks = document["ranks"]
+    columns = [
+        # key, header, compact header, format, drop order when too narrow (0: always shown)
+        ("rank", "rank", "rank", "{:.0f}", 0),
+        ("source", "source", "source", "{}", 0),
+        ("steps", "steps", "steps", "{:.0f}", 5),
+        ("step_mean_us", "step ms", "step\nms", "ms", 0),
+        ("idle_pct", "idle %", "idle\n%", "{:.1f}", 0),
+        ("compute_pct", "compute %", "comp.\n%", "{:.1f}", 0),
+        ("non_compute_pct", "non-compute %", "non-\ncomp. %", "{:.1f}", 4),
+        ("overlap_pct", "overlap %", "over-\nlap %", "{:.1f}", 0),
+        ("exposed_comm_us", "exposed comm ms", "exposed\ncomm ms", "ms", 0),
+        ("sync_stall_pct", "sync stall %", "sync\nstall %", "{:.1f}", 0),
+    ]
+    table = fitted_table(
+        err_console,
+        "Per-rank breakdown (HTA definitions)",
+        [
+            Col(
+                title,
+                [_fmt(row.get(key), spec) for row in ranks],
+                compact=compact,
+                numeric=key != "source",
+                same="{} traces" if key == "source" else None,
+                drop=drop,
+            )
+            for key, title, compact, spec, drop in columns
+        ],
+        left_out="see the CSV tables or --json",
+    )
+    err_console.print(table)
+    from torchscale.profiling.traces.discover import RANK_SOURCES
+
+    sources = dict.fromkeys(r["rank_source"] for r in ranks if r.get("rank_source"))
+    if sources:
+        shown = "; ".join(RANK_SOURCES.get(s, s) for s in sources)
+        err_console.print(f"[ANALYSIS] Rank numbers from: {escape(shown)}", soft_wrap=True)
+    for warning in document.get("warnings") or []:
+        err_console.print(f"[WARN] {escape(warning)}", soft_wrap=True)
+    stall = document.get("sync_stall_pct")
+    stalls = [r for r in ranks if r.get("sync_stall_pct") is not None]
+    if stall is not None and stalls:
+        worst = max(stalls, key=lambda r: r["sync_stall_pct"])
+        err_console.print(
+            f"[ANALYSIS] Sync stall time: {stall:.1f}% (mean over {len(ranks)} "
+            f"ranks; worst rank {worst['rank']}: {worst['sync_stall_pct']:.1f}%)"
+        )
+    else:
+        err_console.print("[ANALYSIS] Sync stall time: n/a (needs traces from at least 2 ranks)")
+    findings = document["findings"]
+    err_console.print(f"[ANALYSIS] Found {len(findings)} bottleneck(s):")
+    for i, finding in enumerate(findings, 1):
+        title, severity = escape(finding["title"]), finding["severity"]
+        err_console.print(f"  {i}. {title} ({severity})", soft_wrap=True)
+        err_console.print(f"     -> {escape(finding['recommendation'])}", soft_wrap=True)
+    if written:
+        err_console.print(f"[ANALYSIS] Wrote {', '.join(written)} to {out_dir}", soft_wrap=True)
+
+
+def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
+    """Print each traced cell's analysis; the exit code says whether anything was traced."""
+    documents = []
+    for cell in cells:
+        if cell.not_profiled is not None:
+            err_console.print(
+                f"[ANALYSIS] {cell.cell_id}: not profiled: {cell.not_profiled}", soft_wrap=True
+            )
+            continue
+        if cell.document is None or cell.out_dir is None:
+            err_console.print(f"[ANALYSIS] {cell.cell_id}: {cell.no_analysis}", soft_wrap=True)
+            continue
+        err_console.print(f"[ANALYSIS] Profiling complete: {cell.cell_id} ({cell.tool}).")
+        print_document(cell.document, [FINDINGS_FILE, *PROFILE_TABLE_FILES.values()], cell.out_dir)
+        documents.append({"cell_id": cell.cell_id, "dir": str(cell.out_dir), **cell.document})
+    if json_output and documents:
+        print_json(documents[0] if len(documents) == 1 else {"cells": documents})
+    return 0 if documents else 1
+
+
+def _note(line: str) -> None:
+    err_console.print(line, soft_wrap=True, markup=False)
+
+
+VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Enable verbose logging.")]
+
+
+def _verbose(verbose: bool) -> None:
+    if verbose:
+        logging.getLogger("torchscale").setLevel(logging.DEBUG)
+
+
+def register(app: typer.Typer) -> None:
+    profile_app = typer.Typer(
+        name="profile",
+        help="Wrap execution in Nsight Systems to find bottlenecks.",
+        invoke_without_command=True,
+        no_args_is_help=False,
+        rich_markup_mode="rich",
+    )
+
+    @profile_app.callback(invoke_without_command=True)
+    @user_errors
+    def capture(
+        ctx: typer.Context,
+        gpus: Annotated[
+            int, typer.Option("--gpus", "-g", min=1, help="Number of GPUs (ranks) to profile.")
+        ] = 4,
+        duration: Annotated[
+            str, typer.Option("--duration", "-d", help="How long to profile: 30, 30s or 2m.")
+        ] = "30s",
+        target: Annotated[
+            str, typer.Option("--target", "-t", help=f"What to look for: {', '.join(TARGETS)}.")
+        ] = "sync_stalls",
+        config: Annotated[
+            Optional[Path],
+            typer.Option(
+                "--config", "-c", help="Benchmark config YAML whose model and batch size to run."
+            ),
+        ] = None,
+        model: Annotated[
+            Optional[str], typer.Option("--model", "-m", help="Model to run (instead of --config).")
+        ] = None,
+        batch_size: Annotated[
+            Optional[int],
+            typer.Option("--batch-size", "-b", min=1, help="Per-GPU batch size (with --model)."),
+        ] = None,
+        tool: Annotated[
+            str,
+            typer.Option(
+                "--tool",
+                help=f"Profiler: {', '.join(TOOLS)} (auto: nsys if on PATH, else torch.profiler).",
+            ),
+        ] = "auto",
+        output_dir: Annotated[
+            Path, typer.Option("--output-dir", "-o", help="Folder for traces and findings.")
+        ] = Path("./results"),
+        set_: Annotated[
+            Optional[List[str]],
+            typer.Option(
+                "--set", help="Override a config key, e.g. --set precision=bf16 (repeatable)."
+            ),
+        ] = None,
+        json_output: Annotated[
+            bool, typer.Option("--json", help="Print one JSON document on stdout.")
+        ] = False,
+        verbose: VerboseOption = False,
+    ) -> None:
+        """Profile a DDP run (capture), or use [bold]profile analyze[/bold] on existing traces.
+
+        With no --model or --config, profiles the configuration the benchmark results in
+        --output-dir scaled worst (lowest efficiency at the largest GPU count that fits this
+        node); without results there, resnet50 (batch 64) on GPUs, resnet-tiny (batch 8) on CPU.
+        """
+        if ctx.invoked_subcommand is not None:
+            return
+        _verbose(verbose)
+        seconds = parse_duration(duration)
+        _check_choice(target, TARGETS, "--target")
+        _check_choice(tool, TOOLS, "--tool")
+        if config is not None and (model is not None or batch_size is not None):
+            raise TorchscaleError("use either --config or --model/--batch-size, not both")
+        from torchscale.app.profile import CaptureRequest, capture_profile
+        from torchscale.cli.benchmark_view import ConsoleEvents
+        from torchscale.config.loader import parse_overrides
+
+        request = CaptureRequest(
+            gpus, seconds, target, tool, config, model, batch_size, parse_overrides(set_ or [])
+        )
+        cells = capture_profile(request, output_dir, ConsoleEvents(), _note)
+        code = _report_capture(cells, json_output)
+        if code:
+            raise typer.Exit(code)
+
+    @profile_app.command("analyze")
+    @user_errors
+    def analyze(
+        paths: Annotated[
+            List[Path],
+            typer.Argument(
+                help="Per-rank traces, files or folders: .json/.json.gz or nsys .sqlite.",
+                show_default=False,
+            ),
+        ],
+        target: Annotated[
+            str,
+            typer.Option("--target", "-t", help=f"Which findings to report: {', '.join(TARGETS)}."),
+        ] = "all",
+        output_dir: Annotated[
+            Optional[Path],
+            typer.Option(
+                "--output-dir",
+                "-o",
+                help=f"Folder for {FINDINGS_FILE} and the CSV tables (default: beside the traces).",
+            ),
+        ] = None,
+        json_output: Annotated[
+            bool, typer.Option("--json", help="Print one JSON document on stdout.")
+        ] = False,
+        verbose: VerboseOption = False,
+    ) -> None:
+        """Analyse per-rank traces: breakdown, overlap, stragglers, findings."""
+        _verbose(verbose)
+        _check_choice(target, TARGETS, "--target")
+        from torchscale.profiling.analysis import analyze as run_analysis
+        from torchscale.profiling.analysis import to_document
+        from torchscale.profiling.outputs import write_outputs
+
+        result = run_analysis(paths, target)
+        log = logging.getLogger("torchscale")
+        for trace in result.traces:
+            log.debug("rank %d: %s trace %s", trace.rank, trace.source, trace.path)
+        out_dir = output_dir or (paths[0] if paths[0].is_dir() else paths[0].parent)
+        written = write_outputs(result, out_dir)
+        document = to_document(result)
+        if json_output:
+            print_json(document)
+        print_document(document, list(written), out_dir)
+
+    app.add_typer(profile_app, name="profile")

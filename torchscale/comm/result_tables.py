@@ -1,0 +1,72 @@
+"""Communication records -> pandas tables, and the summary CSVs written beside ``summary.csv``.
+
+``summary_comm.csv``: one row per collective (and send_recv) x scope x dtype x size x world size.
+``summary_tp_gemm.csv``: one row per TP GEMM case x order x world size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, List
+
+import pandas as pd
+
+from torchscale.results.layout import SUMMARY_COMM, SUMMARY_TP_GEMM
+from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult
+from torchscale.results.store import atomic_write_text
+
+COMMON_COLUMNS = ["cell_id", "experiment", "world_size", "nnodes", "repeat", "status", "error"]
+COLLECTIVE_COLUMNS = [
+    *COMMON_COLUMNS,
+    "op", "scope", "group_size", "dtype", "size_bytes", "count", "time_us", "time_us_min",
+    "time_us_max", "algbw_gbps", "busbw_gbps", "busbw_factor", "link", "link_peak_gbps",
+    "busbw_peak_fraction", "wrong", "slowest_pair", "backend", "device_name",
+]  # fmt: skip
+TP_GEMM_COLUMNS = [
+    *COMMON_COLUMNS,
+    "order", "m", "n", "k", "dtype", "time_us", "time_us_min", "time_us_max", "tflops",
+    "comm_time_us", "gemm_time_us", "comm_share", "comm_busbw_gbps", "reference_time_us",
+    "reference_tflops", "valid", "wrong", "max_abs_error", "backend", "device_name",
+]  # fmt: skip
+
+
+def _rows(records: Iterable[ResultBase], model: type, columns: List[str]) -> pd.DataFrame:
+    rows = []
+    for record in records:
+        if isinstance(record, model):
+            values = record.model_dump(include=set(columns))
+            if values.get("slowest_pair"):
+                values["slowest_pair"] = "->".join(map(str, values["slowest_pair"]))
+            rows.append(values)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def collective_table(records: Iterable[ResultBase]) -> pd.DataFrame:
+    """One row per collective record, in the order measured: the one table of collectives (the
+    console, summary_comm.csv, the report). Bandwidths and ``busbw_peak_fraction`` are as the
+    record stores them (``torchscale.comm.busbw``, ``torchscale.hardware.links``)."""
+    return _rows(records, CollectiveResult, COLLECTIVE_COLUMNS)
+
+
+def tp_gemm_table(records: Iterable[ResultBase]) -> pd.DataFrame:
+    return _rows(records, TpGemmResult, TP_GEMM_COLUMNS)
+
+
+def peak_busbw(table: pd.DataFrame) -> pd.DataFrame:
+    """Per op x scope x dtype x world size: the best busbw over sizes and the size it came at."""
+    keys = ["op", "scope", "dtype", "world_size"]
+    ok = table[(table["status"] == "ok") & table["busbw_gbps"].notna()]
+    if ok.empty:
+        return pd.DataFrame(columns=[*keys, "busbw_gbps", "size_bytes"])
+    best = ok.loc[ok.groupby(keys)["busbw_gbps"].idxmax()]
+    return best[[*keys, "busbw_gbps", "size_bytes"]].reset_index(drop=True)
+
+
+def write_comm_summaries(root: Path, records: List[ResultBase]) -> None:
+    """(Re)write the communication CSVs that have rows; leave nothing half-written."""
+    for name, table in (
+        (SUMMARY_COMM, collective_table(records)),
+        (SUMMARY_TP_GEMM, tp_gemm_table(records)),
+    ):
+        if not table.empty:
+            atomic_write_text(Path(root) / name, table.to_csv(index=False))

@@ -1,0 +1,108 @@
+"""The training cell kind: one DDP training launch per model x batch size x knobs x GPU count,
+one ``training`` record per cell."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Type
+
+from torchscale.config.settings import BenchmarkConfig, CellSettings
+from torchscale.models.registry import describe as describe_model
+from torchscale.plan.planned_cell import Cell, KindSettings
+from torchscale.plan.training_cells import (
+    cell_id,
+    count_training,
+    training_settings,
+    training_swept,
+)
+from torchscale.results.schema import CellStatus, ResultBase, TrainingResult
+
+
+def _settings(cell: Cell) -> CellSettings:
+    assert isinstance(cell.settings, CellSettings), cell.kind
+    return cell.settings
+
+
+def gpus_text(gpus: int, nnodes: int) -> str:
+    """``4``, or ``4 (2x2)`` for 4 ranks on 2 nodes."""
+    nnodes = int(nnodes) if nnodes == nnodes else 1  # NaN in an empty table column
+    return str(gpus) if nnodes <= 1 else f"{gpus} ({nnodes}x{int(gpus) // nnodes})"
+
+
+class TrainingKind:
+    name = "training"
+    worker_module = "torchscale.worker"
+    record_models: Tuple[Type[ResultBase], ...] = (TrainingResult,)
+    selections: Tuple[str, ...] = ("all", "training", "memory")
+    profiled = True
+
+    def missing(self, config: BenchmarkConfig) -> Optional[str]:
+        if config.models:
+            return None
+        return "models, and the config lists none: add models: [...] or use --benchmark comm"
+
+    def count(
+        self, config: BenchmarkConfig, benchmark: str, gpus_per_node: Optional[int]
+    ) -> Tuple[int, List[str]]:
+        return count_training(config, benchmark, gpus_per_node)
+
+    def plan(
+        self, config: BenchmarkConfig, benchmark: str, gpus_per_node: Optional[int]
+    ) -> Iterator[KindSettings]:
+        yield from training_settings(config, benchmark, gpus_per_node)
+
+    def cell_id(self, settings: KindSettings) -> str:
+        assert isinstance(settings, CellSettings)
+        return cell_id(settings)
+
+    def swept(self, config: BenchmarkConfig, benchmark: str) -> List[str]:
+        return training_swept(config, benchmark)
+
+    @staticmethod
+    def _fields(cell: Cell) -> Dict[str, Any]:
+        s = _settings(cell)
+        return {
+            "model": s.model,
+            "batch_size": s.batch_size,
+            "grad_accum_steps": s.grad_accum_steps,
+            "global_batch_size": s.gpus * s.batch_size * s.grad_accum_steps,
+            "precision": s.precision,
+        }
+
+    def records(
+        self, cell: Cell, identity: Dict[str, Any], result: Dict[str, Any]
+    ) -> List[ResultBase]:
+        hosts = sorted({r["host"] for r in result.get("per_rank", [])})
+        fields = {**identity, **self._fields(cell), **result, "status": "ok", "hosts": hosts}
+        return [TrainingResult(**fields)]
+
+    def failed(
+        self, cell: Cell, identity: Dict[str, Any], status: CellStatus, error: str
+    ) -> List[ResultBase]:
+        entry = describe_model(_settings(cell).model)  # a built-in model's unit is known
+        known: Dict[str, Any] = {"unit": entry.unit} if entry else {}
+        return [
+            TrainingResult(**identity, **self._fields(cell), **known, status=status, error=error)
+        ]
+
+    def describe(self, cell: Cell) -> str:
+        s = _settings(cell)
+        noun = "GPU" if s.gpus == 1 else "GPUs"
+        nodes = f" x {s.nnodes} nodes" if s.nnodes > 1 else ""
+        return f"{s.model} on {s.gpus} {noun}{nodes} (batch {s.batch_size}, {s.precision})"
+
+    def plan_row(self, cell: Cell, knobs: List[str]) -> List[str]:
+        s = _settings(cell)
+        settings = s.model_dump()
+        values = []
+        for knob in knobs:
+            node: Any = settings
+            for part in knob.split("."):
+                node = node[part]
+            values.append(str(node))
+        return [s.model, str(s.batch_size), gpus_text(s.gpus, s.nnodes), s.precision, *values]
+
+    def console_lines(self, records: List[ResultBase]) -> List[str]:
+        return []  # each training record prints its own lines (cli.benchmark_view)
+
+
+KIND = TrainingKind()

@@ -1,0 +1,176 @@
+"""The report's "Projected scaling" section: ``torchscale project`` at the next scales."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import pandas as pd
+
+from torchscale.analysis.projection import ADD_INTER_NODE, Projection, ProjectionError, project
+from torchscale.report import formatting as fmt
+from torchscale.report.charts import chart_id
+from torchscale.report.elements import Chart, Column, Section, Series, make_table
+from torchscale.report.report_data import ReportData
+from torchscale.results.schema import TrainingResult
+
+GPUS_PER_NODE = 8
+ACROSS_NODES = [16, 64, 256, 1024]
+
+
+def report_targets(largest: int, inter_node: bool, gpus_per_node: int = GPUS_PER_NODE) -> List[int]:
+    """Doublings of the largest measured count up to a node, then the seed's cluster sizes when the
+    network was measured."""
+    targets, n = [], max(largest, 1) * 2
+    while n <= gpus_per_node:
+        targets.append(n)
+        n *= 2
+    if inter_node:
+        targets += [t for t in ACROSS_NODES if t > largest]
+    return sorted(set(targets))
+
+
+def _projection(data: ReportData) -> Projection:
+    records = data.records
+    first = project(records, [], GPUS_PER_NODE)
+    largest = max(ref.world_size for ref in first.references)
+    return project(records, report_targets(largest, first.fabric.inter is not None))
+
+
+def _charts(table: pd.DataFrame) -> List[Chart]:
+    charts = []
+    many = table["experiment"].nunique() > 1
+    for (experiment, model), group in table.groupby(["experiment", "model"], sort=True):
+        series = []
+        for variant, rows in group.groupby("variant", sort=True):
+            key = str(variant)
+            series.append(
+                Series(
+                    f"{key} (predicted)",
+                    rows["world_size"].tolist(),
+                    rows["throughput"].tolist(),
+                    color_key=key,
+                )
+            )
+            for bound in ("low", "high"):
+                series.append(
+                    Series(
+                        f"{key} ({bound})",
+                        rows["world_size"].tolist(),
+                        rows[f"throughput_{bound}"].tolist(),
+                        color_key=key,
+                        dashed=True,
+                        show_legend=False,
+                    )
+                )
+        unit = group["unit"].iloc[0]
+        charts.append(
+            Chart(
+                chart_id("projection", experiment, model),
+                f"Projected throughput — {model}" + (f" ({experiment})" if many else ""),
+                "GPUs",
+                f"{unit}/s (all GPUs)",
+                series,
+                group[
+                    [
+                        "experiment",
+                        "model",
+                        "variant",
+                        "world_size",
+                        "throughput",
+                        "throughput_low",
+                        "throughput_high",
+                        "efficiency",
+                    ]
+                ],
+                x_type="log",
+                x_ticks=sorted(group["world_size"].unique().tolist()),
+            )
+        )
+    return charts
+
+
+def projection_section(data: ReportData) -> Optional[Section]:
+    """None without training cells; a one-line note of what to add when a measurement is missing."""
+    if not any(isinstance(r, TrainingResult) and r.status == "ok" for r in data.records):
+        return None
+    intro = (
+        "Predicted from this run's own measurements: the compute-only step (no_sync probe), DDP's "
+        "gradient buckets and overlap, and an alpha-beta model of ring and tree all-reduce fitted "
+        "to the measured all_reduce curves (docs/projection.md). Bands are ±2 standard errors of "
+        "the fit and of the reference step; they do not cover the model's own error."
+    )
+    try:
+        result = _projection(data)
+        if result.table.empty:
+            raise ProjectionError(
+                "the measured counts already fill a node and no all-reduce across nodes was "
+                f"measured: {ADD_INTER_NODE}"
+            )
+    except ProjectionError as exc:
+        missing = pd.DataFrame([{"missing": str(exc)}])
+        missing_table = make_table(
+            "projection-missing",
+            missing,
+            [Column("missing", "Not projected: missing measurement", fmt.text, numeric=False)],
+        )
+        return Section("projection", "Projected scaling", intro, tables=[missing_table])
+    table = result.table
+    for ref in result.references:
+        mask = (
+            (table["experiment"] == ref.experiment)
+            & (table["model"] == ref.model)
+            & (table["variant"] == ref.variant)
+        )
+        table.loc[mask, "from"] = f"{ref.world_size} GPU(s)"
+    charts = _charts(table)
+    for chart in charts:  # the measured points beside the predicted line
+        for ref in result.references:
+            first = chart.data.iloc[0]
+            if (first["experiment"], first["model"]) != (ref.experiment, ref.model):
+                continue
+            xs = sorted(ref.measured)
+            chart.series.append(
+                Series(
+                    f"{ref.variant} (measured)",
+                    xs,
+                    [ref.measured[x] for x in xs],
+                    kind="marker",
+                    color_key=ref.variant,
+                )
+            )
+    band = table.apply(
+        lambda r: (
+            f"{fmt.significant(r['throughput_low'])} – {fmt.significant(r['throughput_high'])}"
+        ),
+        axis=1,
+    )
+    shown = table.assign(band=band)
+    return Section(
+        "projection",
+        "Projected scaling",
+        intro,
+        charts=charts,
+        tables=[
+            make_table(
+                "projection-table",
+                shown,
+                [
+                    Column("model", "Model", fmt.text, numeric=False),
+                    Column("variant", "Configuration", fmt.text, numeric=False),
+                    Column("world_size", "GPUs", fmt.integer),
+                    Column("nodes", "Nodes", fmt.integer),
+                    Column("from", "From", fmt.text, numeric=False),
+                    Column("step_ms", "Step ms", fmt.significant),
+                    Column(
+                        "throughput", f"Throughput ({table['unit'].iloc[0]}/s)", fmt.significant
+                    ),
+                    Column("band", "Band (±2σ)", fmt.text),
+                    Column("efficiency", "Efficiency", fmt.fraction),
+                    Column("exposed_comm_ms", "Exposed comm ms", fmt.significant),
+                    Column("algorithm", "All-reduce", fmt.text, numeric=False),
+                ],
+                csv_frame=table,
+            )
+        ],
+        notes=["Rests on: " + "; ".join(result.basis)],
+    )
