@@ -31,6 +31,11 @@ NODES_PANEL = "Multi-node"
 INTEGRATIONS_PANEL = "Integrations"
 
 
+class LaunchMode(str, Enum):
+    per_group = "per-group"
+    per_cell = "per-cell"
+
+
 class Launcher(str, Enum):
     torchrun = "torchrun"
     slurm = "slurm"
@@ -201,6 +206,15 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=NODES_PANEL,
             ),
         ] = None,
+        launch_mode: Annotated[
+            Optional[LaunchMode],
+            typer.Option(
+                "--launch",
+                help="per-group: cells of the same launch layout share one torchrun launch (a "
+                "warm process group); per-cell: a torchrun launch per cell. Default: the config's "
+                "launch: key (per_group).",
+            ),
+        ] = None,
         sbatch_arg: Annotated[
             Optional[List[str]],
             typer.Option(
@@ -272,6 +286,7 @@ def register(app: typer.Typer) -> None:
             json_output=json_output,
             integrations=integrations,
             force=force,
+            launch_mode=launch_mode.value.replace("-", "_") if launch_mode else None,
         )
         if code:
             raise typer.Exit(code)
@@ -417,6 +432,7 @@ def _run(
     json_output: bool,
     integrations: Optional[Integrations] = None,
     force: bool = False,
+    launch_mode: Optional[str] = None,
 ) -> int:
     from torchscale.cli.benchmark_nodes import follower_summary
     from torchscale.cli.benchmark_view import ConsoleEvents, results_table
@@ -434,7 +450,9 @@ def _run(
         check_resumable(store, resume)
         err_console.print(f"> Results go to {store.root}", soft_wrap=True, markup=False)
     _warn_profiling(plan.config, node_devices().kind)
-    options = SweepOptions(resume=resume, retry_failed=retry_failed, force=force, launch=launch)
+    options = SweepOptions(
+        resume=resume, retry_failed=retry_failed, force=force, launch=launch, launch_mode=launch_mode
+    )
     sinks = []
     if integrations is not None and launch.records_results:
         sinks = integrations.open(plan.config.experiment_name, store.root, plan.swept)
