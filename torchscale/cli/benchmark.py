@@ -450,9 +450,8 @@ def _run(
         check_resumable(store, resume)
         err_console.print(f"> Results go to {store.root}", soft_wrap=True, markup=False)
     _warn_profiling(plan.config, node_devices().kind)
-    options = SweepOptions(
-        resume=resume, retry_failed=retry_failed, force=force, launch=launch, launch_mode=launch_mode
-    )
+    options = SweepOptions(resume=resume, retry_failed=retry_failed, force=force, launch=launch)
+    options.launch_mode = launch_mode
     sinks = []
     if integrations is not None and launch.records_results:
         sinks = integrations.open(plan.config.experiment_name, store.root, plan.swept)

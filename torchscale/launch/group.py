@@ -56,9 +56,9 @@ PROGRESS_FILE = "progress.jsonl"
 WORKER_MODULE = "torchscale.worker.group"
 
 
-def per_cell_reason(cell: Cell, launcher: str, nnodes: int, profile: Optional[ProfileRequest]) -> (
-    Optional[str]
-):
+def per_cell_reason(
+    cell: Cell, launcher: str, nnodes: int, profile: Optional[ProfileRequest]
+) -> Optional[str]:
     """Why ``cell`` needs a torchrun launch of its own, or None when it can join a warm group."""
     if cell.kind != "training":
         return "communication cells set their own per-launch state (one launch per cell)"
@@ -114,10 +114,11 @@ class _Launch:
     progress: Path
     started: float
     seen: int = 0  # progress lines handled
-    clock: float = 0.0  # when the running cell's time started (monotonic)
+    clock: float = 0.0  # when the running cell's timeout clock started (monotonic)
+    since: float = field(default_factory=time.time)  # when its wall time started (epoch s)
     running: Optional[int] = None  # index of the running cell
     done: List[int] = field(default_factory=list)
-    wall: Dict[int, Tuple[str, float]] = field(default_factory=dict)  # started_at, monotonic
+    wall: Dict[int, Tuple[str, float]] = field(default_factory=dict)  # started_at, epoch s
 
     def events(self) -> List[Dict[str, Any]]:
         try:
@@ -208,14 +209,18 @@ def _launch(
             return
         if event.get("event") == "start":
             state.running = index
-            state.wall[index] = (_now(), state.clock)
+            state.wall[index] = (_now(), state.since)
             on_started(cells[index])
         elif event.get("event") == "end":
             state.running = None
             state.done.append(index)
-            clear_owner(dirs[index])
-            on_finished(cells[index], _records(state, index, dirs[index], experiment, profile))
             state.clock = time.monotonic()
+            clear_owner(dirs[index])
+            ended = float(event.get("time") or time.time())
+            on_finished(
+                cells[index], _records(state, index, dirs[index], experiment, profile, ended)
+            )
+            state.since = ended
 
     def poll(elapsed_s: float) -> None:
         for event in state.events():
@@ -225,7 +230,7 @@ def _launch(
             limit = cells[current].settings.cell_timeout_s
             if time.monotonic() - state.clock > limit:
                 raise _Overdue()
-            if on_poll is not None:
+            if on_poll is not None and state.running is not None:
                 on_poll(time.monotonic() - state.clock)
 
     def owned(pid: int) -> None:
@@ -257,7 +262,7 @@ def _launch(
         return []
     cell, cell_dir = cells[culprit], dirs[culprit]
     if state.running != culprit:  # it never started (the launch died in its start-up)
-        state.wall[culprit] = (_now(), state.clock)
+        state.wall[culprit] = (_now(), state.since)
         on_started(cell)
     if timed_out:
         limit = cell.settings.cell_timeout_s
@@ -273,13 +278,17 @@ def _launch(
     return cells[culprit + 1 :]
 
 
-def _identity(state: _Launch, index: int, cell: Cell, experiment: str) -> Dict[str, Any]:
-    started_at, clock = state.wall[index]
+def _identity(
+    state: _Launch, index: int, cell: Cell, experiment: str, ended: Optional[float] = None
+) -> Dict[str, Any]:
+    """Identity and timing: a cell's wall time runs from the end of the cell before it in the
+    launch (the first: from the launch) to its own end, as the writer stamped them."""
+    started_at, since = state.wall[index]
     return {
         **common_identity(cell, experiment),
         "started_at": started_at,
         "finished_at": _now(),
-        "wall_s": round(time.monotonic() - clock, 3),
+        "wall_s": round((ended or time.time()) - since, 3),
         "launch": {"mode": PER_GROUP, "group": state.cells[0].cell_id, "position": index},
     }
 
@@ -290,13 +299,14 @@ def _records(
     cell_dir: Path,
     experiment: str,
     profile: Optional[ProfileRequest],
+    ended: float,
 ) -> List[ResultBase]:
     """The records of a cell the group finished: its result, or its rank error files (OOM)."""
     from torchscale.launch.traces import analyze_traces
     from torchscale.plan.profile_request import PROFILE_DIR
 
     cell = state.cells[index]
-    identity = _identity(state, index, cell, experiment)
+    identity = _identity(state, index, cell, experiment, ended)
     kind = get_kind(cell.kind)
     result = read_json(cell_dir / RESULT_FILE)
     if result:
