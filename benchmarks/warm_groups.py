@@ -51,6 +51,16 @@ def run(mode: str, out: Path, config: Path) -> Dict[str, Any]:
     return {"wall_s": wall, "records": records}
 
 
+def ks_distance(a: List[float], b: List[float]) -> float:
+    """Two-sample Kolmogorov-Smirnov statistic: the largest gap between the two step-time
+    distributions' empirical CDFs (0: the same, 1: disjoint)."""
+    points = sorted(set(a) | set(b))
+    return round(
+        max(abs(sum(x <= p for x in a) / len(a) - sum(x <= p for x in b) / len(b)) for p in points),
+        3,
+    )
+
+
 def ratio(a: float, b: float) -> float:
     return round(a / b, 3) if b else float("nan")
 
@@ -84,6 +94,7 @@ def main() -> None:
                 "throughput": ratio(g.samples_per_s, a.samples_per_s),
                 "step_p50": ratio(g.step_time_ms.p50, a.step_time_ms.p50),
                 "peak_rss": ratio(g.memory.peak_bytes, a.memory.peak_bytes),
+                "step_ks": ks_distance(g.step_times_ms, a.step_times_ms),
                 "same_bytes_and_steps": same and g.measure_steps == a.measure_steps,
                 "wall_group_s": g.wall_s,
                 "wall_alone_s": a.wall_s,
@@ -107,15 +118,16 @@ def main() -> None:
         "throughput_ratio_median": statistics.median(r["throughput"] for r in rows),
         "step_p50_ratio_median": statistics.median(r["step_p50"] for r in rows),
         "peak_rss_ratio_max": max(r["peak_rss"] for r in rows),
+        "step_ks_median": statistics.median(r["step_ks"] for r in rows),
         "all_bytes_and_steps_equal": all(r["same_bytes_and_steps"] for r in rows),
     }
-    print("| cell | pos. in group | throughput g/c | step p50 g/c | peak RSS g/c | bytes, steps |")
-    print("|---|---|---|---|---|---|")
+    print("| cell | position | throughput g/c | step p50 g/c | step KS | peak RSS g/c | bytes |")
+    print("|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: r["cell"]):
         same = "equal" if r["same_bytes_and_steps"] else "DIFFER"
         print(
             f"| {r['cell']} | {r['position']} | {r['throughput']} | {r['step_p50']} | "
-            f"{r['peak_rss']} | {same} |"
+            f"{r['step_ks']} | {r['peak_rss']} | {same} |"
         )
     print(json.dumps(summary, indent=2))
 
