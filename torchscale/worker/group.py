@@ -70,6 +70,28 @@ def release_memory(ctx: Optional[RankContext]) -> None:
     _trim_heap()
 
 
+class MathDefaults:
+    """The process's cuDNN autotuning and TF32 flags as torch started them. A cell with
+    ``tf32: null`` means torch's defaults, not what the cell before it set: restored per cell."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.flags = (
+            torch.backends.cudnn.benchmark,
+            torch.backends.cuda.matmul.allow_tf32,
+            torch.backends.cudnn.allow_tf32,
+        )
+
+    def restore(self) -> None:
+        import torch
+
+        benchmark, matmul, cudnn = self.flags
+        torch.backends.cudnn.benchmark = benchmark
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = cudnn
+
+
 def redirect_output(cell_dir: Path, rank: int) -> None:
     """This rank's stdout and stderr go to the cell's own log files from here on."""
     folder = cell_dir.joinpath(*WARM_LOGS, f"rank{rank}")
@@ -117,8 +139,10 @@ def run_group(group: Dict[str, Any]) -> None:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     progress = Path(group["progress"])
     ctx: Optional[RankContext] = None
+    defaults = MathDefaults()
     try:
         for index, entry in enumerate(group["cells"]):
+            defaults.restore()
             cell = read_cell(Path(entry["cell"]))
             out_path = Path(entry["out"])
             redirect_output(out_path.parent, rank)
