@@ -67,7 +67,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     config.write_text(CONFIG)
     subprocess.run(
-        [sys.executable, "-m", "torchscale", "benchmark", "-c", str(config), "-o", str(out)],
+        [sys.executable, "-m", "torchscale", "benchmark", "-c", str(config), "-o", str(out),
+         "--launch", "per-cell"],  # a launch per cell: the overhead measured here
         check=True,
         capture_output=True,
     )

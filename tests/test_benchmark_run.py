@@ -30,10 +30,11 @@ runner = CliRunner()
 FAULTS = """\
 experiment_name: faults
 models:
+  - gpt2-tiny
   - tests.support.fault_models:oom_model
   - tests.support.fault_models:crash_model
   - tests.support.fault_models:hang_model
-  - gpt2-tiny
+  - resnet-tiny
 batch_sizes: [4]
 gpu_counts: [2]
 warmup_steps: 2
@@ -173,14 +174,19 @@ def faults(tmp_path_factory: pytest.TempPathFactory, worker_env: None) -> Dict:
 
 
 def test_faults_are_recorded_and_the_sweep_goes_on(faults: Dict) -> None:
+    """One warm group (``launch: per_group``, the default) of five 2-rank cells: an OOM in the
+    middle is contained in the launch, a crash and a hang end it and the group is relaunched from
+    the next cell; every cell is recorded with its own cause."""
     records = faults["records"]
     assert [r.model.split(":")[-1] for r in records] == [
+        "gpt2-tiny",
         "oom_model",
         "crash_model",
         "hang_model",
-        "gpt2-tiny",
+        "resnet-tiny",
     ]
-    oom, crash, hang, healthy = records
+    first, oom, crash, hang, healthy = records
+    assert first.status == "ok" and first.samples_per_s > 0
     assert oom.status == "oom"
     assert "OutOfMemoryError" in oom.error and "rank " in oom.error
     assert crash.status == "failed"
@@ -190,17 +196,33 @@ def test_faults_are_recorded_and_the_sweep_goes_on(faults: Dict) -> None:
     assert "rank 1 stuck in 'measure', step " in hang.error and "forward" in hang.error
     assert "rank 0 waiting in 'measure', step " in hang.error and "backward" in hang.error
     assert healthy.status == "ok" and healthy.samples_per_s > 0
+    # The OOM and the crash ran in the first launch (the OOM did not end it); the crash did, so
+    # the hang was the first cell of a relaunch, and the hang's kill made one more.
+    launches = [(r.launch["group"], r.launch["position"]) for r in records]
+    assert launches == [
+        (first.cell_id, 0),
+        (first.cell_id, 1),
+        (first.cell_id, 2),
+        (hang.cell_id, 0),
+        (healthy.cell_id, 0),
+    ]
+    assert all(r.launch["mode"] == "per_group" for r in records)
     # A failed or timed-out cell makes the command exit 1 (OOM alone would not).
     assert faults["result"].exit_code == 1
     assert "> [FAIL] timeout:" in faults["result"].stderr
+    # Each cell kept its own rank logs, whatever launch it ran in.
+    for record in records:
+        logs = list((faults["store"].cell_dir(record.cell_id) / "torchrun").rglob("stdout.log"))
+        assert len(logs) == 2, record.cell_id
 
 
 def test_a_hung_cell_leaves_no_processes_behind(faults: Dict) -> None:
-    hang = faults["records"][2]
+    hang = faults["records"][3]
     cell_dir = str(faults["store"].cell_dir(hang.cell_id))
+    root = str(faults["store"].root)  # a warm group's command names its group.json there
     leftovers = []
     for proc in psutil.process_iter(["cmdline"]):
-        if any(cell_dir in part for part in proc.info["cmdline"] or []):
+        if any(root in part for part in proc.info["cmdline"] or []):
             leftovers.append(proc.pid)
     assert leftovers == []
     error_files = list((Path(cell_dir) / "ranks").glob("rank*.error.json"))
@@ -245,6 +267,9 @@ def test_ctrl_c_keeps_finished_cells_and_resume_runs_the_rest(
     assert "Interrupted." in stderr and "--resume" in stderr
     first = store.results_path.read_text()
     assert len(store.records()) == 1 and store.records()[0].batch_size == 2
+    assert store.records()[0].launch == {  # interrupted in the middle of a warm group
+        "mode": "per_group", "group": store.records()[0].cell_id, "position": 0,
+    }  # fmt: skip
     leftovers = [
         p.pid
         for p in psutil.process_iter(["cmdline"])
@@ -257,4 +282,5 @@ def test_ctrl_c_keeps_finished_cells_and_resume_runs_the_rest(
     assert resumed.stderr.count("> Running") == 1
     records = store.records()
     assert [r.batch_size for r in records] == [2, 4]
+    assert records[1].status == "ok" and records[1].launch == {"mode": "per_cell"}  # alone
     assert store.results_path.read_text().startswith(first)

@@ -65,6 +65,7 @@ class BenchmarkRequest:
     retry_failed: bool = False
     force: bool = False
     integrations: Optional[Integrations] = None
+    launch_mode: Optional[str] = None  # per_group / per_cell; None: the config's ``launch:``
 
 
 @dataclass
@@ -190,6 +191,7 @@ def run_benchmark(
     options = SweepOptions(
         resume=request.resume, retry_failed=request.retry_failed, force=request.force, launch=launch
     )
+    options.launch_mode = request.launch_mode
     sinks = []
     if request.integrations is not None and launch.records_results:
         sinks = request.integrations.open(plan.config.experiment_name, store.root, plan.swept)

@@ -28,6 +28,11 @@ NODES_PANEL = "Multi-node"
 INTEGRATIONS_PANEL = "Integrations"
 
 
+class LaunchMode(str, Enum):
+    per_group = "per-group"
+    per_cell = "per-cell"
+
+
 class Launcher(str, Enum):
     torchrun = "torchrun"
     slurm = "slurm"
@@ -198,6 +203,15 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=NODES_PANEL,
             ),
         ] = None,
+        launch_mode: Annotated[
+            Optional[LaunchMode],
+            typer.Option(
+                "--launch",
+                help="per-group: cells of the same launch layout share one torchrun launch (a "
+                "warm process group); per-cell: a torchrun launch per cell. Default: the config's "
+                "launch: key (per_group).",
+            ),
+        ] = None,
         sbatch_arg: Annotated[
             Optional[List[str]],
             typer.Option(
@@ -256,6 +270,7 @@ def register(app: typer.Typer) -> None:
             retry_failed=retry_failed,
             force=force,
             integrations=integrations,
+            launch_mode=launch_mode.value.replace("-", "_") if launch_mode else None,
         )
         if submit:
             forwarded = [

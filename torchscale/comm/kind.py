@@ -53,6 +53,7 @@ class CommunicationKind:
     record_models: Tuple[Type[ResultBase], ...] = (CollectiveResult, TpGemmResult)
     selections: Tuple[str, ...] = ("all", "comm")
     profiled = False
+    joins_warm_groups = False  # each launch builds its scope groups and communicators
 
     def missing(self, config: BenchmarkConfig) -> Optional[str]:
         if config.communication is not None:

@@ -249,6 +249,12 @@ class BenchmarkConfig(TrainingSweep):  # type: ignore[misc,valid-type]
         )
     )
     repeats: PositiveInt = Field(1, description="Run every cell this many times.")
+    launch: Literal["per_group", "per_cell"] = Field(
+        "per_group",
+        description="per_group: cells of the same launch layout run back to back in one torchrun "
+        "launch (a warm process group; fresh model, DDP and optimizer per cell); per_cell: a "
+        "torchrun launch per cell. Cells that need a process of their own run per cell anyway.",
+    )
     profiling: ProfilingSettings = Field(default_factory=ProfilingSettings)
     communication: Optional[CommunicationSection] = Field(
         None, description="Collective, P2P and tensor-parallel GEMM benchmarks (section)."

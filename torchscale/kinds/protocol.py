@@ -27,6 +27,9 @@ class CellKind(Protocol):
     """The ``--benchmark`` choices that run it."""
     profiled: bool
     """Whether ``--profile`` traces its cells."""
+    joins_warm_groups: bool
+    """Whether its cells can run back to back in one warm process group (``launch: per_group``);
+    a kind that sets per-launch state (communicators per scope) gets a launch per cell."""
 
     def missing(self, config: BenchmarkConfig) -> Optional[str]:
         """Why ``config`` plans none of its cells (a hint on what to add), or None."""

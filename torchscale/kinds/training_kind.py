@@ -34,6 +34,7 @@ class TrainingKind:
     record_models: Tuple[Type[ResultBase], ...] = (TrainingResult,)
     selections: Tuple[str, ...] = ("all", "training", "memory")
     profiled = True
+    joins_warm_groups = True
 
     def missing(self, config: BenchmarkConfig) -> Optional[str]:
         if config.models:

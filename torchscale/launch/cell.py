@@ -292,7 +292,7 @@ def run_cell(
         "wall_s": round(time.monotonic() - started, 3),
     }
     kind = get_kind(cell.kind)
-    identity = {**common_identity(cell, experiment), **timing}
+    identity = {**common_identity(cell, experiment), **timing, "launch": {"mode": "per_cell"}}
     result = read_json(cell_dir / RESULT_FILE)
     if outcome.timed_out:
         reason = _stuck_ranks(cell_dir, cell.settings.gpus, timeout_s) + dump_note(cell_dir)

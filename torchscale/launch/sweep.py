@@ -34,6 +34,7 @@ from torchscale.launch.liveness import live_owner
 from torchscale.launch.multinode import Launch, check_node_zero, merge_node_environments
 from torchscale.launch.nsys import resolve_tool
 from torchscale.launch.process import sigterm_as_interrupt
+from torchscale.launch.warm_groups import PER_CELL, launch_units, per_cell_reason, run_group
 from torchscale.plan.matrix import Plan
 from torchscale.plan.planned_cell import NON_IDENTITY_FIELDS, Cell
 from torchscale.plan.profile_request import ProfileRequest
@@ -63,6 +64,7 @@ class SweepOptions:
     force: bool = False  # with resume: record cells whose settings changed beside the old ones
     launch: Launch = field(default_factory=Launch)
     env: Optional[Dict[str, str]] = None
+    launch_mode: Optional[str] = None  # per_group or per_cell; None: the config's ``launch:``
 
 
 def _timestamp() -> str:
@@ -306,31 +308,20 @@ def _sweep(
         # use the same per-rank thread count.
         env.setdefault("OMP_NUM_THREADS", str(threads_per_cpu_slot()))
     experiment = plan.config.experiment_name
-    for position, cell in enumerate(todo, 1):
-        events.cell_started(cell, position, len(todo))
+    started = [0]
+
+    def start(cell: Cell) -> None:
+        started[0] += 1
+        events.cell_started(cell, started[0], len(todo))
         progress["started"] = True
-        reason = skip_reason(cell, devices, launch)
-        if reason:
-            new = skipped_records(cell, experiment, reason) if recording else []
-        else:
-            new = run_cell(
-                cell,
-                store,
-                experiment,
-                rendezvous=launch.rendezvous(cell, waits.get(cell.cell_id)),
-                env=env,
-                on_poll=events.cell_polled,
-                profile=profile if get_kind(cell.kind).profiled else None,
-                prefix=launch.prefix(cell),
-                records_results=recording,
-                command=launch.worker_command(cell, store.cell_dir(cell.cell_id)),
-            )
+
+    def finish(cell: Cell, new: List[ResultBase]) -> None:
         new = [checked_record(record) for record in new]
         records.extend(new)
         if not recording:
             events.cell_finished(cell, new, None)
             check_node_zero(launch, new)
-            continue
+            return
         # A cell that failed while the disk is full (or read-only) died of it: record it in the
         # reserved space and stop, since every later cell would die the same way.
         failed = any(r.status == "failed" for r in new)
@@ -349,6 +340,35 @@ def _sweep(
         if merge_node_environments(manifest, node_environments(store, cell)):
             store.write_manifest(manifest)
         events.cell_finished(cell, new, write_summary(store, records))
+
+    reasons = {cell.cell_id: skip_reason(cell, devices, launch) for cell in todo}
+    mode = str(options.launch_mode or getattr(plan.config, "launch", PER_CELL))
+
+    def alone(cell: Cell) -> bool:
+        return bool(reasons[cell.cell_id]) or bool(
+            per_cell_reason(cell, launch.launcher, launch.nnodes, profile)
+        )
+
+    for unit in launch_units(todo, mode, alone):
+        if len(unit) > 1:
+            run_group(
+                unit, store, experiment, env=env, profile=profile, on_started=start,
+                on_poll=events.cell_polled, on_finished=finish,
+            )  # fmt: skip
+            continue
+        cell = unit[0]
+        start(cell)
+        reason = reasons[cell.cell_id]
+        if reason:
+            finish(cell, skipped_records(cell, experiment, reason) if recording else [])
+            continue
+        finish(cell, run_cell(
+            cell, store, experiment, rendezvous=launch.rendezvous(cell, waits.get(cell.cell_id)),
+            env=env, on_poll=events.cell_polled,
+            profile=profile if get_kind(cell.kind).profiled else None, prefix=launch.prefix(cell),
+            records_results=recording,
+            command=launch.worker_command(cell, store.cell_dir(cell.cell_id)),
+        ))  # fmt: skip
     if not todo and recording:
         write_summary(store, records)
     return records

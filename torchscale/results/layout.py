@@ -46,6 +46,12 @@ RESULT_FILE = "result.json"
 OWNER_FILE = "owner.json"
 LAUNCH_LOG = "launch.log"
 TORCHRUN_LOGS = "torchrun"
+# Warm process groups (launch.warm_groups): one folder per group launch, named by its first cell.
+GROUPS_DIR = "groups"
+GROUP_FILE = "group.json"  # the launcher's hand-off: the cells, in order
+PROGRESS_FILE = "progress.jsonl"  # rank 0's start/end events, appended and fsynced
+RANK_STDOUT_LOG = "stdout.log"  # a rank's own output in a warm group, per cell
+RANK_STDERR_LOG = "stderr.log"
 RANKS_DIR = "ranks"
 FLIGHT_RECORDER_DIR = "flight_recorder"
 PROFILE_DIR = "profile"

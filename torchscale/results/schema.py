@@ -187,7 +187,16 @@ class ResultBase(_Record):
     settings: Dict[str, Any] = Field(default_factory=dict, description="Resolved cell settings.")
     started_at: Optional[str] = None
     finished_at: Optional[str] = None
-    wall_s: Optional[float] = Field(None, description="Launch to exit, start-up included.")
+    wall_s: Optional[float] = Field(
+        None,
+        description="Launch to exit, start-up included; in a warm group, from the end of the "
+        "cell before it (the first cell: from the launch) to the cell's end.",
+    )
+    launch: Optional[Dict[str, Any]] = Field(
+        None,
+        description="How the cell ran: mode per_cell (a launch of its own) or per_group (a warm "
+        "group: the group's first cell id and this cell's position in it).",
+    )
 
 
 class TrainingResult(ResultBase):

@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import torch.distributed as dist
 
-from torchscale.launch.liveness import watch_parent
+from torchscale.launch.liveness import watch_parent as watch_parent  # re-exported for workers
 from torchscale.results.layout import CELL_FILE
 from torchscale.runtime.mpi_env import adopt_mpi_environment
 from torchscale.runtime.process_group import RankContext, shutdown_distributed

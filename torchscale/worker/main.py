@@ -28,6 +28,7 @@ from torchscale.runtime.entry import (
 )
 from torchscale.runtime.job_nodes import gather_node_environments, result_writer
 from torchscale.runtime.process_group import RankContext, init_distributed
+from torchscale.runtime.rank_files import RankReporter
 from torchscale.worker.aggregate import aggregate
 from torchscale.worker.measure import ddp_config, measure_rank, warmup_steps
 from torchscale.worker.profiler import (
@@ -57,47 +58,56 @@ def _profile(
     return info
 
 
+def measure_cell(
+    cell: Dict[str, Any], out_path: Path, ctx: RankContext, reporter: RankReporter
+) -> None:
+    """Build this cell's model, DDP wrapper, optimizer and data on a joined process group, run
+    its windows and (the writer) write ``result.json``. A warm group calls it once per cell."""
+    settings = CellSettings.model_validate(cell["settings"])
+    request = ProfileRequest.from_json(cell.get("profile"))
+    reporter.phase("build")
+    spec = load_model(settings.model, seq_len=settings.seq_len)
+    run = build_run(settings, spec, ctx)
+    run.tracker = reporter.steps
+    rank_result = measure_rank(run, settings, ctx, reporter)
+    reporter.phase("gather")
+    writer = result_writer(ctx)
+    gathered = gather_at(rank_result, ctx, writer)
+    nodes = gather_node_environments(ctx, writer)
+    result = None
+    if ctx.rank == writer:
+        result = aggregate(
+            gathered or [],
+            batch_size=settings.batch_size,
+            grad_accum_steps=settings.grad_accum_steps,
+            precision=run.applied["peak_precision"],  # fp32 convnets: TF32 by default
+            unit=spec.unit,
+            units_per_sample=spec.units_per_sample,
+            flops_per_sample=spec.flops_per_sample,
+            device_name=ctx.device_name(),
+        )
+        result["backend"] = ctx.backend
+        result["warmup_steps"] = warmup_steps(settings)
+        result["runtime"] = {**run.applied, "ddp": ddp_config(run)}
+        result["nodes"] = nodes
+        atomic_write_json(out_path, result)  # the measurement is safe before any tracing
+    if request is not None:
+        reporter.phase("profile")
+        info = _profile(run, ctx, request, result, out_path.parent, writer)
+        if result is not None:
+            result["profile"] = info
+            atomic_write_json(out_path, result)
+    reporter.phase("done")
+
+
 def run_cell(cell_path: Path, out_path: Path) -> None:
     cell = read_cell(cell_path)
     settings = CellSettings.model_validate(cell["settings"])
-    request = ProfileRequest.from_json(cell.get("profile"))
     reporter = rank_reporter(out_path)
     with reporting_failures(reporter):
         reporter.phase("init")
         ctx = init_distributed(settings.cell_timeout_s, settings.backend)
-        reporter.phase("build")
-        spec = load_model(settings.model, seq_len=settings.seq_len)
-        run = build_run(settings, spec, ctx)
-        run.tracker = reporter.steps
-        rank_result = measure_rank(run, settings, ctx, reporter)
-        reporter.phase("gather")
-        writer = result_writer(ctx)
-        gathered = gather_at(rank_result, ctx, writer)
-        nodes = gather_node_environments(ctx, writer)
-        result = None
-        if ctx.rank == writer:
-            result = aggregate(
-                gathered or [],
-                batch_size=settings.batch_size,
-                grad_accum_steps=settings.grad_accum_steps,
-                precision=run.applied["peak_precision"],  # fp32 convnets: TF32 by default
-                unit=spec.unit,
-                units_per_sample=spec.units_per_sample,
-                flops_per_sample=spec.flops_per_sample,
-                device_name=ctx.device_name(),
-            )
-            result["backend"] = ctx.backend
-            result["warmup_steps"] = warmup_steps(settings)
-            result["runtime"] = {**run.applied, "ddp": ddp_config(run)}
-            result["nodes"] = nodes
-            atomic_write_json(out_path, result)  # the measurement is safe before any tracing
-        if request is not None:
-            reporter.phase("profile")
-            info = _profile(run, ctx, request, result, out_path.parent, writer)
-            if result is not None:
-                result["profile"] = info
-                atomic_write_json(out_path, result)
-        reporter.phase("done")
+        measure_cell(cell, out_path, ctx, reporter)
 
 
 @record

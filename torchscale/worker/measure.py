@@ -135,9 +135,23 @@ def _ddp_logging_probe(run: TrainingRun, clock: Clock, steps: int) -> Dict[str, 
 
 def reset_peak_memory(ctx: RankContext) -> None:
     """Start the peak-memory count at the measured window: warm-up, compilation and cuDNN
-    autotuning workspaces are not the training step's footprint."""
+    autotuning workspaces are not the training step's footprint. On CPU the process's peak RSS
+    (VmHWM) is reset through ``/proc/self/clear_refs``, so a cell run in a warm group reports its
+    own peak, not an earlier cell's."""
     if ctx.is_cuda:
         torch.cuda.reset_peak_memory_stats(ctx.device)
+        return
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+        f.write("5")  # 5: reset the peak resident set size to the current one
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak RSS since the last reset (``VmHWM``), else since it started."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
 def activation_bytes(
@@ -167,7 +181,7 @@ def _memory(run: TrainingRun, ctx: RankContext) -> Dict[str, Any]:
         )
         kind = "cuda_allocated"
     else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+        peak = peak_rss_bytes()
         activations, kind = None, "rss"
     return {
         "params_bytes": param_bytes,
