@@ -12,7 +12,7 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale import __version__
-from torchscale.cli import benchmark, compare, profile, project, report, validate
+from torchscale.cli import benchmark, compare, profile, project, report, tune, validate
 from torchscale.cli.console import setup_logging
 
 app = typer.Typer(
@@ -64,6 +64,7 @@ report.register(app)
 validate.register(app)
 compare.register(app)
 project.register(app)
+tune.register(app)
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ from typing_extensions import Annotated
 
 from torchscale.comm.config import CommunicationSection
 from torchscale.config.base import StrictModel, as_list
+from torchscale.tune.config import TuneSection
 
 PRECISION_ALIASES = {"fp16": "amp", "float32": "fp32", "bfloat16": "bf16"}
 
@@ -249,6 +250,9 @@ class BenchmarkConfig(TrainingSweep):  # type: ignore[misc,valid-type]
     profiling: ProfilingSettings = Field(default_factory=ProfilingSettings)
     communication: Optional[CommunicationSection] = Field(
         None, description="Collective, P2P and tensor-parallel GEMM benchmarks (section)."
+    )
+    tune: Optional[TuneSection] = Field(
+        None, description="What `torchscale tune` searches (section; ignored by benchmark)."
     )
 
     @model_validator(mode="after")
