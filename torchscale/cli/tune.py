@@ -117,6 +117,9 @@ def _request(
     updates = {"finalists": finalists, "repeats": repeats}
     section = section.model_copy(update={k: v for k, v in updates.items() if v is not None})
     from torchscale.models.registry import check_model_factories
+    from torchscale.tune.space import check_section
+
+    check_section(section, allow)
 
     check_model_factories(loaded.models, seq_len=loaded.seq_len[0])
     baseline = _baseline(loaded)

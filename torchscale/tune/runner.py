@@ -68,6 +68,7 @@ def trial_rows(study: Any) -> List[Dict[str, Any]]:
                 "number": trial.number,
                 "state": trial.state.name.lower(),
                 "role": attrs.get("role", "search"),
+                "repeats_trial": attrs.get("repeats_trial"),
                 "params": trial.params,
                 "samples_per_s": trial.value,
                 "screen_samples_per_s": attrs.get("screen_samples_per_s"),

@@ -270,13 +270,19 @@ def _candidates(knob: Knob, section: TuneSection, base: Any) -> Candidates:
     return tuple(dict.fromkeys([base, *values]))  # the baseline first, no repeats
 
 
+def check_section(section: TuneSection, allow: Sequence[str]) -> None:
+    """The knob names of the section and ``--allow``, checked before anything heavy loads."""
+    _allowed([*allow, *section.allow])
+    _check_names(section.search or [], "tune.search")
+    _check_names(list(section.space), "tune.space")
+
+
 def build_space(
     baseline: CellSettings, section: TuneSection, allow: Sequence[str], where: Where
 ) -> SearchSpace:
     """The space for ``baseline`` on this node (every candidate checked against the config)."""
+    check_section(section, allow)
     allowed = set(_allowed([*allow, *section.allow]))
-    _check_names(section.search or [], "tune.search")
-    _check_names(list(section.space), "tune.space")
     settings = dict(flatten_settings(baseline.model_dump(mode="json")))
     wanted = section.search
     knobs: List[Knob] = []

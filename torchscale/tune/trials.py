@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from torchscale.config.schema import BenchmarkConfig, CellSettings
 from torchscale.errors import ConfigError
@@ -61,8 +61,15 @@ class CellRunner:
         self.events = events
         self.seconds_per_cell: Optional[float] = None  # measured, for the budget
 
-    def run(self, cells: Sequence[Cell], swept: List[str]) -> Dict[str, ResultBase]:
-        """Every cell's record (run now, or stored before), by cell id."""
+    def run(
+        self,
+        cells: Sequence[Cell],
+        swept: List[str],
+        on_record: Optional[Callable[[str, Optional[ResultBase]], None]] = None,
+    ) -> Dict[str, ResultBase]:
+        """Every cell's record (run now, or stored before), by cell id. ``on_record`` hears of
+        each cell's record as soon as it exists (so a trial is told before the batch ends, and
+        Ctrl-C loses nothing finished), then of every cell the sweep did not run (stored)."""
         known = self.store.records() if self.store.results_path.exists() else []
         done = {r.cell_id for r in known}
         wanted: Dict[str, Cell] = {}
@@ -70,19 +77,50 @@ class CellRunner:
             wanted.setdefault(cell.cell_id, cell)
         todo = [c for c in wanted.values() if c.cell_id not in done]
         plan_cells = [Cell(i, c.cell_id, c.settings, c.kind) for i, c in enumerate(wanted.values())]
+        heard: Set[str] = set()
+
+        def finished(cell: Cell, records: List[ResultBase]) -> None:
+            heard.add(cell.cell_id)
+            if on_record is not None:
+                on_record(cell.cell_id, records[0] if records else None)
+
         started = time.monotonic()
         records = run_sweep(
             Plan(self.config, plan_cells, swept),
             self.store,
             SweepOptions(resume=True),
-            self.events,
+            _Heard(self.events, finished),
         )
         if todo:
             spent = (time.monotonic() - started) / len(todo)
             previous = self.seconds_per_cell
             self.seconds_per_cell = spent if previous is None else (previous + spent) / 2
         by_id = {r.cell_id: r for r in records}
+        for cid in wanted:
+            if cid not in heard and on_record is not None:
+                on_record(cid, by_id.get(cid))
         return {cid: by_id[cid] for cid in wanted if cid in by_id}
+
+
+class _Heard:
+    """The sweep's events, passed on, with each finished cell also handed to ``finished``."""
+
+    def __init__(self, events: SweepEvents, finished: Callable[[Cell, List[ResultBase]], None]):
+        self.events, self.finished = events, finished
+
+    def cell_started(self, cell: Cell, position: int, total: int) -> None:
+        self.events.cell_started(cell, position, total)
+
+    def cell_polled(self, elapsed_s: float) -> None:
+        self.events.cell_polled(elapsed_s)
+
+    def cell_finished(self, cell: Cell, records: List[ResultBase], table: Any) -> None:
+        self.events.cell_finished(cell, records, table)
+        self.finished(cell, records)
+
+
+def by_screen_cells(entries: Sequence[Entry]) -> List[Cell]:
+    return [e.screen for e in entries if e.screen is not None]
 
 
 @dataclass
@@ -163,19 +201,17 @@ class TrialBatch:
 
     def run(self, trials: Sequence[Any]) -> None:
         entries = self._entries(trials)
-        promoted = entries
+        promoted: List[Entry] = []
         if self.screen is not None and entries:
             runner, window = self.screen
-            swept = [*self.swept, *window]
-            results = runner.run([e.screen for e in entries if e.screen], swept)
-            promoted = []
-            for entry in entries:
-                assert entry.screen is not None
-                record = results.get(entry.screen.cell_id)
+            by_screen = {e.screen.cell_id: e for e in entries if e.screen}
+
+            def screened(cid: str, record: Optional[ResultBase]) -> None:
+                entry = by_screen[cid]
                 value = objective(record)
                 if value is None:
                     self._fail_record(entry.trial, record)
-                    continue
+                    return
                 entry.trial.set_user_attr("screen_samples_per_s", value)
                 entry.trial.report(value, SCREEN_STEP)
                 if entry.trial.should_prune():
@@ -183,18 +219,25 @@ class TrialBatch:
                     self.on_told(entry.trial.number)
                 else:
                     promoted.append(entry)
+
+            runner.run(list(by_screen_cells(entries)), [*self.swept, *window], screened)
+        else:
+            promoted = entries
         if not promoted:
             return
-        results = self.runner.run([e.full for e in promoted], self.swept)
-        for entry in promoted:
-            record = results.get(entry.full.cell_id)
+        by_full = {e.full.cell_id: e for e in promoted}
+
+        def measured(cid: str, record: Optional[ResultBase]) -> None:
+            entry = by_full[cid]
             value = objective(record)
             if value is None:
                 self._fail_record(entry.trial, record)
-                continue
+                return
             entry.trial.set_user_attr("status", "ok")
             self.study.tell(entry.trial, value)
             self.on_told(entry.trial.number)
+
+        self.runner.run([e.full for e in promoted], self.swept, measured)
 
     def _fail_record(self, trial: Any, record: Optional[ResultBase]) -> None:
         if record is None:
