@@ -29,6 +29,7 @@ from torchscale.report.elements import Chart, Column, Section, Table, make_table
 from torchscale.report.environment import EnvironmentBlock, environment_block
 from torchscale.report.projection import projection_section
 from torchscale.report.telemetry import telemetry_section
+from torchscale.report.tuning import tuning_sections
 
 TOP_FINDINGS = 5
 
@@ -228,6 +229,7 @@ def build_content(
     latency.charts += histogram_charts(step_histogram(table, samples))
     built = sections.chart_sections(
         sections.comparison_section(*comparison) if comparison else None,
+        *tuning_sections(data),
         sections.scaling_section(curves),
         nodes.node_section(node_rows),
         latency,
