@@ -202,6 +202,9 @@ def _interrupt_after_first_trial(config: Path, out: Path) -> subprocess.Complete
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Python raises KeyboardInterrupt only where SIGINT was not ignored when it started
+        # (as it is for jobs a non-interactive shell puts in the background).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 300

@@ -77,7 +77,7 @@ KNOBS: Tuple[Knob, ...] = (
     Knob("compile", (False, True), f"{SAME_MATH} up to rounding: torch.compile fuses kernels"),
     Knob(
         "compile_mode",
-        ("default", "reduce-overhead", "max-autotune"),
+        (None, "reduce-overhead", "max-autotune"),  # None: torch.compile's default mode
         f"{SAME_MATH} up to rounding: CUDA graphs (reduce-overhead), kernel autotuning",
         needs=("compile", True),
         cuda_only=True,
@@ -288,7 +288,8 @@ def build_space(
     knobs: List[Knob] = []
     left_out: Dict[str, str] = {}
     for knob in KNOBS:
-        named = wanted is not None and knob.name in wanted
+        # A knob named by --allow is searched, whatever search: lists.
+        named = (wanted is not None and knob.name in wanted) or knob.name in allowed
         if knob.allow and knob.name not in allowed:
             what = knob.changes.split(":")[0].lower()
             if named or knob.name in section.space:
