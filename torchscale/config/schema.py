@@ -111,6 +111,12 @@ class TrainingSettings(StrictModel):
     optimizer: Literal["auto", "sgd", "adamw"] = Field(
         "auto", description="auto: the model's usual optimizer (SGD for CNNs, AdamW for LMs)."
     )
+    optimizer_impl: Literal["auto", "foreach", "fused", "forloop"] = Field(
+        "auto",
+        description="How the optimizer step runs: auto (fused AdamW on CUDA, else PyTorch's "
+        "choice), foreach (one kernel per op over all tensors), fused (one kernel for the whole "
+        "step) or forloop (tensor by tensor). The same math up to rounding.",
+    )
     warmup_steps: NonNegativeInt = Field(10, description="Steps run before timing, discarded.")
     measure_steps: Optional[PositiveInt] = Field(
         None, description="Timed steps (default 50 unless measure_seconds is set)."

@@ -33,7 +33,12 @@ from torchscale.models.registry import check_model_name, uses_seq_len
 # Settings that do not change what a cell measures, left out of its identity, so that --resume
 # after raising a timeout still recognises finished cells.
 NON_IDENTITY_FIELDS = {"repeat", "cell_timeout_s"}
-LATER_DEFAULTS = {"backend": "auto", "cudnn_benchmark": True, "tf32": None}
+LATER_DEFAULTS = {
+    "backend": "auto",
+    "cudnn_benchmark": True,
+    "tf32": None,
+    "optimizer_impl": "auto",
+}
 """Knobs added after results existed: at their default they are left out of a cell's identity."""
 
 DEFAULT_MAX_CELLS = 10_000

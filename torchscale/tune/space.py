@@ -83,6 +83,12 @@ KNOBS: Tuple[Knob, ...] = (
         cuda_only=True,
     ),
     Knob(
+        "optimizer_impl",
+        ("auto", "foreach", "fused", "forloop"),
+        f"{SAME_MATH} up to rounding: the optimizer step tensor by tensor (forloop), one kernel "
+        "per op over all tensors (foreach) or one fused kernel",
+    ),
+    Knob(
         "data.num_workers",
         (0, 1, 2, 4, 8),
         f"{SAME_MATH}: data-loader worker processes per rank",
