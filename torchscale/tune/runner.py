@@ -26,12 +26,13 @@ from torchscale.tune.study import (
     states,
     tune_lock,
 )
-from torchscale.tune.trials import CellRunner, TrialBatch, screen_window
+from torchscale.tune.trials import CellRunner, Interrupts, TrialBatch, screen_window
 from torchscale.tune.verdict import Candidate, interleaved, judge, round_name, verdict_cells
 
 TUNE_DIR = "tune"
 VERDICT_DIR = "verdict"
 SCREEN_DIR = "screen"
+STALE_BATCHES = 3
 
 
 class TuneEvents(SweepEvents, Protocol):
@@ -141,12 +142,17 @@ class Search:
         if stale:
             self.events.phase(f"resuming {len(stale)} unfinished trial(s)")
             self.batch.run(stale)
-        while True:
+        stale_batches = 0
+        while stale_batches < STALE_BATCHES:
+            Interrupts.check()
             size = self._room(verdict_cells)
             if size <= 0:
                 return
             self.events.phase(f"trials {finished_count(self.study) + 1}..")
+            tried = distinct_tried(self.study)
             self.batch.run([self.study.ask() for _ in range(size)])
+            # A sampler that only proposes settings already tried has nothing new to offer.
+            stale_batches = stale_batches + 1 if distinct_tried(self.study) == tried else 0
 
 
 def _finalists(study: Any, space: SearchSpace, count: int) -> List[Candidate]:
@@ -167,7 +173,7 @@ def _finalists(study: Any, space: SearchSpace, count: int) -> List[Candidate]:
 def run_tune(request: TuneRequest, events: TuneEvents) -> Dict[str, Any]:
     """Search, judge, write the outputs; the summary (tune.json's content)."""
     folder = tune_folder(request.output_dir, request.config.experiment_name)
-    with tune_lock(folder):
+    with tune_lock(folder), Interrupts.watched():
         search = Search(request, folder, events)
         search.run()
         section = request.section

@@ -5,8 +5,8 @@
 trials a killed run left RUNNING are carried on (their finished cells are not run again). A
 study of another baseline or space is refused rather than mixed in.
 
-Sampling: when the whole space is discrete and no larger than the trial cap, every combination
-is enqueued (nothing left to chance, none tried twice); otherwise TPE (``constant_liar`` so a
+Sampling: when the whole space is discrete and no larger than the trial cap (``EXHAUSTIVE_MAX``
+without one), every combination is enqueued (nothing left to chance, none tried twice); otherwise TPE (``constant_liar`` so a
 batch asked at once spreads out). Trial 0 is always the baseline. Pruning: Optuna's
 ``SuccessiveHalvingPruner`` over the screening values (docs/tune.md).
 """
@@ -29,6 +29,8 @@ STUDY_FILE = "study.db"
 STUDY_NAME = "tune"
 LOCK_FILE = ".tune.lock"
 IDENTITY_ATTR = "torchscale_identity"
+EXHAUSTIVE_MAX = 32
+"""Without --trials, a discrete space of at most this many combinations is tried whole."""
 
 
 def _optuna() -> Any:
@@ -85,7 +87,7 @@ def open_study(
     refuse_link(path)
     storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
     grid = space.grid()
-    exhaustive = grid is not None and trial_cap is not None and len(grid) <= trial_cap
+    exhaustive = grid is not None and len(grid) <= (trial_cap or EXHAUSTIVE_MAX)
     sampler = optuna.samplers.TPESampler(
         seed=seed, constant_liar=True, n_startup_trials=min(10, trial_cap or 10)
     )

@@ -9,10 +9,13 @@ pruner promotes the promising ones, which then run on the config's full window.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 from torchscale.config.schema import BenchmarkConfig, CellSettings
 from torchscale.errors import ConfigError
@@ -95,11 +98,46 @@ class CellRunner:
             spent = (time.monotonic() - started) / len(todo)
             previous = self.seconds_per_cell
             self.seconds_per_cell = spent if previous is None else (previous + spent) / 2
+        Interrupts.check()
         by_id = {r.cell_id: r for r in records}
         for cid in wanted:
             if cid not in heard and on_record is not None:
                 on_record(cid, by_id.get(cid))
         return {cid: by_id[cid] for cid in wanted if cid in by_id}
+
+
+class Interrupts:
+    """Ctrl-C that is not lost. Python raises KeyboardInterrupt wherever the main thread is, and
+    one raised inside a finalizer (a database connection collected mid-tell, say) is printed and
+    dropped; the flag set here makes the next cell boundary raise it again."""
+
+    hit = False
+
+    @classmethod
+    @contextlib.contextmanager
+    def watched(cls) -> Iterator[None]:
+        cls.hit = False
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.getsignal(signal.SIGINT)
+
+        def handler(signum: int, frame: Any) -> None:
+            cls.hit = True
+            raise KeyboardInterrupt
+
+        if previous is signal.default_int_handler:
+            signal.signal(signal.SIGINT, handler)
+        try:
+            yield
+        finally:
+            if previous is signal.default_int_handler:
+                signal.signal(signal.SIGINT, previous)
+
+    @classmethod
+    def check(cls) -> None:
+        if cls.hit:
+            raise KeyboardInterrupt
 
 
 class _Heard:
@@ -109,6 +147,7 @@ class _Heard:
         self.events, self.finished = events, finished
 
     def cell_started(self, cell: Cell, position: int, total: int) -> None:
+        Interrupts.check()
         self.events.cell_started(cell, position, total)
 
     def cell_polled(self, elapsed_s: float) -> None:
@@ -117,6 +156,7 @@ class _Heard:
     def cell_finished(self, cell: Cell, records: List[ResultBase], table: Any) -> None:
         self.events.cell_finished(cell, records, table)
         self.finished(cell, records)
+        Interrupts.check()
 
 
 def by_screen_cells(entries: Sequence[Entry]) -> List[Cell]:
