@@ -6,9 +6,9 @@ trials a killed run left RUNNING are carried on (their finished cells are not ru
 study of another baseline or space is refused rather than mixed in.
 
 Sampling: when the whole space is discrete and no larger than the trial cap (``EXHAUSTIVE_MAX``
-without one), every combination is enqueued (nothing left to chance, none tried twice); otherwise TPE (``constant_liar`` so a
-batch asked at once spreads out). Trial 0 is always the baseline. Pruning: Optuna's
-``SuccessiveHalvingPruner`` over the screening values (docs/tune.md).
+without one), every combination is enqueued (nothing left to chance, none tried twice);
+otherwise TPE (``constant_liar`` so a batch asked at once spreads out). Trial 0 is always the
+baseline. Pruning: Optuna's ``SuccessiveHalvingPruner`` over the screening values (docs/tune.md).
 """
 
 from __future__ import annotations
