@@ -1,7 +1,5 @@
-"""Models for ``torchscale tune``'s tests, used as ``tests.tune_models:<factory>``.
-
-``sync_bound_mlp``: eight 1024-wide linear layers (8.4M parameters) on a batch of 8: the step is
-mostly gradient all-reduce, so DDP's bucket size and gradient views change it a lot.
+"""A model for ``torchscale tune``'s tests, used as ``tests.tune_models:sleepy_conv`` (the model
+where knobs matter is ``examples.custom_model:sync_bound_mlp``).
 
 ``sleepy_conv``: a 1x1 convolution whose forward sleeps 100 ms: no DDP knob can change its step.
 In channels_last it raises an out-of-memory error, as a layout conversion that does not fit would
@@ -20,32 +18,7 @@ from torch import nn
 from tests.fault_models import OutOfMemoryError
 from torchscale.models import ModelSpec
 
-WIDTH, DEPTH = 1024, 8
 SLEEP_S = 0.1
-
-
-def sync_bound_mlp() -> ModelSpec:
-    def build() -> nn.Module:
-        layers: list = []
-        for _ in range(DEPTH):
-            layers += [nn.Linear(WIDTH, WIDTH), nn.ReLU()]
-        return nn.Sequential(*layers[:-1])
-
-    def batch(batch_size: int, device: Any) -> Tuple[torch.Tensor, torch.Tensor]:
-        inputs = torch.randn(batch_size, WIDTH, device=device)
-        return inputs, torch.randint(0, WIDTH, (batch_size,), device=device)
-
-    return ModelSpec(
-        name="sync-bound-mlp",
-        build=build,
-        batch=batch,
-        loss=F.cross_entropy,
-        unit="samples",
-        flops_per_sample=6.0 * DEPTH * WIDTH * WIDTH,
-        optimizer="sgd",
-        input_shape=(WIDTH,),
-        num_classes=WIDTH,
-    )
 
 
 class SleepyConv(nn.Module):

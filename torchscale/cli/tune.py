@@ -250,6 +250,8 @@ def register(app: typer.Typer) -> None:
         err_console.print(
             f"> best.yaml, ddp.py and tune.json are in {folder}", soft_wrap=True, markup=False
         )
+        if summary.get("warning"):
+            err_console.print(f"> [WARN] {summary['warning']}", soft_wrap=True, markup=False)
         err_console.print(summary["line"], soft_wrap=True, markup=False)
         if json_output:
             print_json(summary)

@@ -169,6 +169,8 @@ def _tuning(experiment: Experiment, summary: Dict[str, Any], several: bool) -> S
             Column("verdict", "Verdict", fmt.text, numeric=False),
         ]))  # fmt: skip
     notes = [f"{knob}: {text}" for knob, text in (summary.get("knob_changes") or {}).items()]
+    if summary.get("warning"):
+        notes.insert(0, f"Warning: {summary['warning']}.")
     intro = (
         f"{summary.get('line', '').removeprefix('> [TUNE] ')}. Trials ran on the config's window "
         "(pruned ones only on a short screening window); the verdict measured the baseline and the "

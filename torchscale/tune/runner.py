@@ -27,7 +27,14 @@ from torchscale.tune.study import (
     tune_lock,
 )
 from torchscale.tune.trials import CellRunner, Interrupts, TrialBatch, screen_window
-from torchscale.tune.verdict import Candidate, interleaved, judge, round_name, verdict_cells
+from torchscale.tune.verdict import (
+    Candidate,
+    cpu_wait_share,
+    interleaved,
+    judge,
+    round_name,
+    verdict_cells,
+)
 
 TUNE_DIR = "tune"
 VERDICT_DIR = "verdict"
@@ -191,10 +198,23 @@ def run_tune(request: TuneRequest, events: TuneEvents) -> Dict[str, Any]:
             )
             winner = judge(candidates, per_candidate, results, section.min_gain_pct, section.seed)
             verdict["folder"] = str(store.root.relative_to(folder))
+            verdict["cpu_wait_share"] = cpu_wait_share(list(results.values()))
         verdict["finalists"] = [c.as_dict() for c in candidates]
         summary = _summary(request, search, folder, candidates, winner, verdict)
         _write(request, folder, summary, winner)
         return summary
+
+
+def _oversubscribed(share: Optional[float]) -> Optional[str]:
+    from torchscale.analysis.telemetry import CPU_WAIT_SHARE
+
+    if share is None or share < CPU_WAIT_SHARE:
+        return None
+    return (
+        f"the host was oversubscribed during the verdict: a rank waited for a CPU {share:.0%} of "
+        "its window, so the figures reflect other processes as much as DDP's settings; rerun "
+        "on a quiet node"
+    )
 
 
 def _summary(
@@ -225,6 +245,7 @@ def _summary(
         "pruning": request.section.pruning,
         "trials": trial_rows(search.study),
         "verdict": verdict,
+        "warning": _oversubscribed(verdict.get("cpu_wait_share")),
         "files": {
             "best": outputs.BEST_FILE,
             "baseline": outputs.BASELINE_FILE,

@@ -87,6 +87,19 @@ def round_name(per_candidate: List[List[Cell]]) -> str:
     return "round-" + hashlib.sha1(ids.encode()).hexdigest()[:8]
 
 
+def cpu_wait_share(records: Sequence[ResultBase]) -> Optional[float]:
+    """The largest share of its window any rank's training thread waited for a CPU (Linux
+    schedstat): a host oversubscribed by other processes, whose figures say more about them."""
+    shares = [
+        rank.cpu_wait_s / rank.window_s
+        for record in records
+        if isinstance(record, TrainingResult)
+        for rank in record.per_rank
+        if rank.cpu_wait_s is not None and rank.window_s > 0
+    ]
+    return max(shares) if shares else None
+
+
 def _steps(records: Sequence[ResultBase]) -> List[float]:
     return [s for r in records if isinstance(r, TrainingResult) for s in r.step_times_ms]
 
