@@ -157,12 +157,14 @@ def test_a_swept_config_names_what_to_pin(tmp_path: Path) -> None:
 
 def test_snippet_and_best_yaml_carry_the_winner() -> None:
     settings = baseline(
-        channels_last=True, compile=True, ddp={"bucket_cap_mb": 100, "comm_hook": "bf16"}
-    ).model_dump(mode="json")
+        channels_last=True, compile=True, optimizer_impl="fused",
+        ddp={"bucket_cap_mb": 100, "comm_hook": "bf16"},
+    ).model_dump(mode="json")  # fmt: skip
     text = ddp_snippet(settings, "header")
     compile(text, "ddp.py", "exec")
     assert "bucket_cap_mb=100.0," in text and "bf16_compress_hook" in text
     assert "torch.channels_last" in text and "torch.compile(model)" in text
+    assert "fused=True" in text
     raw = {"experiment_name": "x", "models": ["a", "b"], "ddp": {"bucket_cap_mb": 1},
            "tune": {"finalists": 1}}  # fmt: skip
     best = reproducing_config(raw, {"models": ["a"]}, {"ddp.bucket_cap_mb": 100}, "x-best")

@@ -94,6 +94,10 @@ def ddp_snippet(settings: Dict[str, Any], header: str) -> str:
     if settings.get("compile"):
         mode = settings.get("compile_mode")
         lines.append(f"model = torch.compile(model{f', mode={mode!r}' if mode else ''})")
+    impl = settings.get("optimizer_impl", "auto")
+    if impl != "auto":
+        flags = {"fused": "fused=True", "foreach": "foreach=True", "forloop": "foreach=False"}
+        lines.append(f"# optimizer = torch.optim.<YourOptimizer>(params, ..., {flags[impl]})")
     if settings.get("precision") in ("amp", "bf16"):
         dtype = "float16" if settings["precision"] == "amp" else "bfloat16"
         lines.append(f"# forward under torch.autocast(device_type, dtype=torch.{dtype})")

@@ -34,7 +34,7 @@ class Candidate:
     params: Dict[str, Any]
     changes: Dict[str, str]
     search_samples_per_s: float
-    samples_per_s: Optional[float] = None  # mean over the verdict's repeats
+    samples_per_s: Optional[float] = None  # from the verdict's pooled per-step times
     baseline_samples_per_s: Optional[float] = None
     gain_pct: Optional[float] = None
     ci_low_pct: Optional[float] = None
@@ -109,8 +109,11 @@ def _measured(records: Sequence[Optional[ResultBase]]) -> Optional[List[Training
     return ok if len(ok) == len(records) and all(r.step_times_ms for r in ok) else None
 
 
-def _mean_throughput(records: Sequence[TrainingResult]) -> float:
-    return sum(r.samples_per_s or 0.0 for r in records) / len(records)
+def _throughput(records: Sequence[TrainingResult]) -> float:
+    """Samples/s from the pooled per-step times (the figure the interval is about): the global
+    batch over the mean step."""
+    steps = _steps(records)
+    return records[0].global_batch_size * 1000.0 * len(steps) / sum(steps)
 
 
 def judge(
@@ -138,12 +141,12 @@ def judge(
     work = base_records[0].global_batch_size
     for candidate, cells in zip(candidates, per_candidate[1:]):
         candidate.cell_ids = [c.cell_id for c in cells]
-        candidate.baseline_samples_per_s = _mean_throughput(base_records)
+        candidate.baseline_samples_per_s = _throughput(base_records)
         records = _measured([results.get(c.cell_id) for c in cells])
         if records is None:
             candidate.note = "failed when measured again"
             continue
-        candidate.samples_per_s = _mean_throughput(records)
+        candidate.samples_per_s = _throughput(records)
         ratio = records[0].global_batch_size / work
         gain, low, high = throughput_change(base_steps, _steps(records), options, ratio)
         candidate.gain_pct, candidate.ci_low_pct, candidate.ci_high_pct = gain, low, high
