@@ -102,7 +102,7 @@ def mlp(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
 
 @pytest.mark.slow
 def test_tune_finds_a_gain_that_a_separate_benchmark_confirms(mlp: Dict[str, Any]) -> None:
-    from torchscale.analysis.compare import CompareOptions, throughput_change
+    from torchscale.analysis.compare import CompareOptions, throughput_interval
 
     summary = mlp["summary"]
     if summary["result"] != "gain" and summary["warning"]:
@@ -123,7 +123,7 @@ def test_tune_finds_a_gain_that_a_separate_benchmark_confirms(mlp: Dict[str, Any
         assert best.settings[section][name] == value
     assert base.settings["ddp"]["bucket_cap_mb"] == 1
     assert base.settings["ddp"]["gradient_as_bucket_view"] is False
-    gain, low, high = throughput_change(
+    gain, low, high = throughput_interval(
         base.step_times_ms, best.step_times_ms, CompareOptions(resamples=2000)
     )
     assert low > 0, f"best.yaml {gain:+.1f}% ({low:+.1f}..{high:+.1f}%) vs the baseline"

@@ -96,7 +96,7 @@ def bootstrap_ratio(
     return ratio, float(low), float(high)
 
 
-def throughput_change(
+def throughput_interval(
     old_steps: Sequence[float],
     new_steps: Sequence[float],
     options: CompareOptions,
@@ -216,7 +216,7 @@ def compare_runs(
         p95_change = _pct(row.step_ms_p95_new / row.step_ms_p95_old)
         old_steps, new_steps = old_samples.get(key, []), new_samples.get(key, [])
         if old_steps and new_steps:
-            _, tp_low, tp_high = throughput_change(old_steps, new_steps, options)
+            _, tp_low, tp_high = throughput_interval(old_steps, new_steps, options)
             _, p95_low, p95_high = bootstrap_ratio(old_steps, new_steps, _p95, options)
             p95_low, p95_high = _pct(p95_low), _pct(p95_high)
             tp_noise = not (tp_low <= 0 <= tp_high)

@@ -1,6 +1,6 @@
 """The verdict: the baseline and the best few trials measured again, in interleaved repeats of one
 run, and each finalist's gain with a bootstrap interval over the per-step samples (the same
-``throughput_change`` as ``torchscale compare``).
+``throughput_interval`` as ``torchscale compare``).
 
 Interleaving (baseline, finalist 1, finalist 2, then again with the order rotated) spreads the
 node's drift over every candidate. The intervals are simultaneous: with k finalists each is a
@@ -15,7 +15,7 @@ import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-from torchscale.analysis.compare import CompareOptions, throughput_change
+from torchscale.analysis.compare import CompareOptions, throughput_interval
 from torchscale.config.schema import CellSettings
 from torchscale.errors import TorchscaleError
 from torchscale.plan.matrix import Cell, cell_id
@@ -148,7 +148,7 @@ def judge(
             continue
         candidate.samples_per_s = _throughput(records)
         ratio = records[0].global_batch_size / work
-        gain, low, high = throughput_change(base_steps, _steps(records), options, ratio)
+        gain, low, high = throughput_interval(base_steps, _steps(records), options, ratio)
         candidate.gain_pct, candidate.ci_low_pct, candidate.ci_high_pct = gain, low, high
         candidate.significant = low > 0 and gain >= min_gain_pct
         if not candidate.significant:
