@@ -103,6 +103,8 @@ def mlp(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
 @pytest.mark.slow
 def test_tune_finds_a_gain_that_a_separate_benchmark_confirms(mlp: Dict[str, Any]) -> None:
     from torchscale.analysis.compare import CompareOptions, throughput_interval
+    from torchscale.analysis.telemetry import CPU_WAIT_SHARE
+    from torchscale.tune.verdict import cpu_wait_share
 
     summary = mlp["summary"]
     if summary["result"] != "gain" and summary["warning"]:
@@ -126,7 +128,11 @@ def test_tune_finds_a_gain_that_a_separate_benchmark_confirms(mlp: Dict[str, Any
     gain, low, high = throughput_interval(
         base.step_times_ms, best.step_times_ms, CompareOptions(resamples=2000)
     )
-    assert low > 0, f"best.yaml {gain:+.1f}% ({low:+.1f}..{high:+.1f}%) vs the baseline"
+    told = f"best.yaml {gain:+.1f}% ({low:+.1f}..{high:+.1f}%) vs the baseline"
+    share = cpu_wait_share([base, best]) or 0.0
+    if low <= 0 and share >= CPU_WAIT_SHARE:
+        pytest.xfail(f"{told}, on a host where a rank waited for a CPU {share:.0%} of its window")
+    assert low > 0, told
 
 
 @pytest.mark.slow
