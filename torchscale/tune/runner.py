@@ -26,7 +26,13 @@ from torchscale.tune.study import (
     states,
     tune_lock,
 )
-from torchscale.tune.trials import CellRunner, Interrupts, TrialBatch, screen_window
+from torchscale.tune.trials import (
+    SCREEN_STEP,
+    CellRunner,
+    Interrupts,
+    TrialBatch,
+    screen_window,
+)
 from torchscale.tune.verdict import (
     Candidate,
     cpu_wait_share,
@@ -163,16 +169,24 @@ class Search:
 
 
 def _finalists(study: Any, space: SearchSpace, count: int) -> List[Candidate]:
+    """The best full-window trials other than the baseline; where fewer than ``count`` finished
+    the full window, the best pruned ones (by their screening value) fill in: the verdict, not
+    the short screen, is the judge."""
     baseline = space.baseline_params()
     done = study.get_trials(deepcopy=False, states=(states().COMPLETE,))
+    pruned = study.get_trials(deepcopy=False, states=(states().PRUNED,))
+    ranked = sorted(done, key=lambda t: t.value, reverse=True) + sorted(
+        pruned, key=lambda t: t.intermediate_values.get(SCREEN_STEP, 0.0), reverse=True
+    )
     seen, chosen = set(), []
-    for trial in sorted(done, key=lambda t: t.value, reverse=True):
+    for trial in ranked:
         key = tuple(sorted(trial.params.items()))
         if trial.params == baseline or key in seen:
             continue
         seen.add(key)
+        value = trial.value if trial.value is not None else trial.intermediate_values[SCREEN_STEP]
         chosen.append(
-            Candidate(trial.number, dict(trial.params), space.changes(trial.params), trial.value)
+            Candidate(trial.number, dict(trial.params), space.changes(trial.params), value)
         )
     return chosen[:count]
 
