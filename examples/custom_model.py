@@ -51,3 +51,9 @@ def my_mlp(features: int = 256, hidden: int = 512, depth: int = 3, classes: int 
         num_classes=classes,
         description=f"MLP {features}-{'-'.join([str(hidden)] * depth)}-{classes}",
     )
+
+
+def sync_bound_mlp() -> ModelSpec:
+    """Eight 1024x1024 linear layers (8.4M parameters): at a small batch the step is mostly the
+    gradient all-reduce, so DDP's settings matter (the ``torchscale tune`` example)."""
+    return my_mlp(features=1024, hidden=1024, depth=7, classes=1024)

@@ -47,6 +47,7 @@ batch_sizes: [4]
 gpu_counts: [2]
 precision: amp
 optimizer: adamw
+optimizer_impl: foreach
 warmup_steps: 3
 measure_steps: 5
 sync_probe_steps: 2
@@ -106,6 +107,7 @@ def test_bf16_channels_last_accumulation_compile_and_data_file(knobs: Dict) -> N
     assert set(runtime["allow_tf32"]) == {"matmul", "cudnn"}
     assert runtime["peak_precision"] == "bf16"
     assert runtime["optimizer"] == "SGD"  # resnet's usual optimizer under optimizer: auto
+    assert runtime["optimizer_impl"] == "auto"  # PyTorch's choice
     ddp = runtime["ddp"]
     assert ddp["comm_hook"] == "bf16_compress_hook"
     assert ddp["bucket_cap_bytes"] == 25 * 1024 * 1024  # the default
@@ -124,7 +126,7 @@ def test_amp_powersgd_static_graph_buckets_adamw_and_image_folder(knobs: Dict) -
     runtime = record.runtime
     assert record.precision == "amp"
     assert runtime["autocast_dtype"] == "float16" and runtime["grad_scaler"] is True
-    assert runtime["optimizer"] == "AdamW"
+    assert runtime["optimizer"] == "AdamW" and runtime["optimizer_impl"] == "foreach"
     ddp = runtime["ddp"]
     assert ddp["comm_hook"] == "ordered_powerSGD_hook"  # gloo: buckets in order
     assert ddp["static_graph"] == 1

@@ -100,6 +100,19 @@ def bootstrap_ratio(
     return ratio, float(low), float(high)
 
 
+def throughput_interval(
+    old_steps: Sequence[float],
+    new_steps: Sequence[float],
+    options: CompareOptions,
+    work_ratio: float = 1.0,
+) -> Tuple[float, float, float]:
+    """The change in throughput (%) from ``old`` to ``new`` per-step times, and its bootstrap
+    interval. Throughput is work per step over the mean step time; ``work_ratio`` is new's work
+    per step over old's (1 for the same cell; 2 when new accumulates two micro-batches)."""
+    ratio, low, high = bootstrap_ratio(old_steps, new_steps, _mean, options)
+    return _pct(work_ratio / ratio), _pct(work_ratio / high), _pct(work_ratio / low)
+
+
 def _pooled(
     records: Sequence[ResultBase],
 ) -> Tuple[pd.DataFrame, Dict[CellKey, List[float]]]:
@@ -206,10 +219,8 @@ def compare_runs(
         p95_change = _pct(as_float(row.step_ms_p95_new) / as_float(row.step_ms_p95_old))
         old_steps, new_steps = old_samples.get(key, []), new_samples.get(key, [])
         if old_steps and new_steps:
-            _, mean_low, mean_high = bootstrap_ratio(old_steps, new_steps, _mean, options)
+            _, tp_low, tp_high = throughput_interval(old_steps, new_steps, options)
             _, p95_low, p95_high = bootstrap_ratio(old_steps, new_steps, _p95, options)
-            # Throughput is inversely proportional to the mean step time.
-            tp_low, tp_high = _pct(1 / mean_high), _pct(1 / mean_low)
             p95_low, p95_high = _pct(p95_low), _pct(p95_high)
             tp_noise = not (tp_low <= 0 <= tp_high)
             p95_noise = not (p95_low <= 0 <= p95_high)

@@ -17,6 +17,7 @@ from torchscale.cli import (
     profile_command,
     project,
     report_command,
+    tune,
     validate,
 )
 from torchscale.cli.console import setup_logging
@@ -71,6 +72,7 @@ report_command.register(app)
 validate.register(app)
 compare.register(app)
 project.register(app)
+tune.register(app)
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ from typing_extensions import Annotated
 
 from torchscale.comm.config import CommunicationSection
 from torchscale.config.base import StrictModel, as_list
+from torchscale.config.tune_section import TuneSection
 
 PRECISION_ALIASES = {"fp16": "amp", "float32": "fp32", "bfloat16": "bf16"}
 
@@ -109,6 +110,12 @@ class TrainingSettings(StrictModel):
     )
     optimizer: Literal["auto", "sgd", "adamw"] = Field(
         "auto", description="auto: the model's usual optimizer (SGD for CNNs, AdamW for LMs)."
+    )
+    optimizer_impl: Literal["auto", "foreach", "fused", "forloop"] = Field(
+        "auto",
+        description="How the optimizer step runs: auto (fused AdamW on CUDA, else PyTorch's "
+        "choice), foreach (one kernel per op over all tensors), fused (one kernel for the whole "
+        "step) or forloop (tensor by tensor). The same math up to rounding.",
     )
     warmup_steps: NonNegativeInt = Field(10, description="Steps run before timing, discarded.")
     measure_steps: Optional[PositiveInt] = Field(
@@ -258,6 +265,9 @@ class BenchmarkConfig(TrainingSweep):  # type: ignore[misc,valid-type]
     profiling: ProfilingSettings = Field(default_factory=ProfilingSettings)
     communication: Optional[CommunicationSection] = Field(
         None, description="Collective, P2P and tensor-parallel GEMM benchmarks (section)."
+    )
+    tune: Optional[TuneSection] = Field(
+        None, description="What `torchscale tune` searches (section; ignored by benchmark)."
     )
 
     @model_validator(mode="after")

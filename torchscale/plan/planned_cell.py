@@ -26,7 +26,12 @@ KindSettings = Union[CellSettings, CommCellSettings]
 # Settings that do not change what a cell measures, left out of its identity, so that --resume
 # after raising a timeout still recognises finished cells.
 NON_IDENTITY_FIELDS = {"repeat", "cell_timeout_s"}
-LATER_DEFAULTS: Dict[str, Any] = {"backend": "auto", "cudnn_benchmark": True, "tf32": None}
+LATER_DEFAULTS: Dict[str, Any] = {
+    "backend": "auto",
+    "cudnn_benchmark": True,
+    "tf32": None,
+    "optimizer_impl": "auto",
+}
 """Knobs added after results existed: at their default they are left out of a cell's identity."""
 
 

@@ -35,6 +35,7 @@ from torchscale.report.environment_block import EnvironmentBlock, environment_bl
 from torchscale.report.projection_section import projection_section
 from torchscale.report.report_data import ReportData
 from torchscale.report.telemetry_section import telemetry_section
+from torchscale.report.tuning import tuning_sections
 from torchscale.results.table_scalars import frame_records
 
 TOP_FINDINGS = 5
@@ -235,6 +236,7 @@ def build_content(
     latency.charts += histogram_charts(step_histogram(table, samples))
     built = sections.chart_sections(
         sections.comparison_section(*comparison) if comparison else None,
+        *tuning_sections(data),
         sections.scaling_section(curves),
         nodes.node_section(node_rows),
         latency,

@@ -46,6 +46,16 @@ RESULT_FILE = "result.json"
 OWNER_FILE = "owner.json"
 LAUNCH_LOG = "launch.log"
 TORCHRUN_LOGS = "torchrun"
+# torchscale tune (torchscale.tune): <experiment>/tune/ holds the trials like any experiment, and:
+TUNE_DIR = "tune"
+TUNE_SUMMARY = "tune.json"  # what the console, --json and the report's Tuning section read
+TUNE_BEST_CONFIG = "best.yaml"  # a benchmark config reproducing the winner
+TUNE_BASELINE_CONFIG = "baseline.yaml"
+TUNE_DDP_SNIPPET = "ddp.py"  # the DDP constructor arguments to paste
+TUNE_STUDY = "study.db"  # Optuna's SQLite storage: what a rerun resumes from
+TUNE_LOCK = ".tune.lock"
+TUNE_SCREEN_DIR = "screen"  # the short screening windows of successive halving
+TUNE_VERDICT_DIR = "verdict"  # the interleaved re-measure rounds
 # Warm process groups (launch.warm_groups): one folder per group launch, named by its first cell.
 GROUPS_DIR = "groups"
 GROUP_FILE = "group.json"  # the launcher's hand-off: the cells, in order

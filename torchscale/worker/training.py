@@ -43,13 +43,32 @@ def _call(model: Callable[..., Any], inputs: Any) -> Any:
     return model(inputs)
 
 
-def _optimizer(name: str, model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
+def _implementation(impl: str, name: str, device: torch.device) -> Dict[str, Any]:
+    """The optimizer's ``foreach``/``fused`` arguments for ``optimizer_impl``."""
+    if impl == "auto":
+        # Fused AdamW is what fast GPU training uses; elsewhere PyTorch picks.
+        return {"fused": True} if name == "adamw" and device.type == "cuda" else {}
+    return {"foreach": impl == "foreach", "fused": impl == "fused"}
+
+
+def _optimizer(
+    name: str, model: nn.Module, device: torch.device, impl: str = "auto"
+) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
+    how = _implementation(impl, name, device)
     if name == "adamw":
-        # Fused AdamW is what fast GPU training uses; it is CUDA-only.
-        fused = device.type == "cuda"
-        return torch.optim.AdamW(params, lr=LEARNING_RATES["adamw"], fused=fused)
-    return torch.optim.SGD(params, lr=LEARNING_RATES["sgd"], momentum=0.9)
+        return torch.optim.AdamW(params, lr=LEARNING_RATES["adamw"], **how)
+    return torch.optim.SGD(params, lr=LEARNING_RATES["sgd"], momentum=0.9, **how)
+
+
+def _applied_impl(optimizer: torch.optim.Optimizer) -> str:
+    """What the optimizer was built with: fused, foreach, forloop, or auto (PyTorch decides)."""
+    defaults = optimizer.defaults
+    if defaults.get("fused"):
+        return "fused"
+    if defaults.get("foreach") is None:
+        return "auto"
+    return "foreach" if defaults["foreach"] else "forloop"
 
 
 @dataclass
@@ -197,10 +216,11 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
         scaler = torch.amp.GradScaler(ctx.device.type)
     torch.manual_seed(settings.seed + 1000 + ctx.rank)  # different data on every rank
     batches = batch_stream(spec, settings, ctx, channels_last)
-    optimizer = _optimizer(optimizer_name, model, ctx.device)
+    optimizer = _optimizer(optimizer_name, model, ctx.device, settings.optimizer_impl)
     autocast = AUTOCAST_DTYPES.get(settings.precision)
     applied = {
         "optimizer": type(optimizer).__name__,
+        "optimizer_impl": _applied_impl(optimizer),
         "autocast_dtype": str(autocast).replace("torch.", "") if autocast else None,
         "grad_scaler": scaler is not None,
         "channels_last": channels_last,

@@ -1,0 +1,304 @@
+"""``torchscale tune``: real searches on 2 gloo ranks, their verdicts, resume and faults.
+
+Two real tunes, each shared by several tests: a sync-bound MLP where DDP's buckets matter (the
+winner is then confirmed by a separate ``torchscale benchmark`` of best.yaml against the baseline),
+and a model where no knob matters, with an OOM in channels_last, interrupted by SIGINT after its
+first finished trial and run again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from torchscale.cli.app import app
+from torchscale.results.schema import TrainingResult
+from torchscale.results.store import ExperimentStore
+
+ROOT = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+
+MLP_CONFIG = """\
+experiment_name: mlp
+models: ["examples.custom_model:sync_bound_mlp"]
+batch_sizes: [8]
+gpu_counts: [2]
+warmup_steps: 3
+measure_steps: 20
+sync_probe_steps: 0
+cell_timeout_s: 240
+ddp:
+  bucket_cap_mb: 1
+  gradient_as_bucket_view: false
+tune:
+  search: [ddp.bucket_cap_mb, ddp.gradient_as_bucket_view]
+  space:
+    ddp.bucket_cap_mb: [100]
+  finalists: 1
+  repeats: 1
+  screen_steps: 6
+"""
+
+SLEEPY_CONFIG = """\
+experiment_name: sleepy
+models: ["tests.support.tune_models:sleepy_conv"]
+batch_sizes: [2]
+gpu_counts: [2]
+warmup_steps: 2
+measure_steps: 10
+sync_probe_steps: 0
+cell_timeout_s: 240
+tune:
+  search: [channels_last, ddp.gradient_as_bucket_view]
+  pruning: false
+  finalists: 1
+  repeats: 1
+  min_gain_pct: 5
+"""
+
+
+def trials_of(folder: Path) -> List[Any]:
+    import optuna
+
+    return optuna.load_study(study_name="tune", storage=f"sqlite:///{folder / 'study.db'}").trials
+
+
+def training(folder: Path) -> List[TrainingResult]:
+    return [r for r in ExperimentStore(folder).records() if isinstance(r, TrainingResult)]
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("tune-mlp")
+    config = tmp / "mlp.yaml"
+    config.write_text(MLP_CONFIG)
+    result = runner.invoke(
+        app, ["tune", "-c", str(config), "-o", str(tmp / "out"), "--trials", "3", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    folder = tmp / "out" / "mlp" / "tune"
+    # The separate confirmation: best.yaml and the baseline, each a plain benchmark.
+    confirm = {}
+    for name in ("best", "baseline"):
+        run = runner.invoke(
+            app, ["benchmark", "-c", str(folder / f"{name}.yaml"), "-o", str(tmp / "confirm")]
+        )
+        assert run.exit_code == 0, run.output
+        (confirm[name],) = training(tmp / "confirm" / f"mlp-{name}")
+    summary = json.loads(result.stdout)
+    return {"result": result, "summary": summary, "folder": folder, "confirm": confirm}
+
+
+@pytest.mark.slow
+def test_tune_finds_a_gain_that_a_separate_benchmark_confirms(mlp: Dict[str, Any]) -> None:
+    from torchscale.analysis.comparison import CompareOptions, throughput_interval
+    from torchscale.analysis.telemetry import CPU_WAIT_SHARE
+    from torchscale.tune.verdict import cpu_wait_share
+
+    summary = mlp["summary"]
+    if summary["result"] != "gain" and summary["warning"]:
+        # Other processes held the cores (measured: run-queue wait): no setting can show here.
+        pytest.xfail(summary["warning"])
+    assert summary["result"] == "gain", summary["line"]
+    winner = summary["winner"]
+    assert winner["ci_low_pct"] > 0 and winner["gain_pct"] >= 1.0
+    assert winner["changed"]  # it differs from bucket_cap_mb 1, views off
+    line = summary["line"]
+    assert re.match(r"> \[TUNE\] \+\d+\.\d% samples/s \(95% CI \+\d+\.\d\.\.\+\d+\.\d%\) with ", line)
+    assert line in mlp["result"].stderr
+    # best.yaml reproduces the winner; a benchmark of it beats the baseline beyond noise.
+    best = mlp["confirm"]["best"]
+    base = mlp["confirm"]["baseline"]
+    for knob, value in winner["params"].items():
+        section, name = knob.split(".")
+        assert best.settings[section][name] == value
+    assert base.settings["ddp"]["bucket_cap_mb"] == 1
+    assert base.settings["ddp"]["gradient_as_bucket_view"] is False
+    gain, low, high = throughput_interval(
+        base.step_times_ms, best.step_times_ms, CompareOptions(resamples=2000)
+    )
+    told = f"best.yaml {gain:+.1f}% ({low:+.1f}..{high:+.1f}%) vs the baseline"
+    share = cpu_wait_share([base, best]) or 0.0
+    if low <= 0 and share >= CPU_WAIT_SHARE:
+        pytest.xfail(f"{told}, on a host where a rank waited for a CPU {share:.0%} of its window")
+    assert low > 0, told
+
+
+@pytest.mark.slow
+def test_every_trial_is_recorded_and_the_screen_prunes(mlp: Dict[str, Any]) -> None:
+    folder = mlp["folder"]
+    trials = mlp["summary"]["trials"]
+    assert trials[0]["role"] == "baseline"
+    assert trials[0]["params"] == {
+        "ddp.bucket_cap_mb": 1.0,
+        "ddp.gradient_as_bucket_view": False,
+    }
+    screened = {r.cell_id: r for r in training(folder / "screen")}
+    full = {r.cell_id: r for r in training(folder)}
+    assert all(r.measure_steps == 6 for r in screened.values())
+    assert all(r.measure_steps == 20 for r in full.values())
+    for trial in trials:
+        if trial.get("repeats_trial") is not None:
+            continue
+        assert trial["screen_cell"] in screened
+        if trial["state"] == "complete":  # promoted: measured on the full window
+            assert full[trial["full_cell"]].samples_per_s == pytest.approx(trial["samples_per_s"])
+        else:
+            assert trial["state"] == "pruned" and trial["full_cell"] not in full
+    assert {t.number for t in trials_of(folder)} == {t["number"] for t in trials}
+    # The verdict re-measured the baseline and the finalist in their own folder.
+    verdict = training(folder / mlp["summary"]["verdict"]["folder"])
+    assert len(verdict) == 2 and all(r.status == "ok" for r in verdict)
+
+
+@pytest.mark.slow
+def test_outputs_paste_into_a_training_script(mlp: Dict[str, Any]) -> None:
+    folder = mlp["folder"]
+    winner = mlp["summary"]["winner"]
+    snippet = (folder / "ddp.py").read_text()
+    compile(snippet, "ddp.py", "exec")
+    assert f"bucket_cap_mb={winner['params']['ddp.bucket_cap_mb']!r}" in snippet
+    view = winner["params"]["ddp.gradient_as_bucket_view"]
+    assert f"gradient_as_bucket_view={view!r}" in snippet
+    best = yaml.safe_load((folder / "best.yaml").read_text())
+    assert best["experiment_name"] == "mlp-best" and "tune" not in best
+    assert best["models"] == ["examples.custom_model:sync_bound_mlp"] and best["gpu_counts"] == [2]
+
+
+@pytest.mark.slow
+def test_report_has_a_tuning_section(mlp: Dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    result = runner.invoke(
+        app, ["report", "--source", str(mlp["folder"]), "--format", "html", "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    html = out.read_text()
+    assert 'id="tuning"' in html
+    winner = mlp["summary"]["winner"]
+    assert f"{winner['gain_pct']:+.1f}%" in html
+
+
+def _complete_trials(study: Path) -> int:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{study}?mode=ro", uri=True, timeout=5) as db:
+            return int(db.execute("SELECT count(*) FROM trials WHERE state='COMPLETE'").fetchone()[0])
+    except sqlite3.Error:
+        return 0  # not created yet
+
+
+def _interrupt_after_first_trial(config: Path, out: Path) -> subprocess.CompletedProcess:
+    """The real command in its own process, sent SIGINT once its first trial is recorded."""
+    study = out / "sleepy" / "tune" / "study.db"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    command = [sys.executable, "-m", "torchscale", "tune", "-c", str(config), "-o", str(out)]
+    process = subprocess.Popen(
+        [*command, "--trials", "4"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # Python raises KeyboardInterrupt only where SIGINT was not ignored when it started
+        # (as it is for jobs a non-interactive shell puts in the background).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            if study.exists() and _complete_trials(study) >= 1:
+                break
+            time.sleep(0.2)
+        assert process.poll() is None, process.communicate()[1]
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+@pytest.fixture(scope="module")
+def sleepy(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("tune-sleepy")
+    config = tmp / "sleepy.yaml"
+    config.write_text(SLEEPY_CONFIG)
+    out = tmp / "out"
+    folder = out / "sleepy" / "tune"
+    interrupted = _interrupt_after_first_trial(config, out)
+    before = {t.number: (t.state.name, t.params) for t in trials_of(folder)}
+    first = [r.cell_id for r in training(folder)]
+    result = runner.invoke(
+        app, ["tune", "-c", str(config), "-o", str(out), "--trials", "4", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    return {
+        "interrupted": interrupted,
+        "before": before,
+        "first": first,
+        "result": result,
+        "summary": json.loads(result.stdout),
+        "folder": folder,
+    }
+
+
+@pytest.mark.slow
+def test_ctrl_c_then_rerun_resumes_without_repeating_finished_trials(sleepy: Dict) -> None:
+    interrupted = sleepy["interrupted"]
+    assert interrupted.returncode == 130, interrupted.stderr
+    assert "run the same command again to resume" in interrupted.stderr
+    before = sleepy["before"]
+    assert before[0] == ("COMPLETE", {"channels_last": False, "ddp.gradient_as_bucket_view": False})
+    assert len(sleepy["first"]) >= 1
+    folder = sleepy["folder"]
+    after = trials_of(folder)
+    # The same trials carried on (numbers and parameters kept), none asked twice.
+    assert [t.number for t in after] == [0, 1, 2, 3]
+    for trial in after:
+        if trial.number in before:
+            assert trial.params == before[trial.number][1]
+    assert len({tuple(sorted(t.params.items())) for t in after}) == 4
+    ids = [r.cell_id for r in training(folder)]
+    assert len(ids) == len(set(ids)) == 4  # trial 0's cell was not run again
+    assert ids[: len(sleepy["first"])] == sleepy["first"]
+
+
+@pytest.mark.slow
+def test_an_oom_trial_is_recorded_and_the_search_goes_on(sleepy: Dict) -> None:
+    trials = {t["number"]: t for t in sleepy["summary"]["trials"]}
+    oom = [t for t in trials.values() if t["params"]["channels_last"]]
+    assert len(oom) == 2
+    for trial in oom:
+        assert trial["state"] == "fail" and trial["status"] == "oom"
+        assert "out of memory" in trial["error"].lower()
+    records = {r.cell_id: r for r in training(sleepy["folder"])}
+    assert {records[t["full_cell"]].status for t in oom} == {"oom"}
+    ran = [t for t in trials.values() if not t["params"]["channels_last"]]
+    assert all(t["state"] == "complete" for t in ran)
+
+
+@pytest.mark.slow
+def test_no_knob_that_matters_means_no_significant_gain(sleepy: Dict) -> None:
+    summary = sleepy["summary"]
+    assert summary["result"] == "no significant gain" and summary["winner"] is None
+    (finalist,) = summary["verdict"]["finalists"]
+    assert finalist["params"] == {"channels_last": False, "ddp.gradient_as_bucket_view": True}
+    assert finalist["significant"] is False and finalist["gain_pct"] is not None
+    assert "keeping the baseline" in summary["line"]
+    assert summary["line"] in sleepy["result"].stderr
+    best = yaml.safe_load((sleepy["folder"] / "best.yaml").read_text())
+    assert best.get("channels_last", False) is False  # the baseline kept
+    assert "gradient_as_bucket_view" not in best.get("ddp", {})

@@ -1,0 +1,153 @@
+"""What ``tune`` leaves behind: ``best.yaml`` (a benchmark config that reproduces the winner, or
+the baseline when nothing won), ``ddp.py`` (the DDP arguments and code lines to paste into a
+training script), ``tune.json`` (every trial and the verdict: what the report's Tuning section
+reads) and the final console line. All written atomically, never through a link.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, List, Optional
+
+import yaml
+
+from torchscale.results.layout import (
+    TUNE_BASELINE_CONFIG,
+    TUNE_BEST_CONFIG,
+    TUNE_DDP_SNIPPET,
+    TUNE_SUMMARY,
+)
+from torchscale.results.store import atomic_write_json, atomic_write_text
+from torchscale.tune.verdict import CONFIDENCE, Candidate
+
+SUMMARY_FILE = TUNE_SUMMARY
+BEST_FILE = TUNE_BEST_CONFIG
+BASELINE_FILE = TUNE_BASELINE_CONFIG
+SNIPPET_FILE = TUNE_DDP_SNIPPET
+PINNED = ("models", "batch_sizes", "gpu_counts")
+
+
+def short_name(knob: str) -> str:
+    return knob.split(".")[-1]
+
+
+def describe_params(params: Dict[str, Any]) -> str:
+    """``bucket_cap_mb=100, gradient_as_bucket_view=true`` (YAML spelling of values)."""
+
+    def text(value: Any) -> str:
+        return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+    return ", ".join(f"{short_name(k)}={text(v)}" for k, v in params.items()) or "the baseline"
+
+
+def reproducing_config(
+    raw: Dict[str, Any], pinned: Dict[str, Any], params: Dict[str, Any], name: str
+) -> Dict[str, Any]:
+    """The user's YAML with the cell pinned (one model, batch, GPU count) and ``params`` set."""
+    config = copy.deepcopy(raw)
+    config.pop("tune", None)
+    config.pop("communication", None)
+    config.pop("repeats", None)
+    config["experiment_name"] = name
+    config.update(pinned)
+    for dotted, value in params.items():
+        node = config
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[leaf] = value
+    return config
+
+
+def ddp_snippet(settings: Dict[str, Any], header: str) -> str:
+    """Python lines with the winner's settings, for a training script that uses DDP."""
+    ddp = settings["ddp"]
+    lines = [
+        f"# {header}",
+        "import torch",
+        "from torch.nn.parallel import DistributedDataParallel as DDP",
+        "",
+    ]
+    if settings.get("cudnn_benchmark"):
+        lines.append("torch.backends.cudnn.benchmark = True  # CUDA only")
+    if settings.get("channels_last"):
+        lines.append("model = model.to(memory_format=torch.channels_last)")
+    lines += [
+        "model = DDP(",
+        "    model,",
+        "    device_ids=[local_rank],  # GPU runs; leave out on CPU",
+        f"    bucket_cap_mb={ddp['bucket_cap_mb']!r},",
+        f"    gradient_as_bucket_view={ddp['gradient_as_bucket_view']!r},",
+        f"    static_graph={ddp['static_graph']!r},",
+        f"    broadcast_buffers={ddp['broadcast_buffers']!r},",
+        ")",
+    ]
+    hook = ddp.get("comm_hook", "none")
+    if hook in ("fp16", "bf16"):
+        lines += [
+            "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks",
+            f"model.register_comm_hook(None, default_hooks.{hook}_compress_hook)",
+        ]
+    elif hook == "powersgd":
+        lines += [
+            "from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd",
+            "state = powersgd.PowerSGDState(process_group=None, "
+            f"matrix_approximation_rank={ddp.get('powersgd_rank', 1)})",
+            "model.register_comm_hook(state, powersgd.powerSGD_hook)",
+        ]
+    if settings.get("compile"):
+        mode = settings.get("compile_mode")
+        lines.append(f"model = torch.compile(model{f', mode={mode!r}' if mode else ''})")
+    impl = settings.get("optimizer_impl", "auto")
+    if impl != "auto":
+        flags = {"fused": "fused=True", "foreach": "foreach=True", "forloop": "foreach=False"}
+        lines.append(f"# optimizer = torch.optim.<YourOptimizer>(params, ..., {flags[impl]})")
+    if settings.get("precision") in ("amp", "bf16"):
+        dtype = "float16" if settings["precision"] == "amp" else "bfloat16"
+        lines.append(f"# forward under torch.autocast(device_type, dtype=torch.{dtype})")
+    if settings.get("grad_accum_steps", 1) > 1:
+        lines.append(
+            f"# accumulate {settings['grad_accum_steps']} micro-batches per optimizer step "
+            "(all but the last under model.no_sync())"
+        )
+    data = settings.get("data", {})
+    if data.get("source", "synthetic") != "synthetic":
+        lines.append(
+            f"# DataLoader(..., num_workers={data['num_workers']}, "
+            f"pin_memory={data['pin_memory']!r})"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def tune_line(winner: Optional[Candidate], candidates: List[Candidate]) -> str:
+    """The console's last line: the gain with its interval, or why the baseline is kept."""
+    level = f"{CONFIDENCE:.0%}"
+    if winner is not None:
+        return (
+            f"> [TUNE] {winner.gain_pct:+.1f}% samples/s ({level} CI {winner.ci_low_pct:+.1f}.."
+            f"{winner.ci_high_pct:+.1f}%) with {describe_params(winner.changed)}"
+        )
+    measured = [c for c in candidates if c.gain_pct is not None]
+    if not measured:
+        return "> [TUNE] no significant gain: no candidate could be measured; keeping the baseline"
+    best = max(measured, key=lambda c: c.gain_pct or 0.0)
+    return (
+        f"> [TUNE] no significant gain: best candidate {best.gain_pct:+.1f}% samples/s "
+        f"({level} CI {best.ci_low_pct:+.1f}..{best.ci_high_pct:+.1f}%, {best.note}) with "
+        f"{describe_params(best.changed)}; keeping the baseline"
+    )
+
+
+def write_outputs(
+    folder: Any,
+    summary: Dict[str, Any],
+    best: Dict[str, Any],
+    baseline: Dict[str, Any],
+    snippet: str,
+) -> None:
+    atomic_write_text(folder / BEST_FILE, yaml.safe_dump(best, sort_keys=False))
+    atomic_write_text(folder / BASELINE_FILE, yaml.safe_dump(baseline, sort_keys=False))
+    atomic_write_text(folder / SNIPPET_FILE, snippet)
+    atomic_write_json(folder / SUMMARY_FILE, summary)

@@ -1,0 +1,289 @@
+"""One ``torchscale tune`` run: search in batches within the budget, then the verdict, then the
+outputs. Everything lands in ``DIR/<experiment>/tune/``: the trials' results.jsonl (a benchmark
+experiment like any other), study.db, verdict/round-*/ (the re-measure), best.yaml, baseline.yaml,
+ddp.py and tune.json.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Protocol
+
+from torchscale.config.settings import BenchmarkConfig, CellSettings
+from torchscale.config.tune_section import TuneSection
+from torchscale.launch.sweep import SweepEvents
+from torchscale.plan.planned_cell import NON_IDENTITY_FIELDS
+from torchscale.results.layout import (
+    TUNE_DIR,
+    TUNE_SCREEN_DIR,
+    TUNE_STUDY,
+    TUNE_VERDICT_DIR,
+    experiment_dir,
+)
+from torchscale.results.store import ExperimentStore
+from torchscale.tune import tune_outputs as outputs
+from torchscale.tune.space import SearchSpace
+from torchscale.tune.study import (
+    distinct_tried,
+    finished_count,
+    open_study,
+    stale_trials,
+    states,
+    tune_lock,
+)
+from torchscale.tune.trials import (
+    SCREEN_STEP,
+    CellRunner,
+    Interrupts,
+    TrialBatch,
+    screen_window,
+)
+from torchscale.tune.verdict import (
+    Candidate,
+    cpu_wait_share,
+    interleaved,
+    judge,
+    round_name,
+    verdict_cells,
+)
+
+VERDICT_DIR = TUNE_VERDICT_DIR
+SCREEN_DIR = TUNE_SCREEN_DIR
+STALE_BATCHES = 3
+
+
+class TuneEvents(SweepEvents, Protocol):
+    """The sweep's events plus what the search reports."""
+
+    def phase(self, text: str) -> None: ...
+
+    def trial_told(self, number: int, summary: Dict[str, Any]) -> None: ...
+
+
+@dataclass
+class TuneRequest:
+    config: BenchmarkConfig
+    raw: Dict[str, Any]  # the YAML mapping, overrides applied: the base of best.yaml
+    pinned: Dict[str, Any]  # models, batch_sizes, gpu_counts of the tuned cell
+    baseline: CellSettings
+    space: SearchSpace
+    section: TuneSection
+    output_dir: Path
+    budget_s: float
+    trial_cap: Optional[int]
+
+
+def tune_folder(output_dir: Path, experiment: str) -> Path:
+    return experiment_dir(Path(output_dir), experiment) / TUNE_DIR
+
+
+def trial_rows(study: Any) -> List[Dict[str, Any]]:
+    rows = []
+    for trial in study.get_trials(deepcopy=False):
+        attrs = trial.user_attrs
+        rows.append(
+            {
+                "number": trial.number,
+                "state": trial.state.name.lower(),
+                "role": attrs.get("role", "search"),
+                "repeats_trial": attrs.get("repeats_trial"),
+                "params": trial.params,
+                "samples_per_s": trial.value,
+                "screen_samples_per_s": attrs.get("screen_samples_per_s"),
+                "status": attrs.get("status"),
+                "error": attrs.get("error"),
+                "screen_cell": attrs.get("screen_cell"),
+                "full_cell": attrs.get("full_cell"),
+            }
+        )
+    return rows
+
+
+class Search:
+    """The search loop over one study."""
+
+    def __init__(self, request: TuneRequest, folder: Path, events: TuneEvents) -> None:
+        self.request, self.folder, self.events = request, folder, events
+        section = request.section
+        identity = request.baseline.model_dump(mode="json", exclude=NON_IDENTITY_FIELDS)
+        self.study = open_study(
+            folder, request.space, identity, seed=section.seed, trial_cap=request.trial_cap
+        )
+        self.grid = request.space.grid()
+        self.runner = CellRunner(request.config, ExperimentStore(folder), events)
+        screen = None
+        if section.pruning:
+            window = screen_window(request.baseline, section.screen_steps)
+            screen = (
+                CellRunner(request.config, ExperimentStore(folder / SCREEN_DIR), events),
+                window,
+            )
+        self.batch = TrialBatch(
+            self.study, request.space, request.baseline, self.runner, screen, self._told
+        )
+        self.started = time.monotonic()
+
+    def _told(self, number: int) -> None:
+        trial = self.study.get_trials(deepcopy=False)[number]
+        self.events.trial_told(number, {"state": trial.state.name.lower(), "best": self.best()})
+
+    def best(self) -> Optional[Dict[str, Any]]:
+        done = [r for r in trial_rows(self.study) if r["state"] == "complete"]
+        if not done:
+            return None
+        top = max(done, key=lambda r: r["samples_per_s"])
+        return {"number": top["number"], "samples_per_s": top["samples_per_s"],
+                "params": top["params"]}  # fmt: skip
+
+    def _room(self, verdict_cells: int) -> int:
+        """How many trials the next batch may hold (0: stop)."""
+        request = self.request
+        size = request.section.batch
+        if request.trial_cap is not None:
+            size = min(size, request.trial_cap - finished_count(self.study))
+        if self.grid is not None:
+            size = min(size, len(self.grid) - distinct_tried(self.study))
+        per_cell = self.runner.seconds_per_cell
+        if per_cell is None and self.batch.screen is not None:
+            per_cell = self.batch.screen[0].seconds_per_cell
+        if per_cell is not None:
+            left = request.budget_s - (time.monotonic() - self.started)
+            cells_per_trial = 2 if request.section.pruning else 1
+            size = min(size, int((left / per_cell - verdict_cells) // cells_per_trial))
+        return max(size, 0)
+
+    def run(self) -> None:
+        section = self.request.section
+        verdict_cells = (min(section.finalists, 1) + section.finalists) * section.repeats
+        stale = stale_trials(self.study)
+        if stale:
+            self.events.phase(f"resuming {len(stale)} unfinished trial(s)")
+            self.batch.run(stale)
+        stale_batches = 0
+        while stale_batches < STALE_BATCHES:
+            Interrupts.check()
+            size = self._room(verdict_cells)
+            if size <= 0:
+                return
+            self.events.phase(f"trials {finished_count(self.study) + 1}..")
+            tried = distinct_tried(self.study)
+            self.batch.run([self.study.ask() for _ in range(size)])
+            # A sampler that only proposes settings already tried has nothing new to offer.
+            stale_batches = stale_batches + 1 if distinct_tried(self.study) == tried else 0
+
+
+def _finalists(study: Any, space: SearchSpace, count: int) -> List[Candidate]:
+    """The best full-window trials other than the baseline; where fewer than ``count`` finished
+    the full window, the best pruned ones (by their screening value) fill in: the verdict, not
+    the short screen, is the judge."""
+    baseline = space.baseline_params()
+    done = study.get_trials(deepcopy=False, states=(states().COMPLETE,))
+    pruned = study.get_trials(deepcopy=False, states=(states().PRUNED,))
+    ranked = sorted(done, key=lambda t: t.value, reverse=True) + sorted(
+        pruned, key=lambda t: t.intermediate_values.get(SCREEN_STEP, 0.0), reverse=True
+    )
+    seen, chosen = set(), []
+    for trial in ranked:
+        key = tuple(sorted(trial.params.items()))
+        if trial.params == baseline or key in seen:
+            continue
+        seen.add(key)
+        value = trial.value if trial.value is not None else trial.intermediate_values[SCREEN_STEP]
+        chosen.append(
+            Candidate(trial.number, dict(trial.params), space.changes(trial.params), value)
+        )
+    return chosen[:count]
+
+
+def run_tune(request: TuneRequest, events: TuneEvents) -> Dict[str, Any]:
+    """Search, judge, write the outputs; the summary (tune.json's content)."""
+    folder = tune_folder(request.output_dir, request.config.experiment_name)
+    with tune_lock(folder), Interrupts.watched():
+        search = Search(request, folder, events)
+        search.run()
+        section = request.section
+        candidates = _finalists(search.study, request.space, section.finalists)
+        winner = None
+        verdict: Dict[str, Any] = {"repeats": section.repeats, "min_gain_pct": section.min_gain_pct}
+        if candidates:
+            per_candidate = verdict_cells(
+                request.baseline, [c.params for c in candidates], section.repeats
+            )
+            store = ExperimentStore(folder / VERDICT_DIR / round_name(per_candidate))
+            events.phase(f"verdict: baseline and {len(candidates)} finalist(s) interleaved")
+            results = CellRunner(request.config, store, events).run(
+                interleaved(per_candidate), [k.name for k in request.space.knobs]
+            )
+            winner = judge(candidates, per_candidate, results, section.min_gain_pct, section.seed)
+            verdict["folder"] = str(store.root.relative_to(folder))
+            verdict["cpu_wait_share"] = cpu_wait_share(list(results.values()))
+        verdict["finalists"] = [c.as_dict() for c in candidates]
+        summary = _summary(request, search, folder, candidates, winner, verdict)
+        _write(request, folder, summary, winner)
+        return summary
+
+
+def _oversubscribed(share: Optional[float]) -> Optional[str]:
+    from torchscale.analysis.telemetry import CPU_WAIT_SHARE
+
+    if share is None or share < CPU_WAIT_SHARE:
+        return None
+    return (
+        f"the host was oversubscribed during the verdict: a rank waited for a CPU {share:.0%} of "
+        "its window, so the figures reflect other processes as much as DDP's settings; rerun "
+        "on a quiet node"
+    )
+
+
+def _summary(
+    request: TuneRequest,
+    search: Search,
+    folder: Path,
+    candidates: List[Candidate],
+    winner: Optional[Candidate],
+    verdict: Dict[str, Any],
+) -> Dict[str, Any]:
+    space = request.space
+    return {
+        "experiment": request.config.experiment_name,
+        "tune_dir": str(folder),
+        "model": request.baseline.model,
+        "batch_size": request.baseline.batch_size,
+        "gpus": request.baseline.gpus,
+        "result": "gain" if winner else "no significant gain",
+        "line": outputs.tune_line(winner, candidates),
+        "baseline": space.baseline_params(),
+        "winner": winner.as_dict() if winner else None,
+        "space": {
+            name: list(c) if isinstance(c, tuple) else c.model_dump()
+            for name, c in space.candidates.items()
+        },
+        "knob_changes": {k.name: k.changes for k in space.knobs},
+        "left_out": space.left_out,
+        "pruning": request.section.pruning,
+        "trials": trial_rows(search.study),
+        "verdict": verdict,
+        "warning": _oversubscribed(verdict.get("cpu_wait_share")),
+        "files": {
+            "best": outputs.BEST_FILE,
+            "baseline": outputs.BASELINE_FILE,
+            "snippet": outputs.SNIPPET_FILE,
+            "study": TUNE_STUDY,
+        },
+    }
+
+
+def _write(
+    request: TuneRequest, folder: Path, summary: Dict[str, Any], winner: Optional[Candidate]
+) -> None:
+    from torchscale.tune.space import apply_params
+
+    name = request.config.experiment_name
+    params = winner.changed if winner else {}
+    best = outputs.reproducing_config(request.raw, request.pinned, params, f"{name}-best")
+    baseline = outputs.reproducing_config(request.raw, request.pinned, {}, f"{name}-baseline")
+    settings = apply_params(request.baseline, params).model_dump(mode="json")
+    header = f"torchscale tune, {name}: {summary['line'].removeprefix('> [TUNE] ')}"
+    outputs.write_outputs(folder, summary, best, baseline, outputs.ddp_snippet(settings, header))
