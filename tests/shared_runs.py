@@ -77,6 +77,7 @@ communication:
   dtype: float32
   warmup: 2
   iterations: 10
+  after_compute: true
   tp_gemm:
     m: [256, 512]
     n: 128

@@ -23,7 +23,8 @@ from torchscale.errors import TorchscaleError
 from torchscale.results.schema import ResultBase, TrainingResult
 
 ADD_ALL_REDUCE = (
-    "add 'communication: {collectives: [all_reduce], min_bytes: 1K, max_bytes: 64M}' with "
+    "add 'communication: {collectives: [all_reduce], min_bytes: 1K, max_bytes: 64M, "
+    "after_compute: true}' with "
     "gpu_counts of 2 or more to the config and run 'torchscale benchmark --benchmark comm' "
     "into the same results folder"
 )
@@ -197,12 +198,14 @@ def fabric_from(
 ) -> Fabric:
     """Fit the fabric; ``inter_node_gbps`` stands in for an unmeasured network (an assumption)."""
     documents = list(documents)
-    intra = fit_all_reduce(all_reduce_points(documents, INTRA_NODE), INTRA_NODE)
+    points, timing = all_reduce_points(documents, INTRA_NODE)
+    intra = fit_all_reduce(points, INTRA_NODE, timing)
     if intra is None:
         raise ProjectionError(
             f"no all_reduce measured inside a node at two sizes or more: {ADD_ALL_REDUCE}"
         )
-    inter = fit_all_reduce(all_reduce_points(documents, INTER_NODE), INTER_NODE)
+    points, timing = all_reduce_points(documents, INTER_NODE)
+    inter = fit_all_reduce(points, INTER_NODE, timing)
     if inter is None and inter_node_gbps:
         inter = AllReduceFit(
             INTER_NODE,
