@@ -12,6 +12,7 @@ compute that rewrote its buffer. On gloo over a CPU that costs several times a b
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Callable, List, Sequence
 
@@ -86,9 +87,10 @@ def compute_stretch(buffer: torch.Tensor, ms: float = COMPUTE_STRETCH_MS) -> Ste
 def time_after_compute(
     clock: Clock, before: Step, step: Step, warmup: int, iterations: int
 ) -> float:
-    """Average microseconds of ``step`` when each call follows ``before`` (untimed). The ranks
+    """Median microseconds of ``step`` when each call follows ``before`` (untimed). The ranks
     line up once, as in ``time_steps``; after that the op itself lines them up, so its time
-    includes the ranks' differing compute, as a DDP bucket's does."""
+    includes the ranks' differing compute, as a DDP bucket's does. The median, because each
+    iteration is timed alone: one that another process's burst hit does not move it."""
     for _ in range(warmup):
         before()
         step()
@@ -102,4 +104,4 @@ def time_after_compute(
         step()
         marks.append((start, clock.mark()))
     clock.synchronize()
-    return sum(clock.ms(start, end) for start, end in marks) * 1e3 / iterations
+    return statistics.median(clock.ms(start, end) for start, end in marks) * 1e3

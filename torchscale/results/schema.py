@@ -283,7 +283,7 @@ class CollectiveResult(CommResultBase):
     after_compute_time_us: Optional[float] = Field(
         None,
         description="communication.after_compute: time per op issued right after 10 ms of "
-        "compute (as DDP issues a bucket), average across ranks.",
+        "compute (as DDP issues a bucket): each rank's median, averaged across ranks.",
     )
 
 
