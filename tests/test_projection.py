@@ -141,8 +141,9 @@ def _project(folder: Path, *args: str) -> Tuple[Any, Dict[str, Any]]:
 
 @pytest.mark.slow
 def test_holdout_predicts_the_held_out_count_and_says_what_it_rests_on(projection: Run) -> None:
-    result, document = _project(projection.experiment_dir, "--holdout")
+    result, document = _project(projection.experiment_dir, "--holdout", "--gpus", "4")
     assert result.exit_code == 0, result.stderr
+    assert [r["world_size"] for r in document["predictions"]] == [2, 4]  # held out, then target
     (row,) = [r for r in document["predictions"] if r["measured_throughput"] is not None]
     assert row["world_size"] == 2 and row["from_gpus"] == 1
     assert "Holdout gpt2-tiny" in result.stderr and f"{row['measured_throughput']:,.0f}" in (

@@ -49,7 +49,7 @@ def _table(rows: List[Dict[str, Any]], holdout: bool) -> Any:
         if holdout:
             cells += [
                 fmt.significant(row["measured_throughput"]),
-                fmt.signed_percent(100 * row["error"] if row["error"] == row["error"] else None),
+                fmt.signed_percent(100 * row["error"] if row["error"] is not None else None),
             ]
         table.add_row(*cells)
     return table
