@@ -106,8 +106,11 @@ def _reference(
         if pairs:
             overlap = min(1.0, max(0.0, mean([o / c for o, c in pairs]) or 0.0))
     steps = record.measure_steps or len(record.step_times_ms) or 1
-    step_ms = (record.measured_s or 0.0) * 1e3 / steps or record.step_time_ms.mean
-    noise = [t - r.step_time_ms.mean for r in record.per_rank for t in r.step_times_ms]
+    mean_step = record.step_time_ms.mean if record.step_time_ms else 0.0
+    step_ms = (record.measured_s or 0.0) * 1e3 / steps or mean_step
+    noise = [
+        t - r.step_time_ms.mean for r in record.per_rank if r.step_time_ms for t in r.step_times_ms
+    ]
     std = record.step_time_ms.std if record.step_time_ms else 0.0
     units = record.units_per_sample * record.batch_size * record.grad_accum_steps
     return Reference(
@@ -160,28 +163,33 @@ def references(records: Iterable[ResultBase], holdout: bool = False) -> List[Ref
         one_node = group[group["nnodes"] == 1]
         if one_node.empty:  # measured across nodes only: take those cells as they are
             one_node = group
-        measured = one_node.groupby("world_size")["throughput"].mean().to_dict()
+        throughputs = one_node.groupby("world_size")["throughput"].mean()
+        pairs = zip(throughputs.index.tolist(), throughputs.tolist())
+        measured: Dict[int, float] = {int(k): float(v) for k, v in pairs}
         sizes = sorted(measured)
         if holdout:
             if len(sizes) < 2:
                 continue
             sizes = sizes[:-1]
         row = one_node[one_node["world_size"] == sizes[-1]].iloc[-1] if sizes else group.iloc[-1]
-        compute, waits, comms = {}, {}, {}
+        compute: Dict[int, float] = {}
+        waits: Dict[int, float] = {}
+        comms: Dict[int, float] = {}
         for size in measured:
             cells = [by_id[c] for c in one_node[one_node["world_size"] == size]["cell_id"]]
             values = [_rank_mean(c, "nosync_step_ms") for c in cells]
             known = [v for v in values if v is not None]
             if known:
-                compute[int(size)] = sum(known) / len(known)
+                compute[size] = sum(known) / len(known)
             comm = [_rank_mean(c, "ddp_backward_comm_ms") for c in cells if c.world_size > 1]
             if any(v is not None for v in comm):
-                comms[int(size)] = mean([v for v in comm if v is not None]) or 0.0
+                comms[size] = mean([v for v in comm if v is not None]) or 0.0
             shares = [cpu_wait_share(c) for c in cells]
             if any(v is not None for v in shares):
-                waits[int(size)] = max(v for v in shares if v is not None)
-        measured = {int(k): float(v) for k, v in measured.items()}
-        found.append(_reference(row, by_id[row["cell_id"]], measured, compute, waits, comms))
+                waits[size] = max(v for v in shares if v is not None)
+        reference = dict(row)
+        record = by_id[reference["cell_id"]]
+        found.append(_reference(reference, record, measured, compute, waits, comms))
     if not found:
         raise ProjectionError(
             "--holdout needs one configuration measured at two GPU counts or more on one node: "

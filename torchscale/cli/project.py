@@ -125,7 +125,7 @@ def register(app: typer.Typer) -> None:
         result = run_projection(
             data.records, data.documents, targets, gpus_per_node, holdout, inter_node_gbps
         )
-        rows = [_clean(r) for r in result.table.to_dict("records")]
+        rows = [_clean({str(k): v for k, v in r.items()}) for r in result.table.to_dict("records")]
         if json_output:
             print_json(
                 {
