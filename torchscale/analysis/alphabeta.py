@@ -14,9 +14,9 @@ beta: seconds per byte, 1 / link bandwidth). On ``p`` ranks:
 ``alpha`` and ``beta`` come from a weighted least-squares fit of the ring equation to every
 measured all-reduce (time per op at each size and group size): the times taken right after compute
 (``communication.after_compute``, what a DDP bucket meets) where the records have them, else the
-back-to-back ones. The weight is ``1 / time``, so
-small messages (latency) and large ones (bandwidth) count alike. NCCL (and gloo) choose ring or
-tree per size; the prediction takes the faster, as they aim to. Pure numpy: no torch here.
+back-to-back ones. The weight is ``1 / time``, so small messages (latency) and large ones
+(bandwidth) count alike. NCCL (and gloo) choose ring or tree per size; the prediction takes the
+faster, as they aim to. Pure numpy: no torch here.
 """
 
 from __future__ import annotations
