@@ -64,9 +64,9 @@ experiment_name: projection
 models: [gpt2-tiny]
 batch_sizes: [16]
 gpu_counts: [1, 2]
-warmup_steps: 2
-measure_steps: 10
-sync_probe_steps: 8
+warmup_steps: 5
+measure_steps: 20
+sync_probe_steps: 10
 cell_timeout_s: 240
 communication:
   collectives: [all_reduce]
@@ -76,7 +76,8 @@ communication:
   factor: 4
   dtype: float32
   warmup: 2
-  iterations: 10
+  iterations: 20
+  after_compute: true
   tp_gemm:
     m: [256, 512]
     n: 128

@@ -12,9 +12,11 @@ beta: seconds per byte, 1 / link bandwidth). On ``p`` ranks:
   and a binary tree over the nodes.
 
 ``alpha`` and ``beta`` come from a weighted least-squares fit of the ring equation to every
-measured all-reduce (time per op at each size and group size). The weight is ``1 / time``, so
-small messages (latency) and large ones (bandwidth) count alike. NCCL (and gloo) choose ring or
-tree per size; the prediction takes the faster, as they aim to. Pure numpy: no torch here.
+measured all-reduce (time per op at each size and group size): the times taken right after compute
+(``communication.after_compute``, what a DDP bucket meets) where the records have them, else the
+back-to-back ones. The weight is ``1 / time``, so small messages (latency) and large ones
+(bandwidth) count alike. NCCL (and gloo) choose ring or tree per size; the prediction takes the
+faster, as they aim to. Pure numpy: no torch here.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from torchscale.results.schema import CollectiveResult, ResultBase
 
 INTRA_NODE = "intra_node"
 INTER_NODE = "inter_node"
+BACK_TO_BACK = "back to back"
+AFTER_COMPUTE = "after compute"
+Point = Tuple[int, float, float]  # group size, bytes, time us
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class AllReduceFit:
     group_sizes: Tuple[int, ...]
     sizes: Tuple[int, int]  # smallest and largest message measured, bytes
     rel_rmse: float  # root mean square of (fit - measured) / measured
+    timing: str = BACK_TO_BACK  # how the fitted times were taken
 
     @property
     def busbw_gbps(self) -> float:
@@ -58,8 +64,9 @@ class AllReduceFit:
 
     def describe(self) -> str:
         groups = ", ".join(str(p) for p in self.group_sizes)
+        timing = ", each timed after compute" if self.timing == AFTER_COMPUTE else ""
         return (
-            f"all_reduce {self.scope.replace('_', '-')}: alpha {self.alpha_us:.1f} us, "
+            f"all_reduce {self.scope.replace('_', '-')}{timing}: alpha {self.alpha_us:.1f} us, "
             f"link {self.busbw_gbps:.3g} GB/s (fit to {self.points} points on {groups} ranks, "
             f"{self.sizes[0]:,}-{self.sizes[1]:,} B, error {self.rel_rmse:.0%})"
         )
@@ -67,14 +74,16 @@ class AllReduceFit:
 
 def all_reduce_points(
     records: Iterable[ResultBase], scope: str, exclude_groups: Iterable[int] = ()
-) -> List[Tuple[int, float, float]]:
-    """(group size, bytes, time us) of every measured all-reduce over ``scope``.
+) -> Tuple[List[Point], str]:
+    """(group size, bytes, time us) of every measured all-reduce over ``scope``, and how they were
+    timed: after compute where any record has those times (only those records), else back to back.
 
     ``intra_node`` takes world-scope records of one-node cells and intra_node-scope records;
     ``inter_node`` takes inter_node-scope records (one rank per node).
     """
     excluded = set(exclude_groups)
-    points = []
+    back_to_back: List[Point] = []
+    after_compute: List[Point] = []
     for record in records:
         if not isinstance(record, CollectiveResult) or record.op != "all_reduce":
             continue
@@ -90,11 +99,18 @@ def all_reduce_points(
         size, time_us = finite_number(record.size_bytes), finite_number(record.time_us)
         if not wanted or group < 2 or group in excluded or not size or not time_us:
             continue
-        points.append((group, size, time_us))
-    return points
+        back_to_back.append((group, size, time_us))
+        after = finite_number(record.after_compute_time_us)
+        if after:
+            after_compute.append((group, size, after))
+    if after_compute:
+        return after_compute, AFTER_COMPUTE
+    return back_to_back, BACK_TO_BACK
 
 
-def fit_all_reduce(points: List[Tuple[int, float, float]], scope: str) -> Optional[AllReduceFit]:
+def fit_all_reduce(
+    points: List[Point], scope: str, timing: str = BACK_TO_BACK
+) -> Optional[AllReduceFit]:
     """Fit the ring equation to ``points``; None with fewer than two message sizes."""
     if len({size for _, size, _ in points}) < 2:
         return None
@@ -126,6 +142,7 @@ def fit_all_reduce(points: List[Tuple[int, float, float]], scope: str) -> Option
         group_sizes=tuple(sorted({int(g) for g in p})),
         sizes=(int(n.min()), int(n.max())),
         rel_rmse=math.sqrt(float(np.mean(rel**2))),
+        timing=timing,
     )
 
 

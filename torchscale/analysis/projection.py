@@ -120,6 +120,7 @@ def predict(ref: Reference, fabric: Fabric, gpus: int) -> Dict[str, Any]:
         "comm_ms": comm["comm_ms"],
         "exposed_comm_ms": comm["exposed_ms"],
         "algorithm": comm["algorithm"],
+        "all_reduce_timing": fabric.intra.timing,
         "throughput": throughput,
         "throughput_low": gpus * ref.batch_per_gpu / high * 1e3,
         "throughput_high": gpus * ref.batch_per_gpu / low * 1e3,

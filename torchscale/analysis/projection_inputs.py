@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 ADD_ALL_REDUCE = (
-    "add 'communication: {collectives: [all_reduce], min_bytes: 1K, max_bytes: 64M}' with "
+    "add 'communication: {collectives: [all_reduce], min_bytes: 1K, max_bytes: 64M, "
+    "after_compute: true}' with "
     "gpu_counts of 2 or more to the config and run 'torchscale benchmark --benchmark comm' "
     "into the same results folder"
 )
@@ -109,9 +110,11 @@ def _reference(
         if pairs:
             overlap = min(1.0, max(0.0, mean([o / c for o, c in pairs]) or 0.0))
     steps = record.measure_steps or len(record.step_times_ms) or 1
-    mean_ms = record.step_time_ms.mean if record.step_time_ms else 0.0  # set on measured cells
-    step_ms = (record.measured_s or 0.0) * 1e3 / steps or mean_ms
-    noise = [t - r.step_time_ms.mean for r in record.per_rank for t in r.step_times_ms]
+    mean_step = record.step_time_ms.mean if record.step_time_ms else 0.0
+    step_ms = (record.measured_s or 0.0) * 1e3 / steps or mean_step
+    noise = [
+        t - r.step_time_ms.mean for r in record.per_rank if r.step_time_ms for t in r.step_times_ms
+    ]
     std = record.step_time_ms.std if record.step_time_ms else 0.0
     units = record.units_per_sample * record.batch_size * record.grad_accum_steps
     return Reference(
@@ -172,20 +175,21 @@ def references(records: Iterable[ResultBase], holdout: bool = False) -> List[Ref
                 continue
             sizes = sizes[:-1]
         row = one_node[one_node["world_size"] == sizes[-1]].iloc[-1] if sizes else group.iloc[-1]
-        compute, waits, comms = {}, {}, {}
+        compute: Dict[int, float] = {}
+        waits: Dict[int, float] = {}
+        comms: Dict[int, float] = {}
         for size in measured:
             cells = [by_id[c] for c in one_node[one_node["world_size"] == size]["cell_id"]]
             values = [_rank_mean(c, "nosync_step_ms") for c in cells]
             known = [v for v in values if v is not None]
             if known:
-                compute[int(size)] = sum(known) / len(known)
+                compute[size] = sum(known) / len(known)
             comm = [_rank_mean(c, "ddp_backward_comm_ms") for c in cells if c.world_size > 1]
             if any(v is not None for v in comm):
-                comms[int(size)] = mean([v for v in comm if v is not None]) or 0.0
+                comms[size] = mean([v for v in comm if v is not None]) or 0.0
             shares = [cpu_wait_share(c) for c in cells]
             if any(v is not None for v in shares):
-                waits[int(size)] = max(v for v in shares if v is not None)
-        measured = {int(k): float(v) for k, v in measured.items()}
+                waits[size] = max(v for v in shares if v is not None)
         found.append(_reference(row, by_id[row["cell_id"]], measured, compute, waits, comms))
     if not found:
         raise ProjectionError(
@@ -203,12 +207,14 @@ def fabric_from(
 ) -> Fabric:
     """Fit the fabric; ``inter_node_gbps`` stands in for an unmeasured network (an assumption)."""
     records = list(records)
-    intra = fit_all_reduce(all_reduce_points(records, INTRA_NODE), INTRA_NODE)
+    points, timing = all_reduce_points(records, INTRA_NODE)
+    intra = fit_all_reduce(points, INTRA_NODE, timing)
     if intra is None:
         raise ProjectionError(
             f"no all_reduce measured inside a node at two sizes or more: {ADD_ALL_REDUCE}"
         )
-    inter = fit_all_reduce(all_reduce_points(records, INTER_NODE), INTER_NODE)
+    points, timing = all_reduce_points(records, INTER_NODE)
+    inter = fit_all_reduce(points, INTER_NODE, timing)
     if inter is None and inter_node_gbps:
         inter = AllReduceFit(
             INTER_NODE,

@@ -49,7 +49,7 @@ def _table(rows: List[Dict[str, Any]], holdout: bool) -> Any:
         if holdout:
             cells += [
                 fmt.significant(row["measured_throughput"]),
-                fmt.signed_percent(100 * row["error"] if row["error"] == row["error"] else None),
+                fmt.signed_percent(100 * row["error"] if row["error"] is not None else None),
             ]
         table.add_row(*cells)
     return table
@@ -108,6 +108,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Predict step time, throughput and scaling efficiency at larger GPU counts."""
+        from torchscale.analysis.alphabeta import AFTER_COMPUTE
         from torchscale.analysis.projection import COMPUTE_DRIFT_LIMIT, CPU_WAIT_LIMIT
         from torchscale.analysis.projection import project as run_projection
         from torchscale.errors import TorchscaleError
@@ -159,12 +160,18 @@ def register(app: typer.Typer) -> None:
                         )
                     comm = row.get("measured_comm_ms")
                     if comm and row["comm_ms"] and comm > 2 * row["comm_ms"]:
+                        why = (
+                            "timed after compute, the communication cells still understate"
+                            if row.get("all_reduce_timing") == AFTER_COMPUTE
+                            else "the back-to-back micro-benchmark understates the fabric as DDP "
+                            "uses it: set 'communication: {after_compute: true}' to time each "
+                            "all-reduce after compute, as DDP issues it"
+                        )
                         err_console.print(
                             f"> [WARN] DDP's own all-reduce took {comm:.3g} ms per step at "
                             f"{row['world_size']} GPUs, {comm / row['comm_ms']:.1f}x the "
-                            f"{row['comm_ms']:.3g} ms the communication cells' fit gives: the "
-                            "back-to-back micro-benchmark understates the fabric as DDP uses it "
-                            "(isolated ops after compute; docs/projection.md).",
+                            f"{row['comm_ms']:.3g} ms the communication cells' fit gives: {why} "
+                            "(docs/projection.md).",
                             markup=False,
                             soft_wrap=True,
                         )

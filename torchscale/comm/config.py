@@ -144,6 +144,11 @@ class CommunicationSection(StrictModel):
     warmup: NonNegativeInt = Field(5, description="Untimed ops before each size (nccl -w).")
     iterations: PositiveInt = Field(20, description="Timed ops per size, averaged (nccl -n).")
     check: bool = Field(True, description="Check every result and count wrong elements (nccl -c).")
+    after_compute: bool = Field(
+        False,
+        description="Also time each collective issued right after 10 ms of compute that rewrites "
+        "its buffer, as DDP issues a gradient bucket; torchscale project fits to these times.",
+    )
     link: Optional[str] = Field(
         None,
         description="The GPUs' link, to report busbw as a fraction of its peak: nvlink4x18 "
@@ -202,6 +207,7 @@ class CommCellSettings(StrictModel):
     warmup: NonNegativeInt
     iterations: PositiveInt
     check: bool
+    after_compute: bool = False
     link: Optional[str] = None
     tp_gemm: List[TpGemmCase] = Field(default_factory=list)
     cell_timeout_s: PositiveFloat = 1800.0
@@ -232,6 +238,7 @@ class CommCellSettings(StrictModel):
             warmup=section.warmup,
             iterations=section.iterations,
             check=section.check,
+            after_compute=section.after_compute,
             link=section.link,
             tp_gemm=section.tp_gemm.cases() if section.tp_gemm else [],
             cell_timeout_s=section.cell_timeout_s,

@@ -127,6 +127,8 @@ class CommunicationKind:
         checked = all(w is not None for w in wrong)
         spread = _spread([entry["time_us"][rank] for rank in took_part])
         n = entry.get("group_size", len(entry["time_us"]))
+        after = entry.get("after_compute_time_us") or [None] * len(entry["time_us"])
+        after_us = [after[rank] for rank in took_part]
         return CollectiveResult(
             **base,
             **_sized(entry),
@@ -138,6 +140,7 @@ class CommunicationKind:
             **self._bandwidth(entry["op"], entry["size_bytes"], spread["time_us"], n, link),
             wrong=sum(wrong) if checked else None,
             wrong_per_rank=[w or 0 for w in entry["wrong"]] if checked else [],
+            after_compute_time_us=_spread(after_us)["time_us"] if None not in after_us else None,
         )
 
     def _send_recv(

@@ -4,12 +4,19 @@ On GPU the marks are CUDA events on the current stream (a synchronous torch.dist
 that stream wait for the communication kernel); on CPU they are ``perf_counter`` readings, and gloo
 calls return when the op is complete. Either way every rank leaves the barrier together, so the
 per-rank averages are comparable and their spread shows a slow rank.
+
+``time_after_compute`` times an op the way DDP issues a gradient bucket instead: alone, right after
+compute that rewrote its buffer. On gloo over a CPU that costs several times a back-to-back op
+(docs/projection.md).
 """
 
 from __future__ import annotations
 
+import statistics
+import time
 from typing import Callable, List, Sequence
 
+import torch
 import torch.distributed as dist
 
 from torchscale.runtime.clock import Clock
@@ -54,3 +61,47 @@ def time_steps(clock: Clock, steps: Sequence[Step], warmup: int, iterations: int
 def time_op(clock: Clock, step: Step, warmup: int, iterations: int) -> float:
     """Average microseconds of one op over ``iterations`` back-to-back calls."""
     return time_steps(clock, [step], warmup, iterations)[0]
+
+
+COMPUTE_STRETCH_MS = 10.0
+"""Host time of the compute before each op in ``time_after_compute``: long enough that the
+backend's threads go idle and the compute takes the caches and cores, as a backward pass does."""
+
+
+def compute_stretch(buffer: torch.Tensor, ms: float = COMPUTE_STRETCH_MS) -> Step:
+    """``ms`` of matrix products on ``buffer``'s device, then ``buffer`` rewritten (DDP copies
+    gradients into its bucket before the all-reduce); on GPU the products are queued for that
+    long, and the op runs after them in stream order."""
+    matrix = torch.rand(256, 256, device=buffer.device)
+    product = torch.empty_like(matrix)
+
+    def run() -> None:
+        end = time.perf_counter() + ms / 1e3
+        while time.perf_counter() < end:
+            torch.mm(matrix, matrix, out=product)
+        buffer.fill_(1)
+
+    return run
+
+
+def time_after_compute(
+    clock: Clock, before: Step, step: Step, warmup: int, iterations: int
+) -> float:
+    """Median microseconds of ``step`` when each call follows ``before`` (untimed). The ranks
+    line up once, as in ``time_steps``; after that the op itself lines them up, so its time
+    includes the ranks' differing compute, as a DDP bucket's does. The median, because each
+    iteration is timed alone: one that another process's burst hit does not move it."""
+    for _ in range(warmup):
+        before()
+        step()
+    clock.synchronize()
+    dist.barrier()
+    clock.synchronize()
+    marks = []
+    for _ in range(iterations):
+        before()
+        start = clock.mark()
+        step()
+        marks.append((start, clock.mark()))
+    clock.synchronize()
+    return statistics.median(clock.ms(start, end) for start, end in marks) * 1e3

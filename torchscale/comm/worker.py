@@ -31,7 +31,7 @@ from torchscale.comm.collective_ops import (
     torch_dtype,
 )
 from torchscale.comm.config import ELEMENT_BYTES, CommCellSettings
-from torchscale.comm.op_timing import idle, time_op
+from torchscale.comm.op_timing import compute_stretch, idle, time_after_compute, time_op
 from torchscale.comm.p2p import measure_pairs
 from torchscale.comm.scopes import scope_groups
 from torchscale.comm.tp_gemm import run_case
@@ -102,20 +102,32 @@ def _collectives(run: RankRun) -> List[Dict[str, Any]]:
         group, n = scope_group(scope, ctx)
         for op in settings.collectives:
             for dtype_name, lay, entry in _sizes(op, run, n, scope):
-                time_us = wrong = None
+                time_us = wrong = after_us = None
                 if group is None:
                     time_op(run.clock, idle, 0, 1)  # take part in the timed loop's barrier only
+                    if settings.after_compute:
+                        time_op(run.clock, idle, 0, 1)
                 else:
                     dtype = torch_dtype(dtype_name)
-                    step = partial(RUN[op], *buffers(lay, dtype, ctx.device), group)
+                    tensors = buffers(lay, dtype, ctx.device)
+                    step = partial(RUN[op], *tensors, group)
                     time_us = time_op(run.clock, step, settings.warmup, settings.iterations)
-                    del step  # free the buffers before the check allocates its own
+                    if settings.after_compute:
+                        after_us = time_after_compute(
+                            run.clock,
+                            compute_stretch(tensors[0]),
+                            step,
+                            settings.warmup,
+                            settings.iterations,
+                        )
+                    del step, tensors  # free the buffers before the check allocates its own
                     if settings.check:
                         wrong = check_collective(
                             lay, ctx.rank, group, dtype, ctx.device, run.corruption
                         )
                 entry = {"scope": scope, "group_size": n, **entry}
-                results.append({"op": op, **entry, "time_us": time_us, "wrong": wrong})
+                timed = {"time_us": time_us, "wrong": wrong, "after_compute_time_us": after_us}
+                results.append({"op": op, **entry, **timed})
     return results
 
 
@@ -195,7 +207,7 @@ def merge(
         "device_name": ctx.device_name(),
         "hosts": sorted({rank["host"] for rank in per_rank}),
         "collectives": [
-            side_by_side("collectives", i, ("time_us", "wrong"))
+            side_by_side("collectives", i, ("time_us", "wrong", "after_compute_time_us"))
             for i in range(len(first["collectives"]))
         ],
         "p2p": [

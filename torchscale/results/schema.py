@@ -291,6 +291,11 @@ class CollectiveResult(CommResultBase):
         None, description="send_recv only: [src][dst] bandwidth."
     )
     slowest_pair: Optional[List[int]] = Field(None, description="send_recv only: [src, dst].")
+    after_compute_time_us: Optional[float] = Field(
+        None,
+        description="communication.after_compute: time per op issued right after 10 ms of "
+        "compute (as DDP issues a bucket): each rank's median, averaged across ranks.",
+    )
 
 
 class TpGemmResult(CommResultBase):
