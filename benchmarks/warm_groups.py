@@ -30,15 +30,11 @@ from typing import Any, Dict, List
 
 from torchscale.results.store import ExperimentStore
 
-CONFIG = """\
-experiment_name: warm
-models: [gpt2-tiny, resnet-tiny, bert-tiny]
-batch_sizes: [4, 8]
-gpu_counts: [1, 2]
-warmup_steps: 3
-measure_steps: 20
-sync_probe_steps: 3
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from launch_overhead import CONFIG as OVERHEAD_CONFIG
+
+# The 12-cell matrix of launch_overhead.py, so both speak of the same cells.
+CONFIG = OVERHEAD_CONFIG.replace("experiment_name: overhead", "experiment_name: warm")
 SEED_CELLS, SEED_LAYOUTS = 24, 4
 
 

@@ -141,6 +141,7 @@ def _note(line: str) -> None:
 
 
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Enable verbose logging.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 
 def _verbose(verbose: bool) -> None:
@@ -199,9 +200,7 @@ def register(app: typer.Typer) -> None:
                 "--set", help="Override a config key, e.g. --set precision=bf16 (repeatable)."
             ),
         ] = None,
-        json_output: Annotated[
-            bool, typer.Option("--json", help="Print one JSON document on stdout.")
-        ] = False,
+        json_output: JsonOption = False,
         verbose: VerboseOption = False,
     ) -> None:
         """Profile a DDP run (capture), or use [bold]profile analyze[/bold] on existing traces.
@@ -252,9 +251,7 @@ def register(app: typer.Typer) -> None:
                 help=f"Folder for {FINDINGS_FILE} and the CSV tables (default: beside the traces).",
             ),
         ] = None,
-        json_output: Annotated[
-            bool, typer.Option("--json", help="Print one JSON document on stdout.")
-        ] = False,
+        json_output: JsonOption = False,
         verbose: VerboseOption = False,
     ) -> None:
         """Analyse per-rank traces: breakdown, overlap, stragglers, findings."""
