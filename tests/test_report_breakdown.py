@@ -79,15 +79,19 @@ def test_html_shows_tp_gemm_and_p2p_heatmap(projection: Run, reports: Dict[str, 
     html = reports["html"].read_text()
     records = load_report_data(projection.experiment_dir).records
     gemm = [r for r in records if isinstance(r, TpGemmResult)]
-    rows = {row["m×n×k"]: row for row in html_tables(html)["tp-gemm-table"]}
-    assert set(rows) == {"256×128×128", "512×128×128"}
+    # One row per GPU count and case: the 1-GPU cell runs the reference and 1-rank gather path.
+    rows = {(row["GPUs"], row["m×n×k"]): row for row in html_tables(html)["tp-gemm-table"]}
+    assert set(rows) == {(g, c) for g in ("1", "2") for c in ("256×128×128", "512×128×128")}
     for record in gemm:
-        case = (record.m, record.n, record.k)
-        row = rows["×".join(str(v) for v in case)]
+        case = (record.world_size, record.m, record.n, record.k)
+        row = rows[(str(record.world_size), "×".join(str(v) for v in case[1:]))]
         assert row[f"{record.order} µs"] == fmt.significant(record.time_us)
-        references = [g.reference_time_us for g in gemm if (g.m, g.n, g.k) == case]
+        references = [
+            g.reference_time_us for g in gemm if (g.world_size, g.m, g.n, g.k) == case
+        ]
         assert row["Compute only µs"] == fmt.significant(sum(references) / len(references))
     assert "Tensor-parallel GEMM on 2 GPUs: all-gather before vs after the GEMM" in html
+    assert "Tensor-parallel GEMM on 1 GPU: all-gather before vs after the GEMM" in html
 
     p2p = [r for r in records if isinstance(r, CollectiveResult) and r.op == "send_recv"]
     largest = max(p2p, key=lambda r: r.size_bytes or 0)

@@ -133,7 +133,8 @@ def _tp_gemm_charts(cases: pd.DataFrame) -> List[Chart]:
         charts.append(
             Chart(
                 chart_id("tp-gemm", experiment, world),
-                f"Tensor-parallel GEMM on {world} GPUs: all-gather before vs after the GEMM"
+                f"Tensor-parallel GEMM on {world} GPU{'s' if world != 1 else ''}: "
+                "all-gather before vs after the GEMM"
                 + (f" ({experiment})" if many else ""),
                 "m×n×k",
                 "time per op (µs)",
