@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import pandas as pd
 
+from torchscale.analysis.finding import Finding, Severity
 from torchscale.analysis.straggler import record_straggler
 from torchscale.hardware.nvml import reason_label
 from torchscale.results.schema import GpuTelemetry, RankResult, ResultBase, TrainingResult
@@ -151,7 +152,7 @@ def _straggler(record: TrainingResult, rank: int) -> bool:
     return record_straggler(record) == rank
 
 
-def _clock_findings(record: TrainingResult) -> List[Dict[str, Any]]:
+def _clock_findings(record: TrainingResult) -> List[Finding]:
     ranks = [r for r in record.per_rank if r.gpu and r.gpu.sm_clock_mhz_mean]
     found = []
     for rank in ranks:
@@ -185,24 +186,19 @@ def _clock_findings(record: TrainingResult) -> List[Dict[str, Any]]:
             title = f"{label} is the straggler: {reason_label(reason)}"
             evidence += "; the other ranks wait for it at every gradient sync"
         found.append(
-            {
-                "severity": "high" if straggler else "warning", "category": "telemetry",
-                "title": f"{title}: {record.model}",
-                "message": f"In {_where(record)}: {evidence}.",
-                "evidence": f"{evidence}.",
-                "ranks": [rank.rank],
-                "recommendation": (
-                    "Check that GPU's cooling and airflow (thermal), its power cap "
-                    "(nvidia-smi -q -d POWER) or the board (HW slowdown); drain the node if it "
-                    "persists."
-                ),
-                "source": record.cell_id,
-            }
+            _finding(
+                record, Severity.HIGH if straggler else Severity.WARNING,
+                f"{title}: {record.model}", f"In {_where(record)}: {evidence}.", f"{evidence}.",
+                [rank.rank],
+                "Check that GPU's cooling and airflow (thermal), its power cap "
+                "(nvidia-smi -q -d POWER) or the board (HW slowdown); drain the node if it "
+                "persists.",
+            )
         )  # fmt: skip
     return found
 
 
-def _utilisation_finding(record: TrainingResult) -> Optional[Dict[str, Any]]:
+def _utilisation_finding(record: TrainingResult) -> Optional[Finding]:
     utils = [r.gpu.util_pct_mean for r in record.per_rank if r.gpu and r.gpu.util_pct_mean]
     if not utils or statistics.mean(utils) >= LOW_UTILISATION:
         return None
@@ -235,16 +231,14 @@ def _utilisation_finding(record: TrainingResult) -> Optional[Dict[str, Any]]:
             else "The GPU waits for the host to launch work: a larger batch, CUDA graphs or "
             "torch.compile, fewer small kernels."
         )
-    return {
-        "severity": "warning", "category": "telemetry",
-        "title": f"GPUs {util:.0f}% utilised, {title}: {record.model}",
-        "message": f"In {_where(record)}: mean GPU utilisation {util:.0f}% and {detail}.",
-        "evidence": f"Mean GPU utilisation {util:.0f}% and {detail}.",
-        "ranks": [], "recommendation": advice, "source": record.cell_id,
-    }  # fmt: skip
+    return _finding(
+        record, Severity.WARNING, f"GPUs {util:.0f}% utilised, {title}: {record.model}",
+        f"In {_where(record)}: mean GPU utilisation {util:.0f}% and {detail}.",
+        f"Mean GPU utilisation {util:.0f}% and {detail}.", [], advice,
+    )  # fmt: skip
 
 
-def _pcie_findings(record: TrainingResult) -> List[Dict[str, Any]]:
+def _pcie_findings(record: TrainingResult) -> List[Finding]:
     found = []
     for rank in record.per_rank:
         if rank.gpu is None:
@@ -253,23 +247,21 @@ def _pcie_findings(record: TrainingResult) -> List[Dict[str, Any]]:
         if not degraded:
             continue
         found.append(
-            {
-                "severity": "warning", "category": "telemetry",
-                "title": f"{_gpu_label(rank)} PCIe link below its maximum: {record.model}",
-                "message": f"In {_where(record)}: {_gpu_label(rank)} (rank {rank.rank}, "
+            _finding(
+                record, Severity.WARNING,
+                f"{_gpu_label(rank)} PCIe link below its maximum: {record.model}",
+                f"In {_where(record)}: {_gpu_label(rank)} (rank {rank.rank}, "
                 f"{rank.host}) trained its link at {text} under load.",
-                "evidence": f"{_gpu_label(rank)} (rank {rank.rank}, {rank.host}) runs its PCIe "
-                f"link at {text}.",
-                "ranks": [rank.rank],
-                "recommendation": "Reseat the card or riser, check the slot's BIOS settings "
+                f"{_gpu_label(rank)} (rank {rank.rank}, {rank.host}) runs its PCIe link at {text}.",
+                [rank.rank],
+                "Reseat the card or riser, check the slot's BIOS settings "
                 "(link speed) and the PCIe AER errors in the kernel log.",
-                "source": record.cell_id,
-            }
+            )
         )  # fmt: skip
     return found
 
 
-def _cpu_findings(record: TrainingResult) -> List[Dict[str, Any]]:
+def _cpu_findings(record: TrainingResult) -> List[Finding]:
     found = []
     for rank in record.per_rank:
         if rank.gpu is not None or rank.cpu_wait_s is None or rank.window_s <= 0:
@@ -289,32 +281,40 @@ def _cpu_findings(record: TrainingResult) -> List[Dict[str, Any]]:
             f"of the measured window and ran {cpu:.0%} of it{slower}."
         )
         found.append(
-            {
-                "severity": "high" if straggler else "warning", "category": "telemetry",
-                "title": f"Rank {rank.rank} was preempted (host oversubscribed)"
+            _finding(
+                record, Severity.HIGH if straggler else Severity.WARNING,
+                f"Rank {rank.rank} was preempted (host oversubscribed)"
                 + (", the straggler" if straggler else "") + f": {record.model}",
-                "message": f"In {_where(record)}: {evidence}",
-                "evidence": evidence,
-                "ranks": [rank.rank],
-                "recommendation": "Other processes share this rank's cores: give each rank its "
+                f"In {_where(record)}: {evidence}", evidence, [rank.rank],
+                "Other processes share this rank's cores: give each rank its "
                 "own cores (TORCHSCALE_CPU_SLOTS, taskset/numactl, the scheduler's CPU binding) "
                 "and keep other jobs off the node.",
-                "source": record.cell_id,
-            }
+            )
         )  # fmt: skip
     return found
 
 
+def _finding(
+    record: TrainingResult, severity: Severity, title: str, message: str, evidence: str,
+    ranks: List[int], recommendation: str,
+) -> Finding:
+    return Finding(
+        severity=severity, category="telemetry", title=title, recommendation=recommendation,
+        ranks=ranks, evidence={"summary": evidence}, message=message, source=record.cell_id,
+    )  # fmt: skip
+
+
 def telemetry_findings(records: Iterable[ResultBase]) -> List[Dict[str, Any]]:
-    """Findings that join telemetry with timing, per measured cell."""
-    found: List[Dict[str, Any]] = []
+    """Findings that join telemetry with timing, per measured cell: the report's rows of the one
+    ``Finding`` type, with the evidence as one sentence."""
+    found: List[Finding] = []
     for record in _trained(records):
         found += _clock_findings(record)
         utilisation = _utilisation_finding(record)
         if utilisation:
             found.append(utilisation)
         found += _pcie_findings(record) + _cpu_findings(record)
-    return found
+    return [{**f.to_row(), "evidence": f.evidence["summary"]} for f in found]
 
 
 def console_lines(record: TrainingResult) -> List[str]:
