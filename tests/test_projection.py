@@ -67,13 +67,15 @@ def test_fit_needs_two_sizes() -> None:
 
 
 def test_times_taken_after_compute_are_fitted_where_the_records_have_them() -> None:
+    from torchscale.results.schema import parse_record
+
     documents = _all_reduce_docs("e", 5.0, 1e-5)
-    points, timing = all_reduce_points(documents, INTRA_NODE)
+    points, timing = all_reduce_points([parse_record(d) for d in documents], INTRA_NODE)
     assert timing == BACK_TO_BACK and len(points) == 6
     for doc in documents:
         doc["after_compute_time_us"] = 3 * doc["time_us"]
     documents.append({**documents[0], "size_bytes": 1e9, "after_compute_time_us": None})
-    points, timing = all_reduce_points(documents, INTRA_NODE)
+    points, timing = all_reduce_points([parse_record(d) for d in documents], INTRA_NODE)
     # Only the records timed after compute, never mixed with a back-to-back one.
     assert timing == AFTER_COMPUTE and len(points) == 6
     fit = fit_all_reduce(points, INTRA_NODE, timing)

@@ -166,10 +166,12 @@ def test_every_trial_is_recorded_and_the_screen_prunes(mlp: Dict[str, Any]) -> N
 def test_outputs_paste_into_a_training_script(mlp: Dict[str, Any]) -> None:
     folder = mlp["folder"]
     winner = mlp["summary"]["winner"]
+    # No significant gain (a busy host can hide it): the outputs keep the baseline's settings.
+    params = winner["params"] if winner else mlp["summary"]["baseline"]
     snippet = (folder / "ddp.py").read_text()
     compile(snippet, "ddp.py", "exec")
-    assert f"bucket_cap_mb={winner['params']['ddp.bucket_cap_mb']!r}" in snippet
-    view = winner["params"]["ddp.gradient_as_bucket_view"]
+    assert f"bucket_cap_mb={params['ddp.bucket_cap_mb']!r}" in snippet
+    view = params["ddp.gradient_as_bucket_view"]
     assert f"gradient_as_bucket_view={view!r}" in snippet
     best = yaml.safe_load((folder / "best.yaml").read_text())
     assert best["experiment_name"] == "mlp-best" and "tune" not in best
@@ -186,7 +188,10 @@ def test_report_has_a_tuning_section(mlp: Dict[str, Any], tmp_path: Path) -> Non
     html = out.read_text()
     assert 'id="tuning"' in html
     winner = mlp["summary"]["winner"]
-    assert f"{winner['gain_pct']:+.1f}%" in html
+    if winner is None:  # the baseline kept: the section says so, with the best candidate's figure
+        assert "no significant gain" in html and "keeping the baseline" in html
+    else:
+        assert f"{winner['gain_pct']:+.1f}%" in html
 
 
 def _complete_trials(study: Path) -> int:
