@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Mapping, Sequence
+from typing import Any, Dict, Sequence
 
 from typer.testing import CliRunner
 
@@ -28,6 +28,7 @@ from tests.support.shared_runs import PROJECTION_CONFIG
 from torchscale.analysis.projection import project
 from torchscale.cli.app import app
 from torchscale.report.report_data import load_report_data
+from torchscale.results.schema import CollectiveResult, ResultBase
 
 
 def _load() -> str:
@@ -35,8 +36,8 @@ def _load() -> str:
         return handle.read().split()[0]
 
 
-def _holdout_row(records: Sequence[Any], documents: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
-    table = project(records, documents, [], holdout=True).table
+def _holdout_row(records: Sequence[ResultBase]) -> Dict[str, Any]:
+    table = project(records, [], holdout=True).table
     return dict(table[table["measured_throughput"].notna()].iloc[0])
 
 
@@ -49,11 +50,15 @@ def repeat(folder: Path) -> str:
     if result.exit_code != 0:
         return f"| benchmark failed ({result.exit_code}): {result.output.strip()[-200:]} |"
     data = load_report_data(folder / "r" / "projection")
-    new = _holdout_row(data.records, data.documents)
+    new = _holdout_row(data.records)
+    # The same records as if timed back to back only: the fit the previous session used.
     back_to_back = [
-        {k: v for k, v in doc.items() if k != "after_compute_time_us"} for doc in data.documents
+        r.model_copy(update={"after_compute_time_us": None})
+        if isinstance(r, CollectiveResult)
+        else r
+        for r in data.records
     ]
-    old = _holdout_row(data.records, back_to_back)
+    old = _holdout_row(back_to_back)
     wait = max(new["cpu_wait_share"] or 0.0, new["reference_cpu_wait_share"] or 0.0)
     return (
         f"| {before} -> {after} | {new['throughput']:,.0f} | {new['measured_throughput']:,.0f} | "
