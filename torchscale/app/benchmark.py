@@ -18,6 +18,8 @@ from torchscale.errors import TorchscaleError
 from torchscale.results.layout import experiment_dir, experiment_dirname
 
 if TYPE_CHECKING:
+    from pandas import DataFrame
+
     from torchscale.config.settings import BenchmarkConfig
     from torchscale.integrations.sinks import Integrations
     from torchscale.launch.multinode import Launch
@@ -38,7 +40,9 @@ class LiveEvents(Protocol):
 
     def cell_polled(self, elapsed_s: float) -> None: ...
 
-    def cell_finished(self, cell: Cell, records: List[ResultBase], table: Any) -> None: ...
+    def cell_finished(
+        self, cell: Cell, records: List[ResultBase], table: Optional[DataFrame]
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ class BenchmarkOutcome:
     node_rank: int
     nnodes: int
     records: List[ResultBase] = field(default_factory=list)
-    table: Any = None  # the training summary (summary.csv's rows), when recorded
+    table: Optional[DataFrame] = None  # the training summary (summary.csv's rows), when recorded
     stopped_by: Optional[str] = None  # "Interrupted" (Ctrl-C) or "Terminated" (SIGTERM)
     records_safe: int = 0  # records in results.jsonl when the sweep was stopped
 
@@ -238,7 +242,9 @@ class _QuietEvents:
     def cell_polled(self, elapsed_s: float) -> None:
         return None
 
-    def cell_finished(self, cell: Cell, records: List[ResultBase], table: Any) -> None:
+    def cell_finished(
+        self, cell: Cell, records: List[ResultBase], table: Optional[DataFrame]
+    ) -> None:
         return None
 
 

@@ -349,7 +349,7 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
         return _follower_summary(outcome)
     table = outcome.table
     title = f"{outcome.experiment} ({outcome.store_root})"
-    if not table.empty:
+    if table is not None and not table.empty:
         err_console.print(results_table(table, title))
     _print_comm_summary(outcome.records, title)
     if json_output:

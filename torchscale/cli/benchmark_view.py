@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 from rich.progress import (
     BarColumn,
@@ -24,12 +24,17 @@ from torchscale.plan.matrix import Plan
 from torchscale.plan.planned_cell import Cell
 from torchscale.results.layout import MANIFEST, RESULTS, SUMMARY
 from torchscale.results.schema import ResultBase, TrainingResult
+from torchscale.results.table_scalars import as_float, as_int
+
+if TYPE_CHECKING:
+    from pandas import DataFrame
 
 
-def _fmt(value: Optional[float], spec: str = ",.1f", suffix: str = "") -> str:
+def _fmt(value: object, spec: str = ",.1f", suffix: str = "") -> str:
+    """A table cell or a record's figure: ``-`` when missing or NaN."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    return f"{value:{spec}}{suffix}"
+    return f"{as_float(value):{spec}}{suffix}"
 
 
 def describe_cell(cell: Cell) -> str:
@@ -72,7 +77,9 @@ class ConsoleEvents:
     def cell_polled(self, elapsed_s: float) -> None:
         self.progress.update(self.task, description=f"{self.current} [{elapsed_s:.0f}s]")
 
-    def cell_finished(self, cell: Cell, records: List[ResultBase], table: Any) -> None:
+    def cell_finished(
+        self, cell: Cell, records: List[ResultBase], table: Optional[DataFrame]
+    ) -> None:
         self.progress.advance(self.task)
         for record in records:
             if isinstance(record, TrainingResult):
@@ -80,16 +87,17 @@ class ConsoleEvents:
         for line in get_kind(cell.kind).console_lines(records):
             err_console.print(line, markup=False, highlight=False, soft_wrap=True)
 
-    def _training_lines(self, record: TrainingResult, table: Any) -> None:
+    def _training_lines(self, record: TrainingResult, table: Optional[DataFrame]) -> None:
         if record.status != "ok":
             label = "SKIP" if record.status == "skipped" else "FAIL"
             # Errors quote tracebacks and paths: brackets in them are text, not Rich markup.
             text = f"> [{label}] {record.status}: {record.error}"
             err_console.print(text, soft_wrap=True, markup=False)
             return
-        row = table.loc[table["cell_id"] == record.cell_id]
-        eff = float(row["scaling_efficiency"].iloc[-1]) if len(row) else math.nan
-        base = float(row["baseline_world_size"].iloc[-1]) if len(row) else math.nan
+        row = table.loc[table["cell_id"] == record.cell_id] if table is not None else None
+        found = row is not None and len(row) > 0
+        eff = float(row["scaling_efficiency"].iloc[-1]) if row is not None and found else math.nan
+        base = float(row["baseline_world_size"].iloc[-1]) if row is not None and found else math.nan
         # Only a cell measured against a smaller GPU count has a scaling figure.
         compared = not math.isnan(eff) and base < record.world_size
         versus = f"{base:.0f} GPU" + ("s" if base > 1 else "")
@@ -143,7 +151,7 @@ def plan_table(plan: Plan) -> Table:
 UNIT_SHORT = {"images": "img", "sequences": "seq", "tokens": "tok", "samples": "smp"}
 
 
-def results_table(table: Any, title: str) -> Table:
+def results_table(table: DataFrame, title: str) -> Table:
     """The final table: every figure in full at any console width (``cli/console_tables.py``)."""
     from torchscale.cli.console_tables import Col, fitted_table
 
@@ -155,7 +163,11 @@ def results_table(table: Any, title: str) -> Table:
     cols = [
         Col("model", [str(r.model) for r in rows], numeric=False, wrap=True),
         Col("batch", [str(r.batch_size) for r in rows], same="batch {}"),
-        Col("GPUs", [gpus_text(r.world_size, r.nnodes) for r in rows], same="{} GPUs"),
+        Col(
+            "GPUs",
+            [gpus_text(as_int(r.world_size), as_int(r.nnodes)) for r in rows],
+            same="{} GPUs",
+        ),
         Col("prec", [str(r.precision) for r in rows], numeric=False, same="{}", drop=1),
         Col("status", [str(r.status) for r in rows], numeric=False, same="all {}"),
         Col(

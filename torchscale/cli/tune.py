@@ -12,6 +12,8 @@ from torchscale.cli.console import err_console, print_json, user_errors
 from torchscale.errors import ConfigError
 
 if TYPE_CHECKING:
+    from pandas import DataFrame
+
     from torchscale.plan.planned_cell import Cell
     from torchscale.results.schema import ResultBase
     from torchscale.tune.tune_runner import TuneRequest
@@ -75,7 +77,9 @@ class TuneConsole:
     def cell_polled(self, elapsed_s: float) -> None:
         self._show(f" · {elapsed_s:.0f}s")
 
-    def cell_finished(self, cell: Cell, records: List[ResultBase], table: Any) -> None:
+    def cell_finished(
+        self, cell: Cell, records: List[ResultBase], table: Optional[DataFrame]
+    ) -> None:
         for record in records:
             if record.status != "ok":
                 err_console.print(

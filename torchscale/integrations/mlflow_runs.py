@@ -41,6 +41,7 @@ from torchscale.results.schema import ResultBase, TrainingResult
 
 if TYPE_CHECKING:
     import pandas as pd
+    from pandas import DataFrame
 
 INSTALL_HINT = "pip install 'torchscale[mlflow]'"
 RUN_STATUS = {"ok": "FINISHED", "skipped": "KILLED"}  # others (failed, oom, timeout): FAILED
@@ -161,7 +162,7 @@ class MlflowSink:
                 self.client.log_artifact(run_id, str(folder / artifact))
         self.client.set_terminated(run_id, RUN_STATUS.get(record.status, "FAILED"))
 
-    def close(self, records: Sequence[ResultBase], table: Any) -> None:
+    def close(self, records: Sequence[ResultBase], table: Optional[DataFrame]) -> None:
         for name in (SUMMARY, MANIFEST):
             if (self.store_root / name).is_file():
                 self.client.log_artifact(self.parent_id, str(self.store_root / name))

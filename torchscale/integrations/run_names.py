@@ -3,10 +3,13 @@ configuration side by side (TensorBoard, MLflow), and the cell's single figures 
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from torchscale.analysis.stats import finite_number
 from torchscale.results.schema import ResultBase, TrainingResult
+
+if TYPE_CHECKING:
+    from pandas import DataFrame
 
 AXES = {"models", "batch_sizes", "gpu_counts", "nodes", "model", "batch_size", "gpus", "nnodes"}
 
@@ -68,9 +71,9 @@ def training_records(records: Sequence[ResultBase]) -> List[TrainingResult]:
     return [r for r in records if isinstance(r, TrainingResult)]
 
 
-def row_for(table: Any, cell_id: str) -> Optional[Dict[str, Any]]:
+def row_for(table: Optional[DataFrame], cell_id: str) -> Optional[Dict[str, Any]]:
     """The training table's row of ``cell_id`` (scaling efficiency is there), or None."""
     if table is None or table.empty:
         return None
     rows = table[table["cell_id"] == cell_id]
-    return rows.iloc[-1].to_dict() if len(rows) else None
+    return {str(k): v for k, v in rows.iloc[-1].to_dict().items()} if len(rows) else None

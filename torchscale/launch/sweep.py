@@ -17,7 +17,7 @@ import contextlib
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 from torchscale.config.base import flatten_settings
 from torchscale.errors import TorchscaleError
@@ -44,6 +44,9 @@ from torchscale.results.store import ExperimentStore, atomic_write_text, storage
 from torchscale.results.validity import INVALID, checked_record
 from torchscale.version import __version__
 
+if TYPE_CHECKING:
+    from pandas import DataFrame
+
 RETRYABLE = {"failed", "timeout", INVALID}
 
 
@@ -54,7 +57,9 @@ class SweepEvents(Protocol):
 
     def cell_polled(self, elapsed_s: float) -> None: ...
 
-    def cell_finished(self, cell: Cell, records: List[ResultBase], table: Any) -> None: ...
+    def cell_finished(
+        self, cell: Cell, records: List[ResultBase], table: Optional[DataFrame]
+    ) -> None: ...
 
 
 @dataclass
@@ -102,7 +107,7 @@ def skip_reason(cell: Cell, devices: NodeDevices, launch: Launch) -> Optional[st
     return None
 
 
-def write_summary(store: ExperimentStore, records: List[ResultBase]) -> Any:
+def write_summary(store: ExperimentStore, records: List[ResultBase]) -> DataFrame:
     """Rewrite summary.csv (and the communication CSVs) from the records; returns the training
     table for the console."""
     from torchscale.analysis.training_tables import training_table
@@ -382,7 +387,9 @@ def noop_events() -> SweepEvents:
         def cell_polled(self, elapsed_s: float) -> None:
             pass
 
-        def cell_finished(self, cell: Cell, records: List[ResultBase], table: Any) -> None:
+        def cell_finished(
+            self, cell: Cell, records: List[ResultBase], table: Optional[DataFrame]
+        ) -> None:
             pass
 
     return _Quiet()

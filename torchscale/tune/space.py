@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from pydantic import ValidationError
 
@@ -21,6 +21,10 @@ from torchscale.config.loader import explain
 from torchscale.config.settings import CellSettings
 from torchscale.config.tune_section import TuneSection, ValueRange
 from torchscale.errors import ConfigError
+
+if TYPE_CHECKING:
+    from optuna.trial import Trial
+
 
 Candidates = Union[Tuple[Any, ...], ValueRange]
 
@@ -140,13 +144,13 @@ class Where:
 class SearchSpace:
     knobs: List[Knob]
     candidates: Dict[str, Candidates]
-    baseline: Dict[str, Any]  # every knob's baseline value
+    baseline: Dict[str, object]  # every knob's baseline value
     left_out: Dict[str, str] = field(default_factory=dict)  # knob -> why it is not searched
 
-    def suggest(self, trial: Any) -> Dict[str, Any]:
+    def suggest(self, trial: Trial) -> Dict[str, object]:
         """Ask an Optuna trial for a value of every knob (define-by-run: a conditional knob only
         when its parent has the value it needs)."""
-        params: Dict[str, Any] = {}
+        params: Dict[str, object] = {}
         for knob in self.knobs:
             if (
                 knob.needs
@@ -160,20 +164,20 @@ class SearchSpace:
                 params[knob.name] = trial.suggest_categorical(knob.name, list(options))
         return params
 
-    def baseline_params(self) -> Dict[str, Any]:
+    def baseline_params(self) -> Dict[str, object]:
         return {
             knob.name: self.baseline[knob.name]
             for knob in self.knobs
             if not knob.needs or self.baseline.get(knob.needs[0]) == knob.needs[1]
         }
 
-    def grid(self) -> Optional[List[Dict[str, Any]]]:
+    def grid(self) -> Optional[List[Dict[str, object]]]:
         """Every combination, when the space is discrete and at most ``MAX_GRID``; else None."""
         lists = [self.candidates[k.name] for k in self.knobs]
         discrete = [c for c in lists if isinstance(c, tuple)]
         if len(discrete) < len(lists) or math.prod(len(c) for c in discrete) > MAX_GRID:
             return None
-        combos: List[Dict[str, Any]] = []
+        combos: List[Dict[str, object]] = []
         seen = set()
         names = [k.name for k in self.knobs]
         for values in itertools.product(*discrete):
@@ -187,7 +191,7 @@ class SearchSpace:
                 combos.append(params)
         return combos
 
-    def changes(self, params: Dict[str, Any]) -> Dict[str, str]:
+    def changes(self, params: Dict[str, object]) -> Dict[str, str]:
         """What each knob that differs from the baseline changes."""
         return {
             name: KNOBS_BY_NAME[name].changes
@@ -196,14 +200,14 @@ class SearchSpace:
         }
 
 
-def _suggest_range(trial: Any, name: str, spec: ValueRange, baseline: Dict[str, Any]) -> Any:
+def _suggest_range(trial: Trial, name: str, spec: ValueRange, baseline: Dict[str, object]) -> Any:
     if isinstance(baseline.get(name), int) and not isinstance(baseline.get(name), bool):
         step = int(spec.step) if spec.step and not spec.log else 1
         return trial.suggest_int(name, int(spec.low), int(spec.high), step=step, log=spec.log)
     return trial.suggest_float(name, spec.low, spec.high, step=spec.step, log=spec.log)
 
 
-def apply_params(baseline: CellSettings, params: Dict[str, Any]) -> CellSettings:
+def apply_params(baseline: CellSettings, params: Dict[str, object]) -> CellSettings:
     """The baseline cell's settings with ``params`` set (validated: a combination the config
     forbids is a ConfigError naming it)."""
     raw = baseline.model_dump(mode="json")

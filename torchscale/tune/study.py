@@ -18,13 +18,18 @@ import fcntl
 import logging
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from torchscale.errors import TorchscaleError
 from torchscale.results.files import dumps, open_for_write, refuse_link
 from torchscale.results.layout import TUNE_LOCK, TUNE_STUDY
 from torchscale.results.store import ensure_dir, storage_error
 from torchscale.tune.space import SearchSpace
+
+if TYPE_CHECKING:
+    from optuna import Study
+    from optuna.trial import Trial
+
 
 STUDY_FILE = TUNE_STUDY
 STUDY_NAME = "tune"
@@ -63,7 +68,7 @@ def tune_lock(folder: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def identity(space: SearchSpace, baseline: Dict[str, Any]) -> str:
+def identity(space: SearchSpace, baseline: Dict[str, object]) -> str:
     """What a stored study must match to be resumed: the baseline cell and the space."""
     candidates = {
         name: list(c) if isinstance(c, tuple) else c.model_dump()
@@ -75,12 +80,12 @@ def identity(space: SearchSpace, baseline: Dict[str, Any]) -> str:
 def open_study(
     folder: Path,
     space: SearchSpace,
-    baseline: Dict[str, Any],
+    baseline: Dict[str, object],
     *,
     seed: int,
     trial_cap: Optional[int],
     reduction_factor: int = 2,
-) -> Any:
+) -> Study:
     """Create or load the study; a new one gets the baseline (and, for a small discrete space,
     every other combination) enqueued."""
     optuna = _optuna()
@@ -95,7 +100,7 @@ def open_study(
     pruner = optuna.pruners.SuccessiveHalvingPruner(
         min_resource=1, reduction_factor=reduction_factor
     )
-    study = optuna.create_study(
+    study: Study = optuna.create_study(
         study_name=STUDY_NAME,
         storage=storage,
         direction="maximize",
@@ -119,14 +124,14 @@ def open_study(
     return study
 
 
-def stale_trials(study: Any) -> List[Any]:
+def stale_trials(study: Study) -> List[Trial]:
     """Trials a killed run left RUNNING: carried on by this run (Trial objects)."""
     optuna = _optuna()
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     return [optuna.trial.Trial(study, frozen._trial_id) for frozen in running]
 
 
-def finished_count(study: Any) -> int:
+def finished_count(study: Study) -> int:
     optuna = _optuna()
     done = (
         optuna.trial.TrialState.COMPLETE,
@@ -136,7 +141,7 @@ def finished_count(study: Any) -> int:
     return len(study.get_trials(deepcopy=False, states=done))
 
 
-def distinct_tried(study: Any) -> int:
+def distinct_tried(study: Study) -> int:
     """Distinct parameter sets finished or under way (a discrete space is exhausted at its
     grid size)."""
     optuna = _optuna()

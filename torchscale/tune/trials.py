@@ -15,7 +15,17 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 from torchscale.config.settings import BenchmarkConfig, CellSettings
 from torchscale.errors import ConfigError
@@ -27,12 +37,20 @@ from torchscale.results.schema import ResultBase, TrainingResult
 from torchscale.results.store import ExperimentStore
 from torchscale.tune.space import SearchSpace, apply_params
 
+if TYPE_CHECKING:
+    from types import FrameType
+
+    import optuna
+    from optuna.trial import Trial
+    from pandas import DataFrame
+
+
 log = logging.getLogger("torchscale")
 SCREEN_STEP = 1  # the intermediate step the screening value is reported at
 ERROR_CHARS = 500
 
 
-def screen_window(baseline: CellSettings, steps: Optional[int]) -> Dict[str, Any]:
+def screen_window(baseline: CellSettings, steps: Optional[int]) -> Dict[str, object]:
     """The screening window: a quarter of the full one (at least 3 steps), no sync probe."""
     if baseline.measure_seconds is not None:
         return {"measure_seconds": baseline.measure_seconds / 4, "sync_probe_steps": 0}
@@ -41,7 +59,7 @@ def screen_window(baseline: CellSettings, steps: Optional[int]) -> Dict[str, Any
 
 
 def make_cell(
-    baseline: CellSettings, params: Dict[str, Any], extra: Dict[str, Any], number: int
+    baseline: CellSettings, params: Dict[str, object], extra: Dict[str, object], number: int
 ) -> Cell:
     """Trial ``number``'s cell. The trial number is the cell's repeat index: cells of different
     trials never share an id but for their settings, which the sweep would take for one cell
@@ -124,7 +142,7 @@ class Interrupts:
             return
         previous = signal.getsignal(signal.SIGINT)
 
-        def handler(signum: int, frame: Any) -> None:
+        def handler(signum: int, frame: Optional[FrameType]) -> None:
             cls.hit = True
             raise KeyboardInterrupt
 
@@ -155,7 +173,9 @@ class _Heard:
     def cell_polled(self, elapsed_s: float) -> None:
         self.events.cell_polled(elapsed_s)
 
-    def cell_finished(self, cell: Cell, records: List[ResultBase], table: Any) -> None:
+    def cell_finished(
+        self, cell: Cell, records: List[ResultBase], table: Optional[DataFrame]
+    ) -> None:
         self.events.cell_finished(cell, records, table)
         self.finished(cell, records)
         Interrupts.check()
@@ -167,8 +187,8 @@ def by_screen_cells(entries: Sequence[Entry]) -> List[Cell]:
 
 @dataclass
 class Entry:
-    trial: Any  # optuna.trial.Trial
-    params: Dict[str, Any]
+    trial: Trial
+    params: Dict[str, object]
     screen: Optional[Cell]
     full: Cell
 
@@ -178,12 +198,12 @@ class TrialBatch:
 
     def __init__(
         self,
-        study: Any,
+        study: optuna.Study,
         space: SearchSpace,
         baseline: CellSettings,
         runner: CellRunner,
-        screen: Optional[Tuple[CellRunner, Dict[str, Any]]],
-        on_told: Any,
+        screen: Optional[Tuple[CellRunner, Dict[str, object]]],
+        on_told: Callable[[int], None],
     ) -> None:
         from torchscale.tune.study import states
 
@@ -192,13 +212,13 @@ class TrialBatch:
         self.states = states()
         self.swept = [knob.name for knob in space.knobs]
 
-    def _fail(self, entry_trial: Any, status: str, error: Optional[str]) -> None:
+    def _fail(self, entry_trial: Trial, status: str, error: Optional[str]) -> None:
         entry_trial.set_user_attr("status", status)
         entry_trial.set_user_attr("error", (error or "")[:ERROR_CHARS])
         self.study.tell(entry_trial, state=self.states.FAIL)
         self.on_told(entry_trial.number)
 
-    def _entries(self, trials: Sequence[Any]) -> List[Entry]:
+    def _entries(self, trials: Sequence[Trial]) -> List[Entry]:
         entries = []
         for trial in trials:
             params = self.space.suggest(trial)
@@ -221,7 +241,7 @@ class TrialBatch:
             entries.append(Entry(trial, params, screen, full))
         return entries
 
-    def _repeats_earlier(self, trial: Any, params: Dict[str, Any]) -> bool:
+    def _repeats_earlier(self, trial: Trial, params: Dict[str, object]) -> bool:
         """A trial with the parameters of a finished one is told that one's outcome, not run."""
         done = (self.states.COMPLETE, self.states.PRUNED, self.states.FAIL)
         for earlier in self.study.get_trials(deepcopy=False, states=done):
@@ -241,7 +261,7 @@ class TrialBatch:
             return True
         return False
 
-    def run(self, trials: Sequence[Any]) -> None:
+    def run(self, trials: Sequence[Trial]) -> None:
         entries = self._entries(trials)
         promoted: List[Entry] = []
         if self.screen is not None and entries:
@@ -281,7 +301,7 @@ class TrialBatch:
 
         self.runner.run([e.full for e in promoted], self.swept, measured)
 
-    def _fail_record(self, trial: Any, record: Optional[ResultBase]) -> None:
+    def _fail_record(self, trial: Trial, record: Optional[ResultBase]) -> None:
         if record is None:
             self._fail(trial, "missing", "the sweep returned no record for its cell")
         else:

@@ -7,7 +7,7 @@ reads) and the final console line. All written atomically, never through a link.
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import yaml
 
@@ -19,6 +19,10 @@ from torchscale.results.layout import (
 )
 from torchscale.results.store import atomic_write_json, atomic_write_text
 from torchscale.tune.verdict import CONFIDENCE, Candidate
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
 
 SUMMARY_FILE = TUNE_SUMMARY
 BEST_FILE = TUNE_BEST_CONFIG
@@ -141,7 +145,7 @@ def tune_line(winner: Optional[Candidate], candidates: List[Candidate]) -> str:
 
 
 def write_outputs(
-    folder: Any,
+    folder: Path,
     summary: Dict[str, Any],
     best: Dict[str, Any],
     baseline: Dict[str, Any],

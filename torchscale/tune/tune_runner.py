@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol
 
 from torchscale.config.settings import BenchmarkConfig, CellSettings
 from torchscale.config.tune_section import TuneSection
@@ -49,6 +49,10 @@ from torchscale.tune.verdict import (
     verdict_cells,
 )
 
+if TYPE_CHECKING:
+    import optuna
+
+
 VERDICT_DIR = TUNE_VERDICT_DIR
 SCREEN_DIR = TUNE_SCREEN_DIR
 STALE_BATCHES = 3
@@ -79,7 +83,7 @@ def tune_folder(output_dir: Path, experiment: str) -> Path:
     return experiment_dir(Path(output_dir), experiment) / TUNE_DIR
 
 
-def trial_rows(study: Any) -> List[Dict[str, Any]]:
+def trial_rows(study: optuna.Study) -> List[Dict[str, Any]]:
     rows = []
     for trial in study.get_trials(deepcopy=False):
         attrs = trial.user_attrs
@@ -174,14 +178,15 @@ class Search:
             stale_batches = stale_batches + 1 if distinct_tried(self.study) == tried else 0
 
 
-def _finalists(study: Any, space: SearchSpace, count: int) -> List[Candidate]:
+def _finalists(study: optuna.Study, space: SearchSpace, count: int) -> List[Candidate]:
     """The best full-window trials other than the baseline; where fewer than ``count`` finished
     the full window, the best pruned ones (by their screening value) fill in: the verdict, not
     the short screen, is the judge."""
     baseline = space.baseline_params()
     done = study.get_trials(deepcopy=False, states=(states().COMPLETE,))
     pruned = study.get_trials(deepcopy=False, states=(states().PRUNED,))
-    ranked = sorted(done, key=lambda t: t.value, reverse=True) + sorted(
+    # A COMPLETE trial always has its value.
+    ranked = sorted(done, key=lambda t: t.value or 0.0, reverse=True) + sorted(
         pruned, key=lambda t: t.intermediate_values.get(SCREEN_STEP, 0.0), reverse=True
     )
     seen, chosen = set(), []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from torchscale.analysis.comparison import CompareOptions, throughput_interval
 from torchscale.config.settings import CellSettings
@@ -32,7 +32,7 @@ class Candidate:
     """One finalist against the baseline."""
 
     trial: int
-    params: Dict[str, Any]
+    params: Dict[str, object]
     changes: Dict[str, str]
     search_samples_per_s: float
     samples_per_s: Optional[float] = None  # from the verdict's pooled per-step times
@@ -45,16 +45,16 @@ class Candidate:
     cell_ids: List[str] = field(default_factory=list)
 
     @property
-    def changed(self) -> Dict[str, Any]:
+    def changed(self) -> Dict[str, object]:
         """The knobs set differently from the baseline, and their values."""
         return {k: v for k, v in self.params.items() if k in self.changes}
 
-    def as_dict(self) -> Dict[str, Any]:
+    def as_dict(self) -> Dict[str, object]:
         return {**asdict(self), "changed": self.changed}
 
 
 def verdict_cells(
-    baseline: CellSettings, finalists: Sequence[Dict[str, Any]], repeats: int
+    baseline: CellSettings, finalists: Sequence[Dict[str, object]], repeats: int
 ) -> List[List[Cell]]:
     """Per candidate (the baseline first), its cells, one per repeat."""
     count = len(finalists) + 1
