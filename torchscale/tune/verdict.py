@@ -91,12 +91,14 @@ def round_name(per_candidate: List[List[Cell]]) -> str:
 def cpu_wait_share(records: Sequence[ResultBase]) -> Optional[float]:
     """The largest share of its window any rank's training thread waited for a CPU (Linux
     schedstat): a host oversubscribed by other processes, whose figures say more about them."""
+    from torchscale.analysis.projection_inputs import cpu_wait_share as record_share
+
     shares = [
-        rank.cpu_wait_s / rank.window_s
+        share
         for record in records
         if isinstance(record, TrainingResult)
-        for rank in record.per_rank
-        if rank.cpu_wait_s is not None and rank.window_s > 0
+        for share in [record_share(record)]
+        if share is not None
     ]
     return max(shares) if shares else None
 
