@@ -78,6 +78,7 @@ communication:
   warmup: 2
   iterations: 20
   after_compute: true
+  through_ddp: true
   tp_gemm:
     m: [256, 512]
     n: 128

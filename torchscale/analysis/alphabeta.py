@@ -12,8 +12,9 @@ beta: seconds per byte, 1 / link bandwidth). On ``p`` ranks:
   and a binary tree over the nodes.
 
 ``alpha`` and ``beta`` come from a weighted least-squares fit of the ring equation to every
-measured all-reduce (time per op at each size and group size): the times taken right after compute
-(``communication.after_compute``, what a DDP bucket meets) where the records have them, else the
+measured all-reduce (time per op at each size and group size): the times DDP's own reducer took
+for one bucket (``communication.through_ddp``, what a training step pays) where the records have
+them, else those taken right after compute (``communication.after_compute``), else the
 back-to-back ones. The weight is ``1 / time``, so small messages (latency) and large ones
 (bandwidth) count alike. NCCL (and gloo) choose ring or tree per size; the prediction takes the
 faster, as they aim to. Pure numpy: no torch here.
@@ -34,6 +35,7 @@ INTRA_NODE = "intra_node"
 INTER_NODE = "inter_node"
 BACK_TO_BACK = "back to back"
 AFTER_COMPUTE = "after compute"
+THROUGH_DDP = "through DDP"
 Point = Tuple[int, float, float]  # group size, bytes, time us
 
 
@@ -64,7 +66,10 @@ class AllReduceFit:
 
     def describe(self) -> str:
         groups = ", ".join(str(p) for p in self.group_sizes)
-        timing = ", each timed after compute" if self.timing == AFTER_COMPUTE else ""
+        timing = {
+            AFTER_COMPUTE: ", each timed after compute",
+            THROUGH_DDP: ", each timed through DDP's reducer",
+        }.get(self.timing, "")
         return (
             f"all_reduce {self.scope.replace('_', '-')}{timing}: alpha {self.alpha_us:.1f} us, "
             f"link {self.busbw_gbps:.3g} GB/s (fit to {self.points} points on {groups} ranks, "
@@ -84,6 +89,7 @@ def all_reduce_points(
     excluded = set(exclude_groups)
     back_to_back: List[Point] = []
     after_compute: List[Point] = []
+    through_ddp: List[Point] = []
     for record in records:
         if not isinstance(record, CollectiveResult) or record.op != "all_reduce":
             continue
@@ -103,6 +109,11 @@ def all_reduce_points(
         after = finite_number(record.after_compute_time_us)
         if after:
             after_compute.append((group, size, after))
+        ddp = finite_number(record.ddp_time_us)
+        if ddp:
+            through_ddp.append((group, size, ddp))
+    if through_ddp:
+        return through_ddp, THROUGH_DDP
     if after_compute:
         return after_compute, AFTER_COMPUTE
     return back_to_back, BACK_TO_BACK

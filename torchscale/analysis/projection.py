@@ -217,9 +217,15 @@ def project(
         rows,
         columns=list(rows[0])
         if rows
-        else ["throughput", "measured_throughput", "measured_compute_ms", "compute_ms"],
+        else ["throughput", "measured_throughput", "measured_compute_ms", "compute_ms", "step_ms"],
     )
     measured = table["measured_throughput"]
     table["error"] = (table["throughput"] - measured) / measured
     table["compute_drift"] = table["measured_compute_ms"] / table["compute_ms"] - 1.0
+    # The same prediction with the held-out cell's own compute-only step: what is left is the
+    # model's error (communication, noise, DDP's overhead) apart from the node's own drift.
+    at_measured = table["step_ms"] - table["compute_ms"] + table["measured_compute_ms"]
+    table["error_at_measured_compute"] = (
+        table["throughput"] * table["step_ms"] / at_measured - measured
+    ) / measured
     return Projection(table, basis, fabric, refs)

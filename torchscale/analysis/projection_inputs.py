@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 ADD_ALL_REDUCE = (
     "add 'communication: {collectives: [all_reduce], min_bytes: 1K, max_bytes: 64M, "
-    "after_compute: true}' with "
+    "through_ddp: true}' with "
     "gpu_counts of 2 or more to the config and run 'torchscale benchmark --benchmark comm' "
     "into the same results folder"
 )

@@ -108,7 +108,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Predict step time, throughput and scaling efficiency at larger GPU counts."""
-        from torchscale.analysis.alphabeta import AFTER_COMPUTE
+        from torchscale.analysis.alphabeta import BACK_TO_BACK
         from torchscale.analysis.projection import COMPUTE_DRIFT_LIMIT, CPU_WAIT_LIMIT
         from torchscale.analysis.projection import project as run_projection
         from torchscale.errors import TorchscaleError
@@ -161,11 +161,12 @@ def register(app: typer.Typer) -> None:
                     comm = row.get("measured_comm_ms")
                     if comm and row["comm_ms"] and comm > 2 * row["comm_ms"]:
                         why = (
-                            "timed after compute, the communication cells still understate"
-                            if row.get("all_reduce_timing") == AFTER_COMPUTE
-                            else "the back-to-back micro-benchmark understates the fabric as DDP "
-                            "uses it: set 'communication: {after_compute: true}' to time each "
-                            "all-reduce after compute, as DDP issues it"
+                            "the back-to-back micro-benchmark understates the fabric as DDP "
+                            "uses it: set 'communication: {through_ddp: true}' to time each "
+                            "all-reduce through DDP's own reducer"
+                            if row.get("all_reduce_timing") == BACK_TO_BACK
+                            else f"timed {row.get('all_reduce_timing')}, the communication "
+                            "cells still understate it"
                         )
                         err_console.print(
                             f"> [WARN] DDP's own all-reduce took {comm:.3g} ms per step at "
@@ -181,7 +182,9 @@ def register(app: typer.Typer) -> None:
                             f"> [WARN] The compute-only step measured at {row['world_size']} GPUs "
                             f"is {100 * drift:+.0f}% off the {row['from_gpus']}-GPU one the "
                             "projection starts from: the node itself ran differently (a busier "
-                            "machine, shared cores), which no projection foresees.",
+                            "machine, shared cores), which no projection foresees; with the "
+                            "held-out cell's own compute-only step the prediction is "
+                            f"{100 * row['error_at_measured_compute']:+.1f}% off.",
                             markup=False,
                             soft_wrap=True,
                         )

@@ -149,6 +149,12 @@ class CommunicationSection(StrictModel):
         description="Also time each collective issued right after 10 ms of compute that rewrites "
         "its buffer, as DDP issues a gradient bucket; torchscale project fits to these times.",
     )
+    through_ddp: bool = Field(
+        False,
+        description="Also time all_reduce through DDP's own reducer: one gradient bucket of each "
+        "size, all-reduced as a ~10 ms backward pass ends; torchscale project fits to these "
+        "times first (they include what DDP's hook and finalisation cost).",
+    )
     link: Optional[str] = Field(
         None,
         description="The GPUs' link, to report busbw as a fraction of its peak: nvlink4x18 "
@@ -208,6 +214,7 @@ class CommCellSettings(StrictModel):
     iterations: PositiveInt
     check: bool
     after_compute: bool = False
+    through_ddp: bool = False
     link: Optional[str] = None
     tp_gemm: List[TpGemmCase] = Field(default_factory=list)
     cell_timeout_s: PositiveFloat = 1800.0
@@ -239,6 +246,7 @@ class CommCellSettings(StrictModel):
             iterations=section.iterations,
             check=section.check,
             after_compute=section.after_compute,
+            through_ddp=section.through_ddp,
             link=section.link,
             tp_gemm=section.tp_gemm.cases() if section.tp_gemm else [],
             cell_timeout_s=section.cell_timeout_s,

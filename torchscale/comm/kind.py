@@ -129,6 +129,8 @@ class CommunicationKind:
         n = entry.get("group_size", len(entry["time_us"]))
         after = entry.get("after_compute_time_us") or [None] * len(entry["time_us"])
         after_us = [after[rank] for rank in took_part]
+        ddp = entry.get("ddp_time_us") or [None] * len(entry["time_us"])
+        ddp_us = [ddp[rank] for rank in took_part]
         return CollectiveResult(
             **base,
             **_sized(entry),
@@ -141,6 +143,7 @@ class CommunicationKind:
             wrong=sum(wrong) if checked else None,
             wrong_per_rank=[w or 0 for w in entry["wrong"]] if checked else [],
             after_compute_time_us=_spread(after_us)["time_us"] if None not in after_us else None,
+            ddp_time_us=_spread(ddp_us)["time_us"] if None not in ddp_us else None,
         )
 
     def _send_recv(

@@ -31,6 +31,7 @@ from torchscale.comm.collective_ops import (
     torch_dtype,
 )
 from torchscale.comm.config import ELEMENT_BYTES, CommCellSettings
+from torchscale.comm.ddp_timing import time_through_ddp
 from torchscale.comm.op_timing import compute_stretch, idle, time_after_compute, time_op
 from torchscale.comm.p2p import measure_pairs
 from torchscale.comm.scopes import scope_groups
@@ -102,7 +103,7 @@ def _collectives(run: RankRun) -> List[Dict[str, Any]]:
         group, n = scope_group(scope, ctx)
         for op in settings.collectives:
             for dtype_name, lay, entry in _sizes(op, run, n, scope):
-                time_us = wrong = after_us = None
+                time_us = wrong = after_us = ddp_us = None
                 if group is None:
                     time_op(run.clock, idle, 0, 1)  # take part in the timed loop's barrier only
                     if settings.after_compute:
@@ -120,13 +121,27 @@ def _collectives(run: RankRun) -> List[Dict[str, Any]]:
                             settings.warmup,
                             settings.iterations,
                         )
+                    if settings.through_ddp and op == "all_reduce":
+                        ddp_us = time_through_ddp(
+                            lay.input_elements,
+                            dtype,
+                            ctx.device,
+                            group.handle,
+                            settings.warmup,
+                            settings.iterations,
+                        )
                     del step, tensors  # free the buffers before the check allocates its own
                     if settings.check:
                         wrong = check_collective(
                             lay, ctx.rank, group, dtype, ctx.device, run.corruption
                         )
                 entry = {"scope": scope, "group_size": n, **entry}
-                timed = {"time_us": time_us, "wrong": wrong, "after_compute_time_us": after_us}
+                timed = {
+                    "time_us": time_us,
+                    "wrong": wrong,
+                    "after_compute_time_us": after_us,
+                    "ddp_time_us": ddp_us,
+                }
                 results.append({"op": op, **entry, **timed})
     return results
 
@@ -207,7 +222,9 @@ def merge(
         "device_name": ctx.device_name(),
         "hosts": sorted({rank["host"] for rank in per_rank}),
         "collectives": [
-            side_by_side("collectives", i, ("time_us", "wrong", "after_compute_time_us"))
+            side_by_side(
+                "collectives", i, ("time_us", "wrong", "after_compute_time_us", "ddp_time_us")
+            )
             for i in range(len(first["collectives"]))
         ],
         "p2p": [

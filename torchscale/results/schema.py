@@ -296,6 +296,12 @@ class CollectiveResult(CommResultBase):
         description="communication.after_compute: time per op issued right after 10 ms of "
         "compute (as DDP issues a bucket): each rank's median, averaged across ranks.",
     )
+    ddp_time_us: Optional[float] = Field(
+        None,
+        description="communication.through_ddp, all_reduce only: DDP's own backward_comm_time "
+        "for one bucket of this size at the end of a backward pass: each rank's median, "
+        "averaged across ranks.",
+    )
 
 
 class TpGemmResult(CommResultBase):
