@@ -18,6 +18,7 @@ from torchscale.analysis.alphabeta import (
 )
 from torchscale.analysis.scaling import label_variants
 from torchscale.analysis.stats import mean
+from torchscale.analysis.telemetry import cpu_wait_share
 from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
 from torchscale.results.schema import ResultBase, TrainingResult
@@ -137,17 +138,6 @@ def _reference(
         step_noise_ms=noise,
         step_se_ms=std / math.sqrt(steps),
     )
-
-
-def cpu_wait_share(record: TrainingResult) -> Optional[float]:
-    """The largest share of the measured window any rank's training thread spent runnable but
-    waiting for a CPU (None where the host does not report it)."""
-    shares = [
-        r.cpu_wait_s / r.window_s
-        for r in record.per_rank
-        if r.cpu_wait_s is not None and r.window_s > 0
-    ]
-    return max(shares) if shares else None
 
 
 def references(records: Iterable[ResultBase], holdout: bool = False) -> List[Reference]:

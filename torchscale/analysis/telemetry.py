@@ -135,8 +135,7 @@ def cpu_table(records: Iterable[ResultBase]) -> pd.DataFrame:
                     "window_s": rank.window_s, "cpu_time_s": rank.cpu_time_s,
                     "cpu_wait_s": rank.cpu_wait_s,
                     "cpu_share": rank.cpu_time_s / rank.window_s,
-                    "cpu_wait_share": (rank.cpu_wait_s / rank.window_s
-                                       if rank.cpu_wait_s is not None else None),
+                    "cpu_wait_share": rank_cpu_wait_share(rank),
                     "nosync_step_ms": rank.nosync_step_ms, "sync_wait_ms": rank.sync_wait_ms,
                 }
             )  # fmt: skip
@@ -261,13 +260,26 @@ def _pcie_findings(record: TrainingResult) -> List[Finding]:
     return found
 
 
+def rank_cpu_wait_share(rank: RankResult) -> Optional[float]:
+    """The share of its measured window a rank's training thread spent runnable but waiting for
+    a CPU (Linux schedstat); None where the host does not report it."""
+    if rank.cpu_wait_s is None or rank.window_s <= 0:
+        return None
+    return rank.cpu_wait_s / rank.window_s
+
+
+def cpu_wait_share(record: TrainingResult) -> Optional[float]:
+    """The largest :func:`rank_cpu_wait_share` of a cell's ranks: how oversubscribed the host was
+    while the cell measured (None where the host does not report it)."""
+    shares = [s for s in map(rank_cpu_wait_share, record.per_rank) if s is not None]
+    return max(shares) if shares else None
+
+
 def _cpu_findings(record: TrainingResult) -> List[Finding]:
     found = []
     for rank in record.per_rank:
-        if rank.gpu is not None or rank.cpu_wait_s is None or rank.window_s <= 0:
-            continue
-        share = rank.cpu_wait_s / rank.window_s
-        if share < CPU_WAIT_SHARE:
+        share = rank_cpu_wait_share(rank)
+        if rank.gpu is not None or share is None or share < CPU_WAIT_SHARE:
             continue
         cpu = (rank.cpu_time_s or 0.0) / rank.window_s
         peers = [r.nosync_step_ms for r in record.per_rank if r is not rank and r.nosync_step_ms]

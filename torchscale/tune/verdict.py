@@ -91,7 +91,7 @@ def round_name(per_candidate: List[List[Cell]]) -> str:
 def cpu_wait_share(records: Sequence[ResultBase]) -> Optional[float]:
     """The largest share of its window any rank's training thread waited for a CPU (Linux
     schedstat): a host oversubscribed by other processes, whose figures say more about them."""
-    from torchscale.analysis.projection_inputs import cpu_wait_share as record_share
+    from torchscale.analysis.telemetry import cpu_wait_share as record_share
 
     shares = [
         share
