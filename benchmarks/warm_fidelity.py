@@ -97,7 +97,8 @@ def main() -> None:
         print(run_round(index, rng, out, samples), file=sys.stderr, flush=True)
     print(
         "| cell | group / alone, throughput | within-mode spread (group; alone) | verdict | "
-        "step KS across modes | step KS within modes (group; alone) | warm in group |"
+        "step KS across modes | step KS within modes (group; alone) | per round, group / alone "
+        "(1st: first cell of its launch; warm: after another cell in the same process) |"
     )
     print("|---|---|---|---|---|---|---|")
     for cell in sorted({cell for _, cell in samples}):
@@ -118,11 +119,23 @@ def main() -> None:
             )
             for runs in (group, alone)
         )
-        warm = sum(position > 0 for _, _, position in group)
+        # The same round's two runs minutes apart: host drift over the run cancels.
+        paired = " ".join(
+            f"{g[0] / a[0]:.3f} ({'warm' if g[2] > 0 else '1st'})" for g, a in zip(group, alone)
+        )
         print(
             f"| {cell} | {across:.3f} | {spreads[0]:.3f}; {spreads[1]:.3f} | {verdict} | "
-            f"{ks_across:.3f} | {ks_within[0]:.3f}; {ks_within[1]:.3f} | {warm} of {len(group)} |"
+            f"{ks_across:.3f} | {ks_within[0]:.3f}; {ks_within[1]:.3f} | {paired} |"
         )
+    warm = [g[0] / a[0] for key in samples if key[0] == "per-group"
+            for g, a in zip(samples[key], samples[("per-cell", key[1])]) if g[2] > 0]  # fmt: skip
+    first = [g[0] / a[0] for key in samples if key[0] == "per-group"
+             for g, a in zip(samples[key], samples[("per-cell", key[1])]) if g[2] == 0]  # fmt: skip
+    print(
+        f"\nPaired group / alone over all cells: warm cells median {statistics.median(warm):.3f} "
+        f"({min(warm):.3f}-{max(warm):.3f}, {len(warm)} runs); first cells median "
+        f"{statistics.median(first):.3f} ({min(first):.3f}-{max(first):.3f}, {len(first)} runs)"
+    )
 
 
 if __name__ == "__main__":
