@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from tests.support.environ import repo_pythonpath
 from tests.support.fakes.fake_pynvml import load
 from tests.support.html_tables import html_tables
+from torchscale.analysis.cpu_load import OTHER_PROCESSES_CORES, oversubscribed_wait
 from torchscale.analysis.telemetry import console_lines, cpu_table, telemetry_findings
 from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
@@ -200,7 +201,7 @@ def test_real_oversubscribed_rank_is_found(tmp_path: Path, monkeypatch: pytest.M
         for line in (tmp_path / "busy" / "results.jsonl").read_text().splitlines()
     ]
     table = cpu_table(records).set_index("rank")
-    print(table[["cpu_share", "cpu_wait_share", "nosync_step_ms"]])
+    print(table[["cpu_share", "cpu_wait_share", "other_processes_cores", "nosync_step_ms"]])
     # Two busy processes take about two thirds of rank 1's core; rank 0 only meets whatever else
     # runs on the machine.
     assert table.loc[1, "cpu_wait_share"] > 0.4
@@ -212,3 +213,21 @@ def test_real_oversubscribed_rank_is_found(tmp_path: Path, monkeypatch: pytest.M
     assert f"waited for a CPU for {share:.0%} of the measured window" in finding["message"]
     assert "the straggler" in finding["title"] and finding["severity"] == "high"
     assert "its compute-only step is +" in finding["message"]
+    # The spinners are other processes: the host's busy time minus the ranks' own CPU time
+    # shows them (about two thirds of a core), and the finding says so.
+    others = table.loc[1, "other_processes_cores"]
+    assert others >= OTHER_PROCESSES_CORES, table
+    assert f"Other processes kept {others:.2f} of the host's" in finding["message"]
+    # The same waits with nothing else running (the host's busy time = the ranks' own): the wait
+    # was behind the rank's own threads, and the finding says that instead.
+    record = records[0]
+    own = sum(r.process_cpu_s or 0.0 for r in record.per_rank)
+    quiet = record.model_copy(
+        update={"per_rank": [r.model_copy(update={"host_busy_cpu_s": own}) for r in record.per_rank]}
+    )
+    (own_threads,) = [f for f in telemetry_findings([quiet]) if f["ranks"] == [1]]
+    assert "waited for a CPU behind its own threads" in own_threads["title"]
+    assert "Other processes kept 0.00 of the host's" in own_threads["message"]
+    assert "gloo and DDP threads" in own_threads["recommendation"]
+    assert oversubscribed_wait([quiet]) is None  # what tune's verdict warns on
+    assert oversubscribed_wait(records) == pytest.approx(share, rel=1e-9)

@@ -16,9 +16,9 @@ from torchscale.analysis.alphabeta import (
     all_reduce_points,
     fit_all_reduce,
 )
+from torchscale.analysis.cpu_load import cpu_wait_share
 from torchscale.analysis.scaling import label_variants
 from torchscale.analysis.stats import mean
-from torchscale.analysis.telemetry import cpu_wait_share
 from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
 from torchscale.results.schema import ResultBase, TrainingResult

@@ -12,6 +12,12 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import pandas as pd
 
+from torchscale.analysis.cpu_load import (
+    CPU_WAIT_SHARE,
+    other_processes_cores,
+    rank_cpu_wait_share,
+    rank_oversubscribed,
+)
 from torchscale.analysis.finding import Finding, Severity
 from torchscale.analysis.straggler import record_straggler
 from torchscale.hardware.nvml import reason_label
@@ -23,8 +29,6 @@ LOW_UTILISATION = 70.0
 """Mean GPU utilisation (%) below which the GPU sat idle for a real share of the window ..."""
 SYNC_BOUND = 0.20
 """... and the cell is communication-bound when exposed sync is at least this share of the step."""
-CPU_WAIT_SHARE = 0.15
-"""A rank whose training thread waited for a CPU this share of the window was preempted."""
 SLOW_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown",
                 "sw_power_cap", "hw_slowdown")  # fmt: skip
 """Clocks-event reasons that slow a GPU, most specific first (ties name the first)."""
@@ -38,6 +42,7 @@ GPU_COLUMNS = [
 CPU_COLUMNS = [
     "cell_id", "experiment", "model", "batch_size", "world_size", "rank", "host",
     "window_s", "cpu_time_s", "cpu_wait_s", "cpu_share", "cpu_wait_share",
+    "other_processes_cores",
     "nosync_step_ms", "sync_wait_ms",
 ]  # fmt: skip
 
@@ -124,6 +129,7 @@ def cpu_table(records: Iterable[ResultBase]) -> pd.DataFrame:
     """One row per CPU rank with its training thread's CPU time and run-queue wait."""
     rows = []
     for record in _trained(records):
+        others = other_processes_cores(record)
         for rank in record.per_rank:
             if rank.gpu is not None or rank.cpu_time_s is None or rank.window_s <= 0:
                 continue
@@ -136,6 +142,7 @@ def cpu_table(records: Iterable[ResultBase]) -> pd.DataFrame:
                     "cpu_wait_s": rank.cpu_wait_s,
                     "cpu_share": rank.cpu_time_s / rank.window_s,
                     "cpu_wait_share": rank_cpu_wait_share(rank),
+                    "other_processes_cores": others.get(rank.host),
                     "nosync_step_ms": rank.nosync_step_ms, "sync_wait_ms": rank.sync_wait_ms,
                 }
             )  # fmt: skip
@@ -260,23 +267,9 @@ def _pcie_findings(record: TrainingResult) -> List[Finding]:
     return found
 
 
-def rank_cpu_wait_share(rank: RankResult) -> Optional[float]:
-    """The share of its measured window a rank's training thread spent runnable but waiting for
-    a CPU (Linux schedstat); None where the host does not report it."""
-    if rank.cpu_wait_s is None or rank.window_s <= 0:
-        return None
-    return rank.cpu_wait_s / rank.window_s
-
-
-def cpu_wait_share(record: TrainingResult) -> Optional[float]:
-    """The largest :func:`rank_cpu_wait_share` of a cell's ranks: how oversubscribed the host was
-    while the cell measured (None where the host does not report it)."""
-    shares = [s for s in map(rank_cpu_wait_share, record.per_rank) if s is not None]
-    return max(shares) if shares else None
-
-
 def _cpu_findings(record: TrainingResult) -> List[Finding]:
     found = []
+    others = other_processes_cores(record)
     for rank in record.per_rank:
         share = rank_cpu_wait_share(rank)
         if rank.gpu is not None or share is None or share < CPU_WAIT_SHARE:
@@ -287,20 +280,36 @@ def _cpu_findings(record: TrainingResult) -> List[Finding]:
         if peers and rank.nosync_step_ms:
             ratio = rank.nosync_step_ms / statistics.median(peers) - 1
             slower = f"; its compute-only step is {ratio:+.0%} against the other ranks"
+        load = others.get(rank.host)
+        meanwhile = "" if load is None else (
+            f" Other processes kept {load:.2f} of the host's "
+            f"{rank.host_cpus or 0:.0f} CPUs busy meanwhile."
+        )
         straggler = len(record.per_rank) > 1 and _straggler(record, rank.rank)
         evidence = (
             f"Rank {rank.rank}'s training thread on {rank.host} waited for a CPU for {share:.0%} "
-            f"of the measured window and ran {cpu:.0%} of it{slower}."
+            f"of the measured window and ran {cpu:.0%} of it{slower}.{meanwhile}"
         )
+        if rank_oversubscribed(record, rank):
+            title = f"Rank {rank.rank} was preempted (host oversubscribed)"
+            advice = (
+                "Other processes share this rank's cores: give each rank its own cores "
+                "(TORCHSCALE_CPU_SLOTS, taskset/numactl, the scheduler's CPU binding) and keep "
+                "other jobs off the node."
+            )
+        else:
+            title = f"Rank {rank.rank} waited for a CPU behind its own threads"
+            advice = (
+                "Nothing else ran: the rank's compute and its own gloo and DDP threads (the "
+                "all-reduce runs on CPU cores too) took turns on its cores. Give each rank more "
+                "than one core (fewer ranks per host, or TORCHSCALE_CPU_SLOTS below the core "
+                "count), or larger gradient buckets (fewer all-reduces)."
+            )
         found.append(
             _finding(
                 record, Severity.HIGH if straggler else Severity.WARNING,
-                f"Rank {rank.rank} was preempted (host oversubscribed)"
-                + (", the straggler" if straggler else "") + f": {record.model}",
-                f"In {_where(record)}: {evidence}", evidence, [rank.rank],
-                "Other processes share this rank's cores: give each rank its "
-                "own cores (TORCHSCALE_CPU_SLOTS, taskset/numactl, the scheduler's CPU binding) "
-                "and keep other jobs off the node.",
+                title + (", the straggler" if straggler else "") + f": {record.model}",
+                f"In {_where(record)}: {evidence}", evidence, [rank.rank], advice,
             )
         )  # fmt: skip
     return found

@@ -105,6 +105,7 @@ def _cpu_table(table: pd.DataFrame) -> Table:
             Column("host", "Host", fmt.text, numeric=False),
             Column("cpu_share", "CPU time / window", fmt.fraction),
             Column("cpu_wait_share", "Waiting for a CPU", fmt.fraction),
+            Column("other_processes_cores", "Other processes, cores", fmt.significant),
             Column("nosync_step_ms", "Compute-only step ms", fmt.significant),
             Column("sync_wait_ms", "Sync wait ms", fmt.significant),
         ],

@@ -137,6 +137,17 @@ class RankResult(_Record):
         description="Time the training thread was runnable but waiting for a CPU during the "
         "measured window (Linux schedstat): preemption or an oversubscribed host.",
     )
+    process_cpu_s: Optional[float] = Field(
+        None,
+        description="CPU time of the rank's whole process (every thread: training, gloo, DDP) "
+        "during the measured window.",
+    )
+    host_busy_cpu_s: Optional[float] = Field(
+        None,
+        description="CPU-seconds all of the host's CPUs were busy during the measured window "
+        "(Linux /proc/stat): minus the job's processes, what other processes used.",
+    )
+    host_cpus: Optional[float] = Field(None, description="CPUs the host has (os.cpu_count()).")
 
 
 class SyncStats(_Record):

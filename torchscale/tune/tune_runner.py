@@ -42,7 +42,7 @@ from torchscale.tune.trials import (
 )
 from torchscale.tune.verdict import (
     Candidate,
-    cpu_wait_share,
+    host_waits,
     interleaved,
     judge,
     round_name,
@@ -223,22 +223,33 @@ def run_tune(request: TuneRequest, events: TuneEvents) -> Dict[str, Any]:
             )
             winner = judge(candidates, per_candidate, results, section.min_gain_pct, section.seed)
             verdict["folder"] = str(store.root.relative_to(folder))
-            verdict["cpu_wait_share"] = cpu_wait_share(list(results.values()))
+            verdict.update(host_waits(list(results.values())))
         verdict["finalists"] = [c.as_dict() for c in candidates]
         summary = _summary(request, search, folder, candidates, winner, verdict)
         _write(request, folder, summary, winner)
         return summary
 
 
-def _oversubscribed(share: Optional[float]) -> Optional[str]:
-    from torchscale.analysis.telemetry import CPU_WAIT_SHARE
+def _contended(verdict: Dict[str, Any]) -> Optional[str]:
+    """The verdict's warning when its ranks waited for CPUs: behind other processes (an
+    oversubscribed host), or behind their own threads (gloo's and DDP's on the same cores)."""
+    from torchscale.analysis.cpu_load import CPU_WAIT_SHARE
 
+    others = verdict.get("oversubscribed_wait_share")
+    if others is not None:
+        return (
+            f"the host was oversubscribed during the verdict: a rank waited for a CPU {others:.0%} "
+            "of its window while other processes held the cores, so the figures reflect them as "
+            "much as DDP's settings; rerun on a quiet node"
+        )
+    share = verdict.get("cpu_wait_share")
     if share is None or share < CPU_WAIT_SHARE:
         return None
     return (
-        f"the host was oversubscribed during the verdict: a rank waited for a CPU {share:.0%} of "
-        "its window, so the figures reflect other processes as much as DDP's settings; rerun "
-        "on a quiet node"
+        f"the cores were contended during the verdict: a rank waited for a CPU {share:.0%} of its "
+        "window behind its own threads (gloo's and DDP's run on the same cores), and on such a "
+        "host the throughput moves between runs by more than the interval, which covers "
+        "step-to-step noise only; confirm with more repeats or more cores per rank"
     )
 
 
@@ -270,7 +281,7 @@ def _summary(
         "pruning": request.section.pruning,
         "trials": trial_rows(search.study),
         "verdict": verdict,
-        "warning": _oversubscribed(verdict.get("cpu_wait_share")),
+        "warning": _contended(verdict),
         "files": {
             "best": outputs.BEST_FILE,
             "baseline": outputs.BASELINE_FILE,

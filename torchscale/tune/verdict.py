@@ -88,19 +88,23 @@ def round_name(per_candidate: List[List[Cell]]) -> str:
     return "round-" + hashlib.sha1(ids.encode()).hexdigest()[:8]
 
 
-def cpu_wait_share(records: Sequence[ResultBase]) -> Optional[float]:
-    """The largest share of its window any rank's training thread waited for a CPU (Linux
-    schedstat): a host oversubscribed by other processes, whose figures say more about them."""
-    from torchscale.analysis.telemetry import cpu_wait_share as record_share
+def host_waits(records: Sequence[ResultBase]) -> Dict[str, Optional[float]]:
+    """The verdict's CPU evidence: the largest share of its window any rank's training thread
+    waited for a CPU, and the largest such share of a rank that waited while other processes held
+    the cores (an oversubscribed host, whose figures say more about them than about the knobs)."""
+    from torchscale.analysis.cpu_load import cpu_wait_share, oversubscribed_wait
 
     shares = [
         share
         for record in records
         if isinstance(record, TrainingResult)
-        for share in [record_share(record)]
+        for share in [cpu_wait_share(record)]
         if share is not None
     ]
-    return max(shares) if shares else None
+    return {
+        "cpu_wait_share": max(shares) if shares else None,
+        "oversubscribed_wait_share": oversubscribed_wait(records),
+    }
 
 
 def _steps(records: Sequence[ResultBase]) -> List[float]:

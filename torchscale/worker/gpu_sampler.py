@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from torchscale.hardware.nvml import (
     Unsupported,
@@ -91,19 +91,6 @@ def read_static(nvml: Any, handle: Any) -> Dict[str, Optional[int]]:
         answer = nvml.call(function, handle, *args)
         static[field] = int(answer) if supported(answer) else None
     return static
-
-
-def thread_cpu() -> Tuple[float, Optional[float]]:
-    """(CPU seconds, seconds runnable but waiting for a CPU) of the calling thread so far.
-
-    Linux's ``/proc/thread-self/schedstat`` has both; elsewhere only the CPU time is known.
-    """
-    try:
-        with open("/proc/thread-self/schedstat", encoding="ascii") as handle:
-            run_ns, wait_ns = (int(v) for v in handle.read().split()[:2])
-        return run_ns / 1e9, wait_ns / 1e9
-    except (OSError, ValueError):
-        return time.thread_time(), None
 
 
 class GpuSampler:

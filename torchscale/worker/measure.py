@@ -27,7 +27,8 @@ from torchscale.config.settings import CellSettings
 from torchscale.runtime.clock import Clock
 from torchscale.runtime.process_group import RankContext
 from torchscale.runtime.rank_files import RankReporter
-from torchscale.worker.gpu_sampler import GpuSampler, nvml_index, thread_cpu
+from torchscale.worker.cpu_accounting import CpuSnapshot
+from torchscale.worker.gpu_sampler import GpuSampler, nvml_index
 from torchscale.worker.training import TrainingRun
 
 # DDP logging keys (nanoseconds, for the previous iteration) -> RankResult fields.
@@ -210,15 +211,10 @@ def measure_rank(
     reporter.phase("measure", steps=steps)
     reset_peak_memory(ctx)
     sampler = GpuSampler(nvml_index(ctx.device.index)) if ctx.is_cuda else contextlib.nullcontext()
-    cpu_before = thread_cpu()
+    cpu_before = CpuSnapshot.now()
     with sampler:
         measured, wall = _window(run, clock, ctx, steps)
-    cpu_after = thread_cpu()
-    cpu_wait = (
-        cpu_after[1] - cpu_before[1]
-        if cpu_after[1] is not None and cpu_before[1] is not None
-        else None
-    )
+    cpu = CpuSnapshot.now().since(cpu_before)
 
     probe = settings.sync_probe_steps
     ddp_timings: Dict[str, Optional[float]] = {}
@@ -260,6 +256,5 @@ def measure_rank(
         "gpu": sampler.summary() if isinstance(sampler, GpuSampler) else None,
         "timeline_s": reporter.timeline(),
         "process_started_at": reporter.process_started_at(),
-        "cpu_time_s": cpu_after[0] - cpu_before[0],
-        "cpu_wait_s": cpu_wait,
+        **cpu,
     }
