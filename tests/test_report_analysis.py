@@ -28,6 +28,7 @@ from torchscale.analysis.comparison import (
     _mean,
     bootstrap_ratio,
     compare_runs,
+    paired_rounds_interval,
 )
 from torchscale.analysis.findings import findings_table, normalize, record_findings
 from torchscale.analysis.scaling import label_variants, scaling_curves
@@ -233,6 +234,32 @@ def test_bootstrap_interval_tells_shift_from_noise() -> None:
     ratio, low, high = bootstrap_ratio(old, old * 1.2, _mean, options)
     assert ratio == pytest.approx(1.2) and 1.0 < low < 1.2 < high
     assert bootstrap_ratio(old, old * 1.2, _mean, options) == (ratio, low, high)  # seeded
+
+
+def test_paired_rounds_interval_sees_drift_between_rounds_that_pooled_steps_hide() -> None:
+    rng = np.random.default_rng(1)
+    steps = [rng.normal(10.0, 0.2, 20) for _ in range(6)]  # ms per step, 2% step noise
+    # Three rounds; the host runs 20% slower in the second. The new setting is 10% faster within
+    # each round (its step times 1/1.1 of the old ones of the same round).
+    old = [steps[0], steps[1] * 1.2, steps[2]]
+    new = [steps[3] / 1.1, steps[4] * 1.2 / 1.1, steps[5] / 1.1]
+    gain, low, high = paired_rounds_interval(old, new, CompareOptions())
+    assert gain == pytest.approx(10.0, abs=1.5) and 0.0 < low < gain < high
+    # Rounds that disagree (+20%, -13%, +5%: drift between runs larger than any setting's
+    # effect): the interval over rounds spans zero, though each round's own steps are tight.
+    drifting = [steps[3] / 1.2, steps[4] * 1.2 * 1.15, steps[5] / 1.05]
+    gain, low, high = paired_rounds_interval(old, drifting, CompareOptions())
+    assert low < 0.0 < high, (gain, low, high)
+    assert all(
+        bootstrap_ratio(o, n, _mean, CompareOptions())[1] > 1.0
+        or bootstrap_ratio(o, n, _mean, CompareOptions())[2] < 1.0
+        for o, n in zip(old, drifting)
+    )  # each round alone is beyond its steps' noise, one way or the other
+    # One round: the steps' bootstrap alone.
+    one = paired_rounds_interval(old[:1], new[:1], CompareOptions())
+    assert one[0] == pytest.approx(100 * (steps[0].mean() * 1.1 / steps[3].mean() - 1))
+    with pytest.raises(ValueError):
+        paired_rounds_interval(old, new[:2], CompareOptions())
 
 
 def test_compare_verdicts(tmp_path: Path) -> None:

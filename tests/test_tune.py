@@ -46,7 +46,7 @@ tune:
   space:
     ddp.bucket_cap_mb: [100]
   finalists: 1
-  repeats: 1
+  repeats: 2
   screen_steps: 6
 """
 
@@ -165,7 +165,7 @@ def test_every_trial_is_recorded_and_the_screen_prunes(mlp: Dict[str, Any]) -> N
     assert {t.number for t in trials_of(folder)} == {t["number"] for t in trials}
     # The verdict re-measured the baseline and the finalist in their own folder.
     verdict = training(folder / mlp["summary"]["verdict"]["folder"])
-    assert len(verdict) == 2 and all(r.status == "ok" for r in verdict)
+    assert len(verdict) == 4 and all(r.status == "ok" for r in verdict)  # 2 rounds of 2
 
 
 @pytest.mark.slow

@@ -247,9 +247,9 @@ def _contended(verdict: Dict[str, Any]) -> Optional[str]:
         return None
     return (
         f"the cores were contended during the verdict: a rank waited for a CPU {share:.0%} of its "
-        "window behind its own threads (gloo's and DDP's run on the same cores), and on such a "
-        "host the throughput moves between runs by more than the interval, which covers "
-        "step-to-step noise only; confirm with more repeats or more cores per rank"
+        "window behind its own threads (gloo's and DDP's run on the same cores); on such a host "
+        "the throughput drifts between runs, which the interval covers only with repeats of 2 "
+        "or more; more cores per rank make the figures steadier"
     )
 
 

@@ -1,12 +1,18 @@
 """The verdict: the baseline and the best few trials measured again, in interleaved repeats of one
-run, and each finalist's gain with a bootstrap interval over the per-step samples (the same
-``throughput_interval`` as ``torchscale compare``).
+run, and each finalist's gain with an interval over the rounds (``paired_rounds_interval``).
 
 Interleaving (baseline, finalist 1, finalist 2, then again with the order rotated) spreads the
-node's drift over every candidate. The intervals are simultaneous: with k finalists each is a
-(1 - 0.05/k) interval (Bonferroni), so "95%" holds for the set and picking the best of k cannot
-pass noise off as a gain. A winner must have its whole interval above zero and gain at least
-``min_gain_pct``; otherwise the verdict is "no significant gain" and the baseline is kept.
+node's drift over every candidate, and pairs each finalist's cell with the baseline's of the same
+round. The interval is a two-stage bootstrap, rounds then steps: on a node whose throughput drifts
+between runs by more than the steps vary within one (a 2-core VM: +-20% for a gloo-heavy model), a
+bootstrap of pooled steps alone once gave +16.7% (+9.6..+23.9%) for a setting that a separate
+benchmark a minute later put at -21% (docs/tune.md). With one repeat there is nothing to draw
+rounds from, and the interval covers the steps' noise only.
+
+The intervals are simultaneous: with k finalists each is a (1 - 0.05/k) interval (Bonferroni),
+so "95%" holds for the set and picking the best of k cannot pass noise off as a gain. A winner
+must have its whole interval above zero and gain at least ``min_gain_pct``; otherwise the verdict
+is "no significant gain" and the baseline is kept.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from torchscale.analysis.comparison import CompareOptions, throughput_interval
+from torchscale.analysis.comparison import CompareOptions, paired_rounds_interval
 from torchscale.config.settings import CellSettings
 from torchscale.errors import TorchscaleError
 from torchscale.plan.planned_cell import Cell
@@ -144,7 +150,6 @@ def judge(
         confidence=1 - (1 - CONFIDENCE) / max(1, len(candidates)),
         seed=seed,
     )
-    base_steps = _steps(base_records)
     work = base_records[0].global_batch_size
     for candidate, cells in zip(candidates, per_candidate[1:]):
         candidate.cell_ids = [c.cell_id for c in cells]
@@ -155,7 +160,14 @@ def judge(
             continue
         candidate.samples_per_s = _throughput(records)
         ratio = records[0].global_batch_size / work
-        gain, low, high = throughput_interval(base_steps, _steps(records), options, ratio)
+        # Round by round (the baseline and this candidate ran next to each other in each), so
+        # the interval covers the drift between runs, not only the steps' noise.
+        gain, low, high = paired_rounds_interval(
+            [r.step_times_ms for r in base_records],
+            [r.step_times_ms for r in records],
+            options,
+            ratio,
+        )
         candidate.gain_pct, candidate.ci_low_pct, candidate.ci_high_pct = gain, low, high
         candidate.significant = low > 0 and gain >= min_gain_pct
         if not candidate.significant:
