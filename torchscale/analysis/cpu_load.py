@@ -61,26 +61,26 @@ def other_processes_cores(record: TrainingResult) -> Dict[str, Optional[float]]:
     return load
 
 
-def rank_oversubscribed(record: TrainingResult, rank: RankResult) -> bool:
-    """Whether ``rank`` waited for a CPU for :data:`CPU_WAIT_SHARE` of its window while other
-    processes used :data:`OTHER_PROCESSES_CORES` of its host (or their load is not known)."""
-    share = rank_cpu_wait_share(rank)
+def oversubscribed(share: Optional[float], others: Optional[float]) -> bool:
+    """Whether a rank that waited ``share`` of its window for a CPU (at least
+    :data:`CPU_WAIT_SHARE`) was preempted by other processes: they kept ``others`` cores of its
+    host busy meanwhile (:func:`other_processes_cores`), at least :data:`OTHER_PROCESSES_CORES`,
+    or their load is not known."""
     if share is None or share < CPU_WAIT_SHARE:
         return False
-    others = other_processes_cores(record).get(rank.host)
     return others is None or others >= OTHER_PROCESSES_CORES
 
 
 def oversubscribed_wait(records: Iterable[ResultBase]) -> Optional[float]:
-    """The largest CPU-wait share of a rank that :func:`rank_oversubscribed` calls preempted by
-    other processes, over ``records``; None when no rank was."""
-    shares = [
-        share
-        for record in records
-        if isinstance(record, TrainingResult)
-        for rank in record.per_rank
-        if rank_oversubscribed(record, rank)
-        for share in [rank_cpu_wait_share(rank)]
-        if share is not None
-    ]
+    """The largest CPU-wait share of a rank that :func:`oversubscribed` calls preempted by other
+    processes, over ``records``; None when no rank was."""
+    shares: List[float] = []
+    for record in records:
+        if not isinstance(record, TrainingResult):
+            continue
+        others = other_processes_cores(record)  # once per cell, not per rank
+        for rank in record.per_rank:
+            share = rank_cpu_wait_share(rank)
+            if share is not None and oversubscribed(share, others.get(rank.host)):
+                shares.append(share)
     return max(shares) if shares else None

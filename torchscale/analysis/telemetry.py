@@ -15,8 +15,8 @@ import pandas as pd
 from torchscale.analysis.cpu_load import (
     CPU_WAIT_SHARE,
     other_processes_cores,
+    oversubscribed,
     rank_cpu_wait_share,
-    rank_oversubscribed,
 )
 from torchscale.analysis.finding import Finding, Severity
 from torchscale.analysis.straggler import record_straggler
@@ -290,7 +290,7 @@ def _cpu_findings(record: TrainingResult) -> List[Finding]:
             f"Rank {rank.rank}'s training thread on {rank.host} waited for a CPU for {share:.0%} "
             f"of the measured window and ran {cpu:.0%} of it{slower}.{meanwhile}"
         )
-        if rank_oversubscribed(record, rank):
+        if oversubscribed(share, load):
             title = f"Rank {rank.rank} was preempted (host oversubscribed)"
             advice = (
                 "Other processes share this rank's cores: give each rank its own cores "

@@ -4,7 +4,7 @@ host.
 A training thread that waits for a CPU (runnable, not running) may wait behind other processes
 (an oversubscribed host) or behind its own process's threads: gloo's and DDP's, which on a CPU
 run do the all-reduce on the same cores as the compute. The thread's wait alone cannot tell
-them apart; the host's busy time minus the job's processes' CPU time can (``analysis/telemetry``
+them apart; the host's busy time minus the job's processes' CPU time can (``analysis/cpu_load``
 does that sum per host).
 """
 
