@@ -303,6 +303,7 @@ def test_sigkill_of_a_sweep_leaves_no_process_and_resume_refuses_a_live_owner(
     assert resumed.returncode == 1, resumed.stderr  # it ran: the hang is recorded as a timeout
     (record,) = ExperimentStore(out / "killed").records()
     assert record.status == "timeout" and not (cell_dir / OWNER_FILE).exists()
+    assert record.error.startswith("no result after 3 s: "), record.error  # cell_timeout_s
 
 
 def test_an_owner_whose_pid_was_reused_is_not_alive(tmp_path: Path, sleeper: subprocess.Popen):

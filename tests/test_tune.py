@@ -31,7 +31,7 @@ runner = CliRunner()
 
 MLP_CONFIG = """\
 experiment_name: mlp
-models: ["examples.custom_model:sync_bound_mlp"]
+models: ["examples.custom_model:many_bucket_mlp"]
 batch_sizes: [8]
 gpu_counts: [2]
 warmup_steps: 3
@@ -181,7 +181,7 @@ def test_outputs_paste_into_a_training_script(mlp: Dict[str, Any]) -> None:
     assert f"gradient_as_bucket_view={view!r}" in snippet
     best = yaml.safe_load((folder / "best.yaml").read_text())
     assert best["experiment_name"] == "mlp-best" and "tune" not in best
-    assert best["models"] == ["examples.custom_model:sync_bound_mlp"] and best["gpu_counts"] == [2]
+    assert best["models"] == ["examples.custom_model:many_bucket_mlp"] and best["gpu_counts"] == [2]
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from torchscale.results.schema import ResultBase, TrainingResult
 
 # Settings that define the scaling axis or do not change what is measured: left out when matching
 # a cell with its baseline.
-SCALING_AXIS_FIELDS = {"gpus", "nnodes", "repeat", "cell_timeout_s"}
+SCALING_AXIS_FIELDS = {"gpus", "nnodes", "repeat", "cell_timeout_s", "stall_timeout_s"}
 
 TRAINING_COLUMNS = [
     "cell_id", "experiment", "model", "batch_size", "grad_accum_steps", "global_batch_size",

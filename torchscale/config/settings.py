@@ -133,6 +133,13 @@ class TrainingSettings(StrictModel):
     cell_timeout_s: PositiveFloat = Field(
         1800.0, description="Kill a cell after this many seconds and record it as timeout."
     )
+    stall_timeout_s: Optional[PositiveFloat] = Field(
+        600.0,
+        description="Kill a training cell as hung (timeout) once every rank is in its warmup, "
+        "measured or sync-probe window and none has moved to another step or step phase for this "
+        "many seconds (null: only cell_timeout_s). Raise it for a first compiled step that takes "
+        "longer.",
+    )
     ddp: DDPSettings = Field(default_factory=DDPSettings)
     data: DataSettings = Field(default_factory=DataSettings)
 

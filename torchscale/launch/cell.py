@@ -27,7 +27,8 @@ from torchscale.launch.flight_recorder import (
 )
 from torchscale.launch.liveness import clear_owner, write_owner
 from torchscale.launch.nsys import wrapper as nsys_wrapper
-from torchscale.launch.process import python_env, run_process
+from torchscale.launch.process import ProcessOutcome, python_env, run_process
+from torchscale.launch.stall import Stalled, stall_reason, stall_watch
 from torchscale.launch.torchrun import (
     SINGLE_NODE,
     Rendezvous,
@@ -269,6 +270,17 @@ def run_cell(
     argv = list(command or [*prefix, *cell_command(cell, cell_dir, rendezvous, profile)])
     log.debug("cell %s: %s (log: %s)", cell.cell_id, format_command(argv), cell_dir / LAUNCH_LOG)
     what = Path(argv[0]).name if command or prefix else "torchrun"
+    # Other nodes' ranks report on their own hosts: the watch sees a single node's only.
+    single = rendezvous is SINGLE_NODE and not prefix
+    watch = stall_watch(cell, cell_dir) if single else None
+
+    def poll(elapsed_s: float) -> None:
+        if watch is not None:
+            watch.check(time.monotonic())
+        if on_poll is not None:
+            on_poll(elapsed_s)
+
+    stalled = False
     try:
         outcome = run_process(
             argv,
@@ -281,9 +293,11 @@ def run_cell(
                     WRITES_RESULT_ENV: "1" if records_results else "0",
                 }
             ),
-            on_poll=on_poll,
+            on_poll=poll,
             on_start=lambda pid: write_owner(cell_dir, pid, what),
         )
+    except Stalled:
+        stalled, outcome = True, ProcessOutcome(None, True, time.monotonic() - started)
     finally:
         clear_owner(cell_dir)
     timing = {
@@ -294,6 +308,9 @@ def run_cell(
     kind = get_kind(cell.kind)
     identity = {**common_identity(cell, experiment), **timing, "launch": {"mode": "per_cell"}}
     result = read_json(cell_dir / RESULT_FILE)
+    if stalled:
+        reason = stall_reason(cell, _stuck_ranks(cell_dir, cell.settings.gpus))
+        return kind.failed(cell, identity, "timeout", reason + dump_note(cell_dir))
     if outcome.timed_out:
         reason = _stuck_ranks(cell_dir, cell.settings.gpus, timeout_s) + dump_note(cell_dir)
         return kind.failed(cell, identity, "timeout", reason)

@@ -37,6 +37,7 @@ from torchscale.launch.cell import (
 from torchscale.launch.flight_recorder import dump_note, flight_recorder_env
 from torchscale.launch.liveness import clear_owner, write_owner
 from torchscale.launch.process import python_env, run_process
+from torchscale.launch.stall import Stalled, stall_reason, stall_watch
 from torchscale.launch.torchrun import SINGLE_NODE, torchrun_command
 from torchscale.plan.planned_cell import Cell
 from torchscale.plan.profile_request import ProfileRequest
@@ -207,6 +208,7 @@ def _launch(
     )
     state = _Launch(cells, progress, time.monotonic())
     state.clock = state.started
+    watches = {i: stall_watch(cell, d) for i, (cell, d) in enumerate(zip(cells, dirs))}
 
     def handle(event: Dict[str, Any]) -> None:
         index = next((i for i, c in enumerate(cells) if c.cell_id == event.get("cell")), None)
@@ -235,6 +237,8 @@ def _launch(
             limit = cells[current].settings.cell_timeout_s
             if time.monotonic() - state.clock > limit:
                 raise _Overdue()
+            if state.running == current:
+                watches[current].check(time.monotonic())
             if on_poll is not None and state.running is not None:
                 on_poll(time.monotonic() - state.clock)
 
@@ -242,7 +246,7 @@ def _launch(
         for cell_dir in dirs:
             write_owner(cell_dir, pid, "torchrun")
 
-    timed_out = False
+    timed_out, stalled = False, False
     try:
         outcome = run_process(
             argv,
@@ -257,6 +261,8 @@ def _launch(
         returncode: Optional[int] = outcome.returncode
     except _Overdue:
         timed_out, returncode = True, None
+    except Stalled:
+        stalled, returncode = True, None
     finally:
         for cell_dir in dirs:
             clear_owner(cell_dir)
@@ -269,9 +275,10 @@ def _launch(
     if state.running != culprit:  # it never started (the launch died in its start-up)
         state.wall[culprit] = (_now(), state.since)
         on_started(cell)
-    if timed_out:
-        limit = cell.settings.cell_timeout_s
-        reason = _stuck_ranks(cell_dir, cell.settings.gpus, limit) + dump_note(group_dir)
+    if timed_out or stalled:
+        limit = None if stalled else cell.settings.cell_timeout_s
+        where = _stuck_ranks(cell_dir, cell.settings.gpus, limit)
+        reason = (stall_reason(cell, where) if stalled else where) + dump_note(group_dir)
         status: CellStatus = "timeout"
     else:
         status, reason = _failure(cell_dir, cell, returncode, SINGLE_NODE)

@@ -25,7 +25,7 @@ KindSettings = Union[CellSettings, CommCellSettings]
 
 # Settings that do not change what a cell measures, left out of its identity, so that --resume
 # after raising a timeout still recognises finished cells.
-NON_IDENTITY_FIELDS = {"repeat", "cell_timeout_s"}
+NON_IDENTITY_FIELDS = {"repeat", "cell_timeout_s", "stall_timeout_s"}
 LATER_DEFAULTS: Dict[str, Any] = {
     "backend": "auto",
     "cudnn_benchmark": True,
