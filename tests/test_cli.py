@@ -100,7 +100,7 @@ def test_dry_run_prints_plan_and_writes_nothing(tmp_path: Path) -> None:
         (8, 2),
     ]
     assert all(p["settings"]["ddp"]["bucket_cap_mb"] == 5.0 for p in plan)
-    assert "torch.distributed.run" in plan[1]["command"]
+    assert "-m torchscale.launch.torchrun_agent --nproc-per-node=2" in plan[1]["command"]
     assert "--nproc-per-node=2" in plan[1]["command"]
     assert "-m torchscale.worker" in plan[1]["command"]
     assert not out.exists()

@@ -103,9 +103,9 @@ def test_seed_dry_run_marks_cells_this_node_skips_and_warns_about_nsys(
         if gpus in (4, 8):
             reason = f"needs {gpus} CPU processes per node; this node has 2 CPU processes"
             assert entry["skip_reason"] == reason and lines[index] == f"skipped: {reason}"
-            assert "torch.distributed.run" not in entry["command"]
+            assert "torchrun_agent" not in entry["command"]
         else:
-            assert entry["skip_reason"] is None and "torch.distributed.run" in lines[index]
+            assert entry["skip_reason"] is None and "-m torchscale.launch.torchrun_agent" in lines[index]
     assert "12 of 24 cells would be skipped on this node" in err
     assert f"results would go to {out / 'resnet50_scaling_test'}" in err
     assert not out.exists()

@@ -52,7 +52,7 @@ def test_two_ranks_under_mpirun(tmp_path: Path) -> None:
     assert all(len(r.step_times_ms) == 4 for r in gloo.per_rank)
     assert store.manifest()["launch"]["launcher"] == "mpirun"
     log = (store.cell_dir(gloo.cell_id) / "launch.log").read_text(encoding="utf-8")
-    assert "torch.distributed.run" not in log and "torchelastic" not in log.lower()
+    assert "torchrun_agent" not in log and "torchelastic" not in log.lower()
     if not dist.is_mpi_available():
         assert records["mpi"].status == "skipped"
         assert records["mpi"].error.startswith("backend mpi is not available in this torch;")

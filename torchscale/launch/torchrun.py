@@ -1,4 +1,4 @@
-"""Build torchrun (``python -m torch.distributed.run``) command lines.
+"""Build torchrun command lines (torch.distributed.run's agent, through ``torchrun_agent``).
 
 torchscale never reimplements process launch or rendezvous: every distributed run is a torchrun of a
 Python module, single node (``--standalone``) or multi-node through c10d rendezvous.
@@ -41,6 +41,10 @@ class Rendezvous:
 
 SINGLE_NODE = Rendezvous()
 
+AGENT_MODULE = "torchscale.launch.torchrun_agent"
+"""torchrun's own ``main`` (``torch.distributed.run``), which skips the agent's interpreter
+teardown (~0.6 s a launch); its arguments and behaviour are torchrun's."""
+
 
 def torchrun_command(
     module: str,
@@ -58,7 +62,7 @@ def torchrun_command(
     there, so a failed rank's traceback is kept beside the cell's results. ``wrapper`` (e.g.
     ``nsys profile ...``) runs each worker under another program (torchrun's ``--no-python``).
     """
-    cmd = [python, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}"]
+    cmd = [python, "-m", AGENT_MODULE, f"--nproc-per-node={nproc_per_node}"]
     if rendezvous.standalone:
         # --nnodes too: torchrun would otherwise take PET_NNODES from a multi-node environment.
         cmd += ["--standalone", "--nnodes=1"]
