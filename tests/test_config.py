@@ -167,3 +167,11 @@ def test_docs_config_reference_is_current() -> None:
     )
     for key in ("`ddp.bucket_cap_mb`", "`measure_seconds`", "`profiling.trigger`", "`data.source`"):
         assert key in docs.read_text()
+
+
+@pytest.mark.parametrize(
+    "example", sorted((Path(__file__).parents[1] / "examples").glob("*.yaml")), ids=lambda p: p.name
+)
+def test_every_example_config_loads(example: Path) -> None:
+    config = load_config(example)
+    assert config.experiment_name == example.stem

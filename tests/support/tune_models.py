@@ -1,5 +1,5 @@
 """A model for ``torchscale tune``'s tests, used as ``tests.support.tune_models:sleepy_conv`` (the model
-where knobs matter is ``examples.custom_model:sync_bound_mlp``).
+where knobs matter is ``examples.custom_model:many_bucket_mlp``).
 
 ``sleepy_conv``: a 1x1 convolution whose forward sleeps 100 ms: no DDP knob can change its step.
 In channels_last it raises an out-of-memory error, as a layout conversion that does not fit would
