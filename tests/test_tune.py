@@ -23,6 +23,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from tests.support.pdf_pages import needs_poppler, pages_text
 from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
@@ -197,6 +198,22 @@ def test_report_has_a_tuning_section(mlp: Dict[str, Any], tmp_path: Path) -> Non
         assert "no significant gain" in html and "keeping the baseline" in html
     else:
         assert f"{winner['gain_pct']:+.1f}%" in html
+
+
+@pytest.mark.slow
+@needs_poppler
+def test_the_pdf_report_has_the_tuning_section(mlp: Dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "report.pdf"
+    result = runner.invoke(
+        app, ["report", "--source", str(mlp["folder"]), "--format", "pdf", "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    text = " ".join(" ".join(page.split()) for page in pages_text(out))
+    assert "Tuning" in text and "Baseline and finalists, measured again" in text
+    assert "Screen samples/s" in text and "95% CI" in text  # the trials' and the verdict's tables
+    # The verdict's line opens the section: the gain and its interval, or the baseline kept.
+    line = mlp["summary"]["line"].removeprefix("> [TUNE] ")
+    assert " ".join(line.split()[:4]) in text
 
 
 def _complete_trials(study: Path) -> int:

@@ -175,8 +175,9 @@ def _tuning(experiment: Experiment, summary: Dict[str, Any], several: bool) -> S
     intro = (
         f"{summary.get('line', '').removeprefix('> [TUNE] ')}. Trials ran on the config's window "
         "(pruned ones only on a short screening window); the verdict measured the baseline and the "
-        "best trials again in interleaved repeats, with a simultaneous 95% bootstrap interval over "
-        "the per-step samples (docs/tune.md)."
+        "best trials again in interleaved repeats, each finalist paired with the baseline round by "
+        "round, with a simultaneous 95% bootstrap interval over the rounds and their steps "
+        "(docs/tune.md)."
     )
     title = f"Tuning — {key}" if several else "Tuning"
     section_id = chart_id("tuning", key) if several else "tuning"
