@@ -71,3 +71,19 @@ def test_a_cell_s_watch_and_its_reason(tmp_path: Path) -> None:
         "hung: no rank moved for 7 s (stall_timeout_s): rank 1 stuck in 'warmup'"
     )
     assert CellSettings(model="gpt2-tiny", batch_size=2, gpus=2).stall_timeout_s == 600.0
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon"])
+def test_a_bad_stall_timeout_is_one_line_and_exit_2(tmp_path: Path, value: str) -> None:
+    from typer.testing import CliRunner
+
+    from torchscale.cli.app import app
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"models: [gpt2-tiny]\nstall_timeout_s: {value}\n")
+    out = tmp_path / "results"
+    result = CliRunner().invoke(app, ["benchmark", "-c", str(config), "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "stall_timeout_s" in lines[0], result.stderr
+    assert "Traceback" not in result.output and not out.exists()

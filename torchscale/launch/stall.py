@@ -40,13 +40,13 @@ class StallWatch:
         outside the stepping windows or has not said where it is."""
         positions = []
         for rank in range(self.world_size):
-            progress: Optional[Dict[str, object]] = read_json(progress_path(self.cell_dir, rank))
-            window = str(progress.get("phase")) if progress else ""
-            if progress is None or window not in STEPPING_WINDOWS:
+            progress: Dict[str, object] = read_json(progress_path(self.cell_dir, rank)) or {}
+            window = progress.get("phase")
+            if window not in STEPPING_WINDOWS:
                 return None
             entered = progress.get("time")
             since = float(entered) if isinstance(entered, (int, float)) else 0.0
-            positions.append((window, since, read_steps(steps_path(self.cell_dir, rank))))
+            positions.append((str(window), since, read_steps(steps_path(self.cell_dir, rank))))
         return positions
 
     def check(self, now: float) -> None:

@@ -208,7 +208,7 @@ def _launch(
     )
     state = _Launch(cells, progress, time.monotonic())
     state.clock = state.started
-    watches = {i: stall_watch(cell, d) for i, (cell, d) in enumerate(zip(cells, dirs))}
+    watches = [stall_watch(cell, cell_dir) for cell, cell_dir in zip(cells, dirs)]
 
     def handle(event: Dict[str, Any]) -> None:
         index = next((i for i, c in enumerate(cells) if c.cell_id == event.get("cell")), None)
