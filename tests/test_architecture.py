@@ -197,7 +197,7 @@ def test_no_two_modules_share_a_file_name() -> None:
 
 
 PIPELINE = [
-    "errors", "version", "results", "hardware", "models", "config", "plan", "runtime", "comm",
+    "errors", "version", "escaping", "results", "hardware", "models", "config", "plan", "runtime", "comm",
     "kinds", "worker", "launch", "analysis", "profiling", "report", "integrations", "validate",
     "tune", "app", "api", "cli", "__main__",
 ]  # fmt: skip

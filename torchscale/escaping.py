@@ -1,0 +1,89 @@
+"""One escaping rule per sink. A name from a config, a results folder or a trace is data: before
+it reaches a terminal, a spreadsheet, a shell or a Python snippet it goes through the function
+for that sink, here and nowhere else (HTML and SVG use ``html.escape`` / Jinja's autoescape).
+
+- terminal: control characters (C0, DEL, C1, and the bidirectional overrides that reorder what
+  a reader sees) are shown escaped (``\\x1b``), so no escape sequence reaches the terminal.
+- CSV: a text cell that a spreadsheet would run as a formula (first character ``= + - @``, tab
+  or carriage return) is prefixed with ``'`` (OWASP's CSV-injection rule); numbers are
+  untouched.
+- shell (sbatch, srun, any script we write): one word, quoted; a line break or NUL is refused,
+  since no quoting keeps it on one line of a script.
+- Python (a snippet we print to paste): a string literal via ``repr``; comments never carry a
+  line break.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Iterable
+
+_TERMINAL_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_LINE_BREAKS = re.compile("[\n\r\x00\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+class UnsafeValue(ValueError):
+    """A value that no quoting makes safe for its sink (a line break in a shell line)."""
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _escape_controls(text: str) -> str:
+    return _TERMINAL_UNSAFE.sub(lambda match: _escaped(match.group()), text)
+
+
+def for_terminal(text: object, keep_newlines: bool = False) -> str:
+    """``text`` with every control character shown escaped; tabs kept, and newlines when
+    ``keep_newlines`` (a multi-line message of our own)."""
+    value = str(text)
+    if keep_newlines:
+        return "\n".join(_escape_controls(line) for line in value.split("\n"))
+    return _escape_controls(value.replace("\n", "\\n"))
+
+
+def for_csv(value: object) -> object:
+    """A CSV cell: text a spreadsheet would take as a formula gets a leading ``'``; numbers
+    (and text that is a plain number, like ``-3.5``) are returned unchanged."""
+    if not isinstance(value, str) or not value.startswith(_FORMULA_START):
+        return value
+    try:
+        float(value)
+    except ValueError:
+        return "'" + value
+    return value
+
+
+def has_line_break(value: str) -> bool:
+    return _LINE_BREAKS.search(value) is not None
+
+
+def one_line(value: str, what: str) -> str:
+    """``value`` when it holds no line break or NUL, else :class:`UnsafeValue` naming ``what``."""
+    if has_line_break(value):
+        shown = for_terminal(value)
+        raise UnsafeValue(f"{what} contains a line break or NUL ({shown}); remove it")
+    return value
+
+
+def shell_word(value: str, what: str = "a value") -> str:
+    """One shell word, quoted when needed; a line break or NUL is refused."""
+    return shlex.quote(one_line(str(value), what))
+
+
+def shell_line(words: Iterable[str], what: str = "a command") -> str:
+    return " ".join(shell_word(word, what) for word in words)
+
+
+def python_string(value: str) -> str:
+    """A Python string literal that evaluates to ``value`` (never more than one line)."""
+    return repr(str(value))
+
+
+def python_comment(text: str) -> str:
+    """Text for after a ``#``: line breaks and control characters shown escaped."""
+    return for_terminal(text)
