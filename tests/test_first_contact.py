@@ -340,7 +340,7 @@ def _matrix() -> pd.DataFrame:
                      "status": "ok" if ok else "skipped",
                      "throughput": 1_234_567.891 * gpus + index + batch if ok else float("nan"),
                      "unit": unit, "step_ms_p50": 1234.5, "step_ms_p95": 12345.6,
-                     "sync_exposed_pct": 12.3, "scaling_efficiency": 0.9, "mfu": 0.41}
+                     "sync_overhead_pct": 12.3, "scaling_efficiency": 0.9, "mfu": 0.41}
                 )  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -366,7 +366,7 @@ def test_benchmark_table_at_80_columns_shows_every_figure_in_full(monkeypatch) -
     wide = Console(file=io.StringIO(), width=200, color_system=None)
     monkeypatch.setattr(view, "err_console", wide)
     wide.print(view.results_table(table, "t"))
-    assert "step p50/p95 ms" in wide.file.getvalue() and "MFU" in wide.file.getvalue()
+    assert "step time p50/p95 ms" in wide.file.getvalue() and "MFU" in wide.file.getvalue()
 
 
 def test_real_results_table_at_80_columns(
@@ -494,7 +494,7 @@ def test_band_labels_and_the_ideal_line_are_legend_entries(
 ) -> None:
     import xml.etree.ElementTree as ET
 
-    from torchscale.report.charts import IDEAL_THROUGHPUT
+    from torchscale.report.charts import ideal_throughput_label
     from torchscale.report.plotly_charts import figure
     from torchscale.report.svg_charts import WIDTH, _Frame, svg
 
@@ -511,7 +511,7 @@ def test_band_labels_and_the_ideal_line_are_legend_entries(
         labels = [t for t in texts if t.text in ("excellent > 90%", "good > 80%")]
         assert len(labels) == 2 and all(right < float(t.get("x")) < WIDTH for t in labels)
     for chart in [c for c in content.charts if c.chart_id.startswith("throughput-")]:
-        ideal = [t for t in figure(chart)["data"] if t["name"] == IDEAL_THROUGHPUT]
+        ideal = [t for t in figure(chart)["data"] if t["name"] == ideal_throughput_label()]
         assert len(ideal) == 1 and ideal[0]["showlegend"] and ideal[0]["line"]["dash"] == "dash"
         assert "ideal (dashed)" in svg(chart)
 

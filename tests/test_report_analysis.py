@@ -33,7 +33,7 @@ from torchscale.analysis.comparison import (
 from torchscale.analysis.findings import findings_table, normalize, record_findings
 from torchscale.analysis.scaling import label_variants, scaling_curves
 from torchscale.analysis.training_tables import training_table
-from torchscale.report.charts import bandwidth_charts, cell_labels, comparison_chart
+from torchscale.report.charts import bandwidth_charts, cell_labels, comparison_charts
 from torchscale.report.content import build_content
 from torchscale.report.plotly_charts import figure, figures_json
 from torchscale.report.report_data import load_report_data
@@ -291,11 +291,12 @@ def test_compare_verdicts(tmp_path: Path) -> None:
 
     import plotly.graph_objects as go
 
-    chart = comparison_chart(changed.cells, 5.0)
-    go.Figure(figure(chart))
+    for chart in comparison_charts(changed.cells, 5.0):
+        go.Figure(figure(chart))
+        assert ET.fromstring(svg(chart)) is not None
+    chart = comparison_charts(changed.cells, 5.0)[0]
     bars = {s.name: [y for y in s.y if y == y] for s in chart.series}  # NaN != NaN
     assert sorted(bars[REGRESSION]) == sorted(slow["throughput_change_pct"])
-    assert ET.fromstring(svg(chart)) is not None
 
 
 def test_one_gpu_count_on_two_node_layouts_stays_two_cells() -> None:
@@ -326,7 +327,7 @@ def test_one_gpu_count_on_two_node_layouts_stays_two_cells() -> None:
     assert list(changed.loc[changed["world_size"] == 4].index) == [1, 2]
     at_four = changed[changed["world_size"] == 4]
     assert at_four.loc[2, "verdict"] == REGRESSION and at_four.loc[1, "verdict"] == UNCHANGED
-    assert cell_labels(changed.reset_index()).tolist()[-1].endswith("4 GPU × 2 nodes")
+    assert cell_labels(changed.reset_index()).tolist()[-1].endswith("4 GPUs × 2 nodes")
 
 
 def test_every_chart_is_valid_plotly_and_svg(fixture_data) -> None:
@@ -383,7 +384,9 @@ def test_communication_only_and_all_failed_results(tmp_path: Path) -> None:
     from torchscale.report.render import render_html
 
     comm = load_report_data(
-        write_experiment(tmp_path, FixtureSpec(name="comm", models=(), failures=False))
+        write_experiment(
+            tmp_path, FixtureSpec(name="comm", models=(), failures=False, findings=False)
+        )
     )
     content = build_content(comm)
     assert [s.section_id for s in content.sections] == ["communication"]

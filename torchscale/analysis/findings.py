@@ -14,6 +14,8 @@ import pandas as pd
 from torchscale.analysis.finding import Finding, Severity, severity_order
 from torchscale.analysis.scaling import EFFICIENCY_GOOD
 from torchscale.analysis.straggler import PROFILE_NEXT, straggler_advice, sync_variance_advice
+from torchscale.hardware.device_nouns import device_noun
+from torchscale.results.figures import SYNC_OVERHEAD
 from torchscale.results.schema import ResultBase, TrainingResult
 
 COLUMNS = [
@@ -28,9 +30,11 @@ COLUMNS = [
 ]
 
 
-def on_cpu(record: TrainingResult) -> bool:
-    """Whether a record's ranks were CPU processes (gloo), not GPUs."""
-    return record.backend == "gloo" or (record.device_name or "").lower() == "cpu"
+def on_cpu(record: ResultBase) -> bool:
+    """Whether a record's ranks were CPU processes (gloo), not GPUs (any kind of cell)."""
+    backend = getattr(record, "backend", None)
+    device = getattr(record, "device_name", None) or ""
+    return backend == "gloo" or device.lower() == "cpu"
 
 
 SYNC_BOUND_ADVICE = (
@@ -84,8 +88,12 @@ def record_findings(records: Iterable[ResultBase]) -> List[Dict[str, Any]]:
     for (experiment, model, slowest), cells in groups.items():
         cells.sort(key=lambda r: (r.world_size, r.batch_size, r.repeat))
         worst = max(cells, key=lambda r: (r.sync.wait_spread_ms if r.sync else None) or 0.0)
-        labels = list(dict.fromkeys(f"batch {r.batch_size} on {r.world_size} GPUs" for r in cells))
         gpu = not all(on_cpu(r) for r in cells)
+        labels = list(
+            dict.fromkeys(
+                f"batch {r.batch_size} on {device_noun(not gpu, r.world_size)}" for r in cells
+            )
+        )
         if slowest is not None:
             title = f"Rank {slowest} is a straggler"
             advice = straggler_advice(slowest, gpu, PROFILE_NEXT)
@@ -119,9 +127,10 @@ def scaling_findings(table: pd.DataFrame) -> List[Dict[str, Any]]:
         .groupby(["experiment", "model", "variant", "world_size"], as_index=False, sort=False)
         .agg(
             efficiency=("scaling_efficiency", "mean"),
-            sync=("sync_exposed_pct", "mean"),
+            sync=("sync_overhead_pct", "mean"),
             baseline=("baseline_world_size", "first"),
             cell_id=("cell_id", "first"),
+            device=("device_name", "first"),
         )
     )
     found = []
@@ -131,14 +140,16 @@ def scaling_findings(table: pd.DataFrame) -> List[Dict[str, Any]]:
             continue
         worst = below.sort_values("efficiency", kind="stable").iloc[0]  # the first lowest
         efficiency, sync = float(worst["efficiency"]), worst["sync"]
-        detail = f"; gradient sync is {sync:.0f}% of its step" if not pd.isna(sync) else ""
+        cpu = str(worst["device"]).lower() == "cpu"
+        detail = f"; {SYNC_OVERHEAD.name} {sync:.0f}% of its step" if not pd.isna(sync) else ""
         others = f" ({len(below)} of {len(group)} configurations)" if len(group) > 1 else ""
         finding = Finding(
             severity=Severity.HIGH if efficiency < 0.5 else Severity.WARNING,
             category="scaling",
             title=f"{model} scales below {EFFICIENCY_GOOD:.0%}{others}",
             message=f"Worst: {worst['variant']} at {efficiency:.0%} on "
-            f"{int(worst['world_size'])} GPUs against {int(worst['baseline'])} GPU(s){detail}.",
+            f"{device_noun(cpu, int(worst['world_size']))} against "
+            f"{device_noun(cpu, int(worst['baseline']))}{detail}.",
             recommendation=(
                 SYNC_BOUND_ADVICE if not pd.isna(sync) and sync >= 10 else COMPUTE_BOUND_ADVICE
             ),

@@ -20,6 +20,7 @@ from torchscale.analysis.cpu_load import (
 )
 from torchscale.analysis.finding import Finding, Severity
 from torchscale.analysis.straggler import record_straggler
+from torchscale.analysis.training_tables import sync_overhead_pct
 from torchscale.hardware.nvml import reason_label
 from torchscale.results.schema import GpuTelemetry, RankResult, ResultBase, TrainingResult
 
@@ -209,7 +210,8 @@ def _utilisation_finding(record: TrainingResult) -> Optional[Finding]:
     if not utils or statistics.mean(utils) >= LOW_UTILISATION:
         return None
     util = statistics.mean(utils)
-    sync = record.sync.exposed_fraction if record.sync else None
+    overhead = sync_overhead_pct(record)
+    sync = overhead / 100 if overhead is not None else None
     data = [r.data_ms for r in record.per_rank if r.data_ms is not None]
     step = record.step_time_ms.mean if record.step_time_ms else None
     data_share = statistics.mean(data) / step if data and step else 0.0

@@ -3,14 +3,19 @@
 Scaling efficiency compares cells that differ only in GPU count:
 ``efficiency(N) = throughput_N / (N / B * throughput_B)`` with B the smallest GPU count measured for
 that configuration, on the fewest nodes (1 when a 1-GPU cell exists: then
-``throughput_N / (N * throughput_1)``). Repeats are averaged first. ``analysis/node_scaling.py``
-splits it into intra- and inter-node factors with the same :func:`efficiency`.
+``throughput_N / (N * throughput_1)``). Repeats are averaged first. It needs two GPU counts (or
+node layouts) of the same configuration: a configuration measured at one count has none (NaN,
+shown as "–"), not 100%. ``analysis/node_scaling.py`` splits it into intra- and inter-node
+factors with the same :func:`efficiency`.
+
+Sync overhead (``sync_overhead_pct``) likewise needs two ranks: one rank has no gradient sync, so
+:func:`sync_overhead_pct` is None there whatever the record holds.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, Iterable, List, Optional
 
 import pandas as pd
 
@@ -24,15 +29,34 @@ TRAINING_COLUMNS = [
     "cell_id", "experiment", "model", "batch_size", "grad_accum_steps", "global_batch_size",
     "world_size", "nnodes", "nproc_per_node", "precision", "repeat", "status", "error", "unit",
     "samples_per_s", "throughput", "step_ms_mean", "step_ms_p50", "step_ms_p95", "step_ms_p99",
-    "step_ms_cv", "sync_exposed_pct", "slowest_rank", "peak_memory_bytes", "tflops_per_gpu",
+    "step_ms_cv", "sync_overhead_pct", "slowest_rank", "peak_memory_bytes", "tflops_per_gpu",
     "mfu", "device_name", "hosts", "config_key",
 ]  # fmt: skip
+
+
+MEASURED_WINDOW_FIELDS = {"warmup_steps", "measure_steps", "measure_seconds", "sync_probe_steps"}
+"""How long a cell measures: ``torchscale profile`` runs a window of its own."""
 
 
 def config_key(settings: Dict[str, object]) -> str:
     """Identifies a configuration apart from its GPU count (and repeat)."""
     kept = {k: v for k, v in settings.items() if k not in SCALING_AXIS_FIELDS}
     return json.dumps(kept, sort_keys=True, separators=(",", ":"))
+
+
+def profiled_config_key(settings: Dict[str, object]) -> str:
+    """A configuration apart from its GPU count and measured window: what a ``torchscale
+    profile`` run of a benchmark's configuration shares with the benchmark's cells."""
+    return config_key({k: v for k, v in settings.items() if k not in MEASURED_WINDOW_FIELDS})
+
+
+def sync_overhead_pct(record: TrainingResult) -> Optional[float]:
+    """The record's sync overhead in percent (``docs/glossary.md``); None on one rank, where there
+    is no gradient sync and the no_sync probe measures only noise and DDP's bucketing."""
+    sync = record.sync
+    if record.world_size < 2 or sync is None or sync.exposed_fraction is None:
+        return None
+    return 100 * sync.exposed_fraction
 
 
 def _row(record: TrainingResult) -> Dict[str, object]:
@@ -60,9 +84,7 @@ def _row(record: TrainingResult) -> Dict[str, object]:
         "step_ms_p95": steps.p95 if steps else None,
         "step_ms_p99": steps.p99 if steps else None,
         "step_ms_cv": steps.cv if steps else None,
-        "sync_exposed_pct": (
-            100 * sync.exposed_fraction if sync and sync.exposed_fraction is not None else None
-        ),
+        "sync_overhead_pct": sync_overhead_pct(record),
         "slowest_rank": sync.slowest_rank if sync else None,
         "peak_memory_bytes": record.memory.peak_bytes if record.memory else None,
         "tflops_per_gpu": record.tflops_per_gpu,
@@ -86,7 +108,8 @@ def efficiency(rate: Any, size: Any, base_rate: Any, base_size: Any) -> Any:
 
 
 def add_scaling_efficiency(table: pd.DataFrame) -> pd.DataFrame:
-    """Add ``scaling_efficiency`` and ``baseline_world_size`` (NaN where no baseline)."""
+    """Add ``scaling_efficiency`` and ``baseline_world_size`` (NaN where no baseline: a
+    configuration measured at a single GPU count and node layout has nothing to scale against)."""
     table = table.copy()
     table["scaling_efficiency"] = float("nan")
     table["baseline_world_size"] = float("nan")
@@ -97,6 +120,8 @@ def add_scaling_efficiency(table: pd.DataFrame) -> pd.DataFrame:
     mean_rate = ok.groupby(["config_key", "world_size", "nnodes"])["samples_per_s"].mean()
     for key, by_size in mean_rate.groupby(level=0):
         by_size = by_size.droplevel(0)
+        if len(by_size) < 2:
+            continue
         base_size, base_nodes = min(by_size.index)
         base_rate = float(by_size.loc[(base_size, base_nodes)])
         rows = (table["config_key"] == key) & (table["status"] == "ok")

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from torchscale.app.benchmark import LiveEvents
     from torchscale.results.schema import ResultBase
     from torchscale.results.store import ExperimentStore
-from torchscale.results.layout import FINDINGS_FILE, experiment_dir
+from torchscale.results.layout import FINDINGS_FILE, experiment_dir, profile_run_name
 
 TOOLS = ("auto", "nsys", "torch")
 log = logging.getLogger("torchscale")
@@ -159,7 +159,7 @@ def capture_config(request: CaptureRequest, now: Optional[datetime] = None) -> B
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
     # A name torchscale makes is a safe folder name as it is (a model path has a colon).
     name = re.sub(r"[^\w.-]+", "-", name).strip("-.") or "model"
-    raw["experiment_name"] = f"profile-{name}-g{request.gpus}-{stamp}"
+    raw["experiment_name"] = profile_run_name(name, request.gpus, stamp)
     raw["gpu_counts"] = [request.gpus]
     raw["profiling"] = {
         **(raw.get("profiling") or {}),
@@ -202,6 +202,7 @@ class CapturedCell:
     document: Optional[Dict[str, Any]] = None
     not_profiled: Optional[str] = None  # the cell failed, or its trigger did not trace it
     no_analysis: Optional[str] = None  # traced, but the analysis wrote no findings
+    sync_overhead_pct: Optional[float] = None  # the traced run's own measured window
 
 
 def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
@@ -213,8 +214,12 @@ def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
     findings = out_dir / FINDINGS_FILE
     if not findings.exists():
         return CapturedCell(record.cell_id, profile.tool, out_dir, no_analysis=profile.reason)
+    from torchscale.analysis.training_tables import sync_overhead_pct
+    from torchscale.results.schema import TrainingResult
+
     document = json.loads(findings.read_text(encoding="utf-8"))
-    return CapturedCell(record.cell_id, profile.tool, out_dir, document)
+    overhead = sync_overhead_pct(record) if isinstance(record, TrainingResult) else None
+    return CapturedCell(record.cell_id, profile.tool, out_dir, document, sync_overhead_pct=overhead)
 
 
 def capture_profile(

@@ -21,6 +21,7 @@ from torchscale.cli import (
     validate,
 )
 from torchscale.cli.console import setup_logging
+from torchscale.results.figures import GLOSSARY_DOC
 from torchscale.version import __version__
 
 app = typer.Typer(
@@ -31,6 +32,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=f"Every figure (throughput, step time, sync overhead, sync stall, scaling efficiency, "
+    f"busbw...) is defined once, in {GLOSSARY_DOC}.",
 )
 
 

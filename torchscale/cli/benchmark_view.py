@@ -22,6 +22,7 @@ from torchscale.kinds.kind_registry import get_kind
 from torchscale.kinds.training_kind import gpus_text
 from torchscale.plan.matrix import Plan
 from torchscale.plan.planned_cell import Cell
+from torchscale.results.figures import GLOSSARY_DOC, SCALING_EFFICIENCY, STEP_TIME, SYNC_OVERHEAD
 from torchscale.results.layout import MANIFEST, RESULTS, SUMMARY
 from torchscale.results.schema import ResultBase, TrainingResult
 from torchscale.results.table_scalars import as_float, as_int
@@ -101,7 +102,7 @@ class ConsoleEvents:
         # Only a cell measured against a smaller GPU count has a scaling figure.
         compared = not math.isnan(eff) and base < record.world_size
         versus = f"{base:.0f} GPU" + ("s" if base > 1 else "")
-        eff_text = f" (scaling {eff:.0%} vs {versus})" if compared else ""
+        eff_text = f" ({SCALING_EFFICIENCY.name} {eff:.0%} vs {versus})" if compared else ""
         steps = record.step_time_ms
         err_console.print(
             f"> [INFO] Average Throughput: {_fmt(record.throughput, ',.0f')} "
@@ -179,13 +180,23 @@ def results_table(table: DataFrame, title: str) -> Table:
             else [n + (f" {u}/s" if u and n != "-" else "") for n, u in zip(numbers, short)],
         ),
         Col(
-            "step p50/p95 ms",
+            f"{STEP_TIME.name} p50/p95 ms",
             [f"{_fmt(r.step_ms_p50)}/{_fmt(r.step_ms_p95)}" for r in rows],
-            compact="step ms\np50/p95",
+            compact=f"{STEP_TIME.name}\np50/p95 ms",
             drop=3,
         ),
-        Col("sync %", [_fmt(r.sync_exposed_pct, ".1f") for r in rows], compact="sync\n%", drop=2),
-        Col("scaling", [_fmt(r.scaling_efficiency, ".0%") for r in rows]),
+        # One rank has no sync overhead, a lone GPU count no scaling efficiency: "-" (glossary).
+        Col(
+            f"{SYNC_OVERHEAD.name} %",
+            [_fmt(r.sync_overhead_pct, ".1f") for r in rows],
+            compact=SYNC_OVERHEAD.name.replace(" ", "\n") + " %",
+            drop=2,
+        ),
+        Col(
+            SCALING_EFFICIENCY.name,
+            [_fmt(r.scaling_efficiency, ".0%") for r in rows],
+            compact=SCALING_EFFICIENCY.name.replace(" ", "\n"),
+        ),
         Col(
             "MFU",
             [_fmt(r.mfu, ".1%") for r in rows],
@@ -193,7 +204,8 @@ def results_table(table: DataFrame, title: str) -> Table:
             drop=4,
         ),
     ]
-    return fitted_table(err_console, title, cols, left_out=f"see {SUMMARY} or --json")
+    left_out = f"see {SUMMARY} or --json; figures: {GLOSSARY_DOC}"
+    return fitted_table(err_console, title, cols, left_out=left_out)
 
 
 def models_table(entries: List[Any]) -> Table:

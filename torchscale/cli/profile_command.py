@@ -17,6 +17,7 @@ from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, print_json, user_errors
 from torchscale.errors import TorchscaleError
+from torchscale.results.figures import GLOSSARY_DOC, SYNC_OVERHEAD, SYNC_STALL
 from torchscale.results.layout import FINDINGS_FILE, PROFILE_TABLE_FILES
 
 if TYPE_CHECKING:
@@ -130,6 +131,13 @@ def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
             continue
         err_console.print(f"[ANALYSIS] Profiling complete: {cell.cell_id} ({cell.tool}).")
         print_document(cell.document, [FINDINGS_FILE, *PROFILE_TABLE_FILES.values()], cell.out_dir)
+        if cell.sync_overhead_pct is not None:
+            _note(
+                f"[ANALYSIS] {SYNC_OVERHEAD.title} of this cell (its measured window): "
+                f"{cell.sync_overhead_pct:.1f}%. The {SYNC_STALL.name} is the part of it spent "
+                f"waiting for the last rank; the rest is the transfers and DDP's bucketing "
+                f"({GLOSSARY_DOC})."
+            )
         documents.append({"cell_id": cell.cell_id, "dir": str(cell.out_dir), **cell.document})
     if json_output and documents:
         print_json(documents[0] if len(documents) == 1 else {"cells": documents})

@@ -9,6 +9,7 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, user_errors
+from torchscale.results.figures import GLOSSARY_DOC
 
 SourceOption = Annotated[
     Path,
@@ -76,7 +77,10 @@ def report(
 
 def register(app: typer.Typer) -> None:
     # 'torchscale report ...' and the seed's 'torchscale report generate ...' run one function.
-    report_app = typer.Typer(help="Generate visual HTML/PDF performance reports.")
+    report_app = typer.Typer(
+        help="Generate visual HTML/PDF performance reports.",
+        epilog=f"The report's figures are defined in its Glossary section and in {GLOSSARY_DOC}.",
+    )
     report_app.callback(invoke_without_command=True)(report)
     report_app.command("generate", help="Generate a report (the same as 'torchscale report').")(
         report

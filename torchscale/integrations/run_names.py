@@ -58,7 +58,7 @@ def cell_figures(record: TrainingResult, row: Optional[Dict[str, Any]]) -> Dict[
         "step_time_ms_p50": steps.p50 if steps else None,
         "step_time_ms_p95": steps.p95 if steps else None,
         "step_time_ms_p99": steps.p99 if steps else None,
-        "sync_exposed_pct": row.get("sync_exposed_pct"),
+        "sync_overhead_pct": row.get("sync_overhead_pct"),
         "scaling_efficiency": row.get("scaling_efficiency"),
         "memory/peak_bytes": record.memory.peak_bytes if record.memory else None,
         "tflops_per_gpu": record.tflops_per_gpu,

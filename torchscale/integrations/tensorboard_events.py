@@ -8,7 +8,7 @@ so TensorBoard's own run comparison lines cells up. Per cell:
 - ``sync_wait_ms/rank<R>`` each rank's exposed gradient-sync wait at every step;
 - the cell's single figures at step 0 (``integrations.sinks.cell_figures``, the same names as
   the MLflow metrics): ``throughput`` (unit/s, all ranks), ``samples_per_s``,
-  ``step_time_ms_mean``/``p50``/``p95``/``p99``, ``sync_exposed_pct``, ``scaling_efficiency``,
+  ``step_time_ms_mean``/``p50``/``p95``/``p99``, ``sync_overhead_pct``, ``scaling_efficiency``,
   ``memory/peak_bytes``, ``tflops_per_gpu``, ``mfu``.
 
 And one ``.../scaling`` run per configuration: ``scaling/throughput`` and

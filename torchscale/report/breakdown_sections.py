@@ -10,6 +10,7 @@ import pandas as pd
 
 from torchscale.analysis import iteration_breakdown as breakdown
 from torchscale.comm.busbw import format_size
+from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
 from torchscale.report.elements import (
@@ -21,6 +22,7 @@ from torchscale.report.elements import (
     csv_data_uri,
     make_table,
 )
+from torchscale.results.figures import EXPOSED_COMMUNICATION
 from torchscale.results.schema import ResultBase
 from torchscale.results.table_scalars import as_float
 
@@ -39,7 +41,7 @@ def _breakdown_charts(table: pd.DataFrame) -> List[Chart]:
         x = [f"rank {int(r)}" for r in rows["rank"]]
         series = [
             Series("compute", x, rows["compute_ms"].tolist(), kind="bar"),
-            Series("communication, exposed", x, rows["exposed_comm_ms"].tolist(), kind="bar"),
+            Series("exposed communication", x, rows["exposed_comm_ms"].tolist(), kind="bar"),
             Series("communication, overlapped", x, rows["overlap_ms"].tolist(), kind="bar"),
         ]
         first = rows.iloc[0]
@@ -47,8 +49,7 @@ def _breakdown_charts(table: pd.DataFrame) -> List[Chart]:
             Chart(
                 chart_id("comm-compute", cell_id),
                 f"Communication vs computation per iteration — {first['model']}, batch "
-                f"{first['batch_size']}, {first['world_size']} GPU"
-                + ("s" if first["world_size"] != 1 else "")
+                f"{first['batch_size']}, {words.device(int(first['world_size']))}"
                 + (f" ({first['experiment']})" if many else ""),
                 "rank",
                 "ms per iteration (DDP logging)",
@@ -71,8 +72,7 @@ def comm_compute_section(records: List[ResultBase]) -> Optional[Section]:
         "Communication vs computation",
         "Per iteration and rank, from DDP's own logging data (its probe window, every step): "
         "forward plus backward compute, the gradient all-reduce time, and the part of it that ran "
-        "while backward was still computing (overlapped). The exposed part is what the step "
-        "waits for.",
+        f"while backward was still computing (overlapped). {EXPOSED_COMMUNICATION.explained()}",
         charts=_breakdown_charts(table),
         tables=[
             make_table(
@@ -81,14 +81,14 @@ def comm_compute_section(records: List[ResultBase]) -> Optional[Section]:
                 [
                     Column("model", "Model", fmt.text, numeric=False),
                     Column("batch_size", "Batch", fmt.integer),
-                    Column("world_size", "GPUs", fmt.integer),
+                    Column("world_size", words.count_header(), fmt.integer),
                     Column("rank", "Rank", fmt.integer),
                     Column("compute_ms", "Compute ms", ms),
                     Column("comm_ms", "Comm ms", ms),
                     Column("overlap_ms", "Overlapped ms", ms),
-                    Column("exposed_comm_ms", "Exposed ms", ms),
+                    Column("exposed_comm_ms", "Exposed communication ms", ms),
                     Column("comm_compute_ratio", "Comm / compute", fmt.fraction),
-                    Column("exposed_share", "Exposed % of step", fmt.fraction),
+                    Column("exposed_share", "Exposed communication % of step", fmt.fraction),
                 ],
             )
         ],
@@ -105,7 +105,9 @@ def histogram_charts(histogram: pd.DataFrame) -> List[Chart]:
         series = []
         for world, rows in group.groupby("world_size", sort=True):
             labels = [f"{fmt.significant(m)}" for m in rows["bin_mid_ms"]]
-            series.append(Series(f"{world} GPUs", labels, rows["steps"].tolist(), kind="bar"))
+            series.append(
+                Series(words.device(int(world)), labels, rows["steps"].tolist(), kind="bar")
+            )
         charts.append(
             Chart(
                 chart_id("latency-histogram", experiment, model, variant),
@@ -133,7 +135,7 @@ def _tp_gemm_charts(cases: pd.DataFrame) -> List[Chart]:
         charts.append(
             Chart(
                 chart_id("tp-gemm", experiment, world),
-                f"Tensor-parallel GEMM on {world} GPU{'s' if world != 1 else ''}: "
+                f"Tensor-parallel GEMM on {words.device(int(world))}: "
                 "all-gather before vs after the GEMM"
                 + (f" ({experiment})" if many else ""),
                 "m×n×k",
@@ -165,7 +167,8 @@ def p2p_heatmap(matrix: pd.DataFrame) -> Table:
     attrs = matrix.attrs
     slowest = attrs.get("slowest_pair")
     caption = (
-        f"{attrs.get('world_size')} GPUs, {format_size(int(attrs.get('size_bytes') or 0))}B "
+        f"{words.device(int(attrs.get('world_size') or 0))}, "
+        f"{format_size(int(attrs.get('size_bytes') or 0))}B "
         f"{attrs.get('dtype')} messages, busbw per ordered pair"
         + (f"; slowest pair rank {slowest[0]} → rank {slowest[1]}" if slowest else "")
     )
@@ -189,7 +192,7 @@ def parallelism_section(records: List[ResultBase]) -> Optional[Section]:
                 "tp-gemm-table",
                 cases,
                 [
-                    Column("world_size", "GPUs", fmt.integer),
+                    Column("world_size", words.count_header(), fmt.integer),
                     Column("case", "m×n×k", fmt.text, numeric=False),
                     Column("dtype", "dtype", fmt.text, numeric=False),
                     Column("AG_before_us", "AG_before µs", us),

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from torchscale.analysis.scaling import EFFICIENCY_EXCELLENT, EFFICIENCY_GOOD
+from torchscale.report import device_words as words
 from torchscale.report.elements import (
     BAND_EXCELLENT,
     BAND_GOOD,
@@ -19,6 +20,7 @@ from torchscale.report.elements import (
     Chart,
     Series,
 )
+from torchscale.results.figures import SYNC_OVERHEAD
 
 MAX_BOXES = 24
 """Step-time boxes per chart; past this a model's chart is split per variant."""
@@ -32,9 +34,11 @@ MEMORY_PARTS = [
 
 
 def cell_labels(frame: pd.DataFrame, with_model: bool = True) -> pd.Series:
-    """``model · batch 32 · 4 GPU`` (``· 8 GPU × 2 nodes`` across nodes) for each row (without
-    the model inside a model's chart)."""
-    label = frame["variant"].astype(str) + " · " + frame["world_size"].astype(str) + " GPU"
+    """``model · batch 32 · 4 GPUs`` (``· 8 GPUs × 2 nodes`` across nodes; ``· 2 CPU processes``
+    on CPU) for each row (without the model inside a model's chart)."""
+    label = frame["variant"].astype(str) + " · " + frame["world_size"].map(
+        lambda n: words.device(int(n))
+    )
     if "nnodes" in frame:
         nodes = frame["nnodes"].fillna(1).astype(int)
         label = label.where(nodes <= 1, label + " × " + nodes.astype(str) + " nodes")
@@ -58,7 +62,8 @@ def _gpu_ticks(frame: pd.DataFrame) -> List[int]:
     return sorted(int(v) for v in frame["world_size"].unique())
 
 
-IDEAL_THROUGHPUT = "ideal (dashed): linear from the fewest GPUs"
+def ideal_throughput_label() -> str:
+    return f"ideal (dashed): linear from the fewest {words.devices()}"
 
 
 def efficiency_bands(top: float) -> List[Band]:
@@ -96,7 +101,7 @@ def efficiency_charts(curves: pd.DataFrame) -> List[Chart]:
             Chart(
                 chart_id("efficiency", experiment, model),
                 chart_title("Scaling efficiency", model, experiment, many),
-                "GPUs",
+                words.count_axis(),
                 "scaling efficiency (%)",
                 series,
                 group[["model", "variant", "world_size", "throughput", "scaling_efficiency"]],
@@ -129,14 +134,16 @@ def throughput_charts(curves: pd.DataFrame) -> List[Chart]:
                 )
             )
         # The dashed ideal lines take their variant's colour; one legend entry explains them all.
-        series.append(Series(IDEAL_THROUGHPUT, [None], [None], dashed=True, color_key="__ideal"))
+        series.append(
+            Series(ideal_throughput_label(), [None], [None], dashed=True, color_key="__ideal")
+        )
         unit = group["unit"].dropna().iloc[0] if group["unit"].notna().any() else "samples"
         charts.append(
             Chart(
                 chart_id("throughput", experiment, model),
                 chart_title("Throughput", model, experiment, many),
-                "GPUs",
-                f"{unit}/s (all GPUs)",
+                words.count_axis(),
+                f"{unit}/s (all {words.devices()})",
                 series,
                 group[["model", "variant", "world_size", "throughput", "ideal_throughput"]],
                 x_ticks=_gpu_ticks(group),
@@ -184,7 +191,8 @@ def step_time_charts(table: pd.DataFrame, samples: pd.DataFrame) -> List[Chart]:
 
 
 def memory_charts(by_variant: pd.DataFrame) -> List[Chart]:
-    """Memory per GPU by configuration (``cells.memory_by_variant``), stacked by part."""
+    """Memory per GPU (per rank on CPU) by configuration (``cells.memory_by_variant``), stacked by
+    part."""
     joined = by_variant
     charts = []
     many = joined["experiment"].nunique() > 1
@@ -209,7 +217,7 @@ def memory_charts(by_variant: pd.DataFrame) -> List[Chart]:
         charts.append(
             Chart(
                 chart_id("memory", experiment, model),
-                chart_title("Memory per GPU", model, experiment, many),
+                chart_title(f"Memory {words.per_device()}", model, experiment, many),
                 "",
                 "MiB",
                 series,
@@ -234,7 +242,7 @@ def _gpu_line_chart(
     return Chart(
         chart_id(kind, experiment, model),
         title,
-        "GPUs",
+        words.count_axis(),
         y_title,
         series,
         means,
@@ -252,8 +260,8 @@ def utilisation_charts(table: pd.DataFrame) -> List[Chart]:
             title, y_title, column, scale = "Model FLOPs utilisation", "MFU (%)", "mfu", 100.0
         else:
             title, y_title, column, scale = (
-                "Achieved TFLOP/s per GPU",
-                "TFLOP/s per GPU",
+                f"Achieved TFLOP/s {words.per_device()}",
+                f"TFLOP/s {words.per_device()}",
                 "tflops_per_gpu",
                 1.0,
             )
@@ -263,17 +271,17 @@ def utilisation_charts(table: pd.DataFrame) -> List[Chart]:
 
 
 def sync_share_charts(table: pd.DataFrame) -> List[Chart]:
-    """Exposed gradient-sync share of the step against GPU count."""
-    ok = table[(table["status"] == "ok") & table["sync_exposed_pct"].notna()]
+    """Sync overhead (``docs/glossary.md``) against GPU count; cells of more than one rank."""
+    ok = table[(table["status"] == "ok") & table["sync_overhead_pct"].notna()]
     ok = ok[ok["world_size"] > 1]
     many = ok["experiment"].nunique() > 1
     return [
         _gpu_line_chart(
             "sync-share",
-            chart_title("Exposed gradient sync", model, experiment, many),
-            "share of step time (%)",
+            chart_title(SYNC_OVERHEAD.title, model, experiment, many),
+            "% of step time",
             group,
-            "sync_exposed_pct",
+            "sync_overhead_pct",
         )
         for experiment, model, group in _per_model(ok)
     ]
@@ -302,7 +310,7 @@ def rank_wait_charts(pooled_ranks: pd.DataFrame) -> List[Chart]:
         charts.append(
             Chart(
                 chart_id("rank-wait", experiment, model),
-                chart_title(f"Sync wait per rank on {size} GPUs", model, experiment, many),
+                chart_title(f"Sync wait per rank on {words.device(size)}", model, experiment, many),
                 "",
                 "sync wait per step (ms)",
                 series,
@@ -323,7 +331,7 @@ def bandwidth_charts(collectives: pd.DataFrame) -> List[Chart]:
     for op, group in ok.groupby("op", sort=True):
         series = []
         for (size, scope), rows in group.groupby(["world_size", "scope"], sort=True):
-            name = f"{size} GPUs" + SCOPE_LABELS.get(str(scope), f", {scope}").format(
+            name = words.device(int(size)) + SCOPE_LABELS.get(str(scope), f", {scope}").format(
                 n=rows["group_size"].iloc[0]
             )
             x = rows["size_bytes"].tolist()
@@ -350,36 +358,57 @@ def bandwidth_charts(collectives: pd.DataFrame) -> List[Chart]:
 
 
 VERDICT_ORDER = ["regression", "within noise", "unchanged", "improvement"]
+VERDICT_COLORS = {
+    "regression": "#D55E00",
+    "within noise": "#E69F00",
+    "unchanged": "#9CA3AF",
+    "improvement": "#009E73",
+}
+COMPARED = [
+    # (metric, change column, interval columns, its verdict column, title, threshold's sign)
+    ("throughput", "throughput_change_pct", "throughput_ci", "throughput_verdict",
+     "Throughput change against the baseline", -1.0),
+    ("p95", "p95_change_pct", "p95_ci", "p95_verdict",
+     "p95 step time change against the baseline", 1.0),
+]  # fmt: skip
 
 
-def comparison_chart(cells: pd.DataFrame, threshold_pct: float) -> Chart:
-    """Throughput change per matched cell against the regression threshold, coloured by verdict."""
+def comparison_charts(cells: pd.DataFrame, threshold_pct: float) -> List[Chart]:
+    """Per metric, its change per matched cell with its 95% interval, coloured by the verdict on
+    that metric (the comparison's ``<metric>_verdict``; its cell ``verdict`` where it gives no
+    per-metric one), against the threshold."""
     labels = cell_labels(cells).tolist()
-    verdicts = [v for v in VERDICT_ORDER if v in set(cells["verdict"])]
-    series = [
-        Series(
-            verdict,
-            labels,
-            cells["throughput_change_pct"].where(cells["verdict"] == verdict).tolist(),
-            kind="bar",
-            color_key=verdict,
+    charts = []
+    for metric, column, interval, verdict_column, title, sign in COMPARED:
+        if column not in cells or not cells[column].notna().any():
+            continue
+        verdict = cells[verdict_column if verdict_column in cells else "verdict"]
+        low, high = cells.get(f"{interval}_low_pct"), cells.get(f"{interval}_high_pct")
+        series = [
+            Series(
+                name,
+                labels,
+                cells[column].where(verdict == name).tolist(),
+                kind="bar",
+                color_key=name,
+                low=low.where(verdict == name).tolist() if low is not None else None,
+                high=high.where(verdict == name).tolist() if high is not None else None,
+            )
+            for name in [*VERDICT_ORDER, *sorted(set(verdict) - set(VERDICT_ORDER))]
+            if name in set(verdict)
+        ]
+        charts.append(
+            Chart(
+                f"comparison-{metric}",
+                f"{title} (95% interval; colour: the verdict on it)",
+                "",
+                "change (%)",
+                series,
+                cells,
+                x_type="category",
+                hlines=[(sign * threshold_pct, f"{sign * threshold_pct:+g}% threshold")],
+                barmode="overlay",
+                colors_by_key=VERDICT_COLORS,
+            )
         )
-        for verdict in verdicts
-    ]
-    return Chart(
-        "comparison-throughput",
-        "Throughput change against the baseline",
-        "",
-        "change (%)",
-        series,
-        cells,
-        x_type="category",
-        hlines=[(-threshold_pct, f"-{threshold_pct:g}% threshold")],
-        barmode="overlay",
-        colors_by_key={
-            "regression": "#D55E00",
-            "within noise": "#E69F00",
-            "unchanged": "#9CA3AF",
-            "improvement": "#009E73",
-        },
-    )
+    return charts

@@ -21,7 +21,9 @@ from torchscale.analysis.scaling import (
 )
 from torchscale.analysis.telemetry import telemetry_findings
 from torchscale.analysis.training_tables import training_table
-from torchscale.kinds.kind_registry import TRAINING_KIND, record_kinds
+from torchscale.hardware.device_nouns import cpu_run_note
+from torchscale.kinds.kind_registry import CELL_KINDS, TRAINING_KIND, record_kinds
+from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report import node_section as nodes
 from torchscale.report import sections
@@ -32,13 +34,18 @@ from torchscale.report.breakdown_sections import (
 )
 from torchscale.report.elements import Chart, Column, Section, Table, make_table
 from torchscale.report.environment_block import EnvironmentBlock, environment_block
+from torchscale.report.profile_section import profile_section, trace_findings
 from torchscale.report.projection_section import projection_section
 from torchscale.report.report_data import ReportData
 from torchscale.report.telemetry_section import telemetry_section
 from torchscale.report.tuning import tuning_sections
+from torchscale.results.figures import BUSBW, FIGURES, GLOSSARY_DOC
+from torchscale.results.schema import ResultBase
 from torchscale.results.table_scalars import frame_records
 
 TOP_FINDINGS = 5
+PREFERRED_OP = "all_reduce"
+"""The collective the bandwidth card quotes when it was measured (DDP's gradient sync)."""
 
 
 @dataclass
@@ -63,6 +70,9 @@ class ReportContent:
     environments: List[EnvironmentBlock]
     charts: List[Chart] = field(default_factory=list)
     headlines: List[str] = field(default_factory=list)  # lines under the summary cards
+    device_note: str = ""  # the first screen's line on a CPU run: not GPU figures
+    glossary: List[Tuple[str, str, str]] = field(default_factory=list)  # (anchor, name, definition)
+    glossary_doc: str = GLOSSARY_DOC
 
 
 def _training(data: ReportData) -> pd.DataFrame:
@@ -73,18 +83,60 @@ def _training(data: ReportData) -> pd.DataFrame:
     return label_variants(table)
 
 
-def _cards(table: pd.DataFrame, findings: pd.DataFrame, failures: pd.DataFrame) -> List[Card]:
+def _status_detail(statuses: pd.Series) -> str:
+    """``1 oom · 10 skipped``: what did not measure, by status (or ``all cells ran``)."""
+    counts = statuses[statuses != "ok"].value_counts(sort=False)
+    return " · ".join(f"{n} {status}" for status, n in counts.items()) or "all cells ran"
+
+
+def _cells_tone(statuses: pd.Series) -> str:
+    if len(statuses) and not (statuses == "ok").any():
+        return "bad"
+    return "good" if statuses.isin(["ok", "skipped"]).all() else "warn"
+
+
+def _cell_cards(table: pd.DataFrame, records: List[ResultBase]) -> List[Card]:
+    """Cells measured out of those planned: one card for the training cells, one per other kind
+    (the communication cells) that has records."""
+    kinds = [("Training", table["status"].astype(str))]
+    kinds += [
+        (kind.capitalize(), pd.Series([r.status for r in records if r.kind in record_kinds(kind)],
+                                      dtype=object))
+        for kind in CELL_KINDS
+        if kind != TRAINING_KIND
+    ]  # fmt: skip
+    return [
+        Card(
+            f"{name} cells measured",
+            f"{int((statuses == 'ok').sum())} / {len(statuses)}",
+            _status_detail(statuses),
+            _cells_tone(statuses),
+        )
+        for name, statuses in kinds
+        if len(statuses)
+    ]
+
+
+def _bandwidth_card(records: List[ResultBase]) -> Optional[Card]:
+    """The highest bus bandwidth measured (all_reduce's when measured), with its link's share."""
+    collectives = sections.report_collectives(records)
+    ok = collectives[(collectives["status"] == "ok") & collectives["busbw_gbps"].notna()]
+    if ok.empty:
+        return None
+    preferred = ok[ok["op"] == PREFERRED_OP]
+    best = (preferred if len(preferred) else ok).sort_values("busbw_gbps").iloc[-1]
+    detail = (
+        f"{fmt.human_bytes(best['size_bytes'])} messages on {words.device(int(best['world_size']))}"
+    )
+    if not pd.isna(best["busbw_peak_fraction"]):
+        detail += f" · {fmt.fraction(best['busbw_peak_fraction'])} of the link's peak"
+    return Card(f"Peak {BUSBW.name} ({best['op']}, GB/s)", fmt.significant(best["busbw_gbps"]),
+                detail)  # fmt: skip
+
+
+def _cards(table: pd.DataFrame, findings: pd.DataFrame, records: List[ResultBase]) -> List[Card]:
     ok = table[table["status"] == "ok"]
-    missed = len(table) - len(ok)
-    others = int((~failures["kind"].isin(record_kinds(TRAINING_KIND))).sum())
-    invalid = int((table["status"] == "invalid").sum())
-    detail = f"{missed} failed, OOM or skipped" if missed else "all cells ran"
-    if invalid:
-        detail = f"{missed} failed, OOM, skipped or invalid ({invalid} invalid)"
-    if others:
-        detail += f"; {others} other record(s) failed"
-    tone = "bad" if ok.empty and len(table) else "warn" if len(failures) else "good"
-    cards = [Card("Training cells measured", f"{len(ok)} / {len(table)}", detail, tone)]
+    cards = _cell_cards(table, records)
     scaled = ok[ok["world_size"] > ok["baseline_world_size"]]
     if not scaled.empty:
         largest = int(scaled["world_size"].max())
@@ -100,7 +152,7 @@ def _cards(table: pd.DataFrame, findings: pd.DataFrame, failures: pd.DataFrame) 
             detail += f", range {fmt.fraction(at_largest.min())} – {fmt.fraction(at_largest.max())}"
         tone = {"excellent": "good", "good": "good", "poor": "bad"}.get(band, "neutral")
         cards.append(
-            Card(f"Scaling efficiency at {largest} GPUs", fmt.fraction(mean), detail, tone)
+            Card(f"Scaling efficiency at {words.device(largest)}", fmt.fraction(mean), detail, tone)
         )
     if not ok.empty:
         best = ok.sort_values("throughput", ascending=False, kind="stable").iloc[0]
@@ -108,9 +160,12 @@ def _cards(table: pd.DataFrame, findings: pd.DataFrame, failures: pd.DataFrame) 
             Card(
                 f"Highest throughput ({best['unit'] or 'samples'}/s)",
                 fmt.significant(best["throughput"]),
-                f"{best['model']} · {best['variant']} · {int(best['world_size'])} GPUs",
+                f"{best['model']} · {best['variant']} · {words.device(int(best['world_size']))}",
             )
         )
+    bandwidth = _bandwidth_card(records)
+    if bandwidth is not None:
+        cards.append(bandwidth)
     # findings_table sorts by severity, so counts come out most severe first
     counts = findings["severity"].value_counts(sort=False)
     severe = findings["severity"].map(lambda s: severity_order(s) <= 1)
@@ -147,10 +202,10 @@ def _summary_table(table: pd.DataFrame) -> Optional[Table]:
             *sections.experiment_columns(shown),
             Column("model", "Model", fmt.text, numeric=False),
             Column("best_variant", "Best configuration", fmt.text, numeric=False),
-            Column("best_world_size", "GPUs", fmt.integer),
+            Column("best_world_size", words.count_header(), fmt.integer),
             *sections.throughput_columns(shown, "best_throughput"),
             Column("best_step_ms_p50", "Step p50 ms", fmt.significant),
-            Column("largest_world_size", "Largest GPUs", fmt.integer),
+            Column("largest_world_size", f"Largest {words.count_header()}", fmt.integer),
             Column("efficiency", "Efficiency at largest", fmt.text),
             Column("band", "Band", fmt.text, numeric=False),
         ],
@@ -170,7 +225,7 @@ def _failures(failures: pd.DataFrame) -> Optional[Table]:
             Column("status", "Status", fmt.text, numeric=False),
             Column("model", "Model", fmt.text, numeric=False),
             Column("batch_size", "Batch", fmt.integer),
-            sections.GPUS,
+            sections.gpus_column(),
             Column("reason", "Reason", fmt.text, numeric=False),
             Column("cell_id", "Cell", fmt.text, numeric=False),
         ],
@@ -209,16 +264,20 @@ def build_content(
     data: ReportData,
     comparison: Optional[Tuple[Comparison, float, str]] = None,
 ) -> ReportContent:
-    """Every table and chart of the report; ``comparison`` is (result, threshold %, baseline)."""
+    """Every table and chart of the report; ``comparison`` is (result, threshold %, baseline).
+    On a CPU run every text says CPU process / rank where it would say GPU."""
+    with words.ranks_on_cpu(data.on_cpu):
+        return _content(data, comparison)
+
+
+def _content(
+    data: ReportData, comparison: Optional[Tuple[Comparison, float, str]]
+) -> ReportContent:
     records = data.records
     table = _training(data)
     curves = scaling_curves(table)
     findings = finding_rules.findings_table(
-        [
-            finding_rules.normalize(f, f.get("_source", "profile"), e.name)
-            for e in data.experiments
-            for f in e.findings
-        ]
+        trace_findings(data)
         + finding_rules.record_findings(records)
         + telemetry_findings(records)
         + finding_rules.scaling_findings(table)
@@ -245,6 +304,7 @@ def build_content(
         ),
         sections.utilisation_section(table),
         sections.sync_section(table, cell_tables.pooled_rank_table(table, ranks), ranks),
+        profile_section(data),
         comm_compute_section(records),
         telemetry_section(records),
         sections.communication_section(records),
@@ -259,7 +319,7 @@ def build_content(
         title=data.title,
         source=str(data.source),
         generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        cards=_cards(table, findings, failures),
+        cards=_cards(table, findings, records),
         summary=_summary_table(table),
         top_findings=finding_rows[:TOP_FINDINGS],
         sections=built,
@@ -270,4 +330,6 @@ def build_content(
         headlines=[
             line for line in [nodes.node_headline(node_rows), *changed_settings_notes(data)] if line
         ],
+        device_note=cpu_run_note() if words.on_cpu() else "",
+        glossary=[(f.key, f.name, f.definition) for f in FIGURES.values()],
     )

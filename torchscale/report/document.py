@@ -1,27 +1,44 @@
 """Seed 001's JSON document, one per experiment: ``torchscale report --format json``.
 
-``{name, world_size, timestamp, config, results: {communication, training, memory}}``. The models
-below are the document's definition; ``document_schema()`` is its JSON Schema (also in
-docs/report-json.schema.json). Figures come from the same tables as summary.csv and the report;
-NaN becomes null, so the file is strict JSON.
+``{name, world_size, timestamp, config, results: {communication, training, memory}, profiles}``.
+The models below are the document's definition; ``document_schema()`` is its JSON Schema (also in
+docs/report-json.schema.json). Figures come from the same tables as summary.csv and the report and
+carry the glossary's names (``torchscale.results.figures``, docs/glossary.md); NaN becomes null,
+so the file is strict JSON. Version 2 renamed ``sync_exposed_pct`` to ``sync_overhead_pct`` and
+added ``config.ranks``, ``config.note`` and ``profiles``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from torchscale.analysis.training_tables import training_table
 from torchscale.comm.result_tables import collective_table
+from torchscale.hardware.device_nouns import cpu_run_note
+from torchscale.report import device_words as words
+from torchscale.report.profile_section import profile_table
 from torchscale.report.report_data import Experiment, ReportData
+from torchscale.results.figures import (
+    ALGBW,
+    BUSBW,
+    GLOSSARY_DOC,
+    MFU,
+    SCALING_EFFICIENCY,
+    STEP_TIME,
+    SYNC_OVERHEAD,
+    SYNC_STALL,
+    THROUGHPUT,
+)
 from torchscale.results.layout import MANIFEST
 from torchscale.results.schema import TrainingResult
 from torchscale.results.table_scalars import frame_records
 
-DOCUMENT_VERSION = 1
+DOCUMENT_VERSION = 2
 OP_KEYS = {
     "all_reduce": "allreduce",
     "all_gather": "allgather",
@@ -43,6 +60,10 @@ class RunConfig(_Strict):
     warmup_iters: Optional[int] = Field(None, description="warmup_steps (first value if swept).")
     benchmark_iters: Optional[int] = Field(None, description="measure_steps (first if swept).")
     device: Optional[str] = Field(None, description="Device name the cells ran on.")
+    ranks: str = Field(
+        "GPUs", description="What each rank ran on: GPUs, or CPU processes (gloo, no GPU)."
+    )
+    note: Optional[str] = Field(None, description="On CPU processes: these are not GPU figures.")
     benchmark: Dict[str, Any] = Field(
         default_factory=dict, description=f"The resolved YAML configuration ({MANIFEST})."
     )
@@ -54,8 +75,8 @@ class CollectiveEntry(_Strict):
     dtype: str
     size_bytes: Optional[int] = None
     time_us: Optional[float] = None
-    algbw_gbps: Optional[float] = None
-    busbw_gbps: Optional[float] = None
+    algbw_gbps: Optional[float] = Field(None, description=ALGBW.definition)
+    busbw_gbps: Optional[float] = Field(None, description=BUSBW.definition)
     status: str
 
 
@@ -71,14 +92,16 @@ class TrainingEntry(_Strict):
     error: Optional[str] = None
     unit: Optional[str] = None
     samples_per_s: Optional[float] = None
-    throughput: Optional[float] = Field(None, description="unit per second, all ranks.")
+    throughput: Optional[float] = Field(None, description=THROUGHPUT.definition)
     step_ms_mean: Optional[float] = None
-    step_ms_p50: Optional[float] = None
+    step_ms_p50: Optional[float] = Field(None, description=STEP_TIME.definition)
     step_ms_p95: Optional[float] = None
     step_ms_p99: Optional[float] = None
-    scaling_efficiency: Optional[float] = Field(None, description="0..1, against the baseline.")
-    sync_exposed_pct: Optional[float] = None
-    mfu: Optional[float] = None
+    scaling_efficiency: Optional[float] = Field(
+        None, description=f"0..1. {SCALING_EFFICIENCY.definition}"
+    )
+    sync_overhead_pct: Optional[float] = Field(None, description=SYNC_OVERHEAD.definition)
+    mfu: Optional[float] = Field(None, description=MFU.definition)
 
 
 class MemoryEntry(_Strict):
@@ -102,6 +125,21 @@ class Results(_Strict):
     memory: List[MemoryEntry] = Field(default_factory=list, description="Measured cells' peak.")
 
 
+class ProfileEntry(_Strict):
+    """A traced cell: the experiment's own, or a ``torchscale profile`` run's in its folder."""
+
+    model: Optional[str] = None
+    batch_size: Optional[int] = None
+    world_size: Optional[int] = None
+    traced_by: str = Field(description="benchmark cell, or torchscale profile <run>.")
+    tool: Optional[str] = None
+    steps: Optional[int] = None
+    sync_overhead_pct: Optional[float] = Field(None, description=SYNC_OVERHEAD.definition)
+    sync_stall_pct: Optional[float] = Field(None, description=SYNC_STALL.definition)
+    findings: int
+    folder: str = Field(description="The traces and findings.json, relative to the source.")
+
+
 class BenchmarkDocument(_Strict):
     """One experiment, in seed 001's output format."""
 
@@ -110,6 +148,8 @@ class BenchmarkDocument(_Strict):
     timestamp: Optional[str] = Field(None, description="When the results were last written (UTC).")
     config: RunConfig
     results: Results
+    profiles: List[ProfileEntry] = Field(default_factory=list, description="Traced cells.")
+    glossary: str = Field(GLOSSARY_DOC, description="Where each figure is defined.")
     torchscale_document_version: int = DOCUMENT_VERSION
 
 
@@ -156,7 +196,23 @@ def _memory(experiment: Experiment) -> List[MemoryEntry]:
     return entries
 
 
-def build_document(experiment: Experiment) -> BenchmarkDocument:
+def _profiles(experiment: Experiment, source: Path) -> List[ProfileEntry]:
+    table = profile_table(ReportData(source, [experiment]))
+    fields = set(ProfileEntry.model_fields)
+    return [
+        ProfileEntry.model_validate({k: v for k, v in _clean(row).items() if k in fields})
+        for row in frame_records(table)
+    ]
+
+
+def build_document(experiment: Experiment, source: Optional[Path] = None) -> BenchmarkDocument:
+    """``source``: the folder the profiles' paths are relative to (the experiment's parent)."""
+    data = ReportData(source or experiment.path.parent, [experiment])
+    with words.ranks_on_cpu(data.on_cpu):
+        return _document(experiment, data.source)
+
+
+def _document(experiment: Experiment, source: Path) -> BenchmarkDocument:
     table = training_table(experiment.records)
     fields = set(TrainingEntry.model_fields)
     training = [
@@ -174,6 +230,8 @@ def build_document(experiment: Experiment) -> BenchmarkDocument:
             warmup_iters=_first(config.get("warmup_steps")),
             benchmark_iters=_first(config.get("measure_steps")),
             device=devices[0] if devices else None,
+            ranks=words.devices(),
+            note=cpu_run_note() if words.on_cpu() else None,
             benchmark=config,
         ),
         results=Results(
@@ -181,6 +239,7 @@ def build_document(experiment: Experiment) -> BenchmarkDocument:
             training=training,
             memory=_memory(experiment),
         ),
+        profiles=_profiles(experiment, source),
     )
 
 
@@ -190,6 +249,6 @@ def document_schema() -> Dict[str, object]:
 
 def render_documents(data: ReportData) -> bytes:
     """The document of the one experiment, or a JSON array of them for a folder of several."""
-    documents = [build_document(e).model_dump(mode="json") for e in data.experiments]
+    documents = [build_document(e, data.source).model_dump(mode="json") for e in data.experiments]
     body: Any = documents[0] if len(documents) == 1 else documents
     return (json.dumps(body, indent=2, allow_nan=False) + "\n").encode("utf-8")

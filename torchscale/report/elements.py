@@ -46,6 +46,9 @@ class Series:
     color_key: Optional[str] = None  # series sharing a key share a colour (actual and ideal)
     dashed: bool = False
     show_legend: bool = True
+    # An interval per point (a 95% CI): its low and high ends, in y's units (None: none drawn).
+    low: Optional[List[Any]] = None
+    high: Optional[List[Any]] = None
 
 
 @dataclass
@@ -84,6 +87,18 @@ class Chart:
             if key not in keys and key != "__ideal":  # the ideal line is grey, not a colour slot
                 keys[key] = self.colors_by_key.get(key) or PALETTE[len(keys) % len(PALETTE)]
         return keys
+
+    def categories(self) -> List[str]:
+        """The x categories in order of first appearance (``x_type == "category"``)."""
+        return list(dict.fromkeys(str(x) for series in self.series for x in series.x))
+
+    def long_categories(self, plot_px: float = 900.0, char_px: float = 7.0) -> bool:
+        """Whether a category chart's labels are too long to sit side by side: they are then
+        slanted, and nothing else (the legend) may sit under the axis."""
+        labels = self.categories()
+        if self.x_type != "category" or not labels:
+            return False
+        return max(len(label) for label in labels) * char_px > plot_px / len(labels)
 
     def has_data(self) -> bool:
         return any(_finite(value) for series in self.series for value in _flat(series.y))

@@ -14,6 +14,7 @@ import pandas as pd
 
 from torchscale.analysis.node_scaling import NODE_SCALING_COLUMNS, node_scaling
 from torchscale.report import charts, sections
+from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.elements import Chart, Column, Section, Series, make_table
 
@@ -26,7 +27,8 @@ CHART_COLUMNS = [
     "model", "variant", "nnodes", "nproc_per_node", "world_size", "samples_per_s",
     "scaling_efficiency", "intra_node_efficiency", "inter_node_efficiency",
 ]  # fmt: skip
-SHAPE_TITLE = "nodes × GPUs per node"
+def shape_title() -> str:
+    return f"nodes × {words.devices()} per node"
 
 
 def shape_label(nnodes: int, per_node: int) -> str:
@@ -88,7 +90,7 @@ def node_charts(rows: pd.DataFrame) -> List[Chart]:
             Chart(
                 chart_id,
                 charts.chart_title("Efficiency across nodes", name, str(experiment), many),
-                SHAPE_TITLE,
+                shape_title(),
                 "efficiency (%)",
                 series,
                 shown[CHART_COLUMNS],
@@ -108,7 +110,8 @@ def _missing_note(rows: pd.DataFrame) -> List[str]:
     needed = ", ".join(shape_label(1, g) for g in sorted(set(unsplit["nproc_per_node"])))
     return [
         f"A {fmt.MISSING} under Intra-node and Inter-node: the split needs the one-node cell with "
-        f"the same GPUs per node ({needed}), not measured for that configuration (which then has "
+        f"the same {words.devices()} per node ({needed}), not measured for that configuration "
+        "(which then has "
         "no chart here). Measure a full node (gpu_counts that include gpus_per_node) or use "
         "nodes: [1, 2]."
     ]
@@ -124,8 +127,9 @@ def node_section(rows: pd.DataFrame) -> Optional[Section]:
     return Section(
         "nodes",
         "Scaling across nodes",
-        "Scaling efficiency on K nodes of G GPUs = intra-node × inter-node efficiency. Intra-node "
-        "is the scaling efficiency of the one-node G-GPU cell; inter-node is the throughput over "
+        f"Scaling efficiency on K nodes of G {words.devices()} = intra-node × inter-node "
+        "efficiency. Intra-node is the scaling efficiency of the one-node cell of G; inter-node is "
+        "the throughput over "
         "K times that cell's throughput: what the network between the nodes costs. Bands: good "
         "above 80%, excellent above 90%. Repeated runs are averaged.",
         charts=node_charts(rows),
@@ -139,8 +143,8 @@ def node_section(rows: pd.DataFrame) -> Optional[Section]:
                     *variant,
                     Column("batch_size", "Batch", fmt.integer),
                     Column("precision", "Precision", fmt.text, numeric=False),
-                    Column("shape", "Nodes × GPUs/node", fmt.text),
-                    sections.GPUS,
+                    Column("shape", f"Nodes × {words.devices()}/node", fmt.text),
+                    sections.gpus_column(),
                     *sections.throughput_columns(shown),
                     Column("scaling_efficiency", "Efficiency", fmt.fraction),
                     Column("intra_node_efficiency", "Intra-node", fmt.fraction),
@@ -165,11 +169,11 @@ def node_headline(rows: pd.DataFrame) -> Optional[str]:
     pick = largest.sort_values(["inter_node_efficiency", "scaling_efficiency"]).iloc[0]
     gpus, per_node = int(pick["world_size"]), int(pick["nproc_per_node"])
     line = (
-        f"Across nodes: {gpus} GPUs ({shape_label(pick['nnodes'], per_node)}) at "
+        f"Across nodes: {words.device(gpus)} ({shape_label(pick['nnodes'], per_node)}) at "
         f"{fmt.fraction(pick['scaling_efficiency'])}"
     )
     if pd.isna(pick["inter_node_efficiency"]):
-        line += f"; the split needs the one-node {per_node}-GPU cell"
+        line += f"; the split needs the one-node cell of {words.device(per_node)}"
     else:
         line += (
             f" = {fmt.fraction(pick['intra_node_efficiency'])} within the node × "
@@ -179,5 +183,5 @@ def node_headline(rows: pd.DataFrame) -> Optional[str]:
     if rows["experiment"].nunique() > 1:
         where.append(str(pick["experiment"]))
     if len(largest) > 1:
-        where.append(f"the lowest across nodes of {len(largest)} at {gpus} GPUs")
+        where.append(f"the lowest across nodes of {len(largest)} at {words.device(gpus)}")
     return f"{line} ({', '.join(where)})."

@@ -58,7 +58,10 @@ def _trace(series: Series, color: str) -> Dict[str, object]:
         }
     x, y = _values(series.x), _values(series.y)
     if series.kind == "bar":
-        return {**common, "type": "bar", "x": x, "y": y, "marker": {"color": color}}
+        bar = {**common, "type": "bar", "x": x, "y": y, "marker": {"color": color}}
+        if series.low is not None and series.high is not None:
+            bar["error_y"] = _interval(series)
+        return bar
     if series.kind == "marker":
         return {
             **common,
@@ -76,6 +79,30 @@ def _trace(series: Series, color: str) -> Dict[str, object]:
         "y": y,
         "line": {"color": color, "width": 2, "dash": "dash" if series.dashed else "solid"},
         "marker": {"size": 6},
+    }
+
+
+def _interval(series: Series) -> Dict[str, object]:
+    """Plotly's asymmetric error bar from each point's interval ends (a gap where none)."""
+
+    def gap(ends: List[Any], sign: float) -> List[Any]:
+        return _values(
+            [
+                sign * (float(end) - float(value))
+                if end is not None and value is not None
+                else float("nan")
+                for end, value in zip(ends, series.y)
+            ]
+        )
+
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": gap(series.high or [], 1.0),
+        "arrayminus": gap(series.low or [], -1.0),
+        "color": "#111827",
+        "thickness": 1.5,
+        "width": 6,
     }
 
 
@@ -156,6 +183,11 @@ def figure(chart: Chart) -> Dict[str, object]:
     if chart.x_ticks:
         xaxis["tickmode"] = "array"
         xaxis["tickvals"] = chart.x_ticks
+    legend: Dict[str, object] = {"orientation": "h", "y": -0.18, "x": 0, "font": {"size": 11}}
+    if chart.long_categories():
+        # Slanted labels fill the space under the axis: the legend goes to the right.
+        xaxis["tickangle"] = -30
+        legend = {"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "font": {"size": 11}}
     yaxis: Dict[str, object] = {
         "title": {"text": _text(chart.y_title)},
         "type": chart.y_type,
@@ -182,7 +214,7 @@ def figure(chart: Chart) -> Dict[str, object]:
         "yaxis": yaxis,
         "barmode": chart.barmode,
         "boxmode": "overlay",
-        "legend": {"orientation": "h", "y": -0.18, "x": 0, "font": {"size": 11}},
+        "legend": legend,
         "hovermode": "closest",
         "shapes": shapes,
         "annotations": annotations,

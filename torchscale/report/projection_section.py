@@ -7,6 +7,7 @@ from typing import List, Optional
 import pandas as pd
 
 from torchscale.analysis.projection import ADD_INTER_NODE, Projection, ProjectionError, project
+from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
 from torchscale.report.elements import Chart, Column, Section, Series, make_table
@@ -67,8 +68,8 @@ def _charts(table: pd.DataFrame) -> List[Chart]:
             Chart(
                 chart_id("projection", experiment, model),
                 f"Projected throughput — {model}" + (f" ({experiment})" if many else ""),
-                "GPUs",
-                f"{unit}/s (all GPUs)",
+                words.count_axis(),
+                f"{unit}/s (all {words.devices()})",
                 series,
                 group[
                     [
@@ -87,6 +88,16 @@ def _charts(table: pd.DataFrame) -> List[Chart]:
             )
         )
     return charts
+
+
+def cpu_caveat() -> List[str]:
+    """A projection from CPU processes extrapolates gloo over loopback, not a GPU fabric."""
+    if not words.on_cpu():
+        return []
+    return [
+        "Projected from gloo on CPU processes of one host: every row extrapolates CPU compute "
+        "and loopback all-reduce, not GPUs or their interconnect."
+    ]
 
 
 def projection_section(data: ReportData) -> Optional[Section]:
@@ -121,7 +132,7 @@ def projection_section(data: ReportData) -> Optional[Section]:
             & (table["model"] == ref.model)
             & (table["variant"] == ref.variant)
         )
-        table.loc[mask, "from"] = f"{ref.world_size} GPU(s)"
+        table.loc[mask, "from"] = words.device(ref.world_size)
     charts = _charts(table)
     for chart in charts:  # the measured points beside the predicted line
         for ref in result.references:
@@ -157,7 +168,7 @@ def projection_section(data: ReportData) -> Optional[Section]:
                 [
                     Column("model", "Model", fmt.text, numeric=False),
                     Column("variant", "Configuration", fmt.text, numeric=False),
-                    Column("world_size", "GPUs", fmt.integer),
+                    Column("world_size", words.count_header(), fmt.integer),
                     Column("nodes", "Nodes", fmt.integer),
                     Column("from", "From", fmt.text, numeric=False),
                     Column("step_ms", "Step ms", fmt.significant),
@@ -166,11 +177,11 @@ def projection_section(data: ReportData) -> Optional[Section]:
                     ),
                     Column("band", "Band (±2σ)", fmt.text),
                     Column("efficiency", "Efficiency", fmt.fraction),
-                    Column("exposed_comm_ms", "Exposed comm ms", fmt.significant),
+                    Column("exposed_comm_ms", "Exposed communication ms", fmt.significant),
                     Column("algorithm", "All-reduce", fmt.text, numeric=False),
                 ],
                 csv_frame=table,
             )
         ],
-        notes=["Rests on: " + "; ".join(result.basis)],
+        notes=[*cpu_caveat(), "Rests on: " + "; ".join(result.basis)],
     )

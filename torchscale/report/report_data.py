@@ -6,6 +6,11 @@ Reading is tolerant: a record that does not validate is kept as what identifies 
 (``torchscale.results.validity``): impossible figures make a record ``invalid``; input whose
 every record is invalid is an error (exit 2), not an empty report. What the report gets is typed
 records only, never the raw objects.
+
+A ``torchscale profile`` run written into the folder of the benchmark it profiles (the seed's Use
+Case: ``profile --output-dir`` into the benchmark's ``--output-dir``) is that experiment's profile:
+its traces and findings join the experiment's, and its one traced cell is not a second experiment
+with a scaling figure of its own.
 """
 
 from __future__ import annotations
@@ -14,11 +19,13 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
+from torchscale.analysis.findings import on_cpu
+from torchscale.analysis.training_tables import profiled_config_key
 from torchscale.errors import TorchscaleError
-from torchscale.results.layout import FINDINGS_FILE, RESULTS
-from torchscale.results.schema import ResultBase
+from torchscale.results.layout import CELLS, FINDINGS_FILE, RESULTS, is_profile_run
+from torchscale.results.schema import ResultBase, TrainingResult
 from torchscale.results.store import ExperimentStore, find_experiments, read_jsonl
 from torchscale.results.validity import INVALID, check_and_parse
 
@@ -28,12 +35,27 @@ TITLE_NAMES = 4
 
 
 @dataclass
+class TraceAnalysis:
+    """One ``findings.json``: the analysis of one traced cell."""
+
+    folder: str  # relative to the experiment's folder
+    cell_id: Optional[str]  # the cell whose traces these are (None: traces analysed by hand)
+    sync_stall_pct: Optional[float]
+    findings: int
+
+
+@dataclass
 class Experiment:
     name: str
     path: Path
     manifest: Dict[str, Any]
     records: List[ResultBase] = field(default_factory=list)
     findings: List[Dict[str, Any]] = field(default_factory=list)  # from findings.json files
+    traces: List[TraceAnalysis] = field(default_factory=list)
+    profiles: List[Experiment] = field(default_factory=list)  # profile runs of this experiment
+
+    def record(self, cell_id: Optional[str]) -> Optional[ResultBase]:
+        return next((r for r in self.records if r.cell_id == cell_id), None)
 
 
 @dataclass
@@ -53,12 +75,29 @@ class ReportData:
 
     @property
     def records(self) -> List[ResultBase]:
+        """The experiments' records (a profile run's traced cells are not among them)."""
         return [r for e in self.experiments for r in e.records]
 
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the ranks were CPU processes (gloo), not GPUs: every record that ran says so,
+        or, with none, every manifest."""
+        ran = [r for r in self.records if r.status == "ok"]
+        if ran:
+            return all(on_cpu(r) for r in ran)
+        kinds = [(e.manifest.get("environment") or {}).get("device_kind") for e in self.experiments]
+        return bool(kinds) and all(kind == "cpu" for kind in kinds)
 
-def read_findings(root: Path) -> List[Dict[str, Any]]:
-    """Every finding in the ``findings.json`` files under ``root``, tagged with its file."""
-    found = []
+
+def _number(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def read_findings(root: Path) -> Tuple[List[Dict[str, Any]], List[TraceAnalysis]]:
+    """Every finding in the ``findings.json`` files under ``root``, tagged with its folder
+    (``_source``) and cell (``_cell``), and a summary of each file."""
+    found: List[Dict[str, Any]] = []
+    traces = []
     for path in sorted(root.rglob(FINDINGS_FILE)):
         try:
             document = json.loads(path.read_text(encoding="utf-8"))
@@ -66,9 +105,15 @@ def read_findings(root: Path) -> List[Dict[str, Any]]:
             log.warning("%s is unreadable (%s); its findings are left out", path, exc)
             continue
         items = document.get("findings", []) if isinstance(document, dict) else document
-        source = str(path.parent.relative_to(root)) if path.parent != root else "profile"
-        found += [{**item, "_source": source} for item in items or [] if isinstance(item, dict)]
-    return found
+        items = [item for item in items or [] if isinstance(item, dict)]
+        folder = path.parent.relative_to(root)
+        source = str(folder) if path.parent != root else "profile"
+        parts = folder.parts
+        cell = parts[1] if len(parts) > 1 and parts[0] == CELLS else None
+        found += [{**item, "_source": source, "_cell": cell} for item in items]
+        stall = _number(document.get("sync_stall_pct")) if isinstance(document, dict) else None
+        traces.append(TraceAnalysis(source, cell, stall, len(items)))
+    return found, traces
 
 
 def load_experiment(path: Path) -> Experiment:
@@ -82,13 +127,53 @@ def load_experiment(path: Path) -> Experiment:
     name = manifest.get("experiment") or next(
         (r.experiment for r in records if r.experiment), path.name
     )
+    findings, traces = read_findings(path)
     return Experiment(
         name=str(name),
         path=path,
         manifest=manifest,
         records=records,
-        findings=read_findings(path),
+        findings=findings,
+        traces=traces,
     )
+
+
+def _configurations(experiment: Experiment) -> List[str]:
+    return [
+        profiled_config_key(r.settings)
+        for r in experiment.records
+        if isinstance(r, TrainingResult)
+    ]
+
+
+def _profiled(profile: Experiment, benchmarks: List[Experiment]) -> Optional[Experiment]:
+    """The benchmark a profile run profiled: the one holding its configuration (apart from the
+    GPU count and the measured window), else the only one, else the one of the same model."""
+    wanted = set(_configurations(profile))
+    for benchmark in benchmarks:
+        if wanted & set(_configurations(benchmark)):
+            return benchmark
+    if len(benchmarks) == 1:
+        return benchmarks[0]
+    models = {getattr(r, "model", None) for r in profile.records} - {None}
+    return next((b for b in benchmarks if models & {getattr(r, "model", None) for r in b.records}),
+                None)  # fmt: skip
+
+
+def attach_profiles(experiments: List[Experiment]) -> List[Experiment]:
+    """The experiments with each ``torchscale profile`` run moved into the benchmark it profiled
+    (``Experiment.profiles``); a profile run with no benchmark beside it stays an experiment."""
+    benchmarks = [e for e in experiments if not is_profile_run(e.name)]
+    kept = list(benchmarks)
+    for experiment in experiments:
+        if experiment in benchmarks:
+            continue
+        owner = _profiled(experiment, benchmarks)
+        if owner is None:
+            kept.append(experiment)
+        else:
+            owner.profiles.append(experiment)
+    return [e for e in experiments if e in kept]
 
 
 def load_report_data(source: Path, what: str = "--source") -> ReportData:
@@ -100,7 +185,7 @@ def load_report_data(source: Path, what: str = "--source") -> ReportData:
     if not source.exists():
         raise TorchscaleError(f"{what} {source} does not exist; point it at a results folder")
     experiments = [load_experiment(path) for path in find_experiments(source)]
-    experiments = [e for e in experiments if e.records]
+    experiments = attach_profiles([e for e in experiments if e.records])
     for e in experiments:
         log.debug(
             "%s: experiment %r, %d records, %d profile findings",

@@ -11,14 +11,20 @@ from torchscale.analysis.comparison import Comparison
 from torchscale.analysis.scaling import efficiency_band
 from torchscale.comm.result_tables import collective_table
 from torchscale.report import charts
+from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.elements import Column, Section, Table, make_table
+from torchscale.results.figures import ALGBW, BUSBW, SYNC_OVERHEAD, SYNC_WAIT
 from torchscale.results.schema import ResultBase
 
 EXPERIMENT = Column("experiment", "Experiment", fmt.text, numeric=False)
 MODEL = Column("model", "Model", fmt.text, numeric=False)
 VARIANT = Column("variant", "Configuration", fmt.text, numeric=False)
-GPUS = Column("world_size", "GPUs", fmt.integer)
+
+
+def gpus_column() -> Column:
+    """The rank count: ``GPUs``, or ``Ranks`` for CPU processes."""
+    return Column("world_size", words.count_header(), fmt.integer)
 
 
 def experiment_columns(frame: pd.DataFrame) -> List[Column]:
@@ -29,7 +35,7 @@ def experiment_columns(frame: pd.DataFrame) -> List[Column]:
 
 def cell_columns(frame: pd.DataFrame) -> List[Column]:
     """Model, configuration and GPU count (after the experiment when there are several)."""
-    return [*experiment_columns(frame), MODEL, VARIANT, GPUS]
+    return [*experiment_columns(frame), MODEL, VARIANT, gpus_column()]
 
 
 def band_class(row: Dict[str, Any]) -> str:
@@ -53,9 +59,10 @@ def scaling_section(curves: pd.DataFrame) -> Section:
     return Section(
         "scaling",
         "Scaling",
-        "Scaling efficiency is throughput on N GPUs over N/B times the throughput on B, the "
-        "smallest GPU count measured for the same configuration (B = 1 when a 1-GPU cell "
-        "exists). Bands: good above 80%, excellent above 90%. Repeated runs are averaged.",
+        f"Scaling efficiency is throughput on N {words.devices()} over N/B times the throughput "
+        f"on B, the smallest count measured for the same configuration (B = 1 when a cell on "
+        f"one {words.device()} exists); a configuration measured at one count has none (–). "
+        "Bands: good above 80%, excellent above 90%. Repeated runs are averaged.",
         charts=charts.efficiency_charts(curves) + charts.throughput_charts(curves),
         tables=[
             make_table(
@@ -67,7 +74,7 @@ def scaling_section(curves: pd.DataFrame) -> Section:
                     Column("ideal_throughput", "Ideal", fmt.significant),
                     Column("scaling_efficiency", "Efficiency", fmt.fraction),
                     Column("band", "Band", fmt.text, numeric=False),
-                    Column("tflops_per_gpu", "TFLOP/s per GPU", fmt.significant),
+                    Column("tflops_per_gpu", f"TFLOP/s {words.per_device()}", fmt.significant),
                     Column("mfu", "MFU", fmt.fraction),
                     *runs,
                 ],
@@ -119,14 +126,14 @@ def memory_section(by_variant: pd.DataFrame) -> Section:
     if (by_variant["peak_kind"] == "rss").any():
         notes.append(
             "On CPU the peak is the process's resident memory (RSS), which includes the Python "
-            "runtime and libraries; activations are measured on GPU only."
+            "runtime and libraries; activations are measured on GPUs only."
         )
     size = fmt.human_bytes
     return Section(
         "memory",
         "Memory",
         "Memory of the rank with the highest peak, by part, at each configuration's smallest "
-        "GPU count.",
+        f"count of {words.devices()}.",
         charts=charts.memory_charts(by_variant),
         tables=[
             make_table(
@@ -155,13 +162,14 @@ def utilisation_section(table: pd.DataFrame) -> Section:
         notes.append(
             "MFU needs the device's peak FLOP/s, unknown for: "
             + ", ".join(unknown)
-            + "; achieved TFLOP/s per GPU is shown instead."
+            + f"; achieved TFLOP/s {words.per_device()} is shown instead."
         )
     return Section(
         "utilisation",
         "Compute utilisation",
-        "Model FLOPs utilisation (MFU): the model's training FLOPs per second on each GPU over "
-        "the device's dense peak for the precision used. The scaling table lists both figures.",
+        f"Model FLOPs utilisation (MFU): the model's training FLOPs per second on each "
+        f"{words.device()} over the device's dense peak for the precision used. The scaling table "
+        "lists both figures.",
         charts=charts.utilisation_charts(table),
         notes=notes,
     )
@@ -184,7 +192,7 @@ def _rank_table(pooled_ranks: pd.DataFrame, ranks: pd.DataFrame) -> Table:
                 Column("step_ms_mean", "Step ms", ms),
                 Column("nosync_step_ms", "No-sync step ms", ms),
                 Column("sync_wait_ms", "Sync wait ms", ms),
-                Column("sync_wait_pct", "Wait % of step", fmt.percent),
+                Column("sync_wait_pct", "Sync wait % of step", fmt.percent),
             ],
             row_class=lambda row: "straggler" if row["is_slowest"] else "",
             csv_note=csv_note,
@@ -220,12 +228,11 @@ def sync_section(table: pd.DataFrame, pooled_ranks: pd.DataFrame, ranks: pd.Data
     return Section(
         "sync",
         "Gradient synchronisation",
-        "Exposed sync is the step time not hidden behind computation: 1 - t(no_sync) / t(DDP). "
-        "Per rank, the straggler is the rank that waits least: the others wait for it. "
-        "The table lists every rank at each configuration's largest GPU count.",
+        f"{SYNC_OVERHEAD.explained()} {SYNC_WAIT.explained()} The table lists every rank at "
+        f"each configuration's largest count of {words.devices()}.",
         charts=charts.sync_share_charts(table) + charts.rank_wait_charts(pooled_ranks),
         tables=[_rank_table(pooled_ranks, ranks)] if not pooled_ranks.empty else [],
-        notes=[] if not pooled_ranks.empty else ["No cell ran on more than one GPU."],
+        notes=[] if not pooled_ranks.empty else [f"No cell ran on more than one {words.device()}."],
     )
 
 
@@ -254,10 +261,9 @@ def communication_section(records: Iterable[ResultBase]) -> Optional[Section]:
     return Section(
         "communication",
         "Communication bandwidth",
-        "Collective bandwidth as nccl-tests defines it: algbw = bytes / time, busbw = algbw x "
-        "the op's factor (2(n-1)/n for all-reduce), comparable with the link's peak. On "
-        "several nodes, 'within nodes' runs each node's ranks alone and 'across nodes' one rank "
-        "per node: the network on its own.",
+        f"Collective bandwidth as nccl-tests defines it. {ALGBW.explained()} "
+        f"{BUSBW.explained()} On several nodes, 'within nodes' runs each node's ranks alone and "
+        "'across nodes' one rank per node: the network on its own.",
         charts=charts.bandwidth_charts(collectives),
         tables=[
             make_table(
@@ -265,7 +271,7 @@ def communication_section(records: Iterable[ResultBase]) -> Optional[Section]:
                 collectives,
                 [
                     Column("op", "Op", fmt.text, numeric=False),
-                    GPUS,
+                    gpus_column(),
                     Column("scope", "Scope", fmt.text, numeric=False),
                     Column("size_bytes", "Size", fmt.human_bytes),
                     Column("time_us", "Time µs", fmt.significant),
@@ -320,10 +326,11 @@ def comparison_section(comparison: Comparison, threshold_pct: float, baseline: s
     return Section(
         "comparison",
         "Comparison with the baseline",
-        f"Against {baseline}: cells matched by configuration and GPU count. A cell regresses "
+        f"Against {baseline}: cells matched by configuration and count of {words.devices()}. A "
+        "cell regresses "
         f"when throughput drops, or p95 step time rises, by more than {threshold_pct:g}% and the "
         "95% bootstrap interval from the per-step samples excludes no change.",
-        charts=[charts.comparison_chart(cells, threshold_pct)],
+        charts=charts.comparison_charts(cells, threshold_pct),
         tables=[
             make_table(
                 "comparison-table",
@@ -331,7 +338,7 @@ def comparison_section(comparison: Comparison, threshold_pct: float, baseline: s
                 [
                     MODEL,
                     VARIANT,
-                    GPUS,
+                    gpus_column(),
                     Column("throughput", "Throughput before → after", fmt.text),
                     Column("throughput_change", "Change (95% CI)", fmt.text, numeric=False),
                     Column("p95", "p95 step ms before → after", fmt.text),

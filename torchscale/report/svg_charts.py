@@ -127,12 +127,19 @@ class _Frame:
         self._x_domain()
 
     def _values(self) -> List[float]:
+        """Every value the axis must hold: the points, their intervals' ends and, for stacked
+        bars, each category's stacked total (the top of its stack)."""
         values = []
+        stacks: Dict[str, float] = {}
         for series in self.chart.series:
-            for item in series.y:
+            for item in [*series.y, *(series.low or []), *(series.high or [])]:
                 items = item if isinstance(item, list) else [item]
                 values += [v for v in map(_num, items) if math.isfinite(v)]
-        return values
+            if series.kind == "bar" and self.chart.barmode == "stack":
+                for x, value in zip(series.x, map(_num, series.y)):
+                    if math.isfinite(value):
+                        stacks[str(x)] = stacks.get(str(x), 0.0) + value
+        return values + list(stacks.values())
 
     def _x_domain(self) -> None:
         xs = [v for s in self.chart.series for v in map(_num, s.x) if math.isfinite(v)]
@@ -152,6 +159,10 @@ class _Frame:
     def y(self, value: float) -> float:
         span = self.bottom - self.top
         return self.bottom - span * (value - self.y_low) / ((self.y_high - self.y_low) or 1)
+
+    def y_inside(self, value: float) -> float:
+        """``y``, kept within the plot area: nothing drawn reaches the title above it."""
+        return min(self.bottom, max(self.top, self.y(value)))
 
     @property
     def band(self) -> float:
@@ -221,17 +232,29 @@ def _bars(
     stacked = frame.chart.barmode == "stack"
     shared = stacked or frame.chart.barmode == "overlay"  # one bar slot per category
     width = frame.band * 0.7 / (1 if shared else count)
-    path = ""
-    for x, value in zip(series.x, map(_num, series.y)):
+    path = whiskers = ""
+    lows = map(_num, series.low or [None] * len(series.x))
+    highs = map(_num, series.high or [None] * len(series.x))
+    for x, value, low, high in zip(series.x, map(_num, series.y), lows, highs):
         if not math.isfinite(value):
             continue
         base = bottoms.get(x, 0.0) if stacked else 0.0
         left = frame.x(x) - frame.band * 0.35 + (0 if shared else index * width)
-        top, bottom = frame.y(base + value), frame.y(base)
+        top, bottom = frame.y_inside(base + value), frame.y_inside(base)
         path += f"M{left:.1f} {min(top, bottom):.1f}h{width:.1f}V{max(top, bottom):.1f}H{left:.1f}Z"
         if stacked:
             bottoms[x] = base + value
-    return [f'<path d="{path}" fill="{color}"/>'] if path else []
+        if math.isfinite(low) and math.isfinite(high):
+            middle, cap = left + width / 2, min(6.0, width / 4)
+            y_low, y_high = frame.y_inside(low), frame.y_inside(high)
+            whiskers += (
+                f"M{middle:.1f} {y_low:.1f}V{y_high:.1f}M{middle - cap:.1f} {y_low:.1f}"
+                f"h{2 * cap:.1f}M{middle - cap:.1f} {y_high:.1f}h{2 * cap:.1f}"
+            )
+    parts = [f'<path d="{path}" fill="{color}"/>'] if path else []
+    if whiskers:
+        parts.append(f'<path d="{whiskers}" stroke="{TEXT}" stroke-width="1.5" fill="none"/>')
+    return parts
 
 
 def _boxes(frame: _Frame, series: Series, color: str) -> List[str]:

@@ -8,6 +8,7 @@ from typing import List, Optional
 import pandas as pd
 
 from torchscale.analysis.telemetry import cpu_table, gpu_table, gpu_timeline
+from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
 from torchscale.report.elements import Chart, Column, Section, Series, Table, make_table
@@ -100,7 +101,7 @@ def _cpu_table(table: pd.DataFrame) -> Table:
         table,
         [
             Column("model", "Model", fmt.text, numeric=False),
-            Column("world_size", "GPUs", fmt.integer),
+            Column("world_size", words.count_header(), fmt.integer),
             Column("rank", "Rank", fmt.integer),
             Column("host", "Host", fmt.text, numeric=False),
             Column("cpu_share", "CPU time / window", fmt.fraction),
@@ -128,12 +129,17 @@ def telemetry_section(records: List[ResultBase]) -> Optional[Section]:
             "for a CPU (Linux schedstat) over the measured window. A rank that waits for a CPU "
             "shares its cores with other processes: it was preempted, the host oversubscribed."
         )
+    intro = (
+        "What each GPU did during the measured window, sampled from NVML every 100 ms: "
+        "utilisation, SM and memory clocks, power against its limit, temperature, and the "
+        "clocks-event (throttle) reasons with the share of samples that reported them."
+        if not gpus.empty
+        else "What each rank's CPU process did during the measured window."
+    )
     return Section(
         "telemetry",
         "Telemetry",
-        "What each GPU did during the measured window, sampled from NVML every 100 ms: "
-        "utilisation, SM and memory clocks, power against its limit, temperature, and the "
-        "clocks-event (throttle) reasons with the share of samples that reported them.",
+        intro,
         charts=charts,
         tables=tables,
         notes=notes,

@@ -103,6 +103,12 @@ def _verdict_rows(summary: Dict[str, Any]) -> pd.DataFrame:
     for item in finalists:
         low, high = item.get("ci_low_pct"), item.get("ci_high_pct")
         significant = bool(item.get("significant"))
+        base = item.get("baseline_samples_per_s")
+        ends = (
+            [base * (1 + pct / 100) for pct in (low, high)]
+            if isinstance(base, (int, float)) and low is not None and high is not None
+            else [None, None]
+        )
         rows.append(
             {
                 "candidate": f"trial {item.get('trial')}",
@@ -110,6 +116,9 @@ def _verdict_rows(summary: Dict[str, Any]) -> pd.DataFrame:
                 "samples_per_s": item.get("samples_per_s"),
                 "gain_pct": item.get("gain_pct"),
                 "ci": "-" if low is None else f"{low:+.1f}…{high:+.1f}%",
+                # The gain's interval in samples/s: the baseline's rate times (1 + gain).
+                "ci_low_samples_per_s": ends[0],
+                "ci_high_samples_per_s": ends[1],
                 "verdict": "significant" if significant else item.get("note") or "not significant",
             }
         )
@@ -121,13 +130,20 @@ def _verdict_chart(rows: pd.DataFrame, key: str) -> Chart:
     values = rows["samples_per_s"].tolist()
     kinds = ["baseline" if v == "baseline" else "significant" if v == "significant"
              else "not significant" for v in rows["verdict"]]  # fmt: skip
+    lows = rows.get("ci_low_samples_per_s", pd.Series([None] * len(rows))).tolist()
+    highs = rows.get("ci_high_samples_per_s", pd.Series([None] * len(rows))).tolist()
+
+    def only(kind: str, values: List[Any]) -> List[Any]:
+        return [v if k == kind else None for v, k in zip(values, kinds)]
+
     series = [
-        Series(kind, labels, [v if k == kind else None for v, k in zip(values, kinds)],
-               kind="bar", color_key=kind)
+        Series(kind, labels, only(kind, values), kind="bar", color_key=kind,
+               low=only(kind, lows), high=only(kind, highs))
         for kind in dict.fromkeys(kinds)
     ]  # fmt: skip
     return Chart(
-        chart_id("tuning-verdict", key), "Baseline and finalists, measured again (interleaved)",
+        chart_id("tuning-verdict", key),
+        "Baseline and finalists, measured again (interleaved), with the gain's 95% interval",
         "", "samples/s", series, rows, x_type="category", barmode="overlay",
         colors_by_key=GAIN_COLORS,
     )  # fmt: skip

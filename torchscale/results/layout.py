@@ -125,6 +125,22 @@ def report_file(experiment_or_folder: str, fmt: str) -> str:
     return f"{experiment_dirname(experiment_or_folder)}-report.{fmt}"
 
 
+# --- a `torchscale profile` run: an experiment of its own, named for what it traced ------------
+_PROFILE_RUN = re.compile(r"profile-.+-g\d+-\d{8}-\d{6}")
+
+
+def profile_run_name(what: str, gpus: int, stamp: str) -> str:
+    """``profile-<what>-g<gpus>-<YYYYmmdd-HHMMSS>``: the experiment a ``torchscale profile`` run
+    writes (into ``--output-dir``, often beside the benchmark it profiles)."""
+    return f"profile-{what}-g{gpus}-{stamp}"
+
+
+def is_profile_run(experiment_name: str) -> bool:
+    """Whether an experiment is a ``torchscale profile`` run (see :func:`profile_run_name`): a
+    report shows it as the profile of the benchmark it sits beside, not as an experiment."""
+    return _PROFILE_RUN.fullmatch(experiment_name) is not None
+
+
 # --- the name-to-folder rule --------------------------------------------------------------------
 SAFE_NAME_BYTES = 200
 """Longest experiment name (UTF-8 bytes) used as a folder name as it is; file systems allow 255."""

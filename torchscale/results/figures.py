@@ -1,0 +1,157 @@
+"""The figures torchscale reports: one name, one one-line definition and one owner each.
+
+Every surface (the console, the HTML and PDF report, the JSON document, ``profile``) calls a
+figure by its ``name`` here, and its CSV/JSON field is ``field``. ``docs/glossary.md`` is written
+from this module (``python -m torchscale.results.figures > docs/glossary.md``; a test keeps it
+current) and the report's Glossary section shows the same lines. Two different quantities never
+share a name: sync overhead (benchmark), sync stall (profile) and exposed communication (DDP's
+logging, or the trace) are three figures, and :data:`SYNC_RELATION` says how they relate.
+
+Standard library only: the console imports it without torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List
+
+GLOSSARY_DOC = "docs/glossary.md"
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str  # the glossary's anchor
+    name: str  # what every surface calls it
+    unit: str
+    definition: str  # one line
+    measured: str  # where the numbers come from
+    owner: str  # the module that computes it
+    column: str  # its column in summary.csv, the report's CSVs and the JSON document
+    record: str  # where results.jsonl holds it
+
+    @property
+    def title(self) -> str:
+        """The name at the start of a sentence or a header: ``Sync overhead``."""
+        return self.name[:1].upper() + self.name[1:]
+
+    def explained(self) -> str:
+        """``Sync overhead: <definition>``: how a report section introduces it."""
+        return f"{self.title}: {self.definition}"
+
+
+THROUGHPUT = Figure(
+    "throughput", "throughput", "images, sequences or tokens per second, all ranks",
+    "world size x batch x grad accumulation x steps over the slowest rank's measured window, in "
+    "the model's unit.",
+    "benchmark: the measured window", "torchscale/worker/aggregate.py",
+    "throughput", "throughput, samples_per_s",
+)  # fmt: skip
+STEP_TIME = Figure(
+    "step-time", "step time", "ms (mean, p50, p95, p99)",
+    "Time per optimizer step, each step counted at its slowest rank; p50, p95 and p99 are "
+    "percentiles over the measured steps (the report pools repeats).",
+    "benchmark: the measured window", "torchscale/analysis/stats.py (time_stats)",
+    "step_ms_p50", "step_time_ms.p50, .p95, .p99",
+)  # fmt: skip
+SCALING_EFFICIENCY = Figure(
+    "scaling-efficiency", "scaling efficiency", "% of linear",
+    "throughput_N / (N / B x throughput_B), B the smallest GPU count measured for the same "
+    "configuration; needs two GPU counts of it, else none (–).",
+    "benchmark: cells that differ only in GPU count", "torchscale/analysis/training_tables.py",
+    "scaling_efficiency", "(computed from throughput)",
+)  # fmt: skip
+SYNC_OVERHEAD = Figure(
+    "sync-overhead", "sync overhead", "% of step",
+    "What gradient synchronisation adds to a step: 1 - t(no_sync) / t(DDP), mean over ranks; "
+    "none (–) on one rank, which has no gradient sync.",
+    "benchmark: the no_sync probe after the measured window",
+    "torchscale/worker/aggregate.py; read by torchscale/analysis/training_tables.py",
+    "sync_overhead_pct", "sync.exposed_fraction",
+)  # fmt: skip
+SYNC_WAIT = Figure(
+    "sync-wait", "sync wait", "ms per step, per rank",
+    "A rank's step time minus its no_sync step time; the straggler is the rank that waits "
+    "least (the others wait for it).",
+    "benchmark: the no_sync probe",
+    "torchscale/worker/aggregate.py, torchscale/analysis/straggler.py",
+    "sync_wait_ms", "per_rank[].sync_wait_ms",
+)  # fmt: skip
+SYNC_STALL = Figure(
+    "sync-stall", "sync stall", "% of step",
+    "Profile only: the share of a rank's traced step time it waits inside collectives for the "
+    "last rank to arrive (the headline is the mean over ranks).",
+    "profile: the traces (torch.profiler or Nsight)",
+    "torchscale/profiling/analyzers/trace_collectives.py", "sync_stall_pct",
+    "findings.json: sync_stall_pct",
+)  # fmt: skip
+EXPOSED_COMMUNICATION = Figure(
+    "exposed-communication", "exposed communication", "ms per step, per rank",
+    "Gradient communication per step that compute did not hide: communication - overlap.",
+    "benchmark: DDP's logging probe; profile: the trace's kernels",
+    "torchscale/analysis/iteration_breakdown.py, torchscale/profiling/analyzers/trace_breakdown.py",
+    "exposed_comm_ms",
+    "per_rank[].ddp_backward_comm_ms - ddp_backward_overlap_ms",
+)  # fmt: skip
+MFU = Figure(
+    "mfu", "MFU", "% of peak",
+    "Model FLOPs utilisation: the model's training FLOPs per second per GPU over the device's "
+    "dense peak for the precision used; none where the peak is unknown (CPU).",
+    "benchmark: the measured window", "torchscale/hardware/peaks.py", "mfu", "mfu",
+)  # fmt: skip
+ALGBW = Figure(
+    "algbw", "algbw", "GB/s",
+    "Algorithm bandwidth of a collective: bytes / time (nccl-tests' definition).",
+    "benchmark: communication cells", "torchscale/comm/busbw.py", "algbw_gbps", "algbw_gbps",
+)  # fmt: skip
+BUSBW = Figure(
+    "busbw", "busbw", "GB/s",
+    "Bus bandwidth: algbw x the op's factor (2(n-1)/n for all-reduce, (n-1)/n for all-gather, "
+    "reduce-scatter and all-to-all, 1 for broadcast and send/recv), comparable with the link's "
+    "peak.",
+    "benchmark: communication cells", "torchscale/comm/busbw.py", "busbw_gbps", "busbw_gbps",
+)  # fmt: skip
+
+FIGURES: Dict[str, Figure] = {
+    f.key: f
+    for f in (
+        THROUGHPUT, STEP_TIME, SCALING_EFFICIENCY, SYNC_OVERHEAD, SYNC_WAIT, SYNC_STALL,
+        EXPOSED_COMMUNICATION, MFU, ALGBW, BUSBW,
+    )
+}  # fmt: skip
+
+SYNC_RELATION = (
+    "Sync overhead counts everything gradient synchronisation adds to the step. The sync stall "
+    "is the part of it spent waiting for the last rank to arrive at a collective; the rest is the "
+    "transfers themselves (their unhidden part is the exposed communication) and DDP's "
+    "bucketing. So for one configuration the sync stall is a fraction of the sync overhead; both "
+    "are measured in their own windows, so they differ by a measurement's noise too."
+)
+"""How the three sync figures of one cell relate: the report and ``profile`` say it."""
+
+
+def glossary_markdown() -> str:
+    """docs/glossary.md."""
+    lines: List[str] = [
+        "# Glossary: the figures torchscale reports",
+        "",
+        "<!-- Generated from torchscale/results/figures.py: "
+        "python -m torchscale.results.figures > docs/glossary.md -->",
+        "",
+        "Each figure has one name, used on the console, in the HTML and PDF report, in the JSON "
+        "document and by `torchscale profile`, and one owner in the code. On a node without GPUs "
+        "each \"GPU\" is a CPU process (gloo), and the figures are CPU figures.",
+        "",
+        "| figure | definition | unit | measured by | column | in results.jsonl | owner |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for figure in FIGURES.values():
+        lines.append(
+            f'| <a id="{figure.key}"></a>**{figure.name}** | {figure.definition} | {figure.unit} '
+            f"| {figure.measured} | `{figure.column}` | `{figure.record}` | {figure.owner} |"
+        )
+    lines += ["", "## Sync overhead, sync stall and exposed communication", "", SYNC_RELATION, ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(glossary_markdown(), end="")
