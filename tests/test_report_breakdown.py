@@ -65,13 +65,13 @@ def test_html_shows_comm_compute_per_rank(projection: Run, reports: Dict[str, Pa
         if isinstance(r, TrainingResult)
     ]  # fmt: skip
     expected = {(str(r.world_size), str(rank.rank)): rank for r in records for rank in r.per_rank}
-    assert {(row["GPUs"], row["Rank"]) for row in rows} == set(expected)
+    assert {(row["Ranks"], row["Rank"]) for row in rows} == set(expected)
     for row in rows:
-        rank = expected[(row["GPUs"], row["Rank"])]
+        rank = expected[(row["Ranks"], row["Rank"])]
         compute = rank.ddp_forward_compute_ms + rank.ddp_backward_compute_ms
         assert row["Compute ms"] == fmt.significant(compute)
         assert row["Comm ms"] == fmt.significant(rank.ddp_backward_comm_ms)
-    assert "Communication vs computation per iteration — gpt2-tiny, batch 16, 2 GPUs" in html
+    assert "Communication vs computation per iteration — gpt2-tiny, batch 16, 2 CPU processes" in html
     assert "Step-time histogram — gpt2-tiny, batch 16" in html
 
 
@@ -80,7 +80,7 @@ def test_html_shows_tp_gemm_and_p2p_heatmap(projection: Run, reports: Dict[str, 
     records = load_report_data(projection.experiment_dir).records
     gemm = [r for r in records if isinstance(r, TpGemmResult)]
     # One row per GPU count and case: the 1-GPU cell runs the reference and 1-rank gather path.
-    rows = {(row["GPUs"], row["m×n×k"]): row for row in html_tables(html)["tp-gemm-table"]}
+    rows = {(row["Ranks"], row["m×n×k"]): row for row in html_tables(html)["tp-gemm-table"]}
     assert set(rows) == {(g, c) for g in ("1", "2") for c in ("256×128×128", "512×128×128")}
     for record in gemm:
         case = (record.world_size, record.m, record.n, record.k)
@@ -90,8 +90,8 @@ def test_html_shows_tp_gemm_and_p2p_heatmap(projection: Run, reports: Dict[str, 
             g.reference_time_us for g in gemm if (g.world_size, g.m, g.n, g.k) == case
         ]
         assert row["Compute only µs"] == fmt.significant(sum(references) / len(references))
-    assert "Tensor-parallel GEMM on 2 GPUs: all-gather before vs after the GEMM" in html
-    assert "Tensor-parallel GEMM on 1 GPU: all-gather before vs after the GEMM" in html
+    assert "Tensor-parallel GEMM on 2 CPU processes: all-gather before vs after the GEMM" in html
+    assert "Tensor-parallel GEMM on 1 CPU process: all-gather before vs after the GEMM" in html
 
     p2p = [r for r in records if isinstance(r, CollectiveResult) and r.op == "send_recv"]
     largest = max(p2p, key=lambda r: r.size_bytes or 0)
@@ -109,7 +109,7 @@ def test_pdf_shows_the_same_sections(reports: Dict[str, Path]) -> None:
     for title in (
         "Communication vs computation",
         "Step-time histogram",
-        "Tensor-parallel GEMM on 2 GPUs",
+        "Tensor-parallel GEMM on 2 CPU processes",
         "point-to-point bandwidth",
         "Projected scaling",
     ):

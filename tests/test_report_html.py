@@ -55,7 +55,7 @@ def test_scaling_table_matches_the_records(report) -> None:
             record.world_size * single[(record.model, record.batch_size)]
         )
         assert displayed_close(row[f"Throughput ({record.unit}/s)"], record.throughput)
-        assert row["Efficiency"] == f"{100 * efficiency:.1f}%"
+        assert row["Scaling efficiency"] == f"{100 * efficiency:.1f}%"
         assert row["Band"] == (
             "excellent" if efficiency > 0.9 else "good" if efficiency > 0.8 else "poor"
         )

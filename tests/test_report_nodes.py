@@ -77,7 +77,7 @@ def test_node_table_shows_node_scalings_figures(nodes) -> None:
         assert row["GPUs"] == str(cell.world_size)
         assert row["Precision"] == cell.precision
         assert displayed_close(row[f"Throughput ({cell.unit}/s)"], cell.throughput)
-        assert row["Efficiency"] == percent(cell.scaling_efficiency)
+        assert row["Scaling efficiency"] == percent(cell.scaling_efficiency)
         assert row["Intra-node"] == percent(cell.intra_node_efficiency)
         assert row["Inter-node"] == percent(cell.inter_node_efficiency)
         assert row["Hosts"] == cell.hosts == " ".join(f"node-{c}" for c in "abcd"[: cell.nnodes])
@@ -95,7 +95,7 @@ def test_a_cell_without_its_one_node_cell_shows_dashes_and_why(nodes) -> None:
     row = next(r for r in tables["nodes-table"] if r["Batch"] == str(cell["batch_size"])
                and r["Nodes × GPUs/node"] == f"2 × {G}")  # fmt: skip
     assert (row["Intra-node"], row["Inter-node"]) == ("–", "–")
-    assert row["Efficiency"] == percent(cell["scaling_efficiency"])
+    assert row["Scaling efficiency"] == percent(cell["scaling_efficiency"])
     section = unescape(html.split('id="nodes"')[1].split("</section>")[0])
     assert f"the split needs the one-node cell with the same GPUs per node (1 × {G})" in section
     assert f"{cell['model']} · batch {cell['batch_size']}" not in _node_figures(figures)

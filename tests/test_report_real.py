@@ -40,16 +40,16 @@ def test_real_run_measured_both_cells(real) -> None:
 
 def test_tables_show_the_measured_numbers(real) -> None:
     _, records, _, tables = real
-    scaling = {int(row["GPUs"]): row for row in tables["scaling-table"]}
-    latency = {int(row["GPUs"]): row for row in tables["latency-table"]}
+    scaling = {int(row["Ranks"]): row for row in tables["scaling-table"]}
+    latency = {int(row["Ranks"]): row for row in tables["latency-table"]}
     for size, record in records.items():
         assert displayed_close(scaling[size][f"Throughput ({record.unit}/s)"], record.throughput)
         for column in ("p50", "p95", "p99"):
             assert displayed_close(latency[size][column], getattr(record.step_time_ms, column))
     efficiency = records[2].throughput / (2 * records[1].throughput)
-    assert scaling[2]["Efficiency"] == f"{100 * efficiency:.1f}%"
-    (row,) = tables["rank-table"]  # one configuration on 2 GPUs, a column per rank
-    assert row["GPUs"] == "2"
+    assert scaling[2]["Scaling efficiency"] == f"{100 * efficiency:.1f}%"
+    (row,) = tables["rank-table"]  # one configuration on 2 CPU processes, a column per rank
+    assert row["Ranks"] == "2"
     for rank in records[2].per_rank:
         assert displayed_close(row[f"rank {rank.rank}"], rank.sync_wait_ms)
 

@@ -20,8 +20,13 @@ from tests.support.shared_runs import SCRIPT_NAME, healthy_run
 from torchscale.analysis.stats import time_stats
 from torchscale.config.settings import CellSettings
 from torchscale.plan.training_cells import cell_id
-from torchscale.results.layout import experiment_dirname
-from torchscale.results.schema import TrainingResult
+from torchscale.results.layout import (
+    FINDINGS_FILE,
+    PROFILE_DIR,
+    experiment_dirname,
+    profile_run_name,
+)
+from torchscale.results.schema import ProfileInfo, TrainingResult
 from torchscale.results.store import ExperimentStore, append_jsonl
 from torchscale.worker.aggregate import aggregate
 
@@ -320,6 +325,67 @@ def write_experiment(root: Path, spec: FixtureSpec) -> Path:
         profile = store.cell_dir("profile-8gpu") / "profile"
         profile.mkdir(parents=True)
         (profile / "findings.json").write_text(json.dumps(PROFILE_FINDINGS), encoding="utf-8")
+    return store.root
+
+
+def stall_findings(stall_pct: float, cv: float) -> dict:
+    """A ``findings.json`` as ``torchscale profile`` writes it: the sync stall and two findings
+    whose titles carry the trace's own numbers."""
+    return {
+        "schema": "torchscale.profile.findings/1",
+        "sync_stall_pct": stall_pct,
+        "findings": [
+            {
+                "severity": "medium",
+                "category": "sync",
+                "title": f"Ranks wait {stall_pct:.1f}% of step time in collectives, with no single "
+                "straggler",
+                "recommendation": "Ranks take turns arriving late.",
+                "ranks": [0, 1],
+            },
+            {
+                "severity": "medium",
+                "category": "sync",
+                "title": f"Gradient synchronization: high variance in sync time (cv {cv:.2f})",
+                "recommendation": "Look for contention.",
+                "ranks": [0, 1],
+            },
+        ],
+    }
+
+
+def write_cell_findings(experiment: Path, cell_id: str, document: dict) -> Path:
+    """``cells/<cell_id>/profile/findings.json``, as a profiled cell leaves it."""
+    folder = ExperimentStore(experiment).cell_dir(cell_id) / PROFILE_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / FINDINGS_FILE).write_text(json.dumps(document), encoding="utf-8")
+    return folder
+
+
+def write_profile_run(
+    root: Path, benchmark: TrainingResult, document: dict, stamp: str = "20260101-120000"
+) -> Path:
+    """``root/profile-<model>-g<N>-<stamp>/`` as ``torchscale profile --output-dir root`` writes
+    it for the configuration of ``benchmark``: one traced cell with a measured window of its own
+    (5 + 20 steps instead of the benchmark's) and its ``findings.json``; returns its folder."""
+    name = profile_run_name(benchmark.model, benchmark.world_size, stamp)
+    settings = {**benchmark.settings, "warmup_steps": 5, "measure_steps": 20, "sync_probe_steps": 5}
+    record = benchmark.model_copy(
+        update={
+            "experiment": name,
+            "cell_id": benchmark.cell_id + "-profiled",
+            "settings": settings,
+            "throughput": (benchmark.throughput or 0.0) * 0.97,
+            "profile": ProfileInfo(
+                tool="torch", profiled=True, reason="profiling enabled for every cell",
+                steps=120, dir=PROFILE_DIR,
+            ),
+        }
+    )  # fmt: skip
+    store = ExperimentStore(root / experiment_dirname(name))
+    store.write_manifest({"schema_version": 1, "experiment": name, "config": {}})
+    store.append(record)
+    write_cell_findings(store.root, record.cell_id, document)
     return store.root
 
 

@@ -38,8 +38,8 @@ def on_cpu(record: ResultBase) -> bool:
 
 
 SYNC_BOUND_ADVICE = (
-    "Gradient sync is exposed: overlap more of it (ddp.bucket_cap_mb, "
-    "ddp.gradient_as_bucket_view, ddp.static_graph), raise the per-GPU batch or use gradient "
+    "The sync overhead is high: overlap more of it (ddp.bucket_cap_mb, "
+    "ddp.gradient_as_bucket_view, ddp.static_graph), raise the per-rank batch or use gradient "
     "accumulation, or compress gradients (ddp.comm_hook fp16/bf16/powersgd)."
 )
 COMPUTE_BOUND_ADVICE = (

@@ -19,8 +19,10 @@ from torchscale.analysis.cpu_load import (
     rank_cpu_wait_share,
 )
 from torchscale.analysis.finding import Finding, Severity
+from torchscale.analysis.findings import on_cpu
 from torchscale.analysis.straggler import record_straggler
 from torchscale.analysis.training_tables import sync_overhead_pct
+from torchscale.hardware.device_nouns import device_noun
 from torchscale.hardware.nvml import reason_label
 from torchscale.results.schema import GpuTelemetry, RankResult, ResultBase, TrainingResult
 
@@ -151,7 +153,12 @@ def cpu_table(records: Iterable[ResultBase]) -> pd.DataFrame:
 
 
 def _where(record: TrainingResult) -> str:
-    return f"{record.model} batch {record.batch_size} on {record.world_size} GPUs"
+    return f"{record.model} batch {record.batch_size} on {_ranks(record)}"
+
+
+def _ranks(record: TrainingResult) -> str:
+    """``2 GPUs``, or ``2 CPU processes`` for a gloo run on CPU."""
+    return device_noun(on_cpu(record), record.world_size)
 
 
 def _straggler(record: TrainingResult, rank: int) -> bool:
@@ -310,7 +317,8 @@ def _cpu_findings(record: TrainingResult) -> List[Finding]:
         found.append(
             _finding(
                 record, Severity.HIGH if straggler else Severity.WARNING,
-                title + (", the straggler" if straggler else "") + f": {record.model}",
+                title + (", the straggler" if straggler else "")
+                + f": {record.model} on {_ranks(record)}",
                 f"In {_where(record)}: {evidence}", evidence, [rank.rank], advice,
             )
         )  # fmt: skip

@@ -24,7 +24,7 @@ from torchscale.report.elements import (
 )
 from torchscale.results.figures import EXPOSED_COMMUNICATION
 from torchscale.results.schema import ResultBase
-from torchscale.results.table_scalars import as_float
+from torchscale.results.table_scalars import as_float, as_int
 
 MAX_BREAKDOWN_CHARTS = 6
 HEAT_LEVELS = 10
@@ -106,7 +106,7 @@ def histogram_charts(histogram: pd.DataFrame) -> List[Chart]:
         for world, rows in group.groupby("world_size", sort=True):
             labels = [f"{fmt.significant(m)}" for m in rows["bin_mid_ms"]]
             series.append(
-                Series(words.device(int(world)), labels, rows["steps"].tolist(), kind="bar")
+                Series(words.device(as_int(world)), labels, rows["steps"].tolist(), kind="bar")
             )
         charts.append(
             Chart(
@@ -135,7 +135,7 @@ def _tp_gemm_charts(cases: pd.DataFrame) -> List[Chart]:
         charts.append(
             Chart(
                 chart_id("tp-gemm", experiment, world),
-                f"Tensor-parallel GEMM on {words.device(int(world))}: "
+                f"Tensor-parallel GEMM on {words.device(as_int(world))}: "
                 "all-gather before vs after the GEMM"
                 + (f" ({experiment})" if many else ""),
                 "m×n×k",

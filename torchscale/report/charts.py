@@ -21,6 +21,7 @@ from torchscale.report.elements import (
     Series,
 )
 from torchscale.results.figures import SYNC_OVERHEAD
+from torchscale.results.table_scalars import as_int
 
 MAX_BOXES = 24
 """Step-time boxes per chart; past this a model's chart is split per variant."""
@@ -331,7 +332,7 @@ def bandwidth_charts(collectives: pd.DataFrame) -> List[Chart]:
     for op, group in ok.groupby("op", sort=True):
         series = []
         for (size, scope), rows in group.groupby(["world_size", "scope"], sort=True):
-            name = words.device(int(size)) + SCOPE_LABELS.get(str(scope), f", {scope}").format(
+            name = words.device(as_int(size)) + SCOPE_LABELS.get(str(scope), f", {scope}").format(
                 n=rows["group_size"].iloc[0]
             )
             x = rows["size_bytes"].tolist()

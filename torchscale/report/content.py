@@ -39,7 +39,7 @@ from torchscale.report.projection_section import projection_section
 from torchscale.report.report_data import ReportData
 from torchscale.report.telemetry_section import telemetry_section
 from torchscale.report.tuning import tuning_sections
-from torchscale.results.figures import BUSBW, FIGURES, GLOSSARY_DOC
+from torchscale.results.figures import BUSBW, FIGURES, GLOSSARY_DOC, SCALING_EFFICIENCY
 from torchscale.results.schema import ResultBase
 from torchscale.results.table_scalars import frame_records
 
@@ -206,7 +206,7 @@ def _summary_table(table: pd.DataFrame) -> Optional[Table]:
             *sections.throughput_columns(shown, "best_throughput"),
             Column("best_step_ms_p50", "Step p50 ms", fmt.significant),
             Column("largest_world_size", f"Largest {words.count_header()}", fmt.integer),
-            Column("efficiency", "Efficiency at largest", fmt.text),
+            Column("efficiency", f"{SCALING_EFFICIENCY.title} at largest", fmt.text),
             Column("band", "Band", fmt.text, numeric=False),
         ],
         row_class=lambda row: f"band-{row['band']}",

@@ -131,13 +131,13 @@ class ProfileEntry(_Strict):
     model: Optional[str] = None
     batch_size: Optional[int] = None
     world_size: Optional[int] = None
-    traced_by: str = Field(description="benchmark cell, or torchscale profile <run>.")
+    traced_by: str = Field(description="benchmark cell, or torchscale profile (a run of its own).")
     tool: Optional[str] = None
     steps: Optional[int] = None
     sync_overhead_pct: Optional[float] = Field(None, description=SYNC_OVERHEAD.definition)
     sync_stall_pct: Optional[float] = Field(None, description=SYNC_STALL.definition)
     findings: int
-    folder: str = Field(description="The traces and findings.json, relative to the source.")
+    folder: str = Field(description="The traced cell's profile folder, relative to the source.")
 
 
 class BenchmarkDocument(_Strict):

@@ -157,6 +157,10 @@ def make_table(
     return Table(table_id, headers, rows, csv_data_uri(source), caption, widths, csv_note)
 
 
+LONG_WORD = 36
+"""Characters of one word (a path, a cell id) a text column's width allows for."""
+
+
 def _widths(headers: List[Tuple[str, bool]], rows: List[List[Tuple[str, str]]]) -> List[float]:
     """Column widths (% of the table) from the text each column holds, so the PDF can lay tables
     out without measuring every cell (``table-layout: fixed``): never narrower than the longest
@@ -165,7 +169,10 @@ def _widths(headers: List[Tuple[str, bool]], rows: List[List[Tuple[str, str]]]) 
     widths = []
     for i, (header, numeric) in enumerate(headers):
         cells = [row[i][0] for row in sample]
-        words = [len(w) for text in [header, *cells] for w in text.split()]
+        # A path breaks anywhere (overflow-wrap): past LONG_WORD it takes no more room.
+        cap = 10**6 if numeric else LONG_WORD
+        words = [min(len(w), cap) for text in cells for w in text.split()]
+        words += [len(w) for w in header.split()]
         longest = max((len(text) for text in cells), default=0)
         widths.append(max([*words, 3, min(longest, 10**6 if numeric else 20)]) + 2.5)
     total = sum(widths)

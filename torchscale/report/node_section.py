@@ -17,6 +17,7 @@ from torchscale.report import charts, sections
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.elements import Chart, Column, Section, Series, make_table
+from torchscale.results.figures import SCALING_EFFICIENCY
 
 FACTORS = [
     ("scaling_efficiency", "total"),
@@ -146,7 +147,7 @@ def node_section(rows: pd.DataFrame) -> Optional[Section]:
                     Column("shape", f"Nodes × {words.devices()}/node", fmt.text),
                     sections.gpus_column(),
                     *sections.throughput_columns(shown),
-                    Column("scaling_efficiency", "Efficiency", fmt.fraction),
+                    Column("scaling_efficiency", SCALING_EFFICIENCY.title, fmt.fraction),
                     Column("intra_node_efficiency", "Intra-node", fmt.fraction),
                     Column("inter_node_efficiency", "Inter-node", fmt.fraction),
                     Column("hosts", "Hosts", fmt.text, numeric=False),

@@ -23,6 +23,7 @@ from torchscale.report.elements import Column, Section, make_table
 from torchscale.report.report_data import Experiment, ReportData, TraceAnalysis
 from torchscale.results.figures import SYNC_OVERHEAD, SYNC_RELATION, SYNC_STALL
 from torchscale.results.schema import TrainingResult
+from torchscale.results.table_scalars import as_int, frame_records
 
 BENCHMARK_CELL = "benchmark cell"
 PROFILE_RUN = "torchscale profile"
@@ -32,7 +33,7 @@ ConfigurationKey = Tuple[str, int]  # (profiled_config_key, world size)
 
 def _runs(experiment: Experiment) -> List[Tuple[Experiment, str]]:
     """The experiment and its profile runs, each with what traced it."""
-    runs = [(profile, f"{PROFILE_RUN} {profile.name}") for profile in experiment.profiles]
+    runs = [(profile, PROFILE_RUN) for profile in experiment.profiles]
     return [(experiment, BENCHMARK_CELL), *runs]
 
 
@@ -93,10 +94,10 @@ def relation_lines(table: pd.DataFrame) -> List[str]:
     """For each profile run with both figures: its sync stall beside the sync overhead the
     benchmark measured for the same configuration, and how they relate."""
     lines = []
-    runs = table[table["traced_by"].str.startswith(PROFILE_RUN)]
-    for row in runs.itertuples():
-        stall = getattr(row, SYNC_STALL.column)
-        benchmark, own = row.benchmark_sync_overhead_pct, row.sync_overhead_pct
+    runs = table[table["traced_by"] == PROFILE_RUN]
+    for row in frame_records(runs):
+        stall, own = row[SYNC_STALL.column], row["sync_overhead_pct"]
+        benchmark = row["benchmark_sync_overhead_pct"]
         if pd.isna(stall) or (pd.isna(benchmark) and pd.isna(own)):
             continue
         overhead = (
@@ -106,8 +107,9 @@ def relation_lines(table: pd.DataFrame) -> List[str]:
             else f"the profile run measured a {SYNC_OVERHEAD.name} of {fmt.percent(own)}"
         )
         lines.append(
-            f"{row.model} · batch {row.batch_size} on {words.device(int(row.world_size))}: "
-            f"{overhead}; its trace a {SYNC_STALL.name} of {fmt.percent(stall)}."
+            f"{row['model']} · batch {row['batch_size']} on "
+            f"{words.device(as_int(row['world_size']))}: {overhead}; its trace a "
+            f"{SYNC_STALL.name} of {fmt.percent(stall)}."
         )
     return lines
 
@@ -127,14 +129,16 @@ def profile_section(data: ReportData) -> Optional[Section]:
         tables=[
             make_table(
                 "profile-table",
-                table,
+                table.assign(traced=[
+                    f"{by} ({tool})" if isinstance(tool, str) else by
+                    for by, tool in zip(table["traced_by"], table["tool"])
+                ]),  # fmt: skip
                 [
                     *experiment,
                     Column("model", "Model", fmt.text, numeric=False),
                     Column("batch_size", "Batch", fmt.integer),
                     Column("world_size", words.count_header(), fmt.integer),
-                    Column("traced_by", "Traced by", fmt.text, numeric=False),
-                    Column("tool", "Tool", fmt.text, numeric=False),
+                    Column("traced", "Traced by", fmt.text, numeric=False),
                     Column("steps", "Steps traced", fmt.integer),
                     Column("sync_overhead_pct", f"{SYNC_OVERHEAD.title} %", fmt.percent),
                     Column(SYNC_STALL.column, f"{SYNC_STALL.title} %", fmt.percent),
@@ -170,7 +174,7 @@ def trace_findings(data: ReportData) -> List[Dict[str, Any]]:
                 where = _folder(data, run, trace) if trace else source
                 row = finding_rules.normalize(item, where, experiment.name)
                 if traced_by != BENCHMARK_CELL:
-                    row["source"] = f"{traced_by}: {where}"
+                    row["source"] = f"{traced_by} run: {where}"
                 cell = _key(_training(run, trace)) if trace else None
                 key = (cell or where, *_same_finding(row))
                 if key in kept and found_in[key] != where:  # another trace of the same cell

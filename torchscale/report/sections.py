@@ -14,7 +14,7 @@ from torchscale.report import charts
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.elements import Column, Section, Table, make_table
-from torchscale.results.figures import ALGBW, BUSBW, SYNC_OVERHEAD, SYNC_WAIT
+from torchscale.results.figures import ALGBW, BUSBW, SCALING_EFFICIENCY, SYNC_OVERHEAD, SYNC_WAIT
 from torchscale.results.schema import ResultBase
 
 EXPERIMENT = Column("experiment", "Experiment", fmt.text, numeric=False)
@@ -72,8 +72,9 @@ def scaling_section(curves: pd.DataFrame) -> Section:
                     *cell_columns(rows),
                     *throughput_columns(rows),
                     Column("ideal_throughput", "Ideal", fmt.significant),
-                    Column("scaling_efficiency", "Efficiency", fmt.fraction),
+                    Column("scaling_efficiency", SCALING_EFFICIENCY.title, fmt.fraction),
                     Column("band", "Band", fmt.text, numeric=False),
+                    Column("sync_overhead_pct", f"{SYNC_OVERHEAD.title} %", fmt.percent),
                     Column("tflops_per_gpu", f"TFLOP/s {words.per_device()}", fmt.significant),
                     Column("mfu", "MFU", fmt.fraction),
                     *runs,

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List
 
+from torchscale.results.layout import FINDINGS_FILE, RESULTS
+
 GLOSSARY_DOC = "docs/glossary.md"
 
 
@@ -82,7 +84,7 @@ SYNC_STALL = Figure(
     "last rank to arrive (the headline is the mean over ranks).",
     "profile: the traces (torch.profiler or Nsight)",
     "torchscale/profiling/analyzers/trace_collectives.py", "sync_stall_pct",
-    "findings.json: sync_stall_pct",
+    f"{FINDINGS_FILE}: sync_stall_pct",
 )  # fmt: skip
 EXPOSED_COMMUNICATION = Figure(
     "exposed-communication", "exposed communication", "ms per step, per rank",
@@ -141,7 +143,7 @@ def glossary_markdown() -> str:
         "document and by `torchscale profile`, and one owner in the code. On a node without GPUs "
         "each \"GPU\" is a CPU process (gloo), and the figures are CPU figures.",
         "",
-        "| figure | definition | unit | measured by | column | in results.jsonl | owner |",
+        f"| figure | definition | unit | measured by | column | in {RESULTS} | owner |",
         "|---|---|---|---|---|---|---|",
     ]
     for figure in FIGURES.values():

@@ -1,0 +1,437 @@
+"""One story across surfaces (issue 24): one name and definition per figure, experiments as the
+user ran them, CPU runs that say so, and charts that fit their data.
+
+The real runs are the session's shared ones (``tests/support/shared_runs.py``) plus one real
+``torchscale profile`` launch written into a copy of the healthy benchmark (the seed's Use Case);
+the rest reads recorded-style fixtures (``tests/support/report_fixtures.py``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from html import unescape
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pandas as pd
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from tests.support.html_tables import html_tables
+from tests.support.pdf_pages import needs_poppler, pages_text
+from tests.support.report_fixtures import (
+    MODELS,
+    SCRIPT_NAME,
+    FixtureSpec,
+    session_report,
+    stall_findings,
+    training_record,
+    write_cell_findings,
+    write_experiment,
+    write_profile_run,
+)
+from tests.support.shared_runs import healthy_run
+from torchscale.analysis.training_tables import training_table
+from torchscale.cli.app import app
+from torchscale.report import formatting as fmt
+from torchscale.report.charts import VERDICT_COLORS, comparison_charts
+from torchscale.report.content import build_content
+from torchscale.report.document import build_document, render_documents
+from torchscale.report.plotly_charts import figure
+from torchscale.report.report_data import load_report_data
+from torchscale.report.svg_charts import _Frame, svg
+from torchscale.results.figures import (
+    FIGURES,
+    GLOSSARY_DOC,
+    SCALING_EFFICIENCY,
+    SYNC_OVERHEAD,
+    SYNC_STALL,
+    glossary_markdown,
+)
+from torchscale.results.layout import FINDINGS_FILE
+from torchscale.results.schema import TrainingResult
+from torchscale.results.store import ExperimentStore, append_jsonl
+
+ROOT = Path(__file__).resolve().parents[1]
+SVG = "{http://www.w3.org/2000/svg}"
+runner = CliRunner()
+
+
+def _text(html: str) -> str:
+    html = re.sub(r"<(script|style)\b.*?</\1>", " ", html, flags=re.S)
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split())
+
+
+def _finding_titles(html: str) -> List[str]:
+    section = html[html.index('id="findings"') : html.index('id="glossary"')]
+    return [unescape(t) for t in re.findall(r"<h4>(.*?)</h4>", section, flags=re.S)]
+
+
+# --- one name, one definition --------------------------------------------------------------------
+
+
+def test_the_glossary_is_current_and_every_surface_links_it(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    doc = (ROOT / GLOSSARY_DOC).read_text(encoding="utf-8")
+    assert doc == glossary_markdown(), (
+        "docs/glossary.md is stale: python -m torchscale.results.figures > docs/glossary.md"
+    )
+    names = [shown.name for shown in FIGURES.values()]
+    assert len(set(names)) == len(names)  # two quantities never share a name
+    assert {"sync overhead", "sync stall", "exposed communication"} <= set(names)
+    assert GLOSSARY_DOC in (ROOT / "README.md").read_text(encoding="utf-8")
+    for args in (["--help"], ["report", "--help"]):
+        assert GLOSSARY_DOC in " ".join(runner.invoke(app, args).output.split())
+    html = session_report(tmp_path_factory.getbasetemp(), "fixture", "html").read_text("utf-8")
+    glossary = html[html.index('id="glossary"') : html.index('id="environment"')]
+    for shown in FIGURES.values():
+        assert f'id="glossary-{shown.key}"' in glossary
+        assert unescape(glossary).count(shown.definition) == 1
+    assert 'href="#glossary"' in html[html.index("<footer") :]
+
+
+def test_one_rank_has_no_sync_overhead_and_one_count_no_scaling_efficiency(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torchscale.cli.benchmark_view as view
+
+    scaled = FixtureSpec(name="lone", models=MODELS[:1], batch_sizes=(32,), gpu_counts=(1, 2),
+                         failures=False, collectives=False, findings=False)  # fmt: skip
+    folder = write_experiment(tmp_path, scaled)
+    write_experiment(tmp_path, replace(scaled, batch_sizes=(64,), gpu_counts=(4,), seed=1))
+    records = [r for r in ExperimentStore(folder).records() if isinstance(r, TrainingResult)]
+    one = next(r for r in records if r.world_size == 1)
+    assert one.sync is not None and one.sync.exposed_fraction is not None  # recorded, not shown
+    lone = next(r for r in records if r.batch_size == 64)
+    table = training_table(records).set_index("cell_id")
+    assert pd.isna(table.loc[one.cell_id, "sync_overhead_pct"])
+    assert pd.isna(table.loc[lone.cell_id, "scaling_efficiency"])
+    two = next(r for r in records if r.world_size == 2)
+    assert table.loc[two.cell_id, "scaling_efficiency"] == pytest.approx(
+        two.samples_per_s / (2 * one.samples_per_s)
+    )
+    # The console says "-" for both, never 15.6% or 100%.
+    cells = {row["GPUs"]: row for row in _console_rows(view, monkeypatch, records)}
+    sync, scaling = f"{SYNC_OVERHEAD.name} %", SCALING_EFFICIENCY.name
+    assert cells["1"][sync] == "-" and cells["4"][scaling] == "-"
+    assert cells["2"][scaling] == f"{two.samples_per_s / (2 * one.samples_per_s):.0%}"
+    # The report and the JSON document: "–" and null.
+    data = load_report_data(folder)
+    rows = html_tables(_render(data))["scaling-table"]
+    by_cell = {(r["Configuration"], r["GPUs"]): r for r in rows}
+    assert by_cell[("batch 64", "4")]["Scaling efficiency"] == fmt.MISSING
+    assert by_cell[("batch 32", "1")][f"{SYNC_OVERHEAD.title} %"] == fmt.MISSING
+    entries = {e.world_size: e for e in build_document(data.experiments[0]).results.training}
+    assert entries[4].scaling_efficiency is None and entries[1].sync_overhead_pct is None
+
+
+def _console_rows(view, monkeypatch, records) -> List[Dict[str, str]]:  # type: ignore[no-untyped-def]
+    """The benchmark's final table on a wide console, one dict per row keyed by header."""
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    monkeypatch.setattr(view, "err_console", console)
+    console.print(view.results_table(training_table(records), "t"))
+    lines = console.file.getvalue().splitlines()
+    header = [c.strip() for c in next(line for line in lines if "┃ model" in line).split("┃")]
+    return [
+        dict(zip(header, (c.strip() for c in line.split("│"))))
+        for line in lines
+        if line.startswith("│")
+    ]
+
+
+def _render(data) -> str:  # type: ignore[no-untyped-def]
+    from torchscale.report.render import render_html
+
+    return render_html(build_content(data))
+
+
+# --- a profile run in a benchmark's folder is that experiment's profile -------------------------
+
+
+def test_a_profile_run_beside_its_benchmark_is_that_experiments_profile(tmp_path: Path) -> None:
+    root = tmp_path / "scaling_results"
+    spec = FixtureSpec(name="scaling_analysis", models=MODELS[:1], batch_sizes=(32,),
+                       gpu_counts=(1, 2, 4), straggler=None, failures=False, collectives=False,
+                       findings=False)  # fmt: skip
+    bench = write_experiment(root, spec)
+    records = [r for r in ExperimentStore(bench).records() if isinstance(r, TrainingResult)]
+    at_four = next(r for r in records if r.world_size == 4)
+    write_cell_findings(bench, at_four.cell_id, stall_findings(6.6, 0.48))  # the cell's own trace
+    run = write_profile_run(root, at_four, stall_findings(10.7, 0.82))
+
+    data = load_report_data(root)
+    assert data.title == "scaling_analysis" and len(data.experiments) == 1
+    assert [p.path for p in data.experiments[0].profiles] == [run]
+    content = build_content(data)
+    assert content.title == "scaling_analysis"
+    assert (content.cards[0].label, content.cards[0].value) == ("Training cells measured", "3 / 3")
+    html = _render(data)
+    scaling = html_tables(html)["scaling-table"]
+    assert sorted(r["GPUs"] for r in scaling) == ["1", "2", "4"]  # not the profile's cell
+    # Findings once: the profile run's, naming the benchmark cell's trace of the same rule too.
+    titles = _finding_titles(html)
+    assert len(titles) == len(set(titles))
+    stall = [t for t in titles if t.startswith("Ranks wait")]
+    assert stall == ["Ranks wait 10.7% of step time in collectives, with no single straggler"]
+    profiles = html_tables(html)["profile-table"]
+    assert [r["Traced by"] for r in profiles] == ["benchmark cell", "torchscale profile (torch)"]
+    assert [r[f"{SYNC_STALL.title} %"] for r in profiles] == ["6.6%", "10.7%"]
+    overhead = training_table(records).set_index("cell_id").loc[at_four.cell_id, "sync_overhead_pct"]
+    (relation,) = next(s for s in content.sections if s.section_id == "profiles").notes
+    assert f"sync overhead of {fmt.percent(overhead)}" in relation
+    assert "sync stall of 10.7%" in relation
+    document = json.loads(render_documents(data))
+    assert isinstance(document, dict) and document["name"] == "scaling_analysis"
+    assert [p["traced_by"] for p in document["profiles"]] == ["benchmark cell", "torchscale profile"]
+    # Reported on its own, a profile run is an experiment with one GPU count: no scaling figure.
+    alone = training_table(load_report_data(run).records)
+    assert alone["scaling_efficiency"].isna().all()
+
+
+@pytest.mark.slow
+def test_the_use_case_benchmark_then_profile_into_its_folder_then_report(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """The seed's Use Case on real launches: the shared benchmark (1 and 2 ranks), a real
+    ``torchscale profile`` with no model into the same folder, then ``report generate``."""
+    benchmark = healthy_run(tmp_path_factory.getbasetemp())
+    results = tmp_path / "scaling_results"
+    shutil.copytree(benchmark.experiment_dir, results / benchmark.experiment_dir.name)
+    profiled = runner.invoke(
+        app, ["profile", "--gpus", "2", "--duration", "1s", "--target", "sync_stalls",
+              "--output-dir", str(results)],
+    )  # fmt: skip
+    assert profiled.exit_code == 0, profiled.output
+    (run,) = [p for p in results.iterdir() if p.name.startswith("profile-")]
+    (findings_file,) = run.rglob(FINDINGS_FILE)
+    traced = json.loads(findings_file.read_text(encoding="utf-8"))
+    (record,) = ExperimentStore(run).records()
+    assert isinstance(record, TrainingResult)
+    overhead = 100 * record.sync.exposed_fraction  # type: ignore[union-attr]
+    assert f"[ANALYSIS] Sync overhead of this cell (its measured window): {overhead:.1f}%" in (
+        " ".join(profiled.stderr.split())
+    )
+    out = tmp_path / "report.html"
+    built = runner.invoke(app, ["report", "generate", "--source", str(results), "-o", str(out)])
+    assert built.exit_code == 0, built.output
+    html = out.read_text(encoding="utf-8")
+    escaped = SCRIPT_NAME.replace("<", "&lt;").replace(">", "&gt;")
+    assert f'<h1 class="report-title">{escaped}</h1>' in html
+    assert "profile-" not in html[: html.index("</header>")]  # the title is the experiment's
+    tables = html_tables(html)
+    assert "2 / 2" in _text(html[: html.index('id="scaling"')])  # the benchmark's cells only
+    ones = [r for r in tables["scaling-table"] if r["Ranks"] == "1"]
+    twos = [r for r in tables["scaling-table"] if r["Ranks"] == "2"]
+    assert len(ones) == 1 and len(twos) == 1  # no lone 2-rank cell at 100%
+    cells = {r.world_size: r for r in ExperimentStore(benchmark.experiment_dir).records()}
+    efficiency = cells[2].throughput / (2 * cells[1].throughput)  # type: ignore[operator]
+    assert twos[0]["Scaling efficiency"] == f"{100 * efficiency:.1f}%"
+    titles = _finding_titles(html)
+    assert len(titles) == len(set(titles))  # findings once
+    for finding in traced["findings"]:
+        assert titles.count(finding["title"]) == 1
+    (row,) = [r for r in tables["profile-table"] if r["Traced by"].startswith("torchscale profile")]
+    assert row[f"{SYNC_STALL.title} %"] == fmt.percent(traced["sync_stall_pct"])
+    assert row[f"{SYNC_OVERHEAD.title} %"] == fmt.percent(overhead)
+
+
+# --- a CPU run says so -------------------------------------------------------------------------
+
+
+@needs_poppler
+def test_a_cpu_runs_first_screen_and_first_pdf_page_say_cpu_processes(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    root = tmp_path_factory.getbasetemp()
+    html = session_report(root, "real", "html").read_text(encoding="utf-8")
+    first_screen = _text(html[: html.index('id="scaling"')])
+    assert "used gloo on CPU processes" in first_screen and "not GPU figures" in first_screen
+    assert "Scaling efficiency at 2 CPU processes" in first_screen
+    assert "GPU" not in first_screen.replace("GPU figures", "").replace('"GPU"', "")
+    first_page = " ".join(pages_text(session_report(root, "real", "pdf"))[0].split())
+    assert "gloo on CPU processes" in first_page and "not GPU figures" in first_page
+    assert "SCALING EFFICIENCY AT 2 CPU PROCESSES" in first_page
+    every_page = " ".join(pages_text(session_report(root, "real", "pdf")))
+    assert "Memory per rank" in every_page and "Memory per GPU" not in every_page
+    document = build_document(load_report_data(healthy_run(root).experiment_dir).experiments[0])
+    assert document.config.ranks == "CPU processes" and "not GPU figures" in str(document.config.note)
+
+
+def test_glossary_names_are_the_same_on_console_html_and_json_for_one_cell(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torchscale.cli.benchmark_view as view
+
+    root = tmp_path_factory.getbasetemp()
+    folder = healthy_run(root).experiment_dir
+    records = {r.world_size: r for r in ExperimentStore(folder).records()}
+    two = records[2]
+    assert isinstance(two, TrainingResult) and two.sync and two.sync.exposed_fraction is not None
+    overhead = 100 * two.sync.exposed_fraction
+    efficiency = two.samples_per_s / (2 * records[1].samples_per_s)  # type: ignore[union-attr]
+    rows = _console_rows(view, monkeypatch, list(records.values()))
+    (row,) = [r for r in rows if r["GPUs"] == "2"]
+    assert row[f"{SYNC_OVERHEAD.name} %"] == f"{overhead:.1f}"
+    assert row[SCALING_EFFICIENCY.name] == f"{efficiency:.0%}"
+    scaling = html_tables(session_report(root, "real", "html").read_text("utf-8"))["scaling-table"]
+    (cell,) = [r for r in scaling if r["Ranks"] == "2"]
+    assert cell[f"{SYNC_OVERHEAD.title} %"] == fmt.percent(overhead)
+    assert cell[SCALING_EFFICIENCY.title] == fmt.fraction(efficiency)
+    document = build_document(load_report_data(folder).experiments[0]).model_dump(mode="json")
+    (entry,) = [e for e in document["results"]["training"] if e["world_size"] == 2]
+    assert entry[SYNC_OVERHEAD.column] == pytest.approx(overhead)
+    assert entry[SCALING_EFFICIENCY.column] == pytest.approx(efficiency)
+
+
+# --- charts that fit their data ----------------------------------------------------------------
+
+BAR = re.compile(r"M([\d.]+) ([\d.]+)h([\d.]+)V([\d.]+)H[\d.]+Z")
+
+
+@needs_poppler
+def test_stacked_bars_never_rise_above_the_axis_top_in_the_pdf(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    root = tmp_path_factory.getbasetemp()
+    content = build_content(load_report_data(healthy_run(root).experiment_dir))
+    stacked = [c for c in content.charts if c.barmode == "stack"]
+    kinds = {c.chart_id.split("-")[0] for c in stacked}
+    assert kinds == {"memory", "comm"}, kinds  # both kinds of stacked charts are drawn
+    for chart in stacked:
+        totals: Dict[str, float] = {}
+        for series in chart.series:
+            for x, y in zip(series.x, series.y):
+                if series.kind == "bar" and y == y and y is not None:
+                    totals[str(x)] = totals.get(str(x), 0.0) + float(y)
+        assert max(totals.values()) > max(  # the stack is taller than any one part
+            float(y) for s in chart.series for y in s.y if s.kind == "bar" and y == y
+        )
+        frame = _Frame(chart, chart.categories())
+        assert frame.y_ticks[-1] >= max(totals.values())  # the axis reaches the stacked total
+        tree = ET.fromstring(svg(chart))
+        title = next(t for t in tree.iter(f"{SVG}text") if t.text == chart.title)
+        tops = [float(m[1]) for p in tree.iter(f"{SVG}path") if p.get("fill", "none") != "none"
+                for m in BAR.findall(p.get("d", ""))]  # fmt: skip
+        assert tops and min(tops) >= frame.top > float(title.get("y", "0"))
+    text = " ".join(" ".join(pages_text(session_report(root, "real", "pdf"))).split())
+    for chart in stacked:
+        assert chart.title in text  # the PDF draws it, title and all
+
+
+def test_tune_charts_show_whole_labels_and_the_finalists_intervals(tmp_path: Path) -> None:
+    from torchscale.report.tuning import tuning_sections
+
+    folder = _tune_folder(tmp_path)
+    (section,) = tuning_sections(load_report_data(folder))
+    effects = next(c for c in section.charts if c.chart_id.startswith("tuning-effects"))
+    assert effects.long_categories()
+    layout = figure(effects)["layout"]
+    assert layout["xaxis"]["tickangle"] == -30 and layout["legend"]["orientation"] == "v"
+    drawn = [t.text for t in ET.fromstring(svg(effects)).iter(f"{SVG}text")]
+    for label in effects.categories():
+        assert label in drawn  # whole, never "bucket_ca…"
+    verdict = next(c for c in section.charts if c.chart_id.startswith("tuning-verdict"))
+    finalists = json.loads((folder / "tune.json").read_text())["verdict"]["finalists"]
+    for item in finalists:
+        series = next(s for s in verdict.series if f"trial {item['trial']}" in
+                      [x for x, y in zip(s.x, s.y) if y is not None])  # fmt: skip
+        at = series.x.index(f"trial {item['trial']}")
+        base = item["baseline_samples_per_s"]
+        assert series.low[at] == pytest.approx(base * (1 + item["ci_low_pct"] / 100))
+        assert series.high[at] == pytest.approx(base * (1 + item["ci_high_pct"] / 100))
+        bar = next(t for t in figure(verdict)["data"] if t["name"] == series.name)
+        assert bar["error_y"]["array"][at] == pytest.approx(series.high[at] - series.y[at])
+    whiskers = [p for p in ET.fromstring(svg(verdict)).iter(f"{SVG}path")
+                if p.get("stroke") == "#111827" and "V" in p.get("d", "")]  # fmt: skip
+    assert sum(p.get("d", "").count("V") for p in whiskers) == len(finalists)
+
+
+def _tune_folder(tmp_path: Path) -> Path:
+    """A tune folder as ``torchscale tune`` leaves it: a trial record and tune.json."""
+    store = ExperimentStore(tmp_path / "mlp" / "tune")
+    store.write_manifest({"schema_version": 1, "experiment": "mlp", "config": {}})
+    rng = np.random.default_rng(0)
+    store.append(training_record(MODELS[0], 32, 2, 0, FixtureSpec(name="mlp"), rng))
+    knobs = ("ddp.bucket_cap_mb", "ddp.gradient_as_bucket_view", "ddp.static_graph")
+    trials = []
+    for number in range(8):
+        params = dict(zip(knobs, ([1, 25, 100][number % 3], bool(number % 2), number > 3)))
+        trials.append({"number": number, "state": "complete", "params": params,
+                       "samples_per_s": 1000.0 + 20 * number, "screen_samples_per_s": None})
+    finalists = [
+        {"trial": 7, "changed": {"ddp.bucket_cap_mb": 25}, "samples_per_s": 1150.0,
+         "baseline_samples_per_s": 1000.0, "gain_pct": 15.0, "ci_low_pct": 9.0,
+         "ci_high_pct": 21.0, "significant": True},
+        {"trial": 5, "changed": {"ddp.static_graph": True}, "samples_per_s": 1020.0,
+         "baseline_samples_per_s": 1000.0, "gain_pct": 2.0, "ci_low_pct": -3.0,
+         "ci_high_pct": 7.0, "significant": False},
+    ]  # fmt: skip
+    summary = {"experiment": "mlp", "line": "> [TUNE] +15.0% with bucket_cap_mb=25",
+               "trials": trials, "verdict": {"finalists": finalists}}  # fmt: skip
+    (store.root / "tune.json").write_text(json.dumps(summary), encoding="utf-8")
+    return store.root
+
+
+def test_comparison_bars_take_the_colour_of_their_own_metrics_verdict() -> None:
+    cells = pd.DataFrame(
+        [
+            # a p95 regression with throughput inside the threshold (issue 24's -2.4% red bar)
+            {"model": "m", "variant": "batch 8", "world_size": 2, "nnodes": 1,
+             "throughput_change_pct": -2.4, "throughput_ci_low_pct": -4.0,
+             "throughput_ci_high_pct": -0.8, "p95_change_pct": 14.2, "p95_ci_low_pct": 2.3,
+             "p95_ci_high_pct": 22.1, "verdict": "regression",
+             "throughput_verdict": "unchanged", "p95_verdict": "regression"},
+            {"model": "m", "variant": "batch 8", "world_size": 4, "nnodes": 1,
+             "throughput_change_pct": -5.8, "throughput_ci_low_pct": -12.0,
+             "throughput_ci_high_pct": 1.0, "p95_change_pct": 3.0, "p95_ci_low_pct": -2.0,
+             "p95_ci_high_pct": 8.0, "verdict": "within noise",
+             "throughput_verdict": "within noise", "p95_verdict": "unchanged"},
+        ]
+    )  # fmt: skip
+    throughput, p95 = comparison_charts(cells, 5.0)
+
+    def bar_of(chart, value: float) -> str:  # type: ignore[no-untyped-def]
+        return next(s.name for s in chart.series if value in s.y)
+
+    assert bar_of(throughput, -2.4) == "unchanged" and bar_of(p95, 14.2) == "regression"
+    assert bar_of(throughput, -5.8) == "within noise"
+    assert throughput.colors()["unchanged"] == VERDICT_COLORS["unchanged"]
+    unchanged = next(s for s in throughput.series if s.name == "unchanged")
+    assert unchanged.low == [-4.0, None] or unchanged.low[0] == -4.0  # its interval is drawn
+    assert throughput.hlines == [(-5.0, "-5% threshold")] and p95.hlines == [(5.0, "+5% threshold")]
+
+
+def test_the_communication_only_reports_first_cards(tmp_path: Path) -> None:
+    spec = FixtureSpec(name="comm", models=(), failures=False, findings=False)
+    folder = write_experiment(tmp_path, spec)
+    for index in range(10):
+        append_jsonl(
+            ExperimentStore(folder).results_path,
+            {"schema_version": 1, "kind": "collective", "experiment": "comm",
+             "cell_id": f"comm-all_reduce-g16-{index}", "status": "skipped", "op": "all_reduce",
+             "dtype": "float32", "world_size": 16, "nproc_per_node": 16,
+             "size_bytes": 1024 << index,
+             "error": "needs 16 GPUs; this node has 8"},
+        )  # fmt: skip
+    records = load_report_data(folder).records
+    content = build_content(load_report_data(folder))
+    statuses = [r.status for r in records]
+    first = content.cards[0]
+    assert first.label == "Communication cells measured"
+    assert first.value == f"{statuses.count('ok')} / {len(statuses)}"
+    assert "10 skipped" in first.detail and "1 failed" in first.detail
+    assert not any(card.value == "0 / 0" for card in content.cards)
+    best = max((r for r in records if getattr(r, "op", "") == "all_reduce" and r.status == "ok"),
+               key=lambda r: r.busbw_gbps)  # type: ignore[attr-defined]  # fmt: skip
+    bandwidth = next(c for c in content.cards if c.label.startswith("Peak busbw"))
+    assert bandwidth.label == "Peak busbw (all_reduce, GB/s)"
+    assert bandwidth.value == fmt.significant(best.busbw_gbps)  # type: ignore[attr-defined]
+    assert fmt.fraction(best.busbw_peak_fraction) in bandwidth.detail  # type: ignore[attr-defined]
