@@ -225,8 +225,6 @@ def _lost_rows(
                 "p95_ci_high_pct": nan,
                 "beyond_noise": False,
                 "verdict": verdict,
-                "throughput_verdict": verdict,
-                "p95_verdict": verdict,
                 "lost": True,
                 "new_status": ", ".join(sorted(set(statuses))) or MISSING,
                 "cell_id_old": row.cell_id,
@@ -286,8 +284,6 @@ def compare_runs(
                 "p95_ci_high_pct": p95_high,
                 "beyond_noise": bool(tp_noise or p95_noise),
                 "verdict": min(verdicts, key=order.index),
-                "throughput_verdict": verdicts[0],  # what each metric's own change says
-                "p95_verdict": verdicts[1],
                 "lost": False,
                 "new_status": "ok",
                 "cell_id_old": row.cell_id_old,
