@@ -46,7 +46,7 @@ from torchscale.report.content import build_content
 from torchscale.report.document import build_document, render_documents
 from torchscale.report.plotly_charts import figure
 from torchscale.report.report_data import load_report_data
-from torchscale.report.svg_charts import _Frame, svg
+from torchscale.report.svg_charts import LABEL_LINE, _Frame, svg, wrap_label
 from torchscale.results.figures import (
     FIGURES,
     GLOSSARY_DOC,
@@ -335,9 +335,11 @@ def test_tune_charts_show_whole_labels_and_the_finalists_intervals(tmp_path: Pat
     assert effects.long_categories()
     layout = figure(effects)["layout"]
     assert layout["xaxis"]["tickangle"] == -30 and layout["legend"]["orientation"] == "v"
-    drawn = [t.text for t in ET.fromstring(svg(effects)).iter(f"{SVG}text")]
+    drawn = [" ".join(t.itertext()) for t in ET.fromstring(svg(effects)).iter(f"{SVG}text")]
     for label in effects.categories():
         assert label in drawn  # whole, never "bucket_ca…"
+    long = "resnet-synthetic · batch 32 · 8 GPUs × 2 nodes"  # wraps onto lines, never cut
+    assert " ".join(wrap_label(long)) == long and max(map(len, wrap_label(long))) <= LABEL_LINE
     verdict = next(c for c in section.charts if c.chart_id.startswith("tuning-verdict"))
     finalists = json.loads((folder / "tune.json").read_text())["verdict"]["finalists"]
     for item in finalists:

@@ -59,7 +59,7 @@ def _trace(series: Series, color: str) -> Dict[str, object]:
     x, y = _values(series.x), _values(series.y)
     if series.kind == "bar":
         bar = {**common, "type": "bar", "x": x, "y": y, "marker": {"color": color}}
-        if series.low is not None and series.high is not None:
+        if any(v is not None for v in _values([*(series.low or []), *(series.high or [])])):
             bar["error_y"] = _interval(series)
         return bar
     if series.kind == "marker":

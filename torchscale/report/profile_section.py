@@ -114,6 +114,14 @@ def relation_lines(table: pd.DataFrame) -> List[str]:
     return lines
 
 
+def _traced_by(table: pd.DataFrame) -> List[str]:
+    """``torchscale profile (torch)``: what traced the cell, and with which tool."""
+    return [
+        f"{by} ({tool})" if isinstance(tool, str) else str(by)
+        for by, tool in zip(table["traced_by"], table["tool"])
+    ]
+
+
 def profile_section(data: ReportData) -> Optional[Section]:
     table = profile_table(data)
     if table.empty:
@@ -129,10 +137,7 @@ def profile_section(data: ReportData) -> Optional[Section]:
         tables=[
             make_table(
                 "profile-table",
-                table.assign(traced=[
-                    f"{by} ({tool})" if isinstance(tool, str) else by
-                    for by, tool in zip(table["traced_by"], table["tool"])
-                ]),  # fmt: skip
+                table.assign(traced=_traced_by(table)),
                 [
                     *experiment,
                     Column("model", "Model", fmt.text, numeric=False),

@@ -79,9 +79,37 @@ def _text(
     )
 
 
-def _short(label: str, limit: int = 34) -> str:
-    """Slanted category labels are cut to ``limit`` characters (the data table has them whole)."""
-    return label if len(label) <= limit else label[: limit - 1] + "…"
+LABEL_LINE = 26
+"""Characters per line of a slanted category label; a longer label wraps (never cut)."""
+LABEL_LINES = 3
+
+
+def wrap_label(label: str, width: int = LABEL_LINE) -> List[str]:
+    """A slanted category label as lines of at most ``width`` characters, broken at spaces (a
+    word longer than a line gets a line of its own); only past ``LABEL_LINES`` lines is the last
+    one cut, and the data table has the label whole."""
+    lines: List[str] = []
+    for word in label.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    if len(lines) > LABEL_LINES:
+        rest = " ".join(lines[LABEL_LINES - 1 :])
+        lines = [*lines[: LABEL_LINES - 1], rest if len(rest) <= width else rest[: width - 1] + "…"]
+    return lines
+
+
+def _lines(x: float, y: float, lines: List[str], size: float, rotate: float) -> str:
+    """Several lines of end-anchored text, slanted together about (x, y)."""
+    spans = "".join(
+        f'<tspan x="{x:.1f}" dy="{0 if i == 0 else size * 1.15:.1f}">{escape(line)}</tspan>'
+        for i, line in enumerate(lines)
+    )
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size:g}" text-anchor="end" fill="{MUTED}" '
+        f'transform="rotate({rotate:g} {x:.1f} {y:.1f})">{spans}</text>'
+    )
 
 
 def _width(content: str, size: float = 11) -> float:
@@ -120,10 +148,14 @@ class _Frame:
         self.rotated = chart.x_type == "category" and (
             max((_width(c, 10) for c in categories), default=0) > 0.9 * band
         )
+        wrapped = [wrap_label(c) for c in categories]
         if self.rotated and categories:  # the first slanted label must not leave the canvas
-            self.left = max(self.left, 0.87 * _width(_short(categories[0]), 10) + 8 - band / 2)
-        longest = max((len(_short(c)) for c in categories), default=0)
-        self.bottom = HEIGHT - (min(110.0, 22 + longest * CHAR_W * 0.55) if self.rotated else 42)
+            first = max(_width(line, 10) for line in wrapped[0])
+            self.left = max(self.left, 0.87 * first + 8 - band / 2)
+        longest = max((len(line) for lines in wrapped for line in lines), default=0)
+        deepest = max((len(lines) for lines in wrapped), default=1)
+        room = 22 + longest * CHAR_W * 0.55 + (deepest - 1) * 11
+        self.bottom = HEIGHT - (min(130.0, room) if self.rotated else 42)
         self._x_domain()
 
     def _values(self) -> List[float]:
@@ -179,7 +211,7 @@ def _axes(frame: _Frame) -> List[str]:
         for name in frame.categories:
             x = frame.x(name)
             if frame.rotated:
-                parts.append(_text(x + 3, frame.bottom + 14, _short(name), 10, "end", rotate=-30))
+                parts.append(_lines(x + 3, frame.bottom + 14, wrap_label(name), 10, -30))
             else:
                 parts.append(_text(x, frame.bottom + 16, name, 10, "middle"))
     else:
