@@ -5,7 +5,8 @@
 
 Scaling efficiency is the seed's formula, throughput_N / (N / B * throughput_B), with B the
 smallest GPU count measured for the same configuration (B = 1 when there is a 1-GPU cell);
-repeats are averaged first. Bands: excellent above 90%, good above 80%.
+repeats are averaged first; a configuration measured at one GPU count has none (NaN), as in the
+report (docs/glossary.md). Bands: excellent above 90%, good above 80%.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ def scaling_table(cells: pd.DataFrame) -> pd.DataFrame:
     base_throughput = table.groupby(CONFIG)["throughput"].transform("first")
     table["ideal_throughput"] = base_throughput * table["world_size"] / base
     table["scaling_efficiency"] = table["throughput"] / table["ideal_throughput"]
+    counts = table.groupby(CONFIG)["world_size"].transform("nunique")
+    table["scaling_efficiency"] = table["scaling_efficiency"].where(counts > 1)
     table["band"] = table["scaling_efficiency"].map(band)
     return table.reset_index(drop=True)
 
