@@ -4,6 +4,12 @@ A table whose every column fits is printed as it is. A narrower console gets the
 stacked headers with their units, columns whose value is the same on every row said once under
 the title instead, text columns (model names) wrapped whole, and only then, least important first,
 columns left out (and named, with where to find them). A number is never cut: no ``…``.
+Long text (a validate check's value and fix) goes in a ``fill`` column: it takes the width left
+and wraps at words there.
+
+Every string (title, headers, values, caption) is shown with its control characters escaped
+(``torchscale.escaping.for_terminal``): a model or experiment name from a config or a results
+file never sends an escape sequence to the terminal.
 """
 
 from __future__ import annotations
@@ -15,9 +21,14 @@ from rich import box
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
+
+from torchscale.escaping import for_terminal
 
 WRAP_WIDTH = 18
 """How wide a wrapped text column (model names) may grow in the compact form."""
+FILL_MIN = 24
+"""The width a ``fill`` column needs at least, when deciding what else fits beside it."""
 
 
 @dataclass
@@ -35,15 +46,28 @@ class Col:
     drop: int = 0  # 0: always shown; otherwise left out when too narrow, highest first
     name: str = ""  # what a left-out column is called in the note (default: the header)
     compact_values: Optional[List[str]] = None  # the values in the compact form, if different
+    fill: bool = False  # long text: takes the width the other columns leave, wrapped at words
+    styles: Optional[List[str]] = None  # a Rich style per value (a verdict's colour)
 
     @property
     def label(self) -> str:
         return self.name or " ".join(self.header.split())
 
 
+def _safe(text: str) -> str:
+    return for_terminal(text, keep_newlines=True)
+
+
 def _build(
-    title: str, cols: Sequence[Col], compact: bool, caption: str = "", cap: bool = False
+    title: str,
+    cols: Sequence[Col],
+    compact: bool,
+    caption: str = "",
+    cap: bool = False,
+    measuring: bool = False,
 ) -> Table:
+    """The table; ``measuring``: with each fill column at its least width, to see what fits."""
+    title, caption = _safe(title), _safe(caption)
     if compact:
         table = Table(
             title=title,
@@ -59,16 +83,21 @@ def _build(
         table = Table(title=title, title_justify="left", caption=caption or None)
     for col in cols:
         header = col.compact if compact and col.compact is not None else col.header
+        width = WRAP_WIDTH if cap and col.wrap else None
         table.add_column(
-            header,
+            _safe(header),
             justify="right" if col.numeric else "left",
-            no_wrap=not col.wrap,
+            no_wrap=not (col.wrap or col.fill),
             overflow="fold",
-            max_width=WRAP_WIDTH if cap and col.wrap else None,
+            max_width=FILL_MIN if measuring and col.fill else width,
         )
     columns = [col.compact_values if compact and col.compact_values else col.values for col in cols]
-    for row in zip(*columns):
-        table.add_row(*row)
+    for index, row in enumerate(zip(*columns)):
+        cells = [
+            Text(_safe(value), style=col.styles[index]) if col.styles else _safe(value)
+            for col, value in zip(cols, row)
+        ]
+        table.add_row(*cells)
     return table
 
 
@@ -76,13 +105,23 @@ def _width(console: Console, table: Table) -> int:
     return Measurement.get(console, console.options.update_width(10_000), table).maximum
 
 
-def fitted_table(console: Console, title: str, cols: Sequence[Col], left_out: str = "") -> Table:
+def fitted_table(
+    console: Console,
+    title: str,
+    cols: Sequence[Col],
+    left_out: str = "",
+    compact: Optional[Sequence[Col]] = None,
+) -> Table:
     """``cols`` as one table no wider than ``console``; ``left_out`` says where the values of
-    columns that had to be left out can be found."""
+    columns that had to be left out can be found; ``compact``: the columns of the compact form,
+    when it stacks two of ``cols`` into one (a change over its interval)."""
     cols = [c for c in cols if c.values is not None]
     wide = _build(title, cols, compact=False)
     if _width(console, wide) <= console.width:
         return wide
+    if compact is not None:
+        cols = [c for c in compact if c.values is not None]
+    fills = any(c.fill for c in cols)
     notes: List[str] = []
     shown: List[Col] = []
     for col in cols:
@@ -99,12 +138,13 @@ def fitted_table(console: Console, title: str, cols: Sequence[Col], left_out: st
             where = f" ({left_out})" if left_out else ""
             caption += ("; " if caption else "") + f"not shown: {', '.join(dropped)}{where}"
         table = _build(title, shown, compact=True, caption=caption)
-        if _width(console, table) <= console.width:
+        if not fills and _width(console, table) <= console.width:
             return table
         # Text columns (model names, cell ids) wrap onto more lines before anything is left out.
         table = _build(title, shown, compact=True, caption=caption, cap=True)
+        least = _build(title, shown, compact=True, caption=caption, cap=True, measuring=fills)
         droppable = [c for c in shown if c.drop]
-        if _width(console, table) <= console.width or not droppable:
+        if _width(console, least) <= console.width or not droppable:
             return table
         victim = max(droppable, key=lambda c: c.drop)
         shown.remove(victim)
