@@ -90,7 +90,10 @@ def test_seed_dry_run_marks_cells_this_node_skips_and_warns_about_nsys(
     assert result.exit_code == 0, result.output
     err = result.stderr
     warns = [line for line in err.splitlines() if "[WARN]" in line]
-    assert len(warns) == 1 and "nsys is not on PATH" in warns[0] and "torch.profiler" in warns[0]
+    assert len(warns) == 3 and "nsys is not on PATH" in warns[0] and "torch.profiler" in warns[0]
+    # the seed's models are sized for GPUs: each is named with the time a cell takes here
+    for warn, model in zip(warns[1:], ("resnet50", "bert-large")):
+        assert warn.startswith(f"> [WARN] {model} is a GPU-sized model") and " h here " in warn
     lines = {int(m[1]): m[2] for m in re.finditer(r"^\[(\d+)\] (.*)$", err, re.MULTILINE)}
     assert len(lines) == 24  # 2 models x 3 batch sizes x 4 GPU counts
     plan = json.loads(
