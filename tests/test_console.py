@@ -429,6 +429,27 @@ def test_the_console_escapes_what_any_string_holds() -> None:
 
 # --- progress in a log, and the line a traced cell ends with ---------------------------------------
 
+
+def test_where_a_cell_is_comes_from_rank_zeros_files(tmp_path: Path) -> None:
+    from torchscale.config.settings import CellSettings
+    from torchscale.launch.cell_progress import cell_progress
+    from torchscale.runtime.rank_files import RankReporter
+
+    settings = CellSettings(
+        model="gpt2-tiny", batch_size=2, gpus=1, warmup_steps=3, measure_steps=10
+    )
+    reporter = RankReporter(tmp_path, 0)
+    assert cell_progress(tmp_path, settings) is None  # rank 0 has said nothing yet
+    seen = []
+    for window, steps, detail in (("build", 0, {}), ("warmup", 2, {}), ("measure", 4, {"steps": 10})):
+        reporter.phase(window, **detail)
+        for _ in range(steps):
+            reporter.steps.start_step()
+        found = cell_progress(tmp_path, settings)
+        assert found is not None
+        seen.append(found.describe())
+    assert seen == ["building the model", "warm-up, step 2/3", "measuring, step 4/10"]
+
 PROGRESS_CONFIG = """\
 experiment_name: "progress\\e]0;owned\\a"
 models: [gpt2-tiny]

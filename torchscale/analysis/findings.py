@@ -14,6 +14,7 @@ import pandas as pd
 from torchscale.analysis.finding import Finding, Severity, severity_order
 from torchscale.analysis.scaling import EFFICIENCY_GOOD
 from torchscale.analysis.straggler import PROFILE_NEXT, straggler_advice, sync_variance_advice
+from torchscale.hardware.device_noun import is_cpu, record_device_kind
 from torchscale.results.schema import ResultBase, TrainingResult
 
 COLUMNS = [
@@ -29,8 +30,9 @@ COLUMNS = [
 
 
 def on_cpu(record: TrainingResult) -> bool:
-    """Whether a record's ranks were CPU processes (gloo), not GPUs."""
-    return record.backend == "gloo" or (record.device_name or "").lower() == "cpu"
+    """Whether a record's ranks were CPU processes, or talked over gloo: no GPU interconnect
+    advice fits it (what ran where: ``hardware.device_noun``)."""
+    return record.backend == "gloo" or is_cpu(record_device_kind(record))
 
 
 SYNC_BOUND_ADVICE = (

@@ -348,7 +348,7 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
         return EXIT_TERMINATED if outcome.stopped_by == "Terminated" else EXIT_INTERRUPTED
     if not outcome.recorded:
         return _follower_summary(outcome)
-    from torchscale.hardware.device_noun import records_device_kind
+    from torchscale.hardware.device_noun import CPU_NOTE, is_cpu, records_device_kind
 
     table = outcome.table
     title = f"{outcome.experiment} ({outcome.store_root})"
@@ -356,6 +356,8 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
     if table is not None and not table.empty:
         err_console.print(results_table(table, title, device_kind))
     _print_comm_summary(outcome.records, title, device_kind)
+    if is_cpu(device_kind) and outcome.records:
+        _note(f"> [INFO] {CPU_NOTE}.")
     if json_output:
         print_json(
             {

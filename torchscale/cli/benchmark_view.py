@@ -18,13 +18,8 @@ from rich.progress import (
 from rich.table import Table
 
 from torchscale.cli.console import err_console, markup_text, say
-from torchscale.escaping import for_terminal
-from torchscale.hardware.device_noun import (
-    CUDA,
-    count_header,
-    count_text,
-    record_device_kind,
-)
+from torchscale.cli.running_cell import RunningCell, say_progress
+from torchscale.hardware.device_noun import CUDA, count_header, count_text, record_device_kind
 from torchscale.kinds.kind_registry import get_kind
 from torchscale.kinds.training_kind import gpus_text
 from torchscale.plan.matrix import Plan
@@ -44,18 +39,11 @@ def _fmt(value: object, spec: str = ",.1f", suffix: str = "") -> str:
     return f"{as_float(value):{spec}}{suffix}"
 
 
-def describe_cell(cell: Cell, device_kind: str = CUDA) -> str:
-    return get_kind(cell.kind).describe(cell, device_kind)
-
-
-PROGRESS_EVERY_S = 10.0
-"""In a log (stderr not a terminal), a running cell prints where it is at least this often."""
-
-
 class ConsoleEvents:
     """Rich progress over the matrix plus the seed's per-cell lines. In a terminal the progress
-    bar says where the running cell is; in a log (CI, a file) a line every ``PROGRESS_EVERY_S``
-    does. A cell the profiler traced ends with a line naming why, where and what it found."""
+    bar says where the running cell is; in a log (CI, a file) a line every 10 s does. A cell the
+    profiler traced ends with a line naming why, where and what it found
+    (``cli/running_cell.py``)."""
 
     def __init__(self, profile_lines: bool = True) -> None:
         self.progress = Progress(
@@ -71,11 +59,7 @@ class ConsoleEvents:
             transient=True,
         )
         self.task: Any = None
-        self.current = ""
-        self.cell: Optional[Cell] = None
-        self.cell_dir: Optional[Path] = None
-        self.next_line = PROGRESS_EVERY_S
-        self.device_kind: Optional[str] = None
+        self.running = RunningCell()
         self.profile_lines = profile_lines
 
     def __enter__(self) -> ConsoleEvents:
@@ -85,37 +69,19 @@ class ConsoleEvents:
     def __exit__(self, *exc: Any) -> None:
         self.progress.__exit__(*exc)
 
-    def _device_kind(self) -> str:
-        if self.device_kind is None:  # the sweep has imported torch by now: this is cheap
-            from torchscale.hardware.environment import node_devices
-
-            self.device_kind = node_devices().kind
-        return self.device_kind
-
     def cell_started(self, cell: Cell, position: int, total: int, cell_dir: Path) -> None:
         if self.task is None:
             self.task = self.progress.add_task("", total=total)
-        self.cell, self.cell_dir, self.next_line = cell, cell_dir, PROGRESS_EVERY_S
-        self.current = for_terminal(describe_cell(cell, self._device_kind()))
-        self.progress.update(self.task, description=markup_text(self.current))
-        say(f"> Running {self.current}...")
+        described = self.running.start(cell, cell_dir)
+        self.progress.update(self.task, description=markup_text(described))
+        say(f"> Running {described}...")
 
     def cell_polled(self, elapsed_s: float) -> None:
-        from torchscale.launch.cell_progress import cell_progress
-
-        logged = not err_console.is_terminal
-        if logged and elapsed_s < self.next_line:
-            return
-        where = None
-        if self.cell is not None and self.cell_dir is not None:
-            where = cell_progress(self.cell_dir, self.cell.settings)
-        said = f"{where.describe()}, " if where else ""
-        if logged:
-            self.next_line = PROGRESS_EVERY_S * (int(elapsed_s // PROGRESS_EVERY_S) + 1)
-            say(f"> [PROGRESS] {self.current}: {said}{elapsed_s:.0f} s elapsed")
-            return
-        description = f"{self.current} [{said}{elapsed_s:.0f}s]"
-        self.progress.update(self.task, description=markup_text(description))
+        if err_console.is_terminal:
+            where = f"{self.running.described} [{self.running.where(elapsed_s)}]"
+            self.progress.update(self.task, description=markup_text(where))
+        else:
+            say_progress(self.running, elapsed_s)
 
     def cell_finished(
         self, cell: Cell, records: List[ResultBase], table: Optional[DataFrame]
@@ -126,11 +92,10 @@ class ConsoleEvents:
                 self._training_lines(record, table)
         for line in get_kind(cell.kind).console_lines(records):
             say(line)
-        if self.profile_lines and self.cell_dir is not None:
-            for record in records:
-                traced = profile_line(record, self.cell_dir, self.current)
-                if traced:
-                    say(traced)
+        for record in records if self.profile_lines else []:
+            traced = self.running.profile_line(record)
+            if traced:
+                say(traced)
 
     def _training_lines(self, record: TrainingResult, table: Optional[DataFrame]) -> None:
         if record.status != "ok":
@@ -164,26 +129,6 @@ class ConsoleEvents:
         ratio = comm_compute_line(record) if record.world_size > 1 else None
         for line in [*([ratio] if ratio else []), *console_lines(record)]:
             say(line)
-
-
-def profile_line(record: ResultBase, cell_dir: Path, described: str) -> Optional[str]:
-    """The line a traced cell ends with: which cell, why it was traced (the trigger's reason),
-    where its traces are and the most severe finding."""
-    from torchscale.analysis.finding import severity_order
-    from torchscale.report.report_data import read_findings
-
-    profile = getattr(record, "profile", None)
-    if record.status != "ok" or profile is None or not profile.profiled:
-        return None
-    folder = cell_dir / (profile.dir or "")
-    findings = read_findings(folder) if folder.is_dir() else []
-    if findings:
-        top = min(findings, key=lambda f: severity_order(str(f.get("severity"))))
-        found = f"top finding ({top.get('severity')}): {top.get('title') or top.get('message')}"
-    else:
-        found = "no finding" if profile.findings == 0 else "no analysis (see the traces)"
-    why = f"traced: {profile.reason}" if profile.reason else "traced"
-    return f"> [PROFILE] {described}: {why}; traces in {folder}; {found}"
 
 
 def plan_table(plan: Plan, device_kind: str = CUDA, first: int = 1) -> Table:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Hashable, List, Mapping, Tuple
+from typing import TYPE_CHECKING, Dict, Hashable, List, Mapping, Optional, Tuple
 
 import typer
 from typing_extensions import Annotated
@@ -33,7 +33,7 @@ def _interval(low: float, high: float) -> str:
     return "-" if math.isnan(low) else f"{low:+.1f}..{high:+.1f}%"
 
 
-def _table(comparison: Comparison, threshold: float, device_kind: str = "cuda") -> Table:
+def _table(comparison: Comparison, threshold: float, device_kind: Optional[str] = None) -> Table:
     """Per cell: throughput and p95 step time, old and new, the change and its interval, and
     the verdict; at 80 columns (a CI log) the compact form stacks old over new and the change
     over its interval, and every number stays whole (``cli/console_tables.py``)."""
@@ -95,7 +95,7 @@ def _table(comparison: Comparison, threshold: float, device_kind: str = "cuda") 
             name="throughput old/new",
         ),
         Col("change", thr_change, compact="thr.\nchange\n95% CI", compact_values=thr_both),
-        Col("95% CI", thr_ci, compact_values=thr_both),
+        Col("95% CI", thr_ci),
         Col(
             "p95 ms",
             p95,
@@ -105,7 +105,7 @@ def _table(comparison: Comparison, threshold: float, device_kind: str = "cuda") 
             name="p95 ms old/new",
         ),
         Col("change", p95_change, compact="p95\nchange\n95% CI", compact_values=p95_both),
-        Col("95% CI", p95_ci, compact_values=p95_both),
+        Col("95% CI", p95_ci),
         Col("verdict", verdicts, numeric=False, wrap=True, styles=styles),
     ]
     # The compact form shows each change over its interval: the interval columns go.

@@ -24,10 +24,13 @@ EXIT_TERMINATED = 143
 
 
 class TuneConsole:
-    """A progress bar over the trials with the best so far, and a line per finished trial."""
+    """A progress bar over the trials with the best so far, and a line per finished trial; in a
+    log, a line at least every 10 s of a running cell (``cli/running_cell.py``)."""
 
     def __init__(self, total: Optional[int]) -> None:
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        from torchscale.cli.running_cell import RunningCell
 
         self.progress = Progress(
             SpinnerColumn(),
@@ -41,6 +44,7 @@ class TuneConsole:
         self.task = self.progress.add_task("tuning", total=total)
         self.best = "best: -"
         self.current = ""
+        self.running = RunningCell()
 
     def __enter__(self) -> TuneConsole:
         self.progress.__enter__()
@@ -74,10 +78,16 @@ class TuneConsole:
         self._show()
 
     def cell_started(self, cell: Cell, position: int, total: int, cell_dir: Path) -> None:
+        self.running.start(cell, cell_dir)
         self._show(f" · cell {position}/{total}")
 
     def cell_polled(self, elapsed_s: float) -> None:
-        self._show(f" · {elapsed_s:.0f}s")
+        from torchscale.cli.running_cell import say_progress
+
+        if err_console.is_terminal:
+            self._show(f" · {self.running.where(elapsed_s)}")
+        else:
+            say_progress(self.running, elapsed_s)
 
     def cell_finished(
         self, cell: Cell, records: List[ResultBase], table: Optional[DataFrame]
@@ -278,10 +288,14 @@ def register(app: typer.Typer) -> None:
             config, set_ or [], model, batch_size, gpus, allow or [], output_dir, budget,
             trials, finalists, repeats,
         )  # fmt: skip
+        from torchscale.hardware.environment import node_devices
         from torchscale.launch.process import Terminated
+        from torchscale.plan.cpu_size import gpu_sized_warnings
         from torchscale.results.store import check_writable
         from torchscale.tune.tune_runner import run_tune, tune_folder
 
+        for line in gpu_sized_warnings(request.config, node_devices().kind):
+            err_console.print(f"> [WARN] {line}", soft_wrap=True, markup=False)
         check_writable(output_dir)
         folder = tune_folder(output_dir, request.config.experiment_name)
         err_console.print(f"> Tuning goes to {folder}", soft_wrap=True, markup=False)

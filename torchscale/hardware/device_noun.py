@@ -15,7 +15,7 @@ from torchscale.results.schema import ResultBase
 
 CUDA = "cuda"
 CPU = "cpu"
-CPU_NOTE = "gloo on CPU processes: not GPU figures"
+CPU_NOTE = "Measured with gloo on CPU processes: these are not GPU figures"
 """What a surface says once where every figure came from CPU processes."""
 
 
