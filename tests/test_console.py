@@ -102,6 +102,7 @@ def test_project_at_80_columns_keeps_every_prediction_whole(
     assert "from" not in table  # GPU measurements: no CPU column
 
 
+@pytest.mark.slow  # the shared projection run (training and all_reduce cells on CPU processes)
 def test_project_from_cpu_processes_says_so_on_every_row(
     tmp_path_factory: pytest.TempPathFactory, narrow: None
 ) -> None:
