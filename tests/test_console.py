@@ -190,6 +190,20 @@ def test_validate_says_a_shared_fix_once(narrow: None) -> None:
     assert "Map the hostname" in text  # a fix of its own stays on its row
 
 
+def test_wrapped_names_break_where_a_reader_expects() -> None:
+    from torchscale.cli.console_tables import wrap_text
+
+    assert wrap_text("mylab.fault_models:slow_rank_model", 20) == (
+        "mylab.fault_models:\nslow_rank_model"
+    )
+    assert wrap_text("bucket_cap_mb=5, static_graph=true", 18) == (
+        "bucket_cap_mb=5,\nstatic_graph=true"
+    )
+    assert wrap_text("resnet-tiny", 18) == "resnet-tiny"
+    long = "x" * 30
+    assert wrap_text(long, 18).replace("\n", "") == long  # split, never lost
+
+
 # --- "CPU process" where the ranks are CPU processes --------------------------------------------
 
 
@@ -379,7 +393,7 @@ def _no_escape(result: Any) -> None:
         assert "\x1b" not in stream and "\x9b" not in stream and "\u202e" not in stream
 
 
-@pytest.mark.parametrize("name", HOSTILE)
+@pytest.mark.parametrize("name", [*HOSTILE, "a[/bold]b[red]"])  # the last: Rich markup
 def test_hostile_names_never_reach_the_terminal(
     name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, narrow: None
 ) -> None:

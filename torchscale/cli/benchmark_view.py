@@ -180,13 +180,14 @@ def results_table(table: DataFrame, title: str, device_kind: str = CUDA) -> Tabl
     numbers = [_fmt(r.throughput, ",.1f") for r in rows]
     short = [UNIT_SHORT.get(u, u) for u in units]
     one_unit = len(set(units)) == 1 and units[0]
+    ranks = count_header(device_kind)
     cols = [
         Col("model", [str(r.model) for r in rows], numeric=False, wrap=True),
         Col("batch", [str(r.batch_size) for r in rows], same="batch {}"),
         Col(
-            count_header(device_kind),
+            ranks,
             [gpus_text(as_int(r.world_size), as_int(r.nnodes)) for r in rows],
-            same=lambda v: count_text(int(v), device_kind) if v.isdigit() else f"{v} ranks",
+            same=lambda v: count_text(int(v), device_kind) if v.isdigit() else f"{v} {ranks}",
         ),
         Col("prec", [str(r.precision) for r in rows], numeric=False, same="{}", drop=1),
         Col("status", [str(r.status) for r in rows], numeric=False, same="all {}"),

@@ -14,6 +14,7 @@ file never sends an escape sequence to the terminal.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence, Union
 
@@ -54,8 +55,47 @@ class Col:
         return self.name or " ".join(self.header.split())
 
 
-def _safe(text: str) -> str:
-    return for_terminal(text, keep_newlines=True)
+BREAKS = (r"\s", r":,", r"./", r"_=-")
+"""Where wrapped text breaks, best first: spaces, then after ``:`` or ``,``, then ``.`` or ``/``,
+then ``_``, ``=`` or ``-``; a run with none of them is split where the line ends."""
+
+
+def _pieces(text: str, width: int, level: int) -> List[str]:
+    if len(text) <= width:
+        return [text]
+    if level == len(BREAKS):
+        return [text[i : i + width] for i in range(0, len(text), width)]
+    marks = BREAKS[level]
+    tokens = [t for t in re.findall(rf"[^{marks}]*(?:[{marks}]+|$)", text) if t]
+    lines: List[str] = []
+    line = ""
+    for token in tokens:
+        if len((line + token).rstrip()) <= width:
+            line += token
+            continue
+        if line.strip():
+            lines.append(line.rstrip())
+        line = token
+        if len(token.rstrip()) > width:
+            *whole, line = _pieces(token.rstrip(), width, level + 1)
+            lines += whole
+    if line.strip() or not lines:
+        lines.append(line.rstrip())
+    return lines
+
+
+def wrap_text(text: str, width: int) -> str:
+    """``text`` on lines of at most ``width``, broken where a reader expects it (:data:`BREAKS`):
+    ``pkg.module:function`` wraps as ``pkg.module:`` / ``function``, never inside a word that
+    fits on a line."""
+    return "\n".join(
+        piece for line in text.split("\n") for piece in _pieces(line, width, 0)
+    )
+
+
+def _safe(text: str, style: str = "") -> Text:
+    """Plain text (a name holding ``[/x]`` is not markup) with control characters escaped."""
+    return Text(for_terminal(text, keep_newlines=True), style=style)
 
 
 def _build(
@@ -65,14 +105,15 @@ def _build(
     caption: str = "",
     cap: bool = False,
     measuring: bool = False,
+    wrap_width: int = WRAP_WIDTH,
 ) -> Table:
     """The table; ``measuring``: with each fill column at its least width, to see what fits."""
-    title, caption = _safe(title), _safe(caption)
+    shown_title, shown_caption = _safe(title), _safe(caption) if caption else None
     if compact:
         table = Table(
-            title=title,
+            title=shown_title,
             title_justify="left",
-            caption=caption or None,
+            caption=shown_caption,
             caption_justify="left",
             box=box.SIMPLE_HEAD,
             show_edge=False,
@@ -80,24 +121,28 @@ def _build(
             collapse_padding=True,
         )
     else:
-        table = Table(title=title, title_justify="left", caption=caption or None)
+        table = Table(title=shown_title, title_justify="left", caption=shown_caption)
     for col in cols:
         header = col.compact if compact and col.compact is not None else col.header
-        width = WRAP_WIDTH if cap and col.wrap else None
         table.add_column(
             _safe(header),
             justify="right" if col.numeric else "left",
-            no_wrap=not (col.wrap or col.fill),
+            no_wrap=not col.fill,
             overflow="fold",
-            max_width=FILL_MIN if measuring and col.fill else width,
+            max_width=FILL_MIN if measuring and col.fill else None,
         )
-    columns = [col.compact_values if compact and col.compact_values else col.values for col in cols]
-    for index, row in enumerate(zip(*columns)):
-        cells = [
-            Text(_safe(value), style=col.styles[index]) if col.styles else _safe(value)
-            for col, value in zip(cols, row)
+    columns = [
+        [for_terminal(v, keep_newlines=True) for v in values]  # escaped first: then it is wrapped
+        for values in (c.compact_values if compact and c.compact_values else c.values for c in cols)
+    ]
+    if cap:  # wrapped text is broken where a reader expects it, never inside a word if it fits
+        columns = [
+            [wrap_text(v, wrap_width) for v in values] if col.wrap else values
+            for col, values in zip(cols, columns)
         ]
-        table.add_row(*cells)
+    for index, row in enumerate(zip(*columns)):
+        styles = [col.styles[index] if col.styles else "" for col in cols]
+        table.add_row(*(_safe(value, style) for value, style in zip(row, styles)))
     return table
 
 
@@ -144,7 +189,12 @@ def fitted_table(
         table = _build(title, shown, compact=True, caption=caption, cap=True)
         least = _build(title, shown, compact=True, caption=caption, cap=True, measuring=fills)
         droppable = [c for c in shown if c.drop]
-        if _width(console, least) <= console.width or not droppable:
+        spare = console.width - _width(console, least)
+        if spare >= 0 or not droppable:
+            wrapped = [c for c in shown if c.wrap]
+            if spare > 0 and wrapped:  # the width left over goes to the wrapped text
+                width = WRAP_WIDTH + spare // len(wrapped)
+                return _build(title, shown, True, caption, cap=True, wrap_width=width)
             return table
         victim = max(droppable, key=lambda c: c.drop)
         shown.remove(victim)
