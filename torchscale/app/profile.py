@@ -21,6 +21,7 @@ from torchscale.app import Notify
 from torchscale.config.loader import Override, load_config, read_yaml
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import TorchscaleError
+from torchscale.hardware.device_noun import count_text
 from torchscale.hardware.environment import CPU_SLOTS_ENV
 
 if TYPE_CHECKING:
@@ -111,7 +112,8 @@ def worst_target(output_dir: Path, device_kind: str, device_count: int) -> Targe
     if scaled.empty:
         return default_target(
             device_kind,
-            f"no scaling result in {output_dir} on at most {device_count} GPUs (this node)",
+            f"no scaling result in {output_dir} on at most "
+            f"{count_text(device_count, device_kind)} (this node)",
         )
     largest = int(scaled["world_size"].max())
     at_largest = (
@@ -138,10 +140,11 @@ def worst_target(output_dir: Path, device_kind: str, device_count: int) -> Targe
     knobs = {k: v for k, v in record.settings.items() if k not in _NOT_COPIED}
     others = len(at_largest) - 1
     among = f"the lowest of {len(at_largest)} configurations" if others else "the only one"
+    at = count_text(largest, device_kind)
     reason = (
         f"profiling {record.model} ({worst['variant']}, {record.precision}) from "
         f"{worst['experiment']}: {float(worst['efficiency']):.0%} scaling efficiency on "
-        f"{largest} GPUs against {int(worst['baseline'])}, {among} measured at {largest} GPUs, "
+        f"{at} against {int(worst['baseline'])}, {among} measured at {at}, "
         "the largest count in the results that fits this node"
     )
     return Target(record.model, record.batch_size, knobs, reason)
