@@ -243,12 +243,20 @@ def comm_summary_table(
 
 
 def models_table(entries: List[Any]) -> Table:
-    table = Table(title="Built-in models", title_justify="left")
-    for column in ("name", "family", "unit", "parameters", "description"):
-        table.add_column(column, justify="right" if column == "parameters" else "left")
-    for entry in entries:
-        params = f"{entry.params / 1e6:,.1f}M" if entry.params else "-"
-        table.add_row(entry.name, entry.family, entry.unit, params, entry.description)
+    """``--list-models``, fitted to the console like every table."""
+    from torchscale.cli.console_tables import Col, fitted_table
+
+    def text(values: List[str], header: str, **options: Any) -> Col:
+        return Col(header, values, numeric=False, **options)
+
+    cols = [
+        text([e.name for e in entries], "name"),
+        text([e.family for e in entries], "family"),
+        text([e.unit for e in entries], "unit"),
+        Col("parameters", [f"{e.params / 1e6:,.1f}M" if e.params else "-" for e in entries]),
+        text([e.description for e in entries], "description", fill=True),
+    ]
+    table = fitted_table(err_console, "Built-in models", cols)
     table.caption = "Your own model: models: ['package.module:function'] returning a ModelSpec."
     return table
 
