@@ -148,7 +148,7 @@ def test_manifest_cells_and_console(healthy: Dict) -> None:
         rank_logs = list((cell_dir / "torchrun").rglob("stdout.log"))
         assert len(rank_logs) == record.world_size
     stderr = healthy["result"].stderr
-    assert "> Running gpt2-tiny on 2 GPUs (batch 4, fp32)..." in stderr
+    assert "> Running gpt2-tiny on 2 CPU processes (batch 4, fp32)..." in stderr
     assert "Average Throughput:" in stderr and "Iteration Latency:" in stderr
     document = json.loads(healthy["result"].stdout)
     assert len(document["records"]) == 2 and document["experiment"] == SCRIPT_NAME

@@ -93,16 +93,17 @@ def test_dry_run_prints_plan_and_writes_nothing(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
     assert len(plan) == 4
+    # in the order the run takes them: the 1-rank warm group, then the 2-rank one
     assert [(p["settings"]["batch_size"], p["settings"]["gpus"]) for p in plan] == [
         (4, 1),
-        (4, 2),
         (8, 1),
+        (4, 2),
         (8, 2),
     ]
     assert all(p["settings"]["ddp"]["bucket_cap_mb"] == 5.0 for p in plan)
-    assert "-m torchscale.launch.torchrun_agent --nproc-per-node=2" in plan[1]["command"]
-    assert "--nproc-per-node=2" in plan[1]["command"]
-    assert "-m torchscale.worker" in plan[1]["command"]
+    assert "-m torchscale.launch.torchrun_agent --nproc-per-node=2" in plan[2]["command"]
+    assert "--nproc-per-node=2" in plan[2]["command"]
+    assert "-m torchscale.worker" in plan[2]["command"]
     assert not out.exists()
 
     table = runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(out), "--dry-run"])

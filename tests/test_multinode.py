@@ -222,13 +222,13 @@ def test_summary_and_node_scaling_split_intra_and_inter_node(lockstep: Dict) -> 
     assert row["intra_node_efficiency"] == pytest.approx(1.0)
     assert row["hosts"] == "compute head"
     head_log = lockstep["logs"]["head"]
-    assert "> Running gpt2-tiny on 4 GPUs x 2 nodes (batch 2, fp32)..." in head_log
+    assert "> Running gpt2-tiny on 4 CPU processes x 2 nodes (batch 2, fp32)..." in head_log
     assert "> [FAIL] failed: rank 1 on head failed in " in head_log
     # compute ran its 2-node cells and then waited at the next one, recording nothing.
     assert (
-        "> Running gpt2-tiny on 4 GPUs x 2 nodes (batch 2, fp32)..." in lockstep["logs"]["compute"]
+        "> Running gpt2-tiny on 4 CPU processes x 2 nodes (batch 2, fp32)..." in lockstep["logs"]["compute"]
     )
-    assert "> Running gpt2-tiny on 2 GPUs (batch" not in lockstep["logs"]["compute"]
+    assert "> Running gpt2-tiny on 2 CPU processes (batch" not in lockstep["logs"]["compute"]
 
 
 def test_a_node_stops_when_node_zero_is_not_there(tmp_path: Path) -> None:

@@ -138,7 +138,7 @@ def test_capture_builds_the_benchmark_it_runs(tmp_path):
     assert config.batch_sizes == [8, 16] and config.gpu_counts == [2]
 
     for args, message in (
-        (["--model", "gpt2"], "say what to profile"),
+        (["--model", "gpt2"], "--model gpt2 needs --batch-size"),
         (["--config", str(yaml_config), "--model", "gpt2"], "not both"),
         (["--model", "gpt2", "--batch-size", "8", "--set", "precison=bf16"], "did you mean"),
     ):

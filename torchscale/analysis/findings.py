@@ -14,7 +14,7 @@ import pandas as pd
 from torchscale.analysis.finding import Finding, Severity, severity_order
 from torchscale.analysis.scaling import EFFICIENCY_GOOD
 from torchscale.analysis.straggler import PROFILE_NEXT, straggler_advice, sync_variance_advice
-from torchscale.hardware.device_nouns import device_noun
+from torchscale.hardware.device_noun import device_noun, is_cpu, record_device_kind
 from torchscale.results.figures import SYNC_OVERHEAD
 from torchscale.results.schema import ResultBase, TrainingResult
 
@@ -31,10 +31,9 @@ COLUMNS = [
 
 
 def on_cpu(record: ResultBase) -> bool:
-    """Whether a record's ranks were CPU processes (gloo), not GPUs (any kind of cell)."""
-    backend = getattr(record, "backend", None)
-    device = getattr(record, "device_name", None) or ""
-    return backend == "gloo" or device.lower() == "cpu"
+    """Whether a record's ranks (any kind of cell) were CPU processes, or talked over gloo: no
+    GPU interconnect advice fits it (what ran where: ``hardware.device_noun``)."""
+    return getattr(record, "backend", None) == "gloo" or is_cpu(record_device_kind(record))
 
 
 SYNC_BOUND_ADVICE = (

@@ -31,11 +31,13 @@ from torchscale.analysis.alphabeta import Fabric
 from torchscale.analysis.projection_inputs import (
     ADD_ALL_REDUCE,
     ADD_INTER_NODE,
+    ASSUME_INTER_NODE,
     ProjectionError,
     Reference,
     fabric_from,
     references,
 )
+from torchscale.hardware.device_noun import count_text
 from torchscale.results.schema import ResultBase
 
 __all__ = [  # the model here, and what it reads from projection_inputs
@@ -92,8 +94,9 @@ def predict(ref: Reference, fabric: Fabric, gpus: int) -> Dict[str, Any]:
     nodes = math.ceil(gpus / fabric.gpus_per_node)
     if nodes > 1 and fabric.inter is None:
         raise ProjectionError(
-            f"{gpus} GPUs span {nodes} nodes of {fabric.gpus_per_node} and no all-reduce across "
-            f"nodes was measured: {ADD_INTER_NODE}"
+            f"{count_text(gpus, ref.device_kind)} span {nodes} nodes of {fabric.gpus_per_node} "
+            "(--gpus-per-node) and no "
+            f"all-reduce across nodes was measured: {ASSUME_INTER_NODE}"
         )
     comm = exposed_comm_ms(fabric, gpus, ref)
     noise = expected_max_excess(ref.step_noise_ms, gpus)
@@ -130,6 +133,7 @@ def predict(ref: Reference, fabric: Fabric, gpus: int) -> Dict[str, Any]:
         "cpu_wait_share": ref.cpu_wait.get(gpus),
         "measured_comm_ms": ref.measured_comm.get(gpus),
         "reference_cpu_wait_share": ref.cpu_wait.get(ref.world_size),
+        "measured_on": ref.device_kind,
     }
 
 
@@ -152,7 +156,8 @@ def calibrate(ref: Reference, fabric: Fabric) -> Reference:
         else f"{ref.overlap:.0%}"
     )
     ref.basis = [
-        f"{ref.model} · {ref.variant}: from {ref.world_size} GPU(s), cell {ref.cell_id}",
+        f"{ref.model} · {ref.variant}: from {count_text(ref.world_size, ref.device_kind)}, "
+        f"cell {ref.cell_id}",
         f"compute-only step {ref.compute_ms:.3g} ms (no_sync probe), DDP backward "
         f"{ref.backward_ms:.3g} ms, other {ref.other_ms:.3g} ms",
         f"{len(ref.buckets)} gradient bucket(s), {sum(ref.buckets):,} B; "

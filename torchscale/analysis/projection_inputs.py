@@ -21,6 +21,7 @@ from torchscale.analysis.scaling import label_variants
 from torchscale.analysis.stats import mean
 from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
+from torchscale.hardware.device_noun import CUDA, count_text, record_device_kind
 from torchscale.results.schema import ResultBase, TrainingResult
 from torchscale.results.table_scalars import as_float, as_int
 
@@ -37,6 +38,12 @@ ADD_INTER_NODE = (
     "add 'nodes: [2]' and 'communication: {collectives: [all_reduce], scope: [inter_node]}' to a "
     "config, run it on two nodes into the same results folder, or pass --gpus-per-node large "
     "enough to stay on one node"
+)
+ASSUME_INTER_NODE = (
+    "pass --inter-node-gbps with the network's all-reduce bandwidth in GB/s (e.g. "
+    "--inter-node-gbps 25: an assumption, stated beside the results), or measure it: add "
+    "'nodes: [2]' and 'communication: {collectives: [all_reduce], scope: [inter_node]}' to a "
+    "config and run it on two nodes into the same results folder"
 )
 
 
@@ -68,6 +75,7 @@ class Reference:
     step_se_ms: float
     other_ms: float = 0.0
     basis: List[str] = field(default_factory=list)
+    device_kind: str = CUDA  # what the reference ran on (cpu: gloo processes, not GPUs)
 
 
 def _rank_mean(record: TrainingResult, name: str) -> Optional[float]:
@@ -82,7 +90,8 @@ def _reference(
     cpu_wait: Dict[int, float],
     measured_comm: Dict[int, float],
 ) -> Reference:
-    where = f"{record.model} on {record.world_size} GPU(s) ({record.cell_id})"
+    device_kind = record_device_kind(record) or CUDA
+    where = f"{record.model} on {count_text(record.world_size, device_kind)} ({record.cell_id})"
     compute = _rank_mean(record, "nosync_step_ms")
     if compute is None:
         raise ProjectionError(
@@ -137,6 +146,7 @@ def _reference(
         overlap=overlap,
         step_noise_ms=noise,
         step_se_ms=std / math.sqrt(steps),
+        device_kind=device_kind,
     )
 
 

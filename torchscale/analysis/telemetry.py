@@ -22,7 +22,7 @@ from torchscale.analysis.finding import Finding, Severity
 from torchscale.analysis.findings import on_cpu
 from torchscale.analysis.straggler import record_straggler
 from torchscale.analysis.training_tables import sync_overhead_pct
-from torchscale.hardware.device_nouns import device_noun
+from torchscale.hardware.device_noun import device_noun
 from torchscale.hardware.nvml import reason_label
 from torchscale.results.schema import GpuTelemetry, RankResult, ResultBase, TrainingResult
 

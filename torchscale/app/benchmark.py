@@ -36,7 +36,7 @@ class LiveEvents(Protocol):
 
     def __exit__(self, *exc: Any) -> Any: ...
 
-    def cell_started(self, cell: Cell, position: int, total: int) -> None: ...
+    def cell_started(self, cell: Cell, position: int, total: int, cell_dir: Path) -> None: ...
 
     def cell_polled(self, elapsed_s: float) -> None: ...
 
@@ -172,6 +172,15 @@ def profiling_warning(config: BenchmarkConfig, device_kind: str) -> Optional[str
     return tool_warning(config.profiling.tool, device_kind) if config.profiling.enabled else None
 
 
+def size_warnings(request: BenchmarkRequest, device_kind: str) -> List[str]:
+    """GPU-sized models planned on CPU processes, each with the time a cell will take."""
+    from torchscale.plan.cpu_size import gpu_sized_warnings
+
+    if request.benchmark == "comm":
+        return []
+    return gpu_sized_warnings(request.config, device_kind)
+
+
 def run_benchmark(
     request: BenchmarkRequest, events: LiveEvents, notify: Notify
 ) -> BenchmarkOutcome:
@@ -189,9 +198,12 @@ def run_benchmark(
     if launch.records_results:
         check_resumable(store, request.resume)
         notify(f"> Results go to {store.root}")
-    warning = profiling_warning(plan.config, node_devices().kind)
+    device_kind = node_devices().kind
+    warning = profiling_warning(plan.config, device_kind)
     if warning:
         notify(f"> [WARN] {warning}")
+    for line in size_warnings(request, device_kind):
+        notify(f"> [WARN] {line}")
     options = SweepOptions(
         resume=request.resume, retry_failed=request.retry_failed, force=request.force, launch=launch
     )
@@ -236,7 +248,7 @@ class _QuietEvents:
     def __exit__(self, *exc: Any) -> None:
         return None
 
-    def cell_started(self, cell: Cell, position: int, total: int) -> None:
+    def cell_started(self, cell: Cell, position: int, total: int, cell_dir: Path) -> None:
         return None
 
     def cell_polled(self, elapsed_s: float) -> None:

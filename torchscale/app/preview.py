@@ -1,15 +1,23 @@
 """``benchmark --dry-run``: the plan as it would run, cell by cell, without running or writing.
 
-The cells are expanded lazily, so a matrix of any size (up to ``--max-cells``) is previewed in
-bounded memory; the CLI renders them as they come.
+The cells come in the order the run takes them (warm groups together, as the sweep launches
+them) and, with ``--resume``, only those the run would run (cells with a result are left out).
+They are expanded lazily, so a matrix of any size (up to ``--max-cells``) is previewed in bounded
+memory; the CLI renders them as they come.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set
 
-from torchscale.app.benchmark import BenchmarkRequest, launch_for, profiling_warning, results_store
+from torchscale.app.benchmark import (
+    BenchmarkRequest,
+    launch_for,
+    profiling_warning,
+    results_store,
+    size_warnings,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -37,6 +45,7 @@ class PlanPreview:
     devices: NodeDevices
     waits: Dict[str, float]
     skipped: List[str] = field(default_factory=list)  # cells this node would skip, so far
+    done: Set[str] = field(default_factory=set)  # cells --resume would not run again
 
     @property
     def swept(self) -> List[str]:
@@ -45,8 +54,10 @@ class PlanPreview:
         return swept_knobs(self.request.config, self.request.benchmark)
 
     @property
-    def warning(self) -> Optional[str]:
-        return profiling_warning(self.request.config, self.devices.kind)
+    def warnings(self) -> List[str]:
+        """The run's warnings: nsys that cannot run here, GPU-sized models on CPU processes."""
+        nsys = profiling_warning(self.request.config, self.devices.kind)
+        return [*([nsys] if nsys else []), *size_warnings(self.request, self.devices.kind)]
 
     def _cells(self) -> Iterator[Cell]:
         from torchscale.plan.matrix import DEFAULT_MAX_CELLS, iter_cells
@@ -59,9 +70,26 @@ class PlanPreview:
         return self.store.root
 
     def cells(self) -> Iterator[PlannedCell]:
-        """Every cell with this node's command, expanded as it is asked for: bad input (a matrix
-        over ``--max-cells``, ...) raises at the first cell."""
-        return map(self._planned, self._cells())
+        """Every cell the run would run, in its order, with this node's command, expanded as it
+        is asked for: bad input (a matrix over ``--max-cells``, ...) raises at the first cell."""
+        from torchscale.launch.sweep import launch_mode, skip_reason, sweep_profile
+        from torchscale.launch.warm_groups import per_cell_reason, run_order
+
+        launch, devices = self.launch, self.devices
+        profile = sweep_profile(self.request.config, devices)
+
+        def alone(cell: Cell) -> bool:
+            return (
+                not launch.visits(cell)
+                or bool(skip_reason(cell, devices, launch))
+                or bool(per_cell_reason(cell, launch.launcher, launch.nnodes, profile))
+            )
+
+        def todo() -> Iterator[Cell]:
+            return (cell for cell in self._cells() if cell.cell_id not in self.done)
+
+        mode = launch_mode(self.request.launch_mode, self.request.config)
+        return map(self._planned, run_order(todo, mode, alone))
 
     def _planned(self, cell: Cell) -> PlannedCell:
         from torchscale.launch.cell import cell_command
@@ -94,4 +122,12 @@ def preview_plan(request: BenchmarkRequest) -> PlanPreview:
         waits = launch.join_waits(
             list(iter_cells(request.config, request.benchmark, per_node, cap))
         )
-    return PlanPreview(request, launch, per_node, store, probe_devices(), waits)
+    preview = PlanPreview(request, launch, per_node, store, probe_devices(), waits)
+    if request.resume:
+        from torchscale.launch.sweep import RETRYABLE
+
+        retry = request.retry_failed
+        preview.done = {
+            r.cell_id for r in store.records() if not (retry and r.status in RETRYABLE)
+        }
+    return preview

@@ -21,9 +21,12 @@ from torchscale.app import Notify
 from torchscale.config.loader import Override, load_config, read_yaml
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import TorchscaleError
+from torchscale.hardware.device_noun import count_text
+from torchscale.hardware.environment import CPU_SLOTS_ENV
 
 if TYPE_CHECKING:
     from torchscale.app.benchmark import LiveEvents
+    from torchscale.hardware.environment import NodeDevices
     from torchscale.results.schema import ResultBase
     from torchscale.results.store import ExperimentStore
 from torchscale.results.layout import FINDINGS_FILE, experiment_dir, profile_run_name
@@ -47,9 +50,13 @@ _NOT_COPIED = {
 }  # fmt: skip
 
 
+DEFAULT_GPUS = 4
+"""Ranks ``profile`` traces when not told: 4, or every slot of a smaller node (said so)."""
+
+
 @dataclass(frozen=True)
 class CaptureRequest:
-    gpus: int
+    gpus: Optional[int]  # None: DEFAULT_GPUS, or fewer on a smaller node
     duration_s: float
     target: str
     tool: str
@@ -105,7 +112,8 @@ def worst_target(output_dir: Path, device_kind: str, device_count: int) -> Targe
     if scaled.empty:
         return default_target(
             device_kind,
-            f"no scaling result in {output_dir} on at most {device_count} GPUs (this node)",
+            f"no scaling result in {output_dir} on at most "
+            f"{count_text(device_count, device_kind)} (this node)",
         )
     largest = int(scaled["world_size"].max())
     at_largest = (
@@ -132,10 +140,11 @@ def worst_target(output_dir: Path, device_kind: str, device_count: int) -> Targe
     knobs = {k: v for k, v in record.settings.items() if k not in _NOT_COPIED}
     others = len(at_largest) - 1
     among = f"the lowest of {len(at_largest)} configurations" if others else "the only one"
+    at = count_text(largest, device_kind)
     reason = (
         f"profiling {record.model} ({worst['variant']}, {record.precision}) from "
         f"{worst['experiment']}: {float(worst['efficiency']):.0%} scaling efficiency on "
-        f"{largest} GPUs against {int(worst['baseline'])}, {among} measured at {largest} GPUs, "
+        f"{at} against {int(worst['baseline'])}, {among} measured at {at}, "
         "the largest count in the results that fits this node"
     )
     return Target(record.model, record.batch_size, knobs, reason)
@@ -146,6 +155,11 @@ def capture_config(request: CaptureRequest, now: Optional[datetime] = None) -> B
     if request.config is not None:
         raw: Dict[str, Any] = read_yaml(request.config)
         name = str(raw.get("experiment_name") or request.config.stem)
+    elif request.model and not request.batch_size:
+        raise TorchscaleError(
+            f"--model {request.model} needs --batch-size: the per-GPU batch size to profile it "
+            "with, e.g. --batch-size 8"
+        )
     elif request.model and request.batch_size:
         raw = {
             **request.knobs,
@@ -159,8 +173,9 @@ def capture_config(request: CaptureRequest, now: Optional[datetime] = None) -> B
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
     # A name torchscale makes is a safe folder name as it is (a model path has a colon).
     name = re.sub(r"[^\w.-]+", "-", name).strip("-.") or "model"
-    raw["experiment_name"] = profile_run_name(name, request.gpus, stamp)
-    raw["gpu_counts"] = [request.gpus]
+    gpus = request.gpus or DEFAULT_GPUS
+    raw["experiment_name"] = profile_run_name(name, gpus, stamp)
+    raw["gpu_counts"] = [gpus]
     raw["profiling"] = {
         **(raw.get("profiling") or {}),
         "enabled": True,
@@ -222,31 +237,67 @@ def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
     return CapturedCell(record.cell_id, profile.tool, out_dir, document, sync_overhead_pct=overhead)
 
 
+def fitted_gpus(request: CaptureRequest, devices: NodeDevices) -> Tuple[int, Optional[str]]:
+    """The ranks to trace, and the line that says so when the default did not fit: the
+    default (``DEFAULT_GPUS``) shrinks to this node; a ``--gpus`` the node cannot hold is bad
+    input, refused before anything is written."""
+    wanted = request.gpus or DEFAULT_GPUS
+    if wanted <= devices.count:
+        return wanted, None
+    if request.gpus is None:
+        return devices.count, (
+            f"> [INFO] Profiling on {devices.describe(devices.count)}, all this node has (the "
+            f"default is {devices.describe(DEFAULT_GPUS)}; --gpus N to choose)."
+        )
+    more = (
+        f", or set {CPU_SLOTS_ENV}={wanted} to run more CPU processes than cores"
+        if devices.kind == "cpu"
+        else ""
+    )
+    raise TorchscaleError(
+        f"--gpus {wanted} needs {devices.describe(wanted)}; this node has "
+        f"{devices.describe(devices.count)}: pass --gpus {devices.count}{more}"
+    )
+
+
 def capture_profile(
     request: CaptureRequest, output_dir: Path, events: LiveEvents, notify: Notify
 ) -> List[CapturedCell]:
     """Pick what to trace (the worst-scaling configuration in ``output_dir`` when the request
-    names no model or config), check it, run it traced and read each cell's findings."""
+    names no model or config), check it, run it traced and read each cell's findings. Bad
+    input (a model that does not exist, more ranks than the node has) fails before anything
+    is written or said about where results go."""
     from dataclasses import replace
 
     from torchscale.hardware.environment import node_devices
     from torchscale.launch.nsys import tool_warning
-    from torchscale.models.registry import check_model_factories
+    from torchscale.models.registry import check_model_factories, check_model_name
+    from torchscale.plan.cpu_size import gpu_sized_warnings
     from torchscale.results.store import check_writable
 
-    devices = None
+    if request.model is not None and request.config is None:
+        check_model_name(request.model)
+    devices = node_devices()
+    gpus, fitted = fitted_gpus(request, devices)
+    request = replace(request, gpus=gpus)
+    picked = None
     if request.config is None and request.model is None:
-        devices = node_devices()
         picked = worst_target(output_dir, devices.kind, devices.count)
-        notify(f"> [INFO] No --model or --config: {picked.reason}.")
         batch = request.batch_size or picked.batch_size
         request = replace(request, model=picked.model, batch_size=batch, knobs=picked.knobs)
     config = capture_config(request)  # bad input fails here, before anything runs
+    for name in config.models:
+        check_model_name(name)
     check_model_factories(config.models, seq_len=config.seq_len[0])
-    devices = devices or node_devices()
+    if picked is not None:
+        notify(f"> [INFO] No --model or --config: {picked.reason}.")
+    if fitted:
+        notify(fitted)
     warning = tool_warning(request.tool, devices.kind, "--tool")
     if warning:
         notify(f"> [WARN] {warning}")
+    for line in gpu_sized_warnings(config, devices.kind):
+        notify(f"> [WARN] {line}")
     check_writable(output_dir)
     notify(f"> Results go to {experiment_dir(output_dir, config.experiment_name)}")
     return [captured_cell(r, s) for r, s in run_capture(request, output_dir, events, config)]

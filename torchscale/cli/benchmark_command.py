@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.cli.console import err_console, markup_text, print_json, user_errors
 from torchscale.errors import TorchscaleError
 
 if TYPE_CHECKING:
@@ -341,17 +341,23 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
     if outcome.stopped_by:
         err_console.print(
             f"[bold yellow]{outcome.stopped_by}.[/bold yellow] {outcome.records_safe} cell "
-            f"result(s) are safe in {outcome.results_path}; run again with --resume to finish "
+            f"result(s) are safe in {markup_text(outcome.results_path)}; run again with --resume "
+            "to finish "
             "the rest."
         )
         return EXIT_TERMINATED if outcome.stopped_by == "Terminated" else EXIT_INTERRUPTED
     if not outcome.recorded:
         return _follower_summary(outcome)
+    from torchscale.hardware.device_noun import CPU_NOTE, is_cpu, records_device_kind
+
     table = outcome.table
     title = f"{outcome.experiment} ({outcome.store_root})"
+    device_kind = records_device_kind(outcome.records)
     if table is not None and not table.empty:
-        err_console.print(results_table(table, title))
-    _print_comm_summary(outcome.records, title)
+        err_console.print(results_table(table, title, device_kind))
+    _print_comm_summary(outcome.records, title, device_kind)
+    if is_cpu(device_kind) and outcome.records:
+        _note(f"> [INFO] {CPU_NOTE}.")
     if json_output:
         print_json(
             {
@@ -383,10 +389,11 @@ def _follower_summary(outcome: BenchmarkOutcome) -> int:
     return 0
 
 
-def _print_comm_summary(records: List[ResultBase], title: str) -> None:
+def _print_comm_summary(records: List[ResultBase], title: str, device_kind: str) -> None:
+    from torchscale.cli.benchmark_view import comm_summary_table
     from torchscale.comm.result_tables import collective_table, tp_gemm_table
-    from torchscale.comm.view import comm_results_table
 
     collectives, tp_gemm = collective_table(records), tp_gemm_table(records)
     if not collectives.empty or not tp_gemm.empty:
-        err_console.print(comm_results_table(collectives, tp_gemm, f"{title}: communication"))
+        name = f"{title}: communication"
+        err_console.print(comm_summary_table(collectives, tp_gemm, name, device_kind))

@@ -17,13 +17,15 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from torchscale.cli.console import err_console
+from torchscale.cli.console import err_console, markup_text, say
+from torchscale.cli.running_cell import RunningCell, say_progress
+from torchscale.hardware.device_noun import CUDA, count_header, count_text, record_device_kind
 from torchscale.kinds.kind_registry import get_kind
 from torchscale.kinds.training_kind import gpus_text
 from torchscale.plan.matrix import Plan
 from torchscale.plan.planned_cell import Cell
 from torchscale.results.figures import GLOSSARY_DOC, SCALING_EFFICIENCY, STEP_TIME, SYNC_OVERHEAD
-from torchscale.results.layout import MANIFEST, RESULTS, SUMMARY
+from torchscale.results.layout import MANIFEST, RESULTS, SUMMARY, SUMMARY_COMM
 from torchscale.results.schema import ResultBase, TrainingResult
 from torchscale.results.table_scalars import as_float, as_int
 
@@ -38,14 +40,13 @@ def _fmt(value: object, spec: str = ",.1f", suffix: str = "") -> str:
     return f"{as_float(value):{spec}}{suffix}"
 
 
-def describe_cell(cell: Cell) -> str:
-    return get_kind(cell.kind).describe(cell)
-
-
 class ConsoleEvents:
-    """Rich progress over the matrix plus the seed's per-cell lines."""
+    """Rich progress over the matrix plus the seed's per-cell lines. In a terminal the progress
+    bar says where the running cell is; in a log (CI, a file) a line every 10 s does. A cell the
+    profiler traced ends with a line naming why, where and what it found
+    (``cli/running_cell.py``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, profile_lines: bool = True) -> None:
         self.progress = Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),
@@ -59,7 +60,8 @@ class ConsoleEvents:
             transient=True,
         )
         self.task: Any = None
-        self.current = ""
+        self.running = RunningCell()
+        self.profile_lines = profile_lines
 
     def __enter__(self) -> ConsoleEvents:
         self.progress.__enter__()
@@ -68,15 +70,19 @@ class ConsoleEvents:
     def __exit__(self, *exc: Any) -> None:
         self.progress.__exit__(*exc)
 
-    def cell_started(self, cell: Cell, position: int, total: int) -> None:
+    def cell_started(self, cell: Cell, position: int, total: int, cell_dir: Path) -> None:
         if self.task is None:
             self.task = self.progress.add_task("", total=total)
-        self.current = describe_cell(cell)
-        self.progress.update(self.task, description=self.current)
-        err_console.print(f"> Running {self.current}...")
+        described = self.running.start(cell, cell_dir)
+        self.progress.update(self.task, description=markup_text(described))
+        say(f"> Running {described}...")
 
     def cell_polled(self, elapsed_s: float) -> None:
-        self.progress.update(self.task, description=f"{self.current} [{elapsed_s:.0f}s]")
+        if err_console.is_terminal:
+            where = f"{self.running.described} [{self.running.where(elapsed_s)}]"
+            self.progress.update(self.task, description=markup_text(where))
+        else:
+            say_progress(self.running, elapsed_s)
 
     def cell_finished(
         self, cell: Cell, records: List[ResultBase], table: Optional[DataFrame]
@@ -86,14 +92,17 @@ class ConsoleEvents:
             if isinstance(record, TrainingResult):
                 self._training_lines(record, table)
         for line in get_kind(cell.kind).console_lines(records):
-            err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+            say(line)
+        for record in records if self.profile_lines else []:
+            traced = self.running.profile_line(record)
+            if traced:
+                say(traced)
 
     def _training_lines(self, record: TrainingResult, table: Optional[DataFrame]) -> None:
         if record.status != "ok":
             label = "SKIP" if record.status == "skipped" else "FAIL"
             # Errors quote tracebacks and paths: brackets in them are text, not Rich markup.
-            text = f"> [{label}] {record.status}: {record.error}"
-            err_console.print(text, soft_wrap=True, markup=False)
+            say(f"> [{label}] {record.status}: {record.error}")
             return
         row = table.loc[table["cell_id"] == record.cell_id] if table is not None else None
         found = row is not None and len(row) > 0
@@ -101,47 +110,57 @@ class ConsoleEvents:
         base = float(row["baseline_world_size"].iloc[-1]) if row is not None and found else math.nan
         # Only a cell measured against a smaller GPU count has a scaling figure.
         compared = not math.isnan(eff) and base < record.world_size
-        versus = f"{base:.0f} GPU" + ("s" if base > 1 else "")
+        versus = count_text(int(base), record_device_kind(record)) if compared else ""
         eff_text = f" ({SCALING_EFFICIENCY.name} {eff:.0%} vs {versus})" if compared else ""
         steps = record.step_time_ms
-        err_console.print(
+        say(
             f"> [INFO] Average Throughput: {_fmt(record.throughput, ',.0f')} "
             f"{record.unit}/sec{eff_text}"
         )
         if steps:
-            err_console.print(
+            say(
                 f"> [INFO] Iteration Latency: {steps.mean:,.1f}ms "
                 f"(p50 {steps.p50:,.1f}, p95 {steps.p95:,.1f}, p99 {steps.p99:,.1f})"
             )
         if record.sync and record.sync.warning:
-            err_console.print(f"> [WARN] {record.sync.warning}.", soft_wrap=True, markup=False)
+            say(f"> [WARN] {record.sync.warning}.")
         from torchscale.analysis.iteration_breakdown import comm_compute_line
         from torchscale.analysis.telemetry import console_lines
 
         ratio = comm_compute_line(record) if record.world_size > 1 else None
         for line in [*([ratio] if ratio else []), *console_lines(record)]:
-            err_console.print(line, soft_wrap=True, markup=False)
+            say(line)
 
 
-def plan_table(plan: Plan) -> Table:
+def plan_table(plan: Plan, device_kind: str = CUDA, first: int = 1) -> Table:
     """One row per cell: its id, the matrix axes and every knob that varies (fits 80 columns:
-    see ``cli/console_tables.py``)."""
+    see ``cli/console_tables.py``). A knob the matrix sweeps is a column of its own; the
+    axes' own settings (``precision`` among them) are never listed twice. Rows are numbered
+    from ``first`` in the order given (the run's order)."""
     from torchscale.cli.console_tables import Col, fitted_table
 
-    knobs = [k for k in plan.swept if k not in ("models", "batch_sizes", "gpu_counts", "nodes")]
+    axes = ("models", "batch_sizes", "gpu_counts", "nodes", "precision")
+    knobs = [k for k in plan.swept if k not in axes]
     rows: List[List[str]] = []
-    for cell in plan.cells:
+    for position, cell in enumerate(plan.cells, first):
         row = get_kind(cell.kind).plan_row(cell, knobs)
-        rows.append([str(cell.index + 1), cell.cell_id, *row])
-    headers = ["#", "cell", "model", "batch", "GPUs", "precision", *knobs]
+        rows.append([str(position), cell.cell_id, *row])
+    ranks = count_header(device_kind)
+    headers = ["#", "cell", "model", "batch", ranks, "precision", *knobs]
     columns = list(zip(*rows)) if rows else [()] * len(headers)
+
+    def same(header: str) -> Optional[str]:
+        if header in ("#", "cell"):
+            return None
+        return f"{{}} {ranks}" if header == ranks else f"{header} {{}}"
+
     cols = [
         Col(
             header,
             list(values),
             numeric=False,
             wrap=header in ("cell", "model"),
-            same=None if header in ("#", "cell") else f"{header} {{}}",
+            same=same(header),
         )
         for header, values in zip(headers, columns)
     ]
@@ -152,8 +171,9 @@ def plan_table(plan: Plan) -> Table:
 UNIT_SHORT = {"images": "img", "sequences": "seq", "tokens": "tok", "samples": "smp"}
 
 
-def results_table(table: DataFrame, title: str) -> Table:
-    """The final table: every figure in full at any console width (``cli/console_tables.py``)."""
+def results_table(table: DataFrame, title: str, device_kind: str = CUDA) -> Table:
+    """The final table: every figure in full at any console width (``cli/console_tables.py``);
+    on CPU processes the rank column is ``ranks`` and the note says they are not GPUs."""
     from torchscale.cli.console_tables import Col, fitted_table
 
     rows = list(table.itertuples())
@@ -161,13 +181,14 @@ def results_table(table: DataFrame, title: str) -> Table:
     numbers = [_fmt(r.throughput, ",.1f") for r in rows]
     short = [UNIT_SHORT.get(u, u) for u in units]
     one_unit = len(set(units)) == 1 and units[0]
+    ranks = count_header(device_kind)
     cols = [
         Col("model", [str(r.model) for r in rows], numeric=False, wrap=True),
         Col("batch", [str(r.batch_size) for r in rows], same="batch {}"),
         Col(
-            "GPUs",
+            ranks,
             [gpus_text(as_int(r.world_size), as_int(r.nnodes)) for r in rows],
-            same="{} GPUs",
+            same=lambda v: count_text(int(v), device_kind) if v.isdigit() else f"{v} {ranks}",
         ),
         Col("prec", [str(r.precision) for r in rows], numeric=False, same="{}", drop=1),
         Col("status", [str(r.status) for r in rows], numeric=False, same="all {}"),
@@ -208,13 +229,46 @@ def results_table(table: DataFrame, title: str) -> Table:
     return fitted_table(err_console, title, cols, left_out=left_out)
 
 
+def comm_summary_table(
+    collectives: DataFrame, tp_gemm: DataFrame, title: str, device_kind: str = CUDA
+) -> Table:
+    """The communication summary (``comm.view.comm_summary_rows``), fitted to the console."""
+    from torchscale.cli.console_tables import Col, fitted_table
+    from torchscale.comm.view import comm_summary_rows
+
+    rows = comm_summary_rows(collectives, tp_gemm)
+    ranks = count_header(device_kind)
+
+    def values(key: str) -> List[str]:
+        return [row[key] for row in rows]
+
+    cols = [
+        Col("what", values("what"), numeric=False, wrap=True),
+        Col(ranks, values("ranks"), same=lambda v: count_text(int(v), device_kind)),
+        Col("scope", values("scope"), numeric=False, same="scope {}"),
+        Col("dtype", values("dtype"), numeric=False, same="{}"),
+        Col("status", values("status"), numeric=False, same="all {}"),
+        Col("figure", values("figure")),
+        Col("at", values("at")),
+    ]
+    return fitted_table(err_console, title, cols, left_out=f"see {SUMMARY_COMM} or --json")
+
+
 def models_table(entries: List[Any]) -> Table:
-    table = Table(title="Built-in models", title_justify="left")
-    for column in ("name", "family", "unit", "parameters", "description"):
-        table.add_column(column, justify="right" if column == "parameters" else "left")
-    for entry in entries:
-        params = f"{entry.params / 1e6:,.1f}M" if entry.params else "-"
-        table.add_row(entry.name, entry.family, entry.unit, params, entry.description)
+    """``--list-models``, fitted to the console like every table."""
+    from torchscale.cli.console_tables import Col, fitted_table
+
+    def text(values: List[str], header: str, **options: Any) -> Col:
+        return Col(header, values, numeric=False, **options)
+
+    cols = [
+        text([e.name for e in entries], "name"),
+        text([e.family for e in entries], "family"),
+        text([e.unit for e in entries], "unit"),
+        Col("parameters", [f"{e.params / 1e6:,.1f}M" if e.params else "-" for e in entries]),
+        text([e.description for e in entries], "description", fill=True),
+    ]
+    table = fitted_table(err_console, "Built-in models", cols)
     table.caption = "Your own model: models: ['package.module:function'] returning a ModelSpec."
     return table
 

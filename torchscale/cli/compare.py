@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Hashable, Mapping
+from typing import TYPE_CHECKING, Dict, Hashable, List, Mapping, Optional, Tuple
 
 import typer
 from typing_extensions import Annotated
@@ -29,52 +29,89 @@ STYLES = {"regression": "bold red", "improvement": "green", "within noise": "yel
 LOST_STYLE = "bold red"
 
 
-def _table(comparison: Comparison, threshold: float) -> Table:
-    from rich.table import Table
-    from rich.text import Text
+def _interval(low: float, high: float) -> str:
+    return "-" if math.isnan(low) else f"{low:+.1f}..{high:+.1f}%"
 
+
+def _table(comparison: Comparison, threshold: float, device_kind: Optional[str] = None) -> Table:
+    """Per cell: throughput and p95 step time, old and new, the change and its interval, and
+    the verdict; at 80 columns (a CI log) the compact form stacks old over new and the change
+    over its interval, and every number stays whole (``cli/console_tables.py``)."""
+    from torchscale.cli.console_tables import Col, fitted_table
+    from torchscale.hardware.device_noun import count_header, count_text
     from torchscale.report import formatting as fmt
 
-    table = Table(title=f"Per-cell change (threshold {threshold:g}%, 95% bootstrap CI)")
-    for header in (
-        "model",
-        "configuration",
-        "GPUs",
-        "throughput",
-        "change",
-        "95% CI",
-        "p95 ms",
-        "change",
-        "95% CI",
-        "verdict",
-    ):
-        table.add_column(
-            header, justify="left" if header in ("model", "configuration") else "right"
-        )
-    for row in comparison.cells.to_dict("records"):
+    rows = comparison.cells.to_dict("records")
+    units = {str(row.get("unit") or "") for row in rows} - {""}
+    unit = f"{units.pop()}/s" if len(units) == 1 else "/s"
 
-        def ci(low: float, high: float) -> str:
-            return "-" if math.isnan(low) else f"{low:+.1f}…{high:+.1f}%"
+    def figures(old_key: str, new_key: str) -> Tuple[List[str], List[str]]:
+        old = [fmt.significant(row[old_key]) for row in rows]
+        new = [fmt.significant(row[new_key]) for row in rows]
+        return [f"{o} → {n}" for o, n in zip(old, new)], [f"{o}\n{n}" for o, n in zip(old, new)]
 
-        table.add_row(
-            Text(str(row["model"])),
-            Text(str(row["variant"])),
-            f"{row['world_size']} ({row['nnodes']} nodes)"
-            if row.get("nnodes", 1) > 1
-            else str(row["world_size"]),
-            f"{fmt.significant(row['throughput_old'])} → {fmt.significant(row['throughput_new'])}",
-            fmt.signed_percent(row["throughput_change_pct"]),
-            ci(row["throughput_ci_low_pct"], row["throughput_ci_high_pct"]),
-            f"{fmt.significant(row['p95_old_ms'])} → {fmt.significant(row['p95_new_ms'])}",
-            fmt.signed_percent(row["p95_change_pct"]),
-            ci(row["p95_ci_low_pct"], row["p95_ci_high_pct"]),
-            # Text, not markup: a verdict without a style must not print as "[]unchanged".
-            Text(
-                str(row["verdict"]),
-                style=LOST_STYLE if row.get("lost") else STYLES.get(row["verdict"], ""),
-            ),
-        )
-    return table
+    def change(key: str, pct: str) -> Tuple[List[str], List[str], List[str]]:
+        changes = [fmt.signed_percent(row[pct]) for row in rows]
+        ranges = [_interval(row[f"{key}_ci_low_pct"], row[f"{key}_ci_high_pct"]) for row in rows]
+        return changes, ranges, [f"{c}\n{r}" for c, r in zip(changes, ranges)]
+
+    thr, thr_stacked = figures("throughput_old", "throughput_new")
+    p95, p95_stacked = figures("p95_old_ms", "p95_new_ms")
+    thr_change, thr_ci, thr_both = change("throughput", "throughput_change_pct")
+    p95_change, p95_ci, p95_both = change("p95", "p95_change_pct")
+    ranks = count_header(device_kind)
+    gpus = [
+        f"{row['world_size']} ({row['nnodes']} nodes)"
+        if row.get("nnodes", 1) > 1
+        else str(row["world_size"])
+        for row in rows
+    ]
+    verdicts = [str(row["verdict"]) for row in rows]
+    styles = [
+        LOST_STYLE if row.get("lost") else STYLES.get(verdict, "")
+        for row, verdict in zip(rows, verdicts)
+    ]
+    cols = [
+        Col("model", [str(row["model"]) for row in rows], numeric=False, wrap=True),
+        Col(
+            "configuration",
+            [str(row["variant"]) for row in rows],
+            compact="config",
+            numeric=False,
+            wrap=True,
+            same="{}",
+        ),
+        Col(
+            ranks,
+            gpus,
+            same=lambda v: count_text(int(v), device_kind) if v.isdigit() else f"{v} {ranks}",
+        ),
+        Col(
+            f"throughput {unit}",
+            thr,
+            compact=f"{unit}\nold\nnew",
+            compact_values=thr_stacked,
+            drop=1,
+            name="throughput old/new",
+        ),
+        Col("change", thr_change, compact="thr.\nchange\n95% CI", compact_values=thr_both),
+        Col("95% CI", thr_ci),
+        Col(
+            "p95 ms",
+            p95,
+            compact="p95 ms\nold\nnew",
+            compact_values=p95_stacked,
+            drop=2,
+            name="p95 ms old/new",
+        ),
+        Col("change", p95_change, compact="p95\nchange\n95% CI", compact_values=p95_both),
+        Col("95% CI", p95_ci),
+        Col("verdict", verdicts, numeric=False, wrap=True, styles=styles),
+    ]
+    # The compact form shows each change over its interval: the interval columns go.
+    compact_cols = [c for c in cols if c.header != "95% CI"]
+    title = f"Per-cell change (threshold {threshold:g}%, 95% bootstrap CI)"
+    return fitted_table(err_console, title, cols, compact=compact_cols, left_out="see --json")
 
 
 def register(app: typer.Typer) -> None:
@@ -109,9 +146,9 @@ def register(app: typer.Typer) -> None:
         if threshold < 0 or resamples < 100:
             raise TorchscaleError("--threshold must be >= 0 and --resamples >= 100")
         options = CompareOptions(threshold_pct=threshold, resamples=resamples, seed=seed)
-        result = compare_runs(
-            load_report_data(old, "OLD").records, load_report_data(new, "NEW").records, options
-        )
+        old_records = load_report_data(old, "OLD").records
+        new_records = load_report_data(new, "NEW").records
+        result = compare_runs(old_records, new_records, options)
         if result.cells.empty or not result.shared:
             raise TorchscaleError(
                 f"no cell of {new} matches a cell of {old} (same model, settings and GPU count); "
@@ -134,7 +171,10 @@ def register(app: typer.Typer) -> None:
                     "only_in_new": result.only_new.to_dict("records"),
                 }
             )
-        err_console.print(_table(result, threshold))
+        from torchscale.hardware.device_noun import records_device_kind
+
+        device_kind = records_device_kind([*old_records, *new_records])
+        err_console.print(_table(result, threshold, device_kind))
         for side, frame in (("baseline", result.only_old), ("new run", result.only_new)):
             if not frame.empty:
                 err_console.print(

@@ -2,6 +2,11 @@
 
 Progress, logs and tables go to stderr; only machine-readable output (``--json``) goes to stdout,
 so ``torchscale ... --json | jq`` always works.
+
+Everything printed here is terminal-safe: a name from a config, a results folder or a trace may
+hold escape sequences (a window title, a screen clear, OSC 52 writing the clipboard), so every
+string reaches the terminal through ``torchscale.escaping.for_terminal`` (the console's
+``render_str``, which tables, titles and captions go through too, and the log formatter).
 """
 
 from __future__ import annotations
@@ -14,13 +19,42 @@ from typing import Any, Callable, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from torchscale.errors import TorchscaleError
-
-err_console = Console(stderr=True, highlight=False)
-log = logging.getLogger("torchscale")
+from torchscale.escaping import for_terminal
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class TerminalConsole(Console):
+    """A Rich console that shows control characters escaped in every string it renders (plain
+    text, markup, table cells, titles, captions); Rich's own styles and cursor moves are not
+    strings and are kept."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(for_terminal(text, keep_newlines=True), **kwargs)
+
+
+err_console = TerminalConsole(stderr=True, highlight=False)
+log = logging.getLogger("torchscale")
+
+
+def say(line: str) -> None:
+    """One line of text on stderr: no markup (brackets in names and errors are text), wrapped
+    by the terminal, not cut."""
+    err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def markup_text(text: object) -> str:
+    """``text`` for a string that is printed with Rich markup: escaped for the terminal and
+    for the markup (a name holding ``[/x]`` is text, not a tag)."""
+    return escape(for_terminal(text, keep_newlines=True))
+
+
+class _TerminalFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return for_terminal(super().format(record), keep_newlines=True)
 
 
 def setup_logging(level: int) -> None:
@@ -28,7 +62,7 @@ def setup_logging(level: int) -> None:
     from rich.logging import RichHandler
 
     handler = RichHandler(console=err_console, show_time=False, show_path=False, markup=False)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.setFormatter(_TerminalFormatter("%(message)s"))
     log.handlers[:] = [handler]
     log.setLevel(level)
     log.propagate = False
@@ -48,8 +82,10 @@ def print_json(document: object) -> None:
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print a one-line error on stderr and return the Exit to raise."""
-    # escape: a message naming 'torchscale[mlflow]' or a path with brackets is text, not markup
-    err_console.print(f"[bold red]Error:[/bold red] {escape(message)}", soft_wrap=True)
+    # One line whatever a name in it holds (a line break is shown as \n); a message naming
+    # 'torchscale[mlflow]' or a path with brackets is text, not markup.
+    shown = escape(for_terminal(message))
+    err_console.print(f"[bold red]Error:[/bold red] {shown}", soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -45,8 +45,8 @@ def print_plan(request: BenchmarkRequest, json_output: bool) -> None:
     stream = preview.cells()
     # Bad input (a matrix over --max-cells, ...) raises at the first cell: before any output.
     stream = itertools.chain(list(itertools.islice(stream, 1)), stream)
-    if preview.warning:
-        _note(f"> [WARN] {preview.warning}")
+    for warning in preview.warnings:
+        _note(f"> [WARN] {warning}")
     if json_output:
         separator = "\n"
         sys.stdout.write("[")
@@ -64,20 +64,26 @@ def print_plan(request: BenchmarkRequest, json_output: bool) -> None:
         sys.stdout.flush()
         return
     swept = preview.swept
+    kind = preview.devices.kind
     chunks = _chunks(stream, DRY_RUN_CHUNK)
     chunk = next(chunks, [])
     done = 0
     while chunk:
         following = next(chunks, [])
-        table = plan_table(Plan(config, [p.cell for p in chunk], swept))
+        table = plan_table(Plan(config, [p.cell for p in chunk], swept), kind, done + 1)
         if done or following:  # one of several tables: say which cells it holds
             table.title = f"{config.experiment_name}: cells {done + 1}-{done + len(chunk)}"
         err_console.print(table)
-        for planned in chunk:
+        for position, planned in enumerate(chunk, done + 1):
             if planned.visited:
-                _note(f"[{planned.cell.index + 1}] {planned.command}")
+                _note(f"[{position}] {planned.command}")
         done += len(chunk)
         chunk = following
     skipped = preview.skipped
     note = f"; {len(skipped)} of {done} cells would be skipped on this node" if skipped else ""
+    if preview.done:
+        note += (
+            f"; {len(preview.done)} cell(s) already have results in {preview.store_root} and "
+            "are not listed (--resume runs only the cells above)"
+        )
     _note(f"dry run: nothing was run or written (results would go to {preview.store_root}){note}")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.cli.console import err_console, print_json, say, user_errors
 from torchscale.errors import TorchscaleError
 from torchscale.results.figures import GLOSSARY_DOC, SYNC_OVERHEAD, SYNC_STALL
 from torchscale.results.layout import FINDINGS_FILE, PROFILE_TABLE_FILES
@@ -114,7 +114,7 @@ def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) 
         err_console.print(f"  {i}. {title} ({severity})", soft_wrap=True)
         err_console.print(f"     -> {escape(finding['recommendation'])}", soft_wrap=True)
     if written:
-        err_console.print(f"[ANALYSIS] Wrote {', '.join(written)} to {out_dir}", soft_wrap=True)
+        say(f"[ANALYSIS] Wrote {', '.join(written)} to {out_dir}")
 
 
 def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
@@ -122,17 +122,15 @@ def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
     documents = []
     for cell in cells:
         if cell.not_profiled is not None:
-            err_console.print(
-                f"[ANALYSIS] {cell.cell_id}: not profiled: {cell.not_profiled}", soft_wrap=True
-            )
+            say(f"[ANALYSIS] {cell.cell_id}: not profiled: {cell.not_profiled}")
             continue
         if cell.document is None or cell.out_dir is None:
-            err_console.print(f"[ANALYSIS] {cell.cell_id}: {cell.no_analysis}", soft_wrap=True)
+            say(f"[ANALYSIS] {cell.cell_id}: {cell.no_analysis}")
             continue
-        err_console.print(f"[ANALYSIS] Profiling complete: {cell.cell_id} ({cell.tool}).")
+        say(f"[ANALYSIS] Profiling complete: {cell.cell_id} ({cell.tool}).")
         print_document(cell.document, [FINDINGS_FILE, *PROFILE_TABLE_FILES.values()], cell.out_dir)
         if cell.sync_overhead_pct is not None:
-            _note(
+            say(
                 f"[ANALYSIS] {SYNC_OVERHEAD.title} of this cell (its measured window): "
                 f"{cell.sync_overhead_pct:.1f}%. The {SYNC_STALL.name} is the part of it spent "
                 f"waiting for the last rank; the rest is the transfers and DDP's bucketing "
@@ -144,8 +142,6 @@ def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
     return 0 if documents else 1
 
 
-def _note(line: str) -> None:
-    err_console.print(line, soft_wrap=True, markup=False)
 
 
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Enable verbose logging.")]
@@ -171,8 +167,16 @@ def register(app: typer.Typer) -> None:
     def capture(
         ctx: typer.Context,
         gpus: Annotated[
-            int, typer.Option("--gpus", "-g", min=1, help="Number of GPUs (ranks) to profile.")
-        ] = 4,
+            Optional[int],
+            typer.Option(
+                "--gpus",
+                "-g",
+                min=1,
+                help="Ranks to profile: GPUs, or CPU processes on a node without GPUs "
+                "(default: 4, or all of a smaller node's, said so).",
+                show_default=False,
+            ),
+        ] = None,
         duration: Annotated[
             str, typer.Option("--duration", "-d", help="How long to profile: 30, 30s or 2m.")
         ] = "30s",
@@ -225,6 +229,7 @@ def register(app: typer.Typer) -> None:
         _check_choice(tool, TOOLS, "--tool")
         if config is not None and (model is not None or batch_size is not None):
             raise TorchscaleError("use either --config or --model/--batch-size, not both")
+
         from torchscale.app.profile import CaptureRequest, capture_profile
         from torchscale.cli.benchmark_view import ConsoleEvents
         from torchscale.config.loader import parse_overrides
@@ -232,7 +237,8 @@ def register(app: typer.Typer) -> None:
         request = CaptureRequest(
             gpus, seconds, target, tool, config, model, batch_size, parse_overrides(set_ or [])
         )
-        cells = capture_profile(request, output_dir, ConsoleEvents(), _note)
+        events = ConsoleEvents(profile_lines=False)  # the analysis below says it all
+        cells = capture_profile(request, output_dir, events, say)
         code = _report_capture(cells, json_output)
         if code:
             raise typer.Exit(code)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Dict, Hashable, List, Mapping, Optional
+from typing import Any, Dict, Hashable, List, Mapping, Optional, Tuple
 
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.cli.console import err_console, print_json, say, user_errors
 
 DEFAULT_TARGETS = [16, 64, 256, 1024]
 
@@ -23,36 +23,81 @@ def _band(row: Dict[str, Any], key: str) -> str:
     return f"{100 * half / row[key]:.0f}%" if row[key] else "?"
 
 
-def _table(rows: List[Dict[str, Any]], holdout: bool) -> Any:
-    from rich.table import Table
+def _ranks(row: Dict[str, Any]) -> str:
+    """``64``, or ``64 (8n)`` across nodes."""
+    nodes = row["nodes"]
+    return f"{row['world_size']}" + (f" ({nodes}n)" if nodes > 1 else "")
 
+
+def _percent(fraction: Optional[float]) -> Optional[float]:
+    return None if fraction is None else 100 * fraction
+
+
+def _table(rows: List[Dict[str, Any]], holdout: bool) -> Any:
+    """The predictions, fitted to the console (``cli/console_tables.py``); a row extrapolated
+    from CPU processes says so in its own column, which is never left out."""
+    from torchscale.cli.console_tables import Col, fitted_table
+    from torchscale.hardware.device_noun import CPU, count_header, is_cpu
     from torchscale.report import formatting as fmt
 
     unit = rows[0]["unit"] if rows else "samples"
-    table = Table(title=f"Projected scaling ({unit}/s; band ±2 standard errors of the fit)")
-    headers = ["model", "config", "GPUs", "step ms", "throughput /s", "eff.", "comm ms", "algo"]
+    on_cpu = [is_cpu(row.get("measured_on")) for row in rows]
+    ranks = count_header(CPU if all(on_cpu) and rows else None)
+
+    def banded(key: str) -> Tuple[List[str], List[str]]:
+        values = [fmt.significant(row[key]) for row in rows]
+        bands = [f"±{_band(row, key)}" for row in rows]
+        pairs = list(zip(values, bands))
+        return [f"{v} {b}" for v, b in pairs], [f"{v}\n{b}" for v, b in pairs]
+
+    step, step_stacked = banded("step_ms")
+    throughput, throughput_stacked = banded("throughput")
+    cols = [
+        Col("model", [str(row["model"]) for row in rows], numeric=False, wrap=True),
+        Col(
+            "config", [str(row["variant"]) for row in rows], numeric=False, wrap=True, same="{}"
+        ),
+        Col(ranks, [_ranks(row) for row in rows]),
+        Col("step ms", step, compact="step\nms", compact_values=step_stacked),
+        Col(f"{unit}/s", throughput, compact=f"{unit}\n/s", compact_values=throughput_stacked),
+        Col("eff.", [fmt.fraction(row["efficiency"]) for row in rows]),
+        Col(
+            "comm ms",
+            [fmt.significant(row["exposed_comm_ms"]) for row in rows],
+            compact="comm\nms",
+            drop=1,
+            name="exposed comm ms",
+        ),
+        Col(
+            "algo",
+            [str(row["algorithm"]) for row in rows],
+            numeric=False,
+            same="{} all-reduce",
+            drop=2,
+            name="all-reduce algorithm",
+        ),
+    ]
     if holdout:
-        headers += ["measured", "error"]
-    for header in headers:
-        table.add_column(header, justify="left" if header in ("model", "config") else "right")
-    for row in rows:
-        cells = [
-            row["model"],
-            row["variant"],
-            f"{row['world_size']}" + (f" ({row['nodes']}n)" if row["nodes"] > 1 else ""),
-            f"{fmt.significant(row['step_ms'])} ±{_band(row, 'step_ms')}",
-            f"{fmt.significant(row['throughput'])} ±{_band(row, 'throughput')}",
-            fmt.fraction(row["efficiency"]),
-            fmt.significant(row["exposed_comm_ms"]),
-            row["algorithm"],
+        cols += [
+            Col(
+                "measured",
+                [fmt.significant(row["measured_throughput"]) for row in rows],
+                compact="meas-\nured",
+            ),
+            Col("error", [fmt.signed_percent(_percent(row["error"])) for row in rows]),
         ]
-        if holdout:
-            cells += [
-                fmt.significant(row["measured_throughput"]),
-                fmt.signed_percent(100 * row["error"] if row["error"] is not None else None),
-            ]
-        table.add_row(*cells)
-    return table
+    if any(on_cpu):
+        cols.append(
+            Col(
+                "measured on",
+                ["CPU processes" if cpu else "GPUs" for cpu in on_cpu],
+                compact="from",
+                compact_values=["CPU" if cpu else "GPU" for cpu in on_cpu],
+                numeric=False,
+            )
+        )
+    title = f"Projected scaling ({unit}/s; band ±2 standard errors of the fit)"
+    return fitted_table(err_console, title, cols, left_out="see --json")
 
 
 def _extra_counts(args: List[str]) -> List[int]:
@@ -108,10 +153,9 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Predict step time, throughput and scaling efficiency at larger GPU counts."""
-        from torchscale.analysis.alphabeta import BACK_TO_BACK
-        from torchscale.analysis.projection import COMPUTE_DRIFT_LIMIT, CPU_WAIT_LIMIT
         from torchscale.analysis.projection import project as run_projection
         from torchscale.errors import TorchscaleError
+        from torchscale.hardware.device_noun import is_cpu
         from torchscale.report.report_data import load_report_data
 
         targets = [*(gpus or []), *_extra_counts(ctx.args)] or ([] if holdout else DEFAULT_TARGETS)
@@ -135,56 +179,62 @@ def register(app: typer.Typer) -> None:
                 }
             )
         for line in result.basis:
-            err_console.print(f"> {line}", markup=False, soft_wrap=True)
+            say(f"> {line}")
         err_console.print(_table(rows, holdout))
+        if any(is_cpu(row.get("measured_on")) for row in rows):
+            say(
+                "> [WARN] Rows from CPU are extrapolated from gloo on CPU processes (loopback on "
+                "one host): they say how this CPU setup would scale, not what GPUs would do."
+            )
         if holdout:
             for row in rows:
                 if row.get("measured_throughput") is not None:
-                    err_console.print(
-                        f"> [INFO] Holdout {row['model']} · {row['variant']} at "
-                        f"{row['world_size']} GPUs: predicted {row['throughput']:,.0f}, measured "
-                        f"{row['measured_throughput']:,.0f} {row['unit']}/s "
-                        f"({100 * row['error']:+.1f}%)",
-                        markup=False,
-                        soft_wrap=True,
-                    )
-                    waits = [row.get("cpu_wait_share"), row.get("reference_cpu_wait_share")]
-                    if max((w for w in waits if w is not None), default=0.0) > CPU_WAIT_LIMIT:
-                        shown = max(w for w in waits if w is not None)
-                        err_console.print(
-                            f"> [WARN] A rank waited for a CPU for {shown:.0%} of a measured "
-                            "window (runnable, not running): the host was oversubscribed while "
-                            "these cells ran, so measured and predicted are not comparable.",
-                            markup=False,
-                            soft_wrap=True,
-                        )
-                    comm = row.get("measured_comm_ms")
-                    if comm and row["comm_ms"] and comm > 2 * row["comm_ms"]:
-                        why = (
-                            "the back-to-back micro-benchmark understates the fabric as DDP "
-                            "uses it: set 'communication: {through_ddp: true}' to time each "
-                            "all-reduce through DDP's own reducer"
-                            if row.get("all_reduce_timing") == BACK_TO_BACK
-                            else f"timed {row.get('all_reduce_timing')}, the communication "
-                            "cells still understate it"
-                        )
-                        err_console.print(
-                            f"> [WARN] DDP's own all-reduce took {comm:.3g} ms per step at "
-                            f"{row['world_size']} GPUs, {comm / row['comm_ms']:.1f}x the "
-                            f"{row['comm_ms']:.3g} ms the communication cells' fit gives: {why} "
-                            "(docs/projection.md).",
-                            markup=False,
-                            soft_wrap=True,
-                        )
-                    drift = row.get("compute_drift")
-                    if drift is not None and abs(drift) > COMPUTE_DRIFT_LIMIT:
-                        err_console.print(
-                            f"> [WARN] The compute-only step measured at {row['world_size']} GPUs "
-                            f"is {100 * drift:+.0f}% off the {row['from_gpus']}-GPU one the "
-                            "projection starts from: the node itself ran differently (a busier "
-                            "machine, shared cores), which no projection foresees; with the "
-                            "held-out cell's own compute-only step the prediction is "
-                            f"{100 * row['error_at_measured_compute']:+.1f}% off.",
-                            markup=False,
-                            soft_wrap=True,
-                        )
+                    for line in _holdout_lines(row):
+                        say(line)
+
+
+def _holdout_lines(row: Dict[str, Any]) -> List[str]:
+    """What the held-out cell says: predicted against measured, and why they may differ."""
+    from torchscale.analysis.alphabeta import BACK_TO_BACK
+    from torchscale.analysis.projection import COMPUTE_DRIFT_LIMIT, CPU_WAIT_LIMIT
+    from torchscale.hardware.device_noun import count_text
+
+    at = count_text(row["world_size"], row.get("measured_on"))
+    lines = [
+        f"> [INFO] Holdout {row['model']} · {row['variant']} at {at}: predicted "
+        f"{row['throughput']:,.0f}, measured {row['measured_throughput']:,.0f} {row['unit']}/s "
+        f"({100 * row['error']:+.1f}%)"
+    ]
+    waits = [w for w in (row.get("cpu_wait_share"), row.get("reference_cpu_wait_share")) if w]
+    if max(waits, default=0.0) > CPU_WAIT_LIMIT:
+        lines.append(
+            f"> [WARN] A rank waited for a CPU for {max(waits):.0%} of a measured window "
+            "(runnable, not running): the host was oversubscribed while these cells ran, so "
+            "measured and predicted are not comparable."
+        )
+    comm = row.get("measured_comm_ms")
+    if comm and row["comm_ms"] and comm > 2 * row["comm_ms"]:
+        why = (
+            "the back-to-back micro-benchmark understates the fabric as DDP uses it: set "
+            "'communication: {through_ddp: true}' to time each all-reduce through DDP's own "
+            "reducer"
+            if row.get("all_reduce_timing") == BACK_TO_BACK
+            else f"timed {row.get('all_reduce_timing')}, the communication cells still "
+            "understate it"
+        )
+        lines.append(
+            f"> [WARN] DDP's own all-reduce took {comm:.3g} ms per step at {at}, "
+            f"{comm / row['comm_ms']:.1f}x the {row['comm_ms']:.3g} ms the communication cells' "
+            f"fit gives: {why} (docs/projection.md)."
+        )
+    drift = row.get("compute_drift")
+    if drift is not None and abs(drift) > COMPUTE_DRIFT_LIMIT:
+        start = count_text(row["from_gpus"], row.get("measured_on"))
+        lines.append(
+            f"> [WARN] The compute-only step measured at {at} is {100 * drift:+.0f}% off the "
+            f"one on {start} the projection starts from: the node itself ran differently (a "
+            "busier machine, shared cores), which no projection foresees; with the held-out "
+            "cell's own compute-only step the prediction is "
+            f"{100 * row['error_at_measured_compute']:+.1f}% off."
+        )
+    return lines

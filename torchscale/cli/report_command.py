@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, user_errors
+from torchscale.cli.console import err_console, markup_text, user_errors
 from torchscale.results.figures import GLOSSARY_DOC
 
 SourceOption = Annotated[
@@ -47,7 +47,7 @@ def _generate(
 ) -> None:
     from torchscale.app.report import ReportRequest, generate_report
 
-    with err_console.status(f"Building the {fmt} report of {source}..."):
+    with err_console.status(f"Building the {markup_text(fmt)} report of {markup_text(source)}..."):
         path = generate_report(ReportRequest(source, fmt, output, baseline, threshold))
     if fmt.lower() == "tensorboard":
         message = f"> TensorBoard runs written to {path} (view: tensorboard --logdir {path})"

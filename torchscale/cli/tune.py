@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.cli.console import err_console, markup_text, print_json, user_errors
 from torchscale.errors import ConfigError
 
 if TYPE_CHECKING:
     from pandas import DataFrame
+    from rich.table import Table
 
     from torchscale.plan.planned_cell import Cell
     from torchscale.results.schema import ResultBase
@@ -23,10 +24,13 @@ EXIT_TERMINATED = 143
 
 
 class TuneConsole:
-    """A progress bar over the trials with the best so far, and a line per finished trial."""
+    """A progress bar over the trials with the best so far, and a line per finished trial; in a
+    log, a line at least every 10 s of a running cell (``cli/running_cell.py``)."""
 
     def __init__(self, total: Optional[int]) -> None:
         from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        from torchscale.cli.running_cell import RunningCell
 
         self.progress = Progress(
             SpinnerColumn(),
@@ -40,6 +44,7 @@ class TuneConsole:
         self.task = self.progress.add_task("tuning", total=total)
         self.best = "best: -"
         self.current = ""
+        self.running = RunningCell()
 
     def __enter__(self) -> TuneConsole:
         self.progress.__enter__()
@@ -49,7 +54,8 @@ class TuneConsole:
         self.progress.__exit__(*exc)
 
     def _show(self, extra: str = "") -> None:
-        self.progress.update(self.task, description=f"{self.current} · {self.best}{extra}")
+        description = f"{self.current} · {self.best}{extra}"
+        self.progress.update(self.task, description=markup_text(description))
 
     def phase(self, text: str) -> None:
         self.current = text
@@ -71,11 +77,17 @@ class TuneConsole:
         )
         self._show()
 
-    def cell_started(self, cell: Cell, position: int, total: int) -> None:
+    def cell_started(self, cell: Cell, position: int, total: int, cell_dir: Path) -> None:
+        self.running.start(cell, cell_dir)
         self._show(f" · cell {position}/{total}")
 
     def cell_polled(self, elapsed_s: float) -> None:
-        self._show(f" · {elapsed_s:.0f}s")
+        from torchscale.cli.running_cell import say_progress
+
+        if err_console.is_terminal:
+            self._show(f" · {self.running.where(elapsed_s)}")
+        else:
+            say_progress(self.running, elapsed_s)
 
     def cell_finished(
         self, cell: Cell, records: List[ResultBase], table: Optional[DataFrame]
@@ -87,6 +99,50 @@ class TuneConsole:
                     markup=False,
                     soft_wrap=True,
                 )
+
+
+def finalists_table(summary: Dict[str, Any]) -> Optional[Table]:
+    """The verdict's finalists against the baseline, fitted to the console: what each changed,
+    its throughput, the gain with its interval and whether it counts."""
+    from torchscale.cli.console_tables import Col, fitted_table
+    from torchscale.tune.tune_outputs import describe_params
+
+    finalists = (summary.get("verdict") or {}).get("finalists") or []
+    if not finalists:
+        return None
+
+    def number(value: Any, spec: str, suffix: str = "") -> str:
+        return "-" if value is None else format(value, spec) + suffix
+
+    def interval(finalist: Dict[str, Any]) -> str:
+        low, high = finalist.get("ci_low_pct"), finalist.get("ci_high_pct")
+        return "-" if low is None or high is None else f"{low:+.1f}..{high:+.1f}%"
+
+    def verdict(finalist: Dict[str, Any]) -> str:
+        return "gain" if finalist.get("significant") else finalist.get("note") or "no gain"
+
+    cols = [
+        Col("trial", [str(f["trial"]) for f in finalists]),
+        Col(
+            "changes",
+            [describe_params(f.get("changed") or {}) for f in finalists],
+            numeric=False,
+            wrap=True,
+        ),
+        Col(
+            "samples/s",
+            [number(f.get("samples_per_s"), ",.1f") for f in finalists],
+            compact="samples\n/s",
+        ),
+        Col("gain", [number(f.get("gain_pct"), "+.1f", "%") for f in finalists]),
+        Col("95% CI", [interval(f) for f in finalists]),
+        Col("verdict", [verdict(f) for f in finalists], numeric=False, wrap=True),
+    ]
+    baseline = next((f.get("baseline_samples_per_s") for f in finalists), None)
+    title = "Finalists against the baseline" + (
+        f" ({baseline:,.1f} samples/s)" if baseline is not None else ""
+    )
+    return fitted_table(err_console, title, cols, left_out=f"see {summary.get('tune_dir')}")
 
 
 def _request(
@@ -232,10 +288,14 @@ def register(app: typer.Typer) -> None:
             config, set_ or [], model, batch_size, gpus, allow or [], output_dir, budget,
             trials, finalists, repeats,
         )  # fmt: skip
+        from torchscale.hardware.environment import node_devices
         from torchscale.launch.process import Terminated
+        from torchscale.plan.cpu_size import gpu_sized_warnings
         from torchscale.results.store import check_writable
         from torchscale.tune.tune_runner import run_tune, tune_folder
 
+        for line in gpu_sized_warnings(request.config, node_devices().kind):
+            err_console.print(f"> [WARN] {line}", soft_wrap=True, markup=False)
         check_writable(output_dir)
         folder = tune_folder(output_dir, request.config.experiment_name)
         err_console.print(f"> Tuning goes to {folder}", soft_wrap=True, markup=False)
@@ -258,6 +318,9 @@ def register(app: typer.Typer) -> None:
             soft_wrap=True,
             markup=False,
         )
+        table = finalists_table(summary)
+        if table is not None:
+            err_console.print(table)
         if summary.get("warning"):
             err_console.print(f"> [WARN] {summary['warning']}", soft_wrap=True, markup=False)
         err_console.print(summary["line"], soft_wrap=True, markup=False)

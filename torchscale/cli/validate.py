@@ -18,7 +18,9 @@ from torchscale.cli.console import err_console, print_json, user_errors
 from torchscale.errors import TorchscaleError
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.status import Status
+    from rich.table import Table
 
 
 def register(app: typer.Typer) -> None:
@@ -69,7 +71,6 @@ def register(app: typer.Typer) -> None:
         if output_dir.exists() and not output_dir.is_dir():
             raise TorchscaleError(f"--output-dir {output_dir} is a file: give a directory")
 
-        from torchscale.validate.display import render
         from torchscale.validate.runner import ValidateOptions, run_validation
 
         options = ValidateOptions(timeout_s=timeout, skip_smoke=skip_smoke, output_dir=output_dir)
@@ -81,6 +82,61 @@ def register(app: typer.Typer) -> None:
             print_json(report)
         if not report["summary"]["ok"]:
             raise typer.Exit(1)
+
+
+def checks_table(report: Dict[str, Any], console: Console) -> Table:
+    """Check, status, value and fix, through the shared console renderer; on a console narrower
+    than ``WIDE`` (a CI log, a file: 80 columns) the fix goes under the value, so that neither is
+    squeezed into a narrow column. A fix several checks share is a note under the table."""
+    from torchscale.cli.console_tables import Col, fitted_table
+    from torchscale.validate.display import STYLES, WIDE, fix_text, shared_fixes
+
+    checks = report["checks"]
+    notes = shared_fixes(report)
+    fixes = [fix_text(check["fix"], notes) for check in checks]
+    names = [str(check["name"]) for check in checks]
+    statuses = [str(check["status"]) for check in checks]
+    styles = [STYLES.get(status, "") for status in statuses]
+    values = [str(check["value"]) for check in checks]
+    title = f"torchscale validate: {report['host']}"
+    if console.width >= WIDE:
+        cols = [
+            Col("Check", names, numeric=False),
+            Col("Status", statuses, numeric=False, styles=styles),
+            Col("Value", values, numeric=False, fill=True),
+            Col("Fix", fixes, numeric=False, fill=True),
+        ]
+    else:
+        stacked = [f"{v}\nfix: {f}" if f else v for v, f in zip(values, fixes)]
+        cols = [
+            Col("Status", statuses, numeric=False, styles=styles),
+            Col("Check", names, numeric=False),
+            Col("Value (and how to fix it)", stacked, numeric=False, fill=True),
+        ]
+    return fitted_table(console, title, cols)
+
+
+def render(report: Dict[str, Any], console: Console) -> None:
+    """The checks, the shared fixes once each, the GPU topology matrix, the verdict."""
+    from torchscale.validate.display import (
+        note_lines,
+        shared_fixes,
+        summary_line,
+        topology_table,
+    )
+
+    console.print(checks_table(report, console))
+    for line in note_lines(report, shared_fixes(report)):
+        console.print(line, markup=False, highlight=False, soft_wrap=False)
+    topology = topology_table(report)
+    if topology is not None:
+        console.print(topology)
+        legend = next(c for c in report["checks"] if c["name"] == "GPU topology")["details"]
+        console.print(
+            "Legend: " + "; ".join(f"{k} = {v}" for k, v in legend["legend"].items()),
+            markup=False,
+        )
+    console.print(summary_line(report))
 
 
 def _progress(status: Status) -> Callable[[str], None]:

@@ -18,6 +18,7 @@ from torchscale.comm.pairs import pair_matrix, pair_wrong, slowest_pair
 from torchscale.comm.plan import comm_cell_id, comm_settings, count_comm
 from torchscale.comm.view import comm_console_lines, describe_comm_cell
 from torchscale.config.settings import BenchmarkConfig
+from torchscale.hardware.device_noun import CUDA
 from torchscale.hardware.links import link_peak_gbps, parse_link, peak_fraction
 from torchscale.plan.planned_cell import Cell, KindSettings
 from torchscale.results.schema import (
@@ -77,8 +78,8 @@ class CommunicationKind:
     def swept(self, config: BenchmarkConfig, benchmark: str) -> List[str]:
         return []  # one cell sweeps every op, dtype and size itself
 
-    def describe(self, cell: Cell) -> str:
-        return describe_comm_cell(_settings(cell))
+    def describe(self, cell: Cell, device_kind: str = CUDA) -> str:
+        return describe_comm_cell(_settings(cell), device_kind)
 
     def plan_row(self, cell: Cell, knobs: List[str]) -> List[str]:
         return [self.name, "-", str(cell.settings.gpus), "-", *["-"] * len(knobs)]

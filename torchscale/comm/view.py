@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import math
 from itertools import groupby
-from typing import Any, List, Literal, Optional
-
-from rich.table import Table
+from typing import Any, Dict, List, Optional
 
 from torchscale.comm.busbw import format_size
 from torchscale.comm.config import CommCellSettings
+from torchscale.hardware.device_noun import CUDA, count_text
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult
 from torchscale.results.table_scalars import as_int
 
@@ -38,18 +37,19 @@ def _num(value: Optional[float], spec: str) -> str:
     return format(value, spec)
 
 
-def describe_comm_cell(settings: CommCellSettings) -> str:
+def describe_comm_cell(settings: CommCellSettings, device_kind: str = CUDA) -> str:
     """``communication on 4 GPUs (all_reduce, send_recv, tp_gemm x2; 8 B .. 64M, float32)``;
-    ``on 4 GPUs x 2 nodes (...; world, inter_node)`` across nodes."""
+    ``on 4 GPUs x 2 nodes (...; world, inter_node)`` across nodes; ``on 2 CPU processes`` on a
+    node without GPUs."""
     parts = list(settings.collectives) + (["send_recv"] if settings.p2p else [])
     if settings.tp_gemm:
         parts.append(f"tp_gemm x{len(settings.tp_gemm)}")
     sizes = f"{format_size(settings.sizes[0])} .. {format_size(settings.sizes[-1])}"
-    noun = "GPU" if settings.gpus == 1 else "GPUs"
+    ranks = count_text(settings.gpus, device_kind)
     nodes = f" x {settings.nnodes} nodes" if settings.nnodes > 1 else ""
     scopes = f"; {', '.join(settings.scopes)}" if settings.scopes != ["world"] else ""
     return (
-        f"communication on {settings.gpus} {noun}{nodes} ({', '.join(parts)}; {sizes} B, "
+        f"communication on {ranks}{nodes} ({', '.join(parts)}; {sizes} B, "
         f"{', '.join(settings.dtypes)}{scopes})"
     )
 
@@ -110,17 +110,21 @@ def comm_console_lines(records: List[ResultBase]) -> List[str]:
     return lines
 
 
-def comm_results_table(collectives: Any, tp_gemm: Any, title: str) -> Table:
-    """The end-of-run summary: best busbw per op and every TP GEMM case."""
+SUMMARY_COLUMNS = ("what", "ranks", "scope", "dtype", "status", "figure", "at")
+
+
+def comm_summary_rows(collectives: Any, tp_gemm: Any) -> List[Dict[str, str]]:
+    """The end-of-run summary, one row per line: best busbw per op, the ops that failed, and
+    every TP GEMM case (the console lays them out: ``cli.benchmark_view``)."""
     from torchscale.comm.result_tables import peak_busbw
 
-    table = Table(title=title, title_justify="left")
-    for column in ("what", "ranks", "scope", "dtype", "status", "figure", "at"):
-        justify: Literal["right", "left"] = "right" if column in ("ranks", "figure") else "left"
-        table.add_column(column, justify=justify, no_wrap=column == "what")
-    best = peak_busbw(collectives)
-    for row in best.itertuples():
-        table.add_row(
+    rows: List[Dict[str, str]] = []
+
+    def add(*values: str) -> None:
+        rows.append(dict(zip(SUMMARY_COLUMNS, values)))
+
+    for row in peak_busbw(collectives).itertuples():
+        add(
             str(row.op),
             str(row.world_size),
             str(row.scope),
@@ -133,25 +137,16 @@ def comm_results_table(collectives: Any, tp_gemm: Any, title: str) -> Table:
         ["op", "scope", "dtype", "cell_id"]
     )
     for row in failed.itertuples():
-        table.add_row(
-            str(row.op),
-            str(row.world_size),
-            str(row.scope),
-            str(row.dtype),
-            str(row.status),
-            "-",
-            "-",
-        )
+        add(str(row.op), str(row.world_size), str(row.scope), str(row.dtype), str(row.status))
     for row in tp_gemm.itertuples():
-        figure = "-" if row.status != "ok" else f"{_num(row.tflops, ',.3f')} TFLOP/s"
-        share = "" if row.status != "ok" else f"comm {_num(row.comm_share, '.0%')}"
-        table.add_row(
+        ok = row.status == "ok"
+        add(
             f"tp_gemm {row.order} {row.m}x{row.n}x{row.k}",
             str(row.world_size),
             "world",
             str(row.dtype),
             str(row.status),
-            figure,
-            share,
+            f"{_num(row.tflops, ',.3f')} TFLOP/s" if ok else "-",
+            f"comm {_num(row.comm_share, '.0%')}" if ok else "-",
         )
-    return table
+    return [{key: row.get(key, "-") for key in SUMMARY_COLUMNS} for row in rows]

@@ -9,6 +9,7 @@ mapping is an error naming the key and its line; and no message echoes more than
 
 from __future__ import annotations
 
+import logging
 from difflib import get_close_matches
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, get_args
@@ -222,9 +223,23 @@ def load_config(
     source = str(path) if path is not None else "the options given"
     try:
         config: BenchmarkConfig = BenchmarkConfig.model_validate(raw)  # a derived model: Any
-        return config
     except ValidationError as exc:
         raise ConfigError(f"invalid config in {source}: {explain(exc, raw)}") from None
+    _say_aliases(raw, source)
+    return config
+
+
+def _say_aliases(raw: Dict[str, object], source: str) -> None:
+    """``precision: fp16`` is read as ``amp`` (fp16 autocast with a gradient scaler, weights
+    kept in fp32), not as pure fp16 training: say so, once, rather than silently."""
+    values = raw.get("precision")
+    given = values if isinstance(values, list) else [values]
+    if "fp16" in given:
+        logging.getLogger("torchscale").warning(
+            "precision fp16 in %s runs as 'amp': fp16 autocast with a gradient scaler and fp32 "
+            "weights (pure fp16 training is not offered); records and tables say amp",
+            source,
+        )
 
 
 def _field_names(model: Type[BaseModel], loc: Sequence[Any]) -> List[str]:

@@ -16,6 +16,7 @@ from typing import Dict, List, Optional
 
 import psutil
 
+from torchscale.hardware.device_noun import count_text
 from torchscale.hardware.nvml import open_nvml, supported
 from torchscale.version import __version__
 
@@ -46,13 +47,12 @@ class NodeDevices:
         return [name for name in self.names if MIG_NAME.search(name)] if self.kind == "cuda" else []
 
     def describe(self, n: int) -> str:
-        if self.kind == "cuda":
-            text = f"{n} GPU" + ("s" if n != 1 else "")
-            mig = self.mig_devices
-            if mig:
-                text += f" (MIG device{'s' if len(mig) > 1 else ''}: {', '.join(unique(mig))})"
-            return text
-        return f"{n} CPU process" + ("es" if n != 1 else "")
+        """``4 GPUs`` (with the MIG devices, if any) or ``2 CPU processes``."""
+        text = count_text(n, self.kind)
+        mig = self.mig_devices
+        if mig:
+            text += f" (MIG device{'s' if len(mig) > 1 else ''}: {', '.join(unique(mig))})"
+        return text
 
 
 def unique(values: List[str]) -> List[str]:

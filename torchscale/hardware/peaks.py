@@ -37,6 +37,11 @@ PEAK_TFLOPS: Tuple[Tuple[Tuple[str, ...], Dict[str, float]], ...] = (
     (("mi300x",), {"bf16": 1307.4, "fp16": 1307.4, "tf32": 653.7, "fp32": 163.4}),
 )
 
+CPU_PROCESS_TFLOPS = 0.05
+"""A rough fp32 training rate of one CPU rank (one core): about 50 GFLOP/s (gpt2-tiny on one
+gloo process of a 2-vCPU VM ran 55 GFLOP/s counted as 6 N per token). For estimates of how long
+a cell takes on CPU processes only, never for MFU."""
+
 # Which peak a training precision runs against: amp is fp16 autocast.
 PRECISION_PEAK_KEY = {"bf16": "bf16", "amp": "fp16", "fp16": "fp16", "fp32": "fp32", "tf32": "tf32"}
 _WORD = re.compile(r"[a-z0-9]+")

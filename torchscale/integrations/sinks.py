@@ -41,8 +41,8 @@ class SinkEvents:
         self.sinks = list(sinks)
         self.broken: Dict[str, str] = {}
 
-    def cell_started(self, cell: Cell, position: int, total: int) -> None:
-        self.inner.cell_started(cell, position, total)
+    def cell_started(self, cell: Cell, position: int, total: int, cell_dir: Path) -> None:
+        self.inner.cell_started(cell, position, total, cell_dir)
 
     def cell_polled(self, elapsed_s: float) -> None:
         self.inner.cell_polled(elapsed_s)

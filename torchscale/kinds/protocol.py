@@ -68,8 +68,9 @@ class CellKind(Protocol):
         """Records of a launch that produced no result (oom, failed, timeout, skipped)."""
         ...
 
-    def describe(self, cell: Cell) -> str:
-        """One line naming the cell: ``resnet50 on 4 GPUs (batch 32, fp32)``."""
+    def describe(self, cell: Cell, device_kind: str = "cuda") -> str:
+        """One line naming the cell: ``resnet50 on 4 GPUs (batch 32, fp32)``; on a node without
+        GPUs (``device_kind`` cpu) ``on 4 CPU processes`` (``hardware/device_noun.py``)."""
         ...
 
     def plan_row(self, cell: Cell, knobs: List[str]) -> List[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Type
 
 from torchscale.config.settings import BenchmarkConfig, CellSettings
+from torchscale.hardware.device_noun import CUDA, count_text
 from torchscale.models.registry import describe as describe_model
 from torchscale.plan.planned_cell import Cell, KindSettings
 from torchscale.plan.training_cells import (
@@ -85,11 +86,11 @@ class TrainingKind:
             TrainingResult(**identity, **self._fields(cell), **known, status=status, error=error)
         ]
 
-    def describe(self, cell: Cell) -> str:
+    def describe(self, cell: Cell, device_kind: str = CUDA) -> str:
         s = _settings(cell)
-        noun = "GPU" if s.gpus == 1 else "GPUs"
         nodes = f" x {s.nnodes} nodes" if s.nnodes > 1 else ""
-        return f"{s.model} on {s.gpus} {noun}{nodes} (batch {s.batch_size}, {s.precision})"
+        ranks = count_text(s.gpus, device_kind)
+        return f"{s.model} on {ranks}{nodes} (batch {s.batch_size}, {s.precision})"
 
     def plan_row(self, cell: Cell, knobs: List[str]) -> List[str]:
         s = _settings(cell)

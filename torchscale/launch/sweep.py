@@ -17,6 +17,7 @@ import contextlib
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 from torchscale.config.base import flatten_settings
@@ -47,13 +48,16 @@ from torchscale.version import __version__
 if TYPE_CHECKING:
     from pandas import DataFrame
 
+    from torchscale.config.settings import BenchmarkConfig
+
 RETRYABLE = {"failed", "timeout", INVALID}
 
 
 class SweepEvents(Protocol):
     """What the console shows; the sweep itself prints nothing."""
 
-    def cell_started(self, cell: Cell, position: int, total: int) -> None: ...
+    def cell_started(self, cell: Cell, position: int, total: int, cell_dir: Path) -> None:
+        """``cell`` (the ``position``-th of ``total`` to run) started in ``cell_dir``."""
 
     def cell_polled(self, elapsed_s: float) -> None: ...
 
@@ -105,6 +109,19 @@ def skip_reason(cell: Cell, devices: NodeDevices, launch: Launch) -> Optional[st
             f"{devices.describe(devices.count)}"
         )
     return None
+
+
+def sweep_profile(config: BenchmarkConfig, devices: NodeDevices) -> Optional[ProfileRequest]:
+    """What the config's ``profiling:`` section asks of every profiled cell (None: off)."""
+    profiling = config.profiling
+    if not profiling.enabled:
+        return None
+    return ProfileRequest.from_settings(profiling, resolve_tool(profiling.tool, devices.kind))
+
+
+def launch_mode(option: Optional[str], config: BenchmarkConfig) -> str:
+    """``--launch`` when given, else the config's ``launch:`` key."""
+    return str(option or getattr(config, "launch", PER_CELL))
 
 
 def write_summary(store: ExperimentStore, records: List[ResultBase]) -> DataFrame:
@@ -259,12 +276,7 @@ def run_sweep(
     nothing, and return what this node saw fail.
     """
     devices = node_devices()
-    profiling = plan.config.profiling
-    profile = (
-        ProfileRequest.from_settings(profiling, resolve_tool(profiling.tool, devices.kind))
-        if profiling.enabled
-        else None
-    )
+    profile = sweep_profile(plan.config, devices)
     progress: Dict[str, Any] = {"started": False, "recorded": 0}
     with contextlib.ExitStack() as held:
         held.enter_context(store.lock())
@@ -317,7 +329,7 @@ def _sweep(
 
     def start(cell: Cell) -> None:
         started[0] += 1
-        events.cell_started(cell, started[0], len(todo))
+        events.cell_started(cell, started[0], len(todo), store.cell_dir(cell.cell_id))
         progress["started"] = True
 
     def finish(cell: Cell, new: List[ResultBase]) -> None:
@@ -347,7 +359,7 @@ def _sweep(
         events.cell_finished(cell, new, write_summary(store, records))
 
     reasons = {cell.cell_id: skip_reason(cell, devices, launch) for cell in todo}
-    mode = str(options.launch_mode or getattr(plan.config, "launch", PER_CELL))
+    mode = launch_mode(options.launch_mode, plan.config)
 
     def alone(cell: Cell) -> bool:
         return bool(reasons[cell.cell_id]) or bool(
@@ -381,7 +393,7 @@ def _sweep(
 
 def noop_events() -> SweepEvents:
     class _Quiet:
-        def cell_started(self, cell: Cell, position: int, total: int) -> None:
+        def cell_started(self, cell: Cell, position: int, total: int, cell_dir: Path) -> None:
             pass
 
         def cell_polled(self, elapsed_s: float) -> None:

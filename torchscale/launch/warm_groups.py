@@ -23,7 +23,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from torchscale.config.settings import CellSettings
 from torchscale.kinds.kind_registry import get_kind
@@ -106,6 +106,32 @@ def launch_units(
             units.append(groups[key])
         groups[key].append(cell)
     return units
+
+
+def run_order(
+    cells: Callable[[], Iterable[Cell]], mode: str, alone: Callable[[Cell], bool]
+) -> Iterator[Cell]:
+    """The cells of ``cells()`` in the order the sweep runs them (:func:`launch_units`, flattened),
+    streamed: one more pass over ``cells()`` per warm group, so that a dry run of a matrix of any
+    size shows the run's order without holding the matrix."""
+    if mode == PER_CELL:
+        yield from cells()
+        return
+    started = set()
+    for cell in cells():
+        if alone(cell):
+            yield cell
+            continue
+        key = group_key(cell)
+        if key in started:
+            continue
+        started.add(key)
+        yield cell
+        yield from (
+            later
+            for later in cells()
+            if later.index > cell.index and not alone(later) and group_key(later) == key
+        )
 
 
 class _Overdue(Exception):

@@ -16,7 +16,7 @@ Two ways to get the forward figure:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 TRAINING_FACTOR = 3
 """Training FLOPs / forward FLOPs: backward computes two matmuls for each forward one."""
@@ -69,6 +69,22 @@ def transformer_training_flops_per_sequence(
 ) -> float:
     """:func:`transformer_training_flops_per_token` times ``seq_len`` tokens."""
     return seq_len * transformer_training_flops_per_token(matmul_params, layers, hidden, seq_len)
+
+
+VISION_FORWARD_FLOPS_PER_PARAM = 321.0
+"""ResNet-50 at 224x224: 8.2 GFLOPs forward (4.1 GMACs, He et al.) over 25.6 M parameters."""
+DEFAULT_SEQ_LEN_ESTIMATE = {"causal-lm": 1024, "masked-lm": 512}
+
+
+def rough_training_flops(family: str, params: int, seq_len: Optional[int] = None) -> float:
+    """Training FLOPs per sample of a built-in model known only by its family and parameter
+    count, without building it: for a warning about time (``plan/cpu_size.py``), never for MFU.
+    A language model: ``6 N`` per token (PaLM's first term); an image model: ResNet-50's
+    forward FLOPs per parameter, times :data:`TRAINING_FACTOR`."""
+    if family == "vision":
+        return TRAINING_FACTOR * VISION_FORWARD_FLOPS_PER_PARAM * params
+    tokens = seq_len or DEFAULT_SEQ_LEN_ESTIMATE.get(family, 512)
+    return 6.0 * params * tokens
 
 
 def count_parameters(module: Any) -> int:

@@ -21,7 +21,7 @@ from torchscale.analysis.scaling import (
 )
 from torchscale.analysis.telemetry import telemetry_findings
 from torchscale.analysis.training_tables import training_table
-from torchscale.hardware.device_nouns import cpu_run_note
+from torchscale.hardware.device_noun import cpu_run_note
 from torchscale.kinds.kind_registry import CELL_KINDS, TRAINING_KIND, record_kinds
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt

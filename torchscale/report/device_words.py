@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Iterator, Optional
 
-from torchscale.hardware.device_nouns import device_noun
+from torchscale.hardware.device_noun import device_noun
 
 _ON_CPU: ContextVar[bool] = ContextVar("ranks_on_cpu", default=False)
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from torchscale.analysis.training_tables import training_table
 from torchscale.comm.result_tables import collective_table
-from torchscale.hardware.device_nouns import cpu_run_note
+from torchscale.hardware.device_noun import cpu_run_note
 from torchscale.report import device_words as words
 from torchscale.report.profile_section import profile_table
 from torchscale.report.report_data import Experiment, ReportData

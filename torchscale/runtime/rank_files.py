@@ -110,9 +110,18 @@ class RankReporter:
     def phase(self, name: str, **detail: Any) -> None:
         self.phase_name = name
         self.phase_starts[name] = time.time()
+        # at_step: the step tracker's count as the window opens, so that the console can say
+        # "step k of N" of this window from the tracker alone.
         atomic_write_json(
             progress_path(self.cell_dir, self.rank),
-            {"rank": self.rank, "phase": name, "time": time.time(), "pid": os.getpid(), **detail},
+            {
+                "rank": self.rank,
+                "phase": name,
+                "time": time.time(),
+                "pid": os.getpid(),
+                "at_step": self.steps.steps,
+                **detail,
+            },
         )
 
     def error(self, exc: BaseException, note: Optional[str] = None) -> None:

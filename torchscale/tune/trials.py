@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import (
     TYPE_CHECKING,
     Callable,
@@ -166,9 +167,9 @@ class _Heard:
     def __init__(self, events: SweepEvents, finished: Callable[[Cell, List[ResultBase]], None]):
         self.events, self.finished = events, finished
 
-    def cell_started(self, cell: Cell, position: int, total: int) -> None:
+    def cell_started(self, cell: Cell, position: int, total: int, cell_dir: Path) -> None:
         Interrupts.check()
-        self.events.cell_started(cell, position, total)
+        self.events.cell_started(cell, position, total, cell_dir)
 
     def cell_polled(self, elapsed_s: float) -> None:
         self.events.cell_polled(elapsed_s)

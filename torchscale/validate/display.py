@@ -1,11 +1,12 @@
-"""Render a validate report (the JSON document) as Rich tables on the console."""
+"""What a validate report (the JSON document) shows on the console besides its checks table
+(``cli/validate.py`` lays that out through the shared console renderer): the GPU topology
+matrix, the summary line, and the fixes several checks share, said once."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Dict, List, Optional
 
-from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -16,44 +17,28 @@ WIDE = 120
 """Below this many columns the fix is stacked under the value instead of a column of its own."""
 
 
-def checks_table(report: Dict[str, Any], width: int = WIDE) -> Table:
-    """Check, status, value and fix; on a console narrower than ``WIDE`` (a CI log, a file: 80
-    columns) the fix goes under the value, so that neither is squeezed into a narrow column."""
-    title = f"torchscale validate: {report['host']}"
-    if width < WIDE:
-        return _stacked_table(report, title)
-    table = Table(title=title, title_justify="left")
-    table.add_column("Check", no_wrap=True)
-    table.add_column("Status", no_wrap=True)
-    table.add_column("Value", overflow="fold")
-    table.add_column("Fix", overflow="fold")
-    for check in report["checks"]:
-        status = check["status"]
-        table.add_row(
-            check["name"], Text(status, style=STYLES[status]), check["value"], check["fix"] or ""
-        )
-    return table
+def shared_fixes(report: Dict[str, Any]) -> Dict[str, int]:
+    """Fixes that several checks share (on a CPU node every GPU check says the same), numbered:
+    the table says each once, as a note under it."""
+    counts = Counter(check["fix"] for check in report["checks"] if check["fix"])
+    shared = [fix for fix, n in counts.items() if n > 1]
+    return {fix: number for number, fix in enumerate(shared, 1)}
 
 
-def _stacked_table(report: Dict[str, Any], title: str) -> Table:
-    table = Table(
-        title=title,
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        collapse_padding=True,
-    )
-    table.add_column("Status", no_wrap=True)
-    table.add_column("Check", no_wrap=True)
-    table.add_column("Value (and how to fix it)", overflow="fold", ratio=1)
-    for check in report["checks"]:
-        status = check["status"]
-        cell = Text(check["value"])
-        if check["fix"]:
-            cell.append("\nfix: " + check["fix"], style="dim")
-        table.add_row(Text(status, style=STYLES[status]), check["name"], cell)
-    return table
+def fix_text(fix: Optional[str], notes: Dict[str, int]) -> str:
+    """What a check's row says about its fix: the fix, or the note that holds it."""
+    if not fix:
+        return ""
+    return f"see note {notes[fix]}" if fix in notes else fix
+
+
+def note_lines(report: Dict[str, Any], notes: Dict[str, int]) -> List[str]:
+    """One line per shared fix: ``note 1 (12 checks): <fix>``."""
+    lines = []
+    for fix, number in notes.items():
+        count = sum(1 for c in report["checks"] if c["fix"] == fix)
+        lines.append(f"note {number} ({count} checks): {fix}")
+    return lines
 
 
 def topology_table(report: Dict[str, Any]) -> Optional[Table]:
@@ -81,13 +66,3 @@ def summary_line(report: Dict[str, Any]) -> Text:
     else:
         verdict, style = "ready for DDP with NCCL", "bold green"
     return Text.assemble(f"{counts} in {report['duration_s']:.1f} s: ", (verdict, style))
-
-
-def render(report: Dict[str, Any], console: Console) -> None:
-    console.print(checks_table(report, console.width))
-    topology = topology_table(report)
-    if topology is not None:
-        console.print(topology)
-        legend = next(c for c in report["checks"] if c["name"] == "GPU topology")["details"]
-        console.print("Legend: " + "; ".join(f"{k} = {v}" for k, v in legend["legend"].items()))
-    console.print(summary_line(report))
