@@ -18,10 +18,10 @@ import torchscale.worker.measure as measure
 from torchscale.config.settings import CellSettings
 from torchscale.launch.flight_recorder import collective_timed_out, dump_note, flight_recorder_env
 from torchscale.models.registry import load_model
+from torchscale.results.rank_files import RankReporter
 from torchscale.runtime import process_group as distributed
 from torchscale.runtime.clock import Clock
 from torchscale.runtime.process_group import RankContext
-from torchscale.runtime.rank_files import RankReporter
 from torchscale.worker import profiler
 from torchscale.worker.training import apply_math_settings, build_run
 

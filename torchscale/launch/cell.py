@@ -49,15 +49,15 @@ from torchscale.results.layout import (
     TORCHRUN_LOGS,
     rank_file_glob,
 )
-from torchscale.results.schema import CellStatus, ResultBase
-from torchscale.results.store import ExperimentStore, atomic_write_json, storage_problem
-from torchscale.runtime.rank_files import (
+from torchscale.results.rank_files import (
     STEP_PHASES,
     WRITES_RESULT_ENV,
     read_json,
     read_steps,
     steps_path,
 )
+from torchscale.results.schema import CellStatus, ResultBase
+from torchscale.results.store import ExperimentStore, atomic_write_json, storage_problem
 
 log = logging.getLogger("torchscale")
 

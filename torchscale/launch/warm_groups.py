@@ -52,10 +52,10 @@ from torchscale.results.layout import (
     RESULT_FILE,
     TORCHRUN_LOGS,
 )
+from torchscale.results.rank_files import WRITES_RESULT_ENV, read_json
 from torchscale.results.schema import CellStatus, ResultBase
 from torchscale.results.store import ExperimentStore, atomic_write_json, atomic_write_text
 from torchscale.results.store import ensure_dir as make_dir
-from torchscale.runtime.rank_files import WRITES_RESULT_ENV, read_json
 
 PER_GROUP, PER_CELL = "per_group", "per_cell"
 LAUNCH_MODES = (PER_GROUP, PER_CELL)

@@ -24,9 +24,9 @@ import torch.distributed as dist
 
 from torchscale.analysis.stats import mean, time_stats
 from torchscale.config.settings import CellSettings
+from torchscale.results.rank_files import RankReporter
 from torchscale.runtime.clock import Clock
 from torchscale.runtime.process_group import RankContext
-from torchscale.runtime.rank_files import RankReporter
 from torchscale.worker.cpu_accounting import CpuSnapshot
 from torchscale.worker.gpu_sampler import GpuSampler, nvml_index
 from torchscale.worker.training import TrainingRun
