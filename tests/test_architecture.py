@@ -212,7 +212,6 @@ KNOWN_BACKWARD = {
     ("runtime", "launch"): "runtime uses launch's backend choice, flight recorder and liveness",
     ("launch", "analysis"): "the sweep writes summary.csv from the training table",
     ("launch", "profiling"): "launch.traces analyses a profiled cell's traces (app/ takes it)",
-    ("worker", "analysis"): "worker.aggregate uses analysis.stats' time_stats",
 }
 """Imports against the pipeline today, each with why: remove them, never add to them."""
 

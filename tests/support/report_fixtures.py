@@ -17,11 +17,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from tests.support.shared_runs import SCRIPT_NAME, healthy_run
-from torchscale.analysis.stats import time_stats
 from torchscale.config.settings import CellSettings
 from torchscale.plan.training_cells import cell_id
 from torchscale.results.layout import experiment_dirname
 from torchscale.results.schema import TrainingResult
+from torchscale.results.stats import time_stats
 from torchscale.results.store import ExperimentStore, append_jsonl
 from torchscale.worker.aggregate import aggregate
 

@@ -19,9 +19,9 @@ from torchscale.analysis.cpu_load import (
     rank_cpu_wait_share,
 )
 from torchscale.analysis.finding import Finding, Severity
-from torchscale.analysis.straggler import record_straggler
 from torchscale.hardware.nvml import reason_label
 from torchscale.results.schema import GpuTelemetry, RankResult, ResultBase, TrainingResult
+from torchscale.results.straggler import record_straggler
 
 CLOCK_DEFICIT = 0.10
 """A GPU whose mean SM clock is this much below its peers' median ran slower."""
