@@ -351,7 +351,7 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
     title = f"{outcome.experiment} ({outcome.store_root})"
     if table is not None and not table.empty:
         err_console.print(results_table(table, title))
-    _print_comm_summary(outcome.records, title)
+    _print_kind_summaries(outcome.records, title)
     if json_output:
         print_json(
             {
@@ -383,10 +383,10 @@ def _follower_summary(outcome: BenchmarkOutcome) -> int:
     return 0
 
 
-def _print_comm_summary(records: List[ResultBase], title: str) -> None:
-    from torchscale.comm.result_tables import collective_table, tp_gemm_table
-    from torchscale.comm.view import comm_results_table
+def _print_kind_summaries(records: List[ResultBase], title: str) -> None:
+    """Each kind's own tables of the run (the communication tables)."""
+    from torchscale.plan.kind_protocol import cell_kinds
 
-    collectives, tp_gemm = collective_table(records), tp_gemm_table(records)
-    if not collectives.empty or not tp_gemm.empty:
-        err_console.print(comm_results_table(collectives, tp_gemm, f"{title}: communication"))
+    for kind in cell_kinds().values():
+        for table in kind.console_tables(records, title):
+            err_console.print(table)

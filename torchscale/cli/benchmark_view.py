@@ -18,13 +18,13 @@ from rich.progress import (
 from rich.table import Table
 
 from torchscale.cli.console import err_console
-from torchscale.kinds.kind_registry import get_kind
-from torchscale.kinds.training_kind import gpus_text
+from torchscale.plan.kind_protocol import get_kind
 from torchscale.plan.matrix import Plan
 from torchscale.plan.planned_cell import Cell
 from torchscale.results.layout import MANIFEST, RESULTS, SUMMARY
 from torchscale.results.schema import ResultBase, TrainingResult
 from torchscale.results.table_scalars import as_float, as_int
+from torchscale.training.training_kind import gpus_text
 
 if TYPE_CHECKING:
     from pandas import DataFrame

@@ -146,6 +146,7 @@ def _request(
 
 
 def _baseline(config: Any) -> Any:
+    from torchscale.config.settings import CellSettings
     from torchscale.plan.matrix import iter_cells, swept_knobs
 
     if not config.models:
@@ -160,7 +161,9 @@ def _baseline(config: Any) -> Any:
     (cell,) = list(iter_cells(config, "training", max_cells=1))
     if cell.settings.nnodes > 1:
         raise ConfigError("tune runs on one node: drop nodes/gpus_per_node from the config")
-    return cell.settings.model_copy(update={"repeat": 0})
+    settings = cell.settings
+    assert isinstance(settings, CellSettings), cell.kind  # --benchmark training: training cells
+    return settings.model_copy(update={"repeat": 0})
 
 
 def _where(baseline: Any) -> Any:

@@ -9,7 +9,6 @@ from typing import List, Optional
 import pandas as pd
 
 from torchscale.analysis import iteration_breakdown as breakdown
-from torchscale.comm.busbw import format_size
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
 from torchscale.report.elements import (
@@ -165,7 +164,7 @@ def p2p_heatmap(matrix: pd.DataFrame) -> Table:
     attrs = matrix.attrs
     slowest = attrs.get("slowest_pair")
     caption = (
-        f"{attrs.get('world_size')} GPUs, {format_size(int(attrs.get('size_bytes') or 0))}B "
+        f"{attrs.get('world_size')} GPUs, {fmt.human_bytes(int(attrs.get('size_bytes') or 0))} "
         f"{attrs.get('dtype')} messages, busbw per ordered pair"
         + (f"; slowest pair rank {slowest[0]} → rank {slowest[1]}" if slowest else "")
     )

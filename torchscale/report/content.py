@@ -21,19 +21,17 @@ from torchscale.analysis.scaling import (
 )
 from torchscale.analysis.telemetry import telemetry_findings
 from torchscale.analysis.training_tables import training_table
-from torchscale.kinds.kind_registry import TRAINING_KIND, record_kinds
+from torchscale.kinds.kind_registry import TRAINING_KIND
+from torchscale.plan.kind_protocol import record_kinds
 from torchscale.report import formatting as fmt
 from torchscale.report import node_section as nodes
 from torchscale.report import sections
-from torchscale.report.breakdown_sections import (
-    comm_compute_section,
-    histogram_charts,
-    parallelism_section,
-)
+from torchscale.report.breakdown_sections import comm_compute_section, histogram_charts
 from torchscale.report.elements import Chart, Column, Section, Table, make_table
 from torchscale.report.environment_block import EnvironmentBlock, environment_block
 from torchscale.report.projection_section import projection_section
 from torchscale.report.report_data import ReportData
+from torchscale.report.reported_kinds import kind_sections
 from torchscale.report.telemetry_section import telemetry_section
 from torchscale.report.tuning import tuning_sections
 from torchscale.results.table_scalars import frame_records
@@ -247,8 +245,7 @@ def build_content(
         sections.sync_section(table, cell_tables.pooled_rank_table(table, ranks), ranks),
         comm_compute_section(records),
         telemetry_section(records),
-        sections.communication_section(records),
-        parallelism_section(records),
+        *kind_sections(records),
         projection_section(data),
     )
     finding_rows = frame_records(findings)

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, List, Optional
 
 import pandas as pd
 
 from torchscale.analysis import cells as cell_tables
 from torchscale.analysis.comparison import Comparison
 from torchscale.analysis.scaling import efficiency_band
-from torchscale.comm.result_tables import collective_table
 from torchscale.report import charts
 from torchscale.report import formatting as fmt
 from torchscale.report.elements import Column, Section, Table, make_table
-from torchscale.results.schema import ResultBase
 
 EXPERIMENT = Column("experiment", "Experiment", fmt.text, numeric=False)
 MODEL = Column("model", "Model", fmt.text, numeric=False)
@@ -236,10 +234,11 @@ REPORT_COLLECTIVE_COLUMNS = [
 ]  # fmt: skip
 
 
-def report_collectives(records: Iterable[ResultBase]) -> pd.DataFrame:
-    """The collectives table (``torchscale.comm.result_tables``) as the report shows it: its
-    columns, sorted by op, world size, scope and message size."""
-    table = collective_table(records)
+def report_collectives(collectives: pd.DataFrame) -> pd.DataFrame:
+    """The collectives table (``torchscale.comm.result_tables``, which the communication kind
+    passes in) as the report shows it: its columns, sorted by op, world size, scope and message
+    size."""
+    table = collectives.copy()
     # Records from before scopes ran over the world: their group is every rank.
     table["group_size"] = table["group_size"].fillna(table["world_size"])
     keys = ["op", "world_size", "scope", "size_bytes"]
@@ -247,8 +246,10 @@ def report_collectives(records: Iterable[ResultBase]) -> pd.DataFrame:
     return shown.sort_values(keys, kind="stable", ignore_index=True)
 
 
-def communication_section(records: Iterable[ResultBase]) -> Optional[Section]:
-    collectives = report_collectives(records)
+def communication_section(table: pd.DataFrame) -> Optional[Section]:
+    """Bandwidth per collective, from the collectives table (the communication kind's report
+    section)."""
+    collectives = report_collectives(table)
     if collectives.empty:
         return None
     return Section(
