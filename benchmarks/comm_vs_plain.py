@@ -66,9 +66,9 @@ def torchscale_all_reduce(
     from torchscale.comm.config import CommCellSettings
     from torchscale.comm.kind import KIND
     from torchscale.comm.worker import measure, merge
-    from torchscale.kinds.protocol import common_identity
+    from torchscale.plan.kind_protocol import common_identity
     from torchscale.plan.planned_cell import Cell
-    from torchscale.runtime.rank_files import RankReporter
+    from torchscale.results.rank_files import RankReporter
 
     settings = CommCellSettings(
         collectives=["all_reduce"], p2p=False, sizes=[nbytes], dtypes=["float32"],

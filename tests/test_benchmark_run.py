@@ -25,6 +25,8 @@ from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
+pytestmark = pytest.mark.slow  # every test here reads a real CPU benchmark (torchrun launches)
+
 runner = CliRunner()
 
 FAULTS = """\

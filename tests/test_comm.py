@@ -405,7 +405,7 @@ def test_records_from_a_result(tmp_path: Path) -> None:
 
 def test_a_hung_communication_cell_names_the_op_and_size(tmp_path: Path) -> None:
     from torchscale.launch.cell import _stuck_ranks
-    from torchscale.runtime.rank_files import RankReporter
+    from torchscale.results.rank_files import RankReporter
 
     slow, done = RankReporter(tmp_path, 0), RankReporter(tmp_path, 1)
     slow.phase("measure", where="all_reduce float32 at 4096 B")

@@ -22,6 +22,8 @@ from torchscale.comm.config import ELEMENT_BYTES
 from torchscale.results.schema import CollectiveResult, TpGemmResult
 from torchscale.results.store import ExperimentStore
 
+pytestmark = pytest.mark.slow  # every test here reads real communication cells (torchrun launches)
+
 runner = CliRunner()
 COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
 

@@ -126,18 +126,19 @@ def test_project_from_cpu_processes_says_so_on_every_row(
 
 
 def test_comm_summary_at_80_columns_keeps_every_figure_whole(
-    two_runs: Dict[str, Path], monkeypatch: pytest.MonkeyPatch
+    two_runs: Dict[str, Path],
 ) -> None:
-    import torchscale.cli.benchmark_view as view
-    from torchscale.comm.result_tables import collective_table, peak_busbw, tp_gemm_table
+    from torchscale.comm.result_tables import collective_table, peak_busbw
+    from torchscale.plan.kind_protocol import cell_kinds
     from torchscale.results.store import ExperimentStore
 
     console = _console()
-    monkeypatch.setattr(view, "err_console", console)
     records = ExperimentStore(two_runs["old"]).records()
-    collectives, tp_gemm = collective_table(records), tp_gemm_table(records)
-    title = f"fixture-scaling ({two_runs['old']}): communication"
-    console.print(view.comm_summary_table(collectives, tp_gemm, title))
+    collectives = collective_table(records)
+    title = f"fixture-scaling ({two_runs['old']})"
+    for kind in cell_kinds().values():  # the communication kind's summary, as benchmark prints it
+        for table in kind.console_tables(records, title, console):
+            console.print(table)
     text = _printed(console)
     assert_fits(text)
     for row in peak_busbw(collectives).itertuples():
@@ -191,7 +192,7 @@ def test_validate_says_a_shared_fix_once(narrow: None) -> None:
 
 
 def test_wrapped_names_break_where_a_reader_expects() -> None:
-    from torchscale.cli.console_tables import wrap_text
+    from torchscale.console_tables import wrap_text
 
     assert wrap_text("mylab.fault_models:slow_rank_model", 20) == (
         "mylab.fault_models:\nslow_rank_model"
@@ -215,7 +216,7 @@ def test_cpu_results_say_ranks_and_cpu_processes_not_gpus(monkeypatch: pytest.Mo
     table = pd.DataFrame(
         [{"model": m, "batch_size": 8, "world_size": 1, "nnodes": 1, "precision": "fp32",
           "status": "ok", "throughput": 1234.5 * (i + 1), "unit": "images", "step_ms_p50": 6.7,
-          "step_ms_p95": 7.9, "sync_exposed_pct": float("nan"), "scaling_efficiency": 1.0,
+          "step_ms_p95": 7.9, "sync_overhead_pct": float("nan"), "scaling_efficiency": 1.0,
           "mfu": float("nan")} for i, m in enumerate(["resnet-tiny", "a-much-longer-model-name",
                                                       "third-model-with-a-long-name"])]
     )  # fmt: skip
@@ -446,9 +447,10 @@ def test_the_console_escapes_what_any_string_holds() -> None:
 
 
 def test_where_a_cell_is_comes_from_rank_zeros_files(tmp_path: Path) -> None:
+    from torchscale.results.rank_files import RankReporter
+
     from torchscale.config.settings import CellSettings
     from torchscale.launch.cell_progress import cell_progress
-    from torchscale.runtime.rank_files import RankReporter
 
     settings = CellSettings(
         model="gpt2-tiny", batch_size=2, gpus=1, warmup_steps=3, measure_steps=10

@@ -373,6 +373,7 @@ def test_benchmark_table_at_80_columns_shows_every_figure_in_full(monkeypatch) -
     assert "step time p50/p95 ms" in wide.file.getvalue() and "MFU" in wide.file.getvalue()
 
 
+@pytest.mark.slow  # a real CPU benchmark (torchrun launches)
 def test_real_results_table_at_80_columns(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch
 ) -> None:
@@ -455,6 +456,7 @@ def test_validate_table_at_80_columns() -> None:
 GPU_ADVICE = re.compile(r"nvlink|infiniband|\bIB\b|nccl-tests|nvidia-smi|NCCL_DEBUG", re.I)
 
 
+@pytest.mark.slow  # a real CPU benchmark (torchrun launches)
 def test_a_gloo_cpu_run_gets_no_gpu_interconnect_advice(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

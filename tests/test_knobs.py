@@ -17,6 +17,8 @@ from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
+pytestmark = pytest.mark.slow  # every test here reads real cells run with the knobs (torchrun launches)
+
 runner = CliRunner()
 
 CELL_A = """\

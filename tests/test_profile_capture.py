@@ -19,6 +19,8 @@ from tests.support.environ import repo_pythonpath, restored_environ
 from torchscale.cli.app import app
 from torchscale.results.store import ExperimentStore
 
+pytestmark = pytest.mark.slow  # every test here captures real profiled cells (torchrun launches)
+
 WINDOW = "4s"  # see profile()
 DELAY_MS = 300  # large against scheduling jitter (ms), which is what limits the precision
 runner = CliRunner()

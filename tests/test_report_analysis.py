@@ -33,6 +33,7 @@ from torchscale.analysis.comparison import (
 from torchscale.analysis.findings import findings_table, normalize, record_findings
 from torchscale.analysis.scaling import label_variants, scaling_curves
 from torchscale.analysis.training_tables import training_table
+from torchscale.comm.result_tables import collective_table
 from torchscale.report.charts import bandwidth_charts, cell_labels, comparison_charts
 from torchscale.report.content import build_content
 from torchscale.report.plotly_charts import figure, figures_json
@@ -158,7 +159,7 @@ def test_report_collectives_show_the_stored_peak_fraction() -> None:
         ),
         parse_record(_training_record("x")),
     ]
-    table = report_collectives(records)
+    table = report_collectives(collective_table(records))
     assert len(table) == 2
     ok = table[table["status"] == "ok"].iloc[0]
     assert ok["busbw_peak_fraction"] == pytest.approx(0.1536 / 300.0)
@@ -186,7 +187,8 @@ def test_bandwidth_charts_keep_each_scope_a_series_of_its_own() -> None:
     docs += [doc("intra_node", 8, s, 300.0) for s in (1024, 2048)]
     docs += [doc("inter_node", 2, s, 25.0) for s in (1024, 2048)]
     docs.append({k: v for k, v in doc("world", 16, 4096, 41.0).items() if k != "scope"})
-    (chart,) = bandwidth_charts(report_collectives([parse_record(d) for d in docs]))
+    collectives = collective_table([parse_record(d) for d in docs])
+    (chart,) = bandwidth_charts(report_collectives(collectives))
     busbw = {s.name: s.y for s in chart.series if s.name.startswith("busbw")}
     assert busbw == {
         "busbw, 16 GPUs": [40.0, 40.0, 41.0],  # a record from before scopes is the world

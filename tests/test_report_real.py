@@ -20,6 +20,8 @@ from torchscale.cli.app import app
 from torchscale.report.report_data import load_report_data
 from torchscale.results.schema import TrainingResult
 
+pytestmark = pytest.mark.slow  # every test here reports on a real CPU benchmark (torchrun launches)
+
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory):

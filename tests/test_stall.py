@@ -10,7 +10,7 @@ import pytest
 from torchscale.config.settings import CellSettings
 from torchscale.launch.stall import Stalled, StallWatch, stall_reason, stall_watch
 from torchscale.plan.planned_cell import Cell
-from torchscale.runtime.rank_files import RankReporter
+from torchscale.results.rank_files import RankReporter
 
 
 def reporters(cell_dir: Path, world: int = 2) -> list:

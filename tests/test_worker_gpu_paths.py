@@ -1,13 +1,18 @@
 """The worker's CUDA-path decisions, checked on CPU: a real one-rank gloo DDP run of resnet-tiny,
-with torch.cuda's calls replaced only where no GPU can answer (their names and defaults are
-read from the installed torch's own sources)."""
+with torch.cuda's calls replaced only where no GPU can answer. What the installed torch does
+(its DDP logging rate, the flight recorder's variables) is observed by running it, never read
+from its source files."""
 
 from __future__ import annotations
 
-import re
+import ast
+import os
+import pickle
 import socket
+import subprocess
+import sys
+import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
@@ -16,17 +21,20 @@ import torch.distributed as dist
 
 import torchscale.worker.measure as measure
 from torchscale.config.settings import CellSettings
-from torchscale.launch.flight_recorder import collective_timed_out, dump_note, flight_recorder_env
+from torchscale.launch.flight_recorder import (
+    collective_timed_out,
+    dump_note,
+    dumps,
+    flight_recorder_env,
+)
 from torchscale.models.registry import load_model
+from torchscale.results.rank_files import RankReporter
 from torchscale.runtime import process_group as distributed
 from torchscale.runtime.clock import Clock
 from torchscale.runtime.process_group import RankContext
-from torchscale.runtime.rank_files import RankReporter
 from torchscale.worker import profiler
 from torchscale.worker.training import apply_math_settings, build_run
 
-TORCH = Path(torch.__file__).parent
-C10D = TORCH / "include" / "torch" / "csrc" / "distributed" / "c10d"
 CPU = RankContext(0, 0, 1, 1, torch.device("cpu"), "gloo", socket.gethostname())
 CUDA = RankContext(0, 0, 1, 1, torch.device("cuda", 0), "nccl", socket.gethostname())
 
@@ -70,10 +78,24 @@ def test_ddp_logging_goes_back_to_torchs_sample_rate_after_the_probe(one_rank):
     real = run.ddp._set_ddp_runtime_logging_sample_rate
     run.ddp._set_ddp_runtime_logging_sample_rate = lambda r: (rates.append(r), real(r))[1]
     timings = measure._ddp_logging_probe(run, Clock(CPU.device), 1)
-    header = (C10D / "reducer.hpp").read_text()
-    default = int(re.search(r"kDDPRuntimeLoggingSampleRate = (\d+);", header).group(1))
-    assert rates == [1, default] and default == measure.DDP_DEFAULT_LOGGING_SAMPLE_RATE
+    assert rates == [1, measure.DDP_DEFAULT_LOGGING_SAMPLE_RATE]
     assert timings["ddp_forward_compute_ms"] is not None
+    # torch's own default, as a fresh DDP samples: the first ten iterations, then every R-th
+    rate = measure.DDP_DEFAULT_LOGGING_SAMPLE_RATE
+    assert _sampled_iterations(2 * rate + 12) == [*range(11), rate, 2 * rate]
+
+
+def _sampled_iterations(steps: int) -> List[int]:
+    """The iterations whose runtime stats a fresh DDP's logger recorded in ``steps`` steps."""
+    ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))
+    batch = torch.ones(1, 2)
+    seen: List[int] = []
+    for _ in range(steps):
+        ddp(batch).sum().backward()
+        iteration = ddp._get_ddp_logging_data().get("iteration")
+        if iteration not in seen:
+            seen.append(iteration)
+    return seen
 
 
 @pytest.mark.parametrize("source", ["synthetic", "tensor_file"])
@@ -153,19 +175,36 @@ def test_process_group_fails_a_hung_collective_before_the_launcher_kills_the_cel
     assert seen["timeout"] == timedelta(seconds=60)
 
 
-def test_flight_recorder_dumps_into_the_cell_folder(tmp_path, monkeypatch):
-    names = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DUMP_ON_TIMEOUT")
-    for name in (*names, "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+FLIGHT_RECORDER_NAMES = (
+    "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_NCCL_DUMP_ON_TIMEOUT",
+    "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE",
+)  # fmt: skip
+RECORDED = """
+import pickle, torch, torch.distributed as dist
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+for _ in range(3):
+    dist.all_reduce(torch.ones(2))
+dump = getattr(torch._C._distributed_c10d, "_dump_fr_trace", None)  # torch >= 2.6
+print(None if dump is None else [e["profiling_name"] for e in pickle.loads(dump())["entries"]])
+"""
+
+
+def test_the_flight_recorder_env_is_what_this_torch_reads(tmp_path, monkeypatch):
+    for name in FLIGHT_RECORDER_NAMES:
         monkeypatch.delenv(name, raising=False)
     env = flight_recorder_env(tmp_path)
-    header = (C10D / "FlightRecorder.hpp").read_text()
-    wanted = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DUMP_ON_TIMEOUT", "TORCH_FR_BUFFER_SIZE")
-    for name in wanted:
-        assert name in header  # the names this torch reads
-    assert {"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DUMP_ON_TIMEOUT"} <= set(env)
-    # The buffer size under the name this torch reads without a deprecation warning.
-    assert env.get("TORCH_FR_BUFFER_SIZE") == "2000" and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env
-    assert env["TORCH_FR_DUMP_TEMP_FILE"] == str(tmp_path / "flight_recorder" / "rank_")
+    prefix = str(tmp_path / "flight_recorder" / "rank_")
+    assert env["TORCH_FR_DUMP_TEMP_FILE"] == env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == prefix
+    assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    # The installed torch, run with that environment: it records the collectives, and warns of
+    # no variable under a retired name (torch 2.14 warns for TORCH_NCCL_TRACE_BUFFER_SIZE).
+    ran = subprocess.run(
+        [sys.executable, "-c", RECORDED], env={**os.environ, **env}, capture_output=True,
+        text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert "deprecated" not in ran.stderr, ran.stderr
+    recorded = ast.literal_eval(ran.stdout.strip().splitlines()[-1])
+    assert recorded is None or recorded == ["gloo:all_reduce"] * 3, recorded
     assert (tmp_path / "flight_recorder").is_dir() and dump_note(tmp_path) == ""
     (tmp_path / "flight_recorder" / "rank_1").write_bytes(b"pickle")
     assert "dumps of 1 rank(s)" in dump_note(tmp_path) and "torchfrtrace" in dump_note(tmp_path)
@@ -174,7 +213,56 @@ def test_flight_recorder_dumps_into_the_cell_folder(tmp_path, monkeypatch):
     assert collective_timed_out([], tmp_path)
     assert not collective_timed_out([{"type": "RuntimeError", "message": "boom"}], tmp_path)
     monkeypatch.setenv("TORCH_FR_DUMP_TEMP_FILE", "/mine/")
-    assert "TORCH_FR_DUMP_TEMP_FILE" not in flight_recorder_env(tmp_path)  # the user's wins
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "10")
+    mine = flight_recorder_env(tmp_path)  # the user's settings win
+    assert not {"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_TRACE_BUFFER_SIZE"} & set(mine)
+
+
+NCCL_HANG = """
+import sys, time, torch, torch.distributed as dist
+from datetime import timedelta
+rank = int(sys.argv[1])
+torch.cuda.set_device(rank)
+dist.init_process_group(
+    "nccl", init_method=sys.argv[2], rank=rank, world_size=2, timeout=timedelta(seconds=5)
+)
+x = torch.ones(4, device="cuda")
+dist.all_reduce(x)
+torch.cuda.synchronize()
+if rank == 0:
+    dist.all_reduce(x)  # rank 1 never joins: NCCL's watchdog times it out and dumps
+    torch.cuda.synchronize()
+time.sleep(120)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (torch.cuda.device_count() >= 2 and dist.is_nccl_available()),
+    reason="a hung NCCL collective needs two GPUs (the dump is NCCL's watchdog's)",
+)
+def test_a_hung_nccl_collective_dumps_into_the_cell_folder(tmp_path):
+    env = {**os.environ, **flight_recorder_env(tmp_path)}
+    store = f"file://{tmp_path / 'rendezvous'}"
+    ranks = [
+        subprocess.Popen([sys.executable, "-c", NCCL_HANG, str(rank), store], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for rank in (0, 1)
+    ]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not dumps(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        time.sleep(2)  # the dump is written, then renamed into place: let it finish
+    finally:
+        for process in ranks:
+            process.kill()
+            process.wait()
+    found = {path.name: path for path in dumps(tmp_path)}
+    assert "rank_0" in found, sorted(found)
+    entries = pickle.loads(found["rank_0"].read_bytes())["entries"]
+    assert any("all_reduce" in entry["profiling_name"] for entry in entries)
+    assert collective_timed_out([], tmp_path) and "torchfrtrace" in dump_note(tmp_path)
 
 
 def test_gloo_collective_timeouts_are_timeouts_other_errors_are_not(tmp_path):

@@ -17,7 +17,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from tests.support.shared_runs import SCRIPT_NAME, healthy_run
-from torchscale.analysis.stats import time_stats
 from torchscale.config.settings import CellSettings
 from torchscale.plan.training_cells import cell_id
 from torchscale.results.layout import (
@@ -27,6 +26,7 @@ from torchscale.results.layout import (
     profile_run_name,
 )
 from torchscale.results.schema import ProfileInfo, TrainingResult
+from torchscale.results.stats import time_stats
 from torchscale.results.store import ExperimentStore, append_jsonl
 from torchscale.worker.aggregate import aggregate
 

@@ -13,10 +13,10 @@ import pandas as pd
 
 from torchscale.analysis.finding import Finding, Severity, severity_order
 from torchscale.analysis.scaling import EFFICIENCY_GOOD
-from torchscale.analysis.straggler import PROFILE_NEXT, straggler_advice, sync_variance_advice
 from torchscale.hardware.device_noun import device_noun, is_cpu, record_device_kind
 from torchscale.results.figures import SYNC_OVERHEAD
 from torchscale.results.schema import ResultBase, TrainingResult
+from torchscale.results.straggler import PROFILE_NEXT, straggler_advice, sync_variance_advice
 
 COLUMNS = [
     "severity",

@@ -18,11 +18,11 @@ from torchscale.analysis.alphabeta import (
 )
 from torchscale.analysis.cpu_load import cpu_wait_share
 from torchscale.analysis.scaling import label_variants
-from torchscale.analysis.stats import mean
 from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
 from torchscale.hardware.device_noun import CUDA, count_text, record_device_kind
 from torchscale.results.schema import ResultBase, TrainingResult
+from torchscale.results.stats import mean
 from torchscale.results.table_scalars import as_float, as_int
 
 if TYPE_CHECKING:

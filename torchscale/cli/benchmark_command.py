@@ -355,7 +355,7 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
     device_kind = records_device_kind(outcome.records)
     if table is not None and not table.empty:
         err_console.print(results_table(table, title, device_kind))
-    _print_comm_summary(outcome.records, title, device_kind)
+    _print_kind_summaries(outcome.records, title)
     if is_cpu(device_kind) and outcome.records:
         _note(f"> [INFO] {CPU_NOTE}.")
     if json_output:
@@ -389,11 +389,10 @@ def _follower_summary(outcome: BenchmarkOutcome) -> int:
     return 0
 
 
-def _print_comm_summary(records: List[ResultBase], title: str, device_kind: str) -> None:
-    from torchscale.cli.benchmark_view import comm_summary_table
-    from torchscale.comm.result_tables import collective_table, tp_gemm_table
+def _print_kind_summaries(records: List[ResultBase], title: str) -> None:
+    """Each kind's own tables of the run (the communication summary)."""
+    from torchscale.plan.kind_protocol import cell_kinds
 
-    collectives, tp_gemm = collective_table(records), tp_gemm_table(records)
-    if not collectives.empty or not tp_gemm.empty:
-        name = f"{title}: communication"
-        err_console.print(comm_summary_table(collectives, tp_gemm, name, device_kind))
+    for kind in cell_kinds().values():
+        for table in kind.console_tables(records, title, err_console):
+            err_console.print(table)

@@ -20,14 +20,14 @@ from rich.table import Table
 from torchscale.cli.console import err_console, markup_text, say
 from torchscale.cli.running_cell import RunningCell, say_progress
 from torchscale.hardware.device_noun import CUDA, count_header, count_text, record_device_kind
-from torchscale.kinds.kind_registry import get_kind
-from torchscale.kinds.training_kind import gpus_text
+from torchscale.plan.kind_protocol import get_kind
 from torchscale.plan.matrix import Plan
 from torchscale.plan.planned_cell import Cell
 from torchscale.results.figures import GLOSSARY_DOC, SCALING_EFFICIENCY, STEP_TIME, SYNC_OVERHEAD
-from torchscale.results.layout import MANIFEST, RESULTS, SUMMARY, SUMMARY_COMM
+from torchscale.results.layout import MANIFEST, RESULTS, SUMMARY
 from torchscale.results.schema import ResultBase, TrainingResult
 from torchscale.results.table_scalars import as_float, as_int
+from torchscale.training.training_kind import gpus_text
 
 if TYPE_CHECKING:
     from pandas import DataFrame
@@ -134,10 +134,10 @@ class ConsoleEvents:
 
 def plan_table(plan: Plan, device_kind: str = CUDA, first: int = 1) -> Table:
     """One row per cell: its id, the matrix axes and every knob that varies (fits 80 columns:
-    see ``cli/console_tables.py``). A knob the matrix sweeps is a column of its own; the
+    see ``console_tables.py``). A knob the matrix sweeps is a column of its own; the
     axes' own settings (``precision`` among them) are never listed twice. Rows are numbered
     from ``first`` in the order given (the run's order)."""
-    from torchscale.cli.console_tables import Col, fitted_table
+    from torchscale.console_tables import Col, fitted_table
 
     axes = ("models", "batch_sizes", "gpu_counts", "nodes", "precision")
     knobs = [k for k in plan.swept if k not in axes]
@@ -172,9 +172,9 @@ UNIT_SHORT = {"images": "img", "sequences": "seq", "tokens": "tok", "samples": "
 
 
 def results_table(table: DataFrame, title: str, device_kind: str = CUDA) -> Table:
-    """The final table: every figure in full at any console width (``cli/console_tables.py``);
+    """The final table: every figure in full at any console width (``console_tables.py``);
     on CPU processes the rank column is ``ranks`` and the note says they are not GPUs."""
-    from torchscale.cli.console_tables import Col, fitted_table
+    from torchscale.console_tables import Col, fitted_table
 
     rows = list(table.itertuples())
     units = [row.unit if isinstance(row.unit, str) else "" for row in rows]
@@ -229,34 +229,9 @@ def results_table(table: DataFrame, title: str, device_kind: str = CUDA) -> Tabl
     return fitted_table(err_console, title, cols, left_out=left_out)
 
 
-def comm_summary_table(
-    collectives: DataFrame, tp_gemm: DataFrame, title: str, device_kind: str = CUDA
-) -> Table:
-    """The communication summary (``comm.view.comm_summary_rows``), fitted to the console."""
-    from torchscale.cli.console_tables import Col, fitted_table
-    from torchscale.comm.view import comm_summary_rows
-
-    rows = comm_summary_rows(collectives, tp_gemm)
-    ranks = count_header(device_kind)
-
-    def values(key: str) -> List[str]:
-        return [row[key] for row in rows]
-
-    cols = [
-        Col("what", values("what"), numeric=False, wrap=True),
-        Col(ranks, values("ranks"), same=lambda v: count_text(int(v), device_kind)),
-        Col("scope", values("scope"), numeric=False, same="scope {}"),
-        Col("dtype", values("dtype"), numeric=False, same="{}"),
-        Col("status", values("status"), numeric=False, same="all {}"),
-        Col("figure", values("figure")),
-        Col("at", values("at")),
-    ]
-    return fitted_table(err_console, title, cols, left_out=f"see {SUMMARY_COMM} or --json")
-
-
 def models_table(entries: List[Any]) -> Table:
     """``--list-models``, fitted to the console like every table."""
-    from torchscale.cli.console_tables import Col, fitted_table
+    from torchscale.console_tables import Col, fitted_table
 
     def text(values: List[str], header: str, **options: Any) -> Col:
         return Col(header, values, numeric=False, **options)

@@ -36,8 +36,8 @@ def _interval(low: float, high: float) -> str:
 def _table(comparison: Comparison, threshold: float, device_kind: Optional[str] = None) -> Table:
     """Per cell: throughput and p95 step time, old and new, the change and its interval, and
     the verdict; at 80 columns (a CI log) the compact form stacks old over new and the change
-    over its interval, and every number stays whole (``cli/console_tables.py``)."""
-    from torchscale.cli.console_tables import Col, fitted_table
+    over its interval, and every number stays whole (``console_tables.py``)."""
+    from torchscale.console_tables import Col, fitted_table
     from torchscale.hardware.device_noun import count_header, count_text
     from torchscale.report import formatting as fmt
 

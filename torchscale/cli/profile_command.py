@@ -56,7 +56,7 @@ def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) 
     """The analysis as the seed shows it: per-rank table, sync stall, numbered bottlenecks."""
     from rich.markup import escape
 
-    from torchscale.cli.console_tables import Col, fitted_table
+    from torchscale.console_tables import Col, fitted_table
 
     ranks = document["ranks"]
     columns = [

@@ -34,9 +34,9 @@ def _percent(fraction: Optional[float]) -> Optional[float]:
 
 
 def _table(rows: List[Dict[str, Any]], holdout: bool) -> Any:
-    """The predictions, fitted to the console (``cli/console_tables.py``); a row extrapolated
+    """The predictions, fitted to the console (``console_tables.py``); a row extrapolated
     from CPU processes says so in its own column, which is never left out."""
-    from torchscale.cli.console_tables import Col, fitted_table
+    from torchscale.console_tables import Col, fitted_table
     from torchscale.hardware.device_noun import CPU, count_header, is_cpu
     from torchscale.report import formatting as fmt
 

@@ -14,7 +14,7 @@ from typing import Optional
 
 from torchscale.cli.console import err_console, say
 from torchscale.escaping import for_terminal
-from torchscale.kinds.kind_registry import get_kind
+from torchscale.plan.kind_protocol import get_kind
 from torchscale.plan.planned_cell import Cell
 from torchscale.results.schema import ResultBase
 

@@ -104,7 +104,7 @@ class TuneConsole:
 def finalists_table(summary: Dict[str, Any]) -> Optional[Table]:
     """The verdict's finalists against the baseline, fitted to the console: what each changed,
     its throughput, the gain with its interval and whether it counts."""
-    from torchscale.cli.console_tables import Col, fitted_table
+    from torchscale.console_tables import Col, fitted_table
     from torchscale.tune.tune_outputs import describe_params
 
     finalists = (summary.get("verdict") or {}).get("finalists") or []
@@ -202,6 +202,7 @@ def _request(
 
 
 def _baseline(config: Any) -> Any:
+    from torchscale.config.settings import CellSettings
     from torchscale.plan.matrix import iter_cells, swept_knobs
 
     if not config.models:
@@ -216,7 +217,9 @@ def _baseline(config: Any) -> Any:
     (cell,) = list(iter_cells(config, "training", max_cells=1))
     if cell.settings.nnodes > 1:
         raise ConfigError("tune runs on one node: drop nodes/gpus_per_node from the config")
-    return cell.settings.model_copy(update={"repeat": 0})
+    settings = cell.settings
+    assert isinstance(settings, CellSettings), cell.kind  # --benchmark training: training cells
+    return settings.model_copy(update={"repeat": 0})
 
 
 def _where(baseline: Any) -> Any:

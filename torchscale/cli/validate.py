@@ -88,7 +88,7 @@ def checks_table(report: Dict[str, Any], console: Console) -> Table:
     """Check, status, value and fix, through the shared console renderer; on a console narrower
     than ``WIDE`` (a CI log, a file: 80 columns) the fix goes under the value, so that neither is
     squeezed into a narrow column. A fix several checks share is a note under the table."""
-    from torchscale.cli.console_tables import Col, fitted_table
+    from torchscale.console_tables import Col, fitted_table
     from torchscale.validate.display import STYLES, WIDE, fix_text, shared_fixes
 
     checks = report["checks"]

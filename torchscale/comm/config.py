@@ -29,6 +29,8 @@ from typing_extensions import Annotated
 from torchscale.comm.busbw import COLLECTIVES, parse_size, size_sweep
 from torchscale.comm.scopes import SCOPES, distinct_scopes
 from torchscale.config.base import StrictModel, as_list
+from torchscale.config.kind_sections import ConfigSection
+from torchscale.config.settings import BenchmarkConfig
 from torchscale.hardware.links import parse_link
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
@@ -198,6 +200,25 @@ class CommunicationSection(StrictModel):
 
     def sizes(self) -> List[int]:
         return size_sweep(self.min_bytes, self.max_bytes, self.factor)
+
+
+SECTION = ConfigSection(
+    "communication",
+    CommunicationSection,
+    "Collective, P2P and tensor-parallel GEMM benchmarks (section).",
+    notes={
+        "": "not swept: one launch per GPU count; see docs/communication.md",
+        "tp_gemm": "lists expand to every combination",
+    },
+)
+"""The ``communication:`` section, registered by the kind (``comm.kind``)."""
+
+
+def comm_section(config: BenchmarkConfig) -> Optional[CommunicationSection]:
+    """The config's ``communication:`` section, or None."""
+    section = config.kind_section(SECTION.key)
+    assert section is None or isinstance(section, CommunicationSection), type(section)
+    return section
 
 
 class CommCellSettings(StrictModel):

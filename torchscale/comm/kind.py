@@ -1,5 +1,7 @@
-"""The communication cell kind: its plan (``torchscale.comm.plan``), the worker it launches, its
-result.json -> result records, and its console view (``torchscale.comm.view``).
+"""The communication cell kind: its config section (``torchscale.comm.config``), its plan
+(``torchscale.comm.plan``), the worker it launches, its result.json -> result records, its console
+view (``torchscale.comm.view``), its summary CSVs (``torchscale.comm.result_tables``) and its
+report sections.
 
 One ``collective`` record per scope x op x dtype x size (send/recv included, as op ``send_recv``
 with its pair matrix) and one ``tp_gemm`` record per case. Bandwidths come from
@@ -10,10 +12,11 @@ figures stay).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Type, Union
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Type, Union
 
 from torchscale.comm.busbw import SEND_RECV, algbw_gbps, busbw_factor, busbw_gbps
-from torchscale.comm.config import ELEMENT_BYTES, CommCellSettings
+from torchscale.comm.config import ELEMENT_BYTES, SECTION, CommCellSettings, comm_section
 from torchscale.comm.pairs import pair_matrix, pair_wrong, slowest_pair
 from torchscale.comm.plan import comm_cell_id, comm_settings, count_comm
 from torchscale.comm.view import comm_console_lines, describe_comm_cell
@@ -28,6 +31,12 @@ from torchscale.results.schema import (
     ResultBase,
     TpGemmResult,
 )
+
+if TYPE_CHECKING:
+    from pandas import DataFrame
+    from rich.console import Console, RenderableType
+
+    from torchscale.report.elements import Card, Section
 
 
 def _sized(entry: Dict[str, Any]) -> Dict[str, Any]:
@@ -50,6 +59,8 @@ def _settings(cell: Cell) -> CommCellSettings:
 
 class CommunicationKind:
     name = "communication"
+    config_section = SECTION
+    settings_model = CommCellSettings
     worker_module = "torchscale.comm.worker"
     record_models: Tuple[Type[ResultBase], ...] = (CollectiveResult, TpGemmResult)
     selections: Tuple[str, ...] = ("all", "comm")
@@ -57,7 +68,7 @@ class CommunicationKind:
     joins_warm_groups = False  # each launch builds its scope groups and communicators
 
     def missing(self, config: BenchmarkConfig) -> Optional[str]:
-        if config.communication is not None:
+        if comm_section(config) is not None:
             return None
         return "a communication: section in the config (see docs/communication.md)"
 
@@ -92,6 +103,51 @@ class CommunicationKind:
             label = "SKIP" if first.status == "skipped" else "FAIL"
             lines.append(f"> [{label}] {first.status}: {first.error}")
         return lines
+
+    def console_tables(
+        self, records: List[ResultBase], title: str, console: Console
+    ) -> List[RenderableType]:
+        """The collectives and TP GEMM summary of the whole run, fitted to ``console``."""
+        from torchscale.comm.result_tables import collective_table, tp_gemm_table
+        from torchscale.comm.view import comm_summary_table
+        from torchscale.hardware.device_noun import records_device_kind
+
+        collectives, tp_gemm = collective_table(records), tp_gemm_table(records)
+        if collectives.empty and tp_gemm.empty:
+            return []
+        name, device_kind = f"{title}: communication", records_device_kind(records)
+        return [comm_summary_table(collectives, tp_gemm, name, console, device_kind)]
+
+    def summary_tables(self, records: List[ResultBase]) -> Dict[str, DataFrame]:
+        from torchscale.comm.result_tables import comm_summary_tables
+
+        return comm_summary_tables(records)
+
+    def analyze_traces(self, profile_dir: Path, target: str) -> Dict[str, object]:
+        return {"reason": "communication cells are not profiled"}  # profiled = False
+
+    def report_sections(self, records: List[ResultBase]) -> List[Optional[Section]]:
+        """Bandwidth per collective, then the TP GEMM and the P2P heatmaps."""
+        from torchscale.comm.result_tables import collective_table
+        from torchscale.report.breakdown_sections import parallelism_section
+        from torchscale.report.sections import communication_section
+
+        return [communication_section(collective_table(records)), parallelism_section(records)]
+
+    def report_cards(self, records: List[ResultBase]) -> List[Card]:
+        """The peak bus bandwidth measured, for the report's first screen."""
+        from torchscale.comm.result_tables import collective_table
+        from torchscale.report.sections import bandwidth_card
+
+        card = bandwidth_card(collective_table(records))
+        return [card] if card is not None else []
+
+    def document_results(self, records: List[ResultBase]) -> Dict[str, object]:
+        """Seed 001's ``results.communication``: per collective, per size."""
+        from torchscale.comm.result_tables import collective_table
+        from torchscale.report.document import communication_entries
+
+        return {"communication": communication_entries(collective_table(records))}
 
     @staticmethod
     def _run_fields(settings: CommCellSettings, result: Dict[str, Any]) -> Dict[str, Any]:

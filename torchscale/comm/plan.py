@@ -15,7 +15,7 @@ from typing import List, Optional, Tuple
 
 from pydantic import ValidationError
 
-from torchscale.comm.config import CommCellSettings
+from torchscale.comm.config import CommCellSettings, comm_section
 from torchscale.config.loader import explain
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import ConfigError
@@ -30,7 +30,7 @@ def comm_cell_id(settings: CommCellSettings) -> str:
 
 
 def comm_gpu_counts(config: BenchmarkConfig) -> List[int]:
-    section = config.communication
+    section = comm_section(config)
     least = 1 if section is not None and section.tp_gemm else 2
     counts = [gpus for gpus in config.gpu_counts if gpus >= least]
     if not counts:
@@ -52,7 +52,7 @@ def _check_tp_shards(settings: CommCellSettings) -> None:
 
 def count_comm(config: BenchmarkConfig, gpus_per_node: Optional[int]) -> Tuple[int, List[str]]:
     """How many communication cells, and the factor that names them."""
-    if config.communication is None:
+    if comm_section(config) is None:
         return 0, []
     per_gpu = sum(len(node_counts(g, config, gpus_per_node)) for g in comm_gpu_counts(config))
     total = config.repeats * per_gpu
@@ -64,7 +64,7 @@ def comm_settings(
 ) -> List[CommCellSettings]:
     """The settings of every communication cell, repeats outermost, in GPU-count order; a count
     spreads over nodes as training cells do (``nodes:``, ``gpus_per_node``, the launch's node)."""
-    section = config.communication
+    section = comm_section(config)
     if section is None:
         return []
     cells = []

@@ -6,14 +6,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Iterable, List
+from typing import Dict, Iterable, List
 
 import pandas as pd
 
 from torchscale.results.layout import SUMMARY_COMM, SUMMARY_TP_GEMM
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult
-from torchscale.results.store import atomic_write_text
 
 COMMON_COLUMNS = ["cell_id", "experiment", "world_size", "nnodes", "repeat", "status", "error"]
 COLLECTIVE_COLUMNS = [
@@ -62,11 +60,7 @@ def peak_busbw(table: pd.DataFrame) -> pd.DataFrame:
     return best[[*keys, "busbw_gbps", "size_bytes"]].reset_index(drop=True)
 
 
-def write_comm_summaries(root: Path, records: List[ResultBase]) -> None:
-    """(Re)write the communication CSVs that have rows; leave nothing half-written."""
-    for name, table in (
-        (SUMMARY_COMM, collective_table(records)),
-        (SUMMARY_TP_GEMM, tp_gemm_table(records)),
-    ):
-        if not table.empty:
-            atomic_write_text(Path(root) / name, table.to_csv(index=False))
+def comm_summary_tables(records: List[ResultBase]) -> Dict[str, pd.DataFrame]:
+    """The communication CSVs that have rows, by file name (the sweep rewrites them)."""
+    tables = {SUMMARY_COMM: collective_table(records), SUMMARY_TP_GEMM: tp_gemm_table(records)}
+    return {name: table for name, table in tables.items() if not table.empty}

@@ -1,6 +1,6 @@
 """What a communication cell shows on stderr: nccl-tests-style tables, the P2P matrix, a summary.
 
-Text is built here and printed by ``torchscale.cli.benchmark_view``; nothing is computed here.
+Text and tables are built here and printed by the CLI; nothing is computed here.
 """
 
 from __future__ import annotations
@@ -9,9 +9,13 @@ import math
 from itertools import groupby
 from typing import Any, Dict, List, Optional
 
+from rich.console import Console
+from rich.table import Table
+
 from torchscale.comm.busbw import format_size
 from torchscale.comm.config import CommCellSettings
-from torchscale.hardware.device_noun import CUDA, count_text
+from torchscale.hardware.device_noun import CUDA, count_header, count_text
+from torchscale.results.layout import SUMMARY_COMM
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult
 from torchscale.results.table_scalars import as_int
 
@@ -115,7 +119,7 @@ SUMMARY_COLUMNS = ("what", "ranks", "scope", "dtype", "status", "figure", "at")
 
 def comm_summary_rows(collectives: Any, tp_gemm: Any) -> List[Dict[str, str]]:
     """The end-of-run summary, one row per line: best busbw per op, the ops that failed, and
-    every TP GEMM case (the console lays them out: ``cli.benchmark_view``)."""
+    every TP GEMM case (laid out by :func:`comm_summary_table`)."""
     from torchscale.comm.result_tables import peak_busbw
 
     rows: List[Dict[str, str]] = []
@@ -150,3 +154,27 @@ def comm_summary_rows(collectives: Any, tp_gemm: Any) -> List[Dict[str, str]]:
             f"comm {_num(row.comm_share, '.0%')}" if ok else "-",
         )
     return [{key: row.get(key, "-") for key in SUMMARY_COLUMNS} for row in rows]
+
+
+def comm_summary_table(
+    collectives: Any, tp_gemm: Any, title: str, console: Console, device_kind: str = CUDA
+) -> Table:
+    """The communication summary (:func:`comm_summary_rows`), fitted to the console."""
+    from torchscale.console_tables import Col, fitted_table
+
+    rows = comm_summary_rows(collectives, tp_gemm)
+    ranks = count_header(device_kind)
+
+    def values(key: str) -> List[str]:
+        return [row[key] for row in rows]
+
+    cols = [
+        Col("what", values("what"), numeric=False, wrap=True),
+        Col(ranks, values("ranks"), same=lambda v: count_text(int(v), device_kind)),
+        Col("scope", values("scope"), numeric=False, same="scope {}"),
+        Col("dtype", values("dtype"), numeric=False, same="{}"),
+        Col("status", values("status"), numeric=False, same="all {}"),
+        Col("figure", values("figure")),
+        Col("at", values("at")),
+    ]
+    return fitted_table(console, title, cols, left_out=f"see {SUMMARY_COMM} or --json")

@@ -36,12 +36,12 @@ from torchscale.comm.op_timing import compute_stretch, idle, time_after_compute,
 from torchscale.comm.p2p import measure_pairs
 from torchscale.comm.scopes import scope_groups
 from torchscale.comm.tp_gemm import run_case
+from torchscale.results.rank_files import RankReporter
 from torchscale.results.store import atomic_write_json
 from torchscale.runtime import entry as cell_entry
 from torchscale.runtime.clock import Clock
 from torchscale.runtime.job_nodes import result_writer
 from torchscale.runtime.process_group import RankContext, init_distributed
-from torchscale.runtime.rank_files import RankReporter
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from torchscale.config.kind_sections import config_model
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import ConfigError, TorchscaleError
 
@@ -222,7 +223,7 @@ def load_config(
         raw.setdefault("experiment_name", path.stem)
     source = str(path) if path is not None else "the options given"
     try:
-        config: BenchmarkConfig = BenchmarkConfig.model_validate(raw)  # a derived model: Any
+        config: BenchmarkConfig = config_model().model_validate(raw)  # a derived model: Any
     except ValidationError as exc:
         raise ConfigError(f"invalid config in {source}: {explain(exc, raw)}") from None
     _say_aliases(raw, source)
@@ -284,7 +285,7 @@ def explain(exc: ValidationError, raw: Dict[str, object]) -> str:
         loc = [part for part in error["loc"] if part not in ("function-after",)]
         where = clip(_format_loc(loc, raw))
         if error["type"] == "extra_forbidden":
-            allowed = _field_names(BenchmarkConfig, loc[:-1])
+            allowed = _field_names(config_model(), loc[:-1])
             close = get_close_matches(str(loc[-1])[:ECHO_CHARS], allowed, n=1, cutoff=0.6)
             hint = (
                 f" (did you mean '{'.'.join(map(str, [*loc[:-1], close[0]]))}'?)" if close else ""

@@ -6,15 +6,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any, List, Literal, Sequence, Tuple, Type, Union, get_args, get_origin
+from typing import Any, List, Literal, Optional, Sequence, Tuple, Type, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from typing_extensions import Annotated
 
-from torchscale.comm.config import CommunicationSection, TpGemmSection
+from torchscale.config.kind_sections import ConfigSection, config_model, kind_sections
 from torchscale.config.settings import (
-    BenchmarkConfig,
     DataSettings,
     DDPSettings,
     ProfilingSettings,
@@ -69,11 +68,19 @@ def _default(info: FieldInfo) -> str:
     return f"`{json.dumps(value)}`"
 
 
-def _rows(model: Type[BaseModel], prefix: str = "", skip: Tuple[str, ...] = ()) -> List[str]:
+def _section_model(annotation: Any) -> Optional[Type[BaseModel]]:
+    """The model of a field typed ``Section`` or ``Optional[Section]``, else None."""
+    optional = get_args(annotation) if get_origin(annotation) is Union else ()
+    for candidate in (annotation, *optional):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _rows(model: Type[BaseModel], prefix: str = "") -> List[str]:
     rows = []
     for name, info in model.model_fields.items():
-        annotation = info.annotation
-        if name in skip or (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        if _section_model(info.annotation) is not None:
             continue
         type_name = _type_name(info).replace("|", "\\|")
         rows.append(
@@ -93,8 +100,27 @@ MATRIX_KEYS = (
 )  # fmt: skip
 
 
+def _section_tables(section: ConfigSection) -> List[str]:
+    """A kind's section: its keys, then each sub-section's, depth first."""
+    tables = []
+    pending: List[Tuple[str, Type[BaseModel]]] = [("", section.model)]
+    while pending:
+        path, model = pending.pop(0)
+        dotted = f"{section.key}.{path}" if path else section.key
+        note = section.notes.get(path)
+        tables.append(
+            _table(f"`{dotted}:`" + (f" ({note})" if note else ""), _rows(model, f"{dotted}."))
+        )
+        pending += [
+            (f"{path}.{name}" if path else name, sub)
+            for name, info in model.model_fields.items()
+            if (sub := _section_model(info.annotation)) is not None
+        ]
+    return tables
+
+
 def reference_markdown() -> str:
-    matrix = [row for row in _rows(BenchmarkConfig) if row.split("`")[1] in MATRIX_KEYS]
+    matrix = [row for row in _rows(config_model()) if row.split("`")[1] in MATRIX_KEYS]
     sections = [
         HEADER.rstrip(),
         _table("The matrix", matrix),
@@ -102,14 +128,7 @@ def reference_markdown() -> str:
         _table("`ddp:`", _rows(DDPSettings, "ddp.")),
         _table("`data:`", _rows(DataSettings, "data.")),
         _table("`profiling:` (not swept)", _rows(ProfilingSettings, "profiling.")),
-        _table(
-            "`communication:` (not swept: one launch per GPU count; see docs/communication.md)",
-            _rows(CommunicationSection, "communication.", skip=("tp_gemm",)),
-        ),
-        _table(
-            "`communication.tp_gemm:` (lists expand to every combination)",
-            _rows(TpGemmSection, "communication.tp_gemm."),
-        ),
+        *(table for section in kind_sections() for table in _section_tables(section)),
     ]
     return "\n".join(sections) + "\n"
 

@@ -26,7 +26,6 @@ from pydantic import (
 )
 from typing_extensions import Annotated
 
-from torchscale.comm.config import CommunicationSection
 from torchscale.config.base import StrictModel, as_list
 from torchscale.config.tune_section import TuneSection
 
@@ -234,7 +233,9 @@ TrainingSweep = sweepable(TrainingSettings, "TrainingSweep")
 
 
 class BenchmarkConfig(TrainingSweep):  # type: ignore[misc,valid-type]
-    """The YAML file: the seed's keys plus every ``TrainingSettings`` knob, value or list."""
+    """The YAML file: the seed's keys plus every ``TrainingSettings`` knob, value or list. The
+    kinds' sections (``communication:``) are fields of ``config.kind_sections.config_model()``,
+    the model a loaded config is."""
 
     experiment_name: str = Field(
         min_length=1, description="Names the results folder (default: the config file's name)."
@@ -270,19 +271,27 @@ class BenchmarkConfig(TrainingSweep):  # type: ignore[misc,valid-type]
         "torchrun launch per cell. Cells that need a process of their own run per cell anyway.",
     )
     profiling: ProfilingSettings = Field(default_factory=ProfilingSettings)
-    communication: Optional[CommunicationSection] = Field(
-        None, description="Collective, P2P and tensor-parallel GEMM benchmarks (section)."
-    )
     tune: Optional[TuneSection] = Field(
         None, description="What `torchscale tune` searches (section; ignored by benchmark)."
     )
 
+    def kind_section(self, key: str) -> Optional[BaseModel]:
+        """A kind's section (``communication``); None when the config has none."""
+        value = getattr(self, key, None)
+        return value if isinstance(value, BaseModel) else None
+
     @model_validator(mode="after")
     def _something_to_run(self) -> BenchmarkConfig:
-        if not self.models and self.communication is None:
+        core = BenchmarkConfig.model_fields
+        sections = [key for key in type(self).model_fields if key not in core]
+        if not self.models and all(self.kind_section(key) is None for key in sections):
+            if not sections:
+                raise ValueError("'models' is empty: list at least one model to benchmark")
+            quoted = " or ".join(f"'{key}:'" for key in sections)
+            keys = " or ".join(f"{key}:" for key in sections)
             raise ValueError(
-                "'models' is empty and there is no 'communication:' section: list at least one "
-                "model to benchmark or add a communication: section"
+                f"'models' is empty and there is no {quoted} section: list at least one "
+                f"model to benchmark or add a {keys} section"
             )
         if self.nodes is not None and self.gpus_per_node is not None:
             raise ValueError("give 'nodes' or 'gpus_per_node', not both")

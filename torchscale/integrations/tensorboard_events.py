@@ -21,7 +21,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from torchscale.analysis.stats import finite_number
 from torchscale.errors import TorchscaleError
 from torchscale.integrations.run_names import (
     cell_figures,
@@ -31,6 +30,7 @@ from torchscale.integrations.run_names import (
     training_records,
 )
 from torchscale.results.schema import ResultBase, TrainingResult
+from torchscale.results.stats import finite_number
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -1,4 +1,4 @@
-"""Cell kinds as plugins: one protocol (``protocol.CellKind``), one registry (``kind_registry``).
+"""The registry of cell kinds (``kind_registry``): kinds are plugins, found by module.
 
 See docs/architecture.md, "Adding a cell kind".
 """

@@ -1,50 +1,79 @@
-"""The cell kinds, in plan order, and the one vocabulary of cell kinds -> record kinds.
+"""The registry of cell kinds: which kinds exist, each named by the module that defines it.
 
 A cell kind is what one launch runs (``Cell.kind``); a record kind is what one line of
-``results.jsonl`` holds (``ResultBase.kind``, parsed by ``torchscale.results.schema``). Training
-cells write ``training`` records; communication cells write ``collective`` records (send/recv
-pairs as op ``send_recv``) and ``tp_gemm`` records. To add a kind, see docs/architecture.md.
+``results.jsonl`` holds (``ResultBase.kind``). A kind is a plugin: its own module (usually in its
+own package, as ``torchscale.comm``) defines ``KIND``, an object that implements
+``torchscale.plan.kind_protocol.CellKind`` (its config section, cell settings, planning, worker,
+records, console and summary pieces) and, when it adds to the report,
+``torchscale.report.reported_kinds.ReportedKind``. Training cells write ``training`` records;
+communication cells write ``collective`` records (send/recv pairs as op ``send_recv``) and
+``tp_gemm`` records.
+
+The stages (config, results, plan, launch, report) ask this registry for the kinds and never
+import a kind's package: the registry names kinds by module and imports them on first use, as
+plugins are found, so it sits below every stage and imports none of them. Adding a kind is one
+line in ``KIND_MODULES``; see docs/architecture.md, "Adding a cell kind". Nothing outside this
+module compares a kind's name with a literal (a test checks).
 """
 
 from __future__ import annotations
 
-from typing import Dict, List
+import contextlib
+import functools
+import importlib
+from typing import Iterator, List, Tuple
 
-from torchscale.comm.kind import KIND as COMMUNICATION
 from torchscale.errors import TorchscaleError
-from torchscale.kinds.protocol import CellKind
-from torchscale.kinds.training_kind import KIND as TRAINING
 
-CELL_KINDS: Dict[str, CellKind] = {kind.name: kind for kind in (TRAINING, COMMUNICATION)}
-"""Every cell kind by name, in the order their cells run."""
+KIND_MODULES: Tuple[str, ...] = (
+    "torchscale.training.training_kind",
+    "torchscale.comm.kind",
+)
+"""Every cell kind, by the module whose ``KIND`` it is, in the order their cells run."""
 
-TRAINING_KIND = TRAINING.name
-"""The default of ``Cell.kind``: cells written before kinds existed are training cells."""
+TRAINING_KIND = "training"
+"""The built-in kind: the default of ``Cell.kind`` (cells written before kinds existed)."""
+
+_ADDED: List[str] = []
 
 
-def get_kind(name: str) -> CellKind:
-    """The kind of a cell (``Cell.kind``)."""
+def kind_modules() -> Tuple[str, ...]:
+    """The modules of every registered kind: ``KIND_MODULES``, then those added at run time."""
+    return (*KIND_MODULES, *_ADDED)
+
+
+@contextlib.contextmanager
+def added_kind(module: str) -> Iterator[None]:
+    """Register the kind defined in ``module`` for the duration of the block (a test's own kind:
+    it runs exactly as a line in ``KIND_MODULES`` would)."""
+    _ADDED.append(module)
     try:
-        return CELL_KINDS[name]
-    except KeyError:
-        raise TorchscaleError(
-            f"unknown cell kind '{name}': known kinds are {', '.join(CELL_KINDS)}"
-        ) from None
+        yield
+    finally:
+        _ADDED.remove(module)
 
 
-def record_kinds(cell_kind: str) -> List[str]:
-    """The record kinds a cell of ``cell_kind`` writes."""
-    return [model.model_fields["kind"].default for model in get_kind(cell_kind).record_models]
+def load_kinds(modules: Tuple[str, ...]) -> Tuple[object, ...]:
+    """The ``KIND`` of each of ``modules``, in order (each module imported once)."""
+    return _load(modules)
 
 
-def selected_kinds(benchmark: str) -> List[CellKind]:
-    """The kinds a ``--benchmark`` choice runs, in plan order."""
-    return [kind for kind in CELL_KINDS.values() if benchmark in kind.selections]
+@functools.cache
+def _load(modules: Tuple[str, ...]) -> Tuple[object, ...]:
+    kinds = []
+    for path in modules:
+        kind = getattr(importlib.import_module(path), "KIND", None)
+        if kind is None:
+            raise TorchscaleError(f"cell kind module {path} defines no KIND: define one there")
+        kinds.append(kind)
+    names = [getattr(kind, "name", None) for kind in kinds]
+    twice = sorted({str(name) for name in names if names.count(name) > 1})
+    if twice:
+        raise TorchscaleError(f"two registered cell kinds are named {', '.join(twice)}")
+    return tuple(kinds)
 
 
-def benchmark_choices() -> List[str]:
-    """Every ``--benchmark`` choice, ``all`` first."""
-    choices: List[str] = []
-    for kind in CELL_KINDS.values():
-        choices += [choice for choice in kind.selections if choice not in choices]
-    return choices
+def registered_kinds() -> Tuple[object, ...]:
+    """Every registered kind's ``KIND``, in plan order. Typed views check them against the
+    protocol of the stage that asks: ``plan.kind_protocol.cell_kinds()``."""
+    return load_kinds(kind_modules())

@@ -17,8 +17,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from torchscale.kinds.kind_registry import get_kind
-from torchscale.kinds.protocol import common_identity
 from torchscale.launch.flight_recorder import (
     collective_timed_out,
     dump_note,
@@ -35,7 +33,7 @@ from torchscale.launch.torchrun import (
     format_command,
     torchrun_command,
 )
-from torchscale.launch.traces import analyze_traces
+from torchscale.plan.kind_protocol import common_identity, get_kind
 from torchscale.plan.planned_cell import Cell
 from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.layout import (
@@ -49,15 +47,15 @@ from torchscale.results.layout import (
     TORCHRUN_LOGS,
     rank_file_glob,
 )
-from torchscale.results.schema import CellStatus, ResultBase
-from torchscale.results.store import ExperimentStore, atomic_write_json, storage_problem
-from torchscale.runtime.rank_files import (
+from torchscale.results.rank_files import (
     STEP_PHASES,
     WRITES_RESULT_ENV,
     read_json,
     read_steps,
     steps_path,
 )
+from torchscale.results.schema import CellStatus, ResultBase
+from torchscale.results.store import ExperimentStore, atomic_write_json, storage_problem
 
 log = logging.getLogger("torchscale")
 
@@ -319,7 +317,7 @@ def run_cell(
         return []
     if finished and result:
         if profile is not None and (result.get("profile") or {}).get("profiled"):
-            result["profile"].update(analyze_traces(cell_dir / PROFILE_DIR, profile.target))
+            result["profile"].update(kind.analyze_traces(cell_dir / PROFILE_DIR, profile.target))
         return kind.records(cell, identity, result)
     status, reason = _failure(cell_dir, cell, outcome.returncode, rendezvous)
     return kind.failed(cell, identity, status, reason + dump_note(cell_dir))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from torchscale.config.settings import CellSettings
-from torchscale.runtime.rank_files import progress_path, read_json, read_steps, steps_path
+from torchscale.results.rank_files import progress_path, read_json, read_steps, steps_path
 
 WINDOW_NAMES = {
     "init": "starting",

@@ -22,6 +22,7 @@ PROCESS_GROUP_TIMEOUT_FLOOR_S = 60.0
 COLLECTIVE_TIMEOUT = re.compile(r"Timed out waiting|collective operation timeout|timed out", re.I)
 DUMP_PREFIX = "rank_"  # torch appends the rank: flight_recorder/rank_3
 RECORDER_ENTRIES = "2000"  # torch >= 2.6's default; older releases record nothing unless set
+RECORDS_BY_DEFAULT = (2, 6)
 
 
 def process_group_timeout_s(cell_timeout_s: float) -> float:
@@ -59,14 +60,18 @@ def flight_recorder_env(cell_dir: Path) -> Dict[str, str]:
     folder.mkdir(parents=True, exist_ok=True)
     prefix = str(folder / DUMP_PREFIX)
     wanted = {
-        "TORCH_FR_DUMP_TEMP_FILE": prefix,  # torch 2.15's name
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,  # older releases' name
+        "TORCH_FR_DUMP_TEMP_FILE": prefix,  # the name once the recorder left ProcessGroupNCCL
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,  # older releases' name (read second)
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
     }
-    # torch 2.15 warns in every rank's log when it reads the old name of the buffer size.
+    # A torch that records by default is left its buffer size: the variable's old name makes a
+    # newer torch warn in every rank's log (2.14 already does), and which release renamed it
+    # cannot be told without importing torch. An older torch records nothing unless told.
     buffer_sizes = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
-    if not any(name in os.environ for name in buffer_sizes):
-        wanted[buffer_sizes[0] if _torch_at_least(2, 15) else buffer_sizes[1]] = RECORDER_ENTRIES
+    if not any(name in os.environ for name in buffer_sizes) and not _torch_at_least(
+        *RECORDS_BY_DEFAULT
+    ):
+        wanted["TORCH_NCCL_TRACE_BUFFER_SIZE"] = RECORDER_ENTRIES
     return {key: value for key, value in wanted.items() if key not in os.environ}
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from torchscale.errors import TorchscaleError
-from torchscale.kinds.kind_registry import get_kind
 from torchscale.launch.multinode import Launch, split_endpoint
+from torchscale.plan.kind_protocol import get_kind
 from torchscale.plan.planned_cell import Cell
 
 EXPORTED = ("OMP_NUM_THREADS", "PYTHONPATH", "PYTHONUNBUFFERED", "TORCHSCALE_CPU_SLOTS")

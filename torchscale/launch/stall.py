@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 
 from torchscale.config.settings import CellSettings
 from torchscale.plan.planned_cell import Cell
-from torchscale.runtime.rank_files import progress_path, read_json, read_steps, steps_path
+from torchscale.results.rank_files import progress_path, read_json, read_steps, steps_path
 
 STEPPING_WINDOWS = frozenset({"warmup", "measure", "sync_probe"})
 

@@ -28,7 +28,6 @@ from torchscale.hardware.environment import (
     node_devices,
     threads_per_cpu_slot,
 )
-from torchscale.kinds.kind_registry import get_kind
 from torchscale.launch.backends import backend_skip_reason
 from torchscale.launch.cell import node_environments, run_cell, skipped_records
 from torchscale.launch.liveness import live_owner
@@ -36,10 +35,12 @@ from torchscale.launch.multinode import Launch, check_node_zero, merge_node_envi
 from torchscale.launch.nsys import resolve_tool
 from torchscale.launch.process import sigterm_as_interrupt
 from torchscale.launch.warm_groups import PER_CELL, launch_units, per_cell_reason, run_group
+from torchscale.plan.kind_protocol import cell_kinds, get_kind
 from torchscale.plan.matrix import Plan
 from torchscale.plan.planned_cell import NON_IDENTITY_FIELDS, Cell
 from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.files import StorageError, storage_cause
+from torchscale.results.layout import SUMMARY
 from torchscale.results.schema import SCHEMA_VERSION, ResultBase
 from torchscale.results.store import ExperimentStore, atomic_write_text, storage_problem
 from torchscale.results.validity import INVALID, checked_record
@@ -124,16 +125,16 @@ def launch_mode(option: Optional[str], config: BenchmarkConfig) -> str:
     return str(option or getattr(config, "launch", PER_CELL))
 
 
-def write_summary(store: ExperimentStore, records: List[ResultBase]) -> DataFrame:
-    """Rewrite summary.csv (and the communication CSVs) from the records; returns the training
-    table for the console."""
-    from torchscale.analysis.training_tables import training_table
-    from torchscale.comm.result_tables import write_comm_summaries
-
-    table = training_table(records)
-    atomic_write_text(store.summary_path, table.drop(columns=["config_key"]).to_csv(index=False))
-    write_comm_summaries(store.root, records)
-    return table
+def write_summary(store: ExperimentStore, records: List[ResultBase]) -> Optional[DataFrame]:
+    """Rewrite every kind's summary CSVs from the records (``summary.csv``, the communication
+    CSVs, ...), each atomically; returns summary.csv's table (the training cells) for the
+    console."""
+    tables: Dict[str, DataFrame] = {}
+    for kind in cell_kinds().values():
+        tables.update(kind.summary_tables(records))
+    for name, table in tables.items():
+        atomic_write_text(store.root / name, table.to_csv(index=False))
+    return tables.get(SUMMARY)
 
 
 def check_resumable(store: ExperimentStore, resume: bool) -> None:

@@ -26,8 +26,6 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from torchscale.config.settings import CellSettings
-from torchscale.kinds.kind_registry import get_kind
-from torchscale.kinds.protocol import common_identity
 from torchscale.launch.cell import (
     _failure,
     _now,
@@ -39,6 +37,7 @@ from torchscale.launch.liveness import clear_owner, write_owner
 from torchscale.launch.process import python_env, run_process
 from torchscale.launch.stall import Stalled, stall_reason, stall_watch
 from torchscale.launch.torchrun import SINGLE_NODE, torchrun_command
+from torchscale.plan.kind_protocol import common_identity, get_kind
 from torchscale.plan.planned_cell import Cell
 from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.files import open_for_read
@@ -52,10 +51,10 @@ from torchscale.results.layout import (
     RESULT_FILE,
     TORCHRUN_LOGS,
 )
+from torchscale.results.rank_files import WRITES_RESULT_ENV, read_json
 from torchscale.results.schema import CellStatus, ResultBase
 from torchscale.results.store import ExperimentStore, atomic_write_json, atomic_write_text
 from torchscale.results.store import ensure_dir as make_dir
-from torchscale.runtime.rank_files import WRITES_RESULT_ENV, read_json
 
 PER_GROUP, PER_CELL = "per_group", "per_cell"
 LAUNCH_MODES = (PER_GROUP, PER_CELL)
@@ -340,15 +339,13 @@ def _records(
     ended: float,
 ) -> List[ResultBase]:
     """The records of a cell the group finished: its result, or its rank error files (OOM)."""
-    from torchscale.launch.traces import analyze_traces
-
     cell = state.cells[index]
     identity = _identity(state, index, cell, experiment, ended)
     kind = get_kind(cell.kind)
     result = read_json(cell_dir / RESULT_FILE)
     if result:
         if profile is not None and (result.get("profile") or {}).get("profiled"):
-            result["profile"].update(analyze_traces(cell_dir / PROFILE_DIR, profile.target))
+            result["profile"].update(kind.analyze_traces(cell_dir / PROFILE_DIR, profile.target))
         return kind.records(cell, identity, result)
     status, reason = _failure(cell_dir, cell, 0, SINGLE_NODE)
     return kind.failed(cell, identity, status, reason)

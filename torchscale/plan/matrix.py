@@ -1,7 +1,8 @@
 """Expand a ``BenchmarkConfig`` into the ordered list of cells to run.
 
-Each kind of cell (``torchscale.kinds.kind_registry``) plans its own cells: training cells
-(``torchscale.plan.training_cells``) first, then communication cells (``torchscale.comm.plan``).
+Each kind of cell (``torchscale.kinds.kind_registry``) plans its own cells
+(``CellKind.plan``): training cells (``torchscale.plan.training_cells``) first, then
+communication cells (``torchscale.comm.plan``).
 
 The size of the matrix is computed from the lengths of its lists before a single cell is built
 (:func:`count_cells`), and a matrix above ``--max-cells`` (10,000 by default) is refused: a short
@@ -16,7 +17,7 @@ from typing import Iterator, List, Optional, Tuple
 
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import ConfigError
-from torchscale.kinds.kind_registry import benchmark_choices, selected_kinds
+from torchscale.plan.kind_protocol import benchmark_choices, selected_kinds
 from torchscale.plan.planned_cell import Cell
 
 DEFAULT_MAX_CELLS = 10_000
@@ -36,10 +37,6 @@ class Plan:
         return iter(self.cells)
 
 
-BENCHMARKS = tuple(benchmark_choices())
-"""What ``--benchmark`` selects: ``all`` is everything the config defines; ``training`` the model
-cells; ``memory`` the model cells with a short window (``plan.training_cells.MEMORY_WINDOW``) that
-records each rank's memory and skips the sync probe; ``comm`` the ``communication:`` cells."""
 
 
 def count_cells(
@@ -73,10 +70,12 @@ def check_size(
 
 
 def _check_selection(config: BenchmarkConfig, benchmark: str) -> None:
-    if benchmark not in BENCHMARKS:
-        raise ConfigError(
-            f"unknown --benchmark '{benchmark}': choose one of {', '.join(BENCHMARKS)}"
-        )
+    # ``all`` is everything the config defines; ``training`` the model cells; ``memory`` the model
+    # cells with a short window (``plan.training_cells.MEMORY_WINDOW``) that records each rank's
+    # memory and skips the sync probe; ``comm`` the ``communication:`` cells.
+    choices = benchmark_choices()
+    if benchmark not in choices:
+        raise ConfigError(f"unknown --benchmark '{benchmark}': choose one of {', '.join(choices)}")
     if benchmark == "all":
         return
     for kind in selected_kinds(benchmark):
@@ -101,6 +100,8 @@ def iter_cells(
         if kind.missing(config) is not None:
             continue
         for settings in kind.plan(config, benchmark, gpus_per_node):
+            if not isinstance(settings, kind.settings_model):
+                raise TypeError(f"the {kind.name} kind planned {type(settings).__name__} cells")
             cid = kind.cell_id(settings)
             if cid not in seen:
                 seen.add(cid)

@@ -12,16 +12,41 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Protocol
 
 from pydantic import BaseModel
 
-from torchscale.comm.config import CommCellSettings
-from torchscale.config.settings import BenchmarkConfig, CellSettings
+from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import ConfigError
+from torchscale.kinds.kind_registry import TRAINING_KIND
 
-KindSettings = Union[CellSettings, CommCellSettings]
-"""The settings of one cell, one model per kind (a new kind adds its model here)."""
+
+class KindSettings(Protocol):
+    """The settings of one cell, whatever its kind: a pydantic model of the kind's own
+    (``CellKind.settings_model``) with at least these."""
+
+    @property
+    def gpus(self) -> int: ...
+
+    @property
+    def nnodes(self) -> int: ...
+
+    @property
+    def nproc_per_node(self) -> int: ...
+
+    @property
+    def repeat(self) -> int: ...
+
+    @property
+    def cell_timeout_s(self) -> float: ...
+
+    @property
+    def backend(self) -> str:
+        """The process-group backend (``auto``: nccl on GPUs, gloo on CPU)."""
+        ...
+
+    def model_dump(self, *, mode: str = "python") -> Dict[str, Any]: ...
+
 
 # Settings that do not change what a cell measures, left out of its identity, so that --resume
 # after raising a timeout still recognises finished cells.
@@ -42,7 +67,7 @@ class Cell:
     index: int
     cell_id: str
     settings: KindSettings
-    kind: str = "training"
+    kind: str = TRAINING_KIND
 
 
 def slug(text: str) -> str:

@@ -9,7 +9,6 @@ from typing import List, Optional
 import pandas as pd
 
 from torchscale.analysis import iteration_breakdown as breakdown
-from torchscale.comm.busbw import format_size
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
@@ -168,7 +167,7 @@ def p2p_heatmap(matrix: pd.DataFrame) -> Table:
     slowest = attrs.get("slowest_pair")
     caption = (
         f"{words.device(int(attrs.get('world_size') or 0))}, "
-        f"{format_size(int(attrs.get('size_bytes') or 0))}B "
+        f"{fmt.human_bytes(int(attrs.get('size_bytes') or 0))} "
         f"{attrs.get('dtype')} messages, busbw per ordered pair"
         + (f"; slowest pair rank {slowest[0]} → rank {slowest[1]}" if slowest else "")
     )

@@ -22,40 +22,26 @@ from torchscale.analysis.scaling import (
 from torchscale.analysis.telemetry import telemetry_findings
 from torchscale.analysis.training_tables import training_table
 from torchscale.hardware.device_noun import cpu_run_note
-from torchscale.kinds.kind_registry import CELL_KINDS, TRAINING_KIND, record_kinds
+from torchscale.kinds.kind_registry import TRAINING_KIND
+from torchscale.plan.kind_protocol import cell_kinds, record_kinds
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report import node_section as nodes
 from torchscale.report import sections
-from torchscale.report.breakdown_sections import (
-    comm_compute_section,
-    histogram_charts,
-    parallelism_section,
-)
-from torchscale.report.elements import Chart, Column, Section, Table, make_table
+from torchscale.report.breakdown_sections import comm_compute_section, histogram_charts
+from torchscale.report.elements import Card, Chart, Column, Section, Table, make_table
 from torchscale.report.environment_block import EnvironmentBlock, environment_block
 from torchscale.report.profile_section import profile_section, trace_findings
 from torchscale.report.projection_section import projection_section
 from torchscale.report.report_data import ReportData
+from torchscale.report.reported_kinds import kind_cards, kind_sections
 from torchscale.report.telemetry_section import telemetry_section
 from torchscale.report.tuning import tuning_sections
-from torchscale.results.figures import BUSBW, FIGURES, GLOSSARY_DOC, SCALING_EFFICIENCY
+from torchscale.results.figures import FIGURES, GLOSSARY_DOC, SCALING_EFFICIENCY
 from torchscale.results.schema import ResultBase
 from torchscale.results.table_scalars import frame_records
 
 TOP_FINDINGS = 5
-PREFERRED_OP = "all_reduce"
-"""The collective the bandwidth card quotes when it was measured (DDP's gradient sync)."""
-
-
-@dataclass
-class Card:
-    label: str
-    value: str
-    detail: str
-    tone: str = "neutral"  # good, warn, bad or neutral
-
-
 @dataclass
 class ReportContent:
     title: str
@@ -102,7 +88,7 @@ def _cell_cards(table: pd.DataFrame, records: List[ResultBase]) -> List[Card]:
     kinds += [
         (kind.capitalize(), pd.Series([r.status for r in records if r.kind in record_kinds(kind)],
                                       dtype=object))
-        for kind in CELL_KINDS
+        for kind in cell_kinds()
         if kind != TRAINING_KIND
     ]  # fmt: skip
     return [
@@ -115,23 +101,6 @@ def _cell_cards(table: pd.DataFrame, records: List[ResultBase]) -> List[Card]:
         for name, statuses in kinds
         if len(statuses)
     ]
-
-
-def _bandwidth_card(records: List[ResultBase]) -> Optional[Card]:
-    """The highest bus bandwidth measured (all_reduce's when measured), with its link's share."""
-    collectives = sections.report_collectives(records)
-    ok = collectives[(collectives["status"] == "ok") & collectives["busbw_gbps"].notna()]
-    if ok.empty:
-        return None
-    preferred = ok[ok["op"] == PREFERRED_OP]
-    best = (preferred if len(preferred) else ok).sort_values("busbw_gbps").iloc[-1]
-    detail = (
-        f"{fmt.human_bytes(best['size_bytes'])} messages on {words.device(int(best['world_size']))}"
-    )
-    if not pd.isna(best["busbw_peak_fraction"]):
-        detail += f" · {fmt.fraction(best['busbw_peak_fraction'])} of the link's peak"
-    return Card(f"Peak {BUSBW.name} ({best['op']}, GB/s)", fmt.significant(best["busbw_gbps"]),
-                detail)  # fmt: skip
 
 
 def _cards(table: pd.DataFrame, findings: pd.DataFrame, records: List[ResultBase]) -> List[Card]:
@@ -163,9 +132,7 @@ def _cards(table: pd.DataFrame, findings: pd.DataFrame, records: List[ResultBase
                 f"{best['model']} · {best['variant']} · {words.device(int(best['world_size']))}",
             )
         )
-    bandwidth = _bandwidth_card(records)
-    if bandwidth is not None:
-        cards.append(bandwidth)
+    cards += kind_cards(records)
     # findings_table sorts by severity, so counts come out most severe first
     counts = findings["severity"].value_counts(sort=False)
     severe = findings["severity"].map(lambda s: severity_order(s) <= 1)
@@ -307,8 +274,7 @@ def _content(
         profile_section(data),
         comm_compute_section(records),
         telemetry_section(records),
-        sections.communication_section(records),
-        parallelism_section(records),
+        *kind_sections(records),
         projection_section(data),
     )
     finding_rows = frame_records(findings)

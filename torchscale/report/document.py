@@ -13,16 +13,16 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from torchscale.analysis.training_tables import training_table
-from torchscale.comm.result_tables import collective_table
 from torchscale.hardware.device_noun import cpu_run_note
 from torchscale.report import device_words as words
 from torchscale.report.profile_section import profile_table
 from torchscale.report.report_data import Experiment, ReportData
+from torchscale.report.reported_kinds import kind_document_results
 from torchscale.results.figures import (
     ALGBW,
     BUSBW,
@@ -37,6 +37,9 @@ from torchscale.results.figures import (
 from torchscale.results.layout import MANIFEST
 from torchscale.results.schema import TrainingResult
 from torchscale.results.table_scalars import frame_records
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DOCUMENT_VERSION = 2
 OP_KEYS = {
@@ -169,8 +172,9 @@ def _first(value: Any) -> Any:
     return value[0] if isinstance(value, list) and value else value if value != [] else None
 
 
-def _communication(experiment: Experiment) -> Dict[str, List[CollectiveEntry]]:
-    table = collective_table(experiment.records)
+def communication_entries(table: pd.DataFrame) -> Dict[str, List[CollectiveEntry]]:
+    """``results.communication`` from the collectives table (the communication kind's part of
+    the document)."""
     found: Dict[str, List[CollectiveEntry]] = {}
     fields = set(CollectiveEntry.model_fields)
     for row in frame_records(table):
@@ -234,10 +238,12 @@ def _document(experiment: Experiment, source: Path) -> BenchmarkDocument:
             note=cpu_run_note() if words.on_cpu() else None,
             benchmark=config,
         ),
-        results=Results(
-            communication=_communication(experiment),
-            training=training,
-            memory=_memory(experiment),
+        results=Results.model_validate(
+            {
+                "training": training,
+                "memory": _memory(experiment),
+                **kind_document_results(experiment.records),
+            }
         ),
         profiles=_profiles(experiment, source),
     )

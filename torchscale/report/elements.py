@@ -36,6 +36,14 @@ BAND_GOOD = ("#FACC15", 0.18)
 
 
 @dataclass
+class Card:
+    label: str
+    value: str
+    detail: str
+    tone: str = "neutral"  # good, warn, bad or neutral
+
+
+@dataclass
 class Series:
     """One trace. ``kind``: line, bar, box (``y`` holds one list of samples per ``x``) or marker."""
 

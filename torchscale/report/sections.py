@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, List, Optional
 
 import pandas as pd
 
 from torchscale.analysis import cells as cell_tables
 from torchscale.analysis.comparison import Comparison
 from torchscale.analysis.scaling import efficiency_band
-from torchscale.comm.result_tables import collective_table
 from torchscale.report import charts
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
-from torchscale.report.elements import Column, Section, Table, make_table
+from torchscale.report.elements import Card, Column, Section, Table, make_table
 from torchscale.results.figures import ALGBW, BUSBW, SCALING_EFFICIENCY, SYNC_OVERHEAD, SYNC_WAIT
-from torchscale.results.schema import ResultBase
 
 EXPERIMENT = Column("experiment", "Experiment", fmt.text, numeric=False)
 MODEL = Column("model", "Model", fmt.text, numeric=False)
@@ -244,10 +242,11 @@ REPORT_COLLECTIVE_COLUMNS = [
 ]  # fmt: skip
 
 
-def report_collectives(records: Iterable[ResultBase]) -> pd.DataFrame:
-    """The collectives table (``torchscale.comm.result_tables``) as the report shows it: its
-    columns, sorted by op, world size, scope and message size."""
-    table = collective_table(records)
+def report_collectives(collectives: pd.DataFrame) -> pd.DataFrame:
+    """The collectives table (``torchscale.comm.result_tables``, which the communication kind
+    passes in) as the report shows it: its columns, sorted by op, world size, scope and message
+    size."""
+    table = collectives.copy()
     # Records from before scopes ran over the world: their group is every rank.
     table["group_size"] = table["group_size"].fillna(table["world_size"])
     keys = ["op", "world_size", "scope", "size_bytes"]
@@ -255,8 +254,10 @@ def report_collectives(records: Iterable[ResultBase]) -> pd.DataFrame:
     return shown.sort_values(keys, kind="stable", ignore_index=True)
 
 
-def communication_section(records: Iterable[ResultBase]) -> Optional[Section]:
-    collectives = report_collectives(records)
+def communication_section(table: pd.DataFrame) -> Optional[Section]:
+    """Bandwidth per collective, from the collectives table (the communication kind's report
+    section)."""
+    collectives = report_collectives(table)
     if collectives.empty:
         return None
     return Section(
@@ -358,3 +359,25 @@ def chart_sections(*sections: Optional[Section]) -> List[Section]:
     """The sections that have something to show (the comparison always does)."""
     return [s for s in sections if s is not None and (s.section_id == "comparison"
                                                       or not s.is_empty)]  # fmt: skip
+
+
+PREFERRED_OP = "all_reduce"
+"""The collective the bandwidth card quotes when it was measured (DDP's gradient sync)."""
+
+
+def bandwidth_card(table: pd.DataFrame) -> Optional[Card]:
+    """The headline card of a collectives table (the communication kind's): the highest bus
+    bandwidth measured (all_reduce's when measured), with its link's share."""
+    collectives = report_collectives(table)
+    ok = collectives[(collectives["status"] == "ok") & collectives["busbw_gbps"].notna()]
+    if ok.empty:
+        return None
+    preferred = ok[ok["op"] == PREFERRED_OP]
+    best = (preferred if len(preferred) else ok).sort_values("busbw_gbps").iloc[-1]
+    detail = (
+        f"{fmt.human_bytes(best['size_bytes'])} messages on {words.device(int(best['world_size']))}"
+    )
+    if not pd.isna(best["busbw_peak_fraction"]):
+        detail += f" · {fmt.fraction(best['busbw_peak_fraction'])} of the link's peak"
+    return Card(f"Peak {BUSBW.name} ({best['op']}, GB/s)", fmt.significant(best["busbw_gbps"]),
+                detail)  # fmt: skip

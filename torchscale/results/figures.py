@@ -52,7 +52,7 @@ STEP_TIME = Figure(
     "step-time", "step time", "ms (mean, p50, p95, p99)",
     "Time per optimizer step, each step counted at its slowest rank; p50, p95 and p99 are "
     "percentiles over the measured steps (the report pools repeats).",
-    "benchmark: the measured window", "torchscale/analysis/stats.py (time_stats)",
+    "benchmark: the measured window", "torchscale/results/stats.py (time_stats)",
     "step_ms_p50", "step_time_ms.p50, .p95, .p99",
 )  # fmt: skip
 SCALING_EFFICIENCY = Figure(
@@ -75,7 +75,7 @@ SYNC_WAIT = Figure(
     "A rank's step time minus its no_sync step time; the straggler is the rank that waits "
     "least (the others wait for it).",
     "benchmark: the no_sync probe",
-    "torchscale/worker/aggregate.py, torchscale/analysis/straggler.py",
+    "torchscale/worker/aggregate.py, torchscale/results/straggler.py",
     "sync_wait_ms", "per_rank[].sync_wait_ms",
 )  # fmt: skip
 SYNC_STALL = Figure(

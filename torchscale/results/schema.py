@@ -10,10 +10,12 @@ bytes; throughput is per second for the whole job (all ranks), not per GPU.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional, Type
+import functools
+from typing import Any, Dict, List, Literal, Optional, Tuple, Type
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from torchscale.kinds.kind_registry import kind_modules, load_kinds
 from torchscale.results.layout import FINDINGS_FILE
 
 SCHEMA_VERSION = 1
@@ -341,8 +343,10 @@ class TpGemmResult(CommResultBase):
 
 
 def parse_record(data: Dict[str, Any]) -> ResultBase:
-    """Validate one ``results.jsonl`` object into the model for its ``kind``."""
-    model = RECORD_KINDS.get(data.get("kind", "training"), ResultBase)
+    """Validate one ``results.jsonl`` object into the model for its ``kind``: the built-in ones,
+    then those of the registered cell kinds (``CellKind.record_models``), else ``ResultBase``."""
+    kind = data.get("kind", "training")
+    model = RECORD_KINDS.get(kind) or _registered_models(kind_modules()).get(kind, ResultBase)
     record: ResultBase = model.model_validate(data)
     return record
 
@@ -352,4 +356,15 @@ RECORD_KINDS: Dict[str, Type[ResultBase]] = {
     "collective": CollectiveResult,
     "tp_gemm": TpGemmResult,
 }
-"""Record models by ``kind``; other result kinds register here."""
+"""The built-in record models by ``kind`` (what analysis and the report read); a kind's own
+record models are found through the registry (``torchscale.kinds.kind_registry``)."""
+
+
+@functools.cache
+def _registered_models(modules: Tuple[str, ...]) -> Dict[str, Type[ResultBase]]:
+    found: Dict[str, Type[ResultBase]] = {}
+    for kind in load_kinds(modules):
+        for model in getattr(kind, "record_models", ()):
+            if isinstance(model, type) and issubclass(model, ResultBase):
+                found[model.model_fields["kind"].default] = model
+    return found

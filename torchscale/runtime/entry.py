@@ -16,9 +16,9 @@ import torch.distributed as dist
 
 from torchscale.launch.liveness import watch_parent as watch_parent  # re-exported for workers
 from torchscale.results.layout import CELL_FILE
+from torchscale.results.rank_files import RankReporter
 from torchscale.runtime.mpi_env import adopt_mpi_environment
 from torchscale.runtime.process_group import RankContext, shutdown_distributed
-from torchscale.runtime.rank_files import RankReporter
 
 
 def parse_cell_args(prog: str, description: str, argv: Optional[List[str]]) -> argparse.Namespace:

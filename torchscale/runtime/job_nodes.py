@@ -3,7 +3,7 @@
 In a lock-step launch every node runs its own torchscale and only node 0's records results, so the
 rank that writes ``result.json`` must run on node 0, wherever c10d's rendezvous put rank 0 (it
 orders nodes by address, not by ``--node-rank``). Each torchscale tells its ranks whether it
-records results (:data:`~torchscale.runtime.rank_files.WRITES_RESULT_ENV`); the lowest such rank
+records results (:data:`~torchscale.results.rank_files.WRITES_RESULT_ENV`); the lowest such rank
 writes. Without the variable every rank qualifies, so rank 0 writes.
 """
 
@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 
 from torchscale.hardware.environment import collect_environment
+from torchscale.results.rank_files import WRITES_RESULT_ENV
 from torchscale.runtime.process_group import RankContext
-from torchscale.runtime.rank_files import WRITES_RESULT_ENV
 
 
 def result_writer(ctx: RankContext) -> int:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from torchscale.analysis.stats import coefficient_of_variation, mean, time_stats
-from torchscale.analysis.straggler import RankWait, find_straggler
 from torchscale.hardware.peaks import mfu, peak_tflops
+from torchscale.results.stats import coefficient_of_variation, mean, time_stats
+from torchscale.results.straggler import RankWait, find_straggler
 
 HIGH_WAIT_CV = 0.5
 """Coefficient of variation of per-step sync wait above which sync time is called erratic ..."""

@@ -17,6 +17,7 @@ from torchscale.config.settings import CellSettings
 from torchscale.models.registry import load_model
 from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.layout import PROFILE_DIR
+from torchscale.results.rank_files import RankReporter
 from torchscale.results.store import atomic_write_json
 from torchscale.runtime.entry import (
     exit_now,
@@ -28,7 +29,6 @@ from torchscale.runtime.entry import (
 )
 from torchscale.runtime.job_nodes import gather_node_environments, result_writer
 from torchscale.runtime.process_group import RankContext, init_distributed
-from torchscale.runtime.rank_files import RankReporter
 from torchscale.worker.aggregate import aggregate
 from torchscale.worker.measure import ddp_config, measure_rank, warmup_steps
 from torchscale.worker.profiler import (

@@ -22,11 +22,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from torchscale.analysis.stats import mean, time_stats
 from torchscale.config.settings import CellSettings
+from torchscale.results.rank_files import RankReporter
+from torchscale.results.stats import mean, time_stats
 from torchscale.runtime.clock import Clock
 from torchscale.runtime.process_group import RankContext
-from torchscale.runtime.rank_files import RankReporter
 from torchscale.worker.cpu_accounting import CpuSnapshot
 from torchscale.worker.gpu_sampler import GpuSampler, nvml_index
 from torchscale.worker.training import TrainingRun

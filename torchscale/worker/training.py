@@ -18,9 +18,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torchscale.config.settings import CellSettings
 from torchscale.hardware.peaks import peak_precision
 from torchscale.models import ModelSpec
+from torchscale.results.rank_files import StepTracker
 from torchscale.runtime.clock import Clock, StepMarks
 from torchscale.runtime.process_group import RankContext
-from torchscale.runtime.rank_files import StepTracker
 from torchscale.worker.batches import batch_stream
 from torchscale.worker.comm_hooks import register_comm_hook
 

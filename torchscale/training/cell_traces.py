@@ -1,4 +1,5 @@
-"""After a profiled cell: make every rank's trace readable (nsys -> SQLite) and analyse them.
+"""After a profiled cell: make every rank's trace readable (nsys -> SQLite) and analyse them
+(the training kind's ``analyze_traces``, which the launcher calls).
 
 The analysis (``torchscale.profiling``) writes ``findings.json`` and the per-rank tables beside
 the traces, where ``report`` and ``profile`` read them.

@@ -1,12 +1,15 @@
 """The training cell kind: one DDP training launch per model x batch size x knobs x GPU count,
-one ``training`` record per cell."""
+one ``training`` record per cell, summarised in ``summary.csv``. Its knobs are the config's top
+level (no section of its own)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Type
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Type
 
 from torchscale.config.settings import BenchmarkConfig, CellSettings
 from torchscale.hardware.device_noun import CUDA, count_text
+from torchscale.kinds.kind_registry import TRAINING_KIND
 from torchscale.models.registry import describe as describe_model
 from torchscale.plan.planned_cell import Cell, KindSettings
 from torchscale.plan.training_cells import (
@@ -15,7 +18,12 @@ from torchscale.plan.training_cells import (
     training_settings,
     training_swept,
 )
+from torchscale.results.layout import SUMMARY
 from torchscale.results.schema import CellStatus, ResultBase, TrainingResult
+
+if TYPE_CHECKING:
+    from pandas import DataFrame
+    from rich.console import Console, RenderableType
 
 
 def _settings(cell: Cell) -> CellSettings:
@@ -30,7 +38,9 @@ def gpus_text(gpus: int, nnodes: int) -> str:
 
 
 class TrainingKind:
-    name = "training"
+    name = TRAINING_KIND
+    config_section = None
+    settings_model = CellSettings
     worker_module = "torchscale.worker"
     record_models: Tuple[Type[ResultBase], ...] = (TrainingResult,)
     selections: Tuple[str, ...] = ("all", "training", "memory")
@@ -105,6 +115,22 @@ class TrainingKind:
 
     def console_lines(self, records: List[ResultBase]) -> List[str]:
         return []  # each training record prints its own lines (cli.benchmark_view)
+
+    def console_tables(
+        self, records: List[ResultBase], title: str, console: Console
+    ) -> List[RenderableType]:
+        return []  # the training results table is the console's own (cli.benchmark_view)
+
+    def summary_tables(self, records: List[ResultBase]) -> Dict[str, DataFrame]:
+        """``summary.csv``, written even before any training record exists."""
+        from torchscale.analysis.training_tables import training_table
+
+        return {SUMMARY: training_table(records).drop(columns=["config_key"])}
+
+    def analyze_traces(self, profile_dir: Path, target: str) -> Dict[str, object]:
+        from torchscale.training.cell_traces import analyze_traces
+
+        return analyze_traces(profile_dir, target)
 
 
 KIND = TrainingKind()
