@@ -13,6 +13,7 @@ from pydantic.fields import FieldInfo
 from typing_extensions import Annotated
 
 from torchscale.comm.config import CommunicationSection, TpGemmSection
+from torchscale.config.validate_section import ValidateSection
 from torchscale.config.settings import (
     BenchmarkConfig,
     DataSettings,
@@ -93,6 +94,21 @@ MATRIX_KEYS = (
 )  # fmt: skip
 
 
+def _nested_rows(model: Type[BaseModel], prefix: str) -> List[str]:
+    """The keys of the sections inside ``model`` (``validation.fleet.warn``...)."""
+    rows = []
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            continue
+        section = (info.description or "").rstrip(".")
+        for key, sub in annotation.model_fields.items():
+            type_name = _type_name(sub).replace("|", "\\|")
+            meaning = f"{section}: {sub.description}" if section else sub.description
+            rows.append(f"| `{prefix}{name}.{key}` | {type_name} | {_default(sub)} | {meaning} |")
+    return rows
+
+
 def reference_markdown() -> str:
     matrix = [row for row in _rows(BenchmarkConfig) if row.split("`")[1] in MATRIX_KEYS]
     sections = [
@@ -109,6 +125,11 @@ def reference_markdown() -> str:
         _table(
             "`communication.tp_gemm:` (lists expand to every combination)",
             _rows(TpGemmSection, "communication.tp_gemm."),
+        ),
+        _table(
+            "`validation:` (`torchscale validate --level 2|3` and `--fleet`; see "
+            "docs/validate.md; ignored by benchmark)",
+            _rows(ValidateSection, "validation.") + _nested_rows(ValidateSection, "validation."),
         ),
     ]
     return "\n".join(sections) + "\n"

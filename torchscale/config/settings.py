@@ -29,6 +29,7 @@ from typing_extensions import Annotated
 from torchscale.comm.config import CommunicationSection
 from torchscale.config.base import StrictModel, as_list
 from torchscale.config.tune_section import TuneSection
+from torchscale.config.validate_section import ValidateSection
 
 PRECISION_ALIASES = {"fp16": "amp", "float32": "fp32", "bfloat16": "bf16"}
 
@@ -275,6 +276,11 @@ class BenchmarkConfig(TrainingSweep):  # type: ignore[misc,valid-type]
     )
     tune: Optional[TuneSection] = Field(
         None, description="What `torchscale tune` searches (section; ignored by benchmark)."
+    )
+    validation: Optional[ValidateSection] = Field(
+        None,
+        description="How `torchscale validate --level 2|3` measures and judges (section; "
+        "ignored by benchmark).",
     )
 
     @model_validator(mode="after")

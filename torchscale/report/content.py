@@ -12,6 +12,7 @@ from torchscale.analysis import cells as cell_tables
 from torchscale.analysis import findings as finding_rules
 from torchscale.analysis.comparison import Comparison
 from torchscale.analysis.finding import severity_order
+from torchscale.analysis.host_attribution import attribute_findings
 from torchscale.analysis.iteration_breakdown import step_histogram
 from torchscale.analysis.scaling import (
     efficiency_band,
@@ -36,6 +37,7 @@ from torchscale.report.projection_section import projection_section
 from torchscale.report.report_data import ReportData
 from torchscale.report.telemetry_section import telemetry_section
 from torchscale.report.tuning import tuning_sections
+from torchscale.results.host_records import load_host_records
 from torchscale.results.table_scalars import frame_records
 
 TOP_FINDINGS = 5
@@ -214,12 +216,16 @@ def build_content(
     table = _training(data)
     curves = scaling_curves(table)
     findings = finding_rules.findings_table(
-        [
-            finding_rules.normalize(f, f.get("_source", "profile"), e.name)
-            for e in data.experiments
-            for f in e.findings
-        ]
-        + finding_rules.record_findings(records)
+        attribute_findings(
+            [
+                finding_rules.normalize(f, f.get("_source", "profile"), e.name)
+                for e in data.experiments
+                for f in e.findings
+            ]
+            + finding_rules.record_findings(records),
+            records,
+            {k: v for e in data.experiments for k, v in load_host_records(e.path.parent).items()},
+        )
         + telemetry_findings(records)
         + finding_rules.scaling_findings(table)
     )
