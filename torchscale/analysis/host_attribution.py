@@ -63,17 +63,20 @@ def _concerns(figure: ProbeFigure, place: RankPlace) -> bool:
 def explaining_probe(
     place: RankPlace, record: HostRecord
 ) -> Optional[Tuple[ProbeFigure, str, float]]:
-    """The host's figure, among those that concern the rank, furthest below a yardstick, with
-    that yardstick's words and the ratio; None when validate judged none of them WARN or FAIL."""
-    best: Optional[Tuple[ProbeFigure, str, float]] = None
-    for figure in record.probes:
-        if figure.status == "PASS" or not _concerns(figure, place):
-            continue
-        for field, words in YARDSTICKS:
-            ratio = getattr(figure, field)
-            if ratio is not None and ratio < 1 and (best is None or ratio < best[2]):
-                best = (figure, words, ratio)
-    return best
+    """The host's figure, among those that concern the rank, furthest below its peers or the
+    fleet (what makes one rank later than the others), else below its expected figure; with
+    that yardstick's words and the ratio. None when validate judged none WARN or FAIL."""
+    concerned = [f for f in record.probes if f.status != "PASS" and _concerns(f, place)]
+    for yardsticks in (YARDSTICKS[:2], YARDSTICKS[2:]):
+        best: Optional[Tuple[ProbeFigure, str, float]] = None
+        for figure in concerned:
+            for field, words in yardsticks:
+                ratio = getattr(figure, field)
+                if ratio is not None and ratio < 1 and (best is None or ratio < best[2]):
+                    best = (figure, words, ratio)
+        if best is not None:
+            return best
+    return None
 
 
 def health_quote(place: RankPlace, record: HostRecord) -> str:

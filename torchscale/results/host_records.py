@@ -64,6 +64,13 @@ def _read(path: Path) -> Optional[object]:
         return None
 
 
+SEVERITY = {"PASS": 0, "SKIP": 0, "WARN": 1, "FAIL": 2}
+
+
+def _number(value: object) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _record(document: object, source: Path) -> Optional[HostRecord]:
     try:
         return HostRecord.model_validate({**document, "source": str(source)})  # type: ignore[dict-item]
@@ -86,7 +93,7 @@ def load_host_records(output_dir: Path) -> Dict[str, HostRecord]:
     fleet = _read(folder / FLEET_REPORT) if (folder / FLEET_REPORT).is_file() else None
     if isinstance(fleet, dict):
         cells = {
-            (c.get("host"), c.get("device"), c.get("probe")): c.get("vs_fleet")
+            (c.get("host"), c.get("device"), c.get("probe")): c
             for c in fleet.get("cells", [])
             if isinstance(c, dict)
         }
@@ -95,7 +102,10 @@ def load_host_records(output_dir: Path) -> Dict[str, HostRecord]:
             if record is None or not record.probes:
                 continue
             for figure in record.probes:
-                figure.vs_fleet = cells.get((record.host, figure.device, figure.probe))
+                cell = cells.get((record.host, figure.device, figure.probe)) or {}
+                figure.vs_fleet = _number(cell.get("vs_fleet"))
+                if SEVERITY.get(str(cell.get("status")), 0) > SEVERITY.get(figure.status, 0):
+                    figure.status = str(cell["status"])  # an outlier of the fleet, fine alone
             found.append(record)
     newest: Dict[str, HostRecord] = {}
     for record in found:

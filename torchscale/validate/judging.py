@@ -137,9 +137,8 @@ def probe_checks(judged: Sequence[Judged], cpu: bool) -> List[CheckResult]:
         mine = [j for j in judged if j.figure.probe == probe]
         meta = PROBES[probe]
         values = [j.figure.value for j in mine]
-        span = format_value(min(values)) + (
-            f"-{format_value(max(values))}" if len(values) > 1 else ""
-        )
+        low, high = format_value(min(values)), format_value(max(values))
+        span = low if low == high else f"{low}-{high}"
         devices = f"{len(mine)} devices" if len(mine) > 1 else mine[0].figure.device
         status = worst(j.status for j in mine)
         details: Dict[str, object] = {
