@@ -145,6 +145,17 @@ def test_where_the_nodes_come_from() -> None:
     assert resolve_fleet(
         nnodes=None, node_rank=None, endpoint=None, join_timeout_s=60, environ=srun_task
     ) == FleetMember(3, 2, "batch01:29400", 60)
+    # a task of the user's own srun (variables as Slurm 22.05 sets them in a step, recorded)
+    step = {"SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_NNODES": "2", "SLURM_NODEID": "1",
+            "SLURM_PROCID": "1", "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "gpu[01-02]",
+            "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NUM_TASKS": "2",
+            "SLURM_STEP_TASKS_PER_NODE": "1(x2)"}  # fmt: skip
+    assert resolve_fleet(
+        nnodes=None, node_rank=None, endpoint=None, join_timeout_s=60, environ=step
+    ) == FleetMember(2, 1, "gpu01:29400", 60)
+    with pytest.raises(TorchscaleError, match="one task per node"):
+        resolve_fleet(nnodes=None, node_rank=None, endpoint=None, join_timeout_s=60,
+                      environ={**step, "SLURM_STEP_NUM_TASKS": "4"})  # fmt: skip
     by_hand = resolve_fleet(
         nnodes=4, node_rank=1, endpoint="node0:29511", join_timeout_s=60, environ={}
     )

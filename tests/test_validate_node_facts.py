@@ -49,7 +49,7 @@ def test_xid_lines_of_every_printer_are_read_with_code_bus_and_text() -> None:
 
 def test_a_hardware_xid_fails_and_names_the_gpu_by_its_nvml_index() -> None:
     buses = h100_bus_ids()
-    log = KernelLog(lines("dmesg_h100.log"), "dmesg --notime")
+    log = KernelLog(lines("dmesg_h100.log"), "dmesg")
     check = check_xid(log, parse_xids(log.lines or []), buses)
     assert check.status is Status.FAIL
     # 9a is the fifth GPU NVML lists, 3a the third: the text says so, with what each code means
@@ -65,7 +65,7 @@ def test_application_xids_only_warn_and_a_clean_log_passes() -> None:
     check = check_xid(log, parse_xids(log.lines or []), buses)
     assert check.status is Status.WARN
     assert check.value.startswith("GPU 3: Xid 63 (row remap / page retirement recorded")
-    clean = KernelLog(lines("dmesg_clean.log"), "dmesg --notime")
+    clean = KernelLog(lines("dmesg_clean.log"), "dmesg")
     assert check_xid(clean, [], buses).status is Status.PASS
     # a bus no GPU has (the GPU fell off and NVML lost it) is named by its bus id
     gsp = KernelLog(lines("dmesg_t_gsp.log"), "dmesg")

@@ -99,7 +99,7 @@ class KernelLog:
 
 
 LOG_COMMANDS: Tuple[Tuple[str, ...], ...] = (
-    ("dmesg", "--notime"),  # the ring buffer: everything since boot unless it wrapped
+    ("dmesg",),  # the ring buffer: everything since boot unless it wrapped
     ("journalctl", "-k", "-b", "--no-pager", "-o", "short"),  # survives a wrapped ring buffer
 )
 

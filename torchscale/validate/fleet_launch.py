@@ -2,6 +2,9 @@
 or a lock-step launch (the same command on every node with ``--nnodes``, ``--node-rank`` and
 node 0's ``--rdzv-endpoint``, or torchrun's ``PET_*`` variables, as ``benchmark`` reads them).
 
+Started by the user's own ``srun --ntasks-per-node=1`` (``SLURM_STEP_ID`` set), node 0 is the
+step's first node, reached by its Slurm node name.
+
 Under Slurm, the command run in the batch script (or ``salloc``) starts itself on every node of
 the allocation with ``srun --ntasks-per-node=1`` and passes node 0's address in
 ``TORCHSCALE_FLEET_ENDPOINT``: node 0 is the batch host (Slurm runs the batch script on the
@@ -18,7 +21,7 @@ from typing import List, Mapping, Optional, Sequence, Union
 
 from torchscale.errors import TorchscaleError
 from torchscale.launch.multinode import DEFAULT_PORT, resolve_launch, split_endpoint
-from torchscale.launch.slurm import SlurmAllocation
+from torchscale.launch.slurm import SlurmAllocation, expand_hostlist
 from torchscale.validate.fleet import FleetMember
 
 FLEET_ENDPOINT_ENV = "TORCHSCALE_FLEET_ENDPOINT"
@@ -55,6 +58,28 @@ def _int(environ: Mapping[str, str], *names: str) -> Optional[int]:
     return None
 
 
+def _srun_task(
+    environ: Mapping[str, str], endpoint: Optional[str], join_timeout_s: float
+) -> FleetMember:
+    """A task of the user's own ``srun``: node 0 is the step's first node, by its Slurm name."""
+    count = _int(environ, "SLURM_STEP_NUM_NODES", "SLURM_NNODES")
+    tasks = _int(environ, "SLURM_STEP_NUM_TASKS")
+    rank = _int(environ, "SLURM_NODEID")
+    nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST") or ""
+    if count is None or rank is None or not nodelist:
+        raise TorchscaleError(
+            "inside srun, --fleet reads SLURM_STEP_NUM_NODES, SLURM_NODEID and "
+            "SLURM_STEP_NODELIST, which are not all set: run it from the batch script instead"
+        )
+    if tasks is not None and tasks != count:
+        raise TorchscaleError(
+            f"--fleet runs one task per node: this srun step has {tasks} tasks on {count} "
+            "nodes; use srun --ntasks-per-node=1"
+        )
+    port = split_endpoint(endpoint)[1] if endpoint else DEFAULT_PORT
+    return FleetMember(count, rank, f"{expand_hostlist(nodelist)[0]}:{port}", join_timeout_s)
+
+
 def resolve_fleet(
     *,
     nnodes: Optional[int],
@@ -75,6 +100,8 @@ def resolve_fleet(
             )
         split_endpoint(inside)
         return FleetMember(count, rank, inside, join_timeout_s)
+    if environ.get("SLURM_STEP_ID") and nnodes is None:
+        return _srun_task(environ, endpoint, join_timeout_s)
     if nnodes is not None or environ.get("PET_NNODES"):
         launch = resolve_launch(
             nnodes=nnodes,

@@ -99,7 +99,8 @@ class Judged:
     def ratios(self) -> str:
         parts = []
         if self.vs_expected is not None and self.expected is not None:
-            parts.append(f"{self.vs_expected:.2f} of expected {format_value(self.expected)}")
+            what = "the node's median" if self.expected_source == NODE_MEDIAN else "expected"
+            parts.append(f"{self.vs_expected:.2f} of {what} {format_value(self.expected)}")
         if self.vs_peers is not None:
             parts.append(f"{self.vs_peers:.2f} of its peers")
         return ", ".join(parts)
