@@ -20,7 +20,8 @@ from torchscale.errors import TorchscaleError
 if TYPE_CHECKING:
     from rich.status import Status
 
-    from torchscale.validate.fleet import FleetMember
+    from torchscale.validate.fleet import Fleet, FleetMember
+    from torchscale.validate.runner import ValidateOptions
 
 
 def register(app: typer.Typer) -> None:
@@ -191,7 +192,7 @@ def _fleet_member(
     return role
 
 
-def _check_node(options: Any) -> Dict[str, Any]:
+def _check_node(options: ValidateOptions) -> Dict[str, Any]:
     """This node's checks at its level: the table on stderr, a level-2+ record kept."""
     from torchscale.validate.display import render
     from torchscale.validate.runner import run_validation
@@ -211,7 +212,7 @@ def _flags(json_output: bool, skip_smoke: bool, verbose: bool) -> List[Tuple[str
     return [("--json", json_output), ("--skip-smoke", skip_smoke), ("--verbose", verbose)]
 
 
-def _fleet(group: Any, report: Dict[str, Any], output_dir: Path, json_output: bool) -> int:
+def _fleet(group: Fleet, report: Dict[str, Any], output_dir: Path, json_output: bool) -> int:
     """Node 0: the fleet report (table, files, --json); other nodes: their own verdict."""
     from torchscale.validate.fleet import fleet_check
     from torchscale.validate.fleet_document import fleet_exit_code, save_fleet

@@ -13,7 +13,6 @@ from pydantic.fields import FieldInfo
 from typing_extensions import Annotated
 
 from torchscale.comm.config import CommunicationSection, TpGemmSection
-from torchscale.config.validate_section import ValidateSection
 from torchscale.config.settings import (
     BenchmarkConfig,
     DataSettings,
@@ -21,6 +20,7 @@ from torchscale.config.settings import (
     ProfilingSettings,
     TrainingSettings,
 )
+from torchscale.config.validate_section import ValidateSection
 
 HEADER = """\
 # Benchmark configuration reference

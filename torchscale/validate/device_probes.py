@@ -9,13 +9,14 @@ over NVLink or PCIe; through the host when the pair has no peer access).
 
 CPU (no GPU): every CPU slot (``TORCHSCALE_CPU_SLOTS``, one per core by default, at most
 ``max_cpu_devices``) is a device, measured in turn with its share of the cores as intra-op
-threads: fp32 GEMM, memory copy and per-op dispatch cost. A slot is not pinned to a core, so
-the figures are the node's, measured as many times as it has slots.
+threads: fp32 GEMM, memory copy and per-op dispatch cost. With one thread per slot (the
+default) slot i runs on the i-th allowed core, so the slots are the cores.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional
 
@@ -169,6 +170,21 @@ def gpu_probes(settings: ValidateSection, notify: Notify) -> ProbeRun:
     return run
 
 
+@contextlib.contextmanager
+def _on_core(slot: int) -> Iterator[None]:
+    """With one thread per slot, run slot i on the i-th CPU this process may use (Linux), so
+    that slots are cores and their peers are the other cores; otherwise leave placement be."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if threads_per_cpu_slot() != 1 or slot >= len(allowed):
+        yield
+        return
+    os.sched_setaffinity(0, {allowed[slot]})  # this thread only: it does the work
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, set(allowed))
+
+
 def cpu_probes(settings: ValidateSection, notify: Notify) -> ProbeRun:
     run = ProbeRun(cpu=True)
     before = torch.get_num_threads()
@@ -177,9 +193,10 @@ def cpu_probes(settings: ValidateSection, notify: Notify) -> ProbeRun:
         for slot in range(min(cpu_slots(), settings.max_cpu_devices)):
             m = Measure(torch.device("cpu"), f"CPU {slot}", "cpu", settings, run)
             notify(f"GEMM and memory copy on CPU slot {slot}")
-            gemm(m, "gemm_fp32", torch.float32, settings.cpu_gemm_size)
-            memory_copy(m, settings.cpu_copy_mib)
-            launch_latency(m)
+            with _on_core(slot):
+                gemm(m, "gemm_fp32", torch.float32, settings.cpu_gemm_size)
+                memory_copy(m, settings.cpu_copy_mib)
+                launch_latency(m)
     finally:
         torch.set_num_threads(before)
     return run

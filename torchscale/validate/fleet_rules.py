@@ -11,7 +11,8 @@ Links. Each pair measured by send/recv ping-pong (busbw, nccl-tests' send/recv f
 node's network reach is the best bandwidth it reached with anyone. A link is judged against
 the lesser reach of its two nodes: a link well below what both its nodes reach elsewhere is a
 slow *link* (``links.warn`` / ``links.fail``); a node whose best link is below ``links.warn``
-of the fleet's median reach is a slow *node* (its NIC, its CPU), and its links are not blamed.
+of the fleet's median reach is a slow *node* (its NIC, its CPU). A slow node's links are as fast
+as it is, so they are not blamed; a link slower still than that is, even beside a slow node.
 The pairs: a ring first (every node twice), then each suspect (an outlier device, or an end of
 a link below the median) against healthy nodes it has not met yet.
 """
@@ -142,14 +143,13 @@ def judge_links(links: Sequence[Link], settings: ValidateSection) -> FleetVerdic
         if median > 0
     }
     verdicts = []
-    slow = {n for n, (s, _) in reach_status.items() if s is not Status.PASS}
     for link in links:
         a, b = link.pair
+        # judged against the slower end's best link: a slow node's links are as fast as it is,
+        # so only a link slower than both its ends reach elsewhere is blamed
         expected = min(reach[a], reach[b])
         share = link.gbps / expected if expected > 0 else 1.0
-        # a slow node explains its links: blame the link only between nodes that reach further
-        status = Status.PASS if {a, b} & slow else bar_status(share, settings.links)
-        verdicts.append(LinkVerdict(link, expected, share, status))
+        verdicts.append(LinkVerdict(link, expected, share, bar_status(share, settings.links)))
     return FleetVerdict([], verdicts, reach, reach_status)
 
 
