@@ -447,10 +447,9 @@ def test_the_console_escapes_what_any_string_holds() -> None:
 
 
 def test_where_a_cell_is_comes_from_rank_zeros_files(tmp_path: Path) -> None:
-    from torchscale.results.rank_files import RankReporter
-
     from torchscale.config.settings import CellSettings
     from torchscale.launch.cell_progress import cell_progress
+    from torchscale.results.rank_files import RankReporter
 
     settings = CellSettings(
         model="gpt2-tiny", batch_size=2, gpus=1, warmup_steps=3, measure_steps=10

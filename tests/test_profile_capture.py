@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Dict, Iterator
 
@@ -17,7 +18,8 @@ from typer.testing import CliRunner
 
 from tests.support.environ import repo_pythonpath, restored_environ
 from torchscale.cli.app import app
-from torchscale.results.store import ExperimentStore
+from torchscale.results.layout import validate_record_path
+from torchscale.results.store import ExperimentStore, atomic_write_json
 
 pytestmark = pytest.mark.slow  # every test here captures real profiled cells (torchrun launches)
 
@@ -129,11 +131,22 @@ def test_two_ranks_name_the_slowed_rank_and_the_stall_it_causes(triggered: Dict)
 
 
 def test_four_ranks_name_the_slowed_rank(tmp_path: Path, env: None) -> None:
+    # a validate record of this host in the output folder, whose CPU 2 was slow at level 2
+    host = socket.gethostname()
+    slow = {"probe": "gemm_fp32", "label": "GEMM fp32", "unit": "TFLOP/s", "device": "CPU 2",
+            "value": 0.02, "status": "WARN", "vs_peers": 0.7}  # fmt: skip
+    atomic_write_json(validate_record_path(tmp_path, host), {"host": host, "level": 2,
+                                                             "probes": [slow]})  # fmt: skip
     document = profile(tmp_path, gpus=4, delay_ms=DELAY_MS, slow_rank=2)
     assert len(document["ranks"]) == 4
     found = stragglers(document)
     assert len(found) == 1 and found[0]["ranks"] == [2]
     assert_stall_matches_delay(document, slow_rank=2)
+    # the finding names where rank 2 ran and quotes the record (analysis/host_attribution.py)
+    assert found[0]["where"].startswith(
+        f"rank 2 is on {host} CPU process 2, whose GEMM fp32 on CPU 2 ran at 0.70 of its peers"
+    )
+    assert found[0]["title"].endswith(found[0]["where"])
 
 
 def test_no_delay_no_straggler(tmp_path: Path, env: None) -> None:

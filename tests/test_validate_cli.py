@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from tests.support.fakes.fake_pynvml import load
 from torchscale.cli.app import app
-from torchscale.comm.busbw import busbw_factor
+from torchscale.comm.busbw import busbw_factor, layout
+from torchscale.results.layout import validate_record_path
 from torchscale.validate.smoke import SmokeCancelled, run_smoke_test
 from torchscale.validate.smoke_worker import HANG_ENV, SAMPLE, expected_sum
 
@@ -31,9 +32,12 @@ HANG_TIMEOUT_S = 10  # must exceed torchrun's own start-up (~4 s here) so the wo
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory: pytest.TempPathFactory):
-    """One real `torchscale validate --json` here, real 2-process gloo smoke test included."""
+    """One real `torchscale validate --level 2 --json` here, real 2-process gloo smoke test
+    included (its all-gather too), probes kept short."""
     out = tmp_path_factory.mktemp("validate") / "results"
-    result = CliRunner().invoke(app, ["validate", "--json", "--output-dir", str(out)])
+    short = ["--set", "validation.window_s=0.05", "--set", "validation.max_cpu_devices=1"]
+    args = ["validate", "--json", "--level", "2", "--output-dir", str(out), *short]
+    result = CliRunner().invoke(app, args)
     return result, json.loads(result.stdout), out
 
 
@@ -75,6 +79,18 @@ def test_the_real_gloo_smoke_test_passes_with_the_exact_sum(real_run):
         f"{details['time_us'] / 1000:.2f} ms per 4 MiB all-reduce"
     )
     assert report["backend"] == "gloo"
+    # level 2: an all-gather too, laid out and scaled as nccl-tests' all_gather_perf does
+    gather = details["all_gather"]
+    shape = layout("all_gather", details["size_bytes"], 4, 2)
+    assert gather["size_bytes"] == shape.size_bytes
+    per_op_s = gather["time_us"] / 1e6
+    assert gather["busbw_gbps"] == pytest.approx(
+        shape.size_bytes / per_op_s / 1e9 * busbw_factor("all_gather", 2)
+    )
+    figures = {p["probe"]: p for p in report["probes"] if p["device"] == "node"}
+    assert figures["all_gather"]["value"] == gather["busbw_gbps"]
+    assert figures["all_reduce"]["value"] == details["busbw_gbps"]
+    assert figures["all_reduce"]["ranks"] == 2
 
 
 @pytest.mark.slow
@@ -94,7 +110,9 @@ def test_values_that_must_be_true_on_this_cpu_only_machine(real_run):
     assert checks["/dev/shm"]["details"]["total_bytes"] == st.f_blocks * st.f_frsize
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert checks["Open files limit"]["value"].startswith(f"{soft} (hard ")
-    assert not out.exists()  # validate checks the output dir's disk, it writes nothing there
+    # level 2 keeps its record there, and nothing else
+    written = [p.relative_to(out) for p in out.rglob("*") if p.is_file()]
+    assert written == [validate_record_path(Path("."), report["host"])]
 
 
 @pytest.mark.slow
@@ -159,13 +177,15 @@ def test_output_dir_that_is_a_file_is_bad_usage(tmp_path):
     assert result.stderr.strip() == f"Error: --output-dir {path} is a file: give a directory"
 
 
-def test_gpu_node_with_a_fault_fails_and_prints_the_topology(monkeypatch):
+def test_gpu_node_with_a_fault_fails_and_prints_the_topology(monkeypatch, tmp_path):
     """The H100 thermal recording through the whole command (no launch: --skip-smoke)."""
     data = json.loads((DATA / "h100_thermal.json").read_text())
     monkeypatch.setitem(sys.modules, "pynvml", load(data))
-    result = CliRunner().invoke(app, ["validate", "--json", "--skip-smoke"])
+    out = tmp_path / "results"
+    result = CliRunner().invoke(app, ["validate", "--json", "--skip-smoke", "-o", str(out)])
     checks = checks_of(json.loads(result.stdout))
     assert result.exit_code == 1
+    assert not out.exists()  # level 1 checks the output dir's disk, it writes nothing there
     assert checks["Clock throttling"]["status"] == "FAIL"
     assert checks["All-reduce smoke test"]["status"] == "SKIP"
     # NVML sees 8 GPUs that this CPU-only torch cannot use: that is a failure too.
@@ -188,7 +208,7 @@ def test_help_does_not_import_torch():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ
     ).stdout
     assert out.splitlines()[0] == "False False"
-    for option in ("--json", "--skip-smoke", "--timeout", "--output-dir"):
+    for option in ("--json", "--skip-smoke", "--timeout", "--output-dir", "--level", "--fleet"):
         assert option in out
 
 

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from torchscale.analysis.host_attribution import attribute_findings
 from torchscale.app import Notify
 from torchscale.config.loader import Override, load_config, read_yaml
 from torchscale.config.settings import BenchmarkConfig
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from torchscale.hardware.environment import NodeDevices
     from torchscale.results.schema import ResultBase
     from torchscale.results.store import ExperimentStore
+from torchscale.results.host_records import load_host_records
 from torchscale.results.layout import FINDINGS_FILE, experiment_dir, profile_run_name
 
 TOOLS = ("auto", "nsys", "torch")
@@ -234,6 +236,8 @@ def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
 
     document = json.loads(findings.read_text(encoding="utf-8"))
     overhead = sync_overhead_pct(record) if isinstance(record, TrainingResult) else None
+    hosts = load_host_records(store.root.parent)
+    document["findings"] = attribute_findings(document["findings"], [record], hosts, "title")
     return CapturedCell(record.cell_id, profile.tool, out_dir, document, sync_overhead_pct=overhead)
 
 

@@ -9,7 +9,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import typer
 from typing_extensions import Annotated
@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.status import Status
     from rich.table import Table
+
+    from torchscale.validate.fleet import Fleet, FleetMember
+    from torchscale.validate.runner import ValidateOptions
 
 
 def register(app: typer.Typer) -> None:
@@ -60,6 +63,59 @@ def register(app: typer.Typer) -> None:
                 "--verbose", "-v", help="Enable verbose logging (each check's details and timing)."
             ),
         ] = False,
+        level: Annotated[
+            int,
+            typer.Option(
+                "--level",
+                help="1: configuration checks (seconds); 2: + measured probes per device (GEMM, "
+                "memory, host and P2P copies, launches, node collectives), XID errors, CPU "
+                "governor, InfiniBand ports; 3: + sustained load watching clocks, temperature, "
+                "power and ECC.",
+            ),
+        ] = 1,
+        config: Annotated[
+            Optional[Path],
+            typer.Option(
+                "--config",
+                "-c",
+                help="YAML file whose validation: section sets probe sizes, durations and "
+                "thresholds (the rest of the file is ignored).",
+            ),
+        ] = None,
+        set_: Annotated[
+            Optional[List[str]],
+            typer.Option(
+                "--set",
+                help="Override a validation key, e.g. --set validation.window_s=0.5 (repeatable).",
+            ),
+        ] = None,
+        fleet: Annotated[
+            bool,
+            typer.Option(
+                "--fleet",
+                help="Check every node of a Slurm allocation (srun) or of --nnodes launches: "
+                "outlier devices, slow nodes and slow links; node 0 writes the fleet report.",
+            ),
+        ] = False,
+        nnodes: Annotated[
+            Optional[int],
+            typer.Option("--nnodes", help="--fleet without Slurm: nodes taking part."),
+        ] = None,
+        node_rank: Annotated[
+            Optional[int],
+            typer.Option("--node-rank", help="--fleet without Slurm: this node (0 reports)."),
+        ] = None,
+        rdzv_endpoint: Annotated[
+            Optional[str],
+            typer.Option(
+                "--rdzv-endpoint",
+                help="--fleet: node 0's HOST:PORT (under Slurm only the port is used).",
+            ),
+        ] = None,
+        join_timeout: Annotated[
+            float,
+            typer.Option("--join-timeout", help="--fleet: seconds to wait for the other nodes."),
+        ] = 600.0,
     ) -> None:
         """Check if current node meets DDP requirements (NCCL, Drivers)."""
         if verbose:
@@ -68,20 +124,113 @@ def register(app: typer.Typer) -> None:
             raise TorchscaleError(
                 f"--timeout must be a positive number of seconds, got {timeout:g}"
             )
+        if level not in (1, 2, 3):
+            raise TorchscaleError(f"--level {level}: choose 1, 2 or 3")
         if output_dir.exists() and not output_dir.is_dir():
             raise TorchscaleError(f"--output-dir {output_dir} is a file: give a directory")
 
-        from torchscale.validate.runner import ValidateOptions, run_validation
+        from dataclasses import replace
 
-        options = ValidateOptions(timeout_s=timeout, skip_smoke=skip_smoke, output_dir=output_dir)
-        with err_console.status("Checking this node...") as status:
-            report = run_validation(options, on_check=_progress(status))
-        render(report, err_console)
-        _log_details(report)
-        if json_output:
-            print_json(report)
-        if not report["summary"]["ok"]:
-            raise typer.Exit(1)
+        from torchscale.config.loader import load_validation, parse_overrides
+        from torchscale.validate.runner import ValidateOptions
+
+        settings = load_validation(config, parse_overrides(set_ or []))
+        member = None
+        if fleet:
+            flags = _flags(json_output, skip_smoke, verbose)
+            again = ["--level", str(level), "--timeout", f"{timeout:g}", "--fleet"]
+            again += ["--output-dir", str(output_dir.resolve())]
+            again += ["--join-timeout", f"{join_timeout:g}"]
+            again += ["--config", str(config.resolve())] if config else []
+            again += [word for value in set_ or [] for word in ("--set", value)]
+            again += [flag for flag, on in flags if on]
+            member = _fleet_member(nnodes, node_rank, rdzv_endpoint, join_timeout, again)
+        options = ValidateOptions(
+            timeout_s=timeout,
+            skip_smoke=skip_smoke,
+            output_dir=output_dir,
+            level=level,
+            settings=settings,
+        )
+        if member is None:
+            report = _check_node(options)
+            if json_output:
+                print_json(report)
+            raise typer.Exit(0 if report["summary"]["ok"] else 1)
+        from torchscale.validate.fleet import joined
+
+        def say(step: str) -> None:
+            err_console.print(f"> {step}")
+
+        with joined(member, settings, say) as group:
+            report = _check_node(replace(options, before_probes=lambda: group.start_together(say)))
+            raise typer.Exit(_fleet(group, report, output_dir, json_output))
+
+
+def _fleet_member(
+    nnodes: Optional[int],
+    node_rank: Optional[int],
+    endpoint: Optional[str],
+    join_timeout: float,
+    validate_args: List[str],
+) -> FleetMember:
+    """This node's place in the fleet; in a Slurm batch script, start the fleet with srun
+    (``validate_args`` on every node) and exit with its code."""
+    import os
+
+    from torchscale.validate.fleet_launch import SlurmFleet, resolve_fleet, run_srun
+
+    role = resolve_fleet(
+        nnodes=nnodes,
+        node_rank=node_rank,
+        endpoint=endpoint,
+        join_timeout_s=join_timeout,
+        environ=os.environ,
+    )
+    if isinstance(role, SlurmFleet):
+        nodes = len(role.allocation.hosts)
+        err_console.print(f"> srun on {nodes} nodes, node 0 at {role.endpoint}")
+        raise typer.Exit(run_srun(role, validate_args))
+    return role
+
+
+def _check_node(options: ValidateOptions) -> Dict[str, Any]:
+    """This node's checks at its level: the table on stderr, a level-2+ record kept."""
+    from torchscale.validate.runner import run_validation
+
+    with err_console.status("Checking this node...") as status:
+        report = run_validation(options, on_check=_progress(status))
+    render(report, err_console)
+    _log_details(report)
+    if options.level >= 2:
+        from torchscale.validate.levels import save_record
+
+        err_console.print(f"> Record: {save_record(report, options.output_dir)}")
+    return report
+
+
+def _flags(json_output: bool, skip_smoke: bool, verbose: bool) -> List[Tuple[str, bool]]:
+    return [("--json", json_output), ("--skip-smoke", skip_smoke), ("--verbose", verbose)]
+
+
+def _fleet(group: Fleet, report: Dict[str, Any], output_dir: Path, json_output: bool) -> int:
+    """Node 0: the fleet report (table, files, --json); other nodes: their own verdict."""
+    from torchscale.validate.fleet import fleet_check
+    from torchscale.validate.fleet_document import fleet_exit_code, save_fleet
+    from torchscale.validate.fleet_view import render_fleet
+
+    with err_console.status("Fleet check...") as status:
+        document = fleet_check(group, report, _progress(status))
+    if document is None:
+        member = group.member
+        err_console.print(f"> Node {member.node_rank}: reported to node 0 ({member.endpoint})")
+        return 0 if report["summary"]["ok"] else 1
+    render_fleet(document, err_console)
+    json_path, page = save_fleet(document, output_dir)
+    err_console.print(f"> Fleet report: {json_path} and {page}")
+    if json_output:
+        print_json(document)
+    return fleet_exit_code(document)
 
 
 def checks_table(report: Dict[str, Any], console: Console) -> Table:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from torchscale.config.kind_sections import config_model
 from torchscale.config.settings import BenchmarkConfig
+from torchscale.config.validate_section import ValidateSection
 from torchscale.errors import ConfigError, TorchscaleError
 
 Override = Tuple[List[str], Any]
@@ -315,3 +316,25 @@ def _echo(value: object) -> str:
     short.maxlist = short.maxdict = short.maxtuple = short.maxset = 10
     short.maxlevel = 3
     return clip(short.repr(value))
+
+
+class ValidationOnly(BaseModel):
+    """The one section ``torchscale validate`` reads; everything else in the file is ignored."""
+
+    validation: ValidateSection
+
+
+def load_validation(
+    path: Optional[Path], overrides: Sequence[Override] = ()
+) -> ValidateSection:
+    """The ``validation:`` section of a config file (the rest of the file is not read as a
+    benchmark: a file holding only this section is fine), with ``--set validation.x=...``."""
+    raw = read_yaml(path) if path is not None else {}
+    apply_overrides(raw, overrides)
+    section = raw.get("validation")
+    wrapped = {"validation": section if section is not None else {}}
+    source = str(path) if path is not None else "the options given"
+    try:
+        return ValidationOnly.model_validate(wrapped).validation
+    except ValidationError as exc:
+        raise ConfigError(f"invalid config in {source}: {explain(exc, wrapped)}") from None

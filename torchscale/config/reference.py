@@ -19,6 +19,7 @@ from torchscale.config.settings import (
     ProfilingSettings,
     TrainingSettings,
 )
+from torchscale.config.validate_section import ValidateSection
 
 HEADER = """\
 # Benchmark configuration reference
@@ -119,6 +120,21 @@ def _section_tables(section: ConfigSection) -> List[str]:
     return tables
 
 
+def _nested_rows(model: Type[BaseModel], prefix: str) -> List[str]:
+    """The keys of the sections inside ``model`` (``validation.fleet.warn``...)."""
+    rows = []
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            continue
+        section = (info.description or "").rstrip(".")
+        for key, sub in annotation.model_fields.items():
+            type_name = _type_name(sub).replace("|", "\\|")
+            meaning = f"{section}: {sub.description}" if section else sub.description
+            rows.append(f"| `{prefix}{name}.{key}` | {type_name} | {_default(sub)} | {meaning} |")
+    return rows
+
+
 def reference_markdown() -> str:
     matrix = [row for row in _rows(config_model()) if row.split("`")[1] in MATRIX_KEYS]
     sections = [
@@ -129,6 +145,11 @@ def reference_markdown() -> str:
         _table("`data:`", _rows(DataSettings, "data.")),
         _table("`profiling:` (not swept)", _rows(ProfilingSettings, "profiling.")),
         *(table for section in kind_sections() for table in _section_tables(section)),
+        _table(
+            "`validation:` (`torchscale validate --level 2|3` and `--fleet`; see "
+            "docs/validate.md; ignored by benchmark)",
+            _rows(ValidateSection, "validation.") + _nested_rows(ValidateSection, "validation."),
+        ),
     ]
     return "\n".join(sections) + "\n"
 

@@ -28,6 +28,7 @@ from typing_extensions import Annotated
 
 from torchscale.config.base import StrictModel, as_list
 from torchscale.config.tune_section import TuneSection
+from torchscale.config.validate_section import ValidateSection
 
 PRECISION_ALIASES = {"fp16": "amp", "float32": "fp32", "bfloat16": "bf16"}
 
@@ -273,6 +274,11 @@ class BenchmarkConfig(TrainingSweep):  # type: ignore[misc,valid-type]
     profiling: ProfilingSettings = Field(default_factory=ProfilingSettings)
     tune: Optional[TuneSection] = Field(
         None, description="What `torchscale tune` searches (section; ignored by benchmark)."
+    )
+    validation: Optional[ValidateSection] = Field(
+        None,
+        description="How `torchscale validate --level 2|3` measures and judges (section; "
+        "ignored by benchmark).",
     )
 
     def kind_section(self, key: str) -> Optional[BaseModel]:

@@ -56,6 +56,11 @@ def _matches(words: Sequence[str], wanted: Sequence[str]) -> bool:
     return all(word in words for word in wanted)
 
 
+def device_matches(device_name: str, wanted: Sequence[str]) -> bool:
+    """Whether every word of ``wanted`` is a whole word of ``device_name``."""
+    return _matches(_words(device_name), wanted)
+
+
 def device_peaks(device_name: Optional[str]) -> Optional[Dict[str, float]]:
     """The peak table of a device, None when the device is not known."""
     if not device_name:

@@ -12,6 +12,7 @@ from torchscale.analysis import cells as cell_tables
 from torchscale.analysis import findings as finding_rules
 from torchscale.analysis.comparison import Comparison
 from torchscale.analysis.finding import severity_order
+from torchscale.analysis.host_attribution import attribute_findings
 from torchscale.analysis.iteration_breakdown import step_histogram
 from torchscale.analysis.scaling import (
     efficiency_band,
@@ -38,6 +39,7 @@ from torchscale.report.reported_kinds import kind_cards, kind_sections
 from torchscale.report.telemetry_section import telemetry_section
 from torchscale.report.tuning import tuning_sections
 from torchscale.results.figures import FIGURES, GLOSSARY_DOC, SCALING_EFFICIENCY
+from torchscale.results.host_records import load_host_records
 from torchscale.results.schema import ResultBase
 from torchscale.results.table_scalars import frame_records
 
@@ -244,8 +246,11 @@ def _content(
     table = _training(data)
     curves = scaling_curves(table)
     findings = finding_rules.findings_table(
-        trace_findings(data)
-        + finding_rules.record_findings(records)
+        attribute_findings(
+            trace_findings(data) + finding_rules.record_findings(records),
+            records,
+            {k: v for e in data.experiments for k, v in load_host_records(e.path.parent).items()},
+        )
         + telemetry_findings(records)
         + finding_rules.scaling_findings(table)
     )

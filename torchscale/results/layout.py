@@ -82,6 +82,12 @@ NSYS_REPORT_GLOB = f"rank*{NSYS_REPORT_SUFFIX}"
 # --- the validate smoke test's scratch folder ---------------------------------------------------
 SMOKE_LOG = "smoke.log"
 
+# --- validate's records in an output folder (<output-dir>/validate/) ------------------------------
+VALIDATE_DIR = "validate"
+VALIDATE_RECORD_GLOB = "host-*.json"  # one level-2+ report per host
+FLEET_REPORT = "fleet.json"  # validate --fleet: every node's report, outliers, links
+FLEET_PAGE = "fleet.html"  # validate --fleet: the node x device heatmaps
+
 
 def slurm_log(job_id: str) -> str:
     return SLURM_LOG_PATTERN.replace("%j", job_id)
@@ -179,6 +185,12 @@ def experiment_dirname(name: str) -> str:
 def experiment_dir(output_dir: Path, experiment_name: str) -> Path:
     """``<output_dir>/<experiment folder>``: where an experiment's results go."""
     return Path(output_dir) / experiment_dirname(experiment_name)
+
+
+def validate_record_path(output_dir: Path, host: str) -> Path:
+    """``<output_dir>/validate/host-<host>.json``: the latest level-2+ report of ``host`` (a host
+    name from another node is made a safe file name as an experiment name is)."""
+    return Path(output_dir) / VALIDATE_DIR / f"host-{experiment_dirname(host)}.json"
 
 
 def cell_dir(experiment: Path, cell_id: str) -> Path:

@@ -13,12 +13,14 @@ import socket
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+from torchscale.config.validate_section import ValidateSection
 from torchscale.hardware.nvml import NO_PERMISSION, open_nvml, supported
+from torchscale.hardware.topology import bus_id
 from torchscale.validate import gpu, interconnect, performance, software, system
 from torchscale.validate.result import CheckResult, fail, skip, summarize
 from torchscale.validate.smoke import NAME as SMOKE_NAME
@@ -46,6 +48,9 @@ class ValidateOptions:
     timeout_s: float = 60.0
     skip_smoke: bool = False
     output_dir: Path = Path("results")
+    level: int = 1  # 1: configuration; 2: + measured probes; 3: + sustained load
+    settings: ValidateSection = field(default_factory=ValidateSection)
+    before_probes: Optional[Callable[[], None]] = None  # the fleet: start probes together
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class GpuHealth:
     cuda_driver: Any  # int (12040 = CUDA 12.4), or Unsupported
     gpus: int
     checks: List[CheckResult]
+    bus_ids: List[Optional[str]] = field(default_factory=list)  # PCI bus id per GPU
 
 
 def gpu_health(torch_count: int) -> GpuHealth:
@@ -73,7 +79,10 @@ def gpu_health(torch_count: int) -> GpuHealth:
             checks += [check(net) for _, check in INTERCONNECT_CHECKS]
         else:
             checks += no_gpu
-        return GpuHealth(nvml.driver_version(), nvml.cuda_driver_version(), len(handles), checks)
+        buses = [bus_id(nvml, h) for h in handles]
+        return GpuHealth(
+            nvml.driver_version(), nvml.cuda_driver_version(), len(handles), checks, buses
+        )
 
 
 def smoke_ranks() -> int:
@@ -108,7 +117,9 @@ def run_validation(
     with ThreadPoolExecutor(max_workers=1) as pool:
         smoke = None
         if not options.skip_smoke:
-            smoke = pool.submit(run_smoke_test, smoke_ranks(), options.timeout_s, cancel)
+            smoke = pool.submit(
+                run_smoke_test, smoke_ranks(), options.timeout_s, cancel, options.level >= 2
+            )
         try:
             notify("PyTorch")
             facts = software.torch_facts()
@@ -135,7 +146,19 @@ def run_validation(
         except BaseException:
             cancel.set()  # the smoke thread kills its torchrun tree and returns
             raise
-    return build_report(checks, facts.cuda_available, time.monotonic() - started)
+    extra: Dict[str, Any] = {"level": options.level}
+    if options.level >= 2:
+        from torchscale.validate.levels import run_levels
+
+        if options.before_probes is not None:
+            notify("waiting for the other nodes")
+            options.before_probes()
+        outcome = run_levels(options.level, options.settings, health.bus_ids, checks[-1], notify)
+        checks += outcome.checks
+        extra["probes"] = outcome.probes
+        if outcome.sustained is not None:
+            extra["sustained"] = outcome.sustained
+    return {**build_report(checks, facts.cuda_available, time.monotonic() - started), **extra}
 
 
 def smoke_check(smoke: Optional[Future[CheckResult]]) -> CheckResult:

@@ -84,9 +84,13 @@ class SmokeCancelled(Exception):
 
 
 def run_smoke_test(
-    gpus: int, timeout_s: float, cancel: Optional[threading.Event] = None
+    gpus: int,
+    timeout_s: float,
+    cancel: Optional[threading.Event] = None,
+    all_gather: bool = False,
 ) -> CheckResult:
-    """Launch the worker on ``gpus`` ranks (NCCL), or 2 gloo ranks when ``gpus`` is 0.
+    """Launch the worker on ``gpus`` ranks (NCCL), or 2 gloo ranks when ``gpus`` is 0; with
+    ``all_gather`` (level 2) it times an all-gather too (``details["all_gather"]``).
 
     Setting ``cancel`` (from another thread) kills the launch and raises :class:`SmokeCancelled`.
     """
@@ -99,10 +103,9 @@ def run_smoke_test(
     size = GPU_BYTES if gpus > 0 else CPU_BYTES
     workdir = Path(tempfile.mkdtemp(prefix="torchscale-validate-"))
     result_path, log = workdir / RESULT_FILE, workdir / SMOKE_LOG
+    args = ["--result", str(result_path), "--size-bytes", str(size), "--timeout", str(timeout_s)]
     cmd = torchrun_command(
-        WORKER,
-        ["--result", str(result_path), "--size-bytes", str(size), "--timeout", str(timeout_s)],
-        nproc_per_node=nproc,
+        WORKER, args + (["--all-gather"] if all_gather else []), nproc_per_node=nproc
     )
     try:
         outcome = run_process(

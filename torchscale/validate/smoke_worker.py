@@ -49,7 +49,49 @@ def _write_atomic(path: Path, document: Dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
-def run(size_bytes: int, warmup: int, iters: int, timeout_s: float) -> Optional[Dict[str, object]]:
+def time_all_gather(
+    size_bytes: int, device: object, warmup: int, iters: int
+) -> Dict[str, object]:
+    """All-gather timed as nccl-tests' all_gather_perf lays it out (comm/busbw.py): each rank
+    sends ``size / n`` bytes and receives ``size``; the slowest rank defines the time."""
+    import torch
+    import torch.distributed as dist
+
+    from torchscale.comm.busbw import algbw_gbps, busbw_gbps, layout
+    from torchscale.comm.op_timing import time_op
+    from torchscale.runtime.clock import Clock
+
+    assert isinstance(device, torch.device)
+    world = dist.get_world_size()
+    shape = layout("all_gather", size_bytes, 4, world)
+    send = torch.ones(shape.input_elements, dtype=torch.float32, device=device)
+    if device.type == "cuda":
+        out = torch.empty(shape.output_elements, dtype=torch.float32, device=device)
+
+        def step() -> None:
+            dist.all_gather_into_tensor(out, send)
+
+    else:  # gloo: the list form
+        parts = [torch.empty_like(send) for _ in range(world)]
+
+        def step() -> None:
+            dist.all_gather(parts, send)
+
+    time_us = time_op(Clock(device), step, warmup, iters)
+    slowest = torch.tensor([time_us], dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    per_op = float(slowest.item()) * 1e-6
+    return {
+        "size_bytes": shape.size_bytes,
+        "time_us": per_op * 1e6,
+        "algbw_gbps": algbw_gbps(shape.size_bytes, per_op),
+        "busbw_gbps": busbw_gbps("all_gather", shape.size_bytes, per_op, world),
+    }
+
+
+def run(
+    size_bytes: int, warmup: int, iters: int, timeout_s: float, all_gather: bool = False
+) -> Optional[Dict[str, object]]:
     import torch
     import torch.distributed as dist
 
@@ -96,6 +138,8 @@ def run(size_bytes: int, warmup: int, iters: int, timeout_s: float) -> Optional[
         "busbw_gbps": busbw_gbps("all_reduce", numel * 4, per_op, world),
         "device": torch.cuda.get_device_name(device) if cuda else "cpu",
     }
+    if all_gather:
+        result["all_gather"] = time_all_gather(numel * 4, device, warmup, iters)
     dist.destroy_process_group()
     return result if rank == 0 else None
 
@@ -107,12 +151,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--timeout", type=float, default=60.0, help="the launch timeout (s)")
+    parser.add_argument("--all-gather", action="store_true", help="also time an all-gather")
     args = parser.parse_args(argv)
     from torchscale.launch.liveness import watch_parent
 
     watch_parent()  # dies with its torchrun or with torchscale, even one killed by SIGKILL
     _hang_if_asked()
-    result = run(args.size_bytes, args.warmup, args.iters, args.timeout)
+    result = run(args.size_bytes, args.warmup, args.iters, args.timeout, args.all_gather)
     if result is not None:
         _write_atomic(args.result, result)
 

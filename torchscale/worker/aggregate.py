@@ -18,6 +18,16 @@ MIN_WAIT_SHARE = 0.05
 """... provided the wait is at least this share of the step (else the noise is harmless)."""
 
 
+def _place(ranks: List[Dict[str, Any]], rank: int) -> str:
+    """`` (on node-3, GPU 5)``: where a rank ran, as its own figures say (empty if unknown)."""
+    for row in ranks:
+        if row.get("rank") == rank and row.get("host"):
+            device = str(row.get("device") or "")
+            what = "GPU" if device.startswith("cuda") else "CPU process"
+            return f" (on {row['host']}, {what} {row.get('local_rank', '?')})"
+    return ""
+
+
 def sync_stats(ranks: List[Dict[str, Any]], step_ms: float) -> Optional[Dict[str, Any]]:
     """Exposed gradient-sync time, per-rank waits, and the straggler if there is one."""
     waits = [r.get("sync_wait_ms") for r in ranks]
@@ -44,7 +54,8 @@ def sync_stats(ranks: List[Dict[str, Any]], step_ms: float) -> Optional[Dict[str
     warning = None
     if slowest is not None:
         warning = (
-            f"High variance in gradient sync time detected: rank {slowest} is the straggler; "
+            f"High variance in gradient sync time detected: rank {slowest} is the straggler"
+            f"{_place(ranks, slowest)}; "
             f"other ranks wait up to {spread:.1f} ms/step for it "
             f"({spread / step_ms:.0%} of the step)"
         )

@@ -1,0 +1,179 @@
+"""Level 2's probes and verdicts: figures of GPUs named as NVML names them (the recorded HGX
+H100) judged against the SKU table and their peers; the CPU probes against a measurement timed
+directly; ``validate --level 3`` end to end on this machine (probes, sustained load, the record
+kept; the level-2 smoke test with its all-gather is test_validate_cli's shared run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import pytest
+from typer.testing import CliRunner
+
+from torchscale.cli.app import app
+from torchscale.config.validate_section import ValidateSection
+from torchscale.hardware.environment import threads_per_cpu_slot
+from torchscale.hardware.expected_figures import PROBES, expected_figure
+from torchscale.results.layout import validate_record_path
+from torchscale.validate.judging import judge_figures, probe_checks
+from torchscale.validate.levels import collective_figures
+from torchscale.validate.probe_timing import Figure
+from torchscale.validate.result import CheckResult, Status
+
+DATA = Path(__file__).parent / "data" / "nvml"
+H100 = json.loads((DATA / "h100_healthy.json").read_text())["devices"][0]["nvmlDeviceGetName"]
+
+
+def gemm_figures(shares: List[float], name: str = H100) -> List[Figure]:
+    expected = expected_figure(name, "gemm_bf16")
+    base = expected.value if expected else 100.0
+    return [Figure("gemm_bf16", f"GPU {i}", base * s, name) for i, s in enumerate(shares)]
+
+
+def test_h100_gemm_against_its_sku_figure_and_its_peers() -> None:
+    shares = [0.93, 0.94, 0.92, 0.93, 0.95, 0.66, 0.94, 0.93]
+    figures = gemm_figures(shares)
+    judged = judge_figures(figures, ValidateSection(), cpu=False)
+    expected = expected_figure(H100, "gemm_bf16")
+    assert expected is not None and "H100 SXM" in expected.source
+    slow = judged[5]
+    others = [f.value for f in figures if f is not figures[5]]
+    assert slow.vs_expected == pytest.approx(0.66)
+    assert slow.vs_peers == pytest.approx(figures[5].value / statistics.median(others))
+    assert slow.status is Status.FAIL  # 0.66 of the H100's figure is below validation.expected.fail
+    assert {j.status for j in judged if j is not slow} == {Status.PASS}
+    [row] = probe_checks(judged, cpu=False)
+    assert row.status is Status.FAIL and row.name == "GEMM bf16"
+    assert row.value.startswith(f"GPU 5: {figures[5].value:.0f} TFLOP/s, 0.66 of expected 792, ")
+    assert row.fix and "nvidia-smi -q -d PERFORMANCE" in row.fix
+
+
+def test_a_gpu_slow_only_against_its_peers_warns_and_passing_rows_give_the_range() -> None:
+    # every GPU above the SKU bar, GPU 2 at 0.86 of its peers: a peer WARN
+    judged = judge_figures(gemm_figures([1.0] * 2 + [0.86] + [1.0] * 5), ValidateSection(), False)
+    assert [j.status for j in judged].count(Status.WARN) == 1 and judged[2].status is Status.WARN
+    healthy = probe_checks(judge_figures(gemm_figures([0.95] * 8), ValidateSection(), False), False)
+    assert healthy[0].status is Status.PASS
+    assert healthy[0].value == "8 devices: 752 TFLOP/s (>= 0.95 of expected 792)"
+
+
+def test_thresholds_come_from_the_config() -> None:
+    strict = ValidateSection.model_validate({"expected": {"warn": 0.97, "fail": 0.96}})
+    judged = judge_figures(gemm_figures([0.95] * 8), strict, cpu=False)
+    assert {j.status for j in judged} == {Status.FAIL}
+
+
+def test_devices_without_a_table_entry_and_latencies_are_judged_by_their_peers() -> None:
+    name = "NVIDIA RTX 6000 Ada Generation"
+    judged = judge_figures(gemm_figures([1.0, 1.0, 0.7, 1.0], name), ValidateSection(), cpu=False)
+    assert all(j.expected is None and j.vs_expected is None for j in judged)
+    assert judged[2].vs_peers == pytest.approx(0.7) and judged[2].status is Status.FAIL
+    # a latency: higher is worse, and the ratio is inverted so that below 1 is still worse
+    latency = [Figure("launch_latency", f"GPU {i}", us, H100) for i, us in enumerate([4, 4, 8])]
+    slow = judge_figures(latency, ValidateSection(), cpu=False)[2]
+    assert not PROBES["launch_latency"].higher_is_better
+    assert slow.vs_peers == pytest.approx(0.5) and slow.status is Status.FAIL
+
+
+def test_node_collectives_from_the_smoke_test_and_their_rank_bound_expectation() -> None:
+    details = {"device": H100, "world_size": 8, "busbw_gbps": 333.0,
+               "all_gather": {"busbw_gbps": 301.0}}  # fmt: skip
+    smoke = CheckResult("All-reduce smoke test", Status.PASS, "ok", None, details)
+    reduce_, gather = collective_figures(smoke)
+    assert (reduce_.probe, reduce_.value, reduce_.ranks) == ("all_reduce", 333.0, 8)
+    assert (gather.probe, gather.value) == ("all_gather", 301.0)
+    judged = judge_figures([reduce_, gather], ValidateSection(), cpu=False)
+    assert judged[0].vs_expected == pytest.approx(333.0 / 370.0)  # 8 x H100 ring figure
+    assert judged[1].expected is None  # no published all-gather figure: nothing to compare
+    four = Figure("all_reduce", "node", 333.0, H100, (), 4)
+    assert judge_figures([four], ValidateSection(), cpu=False)[0].expected is None
+    failed = CheckResult("All-reduce smoke test", Status.FAIL, "hung", "fix", {})
+    assert collective_figures(failed) == []
+
+
+def one_window(call: Callable[[], object], work: float, window_s: float) -> float:
+    """Work per second over one window of back-to-back calls (after one to warm up: first
+    touch of the pages), timed here, not by the probe."""
+    call()
+    calls, start = 0, time.perf_counter()
+    while calls == 0 or time.perf_counter() - start < window_s:
+        call()
+        calls += 1
+    return work * calls / (time.perf_counter() - start)
+
+
+@pytest.mark.slow
+def test_cpu_gemm_and_memory_figures_agree_with_an_independent_measurement() -> None:
+    """The probe's windows against a matmul and a numpy copy timed here with the same thread
+    count, core, size and window length, taken in turn (probe, direct, probe...) so that the
+    machine's load hits both alike; the medians of the windows are compared (the best window of
+    a loaded machine is luck, its median is not)."""
+    import numpy as np
+    import torch
+
+    from torchscale.validate.device_probes import measure_devices
+
+    settings = ValidateSection(window_s=0.1, repeats=3, max_cpu_devices=1)
+    n, elements = settings.cpu_gemm_size, settings.cpu_copy_mib * 2**20 // 4
+    a, b = torch.rand(n, n), torch.rand(n, n)
+    src, dst = np.ones(elements, np.float32), np.empty(elements, np.float32)
+    probe: Dict[str, List[float]] = {"gemm_fp32": [], "memory_copy": []}
+    direct: Dict[str, List[float]] = {"gemm_fp32": [], "memory_copy": []}
+    before = torch.get_num_threads()
+    allowed = os.sched_getaffinity(0)
+    core = {min(allowed)} if threads_per_cpu_slot() == 1 else allowed  # where the probe's slot 0 runs
+    for _ in range(4):
+        for figure in measure_devices(settings).figures:
+            probe.get(figure.probe, []).extend(figure.samples)
+        torch.set_num_threads(threads_per_cpu_slot())  # as the probe runs a CPU slot
+        os.sched_setaffinity(0, core)
+        try:
+            for _ in range(settings.repeats):
+                rate = one_window(lambda: a @ b, 2.0 * n**3, settings.window_s)
+                direct["gemm_fp32"].append(rate / 1e12)
+            for _ in range(settings.repeats):
+                rate = one_window(lambda: np.copyto(dst, src), 2.0 * src.nbytes, settings.window_s)
+                direct["memory_copy"].append(rate / 1e9)
+        finally:
+            torch.set_num_threads(before)
+            os.sched_setaffinity(0, allowed)
+    for key in ("gemm_fp32", "memory_copy"):
+        assert len(probe[key]) == len(direct[key]) == 4 * settings.repeats
+        mine, theirs = statistics.median(probe[key]), statistics.median(direct[key])
+        assert mine == pytest.approx(theirs, rel=0.2), (key, probe[key], direct[key])
+
+
+@pytest.mark.cpu_only_node
+def test_level_3_end_to_end_on_this_machine(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    sets = ["window_s=0.1", "repeats=2", "max_cpu_devices=1", "sustained_s=0.9",
+            "sample_interval_s=0.1"]  # fmt: skip
+    args = ["validate", "--level", "3", "--json", "--skip-smoke", "-o", str(out)]
+    args += [word for s in sets for word in ("--set", f"validation.{s}")]
+    result = CliRunner().invoke(app, args)
+    report = json.loads(result.stdout)
+    assert report["level"] == 3
+    assert result.exit_code == (0 if report["summary"]["ok"] else 1)
+    checks = {c["name"]: c for c in report["checks"]}
+    probes = {(p["probe"], p["device"]): p for p in report["probes"]}
+    # no smoke test (--skip-smoke): no node collective figures, the per-device ones only
+    assert set(probes) == {("gemm_fp32", "CPU 0"), ("memory_copy", "CPU 0"),
+                           ("launch_latency", "CPU 0")}  # fmt: skip
+    gemm = probes[("gemm_fp32", "CPU 0")]
+    assert gemm["value"] == max(gemm["samples"]) and len(gemm["samples"]) == 2
+    assert gemm["vs_expected"] == 1.0 and gemm["expected_source"].startswith("the node's own")
+    for name in ("XID errors (kernel log)", "GEMM fp32", "Memory copy", "Kernel launch",
+                 "Sustained GEMM", "Sustained memory copy",
+                 "Clocks under load"):  # fmt: skip
+        assert name in checks, name
+    slices = report["sustained"]["slices"]["CPU"]
+    assert len(slices["gemm"]) == len(slices["copy"]) == 12
+    drift = checks["Sustained GEMM"]["details"]["drift"]["CPU"]
+    assert drift == pytest.approx(statistics.median(slices["gemm"][-4:]) / statistics.median(slices["gemm"][:4]))
+    saved = json.loads(validate_record_path(out, report["host"]).read_text())
+    assert saved == report

@@ -1,0 +1,186 @@
+"""Level 2's verdicts: each measured figure against what its device should reach and against its
+peers on the node, with the thresholds of the config's ``validation:`` section.
+
+* Expected: the SKU's figure (hardware/expected_figures.py, each with its source); on CPU, the
+  node's own median of that probe (CPUs are too varied for a table). ``vs_expected`` is the
+  ratio, inverted for a latency so that below 1 is always worse.
+* Peers: the median of the node's other devices in the same probe (``vs_peers``), so one slow
+  GPU of eight does not move its own yardstick.
+
+A figure is the worse of its two statuses; a probe's check row is its worst figure, named.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+from torchscale.config.validate_section import Bar, ValidateSection
+from torchscale.hardware.expected_figures import PROBES, expected_figure
+from torchscale.validate.probe_timing import Figure, format_value
+from torchscale.validate.result import CheckResult, Status, worst
+
+NODE_MEDIAN = "the node's own median (no table for CPUs)"
+
+FIXES: Dict[str, str] = {
+    "gemm": "GEMM below its expected rate: look for throttling (`nvidia-smi -q -d "
+    "PERFORMANCE,CLOCK,TEMPERATURE,POWER`: clocks-event reasons, SM clock below its peers, a "
+    "lowered power limit), then `dcgmi diag -r 2`; RMA a GPU that stays slow.",
+    "memory_copy": "Memory bandwidth below expected: check ECC and remapped rows (`nvidia-smi "
+    "-q -d ECC,ROW_REMAPPER`) and the memory clock (`nvidia-smi -q -d CLOCK`).",
+    "host": "Host copies below expected: check the PCIe link (`nvidia-smi -q -d PCIE`, `sudo "
+    "lspci -vv | grep LnkSta`), the NUMA placement (`nvidia-smi topo -m`: run on the GPU's "
+    "CPU affinity) and IOMMU settings.",
+    "p2p": "P2P below expected: check NVLink (`nvidia-smi nvlink -s`), the fabric manager on "
+    "NVSwitch systems, and peer access (`nvidia-smi topo -p2p r`); ACS on PCIe switches routes "
+    "P2P through the CPU.",
+    "launch_latency": "Launches slower than expected: the host CPU is slow or busy (`top`, the "
+    "CPU governor row, `cpupower frequency-info`).",
+    "collective": "Node collectives below expected: rerun with NCCL_DEBUG=INFO to see the "
+    "transport (NVLink/NVLS vs SHM/sockets), and compare with nccl-tests all_reduce_perf.",
+}
+CPU_FIX = (
+    "On CPU: look for other processes on the node (`top`), a cgroup CPU quota (`cat "
+    "/sys/fs/cgroup/cpu.max` or cpu.cfs_quota_us), and the CPU governor row."
+)
+
+
+def _fix(probe: str, cpu: bool) -> str:
+    if cpu:
+        return CPU_FIX
+    if probe.startswith("gemm"):
+        return FIXES["gemm"]
+    if probe in ("host_to_device", "device_to_host"):
+        return FIXES["host"]
+    if probe in ("all_reduce", "all_gather"):
+        return FIXES["collective"]
+    return FIXES[probe]
+
+
+def ratio(value: float, reference: Optional[float], higher_is_better: bool) -> Optional[float]:
+    """``value`` against ``reference``, below 1 when worse whichever way is better."""
+    if reference is None or reference <= 0 or value <= 0:
+        return None
+    return value / reference if higher_is_better else reference / value
+
+
+def bar_status(value: Optional[float], bar: Bar) -> Status:
+    if value is None:
+        return Status.PASS
+    if value < bar.fail:
+        return Status.FAIL
+    if value < bar.warn:
+        return Status.WARN
+    return Status.PASS
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A figure with its yardsticks and verdict."""
+
+    figure: Figure
+    expected: Optional[float]
+    expected_source: Optional[str]
+    vs_expected: Optional[float]
+    vs_peers: Optional[float]
+    status: Status
+
+    def to_dict(self) -> Dict[str, object]:
+        return {
+            **self.figure.to_dict(),
+            "expected": self.expected,
+            "expected_source": self.expected_source,
+            "vs_expected": self.vs_expected,
+            "vs_peers": self.vs_peers,
+            "status": self.status.value,
+        }
+
+    def ratios(self) -> str:
+        parts = []
+        if self.vs_expected is not None and self.expected is not None:
+            what = "the node's median" if self.expected_source == NODE_MEDIAN else "expected"
+            parts.append(f"{self.vs_expected:.2f} of {what} {format_value(self.expected)}")
+        if self.vs_peers is not None:
+            parts.append(f"{self.vs_peers:.2f} of its peers")
+        return ", ".join(parts)
+
+
+def judge_figures(figures: Sequence[Figure], settings: ValidateSection, cpu: bool) -> List[Judged]:
+    """Every figure against its expected value and its peers."""
+    judged = []
+    for figure in figures:
+        meta = PROBES[figure.probe]
+        same = [f.value for f in figures if f.probe == figure.probe]
+        others = [f.value for f in figures if f.probe == figure.probe and f is not figure]
+        peers = statistics.median(others) if others else None
+        expected: Optional[float] = None
+        source: Optional[str] = None
+        if cpu:
+            expected, source = statistics.median(same), NODE_MEDIAN
+        else:
+            known = expected_figure(figure.device_name, figure.probe, figure.ranks)
+            if known is not None:
+                expected, source = known.value, known.source
+        vs_expected = ratio(figure.value, expected, meta.higher_is_better)
+        vs_peers = ratio(figure.value, peers, meta.higher_is_better)
+        status = worst(
+            [bar_status(vs_expected, settings.expected), bar_status(vs_peers, settings.peers)]
+        )
+        judged.append(Judged(figure, expected, source, vs_expected, vs_peers, status))
+    return judged
+
+
+def probe_checks(judged: Sequence[Judged], cpu: bool) -> List[CheckResult]:
+    """One check row per probe: the range over devices when all pass, else the worst device."""
+    rows: List[CheckResult] = []
+    for probe in dict.fromkeys(j.figure.probe for j in judged):
+        mine = [j for j in judged if j.figure.probe == probe]
+        meta = PROBES[probe]
+        values = [j.figure.value for j in mine]
+        low, high = format_value(min(values)), format_value(max(values))
+        span = low if low == high else f"{low}-{high}"
+        devices = f"{len(mine)} devices" if len(mine) > 1 else mine[0].figure.device
+        status = worst(j.status for j in mine)
+        details: Dict[str, object] = {
+            "figures": [
+                {
+                    "device": j.figure.device,
+                    "value": j.figure.value,
+                    "vs_expected": j.vs_expected,
+                    "vs_peers": j.vs_peers,
+                }
+                for j in mine
+            ]
+        }
+        if status is Status.PASS:
+            shown = f"{devices}: {span} {meta.unit}"
+            known = [(j.vs_expected, j.expected) for j in mine if j.vs_expected is not None]
+            if known and not cpu:
+                least, expected = min(known)
+                shown += f" (>= {least:.2f} of expected {format_value(expected or 0.0)})"
+            rows.append(CheckResult(meta.label, status, shown, None, details))
+            continue
+        bad = [j for j in mine if j.status is status]
+        named = "; ".join(
+            f"{j.figure.device}: {format_value(j.figure.value)} {meta.unit}, {j.ratios()}"
+            for j in bad[:3]
+        ) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        rest = f"; all {devices}: {span} {meta.unit}" if len(mine) > 1 else ""
+        rows.append(CheckResult(meta.label, status, named + rest, _fix(probe, cpu), details))
+    return rows
+
+
+def error_checks(errors: Sequence[str]) -> List[CheckResult]:
+    """A probe that could not run at all is a FAIL row of its own."""
+    if not errors:
+        return []
+    return [
+        CheckResult(
+            "Probes that could not run",
+            Status.FAIL,
+            "; ".join(errors[:5]) + (f" and {len(errors) - 5} more" if len(errors) > 5 else ""),
+            "Free the GPU (other processes: `nvidia-smi`), lower the probe sizes in the config's "
+            "validation: section (gemm_size, copy_mib), and rerun.",
+        )
+    ]
