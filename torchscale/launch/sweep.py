@@ -40,7 +40,12 @@ from torchscale.plan.planned_cell import NON_IDENTITY_FIELDS, Cell
 from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.files import StorageError, storage_cause
 from torchscale.results.schema import SCHEMA_VERSION, ResultBase
-from torchscale.results.store import ExperimentStore, atomic_write_text, storage_problem
+from torchscale.results.store import (
+    ExperimentStore,
+    FolderLostError,
+    atomic_write_text,
+    storage_problem,
+)
 from torchscale.results.validity import INVALID, checked_record
 from torchscale.version import __version__
 
@@ -114,6 +119,7 @@ def write_summary(store: ExperimentStore, records: List[ResultBase]) -> DataFram
     from torchscale.comm.result_tables import write_comm_summaries
 
     table = training_table(records)
+    store.check_owned()
     atomic_write_text(store.summary_path, table.drop(columns=["config_key"]).to_csv(index=False))
     write_comm_summaries(store.root, records)
     return table
@@ -211,9 +217,14 @@ def check_live_owners(store: ExperimentStore, cells: Sequence[Cell]) -> None:
 
 @contextlib.contextmanager
 def _storage_errors(store: ExperimentStore, progress: Dict[str, Any]) -> Iterator[None]:
-    """A full or read-only disk as one line: exit 2 before any cell ran, 1 after."""
+    """A full or read-only disk as one line: exit 2 before any cell ran, 1 after. A folder that
+    vanished took the results with it: exit 2, whatever ran."""
     try:
         yield
+    except FolderLostError as exc:
+        recorded = progress["recorded"]
+        told = f" ({recorded} cell result(s) this run recorded were in it)" if recorded else ""
+        raise FolderLostError(f"{exc}{told}; the sweep stopped") from None
     except OSError as exc:
         cause = storage_cause(exc)
         if cause is None:
@@ -236,8 +247,22 @@ def _stopped(store: ExperimentStore, cause: str, progress: Dict[str, Any]) -> St
     )
 
 
-def _append(store: ExperimentStore, records: Sequence[ResultBase]) -> None:
-    """Append ``records``; on a full disk, give the reserve back and try once more."""
+def _append(store: ExperimentStore, records: Sequence[ResultBase]) -> List[ResultBase]:
+    """Append ``records`` and return them as results.jsonl now holds them (what the console and
+    summary.csv show is what was written); on a full disk, give the reserve back and try once
+    more."""
+    offset = store.results_size()
+    _write(store, records)
+    written = store.records_from(offset)
+    if [r.cell_id for r in written] != [r.cell_id for r in records]:
+        raise FolderLostError(
+            f"{store.results_path} changed while this torchscale was appending to it (another "
+            "process wrote or replaced it); nothing more is written there"
+        )
+    return written
+
+
+def _write(store: ExperimentStore, records: Sequence[ResultBase]) -> None:
     done = 0
     try:
         for record in records:
@@ -253,7 +278,8 @@ def _append(store: ExperimentStore, records: Sequence[ResultBase]) -> None:
 def run_sweep(
     plan: Plan, store: ExperimentStore, options: SweepOptions, events: SweepEvents
 ) -> List[ResultBase]:
-    """Run every cell without a record; return all records of the experiment.
+    """Run every cell without a record; return all records of the experiment, as results.jsonl
+    holds them at the end (summary.csv is written from them).
 
     On a lock-step node other than node 0, run the multi-node cells it takes part in, record
     nothing, and return what this node saw fail.
@@ -322,8 +348,8 @@ def _sweep(
 
     def finish(cell: Cell, new: List[ResultBase]) -> None:
         new = [checked_record(record) for record in new]
-        records.extend(new)
         if not recording:
+            records.extend(new)
             events.cell_finished(cell, new, None)
             check_node_zero(launch, new)
             return
@@ -334,7 +360,8 @@ def _sweep(
         if problem:
             store.release_reserve()
         progress["lost"] = cell.cell_id
-        _append(store, new)
+        new = _append(store, new)
+        records.extend(new)
         progress["lost"] = None
         progress["recorded"] += 1
         if problem:
@@ -374,7 +401,9 @@ def _sweep(
             records_results=recording,
             command=launch.worker_command(cell, store.cell_dir(cell.cell_id)),
         ))  # fmt: skip
-    if not todo and recording:
+    if recording:
+        # What the console and summary.csv show is what results.jsonl holds, read back.
+        records = store.records()
         write_summary(store, records)
     return records
 

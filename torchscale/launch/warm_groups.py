@@ -31,13 +31,15 @@ from torchscale.kinds.protocol import common_identity
 from torchscale.launch.cell import (
     _failure,
     _now,
-    _stuck_ranks,
+    end_launch,
+    ended_stuck,
     prepare_cell_dir,
 )
+from torchscale.launch.failure_cause import clear_exits, exits_env
 from torchscale.launch.flight_recorder import dump_note, flight_recorder_env
 from torchscale.launch.liveness import clear_owner, write_owner
 from torchscale.launch.process import python_env, run_process
-from torchscale.launch.stall import Stalled, stall_reason, stall_watch
+from torchscale.launch.stall import Stalled, stall_watch
 from torchscale.launch.torchrun import SINGLE_NODE, torchrun_command
 from torchscale.plan.planned_cell import Cell
 from torchscale.plan.profile_request import ProfileRequest
@@ -179,11 +181,13 @@ def _launch(
     on_finished: GroupCallback,
 ) -> List[Cell]:
     """One torchrun launch of ``cells``; returns those it did not get to."""
+    store.check_owned()
     make_dir(store.root / GROUPS_DIR)
     group_dir = store.root / GROUPS_DIR / cells[0].cell_id
     make_dir(group_dir)
     progress = group_dir / PROGRESS_FILE
     progress.unlink(missing_ok=True)
+    clear_exits(group_dir)
     dirs = [prepare_cell_dir(store, cell, experiment, profile) for cell in cells]
     atomic_write_json(
         group_dir / GROUP_FILE,
@@ -229,6 +233,8 @@ def _launch(
             )
             state.since = ended
 
+    stopped_at: List[float] = []  # when the timeout or the stall watch ended the launch
+
     def poll(elapsed_s: float) -> None:
         for event in state.events():
             handle(event)
@@ -236,13 +242,21 @@ def _launch(
         if current < len(cells):
             limit = cells[current].settings.cell_timeout_s
             if time.monotonic() - state.clock > limit:
+                stopped_at.append(time.time())
                 raise _Overdue()
             if state.running == current:
-                watches[current].check(time.monotonic())
+                try:
+                    watches[current].check(time.monotonic())
+                except Stalled:
+                    stopped_at.append(time.time())
+                    raise
             if on_poll is not None and state.running is not None:
                 on_poll(time.monotonic() - state.clock)
 
+    launched: List[int] = []
+
     def owned(pid: int) -> None:
+        launched.append(pid)
         for cell_dir in dirs:
             write_owner(cell_dir, pid, "torchrun")
 
@@ -253,7 +267,12 @@ def _launch(
             timeout_s=None,
             log_path=group_dir / LAUNCH_LOG,
             env=python_env(
-                {**flight_recorder_env(group_dir), **(env or {}), WRITES_RESULT_ENV: "1"}
+                {
+                    **flight_recorder_env(group_dir),
+                    **exits_env(group_dir),
+                    **(env or {}),
+                    WRITES_RESULT_ENV: "1",
+                }
             ),
             on_poll=poll,
             on_start=owned,
@@ -266,6 +285,7 @@ def _launch(
     finally:
         for cell_dir in dirs:
             clear_owner(cell_dir)
+        end_launch(launched, group_dir, dirs)
     for event in state.events():
         handle(event)
     culprit = len(state.done)
@@ -275,13 +295,13 @@ def _launch(
     if state.running != culprit:  # it never started (the launch died in its start-up)
         state.wall[culprit] = (_now(), state.since)
         on_started(cell)
+    status: CellStatus
     if timed_out or stalled:
         limit = None if stalled else cell.settings.cell_timeout_s
-        where = _stuck_ranks(cell_dir, cell.settings.gpus, limit)
-        reason = (stall_reason(cell, where) if stalled else where) + dump_note(group_dir)
-        status: CellStatus = "timeout"
+        status, reason = ended_stuck(cell_dir, cell, limit, group_dir, stopped_at[0])
+        reason += dump_note(group_dir)
     else:
-        status, reason = _failure(cell_dir, cell, returncode, SINGLE_NODE)
+        status, reason = _failure(cell_dir, cell, returncode, SINGLE_NODE, group_dir)
         if returncode == 0:
             reason = "the group launch ended before this cell ran"
         reason += dump_note(group_dir)

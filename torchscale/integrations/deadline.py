@@ -1,0 +1,70 @@
+"""Every call into an integration ends within its deadline, answered or not.
+
+An MLflow server that accepts connections and never answers, or a tracking folder on a hung
+network mount, would otherwise hold the sweep: MLflow's own client retries with back-off for
+minutes. Each call runs in a daemon thread that the caller waits for at most ``timeout_s``; a call
+still running then is left behind (it never touches the results) and the caller stops using that
+integration, so a dead server costs the deadline once.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.error
+import urllib.request
+from typing import Any, Callable, Dict, Optional, TypeVar
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S = 5.0
+"""How long one call into MLflow or TensorBoard may take (``--integration-timeout``)."""
+
+
+class Unanswered(Exception):
+    """The call did not return within its deadline."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        super().__init__(f"no answer within {timeout_s:g} s")
+
+
+def call_with_deadline(timeout_s: float, function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)``'s value or exception, or :class:`Unanswered` after ``timeout_s``."""
+    outcome: Dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = function(*args)
+        except BaseException as exc:  # handed to the caller
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, name="torchscale-integration", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise Unanswered(timeout_s)
+    if "error" in outcome:
+        raise outcome["error"]
+    value: T = outcome["value"]
+    return value
+
+
+def unreachable(url: str, timeout_s: float) -> Optional[str]:
+    """Why the HTTP server at ``url`` cannot be reached (refused, no answer within ``timeout_s``,
+    no such host), or None: any HTTP answer, an error status included, means it is there."""
+
+    def ask() -> None:
+        with urllib.request.urlopen(url, timeout=timeout_s):  # http(s) only
+            pass
+
+    try:
+        call_with_deadline(timeout_s, ask)
+    except urllib.error.HTTPError:
+        return None
+    except Unanswered as exc:
+        return str(exc)
+    except urllib.error.URLError as exc:
+        return str(exc.reason)
+    except OSError as exc:  # a timeout inside urlopen, a reset connection
+        return str(exc) or type(exc).__name__
+    return None
