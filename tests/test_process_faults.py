@@ -99,7 +99,7 @@ def test_a_rank_killed_by_sigkill_is_named_and_its_child_is_gone(sweep: Dict[str
     assert record.status == "failed"
     assert record.error.startswith(
         "rank 1 was killed by signal 9 (SIGKILL: the kernel's OOM killer?) "
-        f"at step {FAULT_STEP} of measure (forward); rank 0 then lost its peer ("
+        f"in measure at step {FAULT_STEP} (forward); rank 0 then lost its peer ("
     ), record.error
     assert "rank 0 on" not in record.error  # the survivor is not blamed
     # The rank's own child (its session's, outside torchrun's tree) ended with the launch.
@@ -121,7 +121,7 @@ def test_a_rank_that_exits_0_mid_measure_is_named(sweep: Dict[str, Any]) -> None
     record = sweep["records"]["exit_model"]
     assert record.status == "failed"
     assert record.error.startswith(
-        f"rank 1 exited with code 0 at step {FAULT_STEP} of measure (forward) without reporting "
+        f"rank 1 exited with code 0 in measure at step {FAULT_STEP} (forward) without reporting "
         "an error (os._exit or sys.exit in the model's code?); rank 0 then lost its peer ("
     ), record.error
 
@@ -133,7 +133,7 @@ def test_an_error_file_wins_over_the_stall_verdict(sweep: Dict[str, Any]) -> Non
     record = sweep["records"]["memory_model"]
     assert record.status == "oom", record.error
     assert record.error.startswith(
-        f"rank 1 on {socket.gethostname()} failed at step {FAULT_STEP} of measure (forward): "
+        f"rank 1 on {socket.gethostname()} failed in measure at step {FAULT_STEP} (forward): "
         "MemoryError"
     ), record.error
     assert "hung" not in record.error and "stuck" not in record.error
@@ -402,7 +402,7 @@ def test_a_silent_exit_seen_just_after_its_peer_lost_it_is_the_cause(tmp_path: P
     )  # fmt: skip
     status, reason = failure_cause(departures(cell, cell, stopped_at=103.0))
     assert (status, reason) == ("failed", (
-        "rank 1 exited with code 0 at step 2 of measure (forward) without reporting an error "
+        "rank 1 exited with code 0 in measure at step 2 (forward) without reporting an error "
         "(os._exit or sys.exit in the model's code?); rank 0 then lost its peer (RuntimeError: "
         "Connection reset by peer)"
     ))  # fmt: skip
@@ -419,5 +419,32 @@ def test_ranks_torchrun_stopped_after_a_failure_are_not_causes(tmp_path: Path) -
          {"event": "end", "rank": 0, "pid": 6, "time": 100.1, "signal": 15}],
     )  # fmt: skip
     assert failure_cause(departures(cell, cell)) == (
-        "failed", "rank 1 on vm failed at step 2 of measure (forward): ValueError: bad batch"
+        "failed", "rank 1 on vm failed in measure at step 2 (forward): ValueError: bad batch"
     )
+
+
+def test_every_reader_drops_a_diverged_cell(tmp_path: Path) -> None:
+    """A results file whose record has a NaN loss (as a hand edit or an older writer may hold
+    it): invalid when read, so compare never compares it and tune never prefers it."""
+    from typer.testing import CliRunner
+
+    from tests.support.report_fixtures import FixtureSpec, write_experiment
+    from torchscale.cli.app import app
+    from torchscale.results.validity import checked_record
+    from torchscale.tune.trials import objective
+
+    spec = FixtureSpec(name="diverged", batch_sizes=(32,), gpu_counts=(1, 2), failures=False,
+                       collectives=False, findings=False)  # fmt: skip
+    folder = write_experiment(tmp_path / "d", spec)
+    lines = (folder / "results.jsonl").read_text().splitlines()
+    documents = [json.loads(line) for line in lines]
+    documents[0]["per_rank"][0]["last_loss"] = float("nan")  # json.dumps writes NaN
+    (folder / "results.jsonl").write_text("".join(json.dumps(d) + "\n" for d in documents))
+    records = ExperimentStore(folder).records()
+    assert records[0].status == "invalid"
+    assert "the loss diverged (last loss: rank 0 NaN)" in (records[0].error or "")
+    assert objective(records[0]) is None and objective(checked_record(records[0])) is None
+    result = CliRunner().invoke(app, ["compare", str(folder), str(folder), "--json"])
+    assert result.exit_code == 0, result.output
+    compared = {cell["cell_id_new"] for cell in json.loads(result.stdout)["cells"]}
+    assert records[0].cell_id not in compared and len(compared) == len(documents) - 1

@@ -199,8 +199,9 @@ def register(app: typer.Typer) -> None:
             float,
             typer.Option(
                 "--integration-timeout",
-                help="Seconds one call into MLflow or TensorBoard may take; a server that does not "
-                "answer in time is one warning and the benchmark goes on without it.",
+                help="Seconds one call to an MLflow tracking server may take (local stores: 60 "
+                "s, or this if longer); one that does not answer in time is one warning and the "
+                "benchmark goes on without it.",
                 min=0.1,
                 rich_help_panel=INTEGRATIONS_PANEL,
             ),

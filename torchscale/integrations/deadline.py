@@ -2,9 +2,10 @@
 
 An MLflow server that accepts connections and never answers, or a tracking folder on a hung
 network mount, would otherwise hold the sweep: MLflow's own client retries with back-off for
-minutes. Each call runs in a daemon thread that the caller waits for at most ``timeout_s``; a call
-still running then is left behind (it never touches the results) and the caller stops using that
-integration, so a dead server costs the deadline once.
+minutes. Each call runs in a daemon thread that the caller waits for at most its deadline
+(a tracking server: ``--integration-timeout``, :data:`DEFAULT_TIMEOUT_S`; a local store:
+:func:`local_deadline`); a call still running then is left behind (it never touches the results)
+and the caller stops using that integration, so a dead server costs the deadline once.
 """
 
 from __future__ import annotations
@@ -17,7 +18,16 @@ from typing import Any, Callable, Dict, Optional, TypeVar
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 5.0
-"""How long one call into MLflow or TensorBoard may take (``--integration-timeout``)."""
+"""How long one call to a tracking server may take (``--integration-timeout``)."""
+LOCAL_TIMEOUT_S = 60.0
+"""How long one call into a local store (TensorBoard event files, an MLflow folder or SQLite
+file) may take, unless ``--integration-timeout`` is longer: that is disk and CPU work (MLflow
+creates its SQLite tables in seconds), which a loaded host slows down without anything being
+wrong; only a hung file system takes this long."""
+
+
+def local_deadline(timeout_s: float) -> float:
+    return max(timeout_s, LOCAL_TIMEOUT_S)
 
 
 class Unanswered(Exception):

@@ -125,6 +125,7 @@ class MlflowSink:
         from mlflow import MlflowClient
 
         self.uri = tracking_uri(uri)
+        self.remote = server_url(self.uri) is not None  # else a folder or a database file
         self.client = MlflowClient(tracking_uri=self.uri)
         self.store_root = Path(store_root)
         self.swept = list(swept)

@@ -19,6 +19,7 @@ from torchscale.integrations.deadline import (
     DEFAULT_TIMEOUT_S,
     Unanswered,
     call_with_deadline,
+    local_deadline,
     unreachable,
 )
 from torchscale.results.layout import RESULTS
@@ -35,6 +36,7 @@ log = logging.getLogger("torchscale")
 
 class ResultSink(Protocol):
     name: str
+    remote: bool  # calls wait on a server (the timeout), not on local disk (the local deadline)
 
     def cell_finished(self, records: Sequence[ResultBase], table: Optional[pd.DataFrame]) -> None:
         """``records``: the cell's records; ``table``: the experiment's training table so far."""
@@ -86,7 +88,10 @@ class SinkEvents:
         if sink.name in self.broken:
             return
         try:
-            call_with_deadline(self.timeout_s, getattr(sink, method), *args)
+            deadline = self.timeout_s if getattr(sink, "remote", True) else local_deadline(
+                self.timeout_s
+            )
+            call_with_deadline(deadline, getattr(sink, method), *args)
         except Exception as exc:  # an integration must never cost a result
             text = str(exc).strip()
             reason = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
@@ -133,7 +138,9 @@ class Integrations:
         if self.tensorboard is not None:
             from torchscale.integrations.tensorboard_events import TensorBoardSink
 
-            sink = self._opened("TensorBoard", TensorBoardSink, self.tensorboard, swept)
+            sink = self._opened(
+                "TensorBoard", False, TensorBoardSink, self.tensorboard, swept
+            )
             sinks += [sink] if sink is not None else []
         if self.mlflow is not None:
             sink = self._mlflow(experiment, store_root, swept)
@@ -151,7 +158,8 @@ class Integrations:
             self._left_out("MLflow", f"{url} cannot be reached: {reason}")
             return None
         try:
-            return self._opened("MLflow", MlflowSink, uri, experiment, store_root, swept)
+            remote = url is not None
+            return self._opened("MLflow", remote, MlflowSink, uri, experiment, store_root, swept)
         except TorchscaleError:
             raise
         except Exception as exc:
@@ -162,9 +170,10 @@ class Integrations:
                 "a tracking server URL"
             ) from None
 
-    def _opened(self, name: str, factory: Any, *args: Any) -> Optional[Any]:
+    def _opened(self, name: str, remote: bool, factory: Any, *args: Any) -> Optional[Any]:
+        deadline = self.timeout_s if remote else local_deadline(self.timeout_s)
         try:
-            return call_with_deadline(self.timeout_s, factory, *args)
+            return call_with_deadline(deadline, factory, *args)
         except Unanswered as exc:
             self._left_out(name, f"setting it up got {exc}")
         except OSError as exc:

@@ -28,7 +28,7 @@ from torchscale.launch.failure_cause import (
     exits_env,
     failure_cause,
     rank_files,
-    worker_pids,
+    workers,
 )
 from torchscale.launch.flight_recorder import (
     collective_timed_out,
@@ -36,7 +36,7 @@ from torchscale.launch.flight_recorder import (
     flight_recorder_env,
     process_group_timeout_s,
 )
-from torchscale.launch.liveness import clear_owner, write_owner
+from torchscale.launch.liveness import clear_owner, start_ticks, write_owner
 from torchscale.launch.nsys import wrapper as nsys_wrapper
 from torchscale.launch.process import ProcessOutcome, end_sessions, python_env, run_process
 from torchscale.launch.stall import Stalled, stall_limit, stall_reason, stall_watch
@@ -239,14 +239,10 @@ def ended_stuck(
     return "timeout", _stuck_ranks(cell_dir, cell.settings.gpus, timeout_s)
 
 
-def end_launch(launcher: Sequence[int], exits: Path, cell_dirs: Sequence[Path]) -> None:
+def end_launch(launcher: Sequence[Tuple[int, Optional[int]]], exits: Path) -> None:
     """Once a launch is over: every process left in its launcher's and its ranks' sessions
     (a rank's own children outlive it otherwise: they are not in torchrun's tree)."""
-    ranks = worker_pids(exits)
-    for cell_dir in cell_dirs:
-        progress = rank_files(cell_dir, "progress")
-        ranks += [doc["pid"] for doc in progress if isinstance(doc.get("pid"), int)]
-    left = end_sessions([*launcher, *ranks])
+    left = end_sessions([*launcher, *workers(exits)])
     if left:
         log.debug("ended %d process(es) the launch left behind: %s", len(left), left)
 
@@ -319,7 +315,7 @@ def run_cell(
 
     stalled = False
     clear_exits(cell_dir)
-    launched: List[int] = []
+    launched: List[Tuple[int, Optional[int]]] = []
     try:
         outcome = run_process(
             argv,
@@ -340,7 +336,7 @@ def run_cell(
         stalled, outcome = True, ProcessOutcome(None, True, time.monotonic() - started)
     finally:
         clear_owner(cell_dir)
-        end_launch(launched, cell_dir, [cell_dir])
+        end_launch(launched, cell_dir)
     timing = {
         "started_at": started_at,
         "finished_at": _now(),
@@ -365,8 +361,10 @@ def run_cell(
     return kind.failed(cell, identity, status, reason + dump_note(cell_dir))
 
 
-def _owned(launched: List[int], cell_dir: Path, pid: int, what: str) -> None:
-    launched.append(pid)
+def _owned(
+    launched: List[Tuple[int, Optional[int]]], cell_dir: Path, pid: int, what: str
+) -> None:
+    launched.append((pid, start_ticks(pid)))
     write_owner(cell_dir, pid, what)
 
 

@@ -9,7 +9,7 @@ when: the agent's exits file, ``launch/torchrun_agent.py``; else torchrun's or m
 lines, which carry no time). The first rank to leave is the cause; a peer's later error is shown
 as its consequence::
 
-    rank 1 was killed by signal 9 (SIGKILL: the kernel's OOM killer?) at step 2 of measure
+    rank 1 was killed by signal 9 (SIGKILL: the kernel's OOM killer?) in measure at step 2
     (forward); rank 0 then lost its peer (RuntimeError: Connection reset by peer)
 
 An out-of-memory error file is the cause whenever there is one (status ``oom``).
@@ -124,9 +124,15 @@ def read_exits(folder: Optional[Path]) -> Dict[int, Dict[str, Any]]:
     return ends
 
 
-def worker_pids(folder: Optional[Path]) -> List[int]:
-    """Every worker the agent(s) started in ``folder``'s launch."""
-    return [e["pid"] for e in read_exits(folder).values() if isinstance(e.get("pid"), int)]
+def workers(folder: Optional[Path]) -> List[Tuple[int, Optional[int]]]:
+    """(pid, start ticks) of every worker the agent(s) started in ``folder``'s launch."""
+    found = []
+    for path in sorted(folder.glob(EXITS_GLOB)) if folder is not None else []:
+        for doc in _lines(path):
+            if doc.get("event") == "start" and isinstance(doc.get("pid"), int):
+                ticks = doc.get("ticks")
+                found.append((doc["pid"], ticks if isinstance(ticks, int) else None))
+    return found
 
 
 TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
@@ -165,7 +171,7 @@ class Departure:
 
     rank: int
     time: Optional[float]  # when it raised or ended, whichever came first; None: not known
-    where: str  # at step 2 of measure (forward)
+    where: str  # in measure at step 2 (forward)
     window: Optional[str]  # the phase its progress file names
     error: Optional[Dict[str, Any]] = None
     exitcode: Optional[int] = None
@@ -173,14 +179,14 @@ class Departure:
 
 
 def _where(progress: Optional[Dict[str, Any]], steps: Optional[Tuple[int, str]]) -> str:
-    """``at step 2 of measure (forward)``: the window and the step within it."""
+    """``in measure at step 2 (forward)``: the window, and the step within it."""
     if not progress:
         return "before it reported a phase"
     window = str(progress.get("phase"))
     if window in STEPPING_WINDOWS and steps:
         before = progress.get("steps_before")
         step = steps[0] - before if isinstance(before, int) and steps[0] > before else steps[0]
-        return f"at step {step} of {window} ({steps[1]})"
+        return f"in {window} at step {step} ({steps[1]})"
     return f"in {window}"
 
 

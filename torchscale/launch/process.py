@@ -23,11 +23,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import psutil
 
-from torchscale.launch.liveness import die_with_parent, orchestrator_env
+from torchscale.launch.liveness import die_with_parent, orchestrator_env, start_ticks
 from torchscale.results.files import open_for_write
 
 KILL_GRACE_S = 5.0
@@ -68,14 +68,22 @@ def kill_process_tree(pid: int, grace_s: float = KILL_GRACE_S) -> List[int]:
     return [p.pid for p in procs]
 
 
-def end_sessions(leaders: Iterable[int]) -> List[int]:
-    """SIGKILL every process still in a session led by one of ``leaders`` (torchrun starts each
-    rank as a session leader; the launcher is one, see :func:`run_process`). Returns their pids.
+def end_sessions(leaders: Iterable[Tuple[int, Optional[int]]]) -> List[int]:
+    """SIGKILL every process still in a session led by one of ``leaders``: (pid, start ticks)
+    of each rank (torchrun starts each as a session leader) and of the launcher (one, see
+    :func:`run_process`). Returns their pids.
 
-    A session id stays taken while any process is in it, so the pid cannot have been given to
-    another session's leader meanwhile; torchscale's own session is never touched.
+    A session's id stays taken while any process is in it. So where a live process has the
+    leader's pid but not its start ticks, that pid was reused and the old session is empty: it
+    is left alone (with no start ticks known, a live pid is never taken for the leader).
+    torchscale's own session is never touched.
     """
-    sessions = {pid for pid in leaders if pid > 1} - {os.getsid(0)}
+    sessions = set()
+    for pid, ticks in leaders:
+        now = start_ticks(pid)
+        if pid > 1 and (now is None or (ticks is not None and now == ticks)):
+            sessions.add(pid)
+    sessions.discard(os.getsid(0))
     if not sessions:
         return []
     left = []

@@ -50,6 +50,16 @@ def _ended(pid: int, how: int) -> Optional[Tuple[int, int]]:
     return None if info is None else (info.si_code, info.si_status)
 
 
+def _start_ticks(pid: int) -> Optional[int]:
+    """When ``pid`` started, in clock ticks since boot (field 22 of ``/proc/<pid>/stat``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            text = handle.read()
+        return int(text[text.rfind(b")") + 2 :].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class ExitLog:
     """Appends each worker's start and end to the exits file, from a watcher thread."""
 
@@ -69,7 +79,8 @@ class ExitLog:
         worker = {"rank": int(env["RANK"]), "local_rank": int(env["LOCAL_RANK"]), "pid": proc.pid}
         self.workers[proc.pid] = worker
         self.popens.append(proc)
-        self.write({"event": "start", **worker, "time": time.time()})
+        ticks = _start_ticks(proc.pid)  # with the pid: which process it was, once pids are reused
+        self.write({"event": "start", **worker, "ticks": ticks, "time": time.time()})
         os.write(self.wake, b"\0")
 
     def _end(self, pid: int, status: Optional[Tuple[int, int]]) -> None:

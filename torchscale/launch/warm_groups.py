@@ -37,7 +37,7 @@ from torchscale.launch.cell import (
 )
 from torchscale.launch.failure_cause import clear_exits, exits_env
 from torchscale.launch.flight_recorder import dump_note, flight_recorder_env
-from torchscale.launch.liveness import clear_owner, write_owner
+from torchscale.launch.liveness import clear_owner, start_ticks, write_owner
 from torchscale.launch.process import python_env, run_process
 from torchscale.launch.stall import Stalled, stall_watch
 from torchscale.launch.torchrun import SINGLE_NODE, torchrun_command
@@ -253,10 +253,10 @@ def _launch(
             if on_poll is not None and state.running is not None:
                 on_poll(time.monotonic() - state.clock)
 
-    launched: List[int] = []
+    launched: List[Tuple[int, Optional[int]]] = []
 
     def owned(pid: int) -> None:
-        launched.append(pid)
+        launched.append((pid, start_ticks(pid)))
         for cell_dir in dirs:
             write_owner(cell_dir, pid, "torchrun")
 
@@ -285,7 +285,7 @@ def _launch(
     finally:
         for cell_dir in dirs:
             clear_owner(cell_dir)
-        end_launch(launched, group_dir, dirs)
+        end_launch(launched, group_dir)
     for event in state.events():
         handle(event)
     culprit = len(state.done)
