@@ -267,6 +267,7 @@ def prepare_cell_dir(
             "settings": cell.settings.model_dump(mode="json"),
             "profile": profile.to_json() if profile else None,
         },
+        make_parents=False,  # never re-create a results folder deleted meanwhile
     )
     return cell_dir
 

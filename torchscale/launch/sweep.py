@@ -120,7 +120,8 @@ def write_summary(store: ExperimentStore, records: List[ResultBase]) -> DataFram
 
     table = training_table(records)
     store.check_owned()
-    atomic_write_text(store.summary_path, table.drop(columns=["config_key"]).to_csv(index=False))
+    summary = table.drop(columns=["config_key"]).to_csv(index=False)
+    atomic_write_text(store.summary_path, summary, make_parents=False)
     write_comm_summaries(store.root, records)
     return table
 
@@ -222,14 +223,22 @@ def _storage_errors(store: ExperimentStore, progress: Dict[str, Any]) -> Iterato
     try:
         yield
     except FolderLostError as exc:
-        recorded = progress["recorded"]
-        told = f" ({recorded} cell result(s) this run recorded were in it)" if recorded else ""
-        raise FolderLostError(f"{exc}{told}; the sweep stopped") from None
+        raise _lost(exc, progress) from None
     except OSError as exc:
         cause = storage_cause(exc)
         if cause is None:
+            try:  # a file that vanished with its folder (deleted mid-write)
+                store.check_owned()
+            except FolderLostError as lost:
+                raise _lost(lost, progress) from None
             raise
         raise _stopped(store, cause, progress) from None
+
+
+def _lost(exc: FolderLostError, progress: Dict[str, Any]) -> FolderLostError:
+    recorded = progress["recorded"]
+    told = f" ({recorded} cell result(s) this run recorded were in it)" if recorded else ""
+    return FolderLostError(f"{exc}{told}; the sweep stopped")
 
 
 def _stopped(store: ExperimentStore, cause: str, progress: Dict[str, Any]) -> StorageError:

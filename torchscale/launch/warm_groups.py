@@ -196,6 +196,7 @@ def _launch(
             "progress": str(progress),
             "timeout_s": max(cell.settings.cell_timeout_s for cell in cells),
         },
+        make_parents=False,
     )
     for cell_dir in dirs:
         atomic_write_text(
@@ -203,6 +204,7 @@ def _launch(
             f"ran in a warm group launch (launch {attempt} of this sweep's group); torchrun's "
             f"log: {group_dir / LAUNCH_LOG}; this cell's rank logs: "
             f"{cell_dir / TORCHRUN_LOGS / 'warm'}\n",
+            make_parents=False,
         )
     argv = torchrun_command(
         WORKER_MODULE,
