@@ -28,7 +28,7 @@ from tests.support.environ import repo_pythonpath
 from tests.test_faults import env_with_repo, one_error_line, pids_of, torchscale_cmd, wait_for
 from torchscale.integrations.deadline import call_with_deadline
 from torchscale.integrations.sinks import Integrations, SinkEvents
-from torchscale.launch.failure_cause import launcher_log_exits
+from torchscale.launch.rank_exits import launcher_log_exits
 from torchscale.results.store import ExperimentStore, FolderLostError
 
 WARMUP, FAULT_AFTER, STALL_S = 1, 2, 3
@@ -261,7 +261,7 @@ models: [gpt2-tiny]
 batch_sizes: [2, 4]
 gpu_counts: [1]
 warmup_steps: 1
-measure_steps: 400
+measure_steps: 100000  # still measuring when its folder goes: the sweep stops at once
 sync_probe_steps: 0
 """
 

@@ -22,14 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from torchscale.kinds.kind_registry import get_kind
 from torchscale.kinds.protocol import common_identity
-from torchscale.launch.failure_cause import (
-    clear_exits,
-    departures,
-    exits_env,
-    failure_cause,
-    rank_files,
-    workers,
-)
+from torchscale.launch.failure_cause import departures, failure_cause, rank_files
 from torchscale.launch.flight_recorder import (
     collective_timed_out,
     dump_note,
@@ -38,7 +31,8 @@ from torchscale.launch.flight_recorder import (
 )
 from torchscale.launch.liveness import clear_owner, start_ticks, write_owner
 from torchscale.launch.nsys import wrapper as nsys_wrapper
-from torchscale.launch.process import ProcessOutcome, end_sessions, python_env, run_process
+from torchscale.launch.process import ProcessOutcome, python_env, run_process
+from torchscale.launch.rank_exits import clear_exits, end_launch, exits_env
 from torchscale.launch.stall import Stalled, stall_limit, stall_reason, stall_watch
 from torchscale.launch.torchrun import (
     SINGLE_NODE,
@@ -237,14 +231,6 @@ def ended_stuck(
     if timeout_s is None:
         return "timeout", stall_reason(cell, _stuck_ranks(cell_dir, cell.settings.gpus))
     return "timeout", _stuck_ranks(cell_dir, cell.settings.gpus, timeout_s)
-
-
-def end_launch(launcher: Sequence[Tuple[int, Optional[int]]], exits: Path) -> None:
-    """Once a launch is over: every process left in its launcher's and its ranks' sessions
-    (a rank's own children outlive it otherwise: they are not in torchrun's tree)."""
-    left = end_sessions([*launcher, *workers(exits)])
-    if left:
-        log.debug("ended %d process(es) the launch left behind: %s", len(left), left)
 
 
 def prepare_cell_dir(

@@ -17,24 +17,14 @@ An out-of-memory error file is the cause whenever there is one (status ``oom``).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from torchscale.launch.torchrun_agent import EXITS_ENV
-from torchscale.results.files import open_for_read
-from torchscale.results.layout import (
-    EXITS_FILE,
-    EXITS_GLOB,
-    LAUNCH_LOG,
-    NODE_DIR_GLOB,
-    RANKS_DIR,
-    rank_file_glob,
-)
+from torchscale.launch.rank_exits import launcher_log_exits, log_text, read_exits
+from torchscale.results.layout import LAUNCH_LOG, NODE_DIR_GLOB, RANKS_DIR, rank_file_glob
 from torchscale.results.schema import CellStatus
 from torchscale.runtime.rank_files import read_json, read_steps, steps_path
 
@@ -72,94 +62,6 @@ def rank_files(cell_dir: Path, suffix: str) -> List[Dict[str, Any]]:
             if doc:
                 found.append({**doc, "_dir": str(folder.parent)})
     return found
-
-
-# --- how the workers ended, as their launcher saw it ----------------------------------------------
-
-
-def exits_env(folder: Path) -> Dict[str, str]:
-    """The variable that makes the torchrun agent record its workers' ends in ``folder``."""
-    return {EXITS_ENV: str(folder / EXITS_FILE)}
-
-
-def clear_exits(folder: Path) -> None:
-    for path in folder.glob(EXITS_GLOB):
-        with contextlib.suppress(OSError):
-            path.unlink()
-
-
-def _lines(path: Path) -> List[Dict[str, Any]]:
-    try:
-        with open(open_for_read(path), encoding="utf-8", errors="replace") as handle:
-            text = handle.read(1 << 20)
-    except OSError:
-        return []
-    docs = []
-    for line in text.splitlines():
-        with contextlib.suppress(ValueError):
-            doc = json.loads(line)
-            if isinstance(doc, dict) and isinstance(doc.get("rank"), int):
-                docs.append(doc)
-    return docs
-
-
-def read_exits(folder: Optional[Path]) -> Dict[int, Dict[str, Any]]:
-    """By rank: ``pid``, ``time`` it ended, ``exitcode`` or ``signal`` (what is known), and
-    ``stopped`` when torchrun signalled it first."""
-    ends: Dict[int, Dict[str, Any]] = {}
-    for path in sorted(folder.glob(EXITS_GLOB)) if folder is not None else []:
-        for doc in _lines(path):
-            end = ends.setdefault(doc["rank"], {"pid": doc.get("pid")})
-            if doc.get("event") == "stop" and "time" not in end:
-                end["stopped"] = True  # torchrun ended it, after another rank failed
-            elif doc.get("event") == "end":
-                end["time"] = doc.get("time")
-                for key in ("exitcode", "signal"):
-                    if isinstance(doc.get(key), int):
-                        end[key] = doc[key]
-            elif doc.get("event") == "reaped" and "exitcode" not in end and "signal" not in end:
-                code = doc.get("returncode")
-                if isinstance(code, int):
-                    end.update({"signal": -code} if code < 0 else {"exitcode": code})
-    return ends
-
-
-def workers(folder: Optional[Path]) -> List[Tuple[int, Optional[int]]]:
-    """(pid, start ticks) of every worker the agent(s) started in ``folder``'s launch."""
-    found = []
-    for path in sorted(folder.glob(EXITS_GLOB)) if folder is not None else []:
-        for doc in _lines(path):
-            if doc.get("event") == "start" and isinstance(doc.get("pid"), int):
-                ticks = doc.get("ticks")
-                found.append((doc["pid"], ticks if isinstance(ticks, int) else None))
-    return found
-
-
-TORCHRUN_FAILED = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
-MPIRUN_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal (\d+)")
-MPIRUN_EXIT = re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]\s+Exit code:\s+(\d+)")
-
-
-def launcher_log_exits(text: str) -> Dict[int, Dict[str, Any]]:
-    """Ends that torchrun's or mpirun's own log lines report (single node: local rank = rank),
-    without times: what is left where no exits file was written."""
-    ends: Dict[int, Dict[str, Any]] = {}
-    for match in TORCHRUN_FAILED.finditer(text):
-        code, rank = int(match.group(1)), int(match.group(2))
-        ends.setdefault(rank, {"signal": -code} if code < 0 else {"exitcode": code})
-    for match in MPIRUN_SIGNAL.finditer(text):
-        ends.setdefault(int(match.group(1)), {"signal": int(match.group(2))})
-    for match in MPIRUN_EXIT.finditer(text):
-        ends.setdefault(int(match.group(1)), {"exitcode": int(match.group(2))})
-    return ends
-
-
-def _log_text(path: Path) -> str:
-    try:
-        with open(open_for_read(path), "rb") as handle:
-            return handle.read(8 << 20).decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 # --- who left first ------------------------------------------------------------------------------
@@ -200,7 +102,7 @@ def departures(
     progress = {p["rank"]: p for p in rank_files(cell_dir, "progress")}
     ends = read_exits(exits_folder)
     if not ends:
-        ends = launcher_log_exits(_log_text((exits_folder or cell_dir) / LAUNCH_LOG))
+        ends = launcher_log_exits(log_text((exits_folder or cell_dir) / LAUNCH_LOG))
     found = []
     for rank in sorted(set(errors) | set(ends)):
         error, end, state = errors.get(rank), ends.get(rank, {}), progress.get(rank)
@@ -208,10 +110,15 @@ def departures(
         finished = (state or {}).get("phase") == "done"
         if error is None and not killed and (code is None or (code == 0 and finished)):
             continue
-        ended_by_us = stopped_at is not None and float(end.get("time") or 0.0) >= stopped_at
+        ended = end.get("time")
+        ended_by_us = stopped_at is not None and isinstance(ended, float) and ended >= stopped_at
         if error is None and (end.get("stopped") or ended_by_us):
             continue
-        times = [t for t in ((error or {}).get("time"), end.get("time")) if t is not None]
+        times = [
+            float(t)
+            for t in ((error or {}).get("time"), end.get("time"))
+            if isinstance(t, (int, float)) and not isinstance(t, bool)
+        ]
         folder = Path(state["_dir"]) if state else cell_dir
         where = _where(state, read_steps(steps_path(folder, rank)))
         window = (state or {}).get("phase")

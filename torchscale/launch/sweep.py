@@ -382,6 +382,12 @@ def _sweep(
             store.write_manifest(manifest)
         events.cell_finished(cell, new, write_summary(store, records))
 
+    def polled(elapsed_s: float) -> None:
+        # A folder deleted under a running cell stops the sweep now, not when the cell ends.
+        if recording:
+            store.check_owned()
+        events.cell_polled(elapsed_s)
+
     reasons = {cell.cell_id: skip_reason(cell, devices, launch) for cell in todo}
     mode = str(options.launch_mode or getattr(plan.config, "launch", PER_CELL))
 
@@ -394,7 +400,7 @@ def _sweep(
         if len(unit) > 1:
             run_group(
                 unit, store, experiment, env=env, profile=profile, on_started=start,
-                on_poll=events.cell_polled, on_finished=finish,
+                on_poll=polled, on_finished=finish,
             )  # fmt: skip
             continue
         cell = unit[0]
@@ -405,7 +411,7 @@ def _sweep(
             continue
         finish(cell, run_cell(
             cell, store, experiment, rendezvous=launch.rendezvous(cell, waits.get(cell.cell_id)),
-            env=env, on_poll=events.cell_polled,
+            env=env, on_poll=polled,
             profile=profile if get_kind(cell.kind).profiled else None, prefix=launch.prefix(cell),
             records_results=recording,
             command=launch.worker_command(cell, store.cell_dir(cell.cell_id)),

@@ -28,17 +28,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from torchscale.config.settings import CellSettings
 from torchscale.kinds.kind_registry import get_kind
 from torchscale.kinds.protocol import common_identity
-from torchscale.launch.cell import (
-    _failure,
-    _now,
-    end_launch,
-    ended_stuck,
-    prepare_cell_dir,
-)
-from torchscale.launch.failure_cause import clear_exits, exits_env
+from torchscale.launch.cell import _failure, _now, ended_stuck, prepare_cell_dir
 from torchscale.launch.flight_recorder import dump_note, flight_recorder_env
 from torchscale.launch.liveness import clear_owner, start_ticks, write_owner
 from torchscale.launch.process import python_env, run_process
+from torchscale.launch.rank_exits import clear_exits, end_launch, exits_env
 from torchscale.launch.stall import Stalled, stall_watch
 from torchscale.launch.torchrun import SINGLE_NODE, torchrun_command
 from torchscale.plan.planned_cell import Cell
