@@ -26,7 +26,7 @@ import pytest
 
 from tests.support.environ import repo_pythonpath
 from tests.test_faults import env_with_repo, one_error_line, pids_of, torchscale_cmd, wait_for
-from torchscale.integrations.deadline import call_with_deadline
+from torchscale.integrations.deadline import call_with_deadline, unreachable
 from torchscale.integrations.sinks import Integrations, SinkEvents
 from torchscale.launch.rank_exits import launcher_log_exits
 from torchscale.results.store import ExperimentStore, FolderLostError
@@ -197,6 +197,13 @@ def test_an_unreachable_server_is_found_before_the_first_cell(
     assert time.monotonic() - started < 5  # the deadline, not MLflow's minutes of retries
     (warning,) = [r.getMessage() for r in caplog.records]
     assert warning.startswith(f"MLflow logging is off for this run ({silent_server}/health")
+    assert "no answer within 1 s" in warning
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: refused at once
+    refused = unreachable(f"http://127.0.0.1:{port}/health", 1.0)
+    assert refused is not None and "refused" in refused.lower()
 
 
 def test_a_sink_that_stops_answering_costs_the_deadline_once(

@@ -10,6 +10,7 @@ and the caller stops using that integration, so a dead server costs the deadline
 
 from __future__ import annotations
 
+import ssl
 import threading
 import urllib.error
 import urllib.request
@@ -61,7 +62,8 @@ def call_with_deadline(timeout_s: float, function: Callable[..., T], *args: Any)
 
 def unreachable(url: str, timeout_s: float) -> Optional[str]:
     """Why the HTTP server at ``url`` cannot be reached (refused, no answer within ``timeout_s``,
-    no such host), or None: any HTTP answer, an error status included, means it is there."""
+    no such host), or None: any HTTP answer, an error status or a TLS handshake included, means
+    it is there."""
 
     def ask() -> None:
         with urllib.request.urlopen(url, timeout=timeout_s):  # http(s) only
@@ -74,6 +76,8 @@ def unreachable(url: str, timeout_s: float) -> Optional[str]:
     except Unanswered as exc:
         return str(exc)
     except urllib.error.URLError as exc:
+        if isinstance(exc.reason, ssl.SSLError):  # it answered; MLflow has its own TLS settings
+            return None
         return str(exc.reason)
     except OSError as exc:  # a timeout inside urlopen, a reset connection
         return str(exc) or type(exc).__name__

@@ -162,7 +162,7 @@ def record_workers(path: str) -> ExitLog:
 def main() -> None:
     path = os.environ.get(EXITS_ENV)
     exits = None
-    if path:
+    if path and hasattr(os, "waitid"):  # Linux (not macOS): read an end without reaping it
         try:
             exits = record_workers(path)
         except OSError as exc:  # never cost the launch: torchrun's own log still tells
