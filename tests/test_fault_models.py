@@ -81,3 +81,10 @@ def test_fault_models_load_by_module_path() -> None:
     assert spec.name == "oom-model" and spec.unit == "images"
     with pytest.raises(fault_models.OutOfMemoryError):
         forward(spec, 8)
+
+
+def test_nan_model_outputs_nan_on_every_rank() -> None:
+    spec = fault_models.nan_model()
+    images, targets = spec.batch(2, torch.device("cpu"))
+    loss = spec.loss(spec.build()(images), targets)
+    assert torch.isnan(loss) and spec.name == "nan-model"

@@ -12,6 +12,7 @@ TORCHSCALE_TEST_OOM_AT       32                      oom_model: per-rank batch s
 TORCHSCALE_TEST_FAULT_RANK   1                       hang, crash and slow-rank models
 TORCHSCALE_TEST_FAULT_AFTER  2                       hang and crash: forward calls done first
 TORCHSCALE_TEST_DELAY_MS     50                      slow_rank_model: sleep per forward
+TORCHSCALE_TEST_CHILD_TAG    (none)                  killed_model: the child's last argument
 ===========================  ======================  ==========================================
 
 ``oversubscribed_model`` uses ``TORCHSCALE_TEST_FAULT_RANK`` too: that rank's training thread is
@@ -27,6 +28,8 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import resource
+import signal
 import subprocess
 import sys
 import time
@@ -163,3 +166,75 @@ def oversubscribed_model(rank: Optional[int] = None, spinners: Optional[int] = N
             atexit.register(spinner.kill)
 
     return with_fault("oversubscribed-model", fault)
+
+
+def killed_model(rank: Optional[int] = None, after_steps: Optional[int] = None) -> ModelSpec:
+    """On ``rank``, the first forward starts a child process (a ``sleep`` in the rank's session,
+    as a data loader or a helper would); once ``after_steps`` forwards have run the rank is killed
+    with SIGKILL, as the kernel's OOM killer does: no exception, no error file, and a child left
+    behind. The child's command line ends with ``TORCHSCALE_TEST_CHILD_TAG`` so a test finds it."""
+    killed_rank = setting(rank, "TORCHSCALE_TEST_FAULT_RANK", 1)
+    after = setting(after_steps, "TORCHSCALE_TEST_FAULT_AFTER", 2)
+
+    def fault(calls: int, x: torch.Tensor) -> None:
+        if current_rank() != killed_rank:
+            return
+        if calls == 0:
+            tag = os.environ.get("TORCHSCALE_TEST_CHILD_TAG", "torchscale-test-child")
+            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", tag])
+        if calls >= after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return with_fault("killed-model", fault)
+
+
+def exit_model(rank: Optional[int] = None, after_steps: Optional[int] = None) -> ModelSpec:
+    """On ``rank``, ``os._exit(0)`` once ``after_steps`` forwards have run: a rank that leaves
+    with success in the middle of the measured window (a library that calls exit)."""
+    exit_rank = setting(rank, "TORCHSCALE_TEST_FAULT_RANK", 1)
+    after = setting(after_steps, "TORCHSCALE_TEST_FAULT_AFTER", 2)
+
+    def fault(calls: int, x: torch.Tensor) -> None:
+        if current_rank() == exit_rank and calls >= after:
+            os._exit(0)
+
+    return with_fault("exit-model", fault)
+
+
+def memory_model(rank: Optional[int] = None, after_steps: Optional[int] = None) -> ModelSpec:
+    """On ``rank``, once ``after_steps`` forwards have run, the process's address space is
+    limited (``RLIMIT_AS``: its current size plus 256 MiB) and forward asks for 1 GiB: Python
+    raises a real ``MemoryError``. The peers block in the backward's all-reduce."""
+    failing_rank = setting(rank, "TORCHSCALE_TEST_FAULT_RANK", 1)
+    after = setting(after_steps, "TORCHSCALE_TEST_FAULT_AFTER", 2)
+
+    def fault(calls: int, x: torch.Tensor) -> None:
+        if current_rank() != failing_rank or calls < after:
+            return
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            size = int(statm.read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (size + (256 << 20), resource.RLIM_INFINITY))
+        bytearray(1 << 30)
+
+    return with_fault("memory-model", fault)
+
+
+class _Diverged(nn.Module):
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x) * float("nan")
+
+
+def nan_model() -> ModelSpec:
+    """resnet-tiny whose outputs, and so its loss, are NaN from the first step on every rank: a
+    model that diverged. Nothing fails; the steps run at full speed."""
+    base = resnet_tiny()
+    return dataclasses.replace(
+        base,
+        name="nan-model",
+        build=lambda: _Diverged(base.build()),
+        description="resnet-tiny whose loss is NaN (diverged)",
+    )

@@ -1,7 +1,7 @@
 """Where a straggler runs, and what validate measured there: "rank 5 is on node-3 GPU 5, whose
 GEMM bf16 ran at 0.81 of its peers at level 2".
 
-Who the straggler is stays analysis/straggler.py's rule; this module only places a named rank
+Who the straggler is stays results/straggler.py's rule; this module only places a named rank
 on its host and device (the records' per-rank ``host`` and ``local_rank``) and quotes the
 host's validate record (results/host_records.py) when one exists: the figure of that device,
 or of the whole node, furthest below its yardstick (its peers on the node, the fleet median,

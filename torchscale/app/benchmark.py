@@ -186,10 +186,11 @@ def run_benchmark(
 ) -> BenchmarkOutcome:
     """Plan, check the folder, run the sweep (``events`` live around it) and write the
     summaries. Ctrl-C or SIGTERM ends the sweep with ``stopped_by`` set; what finished is safe."""
+    from torchscale.analysis.training_tables import training_table
     from torchscale.hardware.environment import node_devices
     from torchscale.integrations.sinks import SinkEvents
     from torchscale.launch.process import Terminated
-    from torchscale.launch.sweep import SweepOptions, check_resumable, run_sweep, write_summary
+    from torchscale.launch.sweep import SweepOptions, check_resumable, run_sweep
     from torchscale.results.store import check_writable
 
     plan, launch = plan_and_launch(request)
@@ -209,9 +210,10 @@ def run_benchmark(
     )
     options.launch_mode = request.launch_mode
     sinks = []
-    if request.integrations is not None and launch.records_results:
-        sinks = request.integrations.open(plan.config.experiment_name, store.root, plan.swept)
-    forwarded = SinkEvents(events, sinks)
+    integrations = request.integrations
+    if integrations is not None and launch.records_results:
+        sinks = integrations.open(plan.config.experiment_name, store.root, plan.swept)
+    forwarded = SinkEvents(events, sinks, *([integrations.timeout_s] if integrations else []))
     outcome = BenchmarkOutcome(
         experiment=plan.config.experiment_name,
         store_root=store.root,
@@ -229,7 +231,8 @@ def run_benchmark(
         outcome.stopped_by = "Terminated" if isinstance(exc, Terminated) else "Interrupted"
         return outcome
     if launch.records_results:
-        outcome.table = write_summary(store, outcome.records)
+        # The sweep wrote summary.csv from what results.jsonl holds, and returned that.
+        outcome.table = training_table(outcome.records)
         forwarded.close(outcome.records, outcome.table)
     return outcome
 

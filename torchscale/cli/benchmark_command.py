@@ -13,6 +13,7 @@ from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, markup_text, print_json, user_errors
 from torchscale.errors import TorchscaleError
+from torchscale.integrations.deadline import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
     from torchscale.app.benchmark import BenchmarkOutcome, BenchmarkRequest
@@ -188,11 +189,23 @@ def register(app: typer.Typer) -> None:
             Optional[str],
             typer.Option(
                 "--mlflow",
-                help="Also log to MLflow: a folder, sqlite:///PATH.db or a server URL; one run per "
-                "cell under a run per experiment (needs torchscale\\[mlflow]).",
+                help="Also log to MLflow: a folder (or file:///PATH), sqlite:///PATH.db or a "
+                "server URL; one run per cell under a run per experiment (needs "
+                "torchscale\\[mlflow]).",
                 rich_help_panel=INTEGRATIONS_PANEL,
             ),
         ] = None,
+        integration_timeout: Annotated[
+            float,
+            typer.Option(
+                "--integration-timeout",
+                help="Seconds one call to an MLflow tracking server may take (local stores: 60 "
+                "s, or this if longer); one that does not answer in time is one warning and the "
+                "benchmark goes on without it.",
+                min=0.1,
+                rich_help_panel=INTEGRATIONS_PANEL,
+            ),
+        ] = DEFAULT_TIMEOUT_S,
         mpirun_arg: Annotated[
             Optional[List[str]],
             typer.Option(
@@ -250,7 +263,7 @@ def register(app: typer.Typer) -> None:
         loaded = load_config(config, parse_overrides(set_ or [], ctx.args))
         if benchmark_kind != "comm":
             _check_models(loaded)
-        integrations = Integrations(tensorboard, mlflow)
+        integrations = Integrations(tensorboard, mlflow, integration_timeout)
         integrations.check()
         request = BenchmarkRequest(
             loaded,

@@ -252,7 +252,7 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
         reporter.phase("gather")
         gathered = cell_entry.gather_at(mine, ctx, result_writer(ctx))
         if gathered is not None:
-            atomic_write_json(out_path, merge(gathered, ctx, settings))
+            atomic_write_json(out_path, merge(gathered, ctx, settings), make_parents=False)
         reporter.phase("done")
 
 

@@ -8,16 +8,20 @@ its status (FAILED for failed/oom/timeout cells, KILLED for skipped ones, the re
 the swept knobs as parameters and, at the end, ``summary.csv``, ``manifest.json`` and seed 001's
 JSON document (``report.json``) as artifacts.
 
-URI: a local folder (MLflow's file store, which MLflow 3 keeps in maintenance mode: torchscale
-opts in for you), ``sqlite:///path/mlflow.db`` (artifacts beside it, in ``mlartifacts/``), or an
-``http(s)://`` tracking server. Needs ``pip install 'torchscale[mlflow]'``.
+URI: a local folder or its ``file:///path`` form (MLflow's file store, which MLflow 3 keeps in
+maintenance mode: torchscale opts in for you), ``sqlite:///path/mlflow.db`` (artifacts beside it,
+in ``mlartifacts/``), or an ``http(s)://`` tracking server. Every request has the integrations'
+deadline and no retries (:func:`bound_requests`). Needs ``pip install 'torchscale[mlflow]'``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
@@ -66,12 +70,37 @@ def require_mlflow(uri: str) -> None:
             ) from None
 
 
+def _file_uri_path(uri: str) -> Optional[str]:
+    """The folder of a ``file:`` URI (``file:///x/y``, ``file:/x/y``, ``file://localhost/x``)."""
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
+        return None
+    return urllib.request.url2pathname(parsed.path)
+
+
 def tracking_uri(uri: str) -> str:
-    """A folder path becomes an absolute file store path; URIs are kept."""
-    if "://" in uri or uri.startswith("sqlite:"):
+    """A folder path, or MLflow's own ``file://`` form of one, becomes an absolute file store
+    path; other URIs are kept."""
+    folder = _file_uri_path(uri)
+    if folder is None and ("://" in uri or uri.startswith("sqlite:")):
         return uri
     os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # the user asked for a folder
-    return str(Path(uri).expanduser().resolve())
+    return str(Path(folder or uri).expanduser().resolve())
+
+
+def server_url(uri: str) -> Optional[str]:
+    """For a tracking server (``http(s)://``), the URL that tells whether it is there."""
+    if not uri.lower().startswith(("http://", "https://")):
+        return None
+    return f"{uri.rstrip('/')}/health"
+
+
+def bound_requests(timeout_s: float) -> None:
+    """MLflow's HTTP client: at most ``timeout_s`` a request and no retries (its defaults: 120 s
+    and 7 retries with back-off, minutes of silence for a dead server); a user's own settings of
+    these variables are kept."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, math.ceil(timeout_s))))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
 
 
 def _artifact_location(uri: str) -> Optional[str]:
@@ -96,6 +125,7 @@ class MlflowSink:
         from mlflow import MlflowClient
 
         self.uri = tracking_uri(uri)
+        self.remote = server_url(self.uri) is not None  # else a folder or a database file
         self.client = MlflowClient(tracking_uri=self.uri)
         self.store_root = Path(store_root)
         self.swept = list(swept)

@@ -51,6 +51,10 @@ def cell_figures(record: TrainingResult, row: Optional[Dict[str, Any]]) -> Dict[
     out."""
     steps = record.step_time_ms
     row = row or {}
+    # Only a cell measured against a smaller GPU count has a scaling figure (as on the console):
+    # the baseline's own 100% is a definition, and a cell recorded live has no later counts yet.
+    baseline = finite_number(row.get("baseline_world_size"))
+    scaled = baseline is not None and baseline < record.world_size
     figures = {
         "throughput": record.throughput,
         "samples_per_s": record.samples_per_s,
@@ -59,7 +63,7 @@ def cell_figures(record: TrainingResult, row: Optional[Dict[str, Any]]) -> Dict[
         "step_time_ms_p95": steps.p95 if steps else None,
         "step_time_ms_p99": steps.p99 if steps else None,
         "sync_overhead_pct": row.get("sync_overhead_pct"),
-        "scaling_efficiency": row.get("scaling_efficiency"),
+        "scaling_efficiency": row.get("scaling_efficiency") if scaled else None,
         "memory/peak_bytes": record.memory.peak_bytes if record.memory else None,
         "tflops_per_gpu": record.tflops_per_gpu,
         "mfu": record.mfu,

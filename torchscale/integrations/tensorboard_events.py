@@ -110,6 +110,7 @@ class TensorBoardSink:
     """``benchmark --tensorboard DIR``: each cell's run as soon as the cell is recorded."""
 
     name = "TensorBoard"
+    remote = False  # event files on local disk
 
     def __init__(self, root: Path, swept: Sequence[str]) -> None:
         require_tensorboard()

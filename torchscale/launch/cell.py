@@ -1,11 +1,14 @@
 """Launch one cell with torchrun and turn however it ended into a result record.
 
-ok: rank 0 wrote result.json. oom / failed: the root-cause rank is the one that reported an
-out-of-memory error, else the first to fail (later failures are usually peers losing it).
-timeout: the launch was killed after ``cell_timeout_s``; the progress files say which rank was
-stuck in which phase. A launch that ended without a word while the folder could not be written (a
-full disk, a read-only mount) is recorded as ``failed`` with that cause: its ranks could not write
-their error files, so the silence is the disk's, not a signal's.
+ok: rank 0 wrote result.json. oom / failed: the first rank to leave, from its error file and from
+how its process ended (``launch/failure_cause.py``: a rank killed by a signal is named, its peers'
+lost connections are shown as what followed). timeout: the launch was killed after
+``cell_timeout_s`` (or the stall watch fired); the progress files say which rank was stuck in which
+phase, unless a rank wrote an error file: an error always wins over the hang it left behind. A
+launch that ended without a word while the folder could not be written (a full disk, a read-only
+mount) is recorded as ``failed`` with that cause: its ranks could not write their error files, so
+the silence is the disk's, not a signal's. Once the launch is over, whatever its ranks started is
+ended too (``process.end_sessions``).
 """
 
 from __future__ import annotations
@@ -17,16 +20,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from torchscale.launch.failure_cause import departures, failure_cause, rank_files
 from torchscale.launch.flight_recorder import (
     collective_timed_out,
     dump_note,
     flight_recorder_env,
     process_group_timeout_s,
 )
-from torchscale.launch.liveness import clear_owner, write_owner
+from torchscale.launch.liveness import clear_owner, start_ticks, write_owner
 from torchscale.launch.nsys import wrapper as nsys_wrapper
 from torchscale.launch.process import ProcessOutcome, python_env, run_process
-from torchscale.launch.stall import Stalled, stall_reason, stall_watch
+from torchscale.launch.rank_exits import clear_exits, end_launch, exits_env
+from torchscale.launch.stall import Stalled, stall_limit, stall_reason, stall_watch
 from torchscale.launch.torchrun import (
     SINGLE_NODE,
     Rendezvous,
@@ -40,12 +45,10 @@ from torchscale.results.layout import (
     CELL_FILE,
     FLIGHT_RECORDER_DIR,
     LAUNCH_LOG,
-    NODE_DIR_GLOB,
     PROFILE_DIR,
     RANKS_DIR,
     RESULT_FILE,
     TORCHRUN_LOGS,
-    rank_file_glob,
 )
 from torchscale.results.rank_files import (
     STEP_PHASES,
@@ -104,22 +107,6 @@ def skipped_records(cell: Cell, experiment: str, reason: str) -> List[ResultBase
     return get_kind(cell.kind).failed(cell, common_identity(cell, experiment), "skipped", reason)
 
 
-def _rank_dirs(cell_dir: Path) -> List[Path]:
-    """This node's rank folder, then other nodes' where they are visible (a shared filesystem
-    in a lock-step launch: ``node<R>/ranks``)."""
-    return [cell_dir / RANKS_DIR, *sorted(cell_dir.glob(f"{NODE_DIR_GLOB}/{RANKS_DIR}"))]
-
-
-def _rank_files(cell_dir: Path, suffix: str) -> List[Dict[str, Any]]:
-    found = []
-    for folder in _rank_dirs(cell_dir):
-        for path in sorted(folder.glob(rank_file_glob(suffix))):
-            doc = read_json(path)
-            if doc:
-                found.append({**doc, "_dir": str(folder.parent)})
-    return found
-
-
 RENDEZVOUS_ERRORS = {
     "RendezvousTimeoutError": "the other node(s) did not join within {wait:g} s",
     "RendezvousConnectionError": "could not reach the rendezvous store at {endpoint}",
@@ -144,26 +131,26 @@ def _rendezvous_failure(cell_dir: Path, rendezvous: Rendezvous) -> Optional[str]
 
 
 def _failure(
-    cell_dir: Path, cell: Cell, returncode: Optional[int], rendezvous: Rendezvous
+    cell_dir: Path,
+    cell: Cell,
+    returncode: Optional[int],
+    rendezvous: Rendezvous,
+    exits: Optional[Path] = None,
+    stopped_at: Optional[float] = None,
 ) -> Tuple[CellStatus, str]:
-    """(status, error text) of a launch that wrote no result."""
-    errors = _rank_files(cell_dir, "error")
+    """(status, error text) of a launch that wrote no result. ``exits``: the folder of the
+    launch's exits file (the cell's, or its warm group's); ``stopped_at``: when torchscale began
+    ending the launch, if it did."""
+    errors = rank_files(cell_dir, "error")
     if collective_timed_out(errors, cell_dir):
         waited = process_group_timeout_s(cell.settings.cell_timeout_s)
         where = _stuck_ranks(cell_dir, cell.settings.gpus)
         return "timeout", (
             f"a collective timed out after {waited:g} s (the process-group timeout): {where}"
         )
+    left = departures(cell_dir, exits, stopped_at)
     if errors:
-        ooms = [e for e in errors if e.get("kind") == "oom"]
-        root = min(ooms or errors, key=lambda e: e.get("time", 0.0))
-        status: CellStatus = "oom" if ooms else "failed"
-        others = sorted(e["rank"] for e in errors if e is not root)
-        also = f" (then ranks {others} failed too)" if others else ""
-        return status, (
-            f"rank {root['rank']} on {root.get('host')} failed in {root.get('phase')}: "
-            f"{root.get('type')}: {root.get('message')}{also}"
-        )
+        return failure_cause(left)
     log = cell_dir / LAUNCH_LOG
     storage = storage_problem(cell_dir)
     if storage:
@@ -171,6 +158,8 @@ def _failure(
             f"{storage} in {cell_dir}: the ranks could not write their files (torchrun exit "
             f"code {returncode})"
         )
+    if left:
+        return failure_cause(left)
     rendezvous_error = _rendezvous_failure(cell_dir, rendezvous)
     if rendezvous_error:
         return "failed", rendezvous_error
@@ -192,7 +181,7 @@ def _where(progress: Dict[str, Any], steps: Optional[Tuple[int, str]]) -> str:
 def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: Optional[float] = None) -> str:
     """Who stopped where. Ranks blocked in a collective have moved past the rank that hangs, so
     the rank(s) furthest behind in (window, step, phase) are named as stuck."""
-    progress = {doc["rank"]: doc for doc in _rank_files(cell_dir, "progress")}
+    progress = {doc["rank"]: doc for doc in rank_files(cell_dir, "progress")}
     windows = {rank: doc["phase"] for rank, doc in progress.items()}
     steps = {
         rank: read_steps(steps_path(Path(doc["_dir"]), rank)) for rank, doc in progress.items()
@@ -218,6 +207,30 @@ def _stuck_ranks(cell_dir: Path, world_size: int, timeout_s: Optional[float] = N
     return where if timeout_s is None else f"no result after {timeout_s:g} s: {where}"
 
 
+def ended_stuck(
+    cell_dir: Path,
+    cell: Cell,
+    timeout_s: Optional[float],
+    exits: Path,
+    stopped_at: Optional[float],
+) -> Tuple[CellStatus, str]:
+    """A launch ended by torchscale (from ``stopped_at`` on): the cell's timeout (``timeout_s``)
+    or its stall watch (None). A rank that wrote an error file is the cause (a MemoryError, say,
+    whose peers then waited in a collective), not the hang that followed; else the ranks stuck
+    furthest behind."""
+    if rank_files(cell_dir, "error"):
+        status, reason = _failure(cell_dir, cell, None, SINGLE_NODE, exits, stopped_at)
+        ended = (
+            f"no result after {timeout_s:g} s"
+            if timeout_s is not None
+            else f"no rank moved for {stall_limit(cell):g} s"
+        )
+        return status, f"{reason}; the launch was then ended ({ended})"
+    if timeout_s is None:
+        return "timeout", stall_reason(cell, _stuck_ranks(cell_dir, cell.settings.gpus))
+    return "timeout", _stuck_ranks(cell_dir, cell.settings.gpus, timeout_s)
+
+
 def prepare_cell_dir(
     store: ExperimentStore, cell: Cell, experiment: str, profile: Optional[ProfileRequest] = None
 ) -> Path:
@@ -238,6 +251,7 @@ def prepare_cell_dir(
             "settings": cell.settings.model_dump(mode="json"),
             "profile": profile.to_json() if profile else None,
         },
+        make_parents=False,  # never re-create a results folder deleted meanwhile
     )
     return cell_dir
 
@@ -272,13 +286,21 @@ def run_cell(
     single = rendezvous is SINGLE_NODE and not prefix
     watch = stall_watch(cell, cell_dir) if single else None
 
+    stopped_at: List[float] = []  # when the stall watch ended the launch
+
     def poll(elapsed_s: float) -> None:
         if watch is not None:
-            watch.check(time.monotonic())
+            try:
+                watch.check(time.monotonic())
+            except Stalled:
+                stopped_at.append(time.time())
+                raise
         if on_poll is not None:
             on_poll(elapsed_s)
 
     stalled = False
+    clear_exits(cell_dir)
+    launched: List[Tuple[int, Optional[int]]] = []
     try:
         outcome = run_process(
             argv,
@@ -287,17 +309,19 @@ def run_cell(
             env=python_env(
                 {
                     **flight_recorder_env(cell_dir),
+                    **exits_env(cell_dir),
                     **(env or {}),
                     WRITES_RESULT_ENV: "1" if records_results else "0",
                 }
             ),
             on_poll=poll,
-            on_start=lambda pid: write_owner(cell_dir, pid, what),
+            on_start=lambda pid: _owned(launched, cell_dir, pid, what),
         )
     except Stalled:
         stalled, outcome = True, ProcessOutcome(None, True, time.monotonic() - started)
     finally:
         clear_owner(cell_dir)
+        end_launch(launched, cell_dir)
     timing = {
         "started_at": started_at,
         "finished_at": _now(),
@@ -306,12 +330,11 @@ def run_cell(
     kind = get_kind(cell.kind)
     identity = {**common_identity(cell, experiment), **timing, "launch": {"mode": "per_cell"}}
     result = read_json(cell_dir / RESULT_FILE)
-    if stalled:
-        reason = stall_reason(cell, _stuck_ranks(cell_dir, cell.settings.gpus))
-        return kind.failed(cell, identity, "timeout", reason + dump_note(cell_dir))
-    if outcome.timed_out:
-        reason = _stuck_ranks(cell_dir, cell.settings.gpus, timeout_s) + dump_note(cell_dir)
-        return kind.failed(cell, identity, "timeout", reason)
+    if stalled or outcome.timed_out:
+        limit = None if stalled else timeout_s
+        ended = stopped_at[0] if stopped_at else outcome.killed_at
+        status, reason = ended_stuck(cell_dir, cell, limit, cell_dir, ended)
+        return kind.failed(cell, identity, status, reason + dump_note(cell_dir))
     finished = outcome.returncode == 0 or _only_nsys_failed(cell_dir, cell, profile, result)
     if finished and not records_results:
         return []
@@ -319,8 +342,15 @@ def run_cell(
         if profile is not None and (result.get("profile") or {}).get("profiled"):
             result["profile"].update(kind.analyze_traces(cell_dir / PROFILE_DIR, profile.target))
         return kind.records(cell, identity, result)
-    status, reason = _failure(cell_dir, cell, outcome.returncode, rendezvous)
+    status, reason = _failure(cell_dir, cell, outcome.returncode, rendezvous, cell_dir)
     return kind.failed(cell, identity, status, reason + dump_note(cell_dir))
+
+
+def _owned(
+    launched: List[Tuple[int, Optional[int]]], cell_dir: Path, pid: int, what: str
+) -> None:
+    launched.append((pid, start_ticks(pid)))
+    write_owner(cell_dir, pid, what)
 
 
 def _only_nsys_failed(
@@ -331,9 +361,9 @@ def _only_nsys_failed(
 ) -> bool:
     """A non-zero exit that is only nsys saying it wrote no report: the trigger decided not to
     profile, so the capture range never opened. Every rank reached ``done``, none failed."""
-    if profile is None or profile.tool != "nsys" or _rank_files(cell_dir, "error"):
+    if profile is None or profile.tool != "nsys" or rank_files(cell_dir, "error"):
         return False
     if result is not None and (result.get("profile") or {}).get("profiled") is not False:
         return False  # a traced cell must have its report
-    phases = [doc.get("phase") for doc in _rank_files(cell_dir, "progress")]
+    phases = [doc.get("phase") for doc in rank_files(cell_dir, "progress")]
     return len(phases) >= cell.settings.nproc_per_node and set(phases) == {"done"}

@@ -62,7 +62,7 @@ def cell_progress(cell_dir: Path, settings: object) -> Optional[CellProgress]:
         return None
     window = str(doc["phase"])
     tracked = read_steps(steps_path(cell_dir, 0))
-    start = doc.get("at_step")
+    start = doc.get("steps_before")
     if tracked is None or not isinstance(start, int) or window not in ("warmup", "measure"):
         return CellProgress(window)
     step = max(0, tracked[0] - start)

@@ -234,7 +234,7 @@ def write_owner(cell_dir: Path, pid: int, what: str) -> None:
     doc = asdict(identity)
     doc["start"] = doc.pop("start_ticks")
     doc.update(what=what, torchscale_pid=os.getpid(), since=time.time())
-    atomic_write_json(cell_dir / OWNER_FILE, doc)
+    atomic_write_json(cell_dir / OWNER_FILE, doc, make_parents=False)
 
 
 def clear_owner(cell_dir: Path) -> None:

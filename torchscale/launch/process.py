@@ -4,6 +4,10 @@ torchrun starts each worker in a session of its own, so killing the launcher's p
 enough: a hung cell is ended by snapshotting the whole descendant tree first, then terminating every
 process in it (SIGTERM, a grace period, then SIGKILL).
 
+A rank can start processes of its own (data loader workers, helpers) in its session; when the
+rank dies they are orphans outside the launcher's tree. :func:`end_sessions` ends every process
+left in the sessions of a launch's ranks and launcher once the launch is over, however it ended.
+
 That needs torchscale alive. When torchscale itself is killed (SIGKILL, the OOM killer), the
 kernel kills the launcher (``PR_SET_PDEATHSIG``) and each worker's watchdog kills the worker
 (``torchscale.launch.liveness``): nothing of the cell outlives torchscale.
@@ -19,11 +23,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import psutil
 
-from torchscale.launch.liveness import die_with_parent, orchestrator_env
+from torchscale.launch.liveness import die_with_parent, orchestrator_env, start_ticks
 from torchscale.results.files import open_for_write
 
 KILL_GRACE_S = 5.0
@@ -37,6 +41,7 @@ class ProcessOutcome:
     returncode: Optional[int]
     timed_out: bool
     wall_s: float
+    killed_at: Optional[float] = None  # when a timed-out launch began to be ended (epoch s)
 
 
 def kill_process_tree(pid: int, grace_s: float = KILL_GRACE_S) -> List[int]:
@@ -61,6 +66,33 @@ def kill_process_tree(pid: int, grace_s: float = KILL_GRACE_S) -> List[int]:
             proc.kill()
     psutil.wait_procs(alive, timeout=grace_s)
     return [p.pid for p in procs]
+
+
+def end_sessions(leaders: Iterable[Tuple[int, Optional[int]]]) -> List[int]:
+    """SIGKILL every process still in a session led by one of ``leaders``: (pid, start ticks)
+    of each rank (torchrun starts each as a session leader) and of the launcher (one, see
+    :func:`run_process`). Returns their pids.
+
+    A session's id stays taken while any process is in it. So where a live process has the
+    leader's pid but not its start ticks, that pid was reused and the old session is empty: it
+    is left alone (with no start ticks known, a live pid is never taken for the leader).
+    torchscale's own session is never touched.
+    """
+    sessions = set()
+    for pid, ticks in leaders:
+        now = start_ticks(pid)
+        if pid > 1 and (now is None or (ticks is not None and now == ticks)):
+            sessions.add(pid)
+    sessions.discard(os.getsid(0))
+    if not sessions:
+        return []
+    left = []
+    for pid in psutil.pids():
+        with contextlib.suppress(OSError):
+            if pid != os.getpid() and os.getsid(pid) in sessions:
+                os.kill(pid, signal.SIGKILL)
+                left.append(pid)
+    return left
 
 
 def run_process(
@@ -102,9 +134,10 @@ def run_process(
                 elapsed = time.monotonic() - start
                 remaining = None if timeout_s is None else timeout_s - elapsed
                 if remaining is not None and remaining <= 0:
+                    killed_at = time.time()
                     kill_process_tree(proc.pid)
                     proc.wait()
-                    return ProcessOutcome(None, True, time.monotonic() - start)
+                    return ProcessOutcome(None, True, time.monotonic() - start, killed_at)
                 try:
                     code = proc.wait(
                         timeout=poll_s if remaining is None else min(poll_s, remaining)

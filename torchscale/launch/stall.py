@@ -71,5 +71,10 @@ def _limit(cell: Cell) -> Optional[float]:
     return settings.stall_timeout_s if isinstance(settings, CellSettings) else None
 
 
+def stall_limit(cell: Cell) -> float:
+    """The cell's ``stall_timeout_s`` (0 where it has none)."""
+    return _limit(cell) or 0.0
+
+
 def stall_reason(cell: Cell, where: str) -> str:
-    return f"hung: no rank moved for {_limit(cell) or 0:g} s (stall_timeout_s): {where}"
+    return f"hung: no rank moved for {stall_limit(cell):g} s (stall_timeout_s): {where}"

@@ -42,7 +42,12 @@ from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.files import StorageError, storage_cause
 from torchscale.results.layout import SUMMARY
 from torchscale.results.schema import SCHEMA_VERSION, ResultBase
-from torchscale.results.store import ExperimentStore, atomic_write_text, storage_problem
+from torchscale.results.store import (
+    ExperimentStore,
+    FolderLostError,
+    atomic_write_text,
+    storage_problem,
+)
 from torchscale.results.validity import INVALID, checked_record
 from torchscale.version import __version__
 
@@ -132,8 +137,9 @@ def write_summary(store: ExperimentStore, records: List[ResultBase]) -> Optional
     tables: Dict[str, DataFrame] = {}
     for kind in cell_kinds().values():
         tables.update(kind.summary_tables(records))
+    store.check_owned()
     for name, table in tables.items():
-        atomic_write_text(store.root / name, table.to_csv(index=False))
+        atomic_write_text(store.root / name, table.to_csv(index=False), make_parents=False)
     return tables.get(SUMMARY)
 
 
@@ -229,14 +235,27 @@ def check_live_owners(store: ExperimentStore, cells: Sequence[Cell]) -> None:
 
 @contextlib.contextmanager
 def _storage_errors(store: ExperimentStore, progress: Dict[str, Any]) -> Iterator[None]:
-    """A full or read-only disk as one line: exit 2 before any cell ran, 1 after."""
+    """A full or read-only disk as one line: exit 2 before any cell ran, 1 after. A folder that
+    vanished took the results with it: exit 2, whatever ran."""
     try:
         yield
+    except FolderLostError as exc:
+        raise _lost(exc, progress) from None
     except OSError as exc:
         cause = storage_cause(exc)
         if cause is None:
+            try:  # a file that vanished with its folder (deleted mid-write)
+                store.check_owned()
+            except FolderLostError as lost:
+                raise _lost(lost, progress) from None
             raise
         raise _stopped(store, cause, progress) from None
+
+
+def _lost(exc: FolderLostError, progress: Dict[str, Any]) -> FolderLostError:
+    recorded = progress["recorded"]
+    told = f" ({recorded} cell result(s) this run recorded were in it)" if recorded else ""
+    return FolderLostError(f"{exc}{told}; the sweep stopped")
 
 
 def _stopped(store: ExperimentStore, cause: str, progress: Dict[str, Any]) -> StorageError:
@@ -254,8 +273,22 @@ def _stopped(store: ExperimentStore, cause: str, progress: Dict[str, Any]) -> St
     )
 
 
-def _append(store: ExperimentStore, records: Sequence[ResultBase]) -> None:
-    """Append ``records``; on a full disk, give the reserve back and try once more."""
+def _append(store: ExperimentStore, records: Sequence[ResultBase]) -> List[ResultBase]:
+    """Append ``records`` and return them as results.jsonl now holds them (what the console and
+    summary.csv show is what was written); on a full disk, give the reserve back and try once
+    more."""
+    offset = store.results_size()
+    _write(store, records)
+    written = store.records_from(offset)
+    if [r.cell_id for r in written] != [r.cell_id for r in records]:
+        raise FolderLostError(
+            f"{store.results_path} changed while this torchscale was appending to it (another "
+            "process wrote or replaced it); nothing more is written there"
+        )
+    return written
+
+
+def _write(store: ExperimentStore, records: Sequence[ResultBase]) -> None:
     done = 0
     try:
         for record in records:
@@ -271,7 +304,8 @@ def _append(store: ExperimentStore, records: Sequence[ResultBase]) -> None:
 def run_sweep(
     plan: Plan, store: ExperimentStore, options: SweepOptions, events: SweepEvents
 ) -> List[ResultBase]:
-    """Run every cell without a record; return all records of the experiment.
+    """Run every cell without a record; return all records of the experiment, as results.jsonl
+    holds them at the end (summary.csv is written from them).
 
     On a lock-step node other than node 0, run the multi-node cells it takes part in, record
     nothing, and return what this node saw fail.
@@ -335,8 +369,8 @@ def _sweep(
 
     def finish(cell: Cell, new: List[ResultBase]) -> None:
         new = [checked_record(record) for record in new]
-        records.extend(new)
         if not recording:
+            records.extend(new)
             events.cell_finished(cell, new, None)
             check_node_zero(launch, new)
             return
@@ -347,7 +381,8 @@ def _sweep(
         if problem:
             store.release_reserve()
         progress["lost"] = cell.cell_id
-        _append(store, new)
+        new = _append(store, new)
+        records.extend(new)
         progress["lost"] = None
         progress["recorded"] += 1
         if problem:
@@ -358,6 +393,12 @@ def _sweep(
         if merge_node_environments(manifest, node_environments(store, cell)):
             store.write_manifest(manifest)
         events.cell_finished(cell, new, write_summary(store, records))
+
+    def polled(elapsed_s: float) -> None:
+        # A folder deleted under a running cell stops the sweep now, not when the cell ends.
+        if recording:
+            store.check_owned()
+        events.cell_polled(elapsed_s)
 
     reasons = {cell.cell_id: skip_reason(cell, devices, launch) for cell in todo}
     mode = launch_mode(options.launch_mode, plan.config)
@@ -371,7 +412,7 @@ def _sweep(
         if len(unit) > 1:
             run_group(
                 unit, store, experiment, env=env, profile=profile, on_started=start,
-                on_poll=events.cell_polled, on_finished=finish,
+                on_poll=polled, on_finished=finish,
             )  # fmt: skip
             continue
         cell = unit[0]
@@ -382,12 +423,14 @@ def _sweep(
             continue
         finish(cell, run_cell(
             cell, store, experiment, rendezvous=launch.rendezvous(cell, waits.get(cell.cell_id)),
-            env=env, on_poll=events.cell_polled,
+            env=env, on_poll=polled,
             profile=profile if get_kind(cell.kind).profiled else None, prefix=launch.prefix(cell),
             records_results=recording,
             command=launch.worker_command(cell, store.cell_dir(cell.cell_id)),
         ))  # fmt: skip
-    if not todo and recording:
+    if recording:
+        # What the console and summary.csv show is what results.jsonl holds, read back.
+        records = store.records()
         write_summary(store, records)
     return records
 

@@ -1,18 +1,37 @@
 """torchrun itself (``torch.distributed.run.main``, what the ``torchrun`` script calls), ended
-without the interpreter's teardown once its workers are done.
+without the interpreter's teardown once its workers are done, and telling how each worker ended.
 
 With torch loaded, Python's teardown of the agent process takes ~0.6 s after ``main`` has
 returned (measured on a 2-vCPU VM: workers done, ``main`` back 0.1 s later, the process gone
 0.6 s after that), on every launch. Everything the agent does (rendezvous, workers, their exit
 codes, the error file) is torchrun's; only the exit is ``os._exit``, with torchrun's exit code.
-Nothing from torchscale is imported here.
+
+Where ``TORCHSCALE_EXITS`` names a file (``{host}`` in it becomes this host's name), each worker's
+start and end are appended to it as JSON lines: rank, pid, and at its end the exit code or the
+signal that killed it, with the time it ended to the millisecond; and each ``stop``, when torchrun
+itself signals a worker it is ending after another failed. torchrun itself polls its
+workers and reports only those that failed before it stopped the rest; a rank killed by SIGKILL
+or one that called ``os._exit(0)`` is named here, and the launcher can tell who left first
+(``torchscale.launch.failure_cause``). The end is seen through a pidfd, at once, and read with
+``WNOWAIT``, so torchrun still reaps its workers as usual. Nothing from torchscale is imported.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import select
+import socket
+import subprocess
 import sys
+import threading
+import time
 import traceback
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+EXITS_ENV = "TORCHSCALE_EXITS"
+POLL_S = 0.02  # without pidfds (old kernels): how often each worker is checked
 
 
 def _code(exc: SystemExit) -> int:
@@ -22,7 +41,132 @@ def _code(exc: SystemExit) -> int:
     return 1
 
 
+def _ended(pid: int, how: int) -> Optional[Tuple[int, int]]:
+    """(si_code, si_status) of an ended child, left unreaped; None while it runs or once reaped."""
+    try:
+        info = os.waitid(how, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (ChildProcessError, OSError):
+        return None
+    return None if info is None else (info.si_code, info.si_status)
+
+
+def _start_ticks(pid: int) -> Optional[int]:
+    """When ``pid`` started, in clock ticks since boot (field 22 of ``/proc/<pid>/stat``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            text = handle.read()
+        return int(text[text.rfind(b")") + 2 :].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class ExitLog:
+    """Appends each worker's start and end to the exits file, from a watcher thread."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
+        self.lock = threading.Lock()
+        self.workers: Dict[int, Dict[str, Any]] = {}  # by pid
+        self.popens: List[subprocess.Popen] = []  # type: ignore[type-arg]
+        self.read_end, self.wake = os.pipe()
+        threading.Thread(target=self._watch, name="torchscale-exits", daemon=True).start()
+
+    def write(self, doc: Dict[str, Any]) -> None:
+        with self.lock:
+            os.write(self.fd, (json.dumps(doc) + "\n").encode())
+
+    def started(self, proc: subprocess.Popen, env: Dict[str, str]) -> None:  # type: ignore[type-arg]
+        worker = {"rank": int(env["RANK"]), "local_rank": int(env["LOCAL_RANK"]), "pid": proc.pid}
+        self.workers[proc.pid] = worker
+        self.popens.append(proc)
+        ticks = _start_ticks(proc.pid)  # with the pid: which process it was, once pids are reused
+        self.write({"event": "start", **worker, "ticks": ticks, "time": time.time()})
+        os.write(self.wake, b"\0")
+
+    def _end(self, pid: int, status: Optional[Tuple[int, int]]) -> None:
+        doc: Dict[str, Any] = {"event": "end", **self.workers[pid], "time": time.time()}
+        if status is not None:
+            code, value = status
+            doc["signal" if code in (os.CLD_KILLED, os.CLD_DUMPED) else "exitcode"] = value
+        self.write(doc)
+
+    def _watch(self) -> None:
+        pidfd_open = getattr(os, "pidfd_open", None)
+        how = getattr(os, "P_PIDFD", None)
+        poller = select.poll()
+        poller.register(self.read_end, select.POLLIN)
+        watched: Dict[int, int] = {}  # pidfd -> pid
+        polled: List[int] = []  # pids without a pidfd
+        seen: Set[int] = set()  # pids watched or ended
+        while True:
+            for fd, _ in poller.poll(int(POLL_S * 1000) if polled else None):
+                if fd == self.read_end:
+                    os.read(self.read_end, 4096)
+                    continue
+                pid = watched.pop(fd)
+                poller.unregister(fd)
+                self._end(pid, _ended(fd, how) if how is not None else None)
+                os.close(fd)
+            for pid in [p for p in list(self.workers) if p not in seen]:
+                seen.add(pid)
+                opened: Optional[int] = None
+                with contextlib.suppress(OSError):
+                    opened = pidfd_open(pid) if pidfd_open and how is not None else None
+                if opened is None:
+                    polled.append(pid)
+                else:
+                    watched[opened] = pid
+                    poller.register(opened, select.POLLIN)
+            for pid in list(polled):
+                status = _ended(pid, os.P_PID)
+                if status is not None:
+                    polled.remove(pid)
+                    self._end(pid, status)
+
+    def close(self) -> None:
+        """torchrun is done: every worker's exit code as torchrun reaped it (a worker the watcher
+        saw end after torchrun reaped it has no status in its ``end`` line)."""
+        for proc in self.popens:
+            if proc.returncode is not None:
+                worker = self.workers[proc.pid]
+                self.write({"event": "reaped", **worker, "returncode": proc.returncode})
+
+
+def record_workers(path: str) -> ExitLog:
+    """Workers started from here on (a ``Popen`` whose environment has ``LOCAL_RANK``) are
+    watched. torch's launcher binds ``Popen`` when it is imported: this runs first."""
+    exits = ExitLog(path.replace("{host}", socket.gethostname()))
+
+    class WorkerPopen(subprocess.Popen):  # type: ignore[type-arg]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            env = kwargs.get("env") or {}
+            if "LOCAL_RANK" in env and "RANK" in env:
+                exits.started(self, env)
+
+    killpg = os.killpg
+
+    def stopping(pgid: int, sig: int) -> None:
+        """torchrun stops the workers still running after a failure with ``os.killpg``: those
+        ends are its doing, not a departure."""
+        if pgid in exits.workers:
+            worker = exits.workers[pgid]
+            exits.write({"event": "stop", **worker, "signal": int(sig), "time": time.time()})
+        killpg(pgid, sig)
+
+    subprocess.Popen = WorkerPopen  # type: ignore[misc]
+    os.killpg = stopping
+    return exits
+
+
 def main() -> None:
+    path = os.environ.get(EXITS_ENV)
+    exits = None
+    if path and hasattr(os, "waitid"):  # Linux (not macOS): read an end without reaping it
+        try:
+            exits = record_workers(path)
+        except OSError as exc:  # never cost the launch: torchrun's own log still tells
+            print(f"torchscale: cannot record the workers' exits in {path}: {exc}", file=sys.stderr)
     from torch.distributed.run import main as torchrun
 
     code = 0
@@ -35,6 +179,8 @@ def main() -> None:
     except BaseException:  # a failed worker (ChildFailedError), a signal: as Python would report
         traceback.print_exc()
         code = 1
+    if exits is not None:
+        exits.close()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

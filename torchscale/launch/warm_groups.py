@@ -26,16 +26,12 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from torchscale.config.settings import CellSettings
-from torchscale.launch.cell import (
-    _failure,
-    _now,
-    _stuck_ranks,
-    prepare_cell_dir,
-)
+from torchscale.launch.cell import _failure, _now, ended_stuck, prepare_cell_dir
 from torchscale.launch.flight_recorder import dump_note, flight_recorder_env
-from torchscale.launch.liveness import clear_owner, write_owner
+from torchscale.launch.liveness import clear_owner, start_ticks, write_owner
 from torchscale.launch.process import python_env, run_process
-from torchscale.launch.stall import Stalled, stall_reason, stall_watch
+from torchscale.launch.rank_exits import clear_exits, end_launch, exits_env
+from torchscale.launch.stall import Stalled, stall_watch
 from torchscale.launch.torchrun import SINGLE_NODE, torchrun_command
 from torchscale.plan.kind_protocol import common_identity, get_kind
 from torchscale.plan.planned_cell import Cell
@@ -204,11 +200,13 @@ def _launch(
     on_finished: GroupCallback,
 ) -> List[Cell]:
     """One torchrun launch of ``cells``; returns those it did not get to."""
+    store.check_owned()
     make_dir(store.root / GROUPS_DIR)
     group_dir = store.root / GROUPS_DIR / cells[0].cell_id
     make_dir(group_dir)
     progress = group_dir / PROGRESS_FILE
     progress.unlink(missing_ok=True)
+    clear_exits(group_dir)
     dirs = [prepare_cell_dir(store, cell, experiment, profile) for cell in cells]
     atomic_write_json(
         group_dir / GROUP_FILE,
@@ -217,6 +215,7 @@ def _launch(
             "progress": str(progress),
             "timeout_s": max(cell.settings.cell_timeout_s for cell in cells),
         },
+        make_parents=False,
     )
     for cell_dir in dirs:
         atomic_write_text(
@@ -224,6 +223,7 @@ def _launch(
             f"ran in a warm group launch (launch {attempt} of this sweep's group); torchrun's "
             f"log: {group_dir / LAUNCH_LOG}; this cell's rank logs: "
             f"{cell_dir / TORCHRUN_LOGS / 'warm'}\n",
+            make_parents=False,
         )
     argv = torchrun_command(
         WORKER_MODULE,
@@ -254,6 +254,8 @@ def _launch(
             )
             state.since = ended
 
+    stopped_at: List[float] = []  # when the timeout or the stall watch ended the launch
+
     def poll(elapsed_s: float) -> None:
         for event in state.events():
             handle(event)
@@ -261,13 +263,21 @@ def _launch(
         if current < len(cells):
             limit = cells[current].settings.cell_timeout_s
             if time.monotonic() - state.clock > limit:
+                stopped_at.append(time.time())
                 raise _Overdue()
             if state.running == current:
-                watches[current].check(time.monotonic())
+                try:
+                    watches[current].check(time.monotonic())
+                except Stalled:
+                    stopped_at.append(time.time())
+                    raise
             if on_poll is not None and state.running is not None:
                 on_poll(time.monotonic() - state.clock)
 
+    launched: List[Tuple[int, Optional[int]]] = []
+
     def owned(pid: int) -> None:
+        launched.append((pid, start_ticks(pid)))
         for cell_dir in dirs:
             write_owner(cell_dir, pid, "torchrun")
 
@@ -278,7 +288,12 @@ def _launch(
             timeout_s=None,
             log_path=group_dir / LAUNCH_LOG,
             env=python_env(
-                {**flight_recorder_env(group_dir), **(env or {}), WRITES_RESULT_ENV: "1"}
+                {
+                    **flight_recorder_env(group_dir),
+                    **exits_env(group_dir),
+                    **(env or {}),
+                    WRITES_RESULT_ENV: "1",
+                }
             ),
             on_poll=poll,
             on_start=owned,
@@ -291,6 +306,7 @@ def _launch(
     finally:
         for cell_dir in dirs:
             clear_owner(cell_dir)
+        end_launch(launched, group_dir)
     for event in state.events():
         handle(event)
     culprit = len(state.done)
@@ -300,13 +316,13 @@ def _launch(
     if state.running != culprit:  # it never started (the launch died in its start-up)
         state.wall[culprit] = (_now(), state.since)
         on_started(cell)
+    status: CellStatus
     if timed_out or stalled:
         limit = None if stalled else cell.settings.cell_timeout_s
-        where = _stuck_ranks(cell_dir, cell.settings.gpus, limit)
-        reason = (stall_reason(cell, where) if stalled else where) + dump_note(group_dir)
-        status: CellStatus = "timeout"
+        status, reason = ended_stuck(cell_dir, cell, limit, group_dir, stopped_at[0])
+        reason += dump_note(group_dir)
     else:
-        status, reason = _failure(cell_dir, cell, returncode, SINGLE_NODE)
+        status, reason = _failure(cell_dir, cell, returncode, SINGLE_NODE, group_dir)
         if returncode == 0:
             reason = "the group launch ended before this cell ran"
         reason += dump_note(group_dir)

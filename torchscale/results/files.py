@@ -7,7 +7,8 @@ file is known to be regular) and refuses anything that is not a regular file, wi
 read whole or streamed (results, configs, traces): a FIFO or a device is refused instead of
 hanging or reading forever.
 
-A full disk, a read-only mount, a quota or a permission problem becomes :class:`StorageError`:
+A full disk, a read-only mount, a quota, a file-size limit or a permission problem becomes
+:class:`StorageError`:
 one line naming the folder and the cause (:func:`storage_cause` tells those errors apart from
 the rest). :func:`dumps` is the one JSON encoder for what torchscale writes or prints: strict
 JSON, a non-finite number becomes ``null``.
@@ -38,6 +39,7 @@ STORAGE_CAUSES = {
     errno.EROFS: "read-only file system",
     errno.EACCES: "permission denied",
     errno.EPERM: "operation not permitted",
+    errno.EFBIG: "file too large for the file-size limit (ulimit -f?)",
 }
 
 

@@ -8,7 +8,8 @@ package for it), so a reader, a writer and a message can never disagree on a nam
         sbatch.sh  slurm-<job>.out  <experiment>-report.<format>  tensorboard/
         .lock  .lock-node<N>  .reserve
         cells/<cell_id>/[node<N>/]
-            cell.json  result.json  owner.json  launch.log  torchrun/  flight_recorder/
+            cell.json  result.json  owner.json  launch.log  exits.<host>.jsonl  torchrun/
+            flight_recorder/
             ranks/rank<R>.progress.json  ranks/rank<R>.error.json  ranks/rank<R>.steps
             profile/  rank<R>.json.gz | rank<R>.nsys-rep (+ .sqlite)
                       findings.json  profile_ranks.csv  profile_steps.csv ...
@@ -46,6 +47,10 @@ RESULT_FILE = "result.json"
 OWNER_FILE = "owner.json"
 LAUNCH_LOG = "launch.log"
 TORCHRUN_LOGS = "torchrun"
+EXITS_FILE = "exits.{host}.jsonl"
+"""How each worker of a launch ended, by the agent on each host (``launch/torchrun_agent.py``):
+in the cell's folder, or a warm group's."""
+EXITS_GLOB = "exits.*.jsonl"
 # torchscale tune (torchscale.tune): <experiment>/tune/ holds the trials like any experiment, and:
 TUNE_DIR = "tune"
 TUNE_SUMMARY = "tune.json"  # what the console, --json and the report's Tuning section read

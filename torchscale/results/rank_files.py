@@ -93,7 +93,7 @@ class RankReporter:
         self.rank = rank
         self.phase_name = "start"
         self.phase_starts: Dict[str, float] = {}
-        ensure_dir(cell_dir / RANKS_DIR)
+        ensure_dir(cell_dir / RANKS_DIR, parents=False)  # a deleted results folder stays deleted
         self.steps = StepTracker(steps_path(cell_dir, rank))
 
     @staticmethod
@@ -110,35 +110,32 @@ class RankReporter:
     def phase(self, name: str, **detail: Any) -> None:
         self.phase_name = name
         self.phase_starts[name] = time.time()
-        # at_step: the step tracker's count as the window opens, so that the console can say
-        # "step k of N" of this window from the tracker alone.
-        atomic_write_json(
-            progress_path(self.cell_dir, self.rank),
-            {
-                "rank": self.rank,
-                "phase": name,
-                "time": time.time(),
-                "pid": os.getpid(),
-                "at_step": self.steps.steps,
-                **detail,
-            },
-        )
+        # steps_before: the step tracker's count as the window opens, so that the console can say
+        # "step k of N" of this window and a failure "at step k" from the tracker alone.
+        doc = {
+            "rank": self.rank,
+            "phase": name,
+            "time": time.time(),
+            "pid": os.getpid(),
+            "steps_before": self.steps.steps,
+            **detail,
+        }
+        atomic_write_json(progress_path(self.cell_dir, self.rank), doc, make_parents=False)
 
     def error(self, exc: BaseException, note: Optional[str] = None) -> None:
-        atomic_write_json(
-            error_path(self.cell_dir, self.rank),
-            {
-                "rank": self.rank,
-                "host": socket.gethostname(),
-                "kind": "oom" if is_out_of_memory(exc) else "error",
-                "type": type(exc).__name__,
-                "message": str(exc).strip().splitlines()[0][:500] if str(exc).strip() else "",
-                "phase": self.phase_name,
-                "note": note,
-                "time": time.time(),
-                "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-            },
-        )
+        text = str(exc).strip()
+        doc = {
+            "rank": self.rank,
+            "host": socket.gethostname(),
+            "kind": "oom" if is_out_of_memory(exc) else "error",
+            "type": type(exc).__name__,
+            "message": text.splitlines()[0][:500] if text else "",
+            "phase": self.phase_name,
+            "note": note,
+            "time": time.time(),
+            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        }
+        atomic_write_json(error_path(self.cell_dir, self.rank), doc, make_parents=False)
 
 
 def read_json(path: Path) -> Optional[Dict[str, Any]]:

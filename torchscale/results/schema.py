@@ -24,8 +24,8 @@ CellStatus = Literal["ok", "oom", "timeout", "failed", "skipped", "invalid"]
 """``ok`` measured; ``oom`` out of memory on some rank; ``timeout`` killed after the cell timeout;
 ``failed`` a rank crashed or the launch failed; ``skipped`` not run (e.g. more GPUs than the node
 has), with the reason in ``error``; ``invalid`` a figure that cannot be true (NaN, infinite, zero
-or negative throughput or step time), found when the record was read or made
-(``torchscale.results.validity``), never compared."""
+or negative throughput or step time) or a loss that diverged (NaN or infinite), found when the
+record was read or made (``torchscale.results.validity``), never compared."""
 
 
 class _Record(BaseModel):
@@ -124,6 +124,12 @@ class RankResult(_Record):
         None, description="Compute/communication overlap in backward, from DDP's logging data."
     )
     memory: Optional[MemoryStats] = None
+    last_loss: Optional[float] = Field(
+        None,
+        description="The loss of this rank's last measured step (its last micro-batch), read "
+        "after the timed window. NaN or infinite: the model diverged, and the record is "
+        "invalid.",
+    )
     gpu: Optional[GpuTelemetry] = None
     timeline_s: Dict[str, float] = Field(
         default_factory=dict, description="Seconds from process start to each worker phase."
@@ -237,6 +243,12 @@ class TrainingResult(ResultBase):
     per_rank: List[RankResult] = Field(default_factory=list)
     sync: Optional[SyncStats] = None
     memory: Optional[MemoryStats] = Field(None, description="The rank with the highest peak.")
+    last_loss: Optional[float] = Field(
+        None,
+        description="The mean over ranks of each rank's last measured loss (``per_rank``); "
+        "null in records made before torchscale measured it. A diverged (NaN or infinite) loss "
+        "on any rank makes the record invalid.",
+    )
     flops_per_sample: Optional[float] = None
     tflops_per_gpu: Optional[float] = None
     peak_tflops: Optional[float] = Field(None, description="Device peak for this precision.")

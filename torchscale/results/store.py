@@ -29,7 +29,7 @@ import secrets
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from torchscale.errors import TorchscaleError
 from torchscale.results.files import (
@@ -58,21 +58,25 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def ensure_dir(path: Path) -> None:
-    """Create folder ``path`` (and its parents); refuse it when it is a symbolic link."""
+def ensure_dir(path: Path, parents: bool = True) -> None:
+    """Create folder ``path`` (and its parents, unless ``parents`` is False: a rank's folder
+    inside a cell folder that must exist, never re-created once deleted); refuse it when it is a
+    symbolic link."""
     refuse_link(path)
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(parents=parents, exist_ok=True)
     refuse_link(path)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes, make_parents: bool = True) -> None:
     """Replace ``path`` with ``data`` so readers see the old or the new file, never a mix.
 
     A symbolic link at ``path`` is refused (the rename would not follow it, but a link where a
-    result belongs is not torchscale's to replace).
+    result belongs is not torchscale's to replace). ``make_parents=False``: the folder must
+    exist (a worker's files in a results folder that may have been deleted under it).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     refuse_link(path)
     tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
     fd = open_for_write(tmp, exclusive=True)
@@ -89,12 +93,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: Path, text: str, make_parents: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), make_parents)
 
 
-def atomic_write_json(path: Path, document: Any) -> None:
-    atomic_write_text(path, dumps(document, indent=2) + "\n")
+def atomic_write_json(path: Path, document: Any, make_parents: bool = True) -> None:
+    atomic_write_text(path, dumps(document, indent=2) + "\n", make_parents)
 
 
 def append_jsonl(path: Path, document: Dict[str, object]) -> None:
@@ -139,11 +143,45 @@ def read_jsonl(path: Path) -> List[Dict[str, object]]:
     return documents
 
 
+class FolderLostError(TorchscaleError):
+    """The experiment folder went away (or was replaced) while this torchscale held it."""
+
+
 class ExperimentStore:
     """Read and write one experiment folder."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self._owned: Optional[Tuple[Tuple[int, int], Tuple[int, int]]] = None  # folder, lock
+
+    def check_owned(self) -> None:
+        """While :meth:`lock` holds the folder, before every write: it is still the folder that
+        was locked, and its lock file still the one held. A folder deleted (or moved away, or
+        replaced) mid-sweep must stop the sweep, not be silently re-created with part of the
+        results (:class:`FolderLostError`)."""
+        if self._owned is None:
+            return
+        folder, lock = self._owned
+        try:
+            now = os.stat(self.root)
+        except FileNotFoundError:
+            raise self._lost("was deleted") from None
+        except OSError as exc:
+            raise storage_error(self.root, exc) from None
+        if (now.st_dev, now.st_ino) != folder:
+            raise self._lost("was replaced by another folder")
+        try:
+            held = os.lstat(self.lock_path)
+        except OSError:
+            held = None
+        if held is None or (held.st_dev, held.st_ino) != lock:
+            raise self._lost(f"lost its lock ({LOCK} was removed or replaced)")
+
+    def _lost(self, what: str) -> FolderLostError:
+        return FolderLostError(
+            f"the results folder {self.root} {what} while this torchscale was writing to it; "
+            "nothing more is written there"
+        )
 
     @property
     def manifest_path(self) -> Path:
@@ -163,6 +201,7 @@ class ExperimentStore:
     def make_cell_dir(self, cell_id: str) -> Path:
         """The cell's folder, created; no folder on the way (``cells``, the cell's) may be a
         symbolic link."""
+        self.check_owned()
         path = self.cell_dir(cell_id)
         self.root.mkdir(parents=True, exist_ok=True)  # the experiment folder may be a link
         for part in reversed([path, *path.parents]):
@@ -181,10 +220,32 @@ class ExperimentStore:
             return manifest
 
     def write_manifest(self, manifest: Dict[str, object]) -> None:
+        self.check_owned()
         atomic_write_json(self.manifest_path, manifest)
 
     def append(self, record: ResultBase) -> None:
+        self.check_owned()
         append_jsonl(self.results_path, record.model_dump(mode="json"))
+
+    def results_size(self) -> int:
+        try:
+            return os.stat(self.results_path).st_size
+        except FileNotFoundError:
+            return 0
+
+    def records_from(self, offset: int) -> List[ResultBase]:
+        """The records of ``results.jsonl`` from byte ``offset`` on (what was just appended),
+        checked as :meth:`records` checks them."""
+        from torchscale.results.validity import check_and_parse
+
+        with open(open_for_read(self.results_path), "rb") as handle:
+            handle.seek(offset)
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+        documents = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                documents.append(json.loads(line))
+        return check_and_parse(documents, self.results_path)[1]
 
     def records(self) -> List[ResultBase]:
         """The records, checked (see :mod:`torchscale.results.validity`)."""
@@ -239,11 +300,14 @@ class ExperimentStore:
             try:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+                folder, lock = os.stat(self.root), os.fstat(fd)
             except OSError as exc:
                 raise storage_error(self.root, exc) from None
+            self._owned = ((folder.st_dev, folder.st_ino), (lock.st_dev, lock.st_ino))
             try:
                 yield
             finally:
+                self._owned = None
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)

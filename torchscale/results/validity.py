@@ -1,9 +1,11 @@
 """Records are checked when they are read: a figure that cannot be true makes its record invalid.
 
 A throughput or a step time that is NaN, infinite, zero or negative was not measured, whatever
-wrote it (a damaged file, a hand edit, a bug). Such a record keeps its place but gets status
-``invalid`` and an error naming the figure, so every table shows it as such and nothing that
-summarises or compares results (which all take ``ok`` records only) ever uses it. A record with a
+wrote it (a damaged file, a hand edit, a bug); a loss that is NaN or infinite on any rank
+(``last_loss``) is a model that diverged, whose speed means nothing. Such a record keeps its
+place but gets status ``invalid`` and an error naming the figure, so every table shows it as
+such and nothing that summarises or compares results (which all take ``ok`` records only, tune's
+trials included) ever uses it. A record with a
 ``schema_version`` this torchscale does not know is read, with a warning. A record that does not
 validate against the schema is invalid too (kept as a record where what identifies it validates).
 
@@ -102,7 +104,39 @@ def problems(doc: Dict[str, Any]) -> List[str]:
         for rank in doc.get("per_rank") or []:
             if isinstance(rank, dict):
                 _check_steps(f"rank {rank.get('rank')} ", rank, found)
+        _check_loss(doc, found)
     return found
+
+
+def _not_finite(value: Any) -> bool:
+    """A loss that is there and is not a finite number (``"NaN"`` as a worker writes it, too)."""
+    if value is None or isinstance(value, bool):
+        return value is not None
+    try:
+        return not math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return True
+
+
+def _loss_text(value: Any) -> str:
+    try:
+        return show(float(value))
+    except (TypeError, ValueError):
+        return show(value)
+
+
+def _check_loss(doc: Dict[str, Any], found: List[str]) -> None:
+    """A diverged loss (any sign is a loss; NaN or infinite is not): one reason for the record."""
+    ranks = [r for r in doc.get("per_rank") or [] if isinstance(r, dict)]
+    bad = [
+        f"rank {r.get('rank')} {_loss_text(r.get('last_loss'))}"
+        for r in ranks
+        if _not_finite(r.get("last_loss"))
+    ]
+    if not bad and _not_finite(doc.get("last_loss")):
+        bad = [_loss_text(doc.get("last_loss"))]
+    if bad:
+        found.append(f"the loss diverged (last loss: {', '.join(bad)})")
 
 
 def _invalid(doc: Dict[str, Any], reasons: List[str]) -> Dict[str, Any]:

@@ -6,6 +6,7 @@ rank's time for that step (DDP steps finish together, so this is the job's step)
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Optional
 
 from torchscale.hardware.peaks import mfu, peak_tflops
@@ -75,6 +76,17 @@ def sync_stats(ranks: List[Dict[str, Any]], step_ms: float) -> Optional[Dict[str
     }
 
 
+def mean_loss(ranks: List[Dict[str, Any]]) -> Optional[Any]:
+    """The ranks' mean last loss; a non-finite one (``"NaN"`` as the worker writes it) wins: one
+    diverged rank is a diverged model. None when a rank has none."""
+    losses = [r.get("last_loss") for r in ranks]
+    if not losses or any(loss is None for loss in losses):
+        return None
+    numbers = [float(loss) for loss in losses if loss is not None]  # float("NaN") is nan
+    odd = [loss for loss, number in zip(losses, numbers) if not math.isfinite(number)]
+    return odd[0] if odd else sum(numbers) / len(numbers)
+
+
 def aggregate(
     ranks: List[Dict[str, Any]],
     *,
@@ -116,6 +128,7 @@ def aggregate(
         "per_rank": ranks,
         "sync": sync_stats(ranks, stats["mean"] if stats else 0.0),
         "memory": memory,
+        "last_loss": mean_loss(ranks),
         "flops_per_sample": flops_per_sample,
         "tflops_per_gpu": tflops,
         "peak_tflops": peak,

@@ -90,13 +90,13 @@ def measure_cell(
         result["warmup_steps"] = warmup_steps(settings)
         result["runtime"] = {**run.applied, "ddp": ddp_config(run)}
         result["nodes"] = nodes
-        atomic_write_json(out_path, result)  # the measurement is safe before any tracing
+        atomic_write_json(out_path, result, make_parents=False)  # safe before any tracing
     if request is not None:
         reporter.phase("profile")
         info = _profile(run, ctx, request, result, out_path.parent, writer)
         if result is not None:
             result["profile"] = info
-            atomic_write_json(out_path, result)
+            atomic_write_json(out_path, result, make_parents=False)
     reporter.phase("done")
 
 

@@ -17,7 +17,7 @@ import math
 import resource
 import statistics
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -194,6 +194,22 @@ def _memory(run: TrainingRun, ctx: RankContext) -> Dict[str, Any]:
     }
 
 
+def json_float(value: float) -> Union[float, str]:
+    """``value``, or ``"NaN"``/``"Infinity"``/``"-Infinity"``: strict JSON has no such numbers
+    (torchscale writes them as null), and a diverged loss must reach the launcher as one."""
+    if math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+
+
+def last_loss(run: TrainingRun) -> Optional[Union[float, str]]:
+    """The loss of this rank's last step (its last micro-batch), as :func:`json_float` writes
+    it; None when no step ran."""
+    if run.last_loss is None:
+        return None
+    return json_float(float(run.last_loss.float().item()))
+
+
 def warmup_steps(settings: CellSettings) -> int:
     """Warm-up steps a rank runs: ``warmup_steps``, at least one (the first step builds state)."""
     return max(settings.warmup_steps, 1)
@@ -215,6 +231,7 @@ def measure_rank(
     with sampler:
         measured, wall = _window(run, clock, ctx, steps)
     cpu = CpuSnapshot.now().since(cpu_before)
+    loss = last_loss(run)  # after the window: reading it waits for the device
 
     probe = settings.sync_probe_steps
     ddp_timings: Dict[str, Optional[float]] = {}
@@ -252,6 +269,7 @@ def measure_rank(
         "sync_wait_ms": mean_wait,
         "sync_wait_samples_ms": waits,
         **ddp_timings,
+        "last_loss": loss,
         "memory": _memory(run, ctx),
         "gpu": sampler.summary() if isinstance(sampler, GpuSampler) else None,
         "timeline_s": reporter.timeline(),

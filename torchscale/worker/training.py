@@ -87,6 +87,7 @@ class TrainingRun:
     comm_state: Optional[Any] = None
     tracker: Optional[StepTracker] = None
     applied: Dict[str, Any] = field(default_factory=dict)  # what ran, for the record
+    last_loss: Optional[torch.Tensor] = None  # the last micro-batch's loss, on the device
 
     def _autocast(self) -> ContextManager[Any]:
         if self.autocast_dtype is None:
@@ -116,6 +117,7 @@ class TrainingRun:
                 with phase("forward"), self._autocast():
                     outputs = _call(self.forward, inputs)
                     loss = self.spec.loss(outputs, targets)
+                    self.last_loss = loss.detach()  # no sync: read after the timed window
                     if self.accum_steps > 1:
                         loss = loss / self.accum_steps
                 forward_end = clock.mark()

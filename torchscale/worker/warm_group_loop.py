@@ -95,8 +95,9 @@ class MathDefaults:
 def redirect_output(cell_dir: Path, rank: int) -> None:
     """This rank's stdout and stderr go to the cell's own log files from here on."""
     folder = cell_dir.joinpath(*WARM_LOGS, f"rank{rank}")
-    ensure_dir(cell_dir.joinpath(*WARM_LOGS))
-    ensure_dir(folder)
+    ensure_dir(cell_dir.joinpath(WARM_LOGS[0]), parents=False)  # never re-create a deleted folder
+    ensure_dir(cell_dir.joinpath(*WARM_LOGS), parents=False)
+    ensure_dir(folder, parents=False)
     sys.stdout.flush()
     sys.stderr.flush()
     for fd, name in ((1, RANK_STDOUT_LOG), (2, RANK_STDERR_LOG)):
