@@ -11,6 +11,7 @@ from typing import Iterable, List
 
 import pandas as pd
 
+from torchscale.escaping import csv_text
 from torchscale.results.layout import SUMMARY_COMM, SUMMARY_TP_GEMM
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult
 from torchscale.results.store import atomic_write_text
@@ -69,4 +70,4 @@ def write_comm_summaries(root: Path, records: List[ResultBase]) -> None:
         (SUMMARY_TP_GEMM, tp_gemm_table(records)),
     ):
         if not table.empty:
-            atomic_write_text(Path(root) / name, table.to_csv(index=False))
+            atomic_write_text(Path(root) / name, csv_text(table))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Protocol,
 
 from torchscale.config.base import flatten_settings
 from torchscale.errors import TorchscaleError
+from torchscale.escaping import csv_text
 from torchscale.hardware.environment import (
     NodeDevices,
     collect_environment,
@@ -41,7 +42,7 @@ from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.files import StorageError, storage_cause
 from torchscale.results.schema import SCHEMA_VERSION, ResultBase
 from torchscale.results.store import ExperimentStore, atomic_write_text, storage_problem
-from torchscale.results.validity import INVALID, checked_record
+from torchscale.results.validity import INVALID, checked_record, latest_runs
 from torchscale.version import __version__
 
 if TYPE_CHECKING:
@@ -113,8 +114,9 @@ def write_summary(store: ExperimentStore, records: List[ResultBase]) -> DataFram
     from torchscale.analysis.training_tables import training_table
     from torchscale.comm.result_tables import write_comm_summaries
 
+    records = latest_runs(records, None)  # said by report and compare, not after every cell
     table = training_table(records)
-    atomic_write_text(store.summary_path, table.drop(columns=["config_key"]).to_csv(index=False))
+    atomic_write_text(store.summary_path, csv_text(table.drop(columns=["config_key"])))
     write_comm_summaries(store.root, records)
     return table
 

@@ -342,7 +342,8 @@ class TpGemmResult(CommResultBase):
 
 def parse_record(data: Dict[str, Any]) -> ResultBase:
     """Validate one ``results.jsonl`` object into the model for its ``kind``."""
-    model = RECORD_KINDS.get(data.get("kind", "training"), ResultBase)
+    kind = data.get("kind", "training")
+    model = RECORD_KINDS.get(kind, ResultBase) if isinstance(kind, str) else ResultBase
     record: ResultBase = model.model_validate(data)
     return record
 
