@@ -69,12 +69,15 @@ def for_csv(value: object) -> object:
 def csv_text(frame: Any, **options: Any) -> str:
     """A pandas frame as CSV text with every text cell and header through :func:`for_csv`
     (``options`` go to ``DataFrame.to_csv``; ``index=False`` unless given)."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
     options.setdefault("index", False)
     safe = frame.copy()
     safe.columns = [for_csv(str(column)) for column in safe.columns]
     for column in safe.columns:
-        if str(safe[column].dtype) in ("object", "string", "category"):
-            safe[column] = safe[column].map(for_csv)
+        values = safe[column]
+        if not (is_numeric_dtype(values) or is_bool_dtype(values)):
+            safe[column] = values.map(for_csv)
     text: str = safe.to_csv(**options)
     return text
 
@@ -140,5 +143,6 @@ def python_string(value: str) -> str:
 
 
 def python_comment(text: str) -> str:
-    """Text for after a ``#``: line breaks and control characters shown escaped."""
-    return for_terminal(text)
+    """Text for after a ``#``: line breaks (``\u2028`` too: an editor shows it as one) and
+    control characters shown escaped."""
+    return _LINE_BREAKS.sub(lambda match: _escaped(match.group()), for_terminal(text))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 import socket
 import subprocess
 from dataclasses import dataclass
@@ -237,14 +236,13 @@ def sbatch_script(
 
 
 def sbatch_option(arg: str) -> str:
-    """One ``--sbatch-arg`` as the words of an ``#SBATCH`` line: split as a shell would split
-    what was typed (``--partition gpu``, ``--comment="a b"``), each word quoted for sbatch."""
+    """One ``--sbatch-arg`` as the words of an ``#SBATCH`` line, each quoted for sbatch: the
+    option with its value (``--comment=a b``: one word, spaces kept), or an option and its value
+    after a blank (``--partition gpu``, ``-p gpu``: two words)."""
     one_line(arg, "--sbatch-arg")
-    try:
-        words = shlex.split(arg)
-    except ValueError as exc:
-        raise TorchscaleError(f"--sbatch-arg {arg!r}: {exc}; quote it as in a shell") from None
-    if not words or not words[0].startswith("-"):
+    separate = re.fullmatch(r"(-{1,2}[A-Za-z][\w-]*)\s+(\S.*)", arg.strip())
+    words = list(separate.groups()) if separate else [arg.strip()]
+    if not words[0].startswith("-"):
         raise TorchscaleError(
             f"--sbatch-arg {for_terminal(repr(arg))} is not an sbatch option: give one such as "
             "--sbatch-arg=--partition=gpu"
@@ -254,7 +252,13 @@ def sbatch_option(arg: str) -> str:
 
 def log_pattern(folder: str, pattern: str) -> str:
     """``folder/pattern`` for ``#SBATCH --output``: a ``%`` of the folder is doubled, so that
-    sbatch expands only the pattern's own (``%j``)."""
+    sbatch expands only the pattern's own (``%j``). A backslash would stop sbatch expanding any
+    (the job's log would not be where torchscale looks): refused."""
+    if "\\" in folder:
+        raise TorchscaleError(
+            f"the output folder {for_terminal(folder)} has a backslash, which makes sbatch write "
+            "its log under a literal '%j': choose another --output-dir"
+        )
     return f"{folder.replace('%', '%%')}/{pattern}"
 
 

@@ -319,8 +319,8 @@ def checked_manifest(manifest: Dict[str, Any], source: Path) -> Dict[str, Any]:
     for key, value in manifest.items():
         types = MANIFEST_FIELDS.get(key)
         item = _MANIFEST_ITEMS.get(key)
-        if value is None:
-            continue
+        if types and value is None:
+            continue  # as if absent: readers default it
         if types and (not isinstance(value, types) or isinstance(value, bool)):
             wrong.append(f"{key} is {json_kind(value)}")
         elif item and not all(isinstance(entry, item[0]) for entry in value):
