@@ -199,7 +199,14 @@ def read_limited(path: PathLike, limit: int, what: str = "file") -> bytes:
     """The bytes of a regular file, refusing one larger than ``limit``."""
     fd = open_for_read(path)
     with os.fdopen(fd, "rb") as handle:
-        data = handle.read(limit + 1)
+        # Read what fstat says is there (a read of limit + 1 would allocate the limit each time)
+        # and go on only if the file grew meanwhile, never past the limit.
+        data = handle.read(min(os.fstat(fd).st_size, limit) + 1)
+        while len(data) <= limit:
+            more = handle.read(min(1 << 20, limit + 1 - len(data)))
+            if not more:
+                break
+            data += more
     if len(data) > limit:
         raise TorchscaleError(
             f"{path} is larger than {limit:,} bytes, too large for a {what}; check the path"

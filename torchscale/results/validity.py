@@ -43,6 +43,7 @@ PER_STEP = ("training",)
 """Record kinds with per-step times (``step_times_ms``, and each of ``per_rank``'s)."""
 REQUIRED = {"training": ("throughput",), "collective": ("time_us",), "tp_gemm": ("time_us",)}
 NON_NEGATIVE = {
+    "training": ("tflops_per_gpu", "mfu"),
     "collective": ("algbw_gbps", "busbw_gbps"),
     "tp_gemm": ("tflops",),
 }
