@@ -299,7 +299,7 @@ def test_a_folder_deleted_mid_sweep_stops_it_with_one_line(tmp_path: Path) -> No
     assert f"the results folder {folder} was deleted while this torchscale was writing" in line
     assert "the sweep stopped" in line
     assert not folder.exists()  # never re-created with part of the results
-    assert "> Running gpt2-tiny on 1 GPU (batch 4" not in stderr  # the sweep stopped there
+    assert "> Running gpt2-tiny on 1 CPU process (batch 4" not in stderr  # the sweep stopped there
     assert pids_of(str(out)) == []
 
 

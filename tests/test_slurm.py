@@ -22,6 +22,7 @@ from torchscale.errors import TorchscaleError
 from torchscale.launch.cell import cell_command
 from torchscale.launch.slurm import SlurmAllocation, SlurmLaunch, expand_hostlist
 from torchscale.plan.matrix import expand
+from torchscale.results.layout import experiment_dir
 from torchscale.results.store import ExperimentStore
 
 RECORDED = json.loads((REPO / "tests/data/slurm/sbatch_2nodes_env.json").read_text())["env"]
@@ -181,8 +182,11 @@ def test_submit_needs_the_node_size(tmp_path: Path) -> None:
 
 # --- a real job ---------------------------------------------------------------------------------
 
-REAL = """\
-experiment_name: slurm-two-nodes
+REAL_NAME = "slurm two-nodes 'q' #1"
+"""A name with a blank, quotes and a '#', in an output folder with a blank and a '%x' (sbatch's
+job-name pattern): the sbatch script must keep each a value (tests/test_hostile_sinks.py)."""
+REAL = f"""\
+experiment_name: "{REAL_NAME}"
 models: [gpt2-tiny]
 batch_sizes: [2]
 gpu_counts: [2]
@@ -208,16 +212,18 @@ def slurm_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
             pytest.skip(f"real Slurm job: {exc}")
         config = tmp / "real.yaml"
         config.write_text(REAL)
-        out = tmp / "out"
+        out = tmp / "out %x dir"
         env = {**cluster.env, **torchscale_env(cpu_slots=1)}
         argv = ["benchmark", "-c", str(config), "-o", str(out), "--launcher", "slurm", "--submit"]
+        argv.append("--sbatch-arg=--comment=a 'b' #c")
         submitted = hosts.torchscale(hosts.head, argv, tmp / "submit.log", env)
         assert submitted.wait(timeout=120) == 0, (tmp / "submit.log").read_text()
         submit_log = (tmp / "submit.log").read_text()
         job_id = re.search(r"submitted Slurm job (\d+)", submit_log).group(1)
         cluster.wait_idle(timeout=240)
-        store = ExperimentStore(out / "slurm-two-nodes")
-        yield {"store": store, "records": store.records(), "job_id": job_id}
+        job = cluster.run(["scontrol", "show", "job", job_id])
+        store = ExperimentStore(experiment_dir(out, REAL_NAME))
+        yield {"store": store, "records": store.records(), "job_id": job_id, "job": job}
 
 
 @pytest.mark.slow
@@ -225,7 +231,13 @@ def test_a_submitted_matrix_runs_its_cells_through_srun_on_both_nodes(slurm_job:
     store: ExperimentStore = slurm_job["store"]
     job_id = slurm_job["job_id"]
     job_log = (store.root / f"slurm-{job_id}.out").read_text()
-    assert "> Running gpt2-tiny on 2 GPUs x 2 nodes (batch 2, fp32)..." in job_log
+    # sbatch read every quoted #SBATCH value whole: the name, the '%x' folder, the comment.
+    assert store.root.parent.name == "out %x dir"
+    assert len(list(store.root.parent.parent.glob("out*"))) == 1
+    assert f"JobName=torchscale-{REAL_NAME}\n" in slurm_job["job"]
+    assert re.search(r"^\s*Comment=a 'b' #c\s*$", slurm_job["job"], re.M), slurm_job["job"]
+    assert f"Command={store.root / 'sbatch.sh'}\n" in slurm_job["job"]
+    assert "> Running gpt2-tiny on 2 CPU processes x 2 nodes (batch 2, fp32)..." in job_log
     [record] = slurm_job["records"]
     assert record.status == "ok", f"{record.error}\n{job_log[-2000:]}"
     assert record.nnodes == 2 and record.nproc_per_node == 1

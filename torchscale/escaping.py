@@ -8,7 +8,11 @@ for that sink, here and nowhere else (HTML and SVG use ``html.escape`` / Jinja's
   or carriage return) is prefixed with ``'`` (OWASP's CSV-injection rule); numbers are
   untouched.
 - shell (sbatch, srun, any script we write): one word, quoted; a line break or NUL is refused,
-  since no quoting keeps it on one line of a script.
+  since no quoting keeps it on one line of a script. A command only shown (a dry run, a log)
+  shows such a word as bash's ``$'...'``, still one line.
+- ``#SBATCH`` lines: sbatch reads them with a parser of its own (quotes, backslash escapes and
+  ``#`` comments, no shell), so a value there is one double-quoted word with ``\\`` and ``"``
+  escaped; a line break or NUL is refused.
 - Python (a snippet we print to paste): a string literal via ``repr``; comments never carry a
   line break.
 """
@@ -17,15 +21,19 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Iterable
+from typing import Any, Iterable
+
+from torchscale.errors import TorchscaleError
 
 _TERMINAL_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _LINE_BREAKS = re.compile("[\n\r\x00\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+_SBATCH_PLAIN = re.compile(r"[\w@%+=:,./-]+", re.ASCII)
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
-class UnsafeValue(ValueError):
-    """A value that no quoting makes safe for its sink (a line break in a shell line)."""
+class UnsafeValue(TorchscaleError, ValueError):
+    """A value that no quoting makes safe for its sink (a line break in a shell line): one line,
+    exit 2."""
 
 
 def _escaped(char: str) -> str:
@@ -58,6 +66,22 @@ def for_csv(value: object) -> object:
     return value
 
 
+def csv_text(frame: Any, **options: Any) -> str:
+    """A pandas frame as CSV text with every text cell and header through :func:`for_csv`
+    (``options`` go to ``DataFrame.to_csv``; ``index=False`` unless given)."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    options.setdefault("index", False)
+    safe = frame.copy()
+    safe.columns = [for_csv(str(column)) for column in safe.columns]
+    for column in safe.columns:
+        values = safe[column]
+        if not (is_numeric_dtype(values) or is_bool_dtype(values)):
+            safe[column] = values.map(for_csv)
+    text: str = safe.to_csv(**options)
+    return text
+
+
 def has_line_break(value: str) -> bool:
     return _LINE_BREAKS.search(value) is not None
 
@@ -79,11 +103,46 @@ def shell_line(words: Iterable[str], what: str = "a command") -> str:
     return " ".join(shell_word(word, what) for word in words)
 
 
+def _ansi_c(value: str) -> str:
+    """bash's ``$'...'`` form of ``value``: one line, whatever it holds."""
+    out = []
+    for char in value:
+        code = ord(char)
+        if char in "\\'":
+            out.append("\\" + char)
+        elif _TERMINAL_UNSAFE.match(char) or _LINE_BREAKS.match(char):
+            out.append(f"\\x{code:02x}" if code < 0x80 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "$'" + "".join(out) + "'"
+
+
+def shown_command(words: Iterable[str]) -> str:
+    """A command to show (a dry run's preview, a log line): each word quoted for a shell, a word
+    with a line break or a control character as bash's ``$'...'``; always one line."""
+    shown = []
+    for word in map(str, words):
+        unsafe = _TERMINAL_UNSAFE.search(word) or has_line_break(word)
+        shown.append(_ansi_c(word) if unsafe else shlex.quote(word))
+    return " ".join(shown)
+
+
+def sbatch_word(value: str, what: str = "an #SBATCH value") -> str:
+    """One word of an ``#SBATCH`` line, as sbatch's own parser reads it: as it is when it holds
+    only letters, digits and ``@%+=:,./-_``, else double-quoted with backslashes and double
+    quotes escaped; a line break or NUL is refused."""
+    text = one_line(str(value), what)
+    if _SBATCH_PLAIN.fullmatch(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def python_string(value: str) -> str:
     """A Python string literal that evaluates to ``value`` (never more than one line)."""
     return repr(str(value))
 
 
 def python_comment(text: str) -> str:
-    """Text for after a ``#``: line breaks and control characters shown escaped."""
-    return for_terminal(text)
+    """Text for after a ``#``: line breaks (``\u2028`` too: an editor shows it as one) and
+    control characters shown escaped."""
+    return _LINE_BREAKS.sub(lambda match: _escaped(match.group()), for_terminal(text))

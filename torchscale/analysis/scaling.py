@@ -47,7 +47,7 @@ def label_variants(table: pd.DataFrame) -> pd.DataFrame:
     if table.empty:
         return table
     flat = {key: dict(flatten_settings(json.loads(key))) for key in table["config_key"].unique()}
-    order: Dict[str, Tuple[int, str]] = {}
+    order: Dict[str, Tuple[float, str]] = {}
     for _, group in table.groupby(["experiment", "model"], sort=False):
         configs = [flat[key] for key in group["config_key"].unique()]
         names = sorted({name for config in configs for name in config} - _LABEL_SKIP)
@@ -55,7 +55,9 @@ def label_variants(table: pd.DataFrame) -> pd.DataFrame:
         for key in group["config_key"].unique():
             label = _label(flat[key], varying)
             table.loc[group.index[group["config_key"] == key], "variant"] = label
-            order.setdefault(label, (flat[key].get("batch_size") or 0, label))
+            size = flat[key].get("batch_size")
+            size = size if isinstance(size, (int, float)) and not isinstance(size, bool) else 0
+            order.setdefault(label, (size, label))
     # An ordered categorical sorts "batch 16" before "batch 128" in every table and chart.
     table["variant"] = pd.Categorical(
         table["variant"], categories=sorted(order, key=order.__getitem__), ordered=True

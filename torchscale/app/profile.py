@@ -9,7 +9,6 @@ writes ``findings.json`` beside the traces.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from torchscale.app import Notify
 from torchscale.config.loader import Override, load_config, read_yaml
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import TorchscaleError
+from torchscale.escaping import for_terminal, shown_command
 from torchscale.hardware.device_noun import count_text
 from torchscale.hardware.environment import CPU_SLOTS_ENV
 
@@ -152,6 +152,26 @@ def worst_target(output_dir: Path, device_kind: str, device_count: int) -> Targe
     return Target(record.model, record.batch_size, knobs, reason)
 
 
+def refuse_named_code(picked: Target, gpus: int, output_dir: Path) -> None:
+    """A model a results folder names is data: a built-in or hub model is run, a custom
+    ``module:function`` never imported (it would run whatever module the folder's author chose,
+    ``pdb:set_trace`` or a planted file); the command that runs it is shown instead."""
+    from torchscale.models.registry import BUILTIN_MODELS, is_hub
+
+    if picked.model in BUILTIN_MODELS or is_hub(picked.model):
+        return
+    command = shown_command(
+        ["torchscale", "profile", "--model", picked.model,
+         "--batch-size", str(picked.batch_size), "--gpus", str(gpus)]
+    )  # fmt: skip
+    raise TorchscaleError(
+        f"the worst configuration in {output_dir} is the custom model "
+        f"{for_terminal(repr(picked.model))} (batch {picked.batch_size}), named by a results "
+        "file: torchscale never imports code that a results folder names; if you trust it, "
+        f"profile it with: {command}"
+    )
+
+
 def capture_config(request: CaptureRequest, now: Optional[datetime] = None) -> BenchmarkConfig:
     """The benchmark config a capture runs: one GPU count, profiling always on, a fresh name."""
     if request.config is not None:
@@ -223,6 +243,8 @@ class CapturedCell:
 
 
 def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
+    from torchscale.results.json_input import read_object
+
     profile = getattr(record, "profile", None)
     if record.status != "ok" or profile is None or not profile.profiled:
         why = record.error or (profile.reason if profile else "no trace was taken")
@@ -234,7 +256,10 @@ def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
     from torchscale.analysis.training_tables import sync_overhead_pct
     from torchscale.results.schema import TrainingResult
 
-    document = json.loads(findings.read_text(encoding="utf-8"))
+    try:
+        document = read_object(findings, "findings file")
+    except (OSError, TorchscaleError) as exc:
+        return CapturedCell(record.cell_id, profile.tool, out_dir, no_analysis=str(exc))
     overhead = sync_overhead_pct(record) if isinstance(record, TrainingResult) else None
     hosts = load_host_records(store.root.parent)
     document["findings"] = attribute_findings(document["findings"], [record], hosts, "title")
@@ -287,6 +312,8 @@ def capture_profile(
     picked = None
     if request.config is None and request.model is None:
         picked = worst_target(output_dir, devices.kind, devices.count)
+        refuse_named_code(picked, gpus, output_dir)
+        notify(f"> [INFO] No --model or --config: {for_terminal(picked.reason)}.")
         batch = request.batch_size or picked.batch_size
         request = replace(request, model=picked.model, batch_size=batch, knobs=picked.knobs)
     config = capture_config(request)  # bad input fails here, before anything runs

@@ -5,12 +5,19 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional, Sequence
 
 from torchscale.errors import TorchscaleError
 from torchscale.report.render import FORMATS, render
 from torchscale.report.report_data import ReportData, load_report_data
-from torchscale.results.layout import TENSORBOARD_DIR, report_file
+from torchscale.results.files import check_output_file
+from torchscale.results.layout import (
+    CELLS,
+    EXPERIMENT_FILES,
+    FINDINGS_FILE,
+    TENSORBOARD_DIR,
+    report_file,
+)
 from torchscale.results.store import atomic_write_bytes
 
 EXPORT_FORMATS = ("json", "tensorboard")
@@ -32,21 +39,51 @@ def default_output(data: ReportData, fmt: str) -> Path:
     return data.source / report_file(name, fmt)
 
 
-def check_output(path: Path) -> None:
-    """Fail before any work when the report could not be written to ``path``."""
-    if path.is_dir():
-        raise TorchscaleError(f"--output {path} is a folder; give a file name such as report.html")
-    folder = path.parent
-    if not folder.is_dir():
-        raise TorchscaleError(
-            f"--output folder {folder} does not exist; create it or choose another --output"
-        )
+def report_inputs(data: ReportData) -> List[Path]:
+    """What the report reads: each experiment's files (:data:`EXPERIMENT_FILES`) and findings."""
+    found = []
+    for experiment in data.experiments:
+        found += [experiment.path / name for name in EXPERIMENT_FILES]
+        found += sorted(experiment.path.rglob(FINDINGS_FILE))
+    return found
+
+
+def check_output(path: Path, inputs: Sequence[Path] = (), cells: Sequence[Path] = ()) -> None:
+    """Fail before any work when the report could not be written to ``path``, or would replace
+    one of its ``inputs`` or land among an experiment's cell files (``cells``)."""
+    check_output_file(path, inputs)
+    folder = path.parent.resolve()
+    for cell_files in cells:
+        if cell_files.resolve() in (folder, *folder.parents):
+            raise TorchscaleError(
+                f"--output {path} is inside {cell_files}, which holds the run's cell files; "
+                "choose another --output"
+            )
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as exc:
         raise TorchscaleError(
             f"cannot write the report to {folder} ({exc.strerror or exc}); choose another --output"
+        ) from None
+
+
+def _tensorboard(data: ReportData, root: Path) -> Path:
+    """Event files under ``root``; a folder that cannot be written is one line, not a trace."""
+    from torchscale.integrations.tensorboard_events import export_tensorboard, require_tensorboard
+    from torchscale.results.files import storage_cause
+    from torchscale.results.store import check_writable
+
+    require_tensorboard()
+    if root.is_symlink() or (root.exists() and not root.is_dir()):
+        raise TorchscaleError(f"--output {root} is not a folder; TensorBoard output is a folder")
+    check_writable(root, "--output")
+    try:
+        return export_tensorboard(data, root)
+    except OSError as exc:
+        cause = storage_cause(exc) or exc.strerror or str(exc)
+        raise TorchscaleError(
+            f"cannot write TensorBoard runs under {root} ({cause}); choose another --output"
         ) from None
 
 
@@ -60,23 +97,27 @@ def generate_report(request: ReportRequest) -> Path:
         )
     data = load_report_data(request.source)
     if fmt == "tensorboard":
-        from torchscale.integrations.tensorboard_events import export_tensorboard
-
-        return export_tensorboard(data, request.output or data.source / TENSORBOARD_DIR)
+        return _tensorboard(data, request.output or data.source / TENSORBOARD_DIR)
     output = request.output or default_output(data, fmt)
-    check_output(output)
+    inputs = report_inputs(data)
+    cells = [experiment.path / CELLS for experiment in data.experiments]
+    baseline_data = None
+    if request.baseline is not None:
+        baseline_data = load_report_data(request.baseline, "--baseline")
+        inputs += report_inputs(baseline_data)
+        cells += [experiment.path / CELLS for experiment in baseline_data.experiments]
+    check_output(output, inputs, cells)
     if fmt == "json":
         from torchscale.report.document import render_documents
 
         atomic_write_bytes(output, render_documents(data))
         return output
     comparison = None
-    if request.baseline is not None:
+    if baseline_data is not None:
         from torchscale.analysis.comparison import CompareOptions, compare_runs
 
-        baseline = load_report_data(request.baseline, "--baseline")
         result = compare_runs(
-            baseline.records, data.records, CompareOptions(threshold_pct=request.threshold_pct)
+            baseline_data.records, data.records, CompareOptions(threshold_pct=request.threshold_pct)
         )
         comparison = (result, request.threshold_pct, str(request.baseline))
 

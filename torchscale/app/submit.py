@@ -54,7 +54,7 @@ def sbatch_for(
     join_timeout: float,
 ) -> str:
     """The sbatch script that runs this matrix as one job (``--launcher slurm --resume``)."""
-    from torchscale.launch.slurm import sbatch_script
+    from torchscale.launch.slurm import log_pattern, sbatch_script
 
     command = [
         sys.executable, "-m", "torchscale", "benchmark",
@@ -66,7 +66,7 @@ def sbatch_for(
     return sbatch_script(
         plan,
         command,
-        log_path=str(store_root.resolve() / SLURM_LOG_PATTERN),
+        log_path=log_pattern(str(store_root.resolve()), SLURM_LOG_PATTERN),
         cpu_slots=_cpu_slots(),
         extra=sbatch_args,
         workdir=os.getcwd(),

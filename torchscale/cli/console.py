@@ -89,14 +89,53 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+"""A crash: never 1, which ``compare`` and ``tune`` gates read as a verdict."""
+
+
+def crash_line(exc: BaseException) -> str:
+    """The one line a crash prints (the traceback goes to the log at debug level)."""
+    from torchscale.escaping import for_terminal
+
+    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    return for_terminal(
+        f"internal error, a bug in torchscale ({type(exc).__name__}{': ' if text else ''}{text}); "
+        "rerun with --verbose for the traceback and report it"
+    )
+
+
 def user_errors(func: F) -> F:
-    """Turn a TorchscaleError raised by a command into one stderr line and exit code 2."""
+    """Turn what a command raises into one stderr line and its exit code: a TorchscaleError is
+    its own (2: bad input), an OSError naming a file is 2 (that file cannot be read or written),
+    any other exception is a crash, 3 (``EXIT_INTERNAL``), the traceback logged at debug level.
+    Click's own exits and Ctrl-C pass through."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        import click
+
         try:
             return func(*args, **kwargs)
         except TorchscaleError as exc:
             raise fail(str(exc), exc.exit_code) from None
+        except (typer.Exit, typer.Abort, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except click.ClickException:
+            raise
+        except OSError as exc:
+            log.debug("traceback", exc_info=True)
+            if exc.filename is None:
+                raise fail(crash_line(exc), EXIT_INTERNAL) from None
+            from torchscale.escaping import for_terminal
+
+            reason = exc.strerror or type(exc).__name__
+            raise fail(
+                for_terminal(f"{exc.filename}: {reason}; check the path and its permissions"),
+                EXIT_BAD_INPUT,
+            ) from None
+        except Exception as exc:
+            log.debug("traceback", exc_info=True)
+            raise fail(crash_line(exc), EXIT_INTERNAL) from None
 
     return wrapper  # type: ignore[return-value]

@@ -8,9 +8,10 @@ from pydantic import BaseModel, ConfigDict
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are errors (reported with a did-you-mean by the loader)."""
+    """Unknown keys are errors (reported with a did-you-mean by the loader); ``.inf`` and
+    ``.nan`` are refused where a number goes."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 def as_list(value: Any) -> Any:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import logging
 import os
 import select
@@ -31,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
+from torchscale.results.json_input import parse_json
 from torchscale.results.layout import OWNER_FILE
 
 log = logging.getLogger("torchscale")
@@ -252,7 +252,7 @@ def live_owner(cell_dir: Path) -> Optional[str]:
     from torchscale.results.files import read_limited
 
     try:
-        doc = json.loads(read_limited(cell_dir / OWNER_FILE, 1 << 16, "owner file"))
+        doc = parse_json(read_limited(cell_dir / OWNER_FILE, 1 << 16, "owner file"))
     except (OSError, ValueError, TorchscaleError):
         return None
     identity = ProcessIdentity.from_json(doc) if isinstance(doc, dict) else None

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 import socket
 import subprocess
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from torchscale.errors import TorchscaleError
+from torchscale.escaping import for_terminal, one_line, sbatch_word, shell_line, shell_word
 from torchscale.launch.multinode import DEFAULT_PORT, Launch
 from torchscale.launch.torchrun import SINGLE_NODE, Rendezvous
 from torchscale.plan.matrix import Plan
@@ -105,6 +105,7 @@ class SlurmAllocation:
                 "SLURM_JOB_NODELIST are not set): run it from an sbatch script or salloc, or "
                 "submit the matrix with --launcher slurm --submit"
             )
+        one_line(f"{job_id} {nodelist}", "SLURM_JOB_ID or SLURM_JOB_NODELIST")
         return cls(job_id, tuple(expand_hostlist(nodelist)), _gpus_per_node(environ))
 
 
@@ -210,27 +211,55 @@ def sbatch_script(
     per_node = max(cell.settings.nproc_per_node for cell in plan.cells)
     seconds = sum(cell.settings.cell_timeout_s + LAUNCH_OVERHEAD_S for cell in plan.cells)
     resources = f"--cpus-per-task={cpu_slots}" if cpu_slots else f"--gpus-per-node={per_node}"
+    job_name = one_line(f"torchscale-{plan.config.experiment_name}", "experiment_name")[:120]
     lines = [
         "#!/bin/bash",
-        f"#SBATCH --job-name=torchscale-{plan.config.experiment_name}"[:120],
+        f"#SBATCH --job-name={sbatch_word(job_name, 'experiment_name')}",
         f"#SBATCH --nodes={nnodes}",
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH {resources}",
         "#SBATCH --exclusive",
         f"#SBATCH --time={_time_limit(seconds)}",
-        f"#SBATCH --output={log_path}",
-        *(f"#SBATCH {arg}" for arg in extra),
+        f"#SBATCH --output={sbatch_word(log_path, 'the output folder')}",
+        *(f"#SBATCH {sbatch_option(arg)}" for arg in extra),
         "",
         f"# {len(plan.cells)} cells; the largest runs on {nnodes} node(s) x {per_node} rank(s).",
         "# torchscale runs on the batch node; each cell is an srun of one torchrun per node.",
         "set -euo pipefail",
-        f"cd {shlex.quote(workdir)}",
+        f"cd {shell_word(workdir, 'the working folder')}",
         "export PYTHONUNBUFFERED=1",
     ]
     if cpu_slots:
-        lines.append(f"export TORCHSCALE_CPU_SLOTS={cpu_slots}")
-    lines.append(shlex.join(benchmark_args))
+        lines.append(f"export TORCHSCALE_CPU_SLOTS={int(cpu_slots)}")
+    lines.append(shell_line(benchmark_args, "the benchmark command (a path or --set value)"))
     return "\n".join(lines) + "\n"
+
+
+def sbatch_option(arg: str) -> str:
+    """One ``--sbatch-arg`` as the words of an ``#SBATCH`` line, each quoted for sbatch: the
+    option with its value (``--comment=a b``: one word, spaces kept), or an option and its value
+    after a blank (``--partition gpu``, ``-p gpu``: two words)."""
+    one_line(arg, "--sbatch-arg")
+    separate = re.fullmatch(r"(-{1,2}[A-Za-z][\w-]*)\s+(\S.*)", arg.strip())
+    words = list(separate.groups()) if separate else [arg.strip()]
+    if not words[0].startswith("-"):
+        raise TorchscaleError(
+            f"--sbatch-arg {for_terminal(repr(arg))} is not an sbatch option: give one such as "
+            "--sbatch-arg=--partition=gpu"
+        )
+    return " ".join(sbatch_word(word, "--sbatch-arg") for word in words)
+
+
+def log_pattern(folder: str, pattern: str) -> str:
+    """``folder/pattern`` for ``#SBATCH --output``: a ``%`` of the folder is doubled, so that
+    sbatch expands only the pattern's own (``%j``). A backslash would stop sbatch expanding any
+    (the job's log would not be where torchscale looks): refused."""
+    if "\\" in folder:
+        raise TorchscaleError(
+            f"the output folder {for_terminal(folder)} has a backslash, which makes sbatch write "
+            "its log under a literal '%j': choose another --output-dir"
+        )
+    return f"{folder.replace('%', '%%')}/{pattern}"
 
 
 def submit(script_path: str) -> str:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Protocol,
 
 from torchscale.config.base import flatten_settings
 from torchscale.errors import TorchscaleError
+from torchscale.escaping import csv_text
 from torchscale.hardware.environment import (
     NodeDevices,
     collect_environment,
@@ -48,7 +49,7 @@ from torchscale.results.store import (
     atomic_write_text,
     storage_problem,
 )
-from torchscale.results.validity import INVALID, checked_record
+from torchscale.results.validity import INVALID, checked_record, latest_runs
 from torchscale.version import __version__
 
 if TYPE_CHECKING:
@@ -134,12 +135,13 @@ def write_summary(store: ExperimentStore, records: List[ResultBase]) -> Optional
     """Rewrite every kind's summary CSVs from the records (``summary.csv``, the communication
     CSVs, ...), each atomically; returns summary.csv's table (the training cells) for the
     console."""
+    records = latest_runs(records, None)  # said by report and compare, not after every cell
     tables: Dict[str, DataFrame] = {}
     for kind in cell_kinds().values():
         tables.update(kind.summary_tables(records))
     store.check_owned()
     for name, table in tables.items():
-        atomic_write_text(store.root / name, table.to_csv(index=False), make_parents=False)
+        atomic_write_text(store.root / name, csv_text(table), make_parents=False)
     return tables.get(SUMMARY)
 
 

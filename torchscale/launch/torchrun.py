@@ -6,11 +6,12 @@ Python module, single node (``--standalone``) or multi-node through c10d rendezv
 
 from __future__ import annotations
 
-import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Sequence
+
+from torchscale.escaping import shown_command
 
 
 @dataclass(frozen=True)
@@ -86,5 +87,5 @@ def torchrun_command(
 
 
 def format_command(cmd: Sequence[str]) -> str:
-    """A copy-pasteable shell form of ``cmd``."""
-    return shlex.join(cmd)
+    """A copy-pasteable shell form of ``cmd``, on one line whatever its words hold."""
+    return shown_command(cmd)

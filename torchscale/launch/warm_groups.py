@@ -19,7 +19,6 @@ Cells that need a process of their own run per cell (:func:`per_cell_reason`).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from torchscale.plan.kind_protocol import common_identity, get_kind
 from torchscale.plan.planned_cell import Cell
 from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.files import open_for_read
+from torchscale.results.json_input import parse_json
 from torchscale.results.layout import (
     CELL_FILE,
     GROUP_FILE,
@@ -157,9 +157,11 @@ class _Launch:
         for line in lines[self.seen : len(lines) - 1]:  # the last piece may be half-written
             self.seen += 1
             try:
-                new.append(json.loads(line))
+                event = parse_json(line)
             except ValueError:
                 continue
+            if isinstance(event, dict):
+                new.append(event)
         return new
 
 

@@ -10,8 +10,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Dict
 
+from torchscale.escaping import csv_text
 from torchscale.profiling.analysis import ProfileAnalysis, to_document
-from torchscale.results.files import dumps
+from torchscale.results.files import check_output_file, dumps
 from torchscale.results.layout import FINDINGS_FILE, PROFILE_TABLE_FILES
 from torchscale.results.store import atomic_write_bytes, check_writable
 
@@ -25,7 +26,7 @@ def write_outputs(result: ProfileAnalysis, out_dir: Path) -> Dict[str, Path]:
     # Render everything first: nothing is written if anything fails to render.
     rendered: Dict[str, bytes] = {}
     for key, name in TABLE_FILES.items():
-        rendered[name] = result.tables[key].to_csv(index=False, float_format="%.3f").encode()
+        rendered[name] = csv_text(result.tables[key], float_format="%.3f").encode()
     document = {
         "schema": SCHEMA,
         "created_at": datetime.now(timezone.utc).isoformat(),
@@ -33,6 +34,9 @@ def write_outputs(result: ProfileAnalysis, out_dir: Path) -> Dict[str, Path]:
         "tables": TABLE_FILES,
     }
     rendered[FINDINGS_FILE] = (dumps(document, indent=2) + "\n").encode()
+    inputs = [trace.path for trace in result.traces]
+    for name in rendered:  # a trace named findings.json is read, never replaced
+        check_output_file(out_dir / name, inputs, "--output-dir")
     written = {}
     for name, data in rendered.items():
         atomic_write_bytes(out_dir / name, data)

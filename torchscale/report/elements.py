@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pandas as pd
 
+from torchscale.escaping import csv_text
 from torchscale.report import formatting as fmt
 from torchscale.results.table_scalars import frame_records
 
@@ -141,7 +142,7 @@ class Table:
 
 def csv_data_uri(frame: pd.DataFrame) -> str:
     """The table as a CSV download that needs no server (a data: URI)."""
-    payload = base64.b64encode(frame.to_csv(index=False).encode("utf-8")).decode("ascii")
+    payload = base64.b64encode(csv_text(frame).encode("utf-8")).decode("ascii")
     return f"data:text/csv;base64,{payload}"
 
 

@@ -15,7 +15,6 @@ with a scaling figure of its own.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +23,11 @@ from typing import Any, Dict, List, Optional, Tuple
 from torchscale.analysis.findings import on_cpu
 from torchscale.analysis.training_tables import profiled_config_key
 from torchscale.errors import TorchscaleError
+from torchscale.results.json_input import read_json
 from torchscale.results.layout import CELLS, FINDINGS_FILE, RESULTS, is_profile_run
 from torchscale.results.schema import ResultBase, TrainingResult
 from torchscale.results.store import ExperimentStore, find_experiments, read_jsonl
-from torchscale.results.validity import INVALID, check_and_parse
+from torchscale.results.validity import INVALID, check_and_parse, latest_runs
 
 log = logging.getLogger("torchscale")
 TITLE_NAMES = 4
@@ -100,12 +100,15 @@ def read_findings(root: Path) -> Tuple[List[Dict[str, Any]], List[TraceAnalysis]
     traces = []
     for path in sorted(root.rglob(FINDINGS_FILE)):
         try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            document = read_json(path, "findings file")
+        except (OSError, ValueError, TorchscaleError) as exc:
             log.warning("%s is unreadable (%s); its findings are left out", path, exc)
             continue
         items = document.get("findings", []) if isinstance(document, dict) else document
-        items = [item for item in items or [] if isinstance(item, dict)]
+        if not isinstance(items, list):
+            log.warning("%s is damaged (its findings are not a list); left out", path)
+            continue
+        items = [item for item in items if isinstance(item, dict)]
         folder = path.parent.relative_to(root)
         source = str(folder) if path.parent != root else "profile"
         parts = folder.parts
@@ -120,10 +123,11 @@ def load_experiment(path: Path) -> Experiment:
     store = ExperimentStore(path)
     try:
         manifest = store.manifest()
-    except ValueError:
-        log.warning("%s is damaged; the environment is left out", store.manifest_path)
+    except (OSError, ValueError, TorchscaleError) as exc:
+        log.warning("%s; the environment is left out", exc)
         manifest = {}
     _, records = check_and_parse(read_jsonl(store.results_path), store.results_path)
+    records = latest_runs(records, store.results_path)
     name = manifest.get("experiment") or next(
         (r.experiment for r in records if r.experiment), path.name
     )
@@ -184,13 +188,19 @@ def load_report_data(source: Path, what: str = "--source") -> ReportData:
     source = Path(source)
     if not source.exists():
         raise TorchscaleError(f"{what} {source} does not exist; point it at a results folder")
-    experiments = [load_experiment(path) for path in find_experiments(source)]
-    experiments = attach_profiles([e for e in experiments if e.records])
+    found = [load_experiment(path) for path in find_experiments(source)]
+    experiments = attach_profiles([e for e in found if e.records])
     for e in experiments:
         log.debug(
             "%s: experiment %r, %d records, %d profile findings",
             e.path, e.name, len(e.records), len(e.findings),
         )  # fmt: skip
+    if found and not experiments:
+        names = ", ".join(str(e.path / RESULTS) for e in found[:3])
+        raise TorchscaleError(
+            f"no records under {source}: {names} hold(s) no readable record (empty, missing, or "
+            "every line damaged); run 'torchscale benchmark' into it, or point at another folder"
+        )
     if not experiments:
         raise TorchscaleError(
             f"no results under {source}: expected <experiment>/{RESULTS} as written by "

@@ -5,17 +5,17 @@ their intervals. Charts are the neutral specs every section uses (Plotly in HTML
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, Dict, List, Optional
 
 import pandas as pd
 
+from torchscale.errors import TorchscaleError
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
 from torchscale.report.elements import Chart, Column, Section, Series, make_table
 from torchscale.report.report_data import Experiment, ReportData
-from torchscale.results.files import read_limited
+from torchscale.results.json_input import read_json
 from torchscale.results.layout import TUNE_SUMMARY
 
 log = logging.getLogger("torchscale")
@@ -30,8 +30,8 @@ def read_summary(experiment: Experiment) -> Optional[Dict[str, Any]]:
     if not path.exists():
         return None
     try:
-        document = json.loads(read_limited(path, MAX_SUMMARY_BYTES, "tuning summary"))
-    except (OSError, ValueError) as exc:
+        document = read_json(path, "tuning summary", MAX_SUMMARY_BYTES)
+    except (OSError, ValueError, TorchscaleError) as exc:
         log.warning("%s is unreadable (%s); the Tuning section is left out", path, exc)
         return None
     return document if isinstance(document, dict) else None

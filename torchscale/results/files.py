@@ -22,7 +22,7 @@ import math
 import os
 import stat
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 from torchscale.errors import TorchscaleError
 
@@ -98,6 +98,61 @@ def refuse_link(path: PathLike) -> None:
         )
 
 
+def refuse_non_regular(path: PathLike, option: str = "the output") -> None:
+    """Raise :class:`UnsafePathError` when ``path`` exists as anything but a regular file: a file
+    written by replacing it must never replace a device, a FIFO, a socket or a link."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not stat.S_ISREG(mode):
+        raise UnsafePathError(
+            f"{option} {path} is {_kind(mode)}, not a regular file; torchscale writes only "
+            f"regular files: choose another {option}"
+        )
+
+
+def _same_file(path: Path, other: Path) -> bool:
+    try:
+        return os.path.samefile(path, other)
+    except OSError:
+        return False
+
+
+def check_output_file(
+    path: PathLike, inputs: Iterable[PathLike] = (), option: str = "--output"
+) -> None:
+    """Refuse, before any work, an output file that would destroy something: one of the run's
+    ``inputs`` (a report written over its own results.jsonl), anything that is not a regular
+    file (``/dev/null``, a FIFO, a socket, a link, a folder), or a path whose folder is a file
+    or missing. One line each (:class:`UnsafePathError`, exit 2)."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        raise UnsafePathError(
+            f"{option} {path} is a folder; give a file name such as report.html"
+        )
+    refuse_non_regular(path, option)
+    for source in inputs:
+        if _same_file(path, Path(source)):
+            named = f" ({source})" if str(source) != str(path) else ""
+            raise UnsafePathError(
+                f"{option} {path} is one of this run's inputs{named}: writing there would "
+                f"replace it; choose another {option}"
+            )
+    folder = path.parent
+    for parent in (folder, *folder.parents):
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise UnsafePathError(
+                    f"{option} {path}: {parent} is a file, not a folder; choose another {option}"
+                )
+            break
+    if not folder.is_dir():
+        raise UnsafePathError(
+            f"{option} folder {folder} does not exist; create it or choose another {option}"
+        )
+
+
 def _checked_regular(fd: int, path: PathLike, verb: str) -> int:
     try:
         mode = os.fstat(fd).st_mode
@@ -146,7 +201,14 @@ def read_limited(path: PathLike, limit: int, what: str = "file") -> bytes:
     """The bytes of a regular file, refusing one larger than ``limit``."""
     fd = open_for_read(path)
     with os.fdopen(fd, "rb") as handle:
-        data = handle.read(limit + 1)
+        # Read what fstat says is there (a read of limit + 1 would allocate the limit each time)
+        # and go on only if the file grew meanwhile, never past the limit.
+        data = handle.read(min(os.fstat(fd).st_size, limit) + 1)
+        while len(data) <= limit:
+            more = handle.read(min(1 << 20, limit + 1 - len(data)))
+            if not more:
+                break
+            data += more
     if len(data) > limit:
         raise TorchscaleError(
             f"{path} is larger than {limit:,} bytes, too large for a {what}; check the path"

@@ -62,6 +62,10 @@ TUNE_LOCK = ".tune.lock"
 TUNE_SCREEN_DIR = "screen"  # the short screening windows of successive halving
 TUNE_VERDICT_DIR = "verdict"  # the interleaved re-measure rounds
 # Warm process groups (launch.warm_groups): one folder per group launch, named by its first cell.
+EXPERIMENT_FILES = (MANIFEST, RESULTS, SUMMARY, SUMMARY_COMM, SUMMARY_TP_GEMM, TUNE_SUMMARY, LOCK)
+"""The files of an experiment folder that its readers use: never an output's place (nor is
+anything under ``cells/``)."""
+
 GROUPS_DIR = "groups"
 GROUP_FILE = "group.json"  # the launcher's hand-off: the cells, in order
 PROGRESS_FILE = "progress.jsonl"  # rank 0's start/end events, appended and fsynced

@@ -6,7 +6,6 @@ raised, and the progress file tells, after a timeout, which rank was stuck where
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import socket
@@ -16,7 +15,9 @@ import traceback
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
+from torchscale.errors import TorchscaleError
 from torchscale.results.files import open_for_write
+from torchscale.results.json_input import MAX_LINE_BYTES, read_object
 from torchscale.results.layout import RANKS_DIR, rank_file, rank_steps_file
 from torchscale.results.store import atomic_write_json, ensure_dir
 
@@ -139,8 +140,8 @@ class RankReporter:
 
 
 def read_json(path: Path) -> Optional[Dict[str, Any]]:
+    """The JSON object in a rank's file, or None (missing, damaged, not an object)."""
     try:
-        doc: Dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        return doc
-    except (OSError, ValueError):
+        return read_object(path, "rank file", MAX_LINE_BYTES)
+    except (OSError, ValueError, TorchscaleError):
         return None

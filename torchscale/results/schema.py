@@ -358,6 +358,8 @@ def parse_record(data: Dict[str, Any]) -> ResultBase:
     """Validate one ``results.jsonl`` object into the model for its ``kind``: the built-in ones,
     then those of the registered cell kinds (``CellKind.record_models``), else ``ResultBase``."""
     kind = data.get("kind", "training")
+    if not isinstance(kind, str):
+        return ResultBase.model_validate(data)
     model = RECORD_KINDS.get(kind) or _registered_models(kind_modules()).get(kind, ResultBase)
     record: ResultBase = model.model_validate(data)
     return record

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import logging
 import os
 import secrets
@@ -36,11 +35,12 @@ from torchscale.results.files import (
     StorageError,
     dumps,
     not_regular,
-    open_for_read,
     open_for_write,
     refuse_link,
+    refuse_non_regular,
     storage_cause,
 )
+from torchscale.results.json_input import json_kind, jsonl_documents, read_object
 from torchscale.results.layout import CELLS, LOCK, MANIFEST, RESERVE, RESULTS, SUMMARY, cell_dir
 from torchscale.results.schema import ResultBase
 
@@ -71,13 +71,15 @@ def atomic_write_bytes(path: Path, data: bytes, make_parents: bool = True) -> No
     """Replace ``path`` with ``data`` so readers see the old or the new file, never a mix.
 
     A symbolic link at ``path`` is refused (the rename would not follow it, but a link where a
-    result belongs is not torchscale's to replace). ``make_parents=False``: the folder must
+    result belongs is not torchscale's to replace), and so is anything else that is not a regular
+    file (as root, replacing ``/dev/null`` would succeed). ``make_parents=False``: the folder must
     exist (a worker's files in a results folder that may have been deleted under it).
     """
     path = Path(path)
     if make_parents:
         path.parent.mkdir(parents=True, exist_ok=True)
     refuse_link(path)
+    refuse_non_regular(path)  # os.replace would put a regular file where /dev/null was
     tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
     fd = open_for_write(tmp, exclusive=True)
     try:
@@ -127,19 +129,19 @@ def append_jsonl(path: Path, document: Dict[str, object]) -> None:
         os.close(fd)
 
 
-def read_jsonl(path: Path) -> List[Dict[str, object]]:
-    """Every well-formed object in ``path``; damaged lines are skipped with a warning."""
+def read_jsonl(path: Path, offset: int = 0) -> List[Dict[str, object]]:
+    """Every object in ``path`` (from byte ``offset`` on); damaged lines (and lines that are not
+    objects) are skipped with a warning naming them
+    (:func:`~torchscale.results.json_input.jsonl_documents`)."""
     if not path.exists():
         return []
     documents = []
-    with open(open_for_read(path), encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                documents.append(json.loads(line))
-            except json.JSONDecodeError:
-                log.warning("%s line %d is damaged (interrupted write?); skipped", path, number)
+    for number, document in jsonl_documents(path, offset=offset):
+        if isinstance(document, dict):
+            documents.append(document)
+        else:
+            kind = json_kind(document)
+            log.warning("%s line %d is damaged (%s, not an object); skipped", path, number, kind)
     return documents
 
 
@@ -212,12 +214,12 @@ class ExperimentStore:
     def exists(self) -> bool:
         return self.results_path.exists() or self.manifest_path.exists()
 
-    def manifest(self) -> Dict[str, object]:
+    def manifest(self) -> Dict[str, Any]:
+        """The manifest, its top-level fields of the wrong type left out with a warning; a
+        manifest that is not a JSON object is :class:`DamagedJson` (one line, exit 2)."""
         if not self.manifest_path.exists():
             return {}
-        with open(open_for_read(self.manifest_path), encoding="utf-8") as handle:
-            manifest: Dict[str, object] = json.load(handle)
-            return manifest
+        return checked_manifest(read_object(self.manifest_path, "manifest"), self.manifest_path)
 
     def write_manifest(self, manifest: Dict[str, object]) -> None:
         self.check_owned()
@@ -238,14 +240,7 @@ class ExperimentStore:
         checked as :meth:`records` checks them."""
         from torchscale.results.validity import check_and_parse
 
-        with open(open_for_read(self.results_path), "rb") as handle:
-            handle.seek(offset)
-            lines = handle.read().decode("utf-8", "replace").splitlines()
-        documents = []
-        for line in lines:
-            with contextlib.suppress(ValueError):
-                documents.append(json.loads(line))
-        return check_and_parse(documents, self.results_path)[1]
+        return check_and_parse(read_jsonl(self.results_path, offset), self.results_path)[1]
 
     def records(self) -> List[ResultBase]:
         """The records, checked (see :mod:`torchscale.results.validity`)."""
@@ -352,6 +347,49 @@ class ExperimentStore:
             return False
 
 
+MANIFEST_FIELDS: Dict[str, Tuple[type, ...]] = {
+    "schema_version": (int,),
+    "experiment": (str,),
+    "torchscale": (str,),
+    "created_at": (str,),
+    "updated_at": (str,),
+    "runs": (list,),
+    "config": (dict,),
+    "swept": (list,),
+    "cells": (list,),
+    "environment": (dict,),
+    "launch": (dict,),
+    "nodes": (list,),
+}
+"""The manifest's fields and their JSON types (what its readers rely on)."""
+_MANIFEST_ITEMS = {
+    "runs": (dict, "an object"),
+    "swept": (str, "a string"),
+    "cells": (str, "a string"),
+    "nodes": (dict, "an object"),
+}
+
+
+def checked_manifest(manifest: Dict[str, Any], source: Path) -> Dict[str, Any]:
+    """``manifest`` without the fields whose type is wrong (each named in one warning)."""
+    wrong = []
+    kept: Dict[str, Any] = {}
+    for key, value in manifest.items():
+        types = MANIFEST_FIELDS.get(key)
+        item = _MANIFEST_ITEMS.get(key)
+        if types and value is None:
+            continue  # as if absent: readers default it
+        if types and (not isinstance(value, types) or isinstance(value, bool)):
+            wrong.append(f"{key} is {json_kind(value)}")
+        elif item and not all(isinstance(entry, item[0]) for entry in value):
+            wrong.append(f"{key} holds something that is not {item[1]}")
+        else:
+            kept[key] = value
+    if wrong:
+        log.warning("%s is damaged (%s); left out", source, "; ".join(wrong))
+    return kept
+
+
 def storage_error(folder: Path, exc: OSError, *, exit_code: int = 2, detail: str = "") -> Any:
     """``exc`` as the one line the user sees: a :class:`StorageError` when the disk is full,
     read-only, over quota or not permitted; other errors are returned as they are."""
@@ -406,8 +444,9 @@ def find_experiments(source: Path) -> List[Path]:
     )
 
 
-def check_writable(directory: Path) -> None:
-    """Fail before any work when results could not be written under ``directory``.
+def check_writable(directory: Path, option: str = "--output-dir") -> None:
+    """Fail before any work when results could not be written under ``directory`` (``option``
+    names it in the message).
 
     Probes by writing (``os.access`` says yes to root even on read-only mounts).
     """
@@ -419,5 +458,5 @@ def check_writable(directory: Path) -> None:
     except OSError as exc:
         cause = storage_cause(exc) or exc.strerror or str(exc)
         raise TorchscaleError(
-            f"output dir {directory} is not writable ({cause}); choose another --output-dir"
+            f"{option} {directory} is not writable ({cause}); choose another {option}"
         ) from None

@@ -1,17 +1,20 @@
 """Records are checked when they are read: a figure that cannot be true makes its record invalid.
 
-A throughput or a step time that is NaN, infinite, zero or negative was not measured, whatever
-wrote it (a damaged file, a hand edit, a bug); a loss that is NaN or infinite on any rank
-(``last_loss``) is a model that diverged, whose speed means nothing. Such a record keeps its
-place but gets status ``invalid`` and an error naming the figure, so every table shows it as
-such and nothing that summarises or compares results (which all take ``ok`` records only, tune's
-trials included) ever uses it. A record with a
-``schema_version`` this torchscale does not know is read, with a warning. A record that does not
-validate against the schema is invalid too (kept as a record where what identifies it validates).
+A throughput or a step time that is NaN, infinite, zero, negative or absurd (above
+:data:`ABSURD`: 1e15 samples a second, or steps of 30,000 years) was not measured, whatever wrote
+it (a damaged file, a hand edit, a bug); nor was a cell of 0 or -2 ranks, or a batch of 0, in
+any status; a loss that is NaN or infinite on any rank (``last_loss``) is a model that diverged,
+whose speed means nothing. Such a record keeps its place but gets status ``invalid`` and an
+error naming the figure, so every table shows it as such and nothing that summarises or
+compares results (which all take ``ok`` records only, tune's trials included) ever uses it. A
+record with a ``schema_version`` this torchscale does not know is read, with a warning. A
+record that does not validate against the schema is invalid too (kept as a record where what
+identifies it validates).
 
 Everything that reads ``results.jsonl`` goes through :func:`check_and_parse` (the sweep's
 ``--resume``, reports, ``compare``), and the sweep passes the records it makes through
-:func:`checked_record` before writing them.
+:func:`checked_record` before writing them. What summarises or compares also goes through
+:func:`latest_runs`: a cell recorded twice (a concatenated file, a re-run) counts once.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from typing import Any, Dict, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, List, Sequence, Set, Tuple
 
 from pydantic import ValidationError
 
@@ -42,9 +45,21 @@ PER_STEP = ("training",)
 """Record kinds with per-step times (``step_times_ms``, and each of ``per_rank``'s)."""
 REQUIRED = {"training": ("throughput",), "collective": ("time_us",), "tp_gemm": ("time_us",)}
 NON_NEGATIVE = {
+    "training": ("tflops_per_gpu", "mfu"),
     "collective": ("algbw_gbps", "busbw_gbps"),
     "tp_gemm": ("tflops",),
 }
+COUNTS = {
+    "*": ("world_size", "nnodes", "nproc_per_node"),
+    "training": ("batch_size", "global_batch_size", "grad_accum_steps"),
+}
+"""Whole numbers every record (``*``) or a kind's record must have at 1 or more, in any status:
+a cell of 0 ranks or a batch of -2 was never run."""
+ABSURD = 1e15
+"""Above this a measured figure cannot be true (no cell runs 1e15 samples a second, no step
+takes 1e15 ms); 1e308 would also overflow every ratio taken of it."""
+MAX_COUNT = 1 << 24
+"""More ranks, nodes or samples per batch than any job has (16.7M)."""
 
 
 def show(value: object) -> str:
@@ -68,6 +83,15 @@ def _check(name: str, value: Any, found: List[str], *, allow_zero: bool = False)
         found.append(f"{name} is {show(value)}")
     elif value < 0 or (value == 0 and not allow_zero):
         found.append(f"{name} is {show(value)} (must be {'>= 0' if allow_zero else '> 0'})")
+    elif value > ABSURD:
+        found.append(f"{name} is {show(value)} (absurd: above {ABSURD:g})")
+
+
+def _check_count(name: str, value: Any, found: List[str]) -> None:
+    if value is None or isinstance(value, bool):
+        return
+    if not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+        found.append(f"{name} is {show(value)} (must be a whole number from 1 to {MAX_COUNT:,})")
 
 
 def _check_steps(prefix: str, doc: Dict[str, Any], found: List[str]) -> None:
@@ -79,7 +103,7 @@ def _check_steps(prefix: str, doc: Dict[str, Any], found: List[str]) -> None:
             _check(f"{prefix}step_time_ms.{key}", stats.get(key), found, allow_zero=True)
     steps = doc.get("step_times_ms")
     if isinstance(steps, list):
-        bad = [i for i, v in enumerate(steps) if not (_number(v) and math.isfinite(v) and v > 0)]
+        bad = [i for i, v in enumerate(steps) if not (_number(v) and 0 < v <= ABSURD)]
         if bad:
             first = bad[0]
             more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
@@ -87,11 +111,16 @@ def _check_steps(prefix: str, doc: Dict[str, Any], found: List[str]) -> None:
 
 
 def problems(doc: Dict[str, Any]) -> List[str]:
-    """Why ``doc`` cannot be true, or nothing. Only measured (``ok``) records carry figures."""
-    if doc.get("status", "ok") != "ok":
-        return []
+    """Why ``doc`` cannot be true, or nothing. Counts are checked in every status (only an
+    ``invalid`` record is left as it is); figures only in measured (``ok``) records."""
     kind = doc.get("kind", "training")
+    kind = kind if isinstance(kind, str) else ""  # a list is no kind (and no dict key)
     found: List[str] = []
+    if doc.get("status", "ok") != INVALID:
+        for name in (*COUNTS["*"], *COUNTS.get(kind, ())):
+            _check_count(name, doc.get(name), found)
+    if doc.get("status", "ok") != "ok":
+        return found
     for name in REQUIRED.get(kind, ()):
         if doc.get(name) is None:
             found.append(f"{name} is missing")
@@ -101,7 +130,8 @@ def problems(doc: Dict[str, Any]) -> List[str]:
         _check(name, doc.get(name), found, allow_zero=True)
     if kind in PER_STEP:
         _check_steps("", doc, found)
-        for rank in doc.get("per_rank") or []:
+        ranks = doc.get("per_rank")
+        for rank in ranks if isinstance(ranks, list) else []:
             if isinstance(rank, dict):
                 _check_steps(f"rank {rank.get('rank')} ", rank, found)
         _check_loss(doc, found)
@@ -127,7 +157,8 @@ def _loss_text(value: Any) -> str:
 
 def _check_loss(doc: Dict[str, Any], found: List[str]) -> None:
     """A diverged loss (any sign is a loss; NaN or infinite is not): one reason for the record."""
-    ranks = [r for r in doc.get("per_rank") or [] if isinstance(r, dict)]
+    listed = doc.get("per_rank")
+    ranks = [r for r in listed if isinstance(r, dict)] if isinstance(listed, list) else []
     bad = [
         f"rank {r.get('rank')} {_loss_text(r.get('last_loss'))}"
         for r in ranks
@@ -167,7 +198,7 @@ def check_and_parse(
             log.warning("%s: skipped a line that is not a JSON object", source)
             continue
         version = doc.get("schema_version", SCHEMA_VERSION)
-        if version not in KNOWN_SCHEMA_VERSIONS:
+        if not isinstance(version, int) or version not in KNOWN_SCHEMA_VERSIONS:
             versions.add(str(version))
         original = doc
         reasons = problems(doc)
@@ -222,3 +253,59 @@ def checked_record(record: ResultBase) -> ResultBase:
         return record
     changed = _invalid(doc, reasons)
     return record.model_copy(update={"status": INVALID, "error": changed["error"]})
+
+
+def _run_mark(record: ResultBase) -> Tuple[Any, Any]:
+    return record.started_at, record.finished_at
+
+
+def _figures_key(record: ResultBase) -> str:
+    """The record's scalar fields: equal for a line written twice, different for two records
+    of one run (a collective's sizes)."""
+    return repr(sorted((k, v) for k, v in vars(record).items() if not isinstance(v, (list, dict))))
+
+
+def latest_runs(records: Sequence[ResultBase], source: Any) -> List[ResultBase]:
+    """The records of each cell's last run, in file order: one cell counted once however often
+    it was recorded (a results file concatenated, a cell re-run with ``--retry-failed`` or
+    ``--resume --force``). A run is the block of records a cell's end appended at once: a new
+    one starts where the cell's records are not adjacent, their start and end times change, or
+    a record repeats one of the block. Said in one log line naming ``source`` (a warning unless
+    every earlier run had failed: a retry); nothing is said when ``source`` is None."""
+    blocks: Dict[str, List[List[int]]] = {}
+    keys: Dict[str, Set[str]] = {}
+    previous: Dict[str, int] = {}
+    for index, record in enumerate(records):
+        cell = record.cell_id
+        key = _figures_key(record)
+        runs = blocks.setdefault(cell, [])
+        if (
+            not runs
+            or previous[cell] != index - 1
+            or _run_mark(records[runs[-1][-1]]) != _run_mark(record)
+            or key in keys[cell]
+        ):
+            runs.append([])
+            keys[cell] = set()
+        runs[-1].append(index)
+        keys[cell].add(key)
+        previous[cell] = index
+    repeated = {cell: runs for cell, runs in blocks.items() if len(runs) > 1}
+    if not repeated:
+        return list(records)
+    kept = sorted(index for runs in blocks.values() for index in runs[-1])
+    if source is None:
+        return [records[index] for index in kept]
+    retried = all(
+        records[i].status != "ok" for runs in repeated.values() for run in runs[:-1] for i in run
+    )
+    names = sorted(repeated)
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    (log.info if retried else log.warning)(
+        "%s: %d cell(s) recorded more than once (%s): each counted once, its last run used (a "
+        "results file concatenated, or cells re-run with --retry-failed or --resume --force)",
+        source,
+        len(names),
+        shown,
+    )
+    return [records[index] for index in kept]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import yaml
 
+from torchscale.escaping import python_comment, python_string
 from torchscale.results.layout import (
     TUNE_BASELINE_CONFIG,
     TUNE_BEST_CONFIG,
@@ -66,10 +67,12 @@ def reproducing_config(
 
 
 def ddp_snippet(settings: Dict[str, Any], header: str) -> str:
-    """Python lines with the winner's settings, for a training script that uses DDP."""
+    """Python lines with the winner's settings, for a training script that uses DDP. Every value
+    from the config is a literal (``repr``) and the header a comment of one line: a name never
+    becomes a line of code."""
     ddp = settings["ddp"]
     lines = [
-        f"# {header}",
+        f"# {python_comment(header)}",
         "import torch",
         "from torch.nn.parallel import DistributedDataParallel as DDP",
         "",
@@ -98,12 +101,13 @@ def ddp_snippet(settings: Dict[str, Any], header: str) -> str:
         lines += [
             "from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd",
             "state = powersgd.PowerSGDState(process_group=None, "
-            f"matrix_approximation_rank={ddp.get('powersgd_rank', 1)})",
+            f"matrix_approximation_rank={int(ddp.get('powersgd_rank', 1))})",
             "model.register_comm_hook(state, powersgd.powerSGD_hook)",
         ]
     if settings.get("compile"):
         mode = settings.get("compile_mode")
-        lines.append(f"model = torch.compile(model{f', mode={mode!r}' if mode else ''})")
+        option = f", mode={python_string(mode)}" if mode else ""
+        lines.append(f"model = torch.compile(model{option})")
     impl = settings.get("optimizer_impl", "auto")
     if impl != "auto":
         flags = {"fused": "fused=True", "foreach": "foreach=True", "forloop": "foreach=False"}
@@ -113,13 +117,13 @@ def ddp_snippet(settings: Dict[str, Any], header: str) -> str:
         lines.append(f"# forward under torch.autocast(device_type, dtype=torch.{dtype})")
     if settings.get("grad_accum_steps", 1) > 1:
         lines.append(
-            f"# accumulate {settings['grad_accum_steps']} micro-batches per optimizer step "
+            f"# accumulate {int(settings['grad_accum_steps'])} micro-batches per optimizer step "
             "(all but the last under model.no_sync())"
         )
     data = settings.get("data", {})
     if data.get("source", "synthetic") != "synthetic":
         lines.append(
-            f"# DataLoader(..., num_workers={data['num_workers']}, "
+            f"# DataLoader(..., num_workers={int(data['num_workers'])}, "
             f"pin_memory={data['pin_memory']!r})"
         )
     return "\n".join(lines) + "\n"

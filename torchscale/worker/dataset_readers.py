@@ -2,8 +2,11 @@
 ``torchscale.config.dataset_paths`` for where they are looked for.
 
 CIFAR-100 is read from its documented pickle format (the same arrays torchvision's reader
-returns, without its download and checksum logic); ImageNet's folder layout goes through
-torchvision's ``ImageFolder`` when torchvision is installed, else torchscale's own Pillow reader.
+returns, without its download and checksum logic) through a restricted unpickler: a pickle can
+name any function to call, and a dataset file is data, so only what CIFAR's pickles hold (dicts,
+lists, bytes, numbers, numpy arrays) is built and anything else is refused. ImageNet's folder
+layout goes through torchvision's ``ImageFolder`` when torchvision is installed, else
+torchscale's own Pillow reader.
 Images are resized to the model's input shape. Labels beyond the model's classes are folded
 (``label % classes``): throughput does not depend on label values, and a model with as many
 classes as the dataset sees the real labels.
@@ -56,6 +59,49 @@ class ImageFolder(Dataset[Tuple[torch.Tensor, int]]):
         return (tensor - 0.45) / 0.225, label
 
 
+SAFE_PICKLE_GLOBALS = {
+    (module, name)
+    for numpy_core in ("numpy.core", "numpy._core")  # numpy 1 and numpy 2 spell it differently
+    for module, name in (
+        (f"{numpy_core}.multiarray", "_reconstruct"),
+        (f"{numpy_core}.multiarray", "scalar"),
+        (f"{numpy_core}.numeric", "_frombuffer"),
+    )
+} | {("numpy", "ndarray"), ("numpy", "dtype")}
+"""What a pickle of dicts, lists, bytes, numbers and numpy arrays names, and nothing else."""
+
+
+def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
+    """``_codecs.encode`` as pickle protocol 2 uses it for bytes, and only that."""
+    if encoding.replace("-", "").lower() != "latin1":
+        raise pickle.UnpicklingError(f"a pickled bytes object in encoding {encoding!r}")
+    return text.encode("latin1")
+
+
+class DataUnpickler(pickle.Unpickler):
+    """Builds dicts, lists, bytes, numbers and numpy arrays; refuses any other global a pickle
+    names (``os.system``, ``builtins.eval``, a class with a ``__setstate__`` of its own)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("_codecs", "encode"):
+            return _latin1_bytes
+        if (module, name) in SAFE_PICKLE_GLOBALS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(
+            f"it names {module}.{name}, which a dataset pickle never needs (only dicts, lists, "
+            "bytes, numbers and numpy arrays are read); refused: the file is not CIFAR-100's"
+        )
+
+
+def load_data_pickle(path: Path) -> Any:
+    """The object in a dataset pickle at ``path``, built by :class:`DataUnpickler`."""
+    with open(path, "rb") as handle:
+        try:
+            return DataUnpickler(handle, encoding="bytes").load()
+        except pickle.UnpicklingError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
+
 class Cifar100(Dataset[Tuple[torch.Tensor, torch.Tensor]]):
     """The CIFAR-100 training split, normalised, resized to ``size`` when it is not 32 x 32."""
 
@@ -64,8 +110,9 @@ class Cifar100(Dataset[Tuple[torch.Tensor, torch.Tensor]]):
         path = cifar100_file(root)
         if problem or path is None:
             raise FileNotFoundError(problem)
-        with open(path, "rb") as handle:
-            entry = pickle.load(handle, encoding="bytes")
+        entry = load_data_pickle(path)
+        if not isinstance(entry, dict):
+            raise ValueError(f"{path} is not CIFAR-100's python pickle (not a dict)")
         data = entry.get(b"data", entry.get("data"))
         labels = entry.get(b"fine_labels", entry.get("fine_labels"))
         if data is None or labels is None:

@@ -287,7 +287,9 @@ class NoGpuActivity(ValueError):
 
 def read_nsys(path: Path) -> List[RankTrace]:
     """One trace per (process, CUDA device) of the export; see ``nsys_ranks`` for their ranks."""
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    # A URI, quoted: a '#', '?' or '%' pasted raw would end the path early and open another file
+    # read-write-create.
+    con = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True)
     try:
         tables = _tables(con)
         if not tables & {"CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_MEMCPY"}:
