@@ -24,6 +24,7 @@ class ReportRequest:
     output: Optional[Path] = None
     baseline: Optional[Path] = None
     threshold_pct: float = 5.0
+    noise_floor_pct: Optional[float] = None  # with a baseline: as ``compare --noise-floor``
 
 
 def default_output(data: ReportData, fmt: str) -> Path:
@@ -74,10 +75,12 @@ def generate_report(request: ReportRequest) -> Path:
     if request.baseline is not None:
         from torchscale.analysis.comparison import CompareOptions, compare_runs
 
+        # The same verdicts as ``torchscale compare``: one function, the same options.
+        options = CompareOptions(
+            threshold_pct=request.threshold_pct, noise_floor_pct=request.noise_floor_pct
+        ).checked()
         baseline = load_report_data(request.baseline, "--baseline")
-        result = compare_runs(
-            baseline.records, data.records, CompareOptions(threshold_pct=request.threshold_pct)
-        )
+        result = compare_runs(baseline.records, data.records, options)
         comparison = (result, request.threshold_pct, str(request.baseline))
 
     from torchscale.report.content import build_content
