@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -75,7 +76,10 @@ def long_record(record: TrainingResult, steps: int, slowdown: float, seed: int) 
 def write(root: Path, name: str, steps: int, slowdown: float) -> Path:
     spec = FixtureSpec(name=name, models=MODELS[:1], batch_sizes=(32,), gpu_counts=(1, 2),
                        steps=20, failures=False, collectives=False, findings=False)  # fmt: skip
-    store = ExperimentStore(root / experiment_dirname(name))
+    folder = root / experiment_dirname(name)
+    if folder.exists():  # this script's own folder from an earlier run: start afresh
+        shutil.rmtree(folder)
+    store = ExperimentStore(folder)
     store.write_manifest({"schema_version": 1, "experiment": name, "config": {}})
     rng = np.random.default_rng(0)
     for world in spec.gpu_counts:
@@ -90,7 +94,9 @@ def run_compare(old: Path, new: Path, checkout: Path) -> Tuple[float, float, int
     command = [sys.executable, "-m", "torchscale", "compare", str(old), str(new), "--json"]
     with tempfile.TemporaryFile() as out:
         started = time.monotonic()
-        child = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.DEVNULL)
+        child = subprocess.Popen(
+            command, env=env, cwd=checkout, stdout=out, stderr=subprocess.DEVNULL
+        )
         _, status, usage = os.wait4(child.pid, 0)  # the child's own peak, not the max of all
         wall = time.monotonic() - started
         code = os.waitstatus_to_exitcode(status)

@@ -2,7 +2,7 @@
 ``compare``'s default noise floor (docs/report.md, docs/PERFORMANCE.md).
 
     PYTHONPATH=. python benchmarks/compare_noise.py [--runs 6] [--repeats 2] [--output-dir DIR]
-    PYTHONPATH=. python benchmarks/compare_noise.py --reuse DIR      # analyse earlier runs again
+    PYTHONPATH=. python benchmarks/compare_noise.py --reuse DIR [--quiet-runs N] [--old-checkout D]
 
 Runs ``torchscale benchmark`` on ``--config`` (default examples/cpu_smoke.yaml) ``--runs`` times
 back to back, each with ``repeats: --repeats``, nothing changed between them. Then, over every
@@ -11,14 +11,17 @@ pair of consecutive runs and every cell:
 - the between-run change of throughput and of p95 step time (repeat 0 only: one run per side, as
   a single nightly run is), its median, 95th percentile and largest absolute value: the floor that
   a single run per side cannot see past;
-- the verdicts ``compare`` gives those pairs: with the step bootstrap alone (``--noise-floor 0``,
-  what compare did before the floor), with the default floor, and with the repeats model (all
-  repeats of each run). On unchanged runs every ``regression`` or ``improvement`` is a false one.
+- the verdicts ``compare`` gives those pairs: with the steps' bootstrap alone (``--noise-floor
+  0``, still simultaneous over the figures), with the default floor, and with the repeats model
+  (all repeats of each run). On unchanged runs every ``regression`` or ``improvement`` is false;
+- with ``--old-checkout DIR``, the verdicts another checkout's ``compare`` gives the same
+  single-run pairs (e.g. the code before the noise model, from ``git archive``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -107,6 +110,33 @@ def factors(pairs: Sequence[Tuple[List[ResultBase], List[ResultBase]]]) -> str:
     )
 
 
+OTHER_CHECKOUT = """
+import itertools, sys
+from pathlib import Path
+from torchscale.analysis.comparison import compare_runs
+from torchscale.results.store import ExperimentStore, find_experiments
+runs = [[r for r in ExperimentStore(find_experiments(Path(f))[0]).records() if r.repeat == 0]
+        for f in sys.argv[1:]]
+for name, pairs in (("consecutive pairs", list(zip(range(len(runs)), range(1, len(runs))))),
+                    ("every ordered pair", list(itertools.permutations(range(len(runs)), 2)))):
+    results = [compare_runs(runs[i], runs[j]) for i, j in pairs]
+    improved = sum(int((r.cells["verdict"] == "improvement").sum()) for r in results)
+    print(f"  {name}: gate failed {sum(r.failed for r in results)} of {len(pairs)}; "
+          f"cells called improved: {improved}")
+"""
+
+
+def other_checkout(checkout: Path, folders: Sequence[Path]) -> str:
+    """The same single-run pairs judged by another checkout's ``compare_runs`` (its own process,
+    ``PYTHONPATH`` and working folder: the code before the noise model, say)."""
+    done = subprocess.run(
+        [sys.executable, "-c", OTHER_CHECKOUT, *map(str, folders)],
+        cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout)},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return done.stdout.rstrip()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, default=ROOT / "examples" / "cpu_smoke.yaml")
@@ -114,6 +144,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--output-dir", type=Path, default=None)
     parser.add_argument("--reuse", type=Path, default=None, help="Analyse the run-* folders here.")
+    parser.add_argument("--quiet-runs", type=int, default=None,
+                        help="Analyse only the first N runs (a quiet stretch).")  # fmt: skip
+    parser.add_argument("--old-checkout", type=Path, default=None,
+                        help="Also judge the single runs with this checkout.")  # fmt: skip
     args = parser.parse_args()
     if args.reuse:
         folders = sorted(args.reuse.glob("run-*[0-9]"), key=lambda p: int(p.name.split("-")[1]))
@@ -121,6 +155,7 @@ def main() -> None:
         out = args.output_dir or Path(tempfile.mkdtemp(prefix="compare-noise-"))
         folders = run_all(args.config, args.runs, args.repeats, out)
         print(f"runs in {out}", file=sys.stderr)
+    folders = folders[: args.quiet_runs]
     runs = [records(f) for f in folders]
     singles = [(first_repeat(a), first_repeat(b)) for a, b in zip(runs, runs[1:])]
     every = [(first_repeat(a), first_repeat(b)) for a, b in permutations(runs, 2)]
@@ -141,6 +176,9 @@ def main() -> None:
     if any(r.repeat > 0 for run in runs for r in run):
         whole = list(zip(runs, runs[1:]))
         print(f"  consecutive pairs, all repeats: {verdicts(whole, None)}")
+    if args.old_checkout:
+        print(f"the same single-run pairs, judged by {args.old_checkout}:")
+        print(other_checkout(args.old_checkout, folders))
 
 
 if __name__ == "__main__":

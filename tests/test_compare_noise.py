@@ -91,6 +91,7 @@ def test_repeats_decide_when_both_runs_have_them() -> None:
     assert result.exit_code == 0, result.stderr
     cells = document["cells"]
     assert {c["noise_model"] for c in cells} == {noise.REPEATS}
+    assert all(c["cpu_wait_share"] is None for c in cells)  # no repeat left out of the factor
     assert not {c["verdict"] for c in cells} & JUDGED  # the old gate called one "improvement"
     assert all(c["repeats_old"] == c["repeats_new"] == 2 for c in cells)
     # The factor is pooled over every cell's repeats in both runs, with their degrees of freedom.
@@ -309,3 +310,39 @@ def test_tune_whose_every_trial_failed_exits_1_and_claims_nothing(
     assert not (folder / "ddp.py").exists()
     store = ExperimentStore(folder)
     assert [r.status for r in store.records()] == ["failed"]
+
+
+def test_report_baseline_takes_the_same_verdicts_and_noise_option(tmp_path: Path) -> None:
+    """``report --baseline`` judges with compare's function and options: a stated floor wide
+    enough for the slowdown turns its regression into "within noise" in the report too."""
+    slow = MODELS[0].name
+    base = write_experiment(tmp_path / "base", _spec(name="n"))
+    new = write_experiment(tmp_path / "new", _spec(name="n", seed=1, slowdown={slow: 1.3}))
+    for floor, verdict in ((None, "regression"), ("60", "within noise")):
+        output = tmp_path / f"report-{floor}.html"
+        args = ["report", "-s", str(new), "--baseline", str(base), "-o", str(output)]
+        result = runner.invoke(app, [*args, *(["--noise-floor", floor] if floor else [])])
+        assert result.exit_code == 0, result.stderr
+        html = output.read_text(encoding="utf-8")
+        expected = compare_runs(
+            load_report_data(base).records,
+            load_report_data(new).records,
+            CompareOptions(noise_floor_pct=float(floor) if floor else None),
+        )
+        assert verdict in set(expected.cells["verdict"])
+        assert f"verdict-{verdict.replace(' ', '-')}" in html
+        assert expected.noise_line().split(".")[0] in html
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [(["--noise-floor", "-1"], "--noise-floor -1 must be a % between 0 and 1000"),
+     (["--noise-floor", "nan"], "--noise-floor nan must be a % between 0 and 1000"),
+     (["--threshold", "-2"], "--threshold -2 must be a number >= 0")],
+)  # fmt: skip
+def test_bad_compare_options_are_one_line(tmp_path: Path, option: List[str], message: str) -> None:
+    folder = _first_repeats(DATA / "before", tmp_path / "old")
+    result = runner.invoke(app, ["compare", str(folder), str(folder), *option])
+    assert result.exit_code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"Error: {message}") and "Traceback" not in result.output

@@ -125,11 +125,8 @@ class Comparison:
         if not models or not self.spreads:
             return "Noise model: none (no cell measured on both sides)."
         counts = ", ".join(f"{name} for {count} cell(s)" for name, count in models.items())
-        spread = self.spreads["throughput"]
-        if spread.kind == noise.DEFAULT_FLOOR or set(models) == {noise.REPEATS}:
-            how = spread.describe()
-        else:
-            how = f"{spread.describe()}; p95: {self.spreads['p95'].describe()}"
+        throughput, p95 = (self.spreads[figure].describe() for figure in FIGURES)
+        how = throughput if throughput == p95 else f"throughput: {throughput}; p95: {p95}"
         line = (
             f"Noise model: {counts}. {how[0].upper()}{how[1:]}. Intervals are simultaneous "
             f"{self.confidence:.0%} over the {self.figures} figures compared."
@@ -156,8 +153,8 @@ def _pooled(
     by_id = {r.cell_id: r for r in records if isinstance(r, TrainingResult)}
     for row in table.itertuples():
         key = (str(row.config_key), as_int(row.world_size), as_int(row.nnodes))
-        samples.setdefault(key, []).extend(by_id[str(row.cell_id)].step_times_ms)
         record = by_id[str(row.cell_id)]
+        samples.setdefault(key, []).extend(record.step_times_ms)
         figures = repeats.setdefault(key, {"throughput": [], "p95": [], "cv": [], "waited": []})
         figures["throughput"].append(as_float(row.throughput))
         figures["p95"].append(as_float(row.step_ms_p95))
@@ -180,11 +177,12 @@ def _pooled(
 def _spreads(
     options: CompareOptions, *sides: Dict[CellKey, Repeats]
 ) -> Dict[str, noise.Spread]:
-    """Per figure, the noise spread that decides (``analysis.noise.choose``)."""
+    """Per figure, the noise spread that decides (``analysis.noise.choose``); repeats measured on
+    an oversubscribed host measure the other processes, not the node: left out."""
+    cells = [cell for side in sides for cell in side.values() if not cell["waited"]]
     return {
         figure: noise.choose(
-            options.noise_floor_pct,
-            [(cell[figure], noise.rms(cell["cv"])) for side in sides for cell in side.values()],
+            options.noise_floor_pct, [(cell[figure], noise.rms(cell["cv"])) for cell in cells]
         )
         for figure in FIGURES
     }

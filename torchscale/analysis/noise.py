@@ -4,21 +4,23 @@ interval of a change that follows.
 Steps within one run are not independent draws: the node drifts (other processes, frequency,
 caches), so two runs of the same cell differ by far more than a bootstrap of one run's steps
 says. Measured on the 2-core VM (``benchmarks/compare_noise.py``, docs/PERFORMANCE.md): across
-unchanged runs the spread of a cell's log throughput and log p95 between runs follows the
-cell's own step-time CV (cells with a CV under 10% moved by up to 11%, cells with a CV of 25-47%
-by up to 92%), with a factor of about 1 at the 95th percentile; the step bootstrap had called
-those changes beyond noise. So the between-run standard deviation of one run's log figure is
-modelled as ``factor x CV`` (CV: the root mean square of the compared records' step-time CVs),
-with the factor
+40 unchanged runs the change of a cell's log throughput and log p95 between runs followed the
+cell's own step-time CV (cells whose steps varied by under 10% moved by up to 11%, cells whose
+steps varied by 25-47% by up to 92%), with a factor of 0.94 and 1.13 at the 95th percentile of
+cell pairs and 1.37 and 1.50 at the 99th. So the between-run standard deviation of one run's log
+figure is modelled as ``factor x CV`` (CV: the root mean square of the compared records'
+step-time CVs), with the factor
 
 - measured from the runs' own repeats (``repeats: N``) where either run has some: pooled over
   every cell with two or more repeats, with Student's t for its degrees of freedom; a cell with
   repeats on both sides is then decided by its *repeats* (its figures averaged over them), any
   other by that *measured floor*;
-- else DEFAULT_FACTOR, the measurement above rounded up (a *default floor*);
+- else DEFAULT_FACTOR, between the 95th and the 99th percentile above (a *default floor*);
 
 unless a floor is *stated* (``compare --noise-floor PCT``): then one run's figure is taken to
-stay within PCT of another's, for every cell alike.
+stay within PCT of another's, 95% of the time, for every cell alike. A cell measured while
+other processes held the cores (``analysis.cpu_load``) is not judged at all (OVERSUBSCRIBED):
+under load whole runs ran 2-3x slower, with steps about as noisy.
 
 The change's interval is centred on the measured change, with a half-width of the quantile times
 ``sigma * sqrt(1/k_old + 1/k_new)`` (k: repeats on each side), never narrower than the steps' own
@@ -68,15 +70,15 @@ class Spread:
 
     def describe(self) -> str:
         if self.kind == STATED_FLOOR:
-            return f"stated floor ±{floor_pct(self.sigma or 0.0):.3g}% between single runs"
+            return f"stated floor: ±{floor_pct(self.sigma or 0.0):.3g}% between single runs"
         if self.kind == DEFAULT_FLOOR:
             return (
-                f"default floor: {self.factor:g} x each cell's step-time CV between single runs "
+                f"default floor: between-run spread {self.factor:g} x each cell's step-time CV "
                 "(measured on a 2-core VM, docs/report.md)"
             )
         return (
-            f"measured floor: {self.factor:.2f} x each cell's step-time CV, from the repeats of "
-            f"{self.groups} cell run(s) ({self.df} degrees of freedom)"
+            f"between-run spread {self.factor:.2f} x each cell's step-time CV, measured from "
+            f"the repeats of {self.groups} cell run(s) ({self.df} degrees of freedom)"
         )
 
 

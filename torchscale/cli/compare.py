@@ -35,20 +35,17 @@ def _table(comparison: Comparison, threshold: float) -> Table:
 
     from torchscale.report import formatting as fmt
 
-    table = Table(
-        title=f"Per-cell change (threshold {threshold:g}%; intervals over run-to-run noise, "
-        f"simultaneous {comparison.confidence:.0%})"
-    )
+    table = Table(title=f"Per-cell change (threshold {threshold:g}%, 95% bootstrap CI)")
     for header in (
         "model",
         "configuration",
         "GPUs",
         "throughput",
         "change",
-        "interval",
+        "95% CI",
         "p95 ms",
         "change",
-        "interval",
+        "95% CI",
         "verdict",
     ):
         table.add_column(
