@@ -1,5 +1,5 @@
-"""Durations a user types: the one parser behind every duration option (``tune --budget``,
-``profile --duration``, ``benchmark --join-timeout``, ``validate --timeout``).
+"""Durations a user types: the one parser behind the duration options (``tune --budget``,
+``profile --duration``, ``benchmark --join-timeout``).
 
 A bare number is seconds (``90``, ``2.5``); otherwise one or more parts, each a number and a
 unit: ``s``/``sec``/``secs``/``second(s)``, ``m``/``min``/``mins``/``minute(s)``,
