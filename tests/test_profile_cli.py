@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from tests.support.profile_helpers import DATA, hta_reference, real_traces_dir
 from torchscale.cli.app import app
-from torchscale.cli.profile_command import parse_duration
+from torchscale.config.durations import parse_duration
 from torchscale.profiling.outputs import FINDINGS_FILE, TABLE_FILES
 
 runner = CliRunner()
@@ -119,7 +119,7 @@ def test_capture_builds_the_benchmark_it_runs(tmp_path):
     when = datetime(2026, 11, 22, 3, 4, 5)
     for text, seconds in (("30", 30.0), ("30s", 30.0), ("2m", 120.0)):
         request = CaptureRequest(
-            gpus=4, duration_s=parse_duration(text), target="communication", tool="torch",
+            gpus=4, duration_s=parse_duration(text, "--duration"), target="communication", tool="torch",
             model="resnet50", batch_size=32, overrides=parse_overrides(["precision=bf16"]),
         )  # fmt: skip
         config = capture_config(request, now=when)

@@ -19,16 +19,14 @@ from tests.support.report_fixtures import (
     write_experiment,
 )
 from torchscale.analysis import cells as cell_tables
+from torchscale.analysis.bootstrap import MEAN, bootstrap_ratio, paired_rounds_interval
 from torchscale.analysis.comparison import (
     IMPROVEMENT,
     REGRESSION,
     UNCHANGED,
     WITHIN_NOISE,
     CompareOptions,
-    _mean,
-    bootstrap_ratio,
     compare_runs,
-    paired_rounds_interval,
 )
 from torchscale.analysis.findings import findings_table, normalize, record_findings
 from torchscale.analysis.scaling import label_variants, scaling_curves
@@ -231,11 +229,11 @@ def test_bootstrap_interval_tells_shift_from_noise() -> None:
     rng = np.random.default_rng(7)
     old = rng.normal(100, 3, 40)
     options = CompareOptions()
-    ratio, low, high = bootstrap_ratio(old, old.copy(), _mean, options)
+    ratio, low, high = bootstrap_ratio(old, old.copy(), MEAN, options)
     assert ratio == 1.0 and low < 1.0 < high
-    ratio, low, high = bootstrap_ratio(old, old * 1.2, _mean, options)
+    ratio, low, high = bootstrap_ratio(old, old * 1.2, MEAN, options)
     assert ratio == pytest.approx(1.2) and 1.0 < low < 1.2 < high
-    assert bootstrap_ratio(old, old * 1.2, _mean, options) == (ratio, low, high)  # seeded
+    assert bootstrap_ratio(old, old * 1.2, MEAN, options) == (ratio, low, high)  # seeded
 
 
 def test_paired_rounds_interval_sees_drift_between_rounds_that_pooled_steps_hide() -> None:
@@ -253,8 +251,8 @@ def test_paired_rounds_interval_sees_drift_between_rounds_that_pooled_steps_hide
     gain, low, high = paired_rounds_interval(old, drifting, CompareOptions())
     assert low < 0.0 < high, (gain, low, high)
     assert all(
-        bootstrap_ratio(o, n, _mean, CompareOptions())[1] > 1.0
-        or bootstrap_ratio(o, n, _mean, CompareOptions())[2] < 1.0
+        bootstrap_ratio(o, n, MEAN, CompareOptions())[1] > 1.0
+        or bootstrap_ratio(o, n, MEAN, CompareOptions())[2] < 1.0
         for o, n in zip(old, drifting)
     )  # each round alone is beyond its steps' noise, one way or the other
     # One round: the steps' bootstrap alone.

@@ -104,7 +104,8 @@ def mlp(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
 
 @pytest.mark.slow
 def test_tune_finds_a_gain_that_a_separate_benchmark_confirms(mlp: Dict[str, Any]) -> None:
-    from torchscale.analysis.comparison import CompareOptions, throughput_interval
+    from torchscale.analysis.bootstrap import throughput_interval
+    from torchscale.analysis.comparison import CompareOptions
     from torchscale.tune.verdict import host_waits
 
     summary = mlp["summary"]

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from torchscale.cli.app import app
 from torchscale.config.settings import CellSettings
-from torchscale.config.tune_section import TuneSection, ValueRange, parse_budget
+from torchscale.config.tune_section import TuneSection, ValueRange
 from torchscale.errors import ConfigError
 from torchscale.tune.space import Where, build_space
 from torchscale.tune.tune_outputs import ddp_snippet, describe_params, reproducing_config
@@ -102,15 +102,6 @@ def test_conditional_compile_mode_only_with_compile() -> None:
 def test_bad_space_is_one_line(tune: Dict, allow: list, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         build_space(baseline(), section(**tune), allow, CPU)
-
-
-def test_budget_durations() -> None:
-    assert parse_budget("20m") == 1200
-    assert parse_budget("1h30m") == 5400
-    assert parse_budget("90s") == 90
-    for bad in ("abc", "20", "0m", "5 minutes"):
-        with pytest.raises(ConfigError):
-            parse_budget(bad)
 
 
 NO_TORCH = """

@@ -1,31 +1,41 @@
 """Compare two runs cell by cell, and tell real changes from run-to-run noise.
 
-Cells are matched by configuration (``config_key``), GPU count and node count; repeats are pooled.
-Per cell: the change in throughput and in p95 step time, each with a bootstrap confidence interval
-from the per-step samples (resampling both runs' steps with replacement, seeded, so the answer is
-reproducible). A change is *beyond noise* when its interval excludes zero. A cell *regresses* when
-throughput drops, or p95 step time rises, by more than the threshold and beyond noise; a change
-past the threshold whose interval includes zero is reported as *within noise*. Cells without
-per-step samples are judged on the threshold alone.
+Cells are matched by configuration (``config_key``), GPU count and node count; repeats are
+averaged. Per cell: the change in throughput and in p95 step time, each with an interval from
+the between-run noise model of ``analysis.noise`` (repeats where both runs have them, else a
+measured, stated or default floor scaled to the cell), never narrower than the bootstrap of the
+steps themselves (``analysis.bootstrap``, seeded, so the answer is reproducible). The intervals
+are simultaneous over every figure compared. A change is *beyond noise* when its interval
+excludes zero. A cell *regresses* when throughput drops, or p95 step time rises, by more than the
+threshold and beyond noise; a change past the threshold whose interval includes zero is *within
+noise*. So a single run per side is never called regressed or improved within the floor. Cells
+without step times have nothing to scale a floor by and are judged on the threshold alone.
 
 A cell measured (``ok``) in the baseline that the new run did not measure is *lost*, and fails the
 gate like a regression: its verdict is what happened to it in the new run (``failed``,
 ``timeout``, ``oom``, ``invalid``, ``skipped``) or ``missing`` when the new run has no record of
 it. (Runs that share no cell at all are not comparable: that is an error, not a list of losses.)
-Records that are invalid (``torchscale.results.validity``) are never compared.
+Records that are invalid (``torchscale.results.validity``: a non-finite figure, a diverged loss)
+are never compared.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Sequence, Set, Tuple
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
-from numpy.typing import NDArray
 
+from torchscale.analysis import noise
+from torchscale.analysis.bootstrap import MEAN, P95, Statistic, bootstrap_ratio
+from torchscale.analysis.cpu_load import oversubscribed_wait
+from torchscale.analysis.lost_cells import CellKey, lost_rows, statuses
 from torchscale.analysis.scaling import label_variants
 from torchscale.analysis.training_tables import training_table
+from torchscale.errors import TorchscaleError
 from torchscale.results.schema import ResultBase, TrainingResult
 from torchscale.results.table_scalars import as_float, as_int
 
@@ -33,22 +43,36 @@ REGRESSION = "regression"
 IMPROVEMENT = "improvement"
 WITHIN_NOISE = "within noise"
 UNCHANGED = "unchanged"
-MISSING = "missing"
-LOST_ORDER = ("failed", "timeout", "oom", "invalid", "skipped")
-"""What a lost cell's verdict says, most serious first, when its repeats ended differently."""
+FIGURES = ("throughput", "p95")
 
 KEY = ["config_key", "world_size", "nnodes"]  # 2 x 4 GPUs is not 1 x 8
-FloatArray = NDArray[np.float64]
-Statistic = Callable[[FloatArray], FloatArray]  # (resamples, steps) -> (resamples,)
-CellKey = Tuple[str, int, int]  # KEY's values
+Repeats = Dict[str, List[float]]
+"""A cell's throughput, p95 and step-time CV, one per repeat; and the CPU-wait shares of the
+repeats that ran on an oversubscribed host (``analysis.cpu_load``)."""
 
 
 @dataclass(frozen=True)
 class CompareOptions:
     threshold_pct: float = 5.0
     resamples: int = 2000
-    confidence: float = 0.95
+    confidence: float = 0.95  # for the set of figures compared, not each
     seed: int = 0
+    noise_floor_pct: Optional[float] = None  # stated: overrides repeats and the default
+
+    def checked(self) -> CompareOptions:
+        """These options, or a TorchscaleError naming the one a user gave wrong (every caller:
+        ``compare``, ``report --baseline``, ``torchscale.compare``)."""
+        if not (math.isfinite(self.threshold_pct) and self.threshold_pct >= 0):
+            raise TorchscaleError(f"--threshold {self.threshold_pct:g} must be a number >= 0")
+        if self.resamples < 100:
+            raise TorchscaleError(f"--resamples {self.resamples} must be at least 100")
+        floor = self.noise_floor_pct
+        if floor is not None and not (math.isfinite(floor) and 0 <= floor < 1000):
+            raise TorchscaleError(
+                f"--noise-floor {floor:g} must be a % between 0 and 1000 (leave it out to use "
+                "the runs' repeats or the default floor)"
+            )
+        return self
 
 
 @dataclass
@@ -57,6 +81,9 @@ class Comparison:
     only_old: pd.DataFrame  # cells of the baseline with no match in the new run
     only_new: pd.DataFrame
     shared: bool = True  # whether the runs have any cell in common, measured or not
+    spreads: Dict[str, noise.Spread] = field(default_factory=dict)  # per figure
+    confidence: float = 0.95
+    figures: int = 0  # figures compared (two per matched cell): the intervals' family
 
     @property
     def regressions(self) -> pd.DataFrame:
@@ -74,90 +101,67 @@ class Comparison:
         """Whether the gate fails: a regression beyond noise, or a lost cell."""
         return bool(len(self.regressions) or len(self.lost))
 
+    @property
+    def noise_models(self) -> Dict[str, int]:
+        """How many compared cells each noise model decided."""
+        if "noise_model" not in self.cells:
+            return {}
+        return dict(Counter(str(m) for m in self.cells["noise_model"].dropna()))
 
-def _mean(samples: FloatArray) -> FloatArray:
-    return np.asarray(samples.mean(axis=-1), dtype=np.float64)
+    def noise(self) -> Dict[str, object]:
+        """What decided the verdicts, for ``--json`` and the report."""
+        return {
+            "models": self.noise_models,
+            "throughput": self.spreads["throughput"].describe() if self.spreads else None,
+            "p95": self.spreads["p95"].describe() if self.spreads else None,
+            "confidence": self.confidence,
+            "figures": self.figures,
+            "line": self.noise_line(),
+        }
 
-
-def _p95(samples: FloatArray) -> FloatArray:
-    return np.asarray(np.percentile(samples, 95, axis=-1), dtype=np.float64)
-
-
-def bootstrap_ratio(
-    old: Sequence[float],
-    new: Sequence[float],
-    statistic: Statistic,
-    options: CompareOptions,
-) -> Tuple[float, float, float]:
-    """``statistic(new) / statistic(old)`` and its bootstrap percentile interval."""
-    old_a, new_a = np.asarray(old, dtype=float), np.asarray(new, dtype=float)
-    ratio = float(statistic(new_a) / statistic(old_a))
-    rng = np.random.default_rng(options.seed)
-    old_draws = statistic(old_a[rng.integers(0, len(old_a), (options.resamples, len(old_a)))])
-    new_draws = statistic(new_a[rng.integers(0, len(new_a), (options.resamples, len(new_a)))])
-    tail = (1 - options.confidence) / 2 * 100
-    low, high = np.percentile(new_draws / old_draws, [tail, 100 - tail])
-    return ratio, float(low), float(high)
-
-
-def throughput_interval(
-    old_steps: Sequence[float],
-    new_steps: Sequence[float],
-    options: CompareOptions,
-    work_ratio: float = 1.0,
-) -> Tuple[float, float, float]:
-    """The change in throughput (%) from ``old`` to ``new`` per-step times, and its bootstrap
-    interval. Throughput is work per step over the mean step time; ``work_ratio`` is new's work
-    per step over old's (1 for the same cell; 2 when new accumulates two micro-batches)."""
-    ratio, low, high = bootstrap_ratio(old_steps, new_steps, _mean, options)
-    return _pct(work_ratio / ratio), _pct(work_ratio / high), _pct(work_ratio / low)
-
-
-def paired_rounds_interval(
-    old_rounds: Sequence[Sequence[float]],
-    new_rounds: Sequence[Sequence[float]],
-    options: CompareOptions,
-    work_ratio: float = 1.0,
-) -> Tuple[float, float, float]:
-    """The change in throughput (%) of ``new`` over ``old`` measured in paired rounds (round
-    ``r``: one cell of each, run next to each other, per-step times), and its interval.
-
-    The estimate is the geometric mean of the rounds' throughput ratios. The interval is a
-    two-stage bootstrap: rounds drawn with replacement, then each drawn round's steps. So it covers
-    the drift between runs as well as step-to-step noise, which a bootstrap of pooled steps does
-    not see. With one round it reduces to the steps' bootstrap."""
-    count = len(old_rounds)
-    if count == 0 or count != len(new_rounds):
-        raise ValueError("paired rounds need the same number of old and new rounds, at least one")
-    rng = np.random.default_rng(options.seed)
-    point: List[float] = []
-    draws = np.empty((count, options.resamples))
-    for index, (old, new) in enumerate(zip(old_rounds, new_rounds)):
-        old_a, new_a = np.asarray(old, dtype=float), np.asarray(new, dtype=float)
-        point.append(float(np.log(work_ratio * old_a.mean() / new_a.mean())))
-        old_means = _mean(old_a[rng.integers(0, len(old_a), (options.resamples, len(old_a)))])
-        new_means = _mean(new_a[rng.integers(0, len(new_a), (options.resamples, len(new_a)))])
-        draws[index] = np.log(work_ratio * old_means / new_means)
-    picks = rng.integers(0, count, (options.resamples, count))
-    statistic = draws[picks, np.arange(options.resamples)[:, None]].mean(axis=1)
-    tail = (1 - options.confidence) / 2 * 100
-    low, high = np.percentile(statistic, [tail, 100 - tail])
-    estimate = float(np.exp(np.mean(point)))
-    return _pct(estimate), _pct(float(np.exp(low))), _pct(float(np.exp(high)))
+    def noise_line(self) -> str:
+        """One sentence: which noise model decided, for the console and the report."""
+        models = self.noise_models
+        if not models or not self.spreads:
+            return "Noise model: none (no cell measured on both sides)."
+        counts = ", ".join(f"{name} for {count} cell(s)" for name, count in models.items())
+        throughput, p95 = (self.spreads[figure].describe() for figure in FIGURES)
+        how = throughput if throughput == p95 else f"throughput: {throughput}; p95: {p95}"
+        line = (
+            f"Noise model: {counts}. {how[0].upper()}{how[1:]}. Intervals are simultaneous "
+            f"{self.confidence:.0%} over the {self.figures} figures compared."
+        )
+        if noise.OVERSUBSCRIBED in models:
+            waited = float(self.cells["cpu_wait_share"].max())
+            line += (
+                f" Not judged: {models[noise.OVERSUBSCRIBED]} cell(s) measured while other "
+                f"processes held the cores (a rank waited for a CPU {waited:.0%} of its window); "
+                "rerun them on a quiet node."
+            )
+        return line
 
 
 def _pooled(
     records: Sequence[ResultBase],
-) -> Tuple[pd.DataFrame, Dict[CellKey, List[float]]]:
-    """The measured cells' table (repeats averaged) and each cell's pooled step samples."""
+) -> Tuple[pd.DataFrame, Dict[CellKey, List[float]], Dict[CellKey, Repeats]]:
+    """The measured cells' table (repeats averaged), each cell's pooled step samples and its
+    figures repeat by repeat."""
     table = label_variants(training_table(records))
     table = table[(table["status"] == "ok") & table["throughput"].notna()]
     samples: Dict[CellKey, List[float]] = {}
+    repeats: Dict[CellKey, Repeats] = {}
     by_id = {r.cell_id: r for r in records if isinstance(r, TrainingResult)}
     for row in table.itertuples():
         key = (str(row.config_key), as_int(row.world_size), as_int(row.nnodes))
-        samples.setdefault(key, []).extend(by_id[str(row.cell_id)].step_times_ms
-        )
+        record = by_id[str(row.cell_id)]
+        samples.setdefault(key, []).extend(record.step_times_ms)
+        figures = repeats.setdefault(key, {"throughput": [], "p95": [], "cv": [], "waited": []})
+        figures["throughput"].append(as_float(row.throughput))
+        figures["p95"].append(as_float(row.step_ms_p95))
+        figures["cv"].append(as_float(row.step_ms_cv))
+        waited = oversubscribed_wait([record])
+        if waited is not None:
+            figures["waited"].append(waited)
     pooled = table.groupby(KEY, as_index=False).agg(
         model=("model", "first"),
         variant=("variant", "first"),
@@ -167,7 +171,21 @@ def _pooled(
         step_ms_p95=("step_ms_p95", "mean"),
         cell_id=("cell_id", "first"),
     )
-    return pooled, samples
+    return pooled, samples, repeats
+
+
+def _spreads(
+    options: CompareOptions, *sides: Dict[CellKey, Repeats]
+) -> Dict[str, noise.Spread]:
+    """Per figure, the noise spread that decides (``analysis.noise.choose``); repeats measured on
+    an oversubscribed host measure the other processes, not the node: left out."""
+    cells = [cell for side in sides for cell in side.values() if not cell["waited"]]
+    return {
+        figure: noise.choose(
+            options.noise_floor_pct, [(cell[figure], noise.rms(cell["cv"])) for cell in cells]
+        )
+        for figure in FIGURES
+    }
 
 
 def _verdict(change: float, beyond_noise: bool, threshold: float) -> str:
@@ -183,56 +201,65 @@ def _pct(ratio: float) -> float:
     return 100 * (ratio - 1)
 
 
-def _statuses(records: Sequence[ResultBase]) -> Dict[CellKey, List[str]]:
-    """Every training record's status, by the key cells are matched on."""
-    table = training_table(records)
-    found: Dict[CellKey, List[str]] = {}
-    for row in table.itertuples():
-        key = (str(row.config_key), as_int(row.world_size), as_int(row.nnodes))
-        found.setdefault(key, []).append(str(row.status))
-    return found
-
-
-def _lost_rows(
-    old: pd.DataFrame, new_status: Dict[CellKey, List[str]], compared: Set[CellKey]
-) -> List[Dict[str, object]]:
-    """A row for each cell measured in the baseline that the new run did not measure."""
-    rows: List[Dict[str, object]] = []
-    for row in old.itertuples():
-        key = (str(row.config_key), as_int(row.world_size), as_int(row.nnodes))
-        statuses = new_status.get(key, [])
-        if key in compared and not any(s in LOST_ORDER[:4] for s in statuses):
-            continue  # measured in the new run (no repeat failed): compared above
-        bad = [s for s in LOST_ORDER if s in statuses]
-        verdict = bad[0] if bad else MISSING
+def _judged(
+    ratios: Dict[str, float],
+    cells: Tuple[Repeats, Repeats],
+    steps: Tuple[List[float], List[float]],
+    spreads: Dict[str, noise.Spread],
+    options: CompareOptions,
+) -> Dict[str, object]:
+    """One matched cell's intervals and verdicts (``options.confidence``: each figure's)."""
+    old_cell, new_cell = cells
+    repeats = (len(old_cell["throughput"]), len(new_cell["throughput"]))
+    cv = noise.rms(old_cell["cv"] + new_cell["cv"])
+    waited = max(old_cell["waited"] + new_cell["waited"], default=None)
+    judged: Dict[str, object] = {
+        "noise_model": (
+            noise.OVERSUBSCRIBED if waited is not None
+            else noise.cell_model(spreads["throughput"], *repeats, cv)
+        ),
+        "repeats_old": repeats[0],
+        "repeats_new": repeats[1],
+        "step_cv": cv,
+        "cpu_wait_share": waited,
+    }
+    statistics: Dict[str, Statistic] = {"throughput": MEAN, "p95": P95}
+    verdicts = []
+    for figure in FIGURES:
+        spread = spreads[figure]
+        bootstrap = None
+        if steps[0] and steps[1] and waited is None:
+            point, low, high = bootstrap_ratio(*steps, statistics[figure], options)
+            # Throughput is work over the mean step: its ratio is the steps' inverted.
+            bootstrap = (1 / point, 1 / high, 1 / low) if figure == "throughput" else (
+                point, low, high)  # fmt: skip
+        sigma = spread.sigma_for(cv)
+        low_ratio, high_ratio = noise.change_interval(
+            ratios[figure], spread, cv, repeats, options.confidence, bootstrap
+        )
+        decided = sigma is not None or bootstrap is not None
+        beyond = not (low_ratio <= 1 <= high_ratio) if decided else True
+        if waited is not None:
+            # Measured while other processes held the cores: the figures say as much about
+            # them as about the change. Shown, with no interval, never beyond noise.
+            decided = beyond = False
+        worse = _pct(ratios[figure]) * (-1 if figure == "throughput" else 1)
+        verdict = _verdict(worse, beyond, options.threshold_pct)
+        verdicts.append(verdict)
         nan = float("nan")
-        rows.append(
+        judged.update(
             {
-                "model": row.model,
-                "variant": row.variant,
-                "world_size": as_int(row.world_size),
-                "nnodes": as_int(row.nnodes),
-                "unit": row.unit,
-                "throughput_old": row.throughput,
-                "throughput_new": nan,
-                "throughput_change_pct": nan,
-                "throughput_ci_low_pct": nan,
-                "throughput_ci_high_pct": nan,
-                "p95_old_ms": row.step_ms_p95,
-                "p95_new_ms": nan,
-                "p95_change_pct": nan,
-                "p95_ci_low_pct": nan,
-                "p95_ci_high_pct": nan,
-                "beyond_noise": False,
-                "verdict": verdict,
-                "lost": True,
-                "new_status": ", ".join(sorted(set(statuses))) or MISSING,
-                "cell_id_old": row.cell_id,
-                "cell_id_new": None,
-                "config_key": row.config_key,
+                f"{figure}_ci_low_pct": _pct(low_ratio) if decided else nan,
+                f"{figure}_ci_high_pct": _pct(high_ratio) if decided else nan,
+                f"{figure}_noise_pct": noise.floor_pct(sigma) if sigma is not None else nan,
+                f"{figure}_beyond_noise": beyond,
+                f"{figure}_verdict": verdict,
             }
         )
-    return rows
+    order = [REGRESSION, IMPROVEMENT, WITHIN_NOISE, UNCHANGED]
+    judged["beyond_noise"] = bool(judged["throughput_beyond_noise"] or judged["p95_beyond_noise"])
+    judged["verdict"] = min(verdicts, key=order.index)
+    return judged
 
 
 def compare_runs(
@@ -240,31 +267,30 @@ def compare_runs(
     new_records: Sequence[ResultBase],
     options: CompareOptions = CompareOptions(),
 ) -> Comparison:
-    old, old_samples = _pooled(old_records)
-    new, new_samples = _pooled(new_records)
-    new_status = _statuses(new_records)
-    old_keys = set(_statuses(old_records))
+    old, old_samples, old_repeats = _pooled(old_records)
+    new, new_samples, new_repeats = _pooled(new_records)
+    new_status = statuses(new_records)
+    old_keys = set(statuses(old_records))
     merged = new.merge(old, on=KEY, suffixes=("_new", "_old"), how="outer", indicator=True)
+    both = merged[merged["_merge"] == "both"]
+    spreads = _spreads(options, old_repeats, new_repeats)
+    figures = len(FIGURES) * len(both)
+    # Bonferroni: each figure's interval at 1 - alpha/m, so the set holds at the confidence.
+    each = replace(options, confidence=1 - (1 - options.confidence) / max(1, figures))
     rows: List[Dict[str, object]] = []
-    for row in merged[merged["_merge"] == "both"].itertuples():
+    for row in both.itertuples():
         key = (str(row.config_key), as_int(row.world_size), as_int(row.nnodes))
-        throughput_change = _pct(as_float(row.throughput_new) / as_float(row.throughput_old))
-        p95_change = _pct(as_float(row.step_ms_p95_new) / as_float(row.step_ms_p95_old))
-        old_steps, new_steps = old_samples.get(key, []), new_samples.get(key, [])
-        if old_steps and new_steps:
-            _, tp_low, tp_high = throughput_interval(old_steps, new_steps, options)
-            _, p95_low, p95_high = bootstrap_ratio(old_steps, new_steps, _p95, options)
-            p95_low, p95_high = _pct(p95_low), _pct(p95_high)
-            tp_noise = not (tp_low <= 0 <= tp_high)
-            p95_noise = not (p95_low <= 0 <= p95_high)
-        else:  # no samples: the threshold alone decides
-            tp_low = tp_high = p95_low = p95_high = float("nan")
-            tp_noise = p95_noise = True
-        verdicts = [
-            _verdict(-throughput_change, tp_noise, options.threshold_pct),
-            _verdict(p95_change, p95_noise, options.threshold_pct),
-        ]
-        order = [REGRESSION, IMPROVEMENT, WITHIN_NOISE, UNCHANGED]
+        ratios = {
+            "throughput": as_float(row.throughput_new) / as_float(row.throughput_old),
+            "p95": as_float(row.step_ms_p95_new) / as_float(row.step_ms_p95_old),
+        }
+        judged = _judged(
+            ratios,
+            (old_repeats[key], new_repeats[key]),
+            (old_samples.get(key, []), new_samples.get(key, [])),
+            spreads,
+            each,
+        )
         rows.append(
             {
                 "model": row.model_new,
@@ -274,16 +300,11 @@ def compare_runs(
                 "unit": row.unit_new,
                 "throughput_old": row.throughput_old,
                 "throughput_new": row.throughput_new,
-                "throughput_change_pct": throughput_change,
-                "throughput_ci_low_pct": tp_low,
-                "throughput_ci_high_pct": tp_high,
+                "throughput_change_pct": _pct(ratios["throughput"]),
                 "p95_old_ms": row.step_ms_p95_old,
                 "p95_new_ms": row.step_ms_p95_new,
-                "p95_change_pct": p95_change,
-                "p95_ci_low_pct": p95_low,
-                "p95_ci_high_pct": p95_high,
-                "beyond_noise": bool(tp_noise or p95_noise),
-                "verdict": min(verdicts, key=order.index),
+                "p95_change_pct": _pct(ratios["p95"]),
+                **judged,
                 "lost": False,
                 "new_status": "ok",
                 "cell_id_old": row.cell_id_old,
@@ -294,7 +315,7 @@ def compare_runs(
     compared = {(str(r["config_key"]), as_int(r["world_size"]), as_int(r["nnodes"])) for r in rows}
     shared = bool(old_keys & set(new_status))
     if shared:
-        lost = _lost_rows(old, new_status, compared)
+        lost = lost_rows(old, new_status, compared)
         lost_keys = {(r["config_key"], r["world_size"], r["nnodes"]) for r in lost}
         rows = [r for r in rows if (r["config_key"], r["world_size"], r["nnodes"]) not in lost_keys]
         rows += lost
@@ -312,4 +333,12 @@ def compare_runs(
         keys = keys.loc[np.asarray(kept, dtype=bool)]
         return frame.merge(keys, on=KEY)[unmatched_columns]
 
-    return Comparison(cells, unmatched("right_only", old), unmatched("left_only", new), shared)
+    return Comparison(
+        cells,
+        unmatched("right_only", old),
+        unmatched("left_only", new),
+        shared,
+        spreads,
+        options.confidence,
+        figures,
+    )

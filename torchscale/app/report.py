@@ -31,6 +31,7 @@ class ReportRequest:
     output: Optional[Path] = None
     baseline: Optional[Path] = None
     threshold_pct: float = 5.0
+    noise_floor_pct: Optional[float] = None  # with a baseline: as ``compare --noise-floor``
 
 
 def default_output(data: ReportData, fmt: str) -> Path:
@@ -116,9 +117,11 @@ def generate_report(request: ReportRequest) -> Path:
     if baseline_data is not None:
         from torchscale.analysis.comparison import CompareOptions, compare_runs
 
-        result = compare_runs(
-            baseline_data.records, data.records, CompareOptions(threshold_pct=request.threshold_pct)
-        )
+        # The same verdicts as ``torchscale compare``: one function, the same options.
+        options = CompareOptions(
+            threshold_pct=request.threshold_pct, noise_floor_pct=request.noise_floor_pct
+        ).checked()
+        result = compare_runs(baseline_data.records, data.records, options)
         comparison = (result, request.threshold_pct, str(request.baseline))
 
     from torchscale.report.content import build_content

@@ -167,14 +167,14 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         join_timeout: Annotated[
-            float,
+            str,
             typer.Option(
                 "--join-timeout",
-                help="Seconds a node waits at a cell for the others (plus the cells node 0 runs "
-                "without it meanwhile).",
+                help="How long a node waits at a cell for the others: 600 (seconds), 90s, 10min "
+                "(plus the cells node 0 runs without it meanwhile).",
                 rich_help_panel=NODES_PANEL,
             ),
-        ] = 600.0,
+        ] = "600",
         tensorboard: Annotated[
             Optional[Path],
             typer.Option(
@@ -256,9 +256,11 @@ def register(app: typer.Typer) -> None:
             LaunchRequest,
             check_benchmark_flags,
         )
+        from torchscale.config.durations import parse_duration
         from torchscale.config.loader import load_config, parse_overrides
         from torchscale.integrations.sinks import Integrations
 
+        join_timeout_s = parse_duration(join_timeout, "--join-timeout", "600, 90s or 10min")
         check_benchmark_flags(force=force, resume=resume)
         loaded = load_config(config, parse_overrides(set_ or [], ctx.args))
         if benchmark_kind != "comm":
@@ -275,7 +277,7 @@ def register(app: typer.Typer) -> None:
                 node_rank=node_rank,
                 rdzv_endpoint=rdzv_endpoint,
                 rdzv_id=rdzv_id,
-                join_timeout=join_timeout,
+                join_timeout=join_timeout_s,
                 mpirun_args=mpirun_arg or [],
             ),
             max_cells=max_cells,

@@ -110,7 +110,7 @@ def _table(comparison: Comparison, threshold: float, device_kind: Optional[str] 
     ]
     # The compact form shows each change over its interval: the interval columns go.
     compact_cols = [c for c in cols if c.header != "95% CI"]
-    title = f"Per-cell change (threshold {threshold:g}%, 95% bootstrap CI)"
+    title = f"Per-cell change (threshold {threshold:g}%; 95% CI over run-to-run noise)"
     return fitted_table(err_console, title, cols, compact=compact_cols, left_out="see --json")
 
 
@@ -133,6 +133,15 @@ def register(app: typer.Typer) -> None:
             int, typer.Option("--resamples", help="Bootstrap resamples for the noise interval.")
         ] = 2000,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = 0,
+        noise_floor: Annotated[
+            Optional[float],
+            typer.Option(
+                "--noise-floor",
+                help="Run-to-run noise in %: how far one run of an unchanged cell may differ "
+                "from another (95%). Overrides the runs' repeats and the default floor (1.2 x "
+                "each cell's step-time CV); see docs/report.md.",
+            ),
+        ] = None,
         json_output: Annotated[
             bool, typer.Option("--json", help="Print the comparison as JSON on stdout.")
         ] = False,
@@ -143,9 +152,9 @@ def register(app: typer.Typer) -> None:
         from torchscale.errors import TorchscaleError
         from torchscale.report.report_data import load_report_data
 
-        if threshold < 0 or resamples < 100:
-            raise TorchscaleError("--threshold must be >= 0 and --resamples >= 100")
-        options = CompareOptions(threshold_pct=threshold, resamples=resamples, seed=seed)
+        options = CompareOptions(
+            threshold_pct=threshold, resamples=resamples, seed=seed, noise_floor_pct=noise_floor
+        ).checked()
         old_records = load_report_data(old, "OLD").records
         new_records = load_report_data(new, "NEW").records
         result = compare_runs(old_records, new_records, options)
@@ -163,6 +172,8 @@ def register(app: typer.Typer) -> None:
                     "new": str(new),
                     "threshold_pct": threshold,
                     "resamples": resamples,
+                    "noise_floor_pct": noise_floor,
+                    "noise": result.noise(),
                     "passed": not result.failed,
                     "regressions": regressions,
                     "lost": len(lost),
@@ -175,6 +186,7 @@ def register(app: typer.Typer) -> None:
 
         device_kind = records_device_kind([*old_records, *new_records])
         err_console.print(_table(result, threshold, device_kind))
+        err_console.print(result.noise_line(), markup=False)  # wrapped at the console width
         for side, frame in (("baseline", result.only_old), ("new run", result.only_new)):
             if not frame.empty:
                 err_console.print(

@@ -8,7 +8,6 @@ Heavy modules (pandas, numpy) are imported inside the command bodies.
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
@@ -16,6 +15,7 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, print_json, say, user_errors
+from torchscale.config.durations import parse_duration
 from torchscale.errors import TorchscaleError
 from torchscale.results.figures import GLOSSARY_DOC, SYNC_OVERHEAD, SYNC_STALL
 from torchscale.results.layout import FINDINGS_FILE, PROFILE_TABLE_FILES
@@ -25,21 +25,6 @@ if TYPE_CHECKING:
 
 TARGETS = ("sync_stalls", "communication", "compute", "memory", "all")
 TOOLS = ("auto", "nsys", "torch")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*$", re.IGNORECASE)
-_UNIT_SECONDS = {None: 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
-
-
-def parse_duration(text: str) -> float:
-    """``30``, ``30s``, ``2m``, ``1h`` -> seconds."""
-    match = _DURATION.match(text)
-    if not match or float(match.group(1)) <= 0:
-        raise TorchscaleError(
-            f"--duration {text!r} is not a duration; use seconds like 30, 30s, or minutes like 2m"
-        )
-    unit = match.group(2).lower() if match.group(2) else None
-    return float(match.group(1)) * _UNIT_SECONDS[unit]
-
-
 def _check_choice(value: str, choices: Tuple[str, ...], option: str) -> str:
     if value not in choices:
         raise TorchscaleError(f"{option} {value!r} is not one of: {', '.join(choices)}")
@@ -178,7 +163,8 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         duration: Annotated[
-            str, typer.Option("--duration", "-d", help="How long to profile: 30, 30s or 2m.")
+            str,
+            typer.Option("--duration", "-d", help="How long to profile: 30 (seconds), 30s, 2min."),
         ] = "30s",
         target: Annotated[
             str, typer.Option("--target", "-t", help=f"What to look for: {', '.join(TARGETS)}.")
@@ -224,7 +210,7 @@ def register(app: typer.Typer) -> None:
         if ctx.invoked_subcommand is not None:
             return
         _verbose(verbose)
-        seconds = parse_duration(duration)
+        seconds = parse_duration(duration, "--duration", "30, 30s, 2min or 1h")
         _check_choice(target, TARGETS, "--target")
         _check_choice(tool, TOOLS, "--tool")
         if config is not None and (model is not None or batch_size is not None):

@@ -38,17 +38,32 @@ ThresholdOption = Annotated[
     float,
     typer.Option("--threshold", help="With --baseline: % change that counts as a regression."),
 ]
+NoiseFloorOption = Annotated[
+    Optional[float],
+    typer.Option(
+        "--noise-floor",
+        help="With --baseline: run-to-run noise in % (as compare --noise-floor; default: the "
+        "runs' repeats, else 1.2 x each cell's step-time CV).",
+    ),
+]
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Enable verbose logging.")]
 
 
 @user_errors
 def _generate(
-    source: Path, fmt: str, output: Optional[Path], baseline: Optional[Path], threshold: float
+    source: Path,
+    fmt: str,
+    output: Optional[Path],
+    baseline: Optional[Path],
+    threshold: float,
+    noise_floor: Optional[float] = None,
 ) -> None:
     from torchscale.app.report import ReportRequest, generate_report
 
     with err_console.status(f"Building the {markup_text(fmt)} report of {markup_text(source)}..."):
-        path = generate_report(ReportRequest(source, fmt, output, baseline, threshold))
+        path = generate_report(
+            ReportRequest(source, fmt, output, baseline, threshold, noise_floor)
+        )
     if fmt.lower() == "tensorboard":
         message = f"> TensorBoard runs written to {path} (view: tensorboard --logdir {path})"
     else:
@@ -63,6 +78,7 @@ def report(
     output: OutputOption = None,
     baseline: BaselineOption = None,
     threshold: ThresholdOption = 5.0,
+    noise_floor: NoiseFloorOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Generate visual HTML/PDF performance reports."""
@@ -72,7 +88,7 @@ def report(
         import logging
 
         logging.getLogger("torchscale").setLevel(logging.DEBUG)
-    _generate(source, fmt, output, baseline, threshold)
+    _generate(source, fmt, output, baseline, threshold, noise_floor)
 
 
 def register(app: typer.Typer) -> None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from torchscale.results.schema import ResultBase
     from torchscale.tune.tune_runner import TuneRequest
 
+EXIT_NOTHING_MEASURED = 1
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
@@ -159,10 +160,11 @@ def _request(
     repeats: Optional[int],
 ) -> TuneRequest:
     """Everything checked before anything runs (bad input: one line, exit 2)."""
+    from torchscale.config.durations import parse_duration
     from torchscale.config.loader import apply_overrides, load_config, parse_overrides, read_yaml
-    from torchscale.config.tune_section import TuneSection, parse_budget
+    from torchscale.config.tune_section import TuneSection
 
-    budget_s = parse_budget(budget)
+    budget_s = parse_duration(budget, "--budget", "90s, 20m, 2min or 1h30m")
     overrides = parse_overrides(set_)
     pins = [
         (["models"], [model] if model else None),
@@ -180,11 +182,12 @@ def _request(
     from torchscale.tune.space import check_section
 
     check_section(section, allow)
-
-    check_model_factories(loaded.models, seq_len=loaded.seq_len[0])
     baseline = _baseline(loaded)
+    from torchscale.tune.tune_runner import TuneRequest, check_node_fits
+
+    check_node_fits(baseline)
+    check_model_factories(loaded.models, seq_len=loaded.seq_len[0])
     from torchscale.tune.space import build_space
-    from torchscale.tune.tune_runner import TuneRequest
 
     space = build_space(baseline, section, allow, _where(baseline))
     if not space.knobs:
@@ -257,7 +260,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         budget: Annotated[
             str,
-            typer.Option("--budget", help="Time the search and verdict may take: 90s, 20m, 1h."),
+            typer.Option(
+                "--budget", help="Time the search and verdict may take: 90s, 20m, 2min, 1h30m."
+            ),
         ] = "20m",
         trials: Annotated[
             Optional[int], typer.Option("--trials", help="At most this many trials.", min=1)
@@ -315,9 +320,12 @@ def register(app: typer.Typer) -> None:
             code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
             raise typer.Exit(code) from None
         from torchscale.results.layout import TUNE_BEST_CONFIG, TUNE_DDP_SNIPPET, TUNE_SUMMARY
+        from torchscale.tune.tune_outputs import NOTHING_MEASURED
 
+        measured = summary["result"] != NOTHING_MEASURED
+        written = f"{TUNE_BEST_CONFIG}, {TUNE_DDP_SNIPPET} and " if measured else ""
         err_console.print(
-            f"> {TUNE_BEST_CONFIG}, {TUNE_DDP_SNIPPET} and {TUNE_SUMMARY} are in {folder}",
+            f"> {written}{TUNE_SUMMARY} {'are' if measured else 'is'} in {folder}",
             soft_wrap=True,
             markup=False,
         )
@@ -329,3 +337,5 @@ def register(app: typer.Typer) -> None:
         err_console.print(summary["line"], soft_wrap=True, markup=False)
         if json_output:
             print_json(summary)
+        if not measured:  # a gate that measured nothing does not pass
+            raise typer.Exit(EXIT_NOTHING_MEASURED)

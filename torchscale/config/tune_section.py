@@ -6,13 +6,11 @@ section, so one file serves both commands.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Dict, List, Optional, Union
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from torchscale.config.base import StrictModel
-from torchscale.errors import ConfigError
 
 
 class ValueRange(StrictModel):
@@ -72,18 +70,3 @@ class TuneSection(StrictModel):
     )
     batch: PositiveInt = Field(4, description="Trials asked of Optuna and run together.")
     seed: int = Field(0, description="Seed of the sampler and of the bootstrap.")
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([hms])")
-
-
-def parse_budget(text: str) -> float:
-    """``20m``, ``90s``, ``1h30m`` -> seconds; anything else is a ConfigError saying the form."""
-    cleaned = text.strip().lower()
-    parts = _DURATION.findall(cleaned)
-    if not parts or _DURATION.sub("", cleaned).strip():
-        raise ConfigError(f"--budget '{text}' is not a duration: write it like 90s, 20m or 1h30m")
-    seconds = sum(float(n) * {"h": 3600, "m": 60, "s": 1}[unit] for n, unit in parts)
-    if seconds <= 0:
-        raise ConfigError(f"--budget '{text}' is zero: give the time tune may take, e.g. 20m")
-    return seconds

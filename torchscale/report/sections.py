@@ -330,8 +330,8 @@ def comparison_section(comparison: Comparison, threshold_pct: float, baseline: s
         "Comparison with the baseline",
         f"Against {baseline}: cells matched by configuration and count of {words.devices()}. A "
         "cell regresses "
-        f"when throughput drops, or p95 step time rises, by more than {threshold_pct:g}% and the "
-        "95% bootstrap interval from the per-step samples excludes no change.",
+        f"when throughput drops, or p95 step time rises, by more than {threshold_pct:g}% and its "
+        f"interval over run-to-run noise excludes no change. {comparison.noise_line()}",
         charts=charts.comparison_charts(cells, threshold_pct),
         tables=[
             make_table(
@@ -342,9 +342,9 @@ def comparison_section(comparison: Comparison, threshold_pct: float, baseline: s
                     VARIANT,
                     gpus_column(),
                     Column("throughput", "Throughput before → after", fmt.text),
-                    Column("throughput_change", "Change (95% CI)", fmt.text, numeric=False),
+                    Column("throughput_change", "Change (interval)", fmt.text, numeric=False),
                     Column("p95", "p95 step ms before → after", fmt.text),
-                    Column("p95_change", "Change (95% CI)", fmt.text, numeric=False),
+                    Column("p95_change", "Change (interval)", fmt.text, numeric=False),
                     Column("verdict", "Verdict", fmt.text, numeric=False),
                 ],
                 row_class=lambda row: "verdict-" + row["verdict"].replace(" ", "-"),

@@ -1,8 +1,11 @@
-"""Descriptive statistics of per-step samples, the one definition every table and check uses."""
+"""Descriptive statistics of per-step samples, the one definition every table and check uses;
+and Student's t quantile (numpy has none, and scipy is not a dependency)."""
 
 from __future__ import annotations
 
+import functools
 import math
+from statistics import NormalDist
 from typing import Any, Dict, Optional, Sequence, Union
 
 import numpy as np
@@ -48,3 +51,57 @@ def coefficient_of_variation(samples: Sequence[float]) -> Optional[float]:
     values = np.asarray(samples, dtype=float)
     average = float(values.mean())
     return float(values.std() / average) if average > 0 else None
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny, eps = 1e-300, 1e-14
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, 300):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            result *= d * c
+        if abs(d * c - 1.0) < eps:
+            break
+    return result
+
+
+def _beta_regularized(a: float, b: float, x: float) -> float:
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(
+        math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    )
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _beta_fraction(a, b, x) / a
+    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
+
+
+@functools.lru_cache(maxsize=256)
+def t_quantile(probability: float, df: Optional[float]) -> float:
+    """Student's t quantile (``probability`` > 0.5: the upper one) with ``df`` degrees of
+    freedom; the normal quantile when ``df`` is None (a spread taken as known)."""
+    if df is None:
+        return NormalDist().inv_cdf(probability)
+    tail = 2.0 * (1.0 - probability)  # P(|T| > t)
+
+    def beyond(t: float) -> float:
+        return _beta_regularized(df / 2.0, 0.5, df / (df + t * t))
+
+    low, high = 0.0, 1.0
+    while beyond(high) > tail:
+        low, high = high, high * 2.0
+    for _ in range(100):
+        middle = (low + high) / 2.0
+        low, high = (middle, high) if beyond(middle) > tail else (low, middle)
+    return (low + high) / 2.0

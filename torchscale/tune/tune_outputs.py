@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import yaml
 
-from torchscale.escaping import python_comment, python_string
+from torchscale.escaping import for_terminal, python_comment, python_string
 from torchscale.results.layout import (
     TUNE_BASELINE_CONFIG,
     TUNE_BEST_CONFIG,
@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
+GAIN, NO_GAIN, NOTHING_MEASURED = "gain", "no significant gain", "nothing measured"
+ERROR_SHOWN = 160  # characters of a trial's error in the console line
 SUMMARY_FILE = TUNE_SUMMARY
 BEST_FILE = TUNE_BEST_CONFIG
 BASELINE_FILE = TUNE_BASELINE_CONFIG
@@ -129,8 +131,33 @@ def ddp_snippet(settings: Dict[str, Any], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def tune_line(winner: Optional[Candidate], candidates: List[Candidate]) -> str:
-    """The console's last line: the gain with its interval, or why the baseline is kept."""
+def outcome(winner: Optional[Candidate], candidates: List[Candidate]) -> str:
+    """GAIN, NO_GAIN (a finalist measured against the baseline, none beyond noise) or
+    NOTHING_MEASURED (no finalist has an interval: the gate measured nothing, exit 1)."""
+    if winner is not None:
+        return GAIN
+    return NO_GAIN if any(c.gain_pct is not None for c in candidates) else NOTHING_MEASURED
+
+
+def failures(trials: List[Dict[str, Any]]) -> str:
+    """``3 oom, 1 failed; first: <error>`` over the trials that failed."""
+    failed = [t for t in trials if t.get("state") == "fail"]
+    counts: Dict[str, int] = {}
+    for trial in failed:
+        status = str(trial.get("status") or "failed")
+        counts[status] = counts.get(status, 0) + 1
+    shown = ", ".join(f"{count} {status}" for status, count in counts.items())
+    first = next((str(t["error"]) for t in failed if t.get("error")), "")
+    if first:
+        shown += f"; first: {for_terminal(first[:ERROR_SHOWN])}"
+    return shown or "none ran"
+
+
+def tune_line(
+    winner: Optional[Candidate], candidates: List[Candidate], trials: List[Dict[str, Any]]
+) -> str:
+    """The console's last line: the gain with its interval, why the baseline is kept, or that
+    nothing was measured (never "no significant gain" then)."""
     level = f"{CONFIDENCE:.0%}"
     if winner is not None:
         return (
@@ -139,7 +166,14 @@ def tune_line(winner: Optional[Candidate], candidates: List[Candidate]) -> str:
         )
     measured = [c for c in candidates if c.gain_pct is not None]
     if not measured:
-        return "> [TUNE] no significant gain: no candidate could be measured; keeping the baseline"
+        ran = [t for t in trials if t.get("state") in ("complete", "pruned")]
+        if candidates:
+            why = f"every finalist ({len(candidates)}) failed when measured again"
+        elif ran:
+            why = f"no trial but the baseline was measured ({failures(trials)})"
+        else:
+            why = f"all {len(trials)} trial(s) failed ({failures(trials)})"
+        return f"> [TUNE] nothing measured: {why}; no verdict, and no {BEST_FILE} written"
     best = max(measured, key=lambda c: c.gain_pct or 0.0)
     return (
         f"> [TUNE] no significant gain: best candidate {best.gain_pct:+.1f}% samples/s "
@@ -155,6 +189,10 @@ def write_outputs(
     baseline: Dict[str, Any],
     snippet: str,
 ) -> None:
+    """tune.json, and (when a verdict was reached) best.yaml, baseline.yaml and ddp.py."""
+    if summary["result"] == NOTHING_MEASURED:
+        atomic_write_json(folder / SUMMARY_FILE, summary)
+        return
     atomic_write_text(folder / BEST_FILE, yaml.safe_dump(best, sort_keys=False))
     atomic_write_text(folder / BASELINE_FILE, yaml.safe_dump(baseline, sort_keys=False))
     atomic_write_text(folder / SNIPPET_FILE, snippet)

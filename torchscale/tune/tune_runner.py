@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 VERDICT_DIR = TUNE_VERDICT_DIR
 SCREEN_DIR = TUNE_SCREEN_DIR
 STALE_BATCHES = 3
+FAILED_BATCHES = 2  # batches with no trial measured at all before the search gives up
 
 
 class TuneEvents(SweepEvents, Protocol):
@@ -81,6 +82,32 @@ class TuneRequest:
 
 def tune_folder(output_dir: Path, experiment: str) -> Path:
     return experiment_dir(Path(output_dir), experiment) / TUNE_DIR
+
+
+def check_node_fits(baseline: CellSettings) -> None:
+    """Refuse (one line, exit 2) before anything is launched or written when this node cannot
+    run the tuned cell: every trial would be skipped, and a tune of nothing is no verdict."""
+    from torchscale.errors import ConfigError
+    from torchscale.hardware.environment import CPU_SLOTS_ENV, node_devices
+    from torchscale.launch.multinode import Launch
+    from torchscale.launch.sweep import skip_reason
+    from torchscale.plan.planned_cell import Cell
+    from torchscale.plan.training_cells import cell_id
+
+    devices = node_devices()
+    reason = skip_reason(Cell(0, cell_id(baseline), baseline, "training"), devices, Launch())
+    if reason is None:
+        return
+    fix = ""
+    wanted = baseline.nproc_per_node
+    if wanted > devices.count:
+        fix = f": pass --gpus {devices.count}"
+        if devices.kind == "cpu":
+            fix += (
+                f", or set {CPU_SLOTS_ENV}={wanted} to run {wanted} CPU processes on this "
+                "node's cores"
+            )
+    raise ConfigError(f"tune cannot run here: its cell {reason}{fix}")
 
 
 def trial_rows(study: optuna.Study) -> List[Dict[str, Any]]:
@@ -141,6 +168,10 @@ class Search:
         return {"number": top["number"], "samples_per_s": top["samples_per_s"],
                 "params": top["params"]}  # fmt: skip
 
+    def _pruned(self) -> bool:
+        """Whether a trial was measured on the screening window (and pruned)."""
+        return bool(self.study.get_trials(deepcopy=False, states=(states().PRUNED,)))
+
     def _room(self, verdict_cells: int) -> int:
         """How many trials the next batch may hold (0: stop)."""
         request = self.request
@@ -165,12 +196,19 @@ class Search:
         if stale:
             self.events.phase(f"resuming {len(stale)} unfinished trial(s)")
             self.batch.run(stale)
-        stale_batches = 0
+        stale_batches = failed_batches = 0
         while stale_batches < STALE_BATCHES:
             Interrupts.check()
             size = self._room(verdict_cells)
             if size <= 0:
                 return
+            if failed_batches >= FAILED_BATCHES and self.best() is None and not self._pruned():
+                self.events.phase(
+                    f"stopping: none of the first {finished_count(self.study)} trials could be "
+                    f"measured ({outputs.SUMMARY_FILE} has their errors)"
+                )
+                return
+            failed_batches += 1
             self.events.phase(f"trials {finished_count(self.study) + 1}..")
             tried = distinct_tried(self.study)
             self.batch.run([self.study.ask() for _ in range(size)])
@@ -262,14 +300,24 @@ def _summary(
     verdict: Dict[str, Any],
 ) -> Dict[str, Any]:
     space = request.space
+    trials = trial_rows(search.study)
+    result = outputs.outcome(winner, candidates)
+    files = {
+        "best": outputs.BEST_FILE,
+        "baseline": outputs.BASELINE_FILE,
+        "snippet": outputs.SNIPPET_FILE,
+        "study": TUNE_STUDY,
+    }
+    if result == outputs.NOTHING_MEASURED:  # no verdict: nothing to reproduce or paste
+        files = {"study": TUNE_STUDY}
     return {
         "experiment": request.config.experiment_name,
         "tune_dir": str(folder),
         "model": request.baseline.model,
         "batch_size": request.baseline.batch_size,
         "gpus": request.baseline.gpus,
-        "result": "gain" if winner else "no significant gain",
-        "line": outputs.tune_line(winner, candidates),
+        "result": result,
+        "line": outputs.tune_line(winner, candidates, trials),
         "baseline": space.baseline_params(),
         "winner": winner.as_dict() if winner else None,
         "space": {
@@ -279,15 +327,10 @@ def _summary(
         "knob_changes": {k.name: k.changes for k in space.knobs},
         "left_out": space.left_out,
         "pruning": request.section.pruning,
-        "trials": trial_rows(search.study),
+        "trials": trials,
         "verdict": verdict,
         "warning": _contended(verdict),
-        "files": {
-            "best": outputs.BEST_FILE,
-            "baseline": outputs.BASELINE_FILE,
-            "snippet": outputs.SNIPPET_FILE,
-            "study": TUNE_STUDY,
-        },
+        "files": files,
     }
 
 

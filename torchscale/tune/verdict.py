@@ -21,7 +21,8 @@ import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from torchscale.analysis.comparison import CompareOptions, paired_rounds_interval
+from torchscale.analysis.bootstrap import paired_rounds_interval
+from torchscale.analysis.comparison import CompareOptions
 from torchscale.config.settings import CellSettings
 from torchscale.errors import TorchscaleError
 from torchscale.plan.planned_cell import Cell
