@@ -19,7 +19,7 @@ from typing import Dict, List
 import pandas as pd
 
 from torchscale.profiling.analyzers import intervals
-from torchscale.profiling.analyzers.kernels import COMMUNICATION, COMPUTE, classify
+from torchscale.profiling.analyzers.kernels import COMMUNICATION, COMPUTE, class_mask
 from torchscale.profiling.traces.model import RankTrace
 
 BREAKDOWN_COLUMNS = [
@@ -49,15 +49,16 @@ def rank_breakdown(trace: RankTrace) -> Dict[str, float]:
     nan = float("nan")
     if not len(ts):
         return dict.fromkeys(BREAKDOWN_COLUMNS, nan) | {"rank": trace.rank}
-    busy = intervals.merge(ts, end)
-    kernel_time = float(busy[1][-1] - busy[0][0])
-    idle = kernel_time - intervals.total(*busy)
-    classes = classify(gpu["name"])
-    comp = intervals.merge(ts[classes == COMPUTE], end[classes == COMPUTE])
-    comm = intervals.merge(ts[classes == COMMUNICATION], end[classes == COMMUNICATION])
-    compute_time = intervals.total(*comp)
-    comm_time = intervals.total(*comm)
-    overlap = intervals.intersection_length(comm, comp)
+    # Lengths of unions only, never the merged intervals themselves: the analysis of a large
+    # trace then needs a few arrays of its kernels' length (memory_budget counts on it).
+    kernel_time = float(end.max() - ts.min())
+    idle = kernel_time - intervals.union_length(ts, end)
+    is_comp = class_mask(gpu["name"], COMPUTE)
+    is_comm = class_mask(gpu["name"], COMMUNICATION)
+    compute_time = intervals.union_length(ts, end, is_comp)
+    comm_time = intervals.union_length(ts, end, is_comm)
+    either = intervals.union_length(ts, end, is_comp | is_comm)
+    overlap = max(0.0, compute_time + comm_time - either)  # inclusion-exclusion
     return {
         "rank": trace.rank,
         "idle_time_us": idle,

@@ -7,9 +7,15 @@ several processes decode at once; gzip input is decompressed by a helper thread 
 the GIL) while the main thread decodes.
 
 After decoding, the events are put in the shape HTA gives them, so figures agree with HTA: events
-without a duration or category and the profiler's own "Trace" span are dropped; timestamps with a
-fractional part are rounded as HTA does (start up, end down); and when there are at least two
+without a category and the profiler's own "Trace" span are dropped; timestamps with a fractional
+part are rounded as HTA does (start up, end down); and when there are at least two
 ``ProfilerStep#N`` ranges, everything launched at or after the start of the last one is dropped.
+Complete events without a finite start or duration, or with a negative one, are invalid: HTA
+drops them silently, we count them (``RankTrace.invalid``) and the analysis reports them. A trace
+left with no event is refused (``check_not_empty``).
+
+Memory: columns are held compact from the first block (``model``), joined one column at a time,
+and checked against the analysis's memory budget after every block (``memory_budget``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,16 @@ import numpy as np
 
 from torchscale.errors import TorchscaleError
 from torchscale.profiling.traces import kineto_decode as dec
-from torchscale.profiling.traces.model import RankTrace, build_events, launch_times
+from torchscale.profiling.traces.memory_budget import MemoryBudget
+from torchscale.profiling.traces.model import (
+    RankTrace,
+    build_tables,
+    compact_floats,
+    compact_ints,
+    invalid_rows,
+    keep_rows,
+    launch_times,
+)
 
 BLOCK_BYTES = 8 << 20  # decode unit: big enough to amortise calls, small enough for the cache
 HEAD_LIMIT_BYTES = 64 << 20  # "traceEvents" must start within this (Kineto writes it first)
@@ -108,16 +123,33 @@ def _decode_until_boundary(buf: bytearray, out: dec.Columns, use_msgspec: bool) 
 
 
 def scan_range(
-    path: Path, start: int, end: Optional[int], first: bool, last: bool, use_msgspec: bool = True
+    path: Path,
+    start: int,
+    end: Optional[int],
+    first: bool,
+    last: bool,
+    use_msgspec: bool = True,
+    budget: Optional[MemoryBudget] = None,
+    share: float = 1.0,
 ) -> dec.Columns:
     """Decode the events in bytes ``[start, end)`` of ``path``.
 
     ``first``: the range starts at the file start (metadata, then ``"traceEvents": [``).
     ``last``: the range runs to the end of the file (closing ``]`` and trailing metadata).
-    Otherwise the range holds whole events separated by commas.
+    Otherwise the range holds whole events separated by commas. ``budget``: refuse once what is
+    held projects past it; ``share``: this range's share of everything read (a split file's
+    parts are held together in the end).
     """
     out = dec.Columns()
     buf = bytearray(b"[")
+    size = path.stat().st_size if end is None else end - start
+
+    def check() -> None:
+        if budget is not None:
+            raw = getattr(fh, "myfileobj", None) or fh
+            done = (raw.tell() - start) / size if size and share == 1 else None
+            budget.check(int(out.nbytes / share), path, out.events, done)
+
     with _open(path) as fh:
         if start:
             fh.seek(start)
@@ -145,6 +177,7 @@ def scan_range(
             buf += block
             if len(buf) > BLOCK_BYTES:
                 _decode_until_boundary(buf, out, use_msgspec)
+                check()
                 if len(buf) > BLOCK_BYTES + MAX_EVENT_BYTES:
                     raise TraceReadError(
                         f"{path}: no complete event in {len(buf) >> 20} MiB (an unterminated "
@@ -156,6 +189,8 @@ def scan_range(
     elif len(buf) > 1 and bytes(buf[1:]).strip():
         buf += b"]"
         dec.decode_event_list(bytes(buf), out, use_msgspec)
+    if budget is not None:
+        budget.check(int(out.nbytes / share), path, out.events)
     return out
 
 
@@ -186,7 +221,10 @@ def _split_ranges(path: Path, parts: int) -> List[Tuple[int, Optional[int], bool
     ]
 
 
-def _scan_task(args: Tuple[Path, int, Optional[int], bool, bool, bool]) -> dec.Columns:
+Task = Tuple[Path, int, Optional[int], bool, bool, bool, Optional[MemoryBudget], float]
+
+
+def _scan_task(args: Task) -> dec.Columns:
     try:
         return scan_range(*args)
     except (OSError, EOFError, zlib.error, *dec.DecodeError) as exc:
@@ -196,25 +234,34 @@ def _scan_task(args: Tuple[Path, int, Optional[int], bool, bool, bool]) -> dec.C
 
 
 def plan_tasks(
-    paths: List[Path], workers: int
-) -> List[Tuple[Path, int, Optional[int], bool, bool, bool]]:
-    """One task per file, or several per large plain file when more than one process helps."""
-    tasks = []
+    paths: List[Path], workers: int, budget: Optional[MemoryBudget] = None
+) -> List[Task]:
+    """One task per file, or several per large plain file when more than one process helps.
+
+    With a budget, each task counts its share of everything read (files are held together)."""
+    tasks: List[Task] = []
     can_split = dec.HAVE_MSGSPEC and workers > 1
+    total = sum(p.stat().st_size for p in paths) or 1
     for path in paths:
         size = path.stat().st_size
         if can_split and not path.name.endswith(".gz") and size >= PARALLEL_MIN_BYTES:
             parts = max(2, workers // max(1, len(paths)))
-            tasks += [(path, lo, hi, f, la, True) for lo, hi, f, la in _split_ranges(path, parts)]
+            ranges = _split_ranges(path, parts)
+            tasks += [
+                (path, lo, hi, f, la, True, budget, ((hi or size) - lo) / total)
+                for lo, hi, f, la in ranges
+            ]
         else:
-            tasks.append((path, 0, None, True, True, True))
+            tasks.append((path, 0, None, True, True, True, budget, max(size, 1) / total))
     return tasks
 
 
-def read_kineto_files(paths: List[Path], workers: Optional[int] = None) -> Dict[Path, RankTrace]:
+def read_kineto_files(
+    paths: List[Path], workers: Optional[int] = None, budget: Optional[MemoryBudget] = None
+) -> Dict[Path, RankTrace]:
     """Read several Kineto traces, in parallel when there is enough work for it."""
     workers = workers or min(MAX_WORKERS, os.cpu_count() or 1)
-    tasks = plan_tasks(paths, workers)
+    tasks = plan_tasks(paths, workers, budget)
     total = sum(p.stat().st_size for p in paths)
     if workers > 1 and len(tasks) > 1 and total >= PARALLEL_MIN_BYTES // 4:
         import multiprocessing
@@ -227,7 +274,8 @@ def read_kineto_files(paths: List[Path], workers: Optional[int] = None) -> Dict[
     by_path: Dict[Path, List[dec.Columns]] = {}
     for task, cols in zip(tasks, results):
         by_path.setdefault(task[0], []).append(cols)
-    return {path: finish(path, parts) for path, parts in by_path.items()}
+    del results
+    return {path: finish(path, by_path.pop(path)) for path in list(by_path)}
 
 
 def read_kineto(path: Path, use_msgspec: bool = True) -> RankTrace:
@@ -235,88 +283,104 @@ def read_kineto(path: Path, use_msgspec: bool = True) -> RankTrace:
     return finish(path, [scan_range(path, 0, None, True, True, use_msgspec)])
 
 
+INT_COLUMNS = ("pid", "tid", "stream", "correlation")
+
+
+def _joined(arrays: List[np.ndarray], dtype: Any = np.float64) -> np.ndarray:
+    if not arrays:
+        return np.zeros(0, dtype=dtype)
+    return np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+
+
 def _merge(
     parts: List[dec.Columns],
 ) -> Tuple[Dict[str, np.ndarray], List[str], List[str], Dict[str, object]]:
+    """The parts' columns joined, one column at a time; the parts are emptied as they go (a
+    large trace's columns are never held twice)."""
     names: Dict[str, int] = {}
     cats: Dict[str, int] = {}
-    name_codes, cat_codes, meta = [], [], {}
+    meta: Dict[str, object] = {}
+    name_maps, cat_maps = [], []
     for part in parts:
-        name_map = np.fromiter(
-            (names.setdefault(n, len(names)) for n in part.names), np.int32, len(part.names)
+        name_maps.append(
+            np.fromiter(
+                (names.setdefault(n, len(names)) for n in part.names), np.int32, len(part.names)
+            )
         )
-        cat_map = np.fromiter(
-            (cats.setdefault(c, len(cats)) for c in part.cats), np.int32, len(part.cats)
+        cat_maps.append(
+            np.fromiter(
+                (cats.setdefault(c, len(cats)) for c in part.cats), np.int32, len(part.cats)
+            )
         )
-        name_codes += [name_map[c] for c in part.name_codes]
-        cat_codes += [cat_map[c] for c in part.cat_codes]
         meta.update(part.metadata)
 
-    def cat(field: str, dtype: Any) -> np.ndarray:
-        arrays = [a for p in parts for a in getattr(p, field)]
-        return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+    def joined(field: str, dtype: Any, maps: Optional[List[np.ndarray]] = None) -> np.ndarray:
+        arrays: List[np.ndarray] = []
+        for i, part in enumerate(parts):
+            column = getattr(part, field).take()
+            arrays.append(column if maps is None else compact_ints(maps[i][column]))
+            del column
+        return _joined(arrays, dtype)
 
-    cols = {
-        f: cat(f, t)
-        for f, t in (
-            ("ts", np.float64),
-            ("dur", np.float64),
-            ("pid", np.int64),
-            ("tid", np.int64),
-            ("stream", np.int64),
-            ("correlation", np.int64),
-        )
-    }
-    cols["name"] = np.concatenate(name_codes) if name_codes else np.zeros(0, np.int32)
-    cols["cat"] = np.concatenate(cat_codes) if cat_codes else np.zeros(0, np.int32)
+    cols = {"ts": joined("ts", np.float64), "dur": joined("dur", np.float64)}
+    cols.update({f: joined(f, np.int64) for f in INT_COLUMNS})
+    cols["name"] = joined("name_codes", np.int32, name_maps)
+    cols["cat"] = joined("cat_codes", np.int32, cat_maps)
     return cols, list(names), list(cats), meta
 
 
 def finish(path: Path, parts: List[dec.Columns]) -> RankTrace:
-    """Columns -> a RankTrace with HTA's load-time rules applied."""
+    """Columns -> a RankTrace with HTA's load-time rules applied; invalid events counted."""
+    decoded = sum(p.events for p in parts)
+    api_corr = _joined([p.api_correlation.take() for p in parts])
+    api_ts = _joined([p.api_ts.take() for p in parts])
     cols, names, cats, meta = _merge(parts)
-    ts, dur = cols["ts"], cols["dur"]
     cat_names = np.asarray([*cats, ""], dtype=object)
-    keep = ~np.isnan(dur) & ~np.isnan(ts) & (cat_names[cols["cat"]] != "")
-    cols = {k: v[keep] for k, v in cols.items()}
+    bad, invalid = invalid_rows(cols["ts"], cols["dur"])
+    keep_rows(cols, ~bad & (cat_names[cols["cat"]] != ""))  # HTA drops events without a category
+    del bad
+    api_ts = api_ts[np.isfinite(api_ts)] if len(api_ts) else api_ts
     ts, dur = cols["ts"], cols["dur"]
-    api_corr = np.concatenate([a for p in parts for a in p.api_correlation] or [np.zeros(0)])
-    api_ts = np.concatenate([a for p in parts for a in p.api_ts] or [np.zeros(0)])
-    fractional = np.any(ts != np.floor(ts)) or np.any(api_ts != np.floor(api_ts))
+    fractional = bool(np.any(ts != np.floor(ts))) or bool(np.any(api_ts != np.floor(api_ts)))
     if fractional:  # ns-resolution trace: HTA rounds start up, end down
-        end = np.floor(ts + dur)
-        ts = np.ceil(ts)
-        dur = end - ts
+        end = ts + dur
+        np.floor(end, out=end)
+        np.ceil(ts, out=ts)
+        np.subtract(end, ts, out=end)
+        cols["dur"] = compact_floats(end)
+        del end
         api_ts = np.ceil(api_ts)
-    events = build_events(
-        ts,
-        dur,
-        cols["cat"],
-        cats,
-        cols["name"],
-        names,
-        cols["pid"],
-        cols["tid"],
-        cols["stream"],
-        cols["correlation"],
+    del ts, dur
+    cols["launch_ts"] = launch_times(
+        cols["ts"], cols["stream"], cols["correlation"], api_corr, api_ts
     )
-    events["launch_ts"] = launch_times(events, api_corr, api_ts)
-    step_names = [n for n in events["name"].cat.categories if "ProfilerStep" in n]
+    del api_corr, api_ts
+    step_codes = [i for i, n in enumerate(names) if "ProfilerStep" in n]
     window_end = None
-    if len(step_names) >= 2:
-        is_kernel = (events["stream"].to_numpy() >= 0) & (events["correlation"].to_numpy() >= 0)
-        steps = events["name"].isin(step_names).to_numpy() & ~is_kernel
-        window_end = float(events["ts"].to_numpy()[steps].max())
-        anchor = np.where(is_kernel, events["launch_ts"].to_numpy(), events["ts"].to_numpy())
-        events = events[anchor < window_end].reset_index(drop=True)
+    if len(step_codes) >= 2:
+        is_kernel = (cols["stream"] >= 0) & (cols["correlation"] >= 0)
+        steps = np.isin(cols["name"], step_codes) & ~is_kernel
+        window_end = float(cols["ts"][steps].max())
+        del steps
+        anchor = np.where(is_kernel, cols["launch_ts"], cols["ts"])
+        del is_kernel
+        keep_rows(cols, anchor < window_end)
+        del anchor
     info = meta.get("distributedInfo") or {}
     rank = info.get("rank") if isinstance(info, dict) else None
-    metadata = {"distributedInfo": info, "baseTimeNanoseconds": meta.get("baseTimeNanoseconds")}
+    metadata: Dict[str, object] = {
+        "distributedInfo": info,
+        "baseTimeNanoseconds": meta.get("baseTimeNanoseconds"),
+        "decoded_events": decoded,
+    }
+    gpu, cpu = build_tables(cols, cats, names)
     return RankTrace(
         rank=rank if isinstance(rank, int) else -1,
         path=path,
         source="kineto",
-        events=events,
+        gpu=gpu,
+        cpu=cpu,
         metadata=metadata,
         window_end=window_end,
+        invalid=invalid,
     )

@@ -17,6 +17,8 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 import pandas as pd
 
+from torchscale.profiling.traces.model import compact_floats, compact_ints
+
 try:  # speed only: the stdlib path below gives identical columns
     import msgspec
 except ImportError:  # pragma: no cover - exercised by forcing the stdlib path in tests
@@ -30,23 +32,75 @@ SKIPPED_CATEGORIES = frozenset({"Trace", "python_function"})
 API_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 
 
+class GrowingArray:
+    """A column that blocks are appended to: one array grown by doubling.
+
+    Not a list of per-block arrays: those (each under a megabyte) come from the C heap, and a
+    heap that held a 10M-event trace in small pieces stays that large after they are joined and
+    freed. One large array is mapped and returned whole; its unused capacity is never touched,
+    so it costs address space, not memory. The type widens when a block needs it.
+    """
+
+    def __init__(self) -> None:
+        self._data = np.zeros(0, dtype=np.int8)
+        self._size = 0
+
+    def append(self, values: np.ndarray) -> None:
+        need = self._size + len(values)
+        kind = np.result_type(self._data.dtype, values.dtype) if self._size else values.dtype
+        if need > len(self._data) or kind != self._data.dtype:
+            grown = np.empty(max(need, 2 * len(self._data), 1 << 16), dtype=kind)
+            grown[: self._size] = self._data[: self._size]
+            self._data = grown
+        self._data[self._size : need] = values
+        self._size = need
+
+    def array(self) -> np.ndarray:
+        """The values (a view: the capacity beyond them is never touched)."""
+        return self._data[: self._size]
+
+    def take(self) -> np.ndarray:
+        """The values, leaving this empty."""
+        out = self.array()
+        self._data, self._size = np.zeros(0, dtype=np.int8), 0
+        return out
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def nbytes(self) -> int:
+        return self._size * self._data.itemsize
+
+    def __getstate__(self) -> Dict[str, object]:  # parse workers send only the values
+        return {"_data": np.array(self.array()), "_size": self._size}
+
+
 @dataclass
 class Columns:
-    """Columns of the complete (``ph: X``) events of one block, names interned per block."""
+    """Columns of the complete (``ph: X``) events of a byte range, names interned per range."""
 
-    ts: List[np.ndarray] = field(default_factory=list)
-    dur: List[np.ndarray] = field(default_factory=list)
-    pid: List[np.ndarray] = field(default_factory=list)
-    tid: List[np.ndarray] = field(default_factory=list)
-    stream: List[np.ndarray] = field(default_factory=list)
-    correlation: List[np.ndarray] = field(default_factory=list)
-    cat_codes: List[np.ndarray] = field(default_factory=list)
-    name_codes: List[np.ndarray] = field(default_factory=list)
+    ts: GrowingArray = field(default_factory=GrowingArray)
+    dur: GrowingArray = field(default_factory=GrowingArray)
+    pid: GrowingArray = field(default_factory=GrowingArray)
+    tid: GrowingArray = field(default_factory=GrowingArray)
+    stream: GrowingArray = field(default_factory=GrowingArray)
+    correlation: GrowingArray = field(default_factory=GrowingArray)
+    cat_codes: GrowingArray = field(default_factory=GrowingArray)
+    name_codes: GrowingArray = field(default_factory=GrowingArray)
     cats: Dict[str, int] = field(default_factory=dict)
     names: Dict[str, int] = field(default_factory=dict)
     metadata: Dict[str, object] = field(default_factory=dict)
-    api_correlation: List[np.ndarray] = field(default_factory=list)
-    api_ts: List[np.ndarray] = field(default_factory=list)
+    api_correlation: GrowingArray = field(default_factory=GrowingArray)
+    api_ts: GrowingArray = field(default_factory=GrowingArray)
+    events: int = 0  # complete events decoded (kept, API calls and skipped ones)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the columns: what the memory budget counts."""
+        columns = (self.ts, self.dur, self.pid, self.tid, self.stream, self.correlation)
+        held = (*columns, self.cat_codes, self.name_codes, self.api_correlation, self.api_ts)
+        return sum(c.nbytes for c in held)
 
     def add(
         self,
@@ -66,8 +120,9 @@ class Columns:
         ts = np.asarray(ts, dtype=np.float64)
         corr = _ints(corr)
         calls = api[cat_codes] if len(cat_codes) else keep
+        self.events += len(ts)
         if calls.any():
-            self.api_correlation.append(corr[calls])
+            self.api_correlation.append(compact_ints(corr[calls]))
             self.api_ts.append(ts[calls])
         columns = (
             ts,
@@ -81,6 +136,13 @@ class Columns:
         )
         if not keep.all():
             columns = tuple(c[keep] for c in columns)
+        # Held compact from the first block on: the columns of a large trace are what fills
+        # memory (see ``model``); ts stays float64 (absolute microseconds need it).
+        columns = (
+            columns[0],
+            compact_floats(columns[1]),
+            *(compact_ints(c) for c in columns[2:]),
+        )
         for target, column in zip(
             (
                 self.ts,
@@ -111,6 +173,15 @@ def _ints(values: Any) -> np.ndarray:
         return out
 
 
+def _floats(values: List[Any]) -> np.ndarray:
+    """Numbers as float64; anything else (null, a string, a boolean) -> NaN (an invalid event)."""
+    nan = float("nan")
+    return np.asarray(
+        [v if isinstance(v, (int, float)) and not isinstance(v, bool) else nan for v in values],
+        dtype=np.float64,
+    )
+
+
 def _intern(strings: List[str], table: Dict[str, int]) -> np.ndarray:
     """Codes of ``strings`` in ``table`` (extended with new ones); pandas hashes in C."""
     if not strings:
@@ -133,8 +204,9 @@ if HAVE_MSGSPEC:
         name: str = ""
         pid: Union[int, str] = -1
         tid: Union[int, str] = -1
-        ts: float = float("nan")
-        dur: float = float("nan")
+        # A string or null start/duration makes the event invalid (counted), not the trace.
+        ts: Union[float, str, None] = float("nan")
+        dur: Union[float, str, None] = float("nan")
         args: _Args = _NO_ARGS
 
     # Every other phase decodes to a field-less struct: nothing inside it is allocated.
@@ -183,13 +255,18 @@ if HAVE_MSGSPEC:
         except (TypeError, ValueError, OverflowError):
             return _ints([-1 if v is None else v for v in map(getter, xs)])
 
+    def _floats_of(getter: Any, xs: List[Any]) -> np.ndarray:
+        try:  # fast path: every value a number
+            return np.fromiter(map(getter, xs), np.float64, len(xs))
+        except (TypeError, ValueError):
+            return _floats([getter(x) for x in xs])
+
     def _add_structs(events: List[Any], out: Columns) -> None:
         xs = [e for e in events if e.__class__ is _Complete]
         if xs:
-            n = len(xs)
             out.add(
-                np.fromiter(map(_get["ts"], xs), np.float64, n),
-                np.fromiter(map(_get["dur"], xs), np.float64, n),
+                _floats_of(_get["ts"], xs),
+                _floats_of(_get["dur"], xs),
                 _ints_of(_get["pid"], xs),
                 _ints_of(_get["tid"], xs),
                 _ints_of(_get_stream, xs),
@@ -211,8 +288,8 @@ def _add_dicts(events: List[Any], out: Columns) -> None:
         e["args"] if isinstance(e.get("args"), dict) else {} for e in xs
     ]
     out.add(
-        [e.get("ts", nan) for e in xs],
-        [e.get("dur", nan) for e in xs],
+        _floats([e.get("ts", nan) for e in xs]),
+        _floats([e.get("dur", nan) for e in xs]),
         [e.get("pid", -1) for e in xs],
         [e.get("tid", -1) for e in xs],
         [-1 if a.get("stream") is None else a["stream"] for a in args],

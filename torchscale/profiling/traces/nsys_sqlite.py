@@ -25,10 +25,12 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from torchscale.profiling.traces.model import RankTrace, build_events
+from torchscale.profiling.traces.memory_budget import MemoryBudget
+from torchscale.profiling.traces.model import RankTrace, build_tables, invalid_rows, keep_rows
 from torchscale.profiling.traces.nsys_ranks import split_units
 
 CHUNK_ROWS = 1_000_000
+MISSING = -(1 << 62)  # a NULL in an integer column as fetched (group_concat drops NULLs)
 # Times are kept as microseconds since 2020-01-01 UTC: small enough for float64 to hold them to
 # ~0.03 us, and the same origin for every rank, so ranks stay comparable.
 TIME_ORIGIN_NS = 1_577_836_800_000_000_000
@@ -67,7 +69,10 @@ def _column_chunks(
     chunks: List[List[np.ndarray]] = [[] for _ in exprs]
     if lo is None:
         return [np.zeros(0, dtype=np.int64) for _ in exprs]
-    select = ", ".join(f"group_concat(CAST({e} AS INTEGER), ',')" for e in exprs)
+    # group_concat skips NULLs, which would shift a column against the others: NULL -> MISSING
+    select = ", ".join(
+        f"group_concat(COALESCE(CAST({e} AS INTEGER), {MISSING}), ',')" for e in exprs
+    )
     for start in range(lo, hi + 1, CHUNK_ROWS):
         row = con.execute(
             f"SELECT {select} FROM {table} AS t {joins} "
@@ -81,8 +86,24 @@ def _column_chunks(
 
 
 def _us(ns: np.ndarray, epoch_ns: int) -> np.ndarray:
-    """Session-relative ns -> us since TIME_ORIGIN_NS (integer arithmetic until the division)."""
-    return (ns + (epoch_ns - TIME_ORIGIN_NS if epoch_ns else 0)) / 1000.0
+    """Session-relative ns -> us since TIME_ORIGIN_NS (integer arithmetic until the division);
+    a missing time (NULL) is NaN, an invalid event for the loader to count."""
+    us = (ns + (epoch_ns - TIME_ORIGIN_NS if epoch_ns else 0)) / 1000.0
+    us[ns == MISSING] = np.nan
+    return us
+
+
+def _dur_us(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Durations from the integer ns (exact: a difference of two ~1e14 us floats is not)."""
+    dur: np.ndarray = (end - start) / 1000.0
+    dur[(start == MISSING) | (end == MISSING)] = np.nan
+    return dur
+
+
+def _known(values: np.ndarray) -> np.ndarray:
+    """An integer column with NULLs (MISSING) as -1, "none", as the readers say it."""
+    values[values == MISSING] = -1
+    return values
 
 
 def _strings(con: sqlite3.Connection, ids: np.ndarray) -> Dict[int, str]:
@@ -178,7 +199,7 @@ def _gpu_rows(
         "t.start",
         "t.end",
         _pid(_col(have, "globalPid", "0")),
-        "t.streamId",
+        "COALESCE(t.streamId, 0)",
         f"COALESCE({_col(have, 'correlationId', '-1')}, -1)",
         f"COALESCE({_col(have, 'deviceId', '0')}, 0)",
     ]
@@ -204,7 +225,7 @@ def _gpu_rows(
         names, codes = ["Memset (Device)"], np.zeros(len(start), dtype=np.int64)
     launch_us = np.where(launched >= 0, _us(launched, epoch_ns), np.nan)
     ts = _us(start, epoch_ns)
-    return ts, _us(end, epoch_ns) - ts, codes, names, pid, stream, stream, corr, launch_us, device
+    return ts, _dur_us(start, end), codes, names, pid, stream, stream, corr, launch_us, device
 
 
 def _nvtx_text(con: sqlite3.Connection, tables: Set[str], have: Set[str]) -> Tuple[str, str]:
@@ -238,7 +259,7 @@ def _nvtx_rows(con: sqlite3.Connection, tables: Set[str], epoch_ns: int) -> Opti
     minus = np.full(len(start), -1, dtype=np.int64)
     ts = _us(start, epoch_ns)
     nan = np.full(len(start), np.nan)
-    return ts, _us(end, epoch_ns) - ts, codes, names, pid, thread, minus, minus, nan, minus
+    return ts, _dur_us(start, end), codes, names, pid, thread, minus, minus, nan, minus
 
 
 def _rank_marks(con: sqlite3.Connection, tables: Set[str]) -> Dict[int, List[str]]:
@@ -285,8 +306,14 @@ class NoGpuActivity(ValueError):
     """A real nsys export that holds nothing torchscale analyses (no GPU was traced)."""
 
 
-def read_nsys(path: Path) -> List[RankTrace]:
-    """One trace per (process, CUDA device) of the export; see ``nsys_ranks`` for their ranks."""
+def _held(parts: Sequence[Tuple[str, Optional[Rows]]]) -> int:
+    return sum(a.nbytes for _, p in parts if p for a in p if isinstance(a, np.ndarray))
+
+
+def read_nsys(path: Path, budget: Optional[MemoryBudget] = None) -> List[RankTrace]:
+    """One trace per (process, CUDA device) of the export; see ``nsys_ranks`` for their ranks.
+
+    ``budget``: checked after each table is fetched (see ``memory_budget``)."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         tables = _tables(con)
@@ -299,8 +326,14 @@ def read_nsys(path: Path) -> List[RankTrace]:
             raise sqlite3.DatabaseError("no CUDA kernel, memcpy or NVTX table")
         epoch = _session_epoch_ns(con, tables)
         launches = _launch_lookup(con, tables)
-        parts = [(cat, _gpu_rows(con, tables, cat, epoch, launches)) for cat in _GPU_TABLES]
+        parts: List[Tuple[str, Optional[Rows]]] = []
+        for cat in _GPU_TABLES:
+            parts.append((cat, _gpu_rows(con, tables, cat, epoch, launches)))
+            if budget is not None:
+                held = _held(parts) + sum(a.nbytes for lookup in launches for a in lookup)
+                budget.check(held, path, sum(len(p[0]) for _, p in parts if p))
         parts.append(("user_annotation", _nvtx_rows(con, tables, epoch)))
+        del launches
         gpus = _gpus(con, tables)
         marks = _rank_marks(con, tables)
     finally:
@@ -324,29 +357,30 @@ def read_nsys(path: Path) -> List[RankTrace]:
         else (np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64))
     )
     name_codes = remap[flat["name"].astype(np.int64)] if len(names) else flat["name"]
+    flat["name"] = name_codes
     traces = []
     for unit in split_units(flat["pid"], flat["device"], flat["stream"], marks, gpus):
         rows = unit.rows
-        events = build_events(
-            flat["ts"][rows],
-            flat["dur"][rows],
-            flat["cat"][rows],
-            cats,
-            name_codes[rows],
-            list(unique_names),
-            flat["pid"][rows],
-            flat["tid"][rows],
-            flat["stream"][rows],
-            flat["corr"][rows],
-            flat["launch"][rows],
-        )
+        columns = {key: flat[source][rows] for key, source in _TABLE_COLUMNS}
+        bad, invalid = invalid_rows(columns["ts"], columns["dur"])
+        keep_rows(columns, ~bad)
+        gpu, cpu = build_tables(columns, cats, list(unique_names))
         traces.append(
             RankTrace(
                 rank=unit.rank,
                 path=path,
                 source="nsys",
-                events=events,
+                gpu=gpu,
+                cpu=cpu,
                 metadata={**unit.metadata, "session_start_epoch_ns": epoch},
+                invalid=invalid,
             )
         )
     return traces
+
+
+# The tables' columns and the export's arrays they come from.
+_TABLE_COLUMNS = (
+    ("ts", "ts"), ("dur", "dur"), ("cat", "cat"), ("name", "name"), ("pid", "pid"),
+    ("tid", "tid"), ("stream", "stream"), ("correlation", "corr"), ("launch_ts", "launch"),
+)  # fmt: skip
