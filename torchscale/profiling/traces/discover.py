@@ -108,13 +108,15 @@ def load_traces(
     workers: Optional[int] = None,
     warnings: Optional[List[str]] = None,
     max_memory: Optional[int] = None,
+    trim_last_step: bool = True,
 ) -> List[RankTrace]:
     """Read every trace under ``paths``; ranks come from the trace, its file name, or its order.
 
     Traces of another job found beside the analysed one are left out, with a line appended to
     ``warnings`` naming them (see :func:`split_jobs`); so are invalid events (a line per trace).
     A trace without a valid event is refused (:func:`check_not_empty`). ``max_memory``: the
-    budget in bytes (default: the memory available), see ``memory_budget``."""
+    budget in bytes (default: the memory available), see ``memory_budget``. ``trim_last_step``:
+    HTA's rule of leaving out the last, cut-short ProfilerStep (``kineto.finish``)."""
     from torchscale.profiling.traces.kineto import TraceReadError, read_kineto_files
     from torchscale.profiling.traces.kineto_decode import DecodeError
     from torchscale.profiling.traces.memory_budget import MemoryBudget
@@ -126,7 +128,8 @@ def load_traces(
     traces: Dict[Path, List[RankTrace]] = {}
     if kineto:
         try:
-            traces.update({p: [t] for p, t in read_kineto_files(kineto, workers, budget).items()})
+            read = read_kineto_files(kineto, workers, budget, trim_last_step)
+            traces.update({p: [t] for p, t in read.items()})
         except (OSError, EOFError, zlib.error, *DecodeError) as exc:
             raise TraceReadError(f"cannot read trace: {exc}") from None  # raised outside a file
     for path in files:

@@ -41,9 +41,10 @@ from torchscale.profiling.traces.model import (
     build_tables,
     compact_floats,
     compact_ints,
+    api_table,
     invalid_rows,
     keep_rows,
-    launch_times,
+    link_launches,
 )
 
 BLOCK_BYTES = 8 << 20  # decode unit: big enough to amortise calls, small enough for the cache
@@ -257,7 +258,10 @@ def plan_tasks(
 
 
 def read_kineto_files(
-    paths: List[Path], workers: Optional[int] = None, budget: Optional[MemoryBudget] = None
+    paths: List[Path],
+    workers: Optional[int] = None,
+    budget: Optional[MemoryBudget] = None,
+    trim_last_step: bool = True,
 ) -> Dict[Path, RankTrace]:
     """Read several Kineto traces, in parallel when there is enough work for it."""
     workers = workers or min(MAX_WORKERS, os.cpu_count() or 1)
@@ -275,15 +279,24 @@ def read_kineto_files(
     for task, cols in zip(tasks, results):
         by_path.setdefault(task[0], []).append(cols)
     del results
-    return {path: finish(path, by_path.pop(path)) for path in list(by_path)}
+    return {path: finish(path, by_path.pop(path), trim_last_step) for path in list(by_path)}
 
 
-def read_kineto(path: Path, use_msgspec: bool = True) -> RankTrace:
+def read_kineto(path: Path, use_msgspec: bool = True, trim_last_step: bool = True) -> RankTrace:
     """Read one trace in this process (no pool)."""
-    return finish(path, [scan_range(path, 0, None, True, True, use_msgspec)])
+    return finish(path, [scan_range(path, 0, None, True, True, use_msgspec)], trim_last_step)
 
 
 INT_COLUMNS = ("pid", "tid", "stream", "correlation")
+
+
+def _name_maps(parts: List[dec.Columns], names: Optional[Dict[str, int]] = None) -> List[np.ndarray]:
+    """Per part, its name codes -> codes into the names of all parts (in first-seen order)."""
+    names = {} if names is None else names
+    return [
+        np.fromiter((names.setdefault(n, len(names)) for n in p.names), np.int32, len(p.names))
+        for p in parts
+    ]
 
 
 def _joined(arrays: List[np.ndarray], dtype: Any = np.float64) -> np.ndarray:
@@ -300,13 +313,8 @@ def _merge(
     names: Dict[str, int] = {}
     cats: Dict[str, int] = {}
     meta: Dict[str, object] = {}
-    name_maps, cat_maps = [], []
+    name_maps, cat_maps = _name_maps(parts, names), []
     for part in parts:
-        name_maps.append(
-            np.fromiter(
-                (names.setdefault(n, len(names)) for n in part.names), np.int32, len(part.names)
-            )
-        )
         cat_maps.append(
             np.fromiter(
                 (cats.setdefault(c, len(cats)) for c in part.cats), np.int32, len(part.cats)
@@ -329,35 +337,53 @@ def _merge(
     return cols, list(names), list(cats), meta
 
 
-def finish(path: Path, parts: List[dec.Columns]) -> RankTrace:
-    """Columns -> a RankTrace with HTA's load-time rules applied; invalid events counted."""
+def _round_like_hta(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """HTA's rounding of ns-resolution times, in place on ``ts``: start up, end down; returns
+    the durations."""
+    end = ts + dur
+    np.floor(end, out=end)
+    np.ceil(ts, out=ts)
+    np.subtract(end, ts, out=end)
+    return compact_floats(end)
+
+
+def finish(path: Path, parts: List[dec.Columns], trim_last_step: bool = True) -> RankTrace:
+    """Columns -> a RankTrace with HTA's load-time rules applied; invalid events counted.
+
+    ``trim_last_step``: drop what was launched at or after the start of the last ProfilerStep,
+    as HTA's ``TraceAnalysis`` does (its ``TraceDiff`` keeps it)."""
     decoded = sum(p.events for p in parts)
-    api_corr = _joined([p.api_correlation.take() for p in parts])
-    api_ts = _joined([p.api_ts.take() for p in parts])
+    maps = _name_maps(parts)
+    api = {
+        "correlation": _joined([p.api_correlation.take() for p in parts], np.int64),
+        "ts": _joined([p.api_ts.take() for p in parts]),
+        "dur": _joined([p.api_dur.take() for p in parts]),
+        "name": _joined(
+            [
+                compact_ints(maps[i][p.api_name.take()])
+                for i, p in enumerate(parts)
+            ],
+            np.int32,
+        ),
+    }
     cols, names, cats, meta = _merge(parts)
     cat_names = np.asarray([*cats, ""], dtype=object)
     bad, invalid = invalid_rows(cols["ts"], cols["dur"])
     keep_rows(cols, ~bad & (cat_names[cols["cat"]] != ""))  # HTA drops events without a category
-    del bad
-    api_ts = api_ts[np.isfinite(api_ts)] if len(api_ts) else api_ts
-    ts, dur = cols["ts"], cols["dur"]
+    api_bad, _ = invalid_rows(api["ts"], api["dur"])
+    keep_rows(api, ~api_bad)
+    del bad, api_bad
+    ts, api_ts = cols["ts"], api["ts"]
     fractional = bool(np.any(ts != np.floor(ts))) or bool(np.any(api_ts != np.floor(api_ts)))
+    del ts, api_ts
     if fractional:  # ns-resolution trace: HTA rounds start up, end down
-        end = ts + dur
-        np.floor(end, out=end)
-        np.ceil(ts, out=ts)
-        np.subtract(end, ts, out=end)
-        cols["dur"] = compact_floats(end)
-        del end
-        api_ts = np.ceil(api_ts)
-    del ts, dur
-    cols["launch_ts"] = launch_times(
-        cols["ts"], cols["stream"], cols["correlation"], api_corr, api_ts
-    )
-    del api_corr, api_ts
+        cols["dur"] = _round_like_hta(cols["ts"], cols["dur"])
+        api["dur"] = _round_like_hta(api["ts"], api["dur"])
+    cols["launch_ts"], cols["launch_dur"], cols["launcher"] = link_launches(cols, api)
+    del api["correlation"]
     step_codes = [i for i, n in enumerate(names) if "ProfilerStep" in n]
     window_end = None
-    if len(step_codes) >= 2:
+    if len(step_codes) >= 2 and trim_last_step:
         is_kernel = (cols["stream"] >= 0) & (cols["correlation"] >= 0)
         steps = np.isin(cols["name"], step_codes) & ~is_kernel
         window_end = float(cols["ts"][steps].max())
@@ -365,6 +391,7 @@ def finish(path: Path, parts: List[dec.Columns]) -> RankTrace:
         anchor = np.where(is_kernel, cols["launch_ts"], cols["ts"])
         del is_kernel
         keep_rows(cols, anchor < window_end)
+        keep_rows(api, api["ts"] < window_end)
         del anchor
     info = meta.get("distributedInfo") or {}
     rank = info.get("rank") if isinstance(info, dict) else None
@@ -383,4 +410,5 @@ def finish(path: Path, parts: List[dec.Columns]) -> RankTrace:
         metadata=metadata,
         window_end=window_end,
         invalid=invalid,
+        api=api_table(api, names),
     )

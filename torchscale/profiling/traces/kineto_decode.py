@@ -28,7 +28,8 @@ else:
 
 # Events HTA drops on load (no duration, profiler bookkeeping) or that we never analyse.
 SKIPPED_CATEGORIES = frozenset({"Trace", "python_function"})
-# CUDA API calls: only their correlation id and start are kept, to find each kernel's launch.
+# CUDA API calls: their correlation id, start, duration and name are kept apart from the events,
+# to find each kernel's launch and to count the calls (``api_calls``), then dropped.
 API_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
 
 
@@ -93,13 +94,16 @@ class Columns:
     metadata: Dict[str, object] = field(default_factory=dict)
     api_correlation: GrowingArray = field(default_factory=GrowingArray)
     api_ts: GrowingArray = field(default_factory=GrowingArray)
+    api_dur: GrowingArray = field(default_factory=GrowingArray)
+    api_name: GrowingArray = field(default_factory=GrowingArray)  # codes into ``names``
     events: int = 0  # complete events decoded (kept, API calls and skipped ones)
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the columns: what the memory budget counts."""
         columns = (self.ts, self.dur, self.pid, self.tid, self.stream, self.correlation)
-        held = (*columns, self.cat_codes, self.name_codes, self.api_correlation, self.api_ts)
+        api = (self.api_correlation, self.api_ts, self.api_dur, self.api_name)
+        held = (*columns, self.cat_codes, self.name_codes, *api)
         return sum(c.nbytes for c in held)
 
     def add(
@@ -121,19 +125,14 @@ class Columns:
         corr = _ints(corr)
         calls = api[cat_codes] if len(cat_codes) else keep
         self.events += len(ts)
+        name_codes = _intern(names, self.names)
+        dur = np.asarray(dur, dtype=np.float64)
         if calls.any():
             self.api_correlation.append(compact_ints(corr[calls]))
             self.api_ts.append(ts[calls])
-        columns = (
-            ts,
-            np.asarray(dur, dtype=np.float64),
-            _ints(pid),
-            _ints(tid),
-            _ints(stream),
-            corr,
-            cat_codes,
-            _intern(names, self.names),
-        )
+            self.api_dur.append(compact_floats(dur[calls]))
+            self.api_name.append(compact_ints(name_codes[calls]))
+        columns = (ts, dur, _ints(pid), _ints(tid), _ints(stream), corr, cat_codes, name_codes)
         if not keep.all():
             columns = tuple(c[keep] for c in columns)
         # Held compact from the first block on: the columns of a large trace are what fills
@@ -166,8 +165,8 @@ def _ints(values: Any) -> np.ndarray:
     except (TypeError, ValueError, OverflowError):
         out = np.empty(len(values), dtype=np.int64)
         for i, v in enumerate(values):
-            try:
-                out[i] = int(v)
+            try:  # ROCm traces write some ids as hex strings ("stream": "0x0")
+                out[i] = int(v, 0) if isinstance(v, str) else int(v)
             except (TypeError, ValueError, OverflowError):
                 out[i] = -1
         return out

@@ -17,13 +17,14 @@ pid, tid    int       process and thread; for GPU rows Kineto uses the device an
 stream      int       CUDA stream, -1 for CPU rows
 correlation int       CUDA correlation id linking a launch (CPU) and its kernel (GPU), -1 if none
 launch_ts   float     for GPU rows, the start of the CPU call that launched it (NaN if unknown)
+launch_dur  float32   ... that call's duration (NaN if unknown)
+launcher    category  ... that call's name (cudaLaunchKernel, hipLaunchKernel, ...; NaN if unknown)
 =========== ========= ============================================================================
 
 Integer columns take the smallest type that holds their values (a stream id needs one byte, a
 correlation id four): memory is what bounds the largest trace that can be analysed (issue 32:
 about 40 bytes an event kept, nothing per event dropped). CUDA API calls (``cuda_runtime`` /
-``cuda_driver``) only serve to find ``launch_ts`` and are not kept: they are as many as the
-kernels and nothing else reads them.
+``cuda_driver``) are as many as the kernels: they are kept apart, in ``RankTrace.api`` (start, duration, name), to count them.
 
 Events that cannot be placed on a timeline (a negative duration, no or a non-finite start or
 duration) are *invalid*: they are counted (``RankTrace.invalid``), reported and left out of every
@@ -40,7 +41,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import pandas as pd
 
-EVENT_COLUMNS = ("ts", "dur", "cat", "name", "pid", "tid", "stream", "correlation", "launch_ts")
+EVENT_COLUMNS = (
+    "ts", "dur", "cat", "name", "pid", "tid", "stream", "correlation",
+    "launch_ts", "launch_dur", "launcher",
+)  # fmt: skip
+API_COLUMNS = ("ts", "dur", "name")
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 # Why an event is invalid, in the order reported.
 NEGATIVE_DURATION = "negative duration"
@@ -64,6 +69,10 @@ class RankTrace:
     window_end: Optional[float] = None
     # Invalid events left out, by reason (see INVALID_REASONS); empty when there were none.
     invalid: Dict[str, int] = field(default_factory=dict)
+    # CUDA API calls (runtime and driver): start, duration, name; sorted by start.
+    api: pd.DataFrame = field(default_factory=lambda: empty_api())
+    # Memory events (Kineto's ``[memory]`` instants): see ``memory_table``; empty when none.
+    memory: pd.DataFrame = field(default_factory=lambda: empty_memory())
 
     def gpu_events(self) -> pd.DataFrame:
         """GPU activity as HTA counts it: every row with a stream (kernels, memcpy, memset)."""
@@ -87,6 +96,17 @@ class RankTrace:
         starts = [float(t["ts"].iloc[0]) for t in (self.gpu, self.cpu) if len(t)]
         ends = [float((t["ts"] + t["dur"]).max()) for t in (self.gpu, self.cpu) if len(t)]
         return max(ends) - min(starts) if starts else float("nan")
+
+
+MEMORY_COLUMNS = ("ts", "device_type", "device", "bytes", "allocated", "reserved")
+
+
+def empty_api() -> pd.DataFrame:
+    return pd.DataFrame({"ts": np.zeros(0), "dur": np.zeros(0, np.float32), "name": pd.Categorical([])})
+
+
+def empty_memory() -> pd.DataFrame:
+    return pd.DataFrame({c: np.zeros(0) for c in MEMORY_COLUMNS})
 
 
 def _codes(codes: np.ndarray) -> np.ndarray[Tuple[int], np.dtype[np.int32]]:
@@ -189,49 +209,69 @@ def _frame(columns: Dict[str, np.ndarray], cats: List[str], names: List[str]) ->
     data: Dict[str, Any] = {}
     for key in EVENT_COLUMNS:
         value = columns.pop(key)
-        if key in ("cat", "name"):
+        if key in ("cat", "name", "launcher"):
             labels = pd.Index(list(cats if key == "cat" else names))
             data[key] = pd.Categorical.from_codes(_codes(value), labels)
         elif key == "ts":
             data[key] = np.asarray(value, dtype=np.float64)
-        elif key in ("dur", "launch_ts"):
+        elif key in ("dur", "launch_ts", "launch_dur"):
             data[key] = compact_floats(value)
         else:
             data[key] = compact_ints(value)
     return pd.DataFrame(data, copy=False)
 
 
-def launch_times(
-    ts: np.ndarray,
-    stream: np.ndarray,
-    corr: np.ndarray,
-    api_correlation: Optional[np.ndarray] = None,
-    api_ts: Optional[np.ndarray] = None,
-) -> np.ndarray:
-    """For each GPU row, the start of the earliest CPU row with its correlation id (else NaN).
+def link_launches(
+    columns: Dict[str, np.ndarray], api: Dict[str, np.ndarray]
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each GPU row (a stream and a correlation id), the earliest CPU row or API call with
+    its correlation id: its start, its duration and its name code (NaN, NaN, -1 when none).
 
-    CPU rows are the rows given plus API calls given separately (not kept in the tables).
+    ``columns``: the events (``ts, dur, name, stream, correlation``); ``api``: CUDA API calls
+    kept apart (``ts, dur, name, correlation``); name codes index the same list.
     """
-    out = np.full(len(ts), np.nan)
-    gpu = (stream >= 0) & (corr >= 0)  # HTA's definition of a GPU kernel row
+    ts, corr = columns["ts"], columns["correlation"]
+    launch_ts = np.full(len(ts), np.nan)
+    launch_dur = np.full(len(ts), np.nan, dtype=np.float32)
+    launcher = np.full(len(ts), -1, dtype=np.int32)
+    gpu = (columns["stream"] >= 0) & (corr >= 0)  # HTA's definition of a GPU kernel row
     cpu = ~gpu & (corr >= 0)
-    api_corr = np.zeros(0, np.int64) if api_correlation is None else api_correlation
-    cpu_corr = np.concatenate([corr[cpu].astype(np.int64), api_corr.astype(np.int64)])
-    cpu_ts = np.concatenate([ts[cpu], np.zeros(0) if api_ts is None else api_ts])
+    keys = np.concatenate([corr[cpu].astype(np.int64), api["correlation"].astype(np.int64)])
+    starts = np.concatenate([ts[cpu], api["ts"]])
+    durs = np.concatenate([columns["dur"][cpu], api["dur"]]).astype(np.float32)
+    names = np.concatenate([columns["name"][cpu], api["name"]]).astype(np.int32)
     del cpu
-    if not len(cpu_corr) or not gpu.any():
-        return out
-    if not bool(np.all(cpu_corr[1:] > cpu_corr[:-1])):  # usual: one call per id, in id order
-        order = np.lexsort((cpu_ts, cpu_corr))
-        cpu_corr, cpu_ts = cpu_corr[order], cpu_ts[order]
-        del order
-        first = np.r_[True, cpu_corr[1:] != cpu_corr[:-1]]  # earliest CPU row of each id
-        cpu_corr, cpu_ts = cpu_corr[first], cpu_ts[first]
-    gpu_idx = np.flatnonzero(gpu)
-    pos = np.minimum(np.searchsorted(cpu_corr, corr[gpu_idx]), len(cpu_corr) - 1)
-    hit = cpu_corr[pos] == corr[gpu_idx]
-    out[gpu_idx[hit]] = cpu_ts[pos[hit]]
-    return out
+    if not len(keys) or not gpu.any():
+        return launch_ts, launch_dur, launcher
+    if not bool(np.all(keys[1:] > keys[:-1])):  # usual: one call per id, in id order
+        order = np.lexsort((starts, keys))
+        keys, starts, durs, names = keys[order], starts[order], durs[order], names[order]
+        first = np.r_[True, keys[1:] != keys[:-1]]  # earliest CPU row of each id
+        keys, starts, durs, names = keys[first], starts[first], durs[first], names[first]
+        del order, first
+    rows = np.flatnonzero(gpu)
+    pos = np.minimum(np.searchsorted(keys, corr[rows]), len(keys) - 1)
+    hit = keys[pos] == corr[rows]
+    rows, pos = rows[hit], pos[hit]
+    launch_ts[rows], launch_dur[rows], launcher[rows] = starts[pos], durs[pos], names[pos]
+    return launch_ts, launch_dur, launcher
+
+
+def api_table(api: Dict[str, np.ndarray], names: List[str]) -> pd.DataFrame:
+    """CUDA API calls kept for counting (``ts, dur, name``), sorted by start."""
+    order = np.argsort(api["ts"], kind="stable") if not _sorted(api["ts"]) else slice(None)
+    return pd.DataFrame(
+        {
+            "ts": np.asarray(api["ts"], dtype=np.float64)[order],
+            "dur": compact_floats(np.asarray(api["dur"])[order]),
+            "name": pd.Categorical.from_codes(_codes(api["name"][order]), pd.Index(names)),
+        },
+        copy=False,
+    )
+
+
+def _sorted(values: np.ndarray) -> bool:
+    return len(values) < 2 or bool(np.all(values[1:] >= values[:-1]))
 
 
 def names_matching(series: pd.Series, predicate: Any) -> np.ndarray:

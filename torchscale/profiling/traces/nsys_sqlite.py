@@ -20,13 +20,20 @@ become Python strings. Times are converted to microseconds since the epoch (sess
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
 from torchscale.profiling.traces.memory_budget import MemoryBudget
-from torchscale.profiling.traces.model import RankTrace, build_tables, invalid_rows, keep_rows
+from torchscale.profiling.traces.model import (
+    RankTrace,
+    api_table,
+    build_tables,
+    invalid_rows,
+    keep_rows,
+)
 from torchscale.profiling.traces.nsys_ranks import split_units
 
 CHUNK_ROWS = 1_000_000
@@ -118,53 +125,92 @@ def _strings(con: sqlite3.Connection, ids: np.ndarray) -> Dict[int, str]:
     )
 
 
-Lookup = Tuple[np.ndarray, np.ndarray]
-# One table's columns: ts, dur, name codes, names, then pid, tid, stream, corr, launch, device.
+# sorted keys, and per key the first call's start, end (ns) and name id
+Lookup = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+# One table's columns: ts, dur, name codes, names, then pid, tid, stream, corr, launch, device,
+# launch duration, launcher codes (into the same names).
 Rows = Tuple[
     np.ndarray, np.ndarray, np.ndarray, List[str], np.ndarray,
-    np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+    np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
 ]  # fmt: skip
 PID_SHIFT = np.int64(1 << 32)  # correlation ids are 32-bit: (pid, id) packs into one int64
 
 
-def _first_per_key(key: np.ndarray, start: np.ndarray) -> Lookup:
+@dataclass
+class RuntimeCalls:
+    """The CUDA runtime table: every call (for ``RankTrace.api``) and the launch lookups."""
+
+    start: np.ndarray
+    end: np.ndarray
+    name_id: np.ndarray
+    pid: np.ndarray
+    by_pid: Lookup
+    by_corr: Lookup
+    names: Dict[int, str]
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.start, self.end, self.name_id, self.pid, *self.by_pid, *self.by_corr)
+        return sum(a.nbytes for a in arrays)
+
+
+def _first_per_key(key: np.ndarray, start: np.ndarray, end: np.ndarray, name: np.ndarray) -> Lookup:
     order = np.lexsort((start, key))
-    key, start = key[order], start[order]
+    key, start, end, name = key[order], start[order], end[order], name[order]
     first = np.r_[True, key[1:] != key[:-1]] if len(key) else np.zeros(0, dtype=bool)
-    return key[first], start[first]
+    return key[first], start[first], end[first], name[first]
 
 
-def _launch_lookup(con: sqlite3.Connection, tables: Set[str]) -> Tuple[Lookup, Lookup]:
-    """Earliest CUDA API call per (process, correlation id), and per correlation id alone (for
-    GPU rows that do not say their process): sorted keys and their start in ns.
+def _runtime_calls(con: sqlite3.Connection, tables: Set[str]) -> RuntimeCalls:
+    """The runtime table's calls, and the earliest call per (process, correlation id) and per
+    correlation id alone (for GPU rows that do not say their process).
 
     CUPTI numbers correlations per process, so in an export of several processes the same id
     is several launches. Joining in SQL costs a sort of the whole runtime table (nsys creates no
     index); ``group_concat`` columns and a numpy sort are several times faster.
     """
-    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    none = np.zeros(0, dtype=np.int64)
+    empty = RuntimeCalls(none, none, none, none, (none,) * 4, (none,) * 4, {})
     if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
-        return empty, empty
+        return empty
     have = _columns(con, "CUPTI_ACTIVITY_KIND_RUNTIME")
-    if not {"correlationId", "start"} <= have:
-        return empty, empty
-    corr, start, pid = _column_chunks(
+    if not {"start", "end"} <= have:
+        return empty
+    corr, start, end, pid, name = _column_chunks(
         con,
         "CUPTI_ACTIVITY_KIND_RUNTIME",
-        ["t.correlationId", "t.start", _pid(_col(have, "globalTid", "0"))],
-        where="t.correlationId IS NOT NULL",
+        [
+            f"COALESCE({_col(have, 'correlationId', '-1')}, -1)",
+            "t.start",
+            "t.end",
+            _pid(_col(have, "globalTid", "0")),
+            f"COALESCE({_col(have, 'nameId', '-1')}, -1)",
+        ],
     )
-    return _first_per_key(pid * PID_SHIFT + corr, start), _first_per_key(corr, start)
+    names = _strings(con, name[name >= 0]) if "StringIds" in tables else {}
+    linked = corr >= 0
+    c, st, en, nm, pi = corr[linked], start[linked], end[linked], name[linked], pid[linked]
+    return RuntimeCalls(
+        start,
+        end,
+        name,
+        pid,
+        _first_per_key(pi * PID_SHIFT + c, st, en, nm),
+        _first_per_key(c, st, en, nm),
+        names,
+    )
 
 
-def _launch_of(corr: np.ndarray, lookup: Lookup) -> np.ndarray:
-    ids, starts = lookup
-    out = np.full(len(corr), -1, dtype=np.int64)
+def _launch_of(corr: np.ndarray, lookup: Lookup) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Start, end and name id of each correlation's launch (-1 where none)."""
+    ids, starts, ends, names = lookup
+    out = [np.full(len(corr), -1, dtype=np.int64) for _ in range(3)]
     if len(ids) and len(corr):
         pos = np.minimum(np.searchsorted(ids, corr), len(ids) - 1)
         hit = ids[pos] == corr
-        out[hit] = starts[pos[hit]]
-    return out
+        for column, values in zip(out, (starts, ends, names)):
+            column[hit] = values[pos[hit]]
+    return out[0], out[1], out[2]
 
 
 def _columns(con: sqlite3.Connection, table: str) -> Set[str]:
@@ -185,7 +231,7 @@ def _gpu_rows(
     tables: Set[str],
     cat: str,
     epoch_ns: int,
-    launches: Tuple[Lookup, Lookup],
+    runtime: RuntimeCalls,
 ) -> Optional[Rows]:
     table, name_col = _GPU_TABLES[cat]
     if table not in tables:
@@ -208,11 +254,10 @@ def _gpu_rows(
     columns = _column_chunks(con, table, exprs)
     start, end, pid, stream, corr, device = columns[:6]
     name_key = columns[6] if len(columns) > 6 else np.full(len(start), -1, dtype=np.int64)
-    by_pid, by_corr = launches
     if "globalPid" in have:
-        launched = _launch_of(pid * PID_SHIFT + corr, by_pid)
+        launched, launch_end, launch_name = _launch_of(pid * PID_SHIFT + corr, runtime.by_pid)
     else:
-        launched = _launch_of(corr, by_corr)
+        launched, launch_end, launch_name = _launch_of(corr, runtime.by_corr)
     if cat == "kernel":
         strings = _strings(con, name_key) if "StringIds" in tables else {}
         names = [strings.get(int(k), f"<kernel {k}>") for k in np.unique(name_key)]
@@ -224,8 +269,15 @@ def _gpu_rows(
     else:
         names, codes = ["Memset (Device)"], np.zeros(len(start), dtype=np.int64)
     launch_us = np.where(launched >= 0, _us(launched, epoch_ns), np.nan)
+    launch_dur = np.where(launched >= 0, (launch_end - launched) / 1000.0, np.nan)
+    callers = np.unique(launch_name[launch_name >= 0])
+    launcher = np.full(len(start), -1, dtype=np.int64)
+    has = launch_name >= 0
+    launcher[has] = len(names) + np.searchsorted(callers, launch_name[has])
+    names = list(names) + [runtime.names.get(int(i), f"<runtime call {i}>") for i in callers]
     ts = _us(start, epoch_ns)
-    return ts, _dur_us(start, end), codes, names, pid, stream, stream, corr, launch_us, device
+    dur = _dur_us(start, end)
+    return ts, dur, codes, names, pid, stream, stream, corr, launch_us, device, launch_dur, launcher
 
 
 def _nvtx_text(con: sqlite3.Connection, tables: Set[str], have: Set[str]) -> Tuple[str, str]:
@@ -259,7 +311,7 @@ def _nvtx_rows(con: sqlite3.Connection, tables: Set[str], epoch_ns: int) -> Opti
     minus = np.full(len(start), -1, dtype=np.int64)
     ts = _us(start, epoch_ns)
     nan = np.full(len(start), np.nan)
-    return ts, _dur_us(start, end), codes, names, pid, thread, minus, minus, nan, minus
+    return ts, _dur_us(start, end), codes, names, pid, thread, minus, minus, nan, minus, nan, minus
 
 
 def _rank_marks(con: sqlite3.Connection, tables: Set[str]) -> Dict[int, List[str]]:
@@ -294,7 +346,9 @@ def _gpus(con: sqlite3.Connection, tables: Set[str]) -> List[Tuple[int, str]]:
     return [(int(i), str(n)) for i, n in con.execute("SELECT id, name FROM TARGET_INFO_GPU")]
 
 
-COLUMN_KEYS = ("ts", "dur", "pid", "tid", "stream", "corr", "launch", "device")
+COLUMN_KEYS = (
+    "ts", "dur", "pid", "tid", "stream", "corr", "launch", "device", "launch_dur", "launcher",
+)  # fmt: skip
 
 
 # nsys names its export metadata table EXPORT_META_DATA (2022.4, schema 3.0.0), later
@@ -325,15 +379,14 @@ def read_nsys(path: Path, budget: Optional[MemoryBudget] = None) -> List[RankTra
                 )
             raise sqlite3.DatabaseError("no CUDA kernel, memcpy or NVTX table")
         epoch = _session_epoch_ns(con, tables)
-        launches = _launch_lookup(con, tables)
+        runtime = _runtime_calls(con, tables)
         parts: List[Tuple[str, Optional[Rows]]] = []
         for cat in _GPU_TABLES:
-            parts.append((cat, _gpu_rows(con, tables, cat, epoch, launches)))
+            parts.append((cat, _gpu_rows(con, tables, cat, epoch, runtime)))
             if budget is not None:
-                held = _held(parts) + sum(a.nbytes for lookup in launches for a in lookup)
+                held = _held(parts) + runtime.nbytes
                 budget.check(held, path, sum(len(p[0]) for _, p in parts if p))
         parts.append(("user_annotation", _nvtx_rows(con, tables, epoch)))
-        del launches
         gpus = _gpus(con, tables)
         marks = _rank_marks(con, tables)
     finally:
@@ -347,17 +400,32 @@ def read_nsys(path: Path, budget: Optional[MemoryBudget] = None) -> List[RankTra
     for cat_code, (_, (ts, dur, codes, part_names, *rest)) in enumerate(found):
         for key, value in zip(COLUMN_KEYS, (ts, dur, *rest)):
             cols[key].append(np.asarray(value))
+        launcher = cols["launcher"][-1]  # codes into this part's names: offset like the names
+        cols["launcher"][-1] = np.where(launcher >= 0, launcher + len(names), -1)
         cols["cat"].append(np.full(len(ts), cat_code))
         cols["name"].append(np.asarray(codes) + len(names))
         names += part_names
+    call_names = np.unique(runtime.name_id[runtime.name_id >= 0])
+    api_names = [runtime.names.get(int(i), f"<runtime call {i}>") for i in call_names]
+    api_codes = np.where(
+        runtime.name_id >= 0, len(names) + np.searchsorted(call_names, runtime.name_id), -1
+    )
+    names += api_names
     flat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
     unique_names, remap = (
         np.unique(np.asarray(names, dtype=object), return_inverse=True)
         if names
         else (np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64))
     )
-    name_codes = remap[flat["name"].astype(np.int64)] if len(names) else flat["name"]
-    flat["name"] = name_codes
+
+    def recoded(codes: np.ndarray) -> np.ndarray:
+        codes = codes.astype(np.int64)
+        return np.where(codes >= 0, remap[np.maximum(codes, 0)], -1) if len(names) else codes
+
+    flat["name"] = recoded(flat["name"])
+    flat["launcher"] = recoded(flat["launcher"])
+    api_codes = recoded(api_codes)
+    api_ts, api_dur = _us(runtime.start, epoch), _dur_us(runtime.start, runtime.end)
     traces = []
     for unit in split_units(flat["pid"], flat["device"], flat["stream"], marks, gpus):
         rows = unit.rows
@@ -365,6 +433,10 @@ def read_nsys(path: Path, budget: Optional[MemoryBudget] = None) -> List[RankTra
         bad, invalid = invalid_rows(columns["ts"], columns["dur"])
         keep_rows(columns, ~bad)
         gpu, cpu = build_tables(columns, cats, list(unique_names))
+        pid = unit.metadata.get("pid")
+        mine = (runtime.pid == pid) if pid else slice(None)  # pid 0 or None: the whole export
+        api = {"ts": api_ts[mine], "dur": api_dur[mine], "name": api_codes[mine]}
+        keep_rows(api, ~invalid_rows(api["ts"], api["dur"])[0])
         traces.append(
             RankTrace(
                 rank=unit.rank,
@@ -374,6 +446,7 @@ def read_nsys(path: Path, budget: Optional[MemoryBudget] = None) -> List[RankTra
                 cpu=cpu,
                 metadata={**unit.metadata, "session_start_epoch_ns": epoch},
                 invalid=invalid,
+                api=api_table(api, list(unique_names)),
             )
         )
     return traces
@@ -383,4 +456,5 @@ def read_nsys(path: Path, budget: Optional[MemoryBudget] = None) -> List[RankTra
 _TABLE_COLUMNS = (
     ("ts", "ts"), ("dur", "dur"), ("cat", "cat"), ("name", "name"), ("pid", "pid"),
     ("tid", "tid"), ("stream", "stream"), ("correlation", "corr"), ("launch_ts", "launch"),
+    ("launch_dur", "launch_dur"), ("launcher", "launcher"),
 )  # fmt: skip
