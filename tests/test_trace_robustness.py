@@ -145,9 +145,7 @@ def test_event_order_in_the_file_does_not_matter(tmp_path, real_doc):
         b = theirs.sort_values(key, ignore_index=True)
         pd.testing.assert_frame_equal(a, b, check_categorical=False)
         assert bool(np.all(np.diff(mine["ts"].to_numpy()) >= 0))  # tables come sorted
-    pd.testing.assert_frame_equal(
-        temporal_breakdown([shuffled]), temporal_breakdown([original])
-    )
+    pd.testing.assert_frame_equal(temporal_breakdown([shuffled]), temporal_breakdown([original]))
 
 
 def test_tables_hold_compact_columns(real_doc):

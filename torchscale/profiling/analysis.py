@@ -14,6 +14,7 @@ from torchscale.profiling.analyzers.kernels import MEMORY, kernel_time_by_class
 from torchscale.profiling.analyzers.steps import dataloader_time, step_times
 from torchscale.profiling.analyzers.trace_breakdown import temporal_breakdown
 from torchscale.profiling.analyzers.trace_collectives import collective_tables
+from torchscale.profiling.detail_tables import detail_tables
 from torchscale.profiling.finding_rules import find_bottlenecks
 from torchscale.profiling.traces import RankTrace, load_traces
 from torchscale.profiling.traces.memory_budget import TraceMemoryError
@@ -22,7 +23,7 @@ from torchscale.profiling.traces.memory_budget import TraceMemoryError
 @dataclass
 class ProfileAnalysis:
     traces: List[RankTrace]
-    tables: Dict[str, pd.DataFrame]  # ranks, steps, kernel_classes, collectives
+    tables: Dict[str, pd.DataFrame]  # ranks, steps, kernel_classes, collectives, DETAIL_TABLES
     findings: List[Finding]
     target: str
     warnings: List[str] = field(default_factory=list)  # e.g. traces of another job left out
@@ -95,6 +96,7 @@ def _analyze(
         calls["instance"] = calls["instance"].astype("Int64")
         calls["is_last"] = calls["is_last"].astype("boolean")
     tables = {"ranks": ranks, "steps": steps, "kernel_classes": classes, "collectives": calls}
+    tables.update(detail_tables(traces))
     findings = find_bottlenecks(ranks, coll["instances"], target)
     return ProfileAnalysis(traces, tables, findings, target, warnings)
 

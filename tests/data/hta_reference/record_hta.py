@@ -65,7 +65,7 @@ def _summary(series: Any) -> Dict[str, float]:
 def _try(what: Callable[[], Any]) -> Any:
     try:
         return what()
-    except Exception as exc:  # noqa: BLE001 - recorded, not hidden
+    except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}", "where": traceback.format_exc(limit=-2)}
 
 
@@ -82,9 +82,7 @@ def analyse(folder: Path) -> Dict[str, Any]:
         lambda: _records(analysis.get_comm_comp_overlap(visualize=False))
     )
     result["idle_time"] = _try(
-        lambda: _records(
-            analysis.get_idle_time_breakdown(ranks=ranks, visualize=False)[0]
-        )
+        lambda: _records(analysis.get_idle_time_breakdown(ranks=ranks, visualize=False)[0])
     )
 
     def kernels() -> Dict[str, Any]:
@@ -179,7 +177,7 @@ def main() -> None:
             folder = Path(tmp) / name.split(".")[0]
             folder.mkdir()
             shutil.copy(TRACES / name, folder)
-            report["traces"][name] = _try(lambda: analyse(folder))
+            report["traces"][name] = _try(lambda folder=folder: analyse(folder))
         diff_work = Path(tmp) / "diff"
         diff_work.mkdir()
         report["trace_diff"] = _try(lambda: trace_diff(diff_work))

@@ -24,7 +24,7 @@ from torchscale.profiling.analyzers.kernels import COMMUNICATION, class_mask, cp
 from torchscale.profiling.analyzers.steps import assign_steps, step_ranges
 from torchscale.profiling.traces.model import RankTrace
 
-_NCCL_OP = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
+_NCCL_OP = re.compile(r"^nccl(?:Dev)?(?:Kernel|Func)_([A-Za-z]+)")
 # A rank counts as "last" at an instance only if the others waited at least 0.1% of a
 # median step for it: below that, who comes last is scheduling noise, not a straggler.
 MIN_WAIT_SHARE_OF_STEP = 0.001

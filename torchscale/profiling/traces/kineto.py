@@ -38,13 +38,14 @@ from torchscale.profiling.traces import kineto_decode as dec
 from torchscale.profiling.traces.memory_budget import MemoryBudget
 from torchscale.profiling.traces.model import (
     RankTrace,
+    api_table,
     build_tables,
     compact_floats,
     compact_ints,
-    api_table,
     invalid_rows,
     keep_rows,
     link_launches,
+    memory_table,
 )
 
 BLOCK_BYTES = 8 << 20  # decode unit: big enough to amortise calls, small enough for the cache
@@ -290,7 +291,9 @@ def read_kineto(path: Path, use_msgspec: bool = True, trim_last_step: bool = Tru
 INT_COLUMNS = ("pid", "tid", "stream", "correlation")
 
 
-def _name_maps(parts: List[dec.Columns], names: Optional[Dict[str, int]] = None) -> List[np.ndarray]:
+def _name_maps(
+    parts: List[dec.Columns], names: Optional[Dict[str, int]] = None
+) -> List[np.ndarray]:
     """Per part, its name codes -> codes into the names of all parts (in first-seen order)."""
     names = {} if names is None else names
     return [
@@ -366,6 +369,9 @@ def finish(path: Path, parts: List[dec.Columns], trim_last_step: bool = True) ->
             np.int32,
         ),
     }
+    memory = {
+        key: _joined([p.memory[key].take() for p in parts]) for key in dec.MEMORY_FIELDS
+    }
     cols, names, cats, meta = _merge(parts)
     cat_names = np.asarray([*cats, ""], dtype=object)
     bad, invalid = invalid_rows(cols["ts"], cols["dur"])
@@ -392,6 +398,7 @@ def finish(path: Path, parts: List[dec.Columns], trim_last_step: bool = True) ->
         del is_kernel
         keep_rows(cols, anchor < window_end)
         keep_rows(api, api["ts"] < window_end)
+        keep_rows(memory, memory["ts"] < window_end)
         del anchor
     info = meta.get("distributedInfo") or {}
     rank = info.get("rank") if isinstance(info, dict) else None
@@ -411,4 +418,5 @@ def finish(path: Path, parts: List[dec.Columns], trim_last_step: bool = True) ->
         window_end=window_end,
         invalid=invalid,
         api=api_table(api, names),
+        memory=memory_table(memory),
     )

@@ -31,6 +31,13 @@ SKIPPED_CATEGORIES = frozenset({"Trace", "python_function"})
 # CUDA API calls: their correlation id, start, duration and name are kept apart from the events,
 # to find each kernel's launch and to count the calls (``api_calls``), then dropped.
 API_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
+MEMORY_EVENT = "[memory]"
+MEMORY_FIELDS = ("ts", "device_type", "device", "bytes", "allocated", "reserved")
+# their keys in a memory event's args
+MEMORY_ARGS = {
+    "device_type": "Device Type", "device": "Device Id", "bytes": "Bytes",
+    "allocated": "Total Allocated", "reserved": "Total Reserved",
+}  # fmt: skip
 
 
 class GrowingArray:
@@ -96,6 +103,11 @@ class Columns:
     api_ts: GrowingArray = field(default_factory=GrowingArray)
     api_dur: GrowingArray = field(default_factory=GrowingArray)
     api_name: GrowingArray = field(default_factory=GrowingArray)  # codes into ``names``
+    # ``[memory]`` instants (torch.profiler's profile_memory): start, device type and id, the
+    # allocation's bytes (negative: freed), then the allocator's totals
+    memory: Dict[str, GrowingArray] = field(
+        default_factory=lambda: {k: GrowingArray() for k in MEMORY_FIELDS}
+    )
     events: int = 0  # complete events decoded (kept, API calls and skipped ones)
 
     @property
@@ -103,8 +115,12 @@ class Columns:
         """Bytes held by the columns: what the memory budget counts."""
         columns = (self.ts, self.dur, self.pid, self.tid, self.stream, self.correlation)
         api = (self.api_correlation, self.api_ts, self.api_dur, self.api_name)
-        held = (*columns, self.cat_codes, self.name_codes, *api)
+        held = (*columns, self.cat_codes, self.name_codes, *api, *self.memory.values())
         return sum(c.nbytes for c in held)
+
+    def add_memory(self, values: Dict[str, List[Any]]) -> None:
+        for key in MEMORY_FIELDS:
+            self.memory[key].append(_floats(values[key]))
 
     def add(
         self,
@@ -208,11 +224,26 @@ if HAVE_MSGSPEC:
         dur: Union[float, str, None] = float("nan")
         args: _Args = _NO_ARGS
 
+    _Number = Union[float, str, None]  # strings and nulls become NaN, never a decode error
+
+    class _MemoryArgs(msgspec.Struct, frozen=True, gc=False):
+        device_type: _Number = msgspec.field(default=None, name="Device Type")
+        device: _Number = msgspec.field(default=None, name="Device Id")
+        bytes: _Number = msgspec.field(default=None, name="Bytes")
+        allocated: _Number = msgspec.field(default=None, name="Total Allocated")
+        reserved: _Number = msgspec.field(default=None, name="Total Reserved")
+
+    _NO_MEMORY_ARGS = _MemoryArgs()
+
+    class _Instant(msgspec.Struct, tag_field="ph", tag="i", gc=False):
+        name: str = ""
+        ts: _Number = None
+        args: _MemoryArgs = _NO_MEMORY_ARGS
+
     # Every other phase decodes to a field-less struct: nothing inside it is allocated.
     _OTHER_PHASES = (
         "B",
         "E",
-        "i",
         "I",
         "s",
         "t",
@@ -233,7 +264,7 @@ if HAVE_MSGSPEC:
         msgspec.defstruct(f"_Skip{i}", [], tag_field="ph", tag=p, gc=False)
         for i, p in enumerate(_OTHER_PHASES)
     )
-    _EventUnion = Union[(_Complete, *_Skipped)]  # type: ignore[valid-type]  # built at run time
+    _EventUnion = Union[(_Complete, _Instant, *_Skipped)]  # type: ignore[valid-type]  # run time
 
     class _TraceFile(msgspec.Struct, gc=False):
         traceEvents: List[_EventUnion] = []
@@ -261,6 +292,12 @@ if HAVE_MSGSPEC:
             return _floats([getter(x) for x in xs])
 
     def _add_structs(events: List[Any], out: Columns) -> None:
+        memory = [
+            e for e in events if e.__class__ is _Instant and e.name == MEMORY_EVENT
+        ]
+        if memory:
+            values = {key: [getattr(e.args, key) for e in memory] for key in MEMORY_ARGS}
+            out.add_memory({"ts": [e.ts for e in memory], **values})
         xs = [e for e in events if e.__class__ is _Complete]
         if xs:
             out.add(
@@ -279,6 +316,15 @@ else:  # pragma: no cover
 
 
 def _add_dicts(events: List[Any], out: Columns) -> None:
+    memory = [
+        e
+        for e in events
+        if isinstance(e, dict) and e.get("ph") == "i" and e.get("name") == MEMORY_EVENT
+    ]
+    if memory:
+        found = [e["args"] if isinstance(e.get("args"), dict) else {} for e in memory]
+        values = {key: [a.get(arg) for a in found] for key, arg in MEMORY_ARGS.items()}
+        out.add_memory({"ts": [e.get("ts") for e in memory], **values})
     xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
     if not xs:
         return

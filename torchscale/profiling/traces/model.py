@@ -24,7 +24,8 @@ launcher    category  ... that call's name (cudaLaunchKernel, hipLaunchKernel, .
 Integer columns take the smallest type that holds their values (a stream id needs one byte, a
 correlation id four): memory is what bounds the largest trace that can be analysed (issue 32:
 about 40 bytes an event kept, nothing per event dropped). CUDA API calls (``cuda_runtime`` /
-``cuda_driver``) are as many as the kernels: they are kept apart, in ``RankTrace.api`` (start, duration, name), to count them.
+``cuda_driver``) are as many as the kernels: they are kept apart, in ``RankTrace.api`` (start,
+duration, name), to count them.
 
 Events that cannot be placed on a timeline (a negative duration, no or a non-finite start or
 duration) are *invalid*: they are counted (``RankTrace.invalid``), reported and left out of every
@@ -102,7 +103,9 @@ MEMORY_COLUMNS = ("ts", "device_type", "device", "bytes", "allocated", "reserved
 
 
 def empty_api() -> pd.DataFrame:
-    return pd.DataFrame({"ts": np.zeros(0), "dur": np.zeros(0, np.float32), "name": pd.Categorical([])})
+    return pd.DataFrame(
+        {"ts": np.zeros(0), "dur": np.zeros(0, np.float32), "name": pd.Categorical([])}
+    )
 
 
 def empty_memory() -> pd.DataFrame:
@@ -268,6 +271,15 @@ def api_table(api: Dict[str, np.ndarray], names: List[str]) -> pd.DataFrame:
         },
         copy=False,
     )
+
+
+def memory_table(memory: Dict[str, np.ndarray]) -> pd.DataFrame:
+    """Memory events (``MEMORY_COLUMNS``) with a finite start, sorted by start; sizes in bytes,
+    device type as torch numbers it (0 CPU, 1 CUDA, ...), device -1 for the host."""
+    columns = {k: np.asarray(memory.get(k, np.zeros(0)), dtype=np.float64) for k in MEMORY_COLUMNS}
+    keep = np.isfinite(columns["ts"])
+    order = np.argsort(columns["ts"][keep], kind="stable")
+    return pd.DataFrame({k: v[keep][order] for k, v in columns.items()})
 
 
 def _sorted(values: np.ndarray) -> bool:

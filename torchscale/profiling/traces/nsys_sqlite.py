@@ -19,6 +19,7 @@ become Python strings. Times are converted to microseconds since the epoch (sess
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +135,7 @@ Rows = Tuple[
     np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
 ]  # fmt: skip
 PID_SHIFT = np.int64(1 << 32)  # correlation ids are 32-bit: (pid, id) packs into one int64
+_API_VERSION = re.compile(r"_v\d+$")
 
 
 @dataclass
@@ -188,6 +190,9 @@ def _runtime_calls(con: sqlite3.Connection, tables: Set[str]) -> RuntimeCalls:
         ],
     )
     names = _strings(con, name[name >= 0]) if "StringIds" in tables else {}
+    # nsys names calls with the API version they entered by ("cudaLaunchKernel_v7000"): the
+    # name Kineto and HTA use is without it
+    names = {k: _API_VERSION.sub("", v) for k, v in names.items()}
     linked = corr >= 0
     c, st, en, nm, pi = corr[linked], start[linked], end[linked], name[linked], pid[linked]
     return RuntimeCalls(
