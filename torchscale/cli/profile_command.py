@@ -282,4 +282,7 @@ def register(app: typer.Typer) -> None:
             print_json(document)
         print_document(document, list(written), out_dir)
 
+    from torchscale.cli import profile_diff_command
+
+    profile_diff_command.register(profile_app)
     app.add_typer(profile_app, name="profile")
