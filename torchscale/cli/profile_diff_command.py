@@ -100,7 +100,7 @@ def print_diff(diff: TraceDiff, top: int) -> None:
                 Col("Δ ms", [_delta_ms(v) for v in shown["delta_us_per_step"]]),
                 Col("status", list(shown["status"]), numeric=False),
             ],
-            left_out="see profile_diff_ops.csv (--output-dir) or --json",
+            left_out=f"see {PROFILE_DIFF_FILES['ops']} (--output-dir) or --json",
         )
     )
     kernels = ops[ops["device"] == "gpu"]
@@ -153,7 +153,7 @@ def register(profile_app: typer.Typer) -> None:
             typer.Option(
                 "--output-dir",
                 "-o",
-                help="Folder for profile_diff_ops.csv and profile_diff_steps.csv.",
+                help="Folder for the diff's CSV tables (ops and steps).",
             ),
         ] = None,
         max_memory: Annotated[

@@ -32,6 +32,7 @@ from torchscale.report.breakdown_sections import (
 )
 from torchscale.report.elements import Chart, Column, Section, Table, make_table
 from torchscale.report.environment_block import EnvironmentBlock, environment_block
+from torchscale.report.lost_efficiency_section import lost_efficiency_section
 from torchscale.report.projection_section import projection_section
 from torchscale.report.report_data import ReportData
 from torchscale.report.telemetry_section import telemetry_section
@@ -245,6 +246,7 @@ def build_content(
         ),
         sections.utilisation_section(table),
         sections.sync_section(table, cell_tables.pooled_rank_table(table, ranks), ranks),
+        lost_efficiency_section(records),
         comm_compute_section(records),
         telemetry_section(records),
         sections.communication_section(records),
