@@ -98,12 +98,12 @@ def lost_efficiency_table(records: Iterable[ResultBase]) -> pd.DataFrame:
     )
     cells = cells.reset_index()
     rows = []
-    for _, cell in cells.iterrows():
+    for cell in cells.to_dict("records"):
         same = cells[(cells["config_key"] == cell["config_key"])]
         base_rows = same[same["world_size"] == cell["baseline_world_size"]]
         if cell["world_size"] == cell["baseline_world_size"] or base_rows.empty:
             continue
-        base = base_rows.sort_values("nnodes").iloc[0]
+        base = base_rows.sort_values("nnodes").to_dict("records")[0]
         causes = _causes(cell, base)
         gap = 100.0 * (1.0 - cell["scaling_efficiency"])
         points = {f"{k}_pts": 100.0 * v / cell["step_ms"] for k, v in causes.items()}
