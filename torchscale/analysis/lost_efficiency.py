@@ -66,7 +66,7 @@ def rank_figures(record: TrainingResult) -> Dict[str, float]:
     }
 
 
-def _causes(cell: Mapping[str, Any], base: Mapping[str, Any]) -> Dict[str, float]:
+def _causes(cell: Mapping[Any, Any], base: Mapping[Any, Any]) -> Dict[str, float]:
     return {
         "exposed_comm": cell["least_wait_ms"] - base["least_wait_ms"],
         "straggler_wait": (cell["mean_wait_ms"] - cell["least_wait_ms"])
