@@ -115,16 +115,18 @@ def test_launch_statistics_equal_htas(name):
 
 @pytest.mark.parametrize("name", HTA_TRACES)
 def test_queue_length_summary_equals_htas(name):
+    """Equal but at ties: a call and a start in the same microsecond, which HTA orders by an
+    unstable sort and we call first. On these traces that moves a mean by at most 1.1%."""
     ours = queue_length_summary([trace(name)])
     rows = reference()["traces"][name]["queue_length"]
     assert rows and len(ours) == len(rows)
     for row in rows:
         mine = ours[ours["stream"] == row["stream"]].iloc[0]
-        assert mine["count"] == row["count"] and mine["max"] == row["max"]
-        assert (
-            close(mine["mean"], row["mean"])
-            or abs(mine["mean"] - row["mean"]) <= 0.01 * row["mean"]
-        )
+        for key, theirs in (("count", "count"), ("min", "min"), ("max", "max"), ("p50", "50%")):
+            assert mine[key] == row[theirs], (row["stream"], key)
+        assert mine["p25"] == row["25%"] and mine["p75"] == row["75%"]
+        assert abs(mine["mean"] - row["mean"]) <= max(0.011 * row["mean"], 0.01), row
+        assert abs(mine["std"] - row["std"]) <= max(0.011 * row["std"], 0.01), row
 
 
 @pytest.mark.parametrize("name", HTA_TRACES[2:])

@@ -83,8 +83,7 @@ def critical_path(traces: List[RankTrace]) -> pd.DataFrame:
     for trace in traces:
         steps = step_ranges(trace)
         gpu = trace.gpu_events()
-        ts = gpu["ts"].to_numpy()
-        end = ts + gpu["dur"].to_numpy()
+        ts, dur = gpu["ts"].to_numpy(), gpu["dur"].to_numpy()
         launch = gpu["launch_ts"].to_numpy()
         comp = class_mask(gpu["name"], COMPUTE)
         comm = class_mask(gpu["name"], COMMUNICATION)
@@ -96,11 +95,11 @@ def critical_path(traces: List[RankTrace]) -> pd.DataFrame:
             # rows that can overlap the step: started before its end, ended after its start
             first = int(np.searchsorted(ts, lo - longest, side="left"))
             last = int(np.searchsorted(ts, hi, side="left"))
-            rows_in = np.arange(first, last)
-            rows_in = rows_in[end[first:last] > lo]
+            end = ts[first:last] + dur[first:last]
+            inside = end > lo
             parts = _step(
-                lo, hi, ts[rows_in], end[rows_in], launch[rows_in], comp[rows_in],
-                comm[rows_in], loading,
+                lo, hi, ts[first:last][inside], end[inside], launch[first:last][inside],
+                comp[first:last][inside], comm[first:last][inside], loading,
             )  # fmt: skip
             bound = CATEGORIES[int(np.argmax(parts))]
             rows.append((trace.rank, int(step), lo, hi, hi - lo, *parts, bound))

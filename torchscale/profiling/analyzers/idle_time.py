@@ -16,11 +16,12 @@ on the real traces (``tests/data/hta_reference``).
 
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from typing import Dict, List
 
 import numpy as np
 import pandas as pd
 
+from torchscale.profiling.analyzers.intervals import CHUNK_ROWS
 from torchscale.profiling.traces.model import RankTrace
 
 HOST_WAIT, KERNEL_WAIT, OTHER_WAIT = "host_wait", "kernel_wait", "other"
@@ -33,42 +34,58 @@ KERNEL_CATEGORIES = (
 IDLE_COLUMNS = ["rank", "stream", "idle_category", "idle_time_us", "idle_ratio", "intervals"]
 
 
-def stream_kernels(trace: RankTrace) -> pd.DataFrame:
-    """GPU rows HTA counts as kernels here (not GPU-side annotations)."""
-    gpu = trace.gpu_events()
-    return gpu[gpu["cat"].isin(KERNEL_CATEGORIES).to_numpy()]
-
-
-def _stream_breakdown(kernels: pd.DataFrame, delay_us: float) -> List[Tuple[Any, ...]]:
-    ts = kernels["ts"].to_numpy()
-    end = ts + kernels["dur"].to_numpy()
-    previous_end = end[:-1]
-    gap = ts[1:] - previous_end
-    launched = kernels["launch_ts"].to_numpy()[1:]
-    with np.errstate(invalid="ignore"):
-        host = launched > previous_end  # NaN (no launch known) is not a host wait
-    waiting = ~host & (gap < delay_us)
-    other = ~host & ~waiting
-    total = float(gap.sum())
-    rows = []
-    for name, mask in ((HOST_WAIT, host), (KERNEL_WAIT, waiting), (OTHER_WAIT, other)):
-        time = float(gap[mask].sum())
-        rows.append((name, time, time / total if total else float("nan"), int(mask.sum())))
-    return rows
+def _accumulate(
+    totals: Dict[int, np.ndarray],
+    last_end: Dict[int, float],
+    streams: np.ndarray,
+    ts: np.ndarray,
+    end: np.ndarray,
+    launched: np.ndarray,
+    delay_us: float,
+) -> None:
+    """Add one chunk of kernels (start order) to each stream's idle time and interval counts
+    (``totals[stream]``: host, kernel and other wait, then their counts)."""
+    for stream in np.unique(streams):
+        mine = streams == stream
+        start, stop, launch = ts[mine], end[mine], launched[mine]
+        previous_end = np.r_[last_end.get(int(stream), np.nan), stop[:-1]]
+        last_end[int(stream)] = float(stop[-1])
+        known = ~np.isnan(previous_end)  # the stream's first kernel has no interval before it
+        gap = (start - previous_end)[known]
+        with np.errstate(invalid="ignore"):
+            host = (launch > previous_end)[known]  # NaN (no launch known) is no host wait
+        waiting = ~host & (gap < delay_us)
+        other = ~host & ~waiting
+        sums = totals.setdefault(int(stream), np.zeros(6))
+        for k, mask in enumerate((host, waiting, other)):
+            sums[k] += float(gap[mask].sum())
+            sums[3 + k] += int(mask.sum())
 
 
 def idle_time_breakdown(
     traces: List[RankTrace], consecutive_kernel_delay_us: float = CONSECUTIVE_KERNEL_DELAY_US
 ) -> pd.DataFrame:
-    """One row per rank, stream and idle category (see the module docstring)."""
+    """One row per rank, stream and idle category (see the module docstring). The GPU table is
+    read a chunk at a time, each stream carrying its last kernel's end across chunks."""
     rows = []
     for trace in traces:
-        kernels = stream_kernels(trace)
-        streams = kernels["stream"].to_numpy()
-        for stream in np.unique(streams):
-            mine = kernels[streams == stream]  # start order: the table is sorted
-            for name, time, ratio, count in _stream_breakdown(mine, consecutive_kernel_delay_us):
-                rows.append((trace.rank, int(stream), name, time, ratio, count))
+        gpu = trace.gpu_events()
+        is_kernel = gpu["cat"].isin(KERNEL_CATEGORIES).to_numpy()
+        columns = [gpu[c].to_numpy() for c in ("stream", "ts", "dur", "launch_ts")]
+        totals: Dict[int, np.ndarray] = {}
+        last_end: Dict[int, float] = {}
+        for lo in range(0, len(gpu), CHUNK_ROWS):
+            keep = is_kernel[lo : lo + CHUNK_ROWS]
+            stream, ts, dur, launch = (c[lo : lo + CHUNK_ROWS][keep] for c in columns)
+            if len(ts):
+                end = ts + dur
+                _accumulate(totals, last_end, stream, ts, end, launch, consecutive_kernel_delay_us)
+        for stream in sorted(totals):
+            sums = totals[stream]
+            idle = float(sums[:3].sum())
+            for k, name in enumerate(IDLE_CATEGORIES):
+                ratio = sums[k] / idle if idle else float("nan")
+                rows.append((trace.rank, stream, name, float(sums[k]), ratio, int(sums[3 + k])))
     return pd.DataFrame(rows, columns=IDLE_COLUMNS)
 
 

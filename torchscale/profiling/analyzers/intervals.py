@@ -24,24 +24,33 @@ def is_sorted(values: np.ndarray) -> bool:
 
 
 def coverage_segments(
-    starts: np.ndarray, ends: np.ndarray, rows: Optional[np.ndarray] = None
+    starts: np.ndarray,
+    ends: Optional[np.ndarray] = None,
+    rows: Optional[np.ndarray] = None,
+    *,
+    durations: Optional[np.ndarray] = None,
 ) -> Iterator[Segments]:
     """Disjoint, sorted segments whose union is the union of the intervals (of ``rows`` only,
-    when given), a chunk of intervals at a time. Unsorted input is sorted first (a copy)."""
-    s, e = np.asarray(starts, dtype=np.float64), np.asarray(ends, dtype=np.float64)
+    when given), a chunk of intervals at a time. Intervals are ``starts`` with ``ends``, or with
+    ``durations`` (a trace table's columns: the ends are then made a chunk at a time, never for
+    the whole table). Unsorted input is sorted first (a copy)."""
+    s = np.asarray(starts, dtype=np.float64)
+    tail = np.asarray(ends if durations is None else durations)
     if not is_sorted(s):
         order = np.argsort(s, kind="stable")
-        s, e = s[order], e[order]
+        s, tail = s[order], tail[order]
         rows = None if rows is None else rows[order]
         del order
     carry = -np.inf
     for lo in range(0, len(s), CHUNK_ROWS):
         hi = lo + CHUNK_ROWS
         chunk_s = s[lo:hi]
+        chunk_e = tail[lo:hi] + chunk_s if durations is not None else tail[lo:hi]
         # A row left out counts as an empty interval at its start: it covers nothing, and the
         # running end it leaves (at most its start) changes no later interval's segment.
-        chunk_e = e[lo:hi] if rows is None else np.where(rows[lo:hi], e[lo:hi], chunk_s)
-        running = np.maximum.accumulate(chunk_e)
+        if rows is not None:
+            chunk_e = np.where(rows[lo:hi], chunk_e, chunk_s)
+        running = np.maximum.accumulate(chunk_e.astype(np.float64, copy=False))
         np.maximum(running, carry, out=running)
         before = np.empty_like(running)
         before[0] = carry
@@ -53,10 +62,16 @@ def coverage_segments(
 
 
 def union_length(
-    starts: np.ndarray, ends: np.ndarray, rows: Optional[np.ndarray] = None
+    starts: np.ndarray,
+    ends: Optional[np.ndarray] = None,
+    rows: Optional[np.ndarray] = None,
+    *,
+    durations: Optional[np.ndarray] = None,
 ) -> float:
-    """Time covered by at least one interval (of ``rows`` only, when given)."""
-    return sum(total(a, b) for a, b in coverage_segments(starts, ends, rows))
+    """Time covered by at least one interval (of ``rows`` only, when given); intervals as in
+    :func:`coverage_segments`."""
+    segments = coverage_segments(starts, ends, rows, durations=durations)
+    return sum(total(a, b) for a, b in segments)
 
 
 def merge(starts: np.ndarray, ends: np.ndarray) -> Segments:
@@ -108,10 +123,11 @@ def covered_between(
 
 
 def covered_in_windows(
-    starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray
+    starts: np.ndarray, durations: np.ndarray, lo: np.ndarray, hi: np.ndarray
 ) -> np.ndarray:
-    """Time covered by the union of (any) intervals inside each window [lo, hi)."""
+    """Time covered by the union of (any) intervals, given by start and duration, inside each
+    window [lo, hi)."""
     covered = np.zeros(len(lo))
-    for seg_lo, seg_hi in coverage_segments(starts, ends):
+    for seg_lo, seg_hi in coverage_segments(starts, durations=durations):
         covered += covered_between(seg_lo, seg_hi, lo, hi)
     return covered

@@ -45,19 +45,20 @@ def kernel_type_breakdown(traces: List[RankTrace]) -> pd.DataFrame:
     rows = []
     for trace in traces:
         gpu = trace.gpu_events()
-        ts = gpu["ts"].to_numpy()
-        end = ts + gpu["dur"].to_numpy()
+        ts, dur = gpu["ts"].to_numpy(), gpu["dur"].to_numpy()
         masks = [class_mask(gpu["name"], cls) for _, cls in HTA_TYPES]
         every = range(len(HTA_TYPES))
         # within[S]: time covered by types of S only = total - union of the types outside S
-        total = intervals.union_length(ts, end, np.logical_or.reduce(masks))
+        total = intervals.union_length(ts, None, np.logical_or.reduce(masks), durations=dur)
         within: Dict[Tuple[int, ...], float] = {(): 0.0}
         for size in range(1, len(HTA_TYPES) + 1):
             for subset in combinations(every, size):
                 outside = [masks[i] for i in every if i not in subset]
                 rest = np.logical_or.reduce(outside) if outside else None
                 within[subset] = total - (
-                    intervals.union_length(ts, end, rest) if rest is not None else 0.0
+                    intervals.union_length(ts, None, rest, durations=dur)
+                    if rest is not None
+                    else 0.0
                 )
         exact: Dict[Tuple[int, ...], float] = {}
         for subset in within:
@@ -80,20 +81,57 @@ def _classes(trace: RankTrace) -> List[Tuple[str, np.ndarray]]:
     return [(cls, class_mask(gpu["name"], cls)) for _, cls in HTA_TYPES]
 
 
+def _moments(values: np.ndarray) -> Tuple[float, float]:
+    """Mean and sample std in float64, a chunk at a time (no float64 copy of the column)."""
+    n = len(values)
+    step = intervals.CHUNK_ROWS
+    total = sum(float(values[i : i + step].sum(dtype=np.float64)) for i in range(0, n, step))
+    mean = total / n
+    square = sum(
+        float(np.square(values[i : i + step].astype(np.float64) - mean).sum())
+        for i in range(0, n, step)
+    )
+    return mean, float(np.sqrt(square / (n - 1))) if n > 1 else 0.0
+
+
 def kernel_distribution(traces: List[RankTrace]) -> pd.DataFrame:
     """Per rank and kernel class: how kernel durations are distributed."""
     rows = []
     for trace in traces:
-        dur = trace.gpu_events()["dur"].to_numpy(dtype=np.float64)
+        dur = trace.gpu_events()["dur"].to_numpy()
         for cls, mask in _classes(trace):
-            values = dur[mask]
+            values = dur[mask]  # the column's own type: float32 where it is exact
             if not len(values):
                 continue
+            mean, std = _moments(values)
             q = np.quantile(values, QUANTILES)
-            std = float(values.std(ddof=1)) if len(values) > 1 else 0.0
-            head = (trace.rank, cls, len(values), float(values.sum()), float(values.mean()), std)
-            rows.append((*head, float(values.min()), *map(float, q), float(values.max())))
+            total = float(values.sum(dtype=np.float64))
+            head = (trace.rank, cls, len(values), total, mean, std, float(values.min()))
+            rows.append((*head, *map(float, q), float(values.max())))
+            del values
     return pd.DataFrame(rows, columns=DISTRIBUTION_COLUMNS)
+
+
+def _name_stats(codes: np.ndarray, values: np.ndarray, names: int) -> pd.DataFrame:
+    """count, sum, max, min, mean, std of ``values`` per name code, a chunk at a time."""
+    count, total, square = np.zeros(names), np.zeros(names), np.zeros(names)
+    high, low = np.full(names, -np.inf), np.full(names, np.inf)
+    step = intervals.CHUNK_ROWS
+    for i in range(0, len(codes), step):
+        code, value = codes[i : i + step].astype(np.intp), values[i : i + step].astype(np.float64)
+        count += np.bincount(code, minlength=names)
+        total += np.bincount(code, value, minlength=names)
+        square += np.bincount(code, value * value, minlength=names)
+        np.maximum.at(high, code, value)
+        np.minimum.at(low, code, value)
+    seen = count > 0
+    mean = np.divide(total, count, out=np.zeros(names), where=seen)
+    spread = np.clip(square - count * mean * mean, 0.0, None)
+    std = np.sqrt(np.divide(spread, count - 1, out=np.zeros(names), where=count > 1))
+    stats = pd.DataFrame(
+        {"count": count, "sum": total, "max": high, "min": low, "mean": mean, "std": std}
+    )
+    return stats[seen]
 
 
 def top_kernels(traces: List[RankTrace], top: int = 10) -> pd.DataFrame:
@@ -101,32 +139,22 @@ def top_kernels(traces: List[RankTrace], top: int = 10) -> pd.DataFrame:
     frames = []
     for trace in traces:
         gpu = trace.gpu_events()
+        names = gpu["name"].cat.categories
+        codes = gpu["name"].cat.codes.to_numpy()
         for cls, mask in _classes(trace):
             if not mask.any():
                 continue
-            rows = pd.DataFrame(
-                {"name": gpu["name"].to_numpy()[mask], "dur": gpu["dur"].to_numpy()[mask]}
-            )
-            stats = rows.groupby("name", observed=True)["dur"].agg(
-                ["count", "sum", "max", "min", "mean", "std"]
-            )
-            stats["std"] = stats["std"].fillna(0.0)
+            stats = _name_stats(codes[mask], gpu["dur"].to_numpy()[mask], len(names))
+            stats["count"] = stats["count"].astype(int)
             stats["share_of_class"] = stats["sum"] / stats["sum"].sum()
-            stats = stats.sort_values("sum", ascending=False).head(top).reset_index()
+            stats = stats.sort_values("sum", ascending=False).head(top)
+            stats.insert(0, "name", [str(names[i]) for i in stats.index])
             stats.insert(0, "kernel_class", cls)
             stats.insert(0, "rank", trace.rank)
-            frames.append(stats)
+            frames.append(stats.reset_index(drop=True))
     if not frames:
         return pd.DataFrame(columns=TOP_COLUMNS)
     out = pd.concat(frames, ignore_index=True)
-    out["name"] = out["name"].astype(str)
-    out = out.rename(
-        columns={
-            "sum": "sum_us",
-            "max": "max_us",
-            "min": "min_us",
-            "mean": "mean_us",
-            "std": "std_us",
-        }
-    )
+    renamed = {"sum": "sum_us", "max": "max_us", "min": "min_us", "mean": "mean_us", "std": "std_us"}
+    out = out.rename(columns=renamed)
     return out[TOP_COLUMNS]

@@ -63,13 +63,12 @@ def kernel_time_by_class(traces: List[RankTrace]) -> pd.DataFrame:
     rows = []
     for trace in traces:
         gpu = trace.gpu_events()
-        ts = gpu["ts"].to_numpy()
-        end = ts + gpu["dur"].to_numpy()
-        busy = intervals.union_length(ts, end)
+        ts, dur = gpu["ts"].to_numpy(), gpu["dur"].to_numpy()
+        busy = intervals.union_length(ts, durations=dur)
         for cls in KERNEL_CLASSES:
             sel = class_mask(gpu["name"], cls)
             if sel.any():
-                merged = intervals.union_length(ts, end, sel)
+                merged = intervals.union_length(ts, None, sel, durations=dur)
                 rows.append(
                     (
                         trace.rank,

@@ -16,11 +16,12 @@ summary describes the values at those moments (count, mean, std, min, quartiles,
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import numpy as np
 import pandas as pd
 
+from torchscale.profiling.analyzers.intervals import CHUNK_ROWS
 from torchscale.profiling.traces.model import RankTrace
 
 KERNEL_LAUNCHES = (
@@ -71,10 +72,27 @@ def _stats(prefix: str, values: np.ndarray) -> Dict[str, float]:
     if not len(values):
         return {f"{prefix}_{k}": np.nan for k in ("mean", "p50", "p90", "p99", "max")}
     q = np.quantile(values, QUANTILES)
-    out = {f"{prefix}_mean": float(values.mean())}
+    out = {f"{prefix}_mean": float(values.mean(dtype=np.float64))}
     out.update({f"{prefix}_p{int(p * 100)}": float(v) for p, v in zip(QUANTILES, q)})
     out[f"{prefix}_max"] = float(values.max())
     return out
+
+
+def _launch_columns(trace: RankTrace) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CPU duration, GPU duration and launch delay of each launched GPU row, in float32 (what
+    the statistics need; a large trace holds millions)."""
+    gpu = trace.gpu_events()
+    mine = gpu["launcher"].isin((*KERNEL_LAUNCHES, *HIP_LAUNCHES)).to_numpy()
+    cpu = gpu["launch_dur"].to_numpy()[mine].astype(np.float32)
+    run = gpu["dur"].to_numpy()[mine].astype(np.float32)
+    delay = np.empty(len(cpu), dtype=np.float32)
+    starts, calls = gpu["ts"].to_numpy(), gpu["launch_ts"].to_numpy()
+    rows = np.flatnonzero(mine)
+    for lo in range(0, len(rows), CHUNK_ROWS):
+        at = rows[lo : lo + CHUNK_ROWS]
+        gap = starts[at] - calls[at] - cpu[lo : lo + CHUNK_ROWS]
+        delay[lo : lo + CHUNK_ROWS] = np.clip(gap, 0.0, None)
+    return cpu, run, delay
 
 
 def launch_stats(
@@ -85,10 +103,8 @@ def launch_stats(
     """One row per rank: launches, CPU/GPU duration and launch delay statistics, shares."""
     rows = []
     for trace in traces:
-        table = launch_table(trace)
-        cpu, gpu = table["cpu_duration"].to_numpy(), table["gpu_duration"].to_numpy()
-        delay = table["launch_delay"].to_numpy()
-        n = len(table)
+        cpu, gpu, delay = _launch_columns(trace)
+        n = len(cpu)
         row: Dict[str, Any] = {"rank": trace.rank, "launches": n}
         row.update(_stats("cpu_us", cpu) | _stats("gpu_us", gpu) | _stats("delay_us", delay))
         short = int((gpu < cpu).sum())
@@ -98,65 +114,104 @@ def launch_stats(
                 "short_kernel_share": short / n if n else np.nan,
                 "runtime_outliers": int((cpu > runtime_cutoff_us).sum()),
                 "delay_outliers": int((delay > launch_delay_cutoff_us).sum()),
-                "delay_sum_us": float(delay.sum()),
+                "delay_sum_us": float(delay.sum(dtype=np.float64)),
             }
         )
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _queue_events(trace: RankTrace) -> pd.DataFrame:
-    """ts, stream and +1/-1 of every queued launch and start, in time order per stream."""
+def _stream_queues(
+    trace: RankTrace,
+) -> Iterator[Tuple[int, Iterator[Tuple[np.ndarray, np.ndarray]]]]:
+    """Per stream, chunks of (moment, queue length after it): every launching call and every
+    start, without merging the two in one sorted array. A call raises the queue, a start lowers
+    it; at the same microsecond the call counts first. So after the i-th call (in time order)
+    the queue is ``i + 1`` minus the starts before it, and after the j-th start it is the calls
+    up to it minus ``j + 1``: two binary searches per row, a chunk at a time."""
     gpu = trace.gpu_events()
-    mine = gpu[gpu["launcher"].isin(QUEUE_LAUNCHES).to_numpy()]
-    stream = mine["stream"].to_numpy().astype(np.int64)
-    calls = np.argsort(mine["launch_ts"].to_numpy(), kind="stable")  # calls in time order
-    events = pd.DataFrame(
-        {
-            "ts": np.r_[mine["launch_ts"].to_numpy()[calls], mine["ts"].to_numpy()],
-            "stream": np.r_[stream[calls], stream],
-            "change": np.r_[np.ones(len(mine), np.int64), -np.ones(len(mine), np.int64)],
-        }
-    )
-    # Calls, then starts, sorted as HTA sorts them (numpy's default sort: a call and a start at
-    # the same microsecond fall as they fall there too; a stable sort moves the mean by ~1%).
-    events = events.iloc[np.argsort(events["ts"].to_numpy(), kind="quicksort")]
-    events = events.reset_index(drop=True)
-    events["queue_length"] = events.groupby("stream")["change"].cumsum()
-    return events
+    queued = gpu["launcher"].isin(QUEUE_LAUNCHES).to_numpy()
+    streams = gpu["stream"].to_numpy()
+    for stream in np.unique(streams[queued]):
+        mine = queued & (streams == stream)
+        calls = np.sort(gpu["launch_ts"].to_numpy()[mine])
+        starts = gpu["ts"].to_numpy()[mine]  # the table is in start order
+
+        def chunks(calls: np.ndarray = calls, starts: np.ndarray = starts) -> Iterator[
+            Tuple[np.ndarray, np.ndarray]
+        ]:
+            for lo in range(0, len(calls), CHUNK_ROWS):
+                rank = np.arange(lo + 1, min(lo + CHUNK_ROWS, len(calls)) + 1)
+                moment = calls[lo : lo + CHUNK_ROWS]
+                yield moment, rank - np.searchsorted(starts, moment, side="left")
+                moment = starts[lo : lo + CHUNK_ROWS]
+                yield moment, np.searchsorted(calls, moment, side="right") - rank
+
+        yield int(stream), chunks()
+
+
+def _quantile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
+    """numpy's (linear) quantile of the sample that ``counts`` times each of ``values`` makes."""
+    position = (counts.sum() - 1) * q
+    below, frac = int(np.floor(position)), position - np.floor(position)
+    cumulative = np.cumsum(counts)
+    low = values[np.searchsorted(cumulative, below, side="right")]
+    high = values[np.searchsorted(cumulative, min(below + 1, cumulative[-1] - 1), side="right")]
+    return float(low + frac * (high - low))
 
 
 def queue_length_summary(traces: List[RankTrace]) -> pd.DataFrame:
-    """Per rank and stream: HTA's description of the queue lengths seen."""
-    frames = []
+    """Per rank and stream: HTA's description of the queue lengths seen (pandas' describe:
+    sample std, linearly interpolated quartiles), from a histogram of them."""
+    rows = []
     for trace in traces:
-        events = _queue_events(trace)
-        if events.empty:
-            continue
-        stats = events.groupby("stream")["queue_length"].describe().reset_index()
-        stats.columns = ["stream", "count", "mean", "std", "min", "p25", "p50", "p75", "max"]
-        stats.insert(0, "rank", trace.rank)
-        frames.append(stats)
-    if not frames:
-        return pd.DataFrame(columns=QUEUE_SUMMARY_COLUMNS)
-    summary: pd.DataFrame = pd.concat(frames, ignore_index=True)[QUEUE_SUMMARY_COLUMNS]
-    return summary
+        for stream, chunks in _stream_queues(trace):
+            seen: Dict[int, int] = {}
+            for _, queue in chunks:
+                values, counts = np.unique(queue, return_counts=True)
+                for value, count in zip(values.tolist(), counts.tolist()):
+                    seen[value] = seen.get(value, 0) + count
+            values = np.array(sorted(seen), dtype=np.float64)
+            counts = np.array([seen[int(v)] for v in values], dtype=np.float64)
+            n = counts.sum()
+            mean = float((values * counts).sum() / n)
+            var = float((counts * (values - mean) ** 2).sum() / (n - 1)) if n > 1 else np.nan
+            quartiles = [_quantile(values, counts, q) for q in (0.25, 0.5, 0.75)]
+            head = (trace.rank, stream, float(n), mean, float(np.sqrt(var)), float(values[0]))
+            rows.append((*head, *quartiles, float(values[-1])))
+    return pd.DataFrame(rows, columns=QUEUE_SUMMARY_COLUMNS)
+
+
+TIMELINE_COLUMNS = ["rank", "stream", "bucket", "start_us", "queue_length"]
 
 
 def queue_timeline(traces: List[RankTrace], buckets: int = 200) -> pd.DataFrame:
-    """Per rank, stream and time bucket (of the rank's span): the largest queue length."""
+    """Per rank, stream and time bucket (of the rank's GPU span): the largest queue."""
     frames = []
     for trace in traces:
-        events = _queue_events(trace)
-        if events.empty:
+        gpu = trace.gpu_events()
+        if gpu.empty:
             continue
-        lo, hi = float(events["ts"].min()), float(events["ts"].max())
+        lo, hi = float(gpu["ts"].iloc[0]), float(gpu["ts"].iloc[-1])
         width = (hi - lo) / buckets if hi > lo else 1.0
-        events["bucket"] = np.minimum(((events["ts"] - lo) // width).astype(np.int64), buckets - 1)
-        top = events.groupby(["stream", "bucket"])["queue_length"].max().reset_index()
-        top["start_us"] = lo + top["bucket"] * width
-        top.insert(0, "rank", trace.rank)
-        frames.append(top[["rank", "stream", "bucket", "start_us", "queue_length"]])
+        lowest = np.iinfo(np.int64).min
+        for stream, chunks in _stream_queues(trace):
+            top = np.full(buckets, lowest)
+            for moment, queue in chunks:
+                bucket = np.clip((moment - lo) // width, 0, buckets - 1).astype(np.int64)
+                np.maximum.at(top, bucket, queue)
+            seen = np.flatnonzero(top > lowest)
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "rank": trace.rank,
+                        "stream": stream,
+                        "bucket": seen,
+                        "start_us": lo + seen * width,
+                        "queue_length": top[seen],
+                    }
+                )
+            )
     if not frames:
-        return pd.DataFrame(columns=["rank", "stream", "bucket", "start_us", "queue_length"])
+        return pd.DataFrame(columns=TIMELINE_COLUMNS)
     return pd.concat(frames, ignore_index=True)

@@ -65,7 +65,7 @@ def step_times(traces: List[RankTrace]) -> pd.DataFrame:
         ts = gpu["ts"].to_numpy()
         lo, hi = steps["start_us"].to_numpy(float), steps["end_us"].to_numpy(float)
         inside = (
-            intervals.covered_in_windows(ts, ts + gpu["dur"].to_numpy(), lo, hi)
+            intervals.covered_in_windows(ts, gpu["dur"].to_numpy(), lo, hi)
             if len(ts)
             else np.full(len(lo), np.nan)
         )

@@ -39,13 +39,14 @@ from torchscale.profiling.traces.memory_budget import MemoryBudget
 from torchscale.profiling.traces.model import (
     RankTrace,
     api_table,
-    build_tables,
     compact_floats,
     compact_ints,
     invalid_rows,
     keep_rows,
     link_launches,
     memory_table,
+    split_rows,
+    table,
 )
 
 BLOCK_BYTES = 8 << 20  # decode unit: big enough to amortise calls, small enough for the cache
@@ -385,21 +386,26 @@ def finish(path: Path, parts: List[dec.Columns], trim_last_step: bool = True) ->
     if fractional:  # ns-resolution trace: HTA rounds start up, end down
         cols["dur"] = _round_like_hta(cols["ts"], cols["dur"])
         api["dur"] = _round_like_hta(api["ts"], api["dur"])
-    cols["launch_ts"], cols["launch_dur"], cols["launcher"] = link_launches(cols, api)
+    gpu_cols, cpu_cols = split_rows(cols)
+    gpu_cols["launch_ts"], gpu_cols["launch_dur"], gpu_cols["launcher"] = link_launches(
+        gpu_cols, cpu_cols, api
+    )
     del api["correlation"]
     step_codes = [i for i, n in enumerate(names) if "ProfilerStep" in n]
     window_end = None
     if len(step_codes) >= 2 and trim_last_step:
-        is_kernel = (cols["stream"] >= 0) & (cols["correlation"] >= 0)
-        steps = np.isin(cols["name"], step_codes) & ~is_kernel
-        window_end = float(cols["ts"][steps].max())
+        steps = np.isin(cpu_cols["name"], step_codes)
+        window_end = float(cpu_cols["ts"][steps].max())
         del steps
-        anchor = np.where(is_kernel, cols["launch_ts"], cols["ts"])
+        # a kernel counts by its launch (HTA's rule), anything else by its start
+        is_kernel = gpu_cols["correlation"] >= 0
+        anchor = np.where(is_kernel, gpu_cols["launch_ts"], gpu_cols["ts"])
         del is_kernel
-        keep_rows(cols, anchor < window_end)
+        keep_rows(gpu_cols, anchor < window_end)
+        del anchor
+        keep_rows(cpu_cols, cpu_cols["ts"] < window_end)
         keep_rows(api, api["ts"] < window_end)
         keep_rows(memory, memory["ts"] < window_end)
-        del anchor
     info = meta.get("distributedInfo") or {}
     rank = info.get("rank") if isinstance(info, dict) else None
     metadata: Dict[str, object] = {
@@ -407,7 +413,7 @@ def finish(path: Path, parts: List[dec.Columns], trim_last_step: bool = True) ->
         "baseTimeNanoseconds": meta.get("baseTimeNanoseconds"),
         "decoded_events": decoded,
     }
-    gpu, cpu = build_tables(cols, cats, names)
+    gpu, cpu = table(gpu_cols, cats, names), table(cpu_cols, cats, names)
     return RankTrace(
         rank=rank if isinstance(rank, int) else -1,
         path=path,

@@ -179,14 +179,11 @@ def keep_rows(columns: Dict[str, np.ndarray], keep: np.ndarray) -> None:
         columns[key] = columns.pop(key)[keep]
 
 
-def build_tables(
-    columns: Dict[str, np.ndarray], cats: List[str], names: List[str]
-) -> Tuple[pd.DataFrame, pd.DataFrame]:
-    """The GPU and CPU tables from columns (``ts, dur, cat, name, pid, tid, stream,
-    correlation, launch_ts``; ``cat``/``name`` hold codes into ``cats``/``names``).
-
-    ``columns`` is consumed: each column is moved, not copied, into the tables, and every step
-    works one column at a time, so that building costs about one column beyond the result.
+def split_rows(
+    columns: Dict[str, np.ndarray],
+) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]:
+    """GPU rows (a stream) and CPU rows of ``columns``, which is consumed one column at a time
+    (building costs about one column beyond the result; all-GPU columns are moved, not copied).
     """
     on_gpu = columns["stream"] != -1
     everything = bool(on_gpu.all()) if len(on_gpu) else False
@@ -195,16 +192,30 @@ def build_tables(
     cpu: Dict[str, np.ndarray] = {}
     for key in list(columns):
         value = columns.pop(key)
-        if on_cpu is None:  # all GPU rows: moved, not copied
+        if on_cpu is None:
             gpu[key], cpu[key] = value, value[:0].copy()
         else:
             gpu[key], cpu[key] = value[on_gpu], value[on_cpu]
         del value
-    del on_gpu, on_cpu
-    return _frame(gpu, cats, names), _frame(cpu, cats, names)
+    return gpu, cpu
 
 
-def _frame(columns: Dict[str, np.ndarray], cats: List[str], names: List[str]) -> pd.DataFrame:
+def build_tables(
+    columns: Dict[str, np.ndarray], cats: List[str], names: List[str]
+) -> Tuple[pd.DataFrame, pd.DataFrame]:
+    """The GPU and CPU tables from columns (``EVENT_COLUMNS``; ``cat``, ``name`` and
+    ``launcher`` hold codes into ``cats``/``names``); ``columns`` is consumed."""
+    gpu, cpu = split_rows(columns)
+    return table(gpu, cats, names), table(cpu, cats, names)
+
+
+def table(columns: Dict[str, np.ndarray], cats: List[str], names: List[str]) -> pd.DataFrame:
+    """One table, sorted by start, from consumed columns. Launch columns a CPU table lacks
+    (the readers link launches for GPU rows only) are filled as unknown, in one byte or four."""
+    n = len(columns["ts"])
+    columns.setdefault("launch_ts", np.full(n, np.nan, dtype=np.float32))
+    columns.setdefault("launch_dur", np.full(n, np.nan, dtype=np.float32))
+    columns.setdefault("launcher", np.full(n, -1, dtype=np.int8))
     ts = columns["ts"]
     if len(ts) > 1 and not bool(np.all(ts[1:] >= ts[:-1])):
         columns = _take(columns, np.argsort(ts, kind="stable"))
@@ -225,26 +236,25 @@ def _frame(columns: Dict[str, np.ndarray], cats: List[str], names: List[str]) ->
 
 
 def link_launches(
-    columns: Dict[str, np.ndarray], api: Dict[str, np.ndarray]
+    gpu: Dict[str, np.ndarray], cpu: Dict[str, np.ndarray], api: Dict[str, np.ndarray]
 ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For each GPU row (a stream and a correlation id), the earliest CPU row or API call with
-    its correlation id: its start, its duration and its name code (NaN, NaN, -1 when none).
+    """For each GPU row with a correlation id, the earliest CPU row or API call with that id:
+    its start, its duration and its name code (NaN, NaN, -1 when none).
 
-    ``columns``: the events (``ts, dur, name, stream, correlation``); ``api``: CUDA API calls
+    ``gpu``/``cpu``: the rows' columns (``ts, dur, name, correlation``); ``api``: CUDA API calls
     kept apart (``ts, dur, name, correlation``); name codes index the same list.
     """
-    ts, corr = columns["ts"], columns["correlation"]
-    launch_ts = np.full(len(ts), np.nan)
-    launch_dur = np.full(len(ts), np.nan, dtype=np.float32)
-    launcher = np.full(len(ts), -1, dtype=np.int32)
-    gpu = (columns["stream"] >= 0) & (corr >= 0)  # HTA's definition of a GPU kernel row
-    cpu = ~gpu & (corr >= 0)
-    keys = np.concatenate([corr[cpu].astype(np.int64), api["correlation"].astype(np.int64)])
-    starts = np.concatenate([ts[cpu], api["ts"]])
-    durs = np.concatenate([columns["dur"][cpu], api["dur"]]).astype(np.float32)
-    names = np.concatenate([columns["name"][cpu], api["name"]]).astype(np.int32)
-    del cpu
-    if not len(keys) or not gpu.any():
+    corr = gpu["correlation"]
+    launch_ts = np.full(len(corr), np.nan)
+    launch_dur = np.full(len(corr), np.nan, dtype=np.float32)
+    launcher = np.full(len(corr), -1, dtype=np.int32)
+    linked = cpu["correlation"] >= 0
+    keys = np.concatenate([cpu["correlation"][linked], api["correlation"]])
+    starts = np.concatenate([cpu["ts"][linked], api["ts"]])
+    durs = np.concatenate([cpu["dur"][linked], api["dur"]]).astype(np.float32)
+    names = np.concatenate([cpu["name"][linked], api["name"]])
+    del linked
+    if not len(keys) or not len(corr):
         return launch_ts, launch_dur, launcher
     if not bool(np.all(keys[1:] > keys[:-1])):  # usual: one call per id, in id order
         order = np.lexsort((starts, keys))
@@ -252,7 +262,7 @@ def link_launches(
         first = np.r_[True, keys[1:] != keys[:-1]]  # earliest CPU row of each id
         keys, starts, durs, names = keys[first], starts[first], durs[first], names[first]
         del order, first
-    rows = np.flatnonzero(gpu)
+    rows = np.flatnonzero(corr >= 0)  # HTA's GPU kernel rows: a stream and a correlation id
     pos = np.minimum(np.searchsorted(keys, corr[rows]), len(keys) - 1)
     hit = keys[pos] == corr[rows]
     rows, pos = rows[hit], pos[hit]
