@@ -76,10 +76,10 @@ def idle_time_breakdown(
         last_end: Dict[int, float] = {}
         for lo in range(0, len(gpu), CHUNK_ROWS):
             keep = is_kernel[lo : lo + CHUNK_ROWS]
-            stream, ts, dur, launch = (c[lo : lo + CHUNK_ROWS][keep] for c in columns)
+            streams, ts, dur, launch = (c[lo : lo + CHUNK_ROWS][keep] for c in columns)
             if len(ts):
                 end = ts + dur
-                _accumulate(totals, last_end, stream, ts, end, launch, consecutive_kernel_delay_us)
+                _accumulate(totals, last_end, streams, ts, end, launch, consecutive_kernel_delay_us)
         for stream in sorted(totals):
             sums = totals[stream]
             idle = float(sums[:3].sum())

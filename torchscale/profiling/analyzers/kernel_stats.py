@@ -155,6 +155,5 @@ def top_kernels(traces: List[RankTrace], top: int = 10) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=TOP_COLUMNS)
     out = pd.concat(frames, ignore_index=True)
-    renamed = {"sum": "sum_us", "max": "max_us", "min": "min_us", "mean": "mean_us", "std": "std_us"}
-    out = out.rename(columns=renamed)
+    out = out.rename(columns={k: f"{k}_us" for k in ("sum", "max", "min", "mean", "std")})
     return out[TOP_COLUMNS]
