@@ -6,39 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.report_fixtures import _identity, _settings
+from tests.support.step_records import parts_record as _record
 from torchscale.analysis.lost_efficiency import CAUSES, lost_efficiency_table
-from torchscale.analysis.stats import time_stats
 from torchscale.report.lost_efficiency_section import lost_efficiency_section
-from torchscale.results.schema import TrainingResult
-from torchscale.worker.aggregate import aggregate
-
-STEPS = 20
-BATCH = 16
-
-
-def _rank(rank: int, data: float, nosync: float, wait: float) -> dict:
-    step = nosync + wait
-    times = [step] * STEPS
-    return {
-        "rank": rank, "local_rank": rank, "host": "node-a", "device": f"cuda:{rank}",
-        "step_time_ms": time_stats(times), "step_times_ms": times, "measure_steps": STEPS,
-        "window_s": sum(times) / 1000, "data_ms": data, "forward_ms": (nosync - data) / 3,
-        "backward_ms": 2 * (nosync - data) / 3 + wait, "optimizer_ms": 0.0,
-        "nosync_step_ms": nosync, "sync_wait_ms": wait,
-    }  # fmt: skip
-
-
-def _record(parts: list) -> TrainingResult:
-    world = len(parts)
-    figures = aggregate(
-        [_rank(r, *p) for r, p in enumerate(parts)],
-        batch_size=BATCH, grad_accum_steps=1, precision="bf16", unit="samples",
-        units_per_sample=1.0, flops_per_sample=None, device_name=None,
-    )  # fmt: skip
-    identity = _identity(_settings("mlp", BATCH, world, 0), "scaling")
-    return TrainingResult(**{**identity, **figures}, status="ok", backend="nccl", hosts=["node-a"])
-
 
 BASE = [(10.0, 100.0, 0.0)]  # (data, no_sync step, sync wait) per rank, ms
 # 4 GPUs: batches come slower, compute is slower (contention), rank 3 is late (its compute is

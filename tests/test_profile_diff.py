@@ -104,3 +104,37 @@ def test_captures_without_a_common_rank_are_one_line_exit_2(tmp_path):
     )
     assert result.exit_code == 2 and "share no rank" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_regressed_cell_traced_in_both_runs_gets_its_diff_command(tmp_path, planted):
+    import shlex
+
+    from tests.support.step_records import parts_record as _record
+    from torchscale.profiling.diff_links import diff_commands
+    from torchscale.results.layout import cell_dir
+    from torchscale.results.schema import ProfileInfo
+
+    root, name, _ = planted
+    runs = []
+    for side, source in (
+        ("old run", root / "old" / TRACE),
+        ("new run", root / "new" / "rank0.json"),
+    ):
+        record = _record([(10.0, 100.0, 0.0)])
+        record.profile = ProfileInfo(tool="torch", profiled=True, reason="asked", dir="profile")
+        folder = cell_dir(tmp_path / side, record.cell_id) / "profile"
+        folder.mkdir(parents=True)
+        shutil.copy(source, folder / source.name)
+        runs.append([(tmp_path / side, [record])])
+    cell = runs[0][0][1][0].cell_id
+    (line,) = diff_commands(runs[0], runs[1], [(cell, cell)])
+    assert (
+        diff_commands(
+            runs[0], [(tmp_path / "new run", [_record([(10.0, 100.0, 0.0)])])], [(cell, cell)]
+        )
+        == []
+    )
+    words = shlex.split(line)  # quoted for a shell: the folder names hold a space
+    assert words[:3] == ["torchscale", "profile", "diff"]
+    result = runner.invoke(app, [*words[1:], "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["top_changes"][0]["name"] == name
