@@ -19,9 +19,7 @@ become Python strings. Times are converted to microseconds since the epoch (sess
 
 from __future__ import annotations
 
-import re
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
@@ -36,14 +34,27 @@ from torchscale.profiling.traces.model import (
     keep_rows,
 )
 from torchscale.profiling.traces.nsys_ranks import split_units
+from torchscale.profiling.traces.nsys_runtime import (
+    PID_SHIFT,
+    RuntimeCalls,
+    launch_of,
+    runtime_calls,
+)
+from torchscale.profiling.traces.nsys_sql import (
+    GLOBAL_ID_PART,
+    MISSING,
+    col,
+    column_chunks,
+    columns_of,
+    pid_of,
+    strings,
+    tables_of,
+)
 
-CHUNK_ROWS = 1_000_000
-MISSING = -(1 << 62)  # a NULL in an integer column as fetched (group_concat drops NULLs)
 # Times are kept as microseconds since 2020-01-01 UTC: small enough for float64 to hold them to
 # ~0.03 us, and the same origin for every rank, so ranks stay comparable.
 TIME_ORIGIN_NS = 1_577_836_800_000_000_000
 NVTX_RANGE_TYPES = (59, 60)  # ENUM_NSYS_EVENT_TYPE: NvtxPushPopRange, NvtxStartEndRange
-GLOBAL_ID_PART = 0x1000000  # serialized GlobalId: ... | pid (24 bits) | tid (24 bits)
 # copyKind holds CUPTI's CUpti_ActivityMemcpyKind; named as Kineto names copies ("Memcpy HtoD").
 _COPY_KINDS = {
     0: "Unknown",
@@ -65,34 +76,6 @@ _GPU_TABLES = {
 }
 
 
-def _tables(con: sqlite3.Connection) -> Set[str]:
-    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-
-
-def _column_chunks(
-    con: sqlite3.Connection, table: str, exprs: Sequence[str], joins: str = "", where: str = "1"
-) -> List[np.ndarray]:
-    """Integer columns of ``table`` (``t``) as arrays, fetched as ``group_concat`` strings."""
-    lo, hi = con.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {table}").fetchone()
-    chunks: List[List[np.ndarray]] = [[] for _ in exprs]
-    if lo is None:
-        return [np.zeros(0, dtype=np.int64) for _ in exprs]
-    # group_concat skips NULLs, which would shift a column against the others: NULL -> MISSING
-    select = ", ".join(
-        f"group_concat(COALESCE(CAST({e} AS INTEGER), {MISSING}), ',')" for e in exprs
-    )
-    for start in range(lo, hi + 1, CHUNK_ROWS):
-        row = con.execute(
-            f"SELECT {select} FROM {table} AS t {joins} "
-            f"WHERE t.rowid >= ? AND t.rowid < ? AND ({where})",
-            (start, start + CHUNK_ROWS),
-        ).fetchone()
-        for out, text in zip(chunks, row):
-            if text:
-                out.append(np.fromstring(text, dtype=np.int64, sep=","))
-    return [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in chunks]
-
-
 def _us(ns: np.ndarray, epoch_ns: int) -> np.ndarray:
     """Session-relative ns -> us since TIME_ORIGIN_NS (integer arithmetic until the division);
     a missing time (NULL) is NaN, an invalid event for the loader to count."""
@@ -108,127 +91,12 @@ def _dur_us(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return dur
 
 
-def _known(values: np.ndarray) -> np.ndarray:
-    """An integer column with NULLs (MISSING) as -1, "none", as the readers say it."""
-    values[values == MISSING] = -1
-    return values
-
-
-def _strings(con: sqlite3.Connection, ids: np.ndarray) -> Dict[int, str]:
-    wanted = np.unique(ids)
-    if not len(wanted):
-        return {}
-    con.execute("CREATE TEMP TABLE IF NOT EXISTS wanted_ids (id INTEGER PRIMARY KEY)")
-    con.execute("DELETE FROM wanted_ids")
-    con.executemany("INSERT INTO wanted_ids VALUES (?)", ((int(i),) for i in wanted))
-    return dict(
-        con.execute("SELECT s.id, s.value FROM StringIds s JOIN wanted_ids w ON w.id = s.id")
-    )
-
-
-# sorted keys, and per key the first call's start, end (ns) and name id
-Lookup = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 # One table's columns: ts, dur, name codes, names, then pid, tid, stream, corr, launch, device,
 # launch duration, launcher codes (into the same names).
 Rows = Tuple[
     np.ndarray, np.ndarray, np.ndarray, List[str], np.ndarray,
     np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
 ]  # fmt: skip
-PID_SHIFT = np.int64(1 << 32)  # correlation ids are 32-bit: (pid, id) packs into one int64
-_API_VERSION = re.compile(r"_v\d+$")
-
-
-@dataclass
-class RuntimeCalls:
-    """The CUDA runtime table: every call (for ``RankTrace.api``) and the launch lookups."""
-
-    start: np.ndarray
-    end: np.ndarray
-    name_id: np.ndarray
-    pid: np.ndarray
-    by_pid: Lookup
-    by_corr: Lookup
-    names: Dict[int, str]
-
-    @property
-    def nbytes(self) -> int:
-        arrays = (self.start, self.end, self.name_id, self.pid, *self.by_pid, *self.by_corr)
-        return sum(a.nbytes for a in arrays)
-
-
-def _first_per_key(key: np.ndarray, start: np.ndarray, end: np.ndarray, name: np.ndarray) -> Lookup:
-    order = np.lexsort((start, key))
-    key, start, end, name = key[order], start[order], end[order], name[order]
-    first = np.r_[True, key[1:] != key[:-1]] if len(key) else np.zeros(0, dtype=bool)
-    return key[first], start[first], end[first], name[first]
-
-
-def _runtime_calls(con: sqlite3.Connection, tables: Set[str]) -> RuntimeCalls:
-    """The runtime table's calls, and the earliest call per (process, correlation id) and per
-    correlation id alone (for GPU rows that do not say their process).
-
-    CUPTI numbers correlations per process, so in an export of several processes the same id
-    is several launches. Joining in SQL costs a sort of the whole runtime table (nsys creates no
-    index); ``group_concat`` columns and a numpy sort are several times faster.
-    """
-    none = np.zeros(0, dtype=np.int64)
-    empty = RuntimeCalls(none, none, none, none, (none,) * 4, (none,) * 4, {})
-    if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
-        return empty
-    have = _columns(con, "CUPTI_ACTIVITY_KIND_RUNTIME")
-    if not {"start", "end"} <= have:
-        return empty
-    corr, start, end, pid, name = _column_chunks(
-        con,
-        "CUPTI_ACTIVITY_KIND_RUNTIME",
-        [
-            f"COALESCE({_col(have, 'correlationId', '-1')}, -1)",
-            "t.start",
-            "t.end",
-            _pid(_col(have, "globalTid", "0")),
-            f"COALESCE({_col(have, 'nameId', '-1')}, -1)",
-        ],
-    )
-    names = _strings(con, name[name >= 0]) if "StringIds" in tables else {}
-    # nsys names calls with the API version they entered by ("cudaLaunchKernel_v7000"): the
-    # name Kineto and HTA use is without it
-    names = {k: _API_VERSION.sub("", v) for k, v in names.items()}
-    linked = corr >= 0
-    c, st, en, nm, pi = corr[linked], start[linked], end[linked], name[linked], pid[linked]
-    return RuntimeCalls(
-        start,
-        end,
-        name,
-        pid,
-        _first_per_key(pi * PID_SHIFT + c, st, en, nm),
-        _first_per_key(c, st, en, nm),
-        names,
-    )
-
-
-def _launch_of(corr: np.ndarray, lookup: Lookup) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Start, end and name id of each correlation's launch (-1 where none)."""
-    ids, starts, ends, names = lookup
-    out = [np.full(len(corr), -1, dtype=np.int64) for _ in range(3)]
-    if len(ids) and len(corr):
-        pos = np.minimum(np.searchsorted(ids, corr), len(ids) - 1)
-        hit = ids[pos] == corr
-        for column, values in zip(out, (starts, ends, names)):
-            column[hit] = values[pos[hit]]
-    return out[0], out[1], out[2]
-
-
-def _columns(con: sqlite3.Connection, table: str) -> Set[str]:
-    return {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
-
-
-def _col(columns: Set[str], name: str, fallback: str) -> str:
-    """``t.<name>`` when this export has the column, else ``fallback`` (a SQL constant)."""
-    return f"t.{name}" if name in columns else fallback
-
-
-def _pid(column: str) -> str:
-    return f"COALESCE({column}, 0) / {GLOBAL_ID_PART} % {GLOBAL_ID_PART}"
 
 
 def _gpu_rows(
@@ -241,7 +109,7 @@ def _gpu_rows(
     table, name_col = _GPU_TABLES[cat]
     if table not in tables:
         return None
-    have = _columns(con, table)
+    have = columns_of(con, table)
     if not {"start", "end", "streamId"} <= have:
         return None  # not a GPU activity table we can place on a timeline
     if name_col == "demangledName" and name_col not in have:
@@ -249,23 +117,23 @@ def _gpu_rows(
     exprs = [
         "t.start",
         "t.end",
-        _pid(_col(have, "globalPid", "0")),
+        pid_of(col(have, "globalPid", "0")),
         "COALESCE(t.streamId, 0)",
-        f"COALESCE({_col(have, 'correlationId', '-1')}, -1)",
-        f"COALESCE({_col(have, 'deviceId', '0')}, 0)",
+        f"COALESCE({col(have, 'correlationId', '-1')}, -1)",
+        f"COALESCE({col(have, 'deviceId', '0')}, 0)",
     ]
     if name_col != "NULL" and name_col in have:
         exprs.append(f"COALESCE(t.{name_col}, -1)")
-    columns = _column_chunks(con, table, exprs)
+    columns = column_chunks(con, table, exprs)
     start, end, pid, stream, corr, device = columns[:6]
     name_key = columns[6] if len(columns) > 6 else np.full(len(start), -1, dtype=np.int64)
     if "globalPid" in have:
-        launched, launch_end, launch_name = _launch_of(pid * PID_SHIFT + corr, runtime.by_pid)
+        launched, launch_end, launch_name = launch_of(pid * PID_SHIFT + corr, runtime.by_pid)
     else:
-        launched, launch_end, launch_name = _launch_of(corr, runtime.by_corr)
+        launched, launch_end, launch_name = launch_of(corr, runtime.by_corr)
     if cat == "kernel":
-        strings = _strings(con, name_key) if "StringIds" in tables else {}
-        names = [strings.get(int(k), f"<kernel {k}>") for k in np.unique(name_key)]
+        found = strings(con, name_key) if "StringIds" in tables else {}
+        names = [found.get(int(k), f"<kernel {k}>") for k in np.unique(name_key)]
         codes = np.searchsorted(np.unique(name_key), name_key)
     elif cat == "gpu_memcpy":
         kinds = np.unique(name_key)
@@ -296,7 +164,7 @@ def _nvtx_text(con: sqlite3.Connection, tables: Set[str], have: Set[str]) -> Tup
 def _nvtx_rows(con: sqlite3.Connection, tables: Set[str], epoch_ns: int) -> Optional[Rows]:
     if "NVTX_EVENTS" not in tables:
         return None
-    have = _columns(con, "NVTX_EVENTS")
+    have = columns_of(con, "NVTX_EVENTS")
     if not {"start", "end", "eventType"} <= have:
         return None
     text, strings = _nvtx_text(con, tables, have)
@@ -309,10 +177,10 @@ def _nvtx_rows(con: sqlite3.Connection, tables: Set[str], epoch_ns: int) -> Opti
         f"(SELECT DISTINCT {text} AS name FROM NVTX_EVENTS t {strings} WHERE {ranges})"
     )
     names = [r[0] for r in con.execute("SELECT name FROM nvtx_names ORDER BY idx")]
-    gtid = f"COALESCE({_col(have, 'globalTid', '0')}, 0)"
-    exprs = ["t.start", "t.end", _pid(gtid), f"{gtid} % {GLOBAL_ID_PART}", "nm.idx"]
+    gtid = f"COALESCE({col(have, 'globalTid', '0')}, 0)"
+    exprs = ["t.start", "t.end", pid_of(gtid), f"{gtid} % {GLOBAL_ID_PART}", "nm.idx"]
     joins = f"{strings} JOIN nvtx_names nm ON nm.name = {text}"
-    start, end, pid, thread, codes = _column_chunks(con, "NVTX_EVENTS", exprs, joins, ranges)
+    start, end, pid, thread, codes = column_chunks(con, "NVTX_EVENTS", exprs, joins, ranges)
     minus = np.full(len(start), -1, dtype=np.int64)
     ts = _us(start, epoch_ns)
     nan = np.full(len(start), np.nan)
@@ -323,12 +191,12 @@ def _rank_marks(con: sqlite3.Connection, tables: Set[str]) -> Dict[int, List[str
     """Per process, the NVTX texts that may say which rank it is (``torchscale rank=3 ...``)."""
     if "NVTX_EVENTS" not in tables:
         return {}
-    have = _columns(con, "NVTX_EVENTS")
+    have = columns_of(con, "NVTX_EVENTS")
     text, strings = _nvtx_text(con, tables, have)
-    gtid = f"COALESCE({_col(have, 'globalTid', '0')}, 0)"
+    gtid = f"COALESCE({col(have, 'globalTid', '0')}, 0)"
     found: Dict[int, List[str]] = {}
     query = (
-        f"SELECT DISTINCT {_pid(gtid)}, {text} FROM NVTX_EVENTS t {strings} "
+        f"SELECT DISTINCT {pid_of(gtid)}, {text} FROM NVTX_EVENTS t {strings} "
         f"WHERE {text} LIKE '%rank%' LIMIT 10000"
     )
     for pid, value in con.execute(query):
@@ -338,7 +206,7 @@ def _rank_marks(con: sqlite3.Connection, tables: Set[str]) -> Dict[int, List[str
 
 def _session_epoch_ns(con: sqlite3.Connection, tables: Set[str]) -> int:
     table = "TARGET_INFO_SESSION_START_TIME"
-    if table in tables and "utcEpochNs" in _columns(con, table):
+    if table in tables and "utcEpochNs" in columns_of(con, table):
         row = con.execute(f"SELECT utcEpochNs FROM {table}").fetchone()
         if row and row[0] is not None:
             return int(row[0])
@@ -346,7 +214,7 @@ def _session_epoch_ns(con: sqlite3.Connection, tables: Set[str]) -> int:
 
 
 def _gpus(con: sqlite3.Connection, tables: Set[str]) -> List[Tuple[int, str]]:
-    if "TARGET_INFO_GPU" not in tables or not {"id", "name"} <= _columns(con, "TARGET_INFO_GPU"):
+    if "TARGET_INFO_GPU" not in tables or not {"id", "name"} <= columns_of(con, "TARGET_INFO_GPU"):
         return []
     return [(int(i), str(n)) for i, n in con.execute("SELECT id, name FROM TARGET_INFO_GPU")]
 
@@ -375,7 +243,7 @@ def read_nsys(path: Path, budget: Optional[MemoryBudget] = None) -> List[RankTra
     ``budget``: checked after each table is fetched (see ``memory_budget``)."""
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        tables = _tables(con)
+        tables = tables_of(con)
         if not tables & {"CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_MEMCPY"}:
             if tables & EXPORT_METADATA_TABLES:  # an nsys export, of a capture without the GPU
                 raise NoGpuActivity(
@@ -384,7 +252,7 @@ def read_nsys(path: Path, budget: Optional[MemoryBudget] = None) -> List[RankTra
                 )
             raise sqlite3.DatabaseError("no CUDA kernel, memcpy or NVTX table")
         epoch = _session_epoch_ns(con, tables)
-        runtime = _runtime_calls(con, tables)
+        runtime = runtime_calls(con, tables)
         parts: List[Tuple[str, Optional[Rows]]] = []
         for cat in _GPU_TABLES:
             parts.append((cat, _gpu_rows(con, tables, cat, epoch, runtime)))
