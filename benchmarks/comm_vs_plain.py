@@ -146,7 +146,7 @@ def report(data: dict, args: argparse.Namespace) -> bool:
 
 
 def main() -> None:
-    from torchscale.comm.busbw import parse_size
+    from torchscale.config.sizes import parse_size
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nproc", type=int, default=2, help="ranks (CPU processes or GPUs)")

@@ -294,3 +294,77 @@ def write_kineto_trace(
             '  "baseTimeNanoseconds": 1711964646000000000\n}\n'
         )
     return kernels
+
+
+DENSE_KERNELS = ("ampere_sgemm_128x64_tn", "vectorized_elementwise_kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL")
+
+
+def write_dense_trace(path: Path, events: int, *, kernels_per_step: int = 1000) -> int:
+    """Write a trace of ``events`` compact events: per kernel a ``cpu_op``, its
+    ``cudaLaunchKernel`` and the kernel (every 20th an NCCL all-reduce on its own stream), and a
+    ``ProfilerStep#N`` range per ``kernels_per_step`` kernels. Short, repetitive lines, as a
+    large trace of small kernels is: 10M events are ~1.1 GB of JSON, ~30 MB gzipped. Returns the
+    number of events written."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    kwargs = {"compresslevel": 1} if path.name.endswith(".gz") else {}
+    written = 0
+    with opener(path, "wt", encoding="utf-8", **kwargs) as fh:  # type: ignore[operator]
+        fh.write(
+            '{"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, '
+            '"world_size": 2}, "traceEvents": [\n'
+        )
+        parts: List[str] = []
+        t, step, corr = 1_000_000, 0, 1
+        step_start, in_step = t, 0
+        while written + 4 <= events:
+            name = DENSE_KERNELS[2] if corr % 20 == 0 else DENSE_KERNELS[corr % 2]
+            stream = 20 if corr % 20 == 0 else 7
+            parts.append(
+                f'{{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":{t},"dur":9}},\n'
+                f'{{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,'
+                f'"ts":{t + 2},"dur":4,"args":{{"correlation":{corr}}}}},\n'
+                f'{{"ph":"X","cat":"kernel","name":"{name}","pid":0,"tid":{stream},"ts":{t + 8},'
+                f'"dur":{6 + corr % 5},"args":{{"stream":{stream},"correlation":{corr}}}}},\n'
+            )
+            written += 3
+            t += 10
+            corr += 1
+            in_step += 1
+            if in_step == kernels_per_step:
+                parts.append(
+                    f'{{"ph":"X","cat":"user_annotation","name":"ProfilerStep#{step}","pid":1,'
+                    f'"tid":1,"ts":{step_start},"dur":{t - step_start}}},\n'
+                )
+                written += 1
+                step, step_start, in_step = step + 1, t, 0
+            if len(parts) >= 20000:
+                fh.write("".join(parts))
+                parts = []
+        fh.write("".join(parts))
+        fh.write(f'{{"ph":"i","name":"end","pid":1,"tid":1,"ts":{t},"s":"g"}}\n]}}\n')
+    return written
+
+
+def write_kernel_trace(path: Path, events: int) -> int:
+    """Write ``events`` kernel events and nothing else (every event is kept: the most memory an
+    event can cost); every 20th an NCCL all-reduce on stream 20. Returns the events written."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    kwargs = {"compresslevel": 1} if path.name.endswith(".gz") else {}
+    with opener(path, "wt", encoding="utf-8", **kwargs) as fh:  # type: ignore[operator]
+        fh.write('{"traceEvents": [\n')
+        parts: List[str] = []
+        t = 1_000_000
+        for i in range(events):
+            stream = 20 if i % 20 == 0 else 7
+            name = DENSE_KERNELS[2] if stream == 20 else DENSE_KERNELS[0]
+            parts.append(
+                f'{{"ph":"X","cat":"kernel","name":"{name}","pid":0,"tid":{stream},"ts":{t},'
+                f'"dur":{6 + i % 5},"args":{{"stream":{stream},"correlation":{i}}}}},\n'
+            )
+            t += 10
+            if len(parts) >= 50000:
+                fh.write("".join(parts))
+                parts = []
+        fh.write("".join(parts))
+        fh.write(f'{{"ph":"i","name":"end","pid":1,"tid":1,"ts":{t},"s":"g"}}\n]}}\n')
+    return events

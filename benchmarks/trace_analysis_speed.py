@@ -1,17 +1,27 @@
 """How fast is ``torchscale profile analyze`` on a 1,000,000-kernel trace, in each format?
 
     PYTHONPATH=. python benchmarks/trace_analysis_speed.py [--workdir DIR] [--hta] [--keep]
+    PYTHONPATH=. python benchmarks/trace_analysis_speed.py --memory [--workdir DIR]
 
 1. Writes a synthetic Kineto trace (``synthetic_kineto.py``: >= 1,000,000 kernels on two
    streams, NCCL all-reduce and compute kernels, a launch and a flow pair per kernel, cpu_ops,
    ProfilerStep ranges; ~1.3 GB of JSON) and an nsys SQLite export with >= 1,000,000 kernel rows
    (``tests/data/make_nsys_fixture.py``, published export schema).
 2. Analyses each in a fresh process (read + every analysis + findings), reporting wall time, CPU
-   time and peak RSS of the main process and of its largest parse worker.
+   time and peak RSS of the main process and of its largest parse worker; then runs the
+   per-rank analyses of issue 28 (``detail_tables``: idle time, kernels, launches, queue,
+   memory, critical path, pace) once more alone, for their own time.
 3. With ``--hta``: times HolisticTraceAnalysis 0.5.0 (load + temporal breakdown + overlap) on the
    same Kineto trace, for the speed ratio. HTA loads the whole JSON: expect many GB of memory.
 
 Goal (issue 3): under 10 s and under 1 GB for each format on the 2-core dev machine.
+
+``--memory`` (issue 32, item 8) instead writes dense ``.json.gz`` traces of 1M and 10M events
+(``synthetic_kineto.write_dense_trace``: per kernel a cpu_op, its launch and the kernel; short
+repetitive lines, 10M events in ~60 MB) and one of 10M kernel events alone (every event kept:
+the worst case per event), and reports each analysis's peak RSS, wall and CPU seconds (one
+process, one parse worker) and the peak's growth per event over the 1M-event trace.
+Goal: at most 60 bytes an event, 10M events under 1 GB.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic_kineto import write_kineto_trace  # noqa: E402
+from synthetic_kineto import write_dense_trace, write_kernel_trace, write_kineto_trace  # noqa: E402
 
 TARGET_KERNELS = 1_000_000
 
@@ -38,11 +48,18 @@ import json, resource, sys, time
 from pathlib import Path
 t0, c0 = time.perf_counter(), time.process_time()
 from torchscale.profiling.analysis import analyze
-result = analyze([Path(sys.argv[1])], "all")
+workers = int(sys.argv[2]) if len(sys.argv) > 2 else None
+result = analyze([Path(sys.argv[1])], "all", workers=workers)
 wall = time.perf_counter() - t0
-kernels = int(sum((t.events["cat"] == "kernel").sum() for t in result.traces))
-print(json.dumps({"wall_s": wall, "cpu_s": time.process_time() - c0,
+from torchscale.profiling.detail_tables import detail_tables
+t1, c1 = time.perf_counter(), time.process_time()
+detail_tables(result.traces)  # again, alone: the issue-28 analyses' own share of the time
+detail_wall, detail_cpu = time.perf_counter() - t1, time.process_time() - c1
+kernels = int(sum((t.gpu["cat"] == "kernel").sum() for t in result.traces))
+print(json.dumps({"wall_s": wall, "cpu_s": time.process_time() - c0 - detail_cpu,
+                  "detail_tables_wall_s": detail_wall, "detail_tables_cpu_s": detail_cpu,
                   "kernels_analysed": kernels, "findings": len(result.findings),
+                  "events_kept": sum(t.event_count for t in result.traces),
                   "rss_main_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "rss_worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
                   "cpu_workers_s": resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
@@ -63,11 +80,11 @@ print(json.dumps({"wall_s": time.perf_counter() - t0,
 """
 
 
-def _run(code: str, arg: Path, timeout: float) -> dict:
+def _run(code: str, arg: Path, timeout: float, *more: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     try:
         out = subprocess.run(
-            [sys.executable, "-c", code, str(arg)],
+            [sys.executable, "-c", code, str(arg), *more],
             capture_output=True,
             text=True,
             env=env,
@@ -81,13 +98,46 @@ def _run(code: str, arg: Path, timeout: float) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def memory(work: Path) -> dict:
+    """Peak RSS against event count (issue 32, item 8)."""
+    report: dict = {"machine": f"{os.cpu_count()} cores", "load_avg": os.getloadavg()}
+    cases = (
+        ("dense-1M", 1_000_000, write_dense_trace),
+        ("dense-10M", 10_000_000, write_dense_trace),
+        ("kernels-10M", 10_000_000, write_kernel_trace),
+    )
+    for name, events, write in cases:
+        trace = work / name / "rank0.json.gz"
+        if not trace.exists():
+            trace.parent.mkdir(parents=True, exist_ok=True)
+            write(trace, events)
+        row = _run(ANALYZE, trace.parent, 900, "1")
+        row["gz_bytes"] = trace.stat().st_size
+        row["events"] = events
+        report[name] = row
+    small = report["dense-1M"]
+    for name in ("dense-10M", "kernels-10M"):
+        big = report[name]
+        if "rss_main_mb" in big and "rss_main_mb" in small:
+            growth = (big["rss_main_mb"] - small["rss_main_mb"]) * (1 << 20)
+            big["bytes_per_event_over_1M"] = round(growth / (big["events"] - small["events"]), 1)
+            big["peak_bytes_per_event"] = round(big["rss_main_mb"] * (1 << 20) / big["events"], 1)
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workdir", type=Path, default=None, help="where to write the traces")
     parser.add_argument("--hta", action="store_true", help="also time HTA on the Kineto trace")
     parser.add_argument("--keep", action="store_true", help="keep the generated traces")
+    parser.add_argument("--memory", action="store_true", help="peak memory at 1M and 10M events")
     args = parser.parse_args()
     work = args.workdir or Path(tempfile.mkdtemp(prefix="ts-trace-bench-"))
+    if args.memory:
+        print(json.dumps(memory(work), indent=2))
+        if not args.keep and args.workdir is None:
+            shutil.rmtree(work)
+        return
     kineto_dir, nsys_dir = work / "kineto", work / "nsys"
     kineto_dir.mkdir(parents=True, exist_ok=True)
     report = {"machine": f"{os.cpu_count()} cores", "load_avg": os.getloadavg()}
@@ -106,6 +156,7 @@ def main() -> None:
             "fixture", ROOT / "tests/data/make_nsys_fixture.py"
         )
         fixture = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules["fixture"] = fixture  # its dataclasses look their module up
         spec.loader.exec_module(fixture)  # type: ignore[union-attr]
         t = time.perf_counter()
         fixture.write_ranks(

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from torchscale.cli.app import app
 from torchscale.comm import busbw
-from torchscale.comm.busbw import layout, parse_size, size_sweep
+from torchscale.comm.busbw import layout, size_sweep
 from torchscale.comm.collective_ops import (
     CORRUPT_ENV,
     ROOT,
@@ -27,6 +27,7 @@ from torchscale.comm.kind import KIND
 from torchscale.comm.scopes import distinct_scopes, scope_groups
 from torchscale.comm.tp_gemm import tolerance
 from torchscale.config.loader import load_config
+from torchscale.config.sizes import format_size, parse_size
 from torchscale.errors import ConfigError
 from torchscale.hardware.links import link_peak_gbps, parse_link, pcie_lane_gbps
 from torchscale.plan.matrix import expand
@@ -99,7 +100,7 @@ def test_size_parsing_and_sweep() -> None:
     assert size_sweep(64, 64, 5) == [64]
     section = CommunicationSection(min_bytes="1K", max_bytes="1M", factor=4)
     assert section.sizes() == [1024 * 4**i for i in range(6)]
-    assert busbw.format_size(3 * 2**20) == "3M" and busbw.format_size(1536) == "1536"
+    assert format_size(3 * 2**20) == "3M" and format_size(1536) == "1536"
 
 
 def simulate(op: str, inputs: List[torch.Tensor], n: int, count: int) -> List[torch.Tensor]:

@@ -41,8 +41,8 @@ def test_analyze_json_document_matches_hta_and_writes_outputs(tmp_path):
     assert "[ANALYSIS] Found" in result.stderr and "[ANALYSIS]" not in result.stdout
     written = json.loads((tmp_path / FINDINGS_FILE).read_text())
     assert written["ranks"] == doc["ranks"] and written["findings"] == doc["findings"]
-    for table in TABLE_FILES.values():
-        assert (tmp_path / table).read_text().count("\n") >= 2
+    for key, table in TABLE_FILES.items():  # the trace has no memory events: header only
+        assert (tmp_path / table).read_text().count("\n") >= (1 if key.startswith("memory") else 2)
 
 
 def test_analyze_table_output_names_straggler(tmp_path):

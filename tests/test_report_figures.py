@@ -304,7 +304,7 @@ def test_stacked_bars_never_rise_above_the_axis_top_in_the_pdf(
     content = build_content(load_report_data(healthy_run(root).experiment_dir))
     stacked = [c for c in content.charts if c.barmode == "stack"]
     kinds = {c.chart_id.split("-")[0] for c in stacked}
-    assert kinds == {"memory", "comm"}, kinds  # both kinds of stacked charts are drawn
+    assert kinds == {"memory", "comm", "lost"}, kinds  # every kind of stacked chart is drawn
     for chart in stacked:
         totals: Dict[str, float] = {}
         for series in chart.series:

@@ -155,8 +155,8 @@ def register(app: typer.Typer) -> None:
         options = CompareOptions(
             threshold_pct=threshold, resamples=resamples, seed=seed, noise_floor_pct=noise_floor
         ).checked()
-        old_records = load_report_data(old, "OLD").records
-        new_records = load_report_data(new, "NEW").records
+        old_data, new_data = load_report_data(old, "OLD"), load_report_data(new, "NEW")
+        old_records, new_records = old_data.records, new_data.records
         result = compare_runs(old_records, new_records, options)
         if result.cells.empty or not result.shared:
             raise TorchscaleError(
@@ -197,6 +197,15 @@ def register(app: typer.Typer) -> None:
             err_console.print(
                 f"[bold red]{regressions} cell(s) regressed beyond {threshold:g}%[/bold red]"
             )
+            from torchscale.profiling.diff_links import diff_commands
+
+            cells = result.regressions
+            for line in diff_commands(
+                [(e.path, e.records) for e in old_data.experiments],
+                [(e.path, e.records) for e in new_data.experiments],
+                zip(cells["cell_id_old"], cells["cell_id_new"]),
+            ):
+                err_console.print(f"Both runs traced it: {line}", markup=False, soft_wrap=True)
         if len(lost):
             named = ", ".join(f"{r.cell_id_old} ({r.verdict})" for r in lost.itertuples())
             err_console.print(

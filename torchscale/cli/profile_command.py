@@ -251,6 +251,14 @@ def register(app: typer.Typer) -> None:
                 help=f"Folder for {FINDINGS_FILE} and the CSV tables (default: beside the traces).",
             ),
         ] = None,
+        max_memory: Annotated[
+            Optional[str],
+            typer.Option(
+                "--max-memory",
+                help="Memory budget, e.g. 4G or 512M: the analysis stops with one line before it "
+                "would need more (default: the memory available).",
+            ),
+        ] = None,
         json_output: JsonOption = False,
         verbose: VerboseOption = False,
     ) -> None:
@@ -260,8 +268,10 @@ def register(app: typer.Typer) -> None:
         from torchscale.profiling.analysis import analyze as run_analysis
         from torchscale.profiling.analysis import to_document
         from torchscale.profiling.outputs import write_outputs
+        from torchscale.profiling.traces.memory_budget import parse_memory
 
-        result = run_analysis(paths, target)
+        budget = None if max_memory is None else parse_memory(max_memory)
+        result = run_analysis(paths, target, max_memory=budget)
         log = logging.getLogger("torchscale")
         for trace in result.traces:
             log.debug("rank %d: %s trace %s", trace.rank, trace.source, trace.path)
@@ -272,4 +282,7 @@ def register(app: typer.Typer) -> None:
             print_json(document)
         print_document(document, list(written), out_dir)
 
+    from torchscale.cli import profile_diff_command
+
+    profile_diff_command.register(profile_app)
     app.add_typer(profile_app, name="profile")

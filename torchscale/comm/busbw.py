@@ -19,9 +19,8 @@ No torch here: the planner and the config loader use it too.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Union
+from typing import Callable, Dict, List
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 SEND_RECV = "send_recv"
@@ -29,34 +28,6 @@ SEND_RECV = "send_recv"
 SPLIT_OPS = frozenset({"all_gather", "reduce_scatter", "all_to_all"})
 ALIGN_BYTES = 16  # nccl-tests rounds the per-rank count of split ops down to 16 bytes
 BYTES_PER_GB = 1e9
-
-_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]?)(?:I?B)?\s*$", re.IGNORECASE)
-
-
-def parse_size(value: Union[int, float, str]) -> int:
-    """``8``, ``"1K"``, ``"64M"``, ``"1G"`` -> bytes. K/M/G are binary (1K = 1024), as nccl-tests'
-    ``-b``/``-e`` read them; a trailing ``B`` or ``iB`` is allowed."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a size")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    match = _SIZE.match(str(value))
-    if not match:
-        raise ValueError(f"{value!r} is not a size: write bytes like 8, 1K, 64M or 1G")
-    number, unit = float(match.group(1)), match.group(2).upper()
-    return int(number * _UNITS[unit])
-
-
-def format_size(size_bytes: int) -> str:
-    """The shortest exact binary form: 1024 -> ``1K``, 1536 -> ``1536``."""
-    for unit in ("G", "M", "K"):
-        if size_bytes and size_bytes % _UNITS[unit] == 0:
-            return f"{size_bytes // _UNITS[unit]}{unit}"
-    return str(size_bytes)
-
 
 def size_sweep(min_bytes: int, max_bytes: int, factor: int) -> List[int]:
     """nccl-tests' ``-b min -e max -f factor``: min, min*f, min*f^2, ... while <= max."""

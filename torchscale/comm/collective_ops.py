@@ -18,7 +18,8 @@ from typing import Callable, Dict, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from torchscale.comm.busbw import Layout, parse_size
+from torchscale.comm.busbw import Layout
+from torchscale.config.sizes import parse_size
 
 ROOT = 0  # broadcast root, as nccl-tests' default
 UNWRITTEN = -100  # outputs start here: an op that writes nothing cannot pass the check

@@ -26,11 +26,12 @@ from pydantic import (
 )
 from typing_extensions import Annotated
 
-from torchscale.comm.busbw import COLLECTIVES, parse_size, size_sweep
+from torchscale.comm.busbw import COLLECTIVES, size_sweep
 from torchscale.comm.scopes import SCOPES, distinct_scopes
 from torchscale.config.base import StrictModel, as_list
 from torchscale.config.kind_sections import ConfigSection
 from torchscale.config.settings import BenchmarkConfig
+from torchscale.config.sizes import parse_size
 from torchscale.hardware.links import parse_link
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]

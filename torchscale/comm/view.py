@@ -12,8 +12,8 @@ from typing import Any, Dict, List, Optional
 from rich.console import Console
 from rich.table import Table
 
-from torchscale.comm.busbw import format_size
 from torchscale.comm.config import CommCellSettings
+from torchscale.config.sizes import format_size
 from torchscale.hardware.device_noun import CUDA, count_header, count_text
 from torchscale.results.layout import SUMMARY_COMM
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult

@@ -14,14 +14,16 @@ from torchscale.profiling.analyzers.kernels import MEMORY, kernel_time_by_class
 from torchscale.profiling.analyzers.steps import dataloader_time, step_times
 from torchscale.profiling.analyzers.trace_breakdown import temporal_breakdown
 from torchscale.profiling.analyzers.trace_collectives import collective_tables
+from torchscale.profiling.detail_tables import detail_tables
 from torchscale.profiling.finding_rules import find_bottlenecks
 from torchscale.profiling.traces import RankTrace, load_traces
+from torchscale.profiling.traces.memory_budget import TraceMemoryError
 
 
 @dataclass
 class ProfileAnalysis:
     traces: List[RankTrace]
-    tables: Dict[str, pd.DataFrame]  # ranks, steps, kernel_classes, collectives
+    tables: Dict[str, pd.DataFrame]  # ranks, steps, kernel_classes, collectives, DETAIL_TABLES
     findings: List[Finding]
     target: str
     warnings: List[str] = field(default_factory=list)  # e.g. traces of another job left out
@@ -56,10 +58,27 @@ def trace_rank_table(
 
 
 def analyze(
-    paths: Sequence[Path], target: str = "all", workers: Optional[int] = None
+    paths: Sequence[Path],
+    target: str = "all",
+    workers: Optional[int] = None,
+    max_memory: Optional[int] = None,
+) -> ProfileAnalysis:
+    """``max_memory``: the budget in bytes (default: what the machine has available); the
+    analysis is refused with one line before it would pass it (``traces.memory_budget``)."""
+    try:
+        return _analyze(paths, target, workers, max_memory)
+    except MemoryError:  # the projection missed (another process took the memory meanwhile)
+        raise TraceMemoryError(
+            "the trace analysis ran out of memory; set --max-memory below what this machine "
+            "has free, or analyse fewer ranks or a shorter capture"
+        ) from None
+
+
+def _analyze(
+    paths: Sequence[Path], target: str, workers: Optional[int], max_memory: Optional[int]
 ) -> ProfileAnalysis:
     warnings: List[str] = []
-    traces = load_traces(paths, workers, warnings)
+    traces = load_traces(paths, workers, warnings, max_memory)
     steps = step_times(traces)
     classes = kernel_time_by_class(traces)
     coll = collective_tables(traces)
@@ -77,6 +96,7 @@ def analyze(
         calls["instance"] = calls["instance"].astype("Int64")
         calls["is_last"] = calls["is_last"].astype("boolean")
     tables = {"ranks": ranks, "steps": steps, "kernel_classes": classes, "collectives": calls}
+    tables.update(detail_tables(traces))
     findings = find_bottlenecks(ranks, coll["instances"], target)
     return ProfileAnalysis(traces, tables, findings, target, warnings)
 
@@ -130,6 +150,8 @@ def to_document(result: ProfileAnalysis) -> Dict[str, object]:
                 "path": str(t.path),
                 "device": t.metadata.get("device"),
                 "pid": t.metadata.get("pid"),
+                "events": t.event_count,
+                "invalid_events": dict(t.invalid),
             }
             for t in result.traces
         ],

@@ -32,6 +32,7 @@ from torchscale.report import sections
 from torchscale.report.breakdown_sections import comm_compute_section, histogram_charts
 from torchscale.report.elements import Card, Chart, Column, Section, Table, make_table
 from torchscale.report.environment_block import EnvironmentBlock, environment_block
+from torchscale.report.lost_efficiency_section import lost_efficiency_section
 from torchscale.report.profile_section import profile_section, trace_findings
 from torchscale.report.projection_section import projection_section
 from torchscale.report.report_data import ReportData
@@ -277,6 +278,7 @@ def _content(
         sections.utilisation_section(table),
         sections.sync_section(table, cell_tables.pooled_rank_table(table, ranks), ranks),
         profile_section(data),
+        lost_efficiency_section(records),
         comm_compute_section(records),
         telemetry_section(records),
         *kind_sections(records),

@@ -38,10 +38,16 @@ def kernel_class(name: str) -> str:
 
 
 def classify(names: pd.Series) -> np.ndarray:
-    """Class of each row of a categorical name column, computed once per distinct name."""
+    """Class of each row of a categorical name column, computed once per distinct name (an
+    object array: 8 bytes a row; :func:`class_mask` costs one)."""
     cats = names.cat.categories
     per_name = np.asarray([kernel_class(str(c)) for c in cats] + [OTHER], dtype=object)
     return per_name[names.cat.codes.to_numpy()]
+
+
+def class_mask(names: pd.Series, cls: str) -> np.ndarray:
+    """Rows of a categorical name column whose kernel class is ``cls``."""
+    return names_matching(names, lambda name: kernel_class(name) == cls)
 
 
 def cpu_collectives(trace: RankTrace) -> pd.DataFrame:
@@ -57,13 +63,12 @@ def kernel_time_by_class(traces: List[RankTrace]) -> pd.DataFrame:
     rows = []
     for trace in traces:
         gpu = trace.gpu_events()
-        classes = classify(gpu["name"])
-        ts, end = gpu["ts"].to_numpy(), (gpu["ts"] + gpu["dur"]).to_numpy()
-        busy = intervals.union_length(ts, end)
+        ts, dur = gpu["ts"].to_numpy(), gpu["dur"].to_numpy()
+        busy = intervals.union_length(ts, durations=dur)
         for cls in KERNEL_CLASSES:
-            sel = classes == cls
+            sel = class_mask(gpu["name"], cls)
             if sel.any():
-                merged = intervals.union_length(ts[sel], end[sel])
+                merged = intervals.union_length(ts, None, sel, durations=dur)
                 rows.append(
                     (
                         trace.rank,

@@ -63,9 +63,12 @@ def step_times(traces: List[RankTrace]) -> pd.DataFrame:
         steps = step_ranges(trace)
         gpu = trace.gpu_events()
         ts = gpu["ts"].to_numpy()
-        busy = intervals.merge(ts, ts + gpu["dur"].to_numpy())
         lo, hi = steps["start_us"].to_numpy(float), steps["end_us"].to_numpy(float)
-        inside = intervals.covered_between(*busy, lo, hi) if len(ts) else np.full(len(lo), np.nan)
+        inside = (
+            intervals.covered_in_windows(ts, gpu["dur"].to_numpy(), lo, hi)
+            if len(ts)
+            else np.full(len(lo), np.nan)
+        )
         span = hi - lo
         with np.errstate(invalid="ignore", divide="ignore"):
             idle = np.where(span > 0, 100.0 * (span - inside) / span, np.nan)

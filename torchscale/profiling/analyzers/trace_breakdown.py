@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from typing import Dict, List
 
+import numpy as np
 import pandas as pd
 
 from torchscale.profiling.analyzers import intervals
-from torchscale.profiling.analyzers.kernels import COMMUNICATION, COMPUTE, classify
+from torchscale.profiling.analyzers.kernels import COMMUNICATION, COMPUTE, class_mask
 from torchscale.profiling.traces.model import RankTrace
 
 BREAKDOWN_COLUMNS = [
@@ -42,22 +43,28 @@ def _pct(part: float, whole: float) -> float:
     return round(100.0 * part / whole, 2) if whole else float("nan")
 
 
+def last_end(ts: np.ndarray, dur: np.ndarray) -> float:
+    """The latest end of the intervals, a chunk at a time (no array of ends)."""
+    step = intervals.CHUNK_ROWS
+    return max(float((ts[i : i + step] + dur[i : i + step]).max()) for i in range(0, len(ts), step))
+
+
 def rank_breakdown(trace: RankTrace) -> Dict[str, float]:
     gpu = trace.gpu_events()
-    ts = gpu["ts"].to_numpy()
-    end = ts + gpu["dur"].to_numpy()
+    ts, dur = gpu["ts"].to_numpy(), gpu["dur"].to_numpy()
     nan = float("nan")
     if not len(ts):
         return dict.fromkeys(BREAKDOWN_COLUMNS, nan) | {"rank": trace.rank}
-    busy = intervals.merge(ts, end)
-    kernel_time = float(busy[1][-1] - busy[0][0])
-    idle = kernel_time - intervals.total(*busy)
-    classes = classify(gpu["name"])
-    comp = intervals.merge(ts[classes == COMPUTE], end[classes == COMPUTE])
-    comm = intervals.merge(ts[classes == COMMUNICATION], end[classes == COMMUNICATION])
-    compute_time = intervals.total(*comp)
-    comm_time = intervals.total(*comm)
-    overlap = intervals.intersection_length(comm, comp)
+    # Lengths of unions only, never the merged intervals themselves: the analysis of a large
+    # trace then needs a few arrays of its kernels' length (memory_budget counts on it).
+    kernel_time = last_end(ts, dur) - float(ts.min())
+    idle = kernel_time - intervals.union_length(ts, durations=dur)
+    is_comp = class_mask(gpu["name"], COMPUTE)
+    is_comm = class_mask(gpu["name"], COMMUNICATION)
+    compute_time = intervals.union_length(ts, None, is_comp, durations=dur)
+    comm_time = intervals.union_length(ts, None, is_comm, durations=dur)
+    either = intervals.union_length(ts, None, is_comp | is_comm, durations=dur)
+    overlap = max(0.0, compute_time + comm_time - either)  # inclusion-exclusion
     return {
         "rank": trace.rank,
         "idle_time_us": idle,

@@ -20,11 +20,11 @@ from typing import Dict, List
 import numpy as np
 import pandas as pd
 
-from torchscale.profiling.analyzers.kernels import COMMUNICATION, classify, cpu_collectives
+from torchscale.profiling.analyzers.kernels import COMMUNICATION, class_mask, cpu_collectives
 from torchscale.profiling.analyzers.steps import assign_steps, step_ranges
 from torchscale.profiling.traces.model import RankTrace
 
-_NCCL_OP = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
+_NCCL_OP = re.compile(r"^nccl(?:Dev)?(?:Kernel|Func)_([A-Za-z]+)")
 # A rank counts as "last" at an instance only if the others waited at least 0.1% of a
 # median step for it: below that, who comes last is scheduling noise, not a straggler.
 MIN_WAIT_SHARE_OF_STEP = 0.001
@@ -49,7 +49,7 @@ def _op_name(name: str) -> str:
 def collective_calls(trace: RankTrace) -> pd.DataFrame:
     """This rank's collective calls in time order, each with its step and ordinal."""
     gpu = trace.gpu_events()
-    comm = gpu[classify(gpu["name"]) == COMMUNICATION]
+    comm = gpu[class_mask(gpu["name"], COMMUNICATION)]
     device = "gpu"
     anchor = comm["launch_ts"].to_numpy()
     if comm.empty:
@@ -115,8 +115,7 @@ def straggler_table(
             step_time[trace.rank] = float(durations.sum())
             median_step.append(float(np.median(durations)))
         else:
-            ev = trace.events
-            step_time[trace.rank] = float((ev["ts"] + ev["dur"]).max() - ev["ts"].min())
+            step_time[trace.rank] = trace.span_us()
     threshold = (
         MIN_WAIT_SHARE_OF_STEP * float(np.median(median_step)) if median_step else MIN_WAIT_US
     )

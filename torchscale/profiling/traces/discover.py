@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from torchscale.errors import TorchscaleError
-from torchscale.profiling.traces.model import RankTrace
+from torchscale.profiling.traces.model import RankTrace, describe_invalid
 from torchscale.results.files import not_regular
 from torchscale.results.layout import FINDINGS_FILE
 
@@ -104,33 +104,45 @@ def rank_from_name(path: Path) -> Optional[int]:
 
 
 def load_traces(
-    paths: Sequence[Path], workers: Optional[int] = None, warnings: Optional[List[str]] = None
+    paths: Sequence[Path],
+    workers: Optional[int] = None,
+    warnings: Optional[List[str]] = None,
+    max_memory: Optional[int] = None,
+    trim_last_step: bool = True,
 ) -> List[RankTrace]:
     """Read every trace under ``paths``; ranks come from the trace, its file name, or its order.
 
     Traces of another job found beside the analysed one are left out, with a line appended to
-    ``warnings`` naming them (see :func:`split_jobs`)."""
+    ``warnings`` naming them (see :func:`split_jobs`); so are invalid events (a line per trace).
+    A trace without a valid event is refused (:func:`check_not_empty`). ``max_memory``: the
+    budget in bytes (default: the memory available), see ``memory_budget``. ``trim_last_step``:
+    HTA's rule of leaving out the last, cut-short ProfilerStep (``kineto.finish``)."""
     from torchscale.profiling.traces.kineto import TraceReadError, read_kineto_files
     from torchscale.profiling.traces.kineto_decode import DecodeError
+    from torchscale.profiling.traces.memory_budget import MemoryBudget
     from torchscale.profiling.traces.nsys_sqlite import NoGpuActivity, read_nsys
 
     files = find_trace_files(paths)
+    budget = MemoryBudget.start(max_memory)
     kineto = [f for f in files if trace_format(f) == "kineto"]
     traces: Dict[Path, List[RankTrace]] = {}
     if kineto:
         try:
-            traces.update({p: [t] for p, t in read_kineto_files(kineto, workers).items()})
+            read = read_kineto_files(kineto, workers, budget, trim_last_step)
+            traces.update({p: [t] for p, t in read.items()})
         except (OSError, EOFError, zlib.error, *DecodeError) as exc:
             raise TraceReadError(f"cannot read trace: {exc}") from None  # raised outside a file
     for path in files:
         if trace_format(path) == "nsys":
             try:
-                traces[path] = read_nsys(path)
+                traces[path] = read_nsys(path, budget)
             except NoGpuActivity as exc:
                 raise TraceReadError(str(exc)) from None
             except sqlite3.DatabaseError as exc:
                 raise TraceReadError(f"{path}: not a readable nsys SQLite export ({exc})") from None
     ordered = [trace for f in files for trace in traces[f]]
+    for trace in ordered:
+        check_not_empty(trace)
     for position, trace in enumerate(ordered):
         if trace.rank < 0:
             from_name = rank_from_name(trace.path)
@@ -140,8 +152,30 @@ def load_traces(
     kept, mixed = split_jobs(ordered)
     if warnings is not None:
         warnings += mixed
+        warnings += [
+            f"rank {t.rank} ({t.path.name}): {describe_invalid(t.invalid)} left out of every "
+            "figure"
+            for t in sorted(kept, key=lambda t: t.rank)
+            if t.invalid
+        ]
     check_unique_ranks(kept)
     return sorted(kept, key=lambda t: t.rank)
+
+
+def check_not_empty(trace: RankTrace) -> None:
+    """No analysis passes on nothing: a trace without a valid event is refused, saying why."""
+    if trace.event_count:
+        return
+    where = trace.path.name if trace.source == "kineto" else f"{trace.path.name} (one rank)"
+    if trace.invalid:
+        raise TorchscaleError(
+            f"{where}: no valid events, {describe_invalid(trace.invalid)}; nothing to "
+            "analyse: is it a complete, undamaged trace?"
+        )
+    raise TorchscaleError(
+        f"{where}: the trace holds no events to analyse (no kernels, copies, operators or "
+        "ranges); capture again with the profiler active for some steps"
+    )
 
 
 def check_unique_ranks(traces: Sequence[RankTrace]) -> None:

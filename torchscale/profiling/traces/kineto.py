@@ -6,10 +6,16 @@ and decoded into columns (``kineto_decode``). Large plain files are split into b
 several processes decode at once; gzip input is decompressed by a helper thread (zlib releases
 the GIL) while the main thread decodes.
 
-After decoding, the events are put in the shape HTA gives them, so figures agree with HTA: events
-without a duration or category and the profiler's own "Trace" span are dropped; timestamps with a
-fractional part are rounded as HTA does (start up, end down); and when there are at least two
-``ProfilerStep#N`` ranges, everything launched at or after the start of the last one is dropped.
+After decoding, ``kineto_rows`` puts the events in the shape HTA gives them, so figures agree
+with HTA: events without a category and the profiler's own "Trace" span are dropped; timestamps
+with a fractional part are rounded as HTA does (start up, end down); and when there are at least
+two ``ProfilerStep#N`` ranges, everything launched at or after the start of the last one is
+dropped. Complete events without a finite start or duration, or with a negative one, are invalid:
+HTA drops them silently, we count them (``RankTrace.invalid``) and the analysis reports them. A
+trace left with no event is refused (``discover.check_not_empty``).
+
+Memory: columns are held compact from the first block (``model``), joined one column at a time,
+and checked against the analysis's memory budget after every block (``memory_budget``).
 """
 
 from __future__ import annotations
@@ -25,11 +31,11 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-import numpy as np
-
 from torchscale.errors import TorchscaleError
 from torchscale.profiling.traces import kineto_decode as dec
-from torchscale.profiling.traces.model import RankTrace, build_events, launch_times
+from torchscale.profiling.traces.kineto_rows import finish
+from torchscale.profiling.traces.memory_budget import MemoryBudget
+from torchscale.profiling.traces.model import RankTrace
 
 BLOCK_BYTES = 8 << 20  # decode unit: big enough to amortise calls, small enough for the cache
 HEAD_LIMIT_BYTES = 64 << 20  # "traceEvents" must start within this (Kineto writes it first)
@@ -108,16 +114,33 @@ def _decode_until_boundary(buf: bytearray, out: dec.Columns, use_msgspec: bool) 
 
 
 def scan_range(
-    path: Path, start: int, end: Optional[int], first: bool, last: bool, use_msgspec: bool = True
+    path: Path,
+    start: int,
+    end: Optional[int],
+    first: bool,
+    last: bool,
+    use_msgspec: bool = True,
+    budget: Optional[MemoryBudget] = None,
+    share: float = 1.0,
 ) -> dec.Columns:
     """Decode the events in bytes ``[start, end)`` of ``path``.
 
     ``first``: the range starts at the file start (metadata, then ``"traceEvents": [``).
     ``last``: the range runs to the end of the file (closing ``]`` and trailing metadata).
-    Otherwise the range holds whole events separated by commas.
+    Otherwise the range holds whole events separated by commas. ``budget``: refuse once what is
+    held projects past it; ``share``: this range's share of everything read (a split file's
+    parts are held together in the end).
     """
     out = dec.Columns()
     buf = bytearray(b"[")
+    size = path.stat().st_size if end is None else end - start
+
+    def check() -> None:
+        if budget is not None:
+            raw = getattr(fh, "myfileobj", None) or fh
+            done = (raw.tell() - start) / size if size and share == 1 else None
+            budget.check(int(out.nbytes / share), path, out.events, done)
+
     with _open(path) as fh:
         if start:
             fh.seek(start)
@@ -145,6 +168,7 @@ def scan_range(
             buf += block
             if len(buf) > BLOCK_BYTES:
                 _decode_until_boundary(buf, out, use_msgspec)
+                check()
                 if len(buf) > BLOCK_BYTES + MAX_EVENT_BYTES:
                     raise TraceReadError(
                         f"{path}: no complete event in {len(buf) >> 20} MiB (an unterminated "
@@ -156,6 +180,8 @@ def scan_range(
     elif len(buf) > 1 and bytes(buf[1:]).strip():
         buf += b"]"
         dec.decode_event_list(bytes(buf), out, use_msgspec)
+    if budget is not None:
+        budget.check(int(out.nbytes / share), path, out.events)
     return out
 
 
@@ -186,7 +212,10 @@ def _split_ranges(path: Path, parts: int) -> List[Tuple[int, Optional[int], bool
     ]
 
 
-def _scan_task(args: Tuple[Path, int, Optional[int], bool, bool, bool]) -> dec.Columns:
+Task = Tuple[Path, int, Optional[int], bool, bool, bool, Optional[MemoryBudget], float]
+
+
+def _scan_task(args: Task) -> dec.Columns:
     try:
         return scan_range(*args)
     except (OSError, EOFError, zlib.error, *dec.DecodeError) as exc:
@@ -196,25 +225,37 @@ def _scan_task(args: Tuple[Path, int, Optional[int], bool, bool, bool]) -> dec.C
 
 
 def plan_tasks(
-    paths: List[Path], workers: int
-) -> List[Tuple[Path, int, Optional[int], bool, bool, bool]]:
-    """One task per file, or several per large plain file when more than one process helps."""
-    tasks = []
+    paths: List[Path], workers: int, budget: Optional[MemoryBudget] = None
+) -> List[Task]:
+    """One task per file, or several per large plain file when more than one process helps.
+
+    With a budget, each task counts its share of everything read (files are held together)."""
+    tasks: List[Task] = []
     can_split = dec.HAVE_MSGSPEC and workers > 1
+    total = sum(p.stat().st_size for p in paths) or 1
     for path in paths:
         size = path.stat().st_size
         if can_split and not path.name.endswith(".gz") and size >= PARALLEL_MIN_BYTES:
             parts = max(2, workers // max(1, len(paths)))
-            tasks += [(path, lo, hi, f, la, True) for lo, hi, f, la in _split_ranges(path, parts)]
+            ranges = _split_ranges(path, parts)
+            tasks += [
+                (path, lo, hi, f, la, True, budget, ((hi or size) - lo) / total)
+                for lo, hi, f, la in ranges
+            ]
         else:
-            tasks.append((path, 0, None, True, True, True))
+            tasks.append((path, 0, None, True, True, True, budget, max(size, 1) / total))
     return tasks
 
 
-def read_kineto_files(paths: List[Path], workers: Optional[int] = None) -> Dict[Path, RankTrace]:
+def read_kineto_files(
+    paths: List[Path],
+    workers: Optional[int] = None,
+    budget: Optional[MemoryBudget] = None,
+    trim_last_step: bool = True,
+) -> Dict[Path, RankTrace]:
     """Read several Kineto traces, in parallel when there is enough work for it."""
     workers = workers or min(MAX_WORKERS, os.cpu_count() or 1)
-    tasks = plan_tasks(paths, workers)
+    tasks = plan_tasks(paths, workers, budget)
     total = sum(p.stat().st_size for p in paths)
     if workers > 1 and len(tasks) > 1 and total >= PARALLEL_MIN_BYTES // 4:
         import multiprocessing
@@ -227,96 +268,10 @@ def read_kineto_files(paths: List[Path], workers: Optional[int] = None) -> Dict[
     by_path: Dict[Path, List[dec.Columns]] = {}
     for task, cols in zip(tasks, results):
         by_path.setdefault(task[0], []).append(cols)
-    return {path: finish(path, parts) for path, parts in by_path.items()}
+    del results
+    return {path: finish(path, by_path.pop(path), trim_last_step) for path in list(by_path)}
 
 
-def read_kineto(path: Path, use_msgspec: bool = True) -> RankTrace:
+def read_kineto(path: Path, use_msgspec: bool = True, trim_last_step: bool = True) -> RankTrace:
     """Read one trace in this process (no pool)."""
-    return finish(path, [scan_range(path, 0, None, True, True, use_msgspec)])
-
-
-def _merge(
-    parts: List[dec.Columns],
-) -> Tuple[Dict[str, np.ndarray], List[str], List[str], Dict[str, object]]:
-    names: Dict[str, int] = {}
-    cats: Dict[str, int] = {}
-    name_codes, cat_codes, meta = [], [], {}
-    for part in parts:
-        name_map = np.fromiter(
-            (names.setdefault(n, len(names)) for n in part.names), np.int32, len(part.names)
-        )
-        cat_map = np.fromiter(
-            (cats.setdefault(c, len(cats)) for c in part.cats), np.int32, len(part.cats)
-        )
-        name_codes += [name_map[c] for c in part.name_codes]
-        cat_codes += [cat_map[c] for c in part.cat_codes]
-        meta.update(part.metadata)
-
-    def cat(field: str, dtype: Any) -> np.ndarray:
-        arrays = [a for p in parts for a in getattr(p, field)]
-        return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
-
-    cols = {
-        f: cat(f, t)
-        for f, t in (
-            ("ts", np.float64),
-            ("dur", np.float64),
-            ("pid", np.int64),
-            ("tid", np.int64),
-            ("stream", np.int64),
-            ("correlation", np.int64),
-        )
-    }
-    cols["name"] = np.concatenate(name_codes) if name_codes else np.zeros(0, np.int32)
-    cols["cat"] = np.concatenate(cat_codes) if cat_codes else np.zeros(0, np.int32)
-    return cols, list(names), list(cats), meta
-
-
-def finish(path: Path, parts: List[dec.Columns]) -> RankTrace:
-    """Columns -> a RankTrace with HTA's load-time rules applied."""
-    cols, names, cats, meta = _merge(parts)
-    ts, dur = cols["ts"], cols["dur"]
-    cat_names = np.asarray([*cats, ""], dtype=object)
-    keep = ~np.isnan(dur) & ~np.isnan(ts) & (cat_names[cols["cat"]] != "")
-    cols = {k: v[keep] for k, v in cols.items()}
-    ts, dur = cols["ts"], cols["dur"]
-    api_corr = np.concatenate([a for p in parts for a in p.api_correlation] or [np.zeros(0)])
-    api_ts = np.concatenate([a for p in parts for a in p.api_ts] or [np.zeros(0)])
-    fractional = np.any(ts != np.floor(ts)) or np.any(api_ts != np.floor(api_ts))
-    if fractional:  # ns-resolution trace: HTA rounds start up, end down
-        end = np.floor(ts + dur)
-        ts = np.ceil(ts)
-        dur = end - ts
-        api_ts = np.ceil(api_ts)
-    events = build_events(
-        ts,
-        dur,
-        cols["cat"],
-        cats,
-        cols["name"],
-        names,
-        cols["pid"],
-        cols["tid"],
-        cols["stream"],
-        cols["correlation"],
-    )
-    events["launch_ts"] = launch_times(events, api_corr, api_ts)
-    step_names = [n for n in events["name"].cat.categories if "ProfilerStep" in n]
-    window_end = None
-    if len(step_names) >= 2:
-        is_kernel = (events["stream"].to_numpy() >= 0) & (events["correlation"].to_numpy() >= 0)
-        steps = events["name"].isin(step_names).to_numpy() & ~is_kernel
-        window_end = float(events["ts"].to_numpy()[steps].max())
-        anchor = np.where(is_kernel, events["launch_ts"].to_numpy(), events["ts"].to_numpy())
-        events = events[anchor < window_end].reset_index(drop=True)
-    info = meta.get("distributedInfo") or {}
-    rank = info.get("rank") if isinstance(info, dict) else None
-    metadata = {"distributedInfo": info, "baseTimeNanoseconds": meta.get("baseTimeNanoseconds")}
-    return RankTrace(
-        rank=rank if isinstance(rank, int) else -1,
-        path=path,
-        source="kineto",
-        events=events,
-        metadata=metadata,
-        window_end=window_end,
-    )
+    return finish(path, [scan_range(path, 0, None, True, True, use_msgspec)], trim_last_step)

@@ -25,15 +25,36 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from torchscale.profiling.traces.model import RankTrace, build_events
+from torchscale.profiling.traces.memory_budget import MemoryBudget
+from torchscale.profiling.traces.model import (
+    RankTrace,
+    api_table,
+    build_tables,
+    invalid_rows,
+    keep_rows,
+)
 from torchscale.profiling.traces.nsys_ranks import split_units
+from torchscale.profiling.traces.nsys_runtime import (
+    PID_SHIFT,
+    RuntimeCalls,
+    launch_of,
+    runtime_calls,
+)
+from torchscale.profiling.traces.nsys_sql import (
+    GLOBAL_ID_PART,
+    MISSING,
+    col,
+    column_chunks,
+    columns_of,
+    pid_of,
+    strings,
+    tables_of,
+)
 
-CHUNK_ROWS = 1_000_000
 # Times are kept as microseconds since 2020-01-01 UTC: small enough for float64 to hold them to
 # ~0.03 us, and the same origin for every rank, so ranks stay comparable.
 TIME_ORIGIN_NS = 1_577_836_800_000_000_000
 NVTX_RANGE_TYPES = (59, 60)  # ENUM_NSYS_EVENT_TYPE: NvtxPushPopRange, NvtxStartEndRange
-GLOBAL_ID_PART = 0x1000000  # serialized GlobalId: ... | pid (24 bits) | tid (24 bits)
 # copyKind holds CUPTI's CUpti_ActivityMemcpyKind; named as Kineto names copies ("Memcpy HtoD").
 _COPY_KINDS = {
     0: "Unknown",
@@ -55,108 +76,27 @@ _GPU_TABLES = {
 }
 
 
-def _tables(con: sqlite3.Connection) -> Set[str]:
-    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-
-
-def _column_chunks(
-    con: sqlite3.Connection, table: str, exprs: Sequence[str], joins: str = "", where: str = "1"
-) -> List[np.ndarray]:
-    """Integer columns of ``table`` (``t``) as arrays, fetched as ``group_concat`` strings."""
-    lo, hi = con.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {table}").fetchone()
-    chunks: List[List[np.ndarray]] = [[] for _ in exprs]
-    if lo is None:
-        return [np.zeros(0, dtype=np.int64) for _ in exprs]
-    select = ", ".join(f"group_concat(CAST({e} AS INTEGER), ',')" for e in exprs)
-    for start in range(lo, hi + 1, CHUNK_ROWS):
-        row = con.execute(
-            f"SELECT {select} FROM {table} AS t {joins} "
-            f"WHERE t.rowid >= ? AND t.rowid < ? AND ({where})",
-            (start, start + CHUNK_ROWS),
-        ).fetchone()
-        for out, text in zip(chunks, row):
-            if text:
-                out.append(np.fromstring(text, dtype=np.int64, sep=","))
-    return [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in chunks]
-
-
 def _us(ns: np.ndarray, epoch_ns: int) -> np.ndarray:
-    """Session-relative ns -> us since TIME_ORIGIN_NS (integer arithmetic until the division)."""
-    return (ns + (epoch_ns - TIME_ORIGIN_NS if epoch_ns else 0)) / 1000.0
+    """Session-relative ns -> us since TIME_ORIGIN_NS (integer arithmetic until the division);
+    a missing time (NULL) is NaN, an invalid event for the loader to count."""
+    us = (ns + (epoch_ns - TIME_ORIGIN_NS if epoch_ns else 0)) / 1000.0
+    us[ns == MISSING] = np.nan
+    return us
 
 
-def _strings(con: sqlite3.Connection, ids: np.ndarray) -> Dict[int, str]:
-    wanted = np.unique(ids)
-    if not len(wanted):
-        return {}
-    con.execute("CREATE TEMP TABLE IF NOT EXISTS wanted_ids (id INTEGER PRIMARY KEY)")
-    con.execute("DELETE FROM wanted_ids")
-    con.executemany("INSERT INTO wanted_ids VALUES (?)", ((int(i),) for i in wanted))
-    return dict(
-        con.execute("SELECT s.id, s.value FROM StringIds s JOIN wanted_ids w ON w.id = s.id")
-    )
+def _dur_us(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Durations from the integer ns (exact: a difference of two ~1e14 us floats is not)."""
+    dur: np.ndarray = (end - start) / 1000.0
+    dur[(start == MISSING) | (end == MISSING)] = np.nan
+    return dur
 
 
-Lookup = Tuple[np.ndarray, np.ndarray]
-# One table's columns: ts, dur, name codes, names, then pid, tid, stream, corr, launch, device.
+# One table's columns: ts, dur, name codes, names, then pid, tid, stream, corr, launch, device,
+# launch duration, launcher codes (into the same names).
 Rows = Tuple[
     np.ndarray, np.ndarray, np.ndarray, List[str], np.ndarray,
-    np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+    np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
 ]  # fmt: skip
-PID_SHIFT = np.int64(1 << 32)  # correlation ids are 32-bit: (pid, id) packs into one int64
-
-
-def _first_per_key(key: np.ndarray, start: np.ndarray) -> Lookup:
-    order = np.lexsort((start, key))
-    key, start = key[order], start[order]
-    first = np.r_[True, key[1:] != key[:-1]] if len(key) else np.zeros(0, dtype=bool)
-    return key[first], start[first]
-
-
-def _launch_lookup(con: sqlite3.Connection, tables: Set[str]) -> Tuple[Lookup, Lookup]:
-    """Earliest CUDA API call per (process, correlation id), and per correlation id alone (for
-    GPU rows that do not say their process): sorted keys and their start in ns.
-
-    CUPTI numbers correlations per process, so in an export of several processes the same id
-    is several launches. Joining in SQL costs a sort of the whole runtime table (nsys creates no
-    index); ``group_concat`` columns and a numpy sort are several times faster.
-    """
-    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
-        return empty, empty
-    have = _columns(con, "CUPTI_ACTIVITY_KIND_RUNTIME")
-    if not {"correlationId", "start"} <= have:
-        return empty, empty
-    corr, start, pid = _column_chunks(
-        con,
-        "CUPTI_ACTIVITY_KIND_RUNTIME",
-        ["t.correlationId", "t.start", _pid(_col(have, "globalTid", "0"))],
-        where="t.correlationId IS NOT NULL",
-    )
-    return _first_per_key(pid * PID_SHIFT + corr, start), _first_per_key(corr, start)
-
-
-def _launch_of(corr: np.ndarray, lookup: Lookup) -> np.ndarray:
-    ids, starts = lookup
-    out = np.full(len(corr), -1, dtype=np.int64)
-    if len(ids) and len(corr):
-        pos = np.minimum(np.searchsorted(ids, corr), len(ids) - 1)
-        hit = ids[pos] == corr
-        out[hit] = starts[pos[hit]]
-    return out
-
-
-def _columns(con: sqlite3.Connection, table: str) -> Set[str]:
-    return {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
-
-
-def _col(columns: Set[str], name: str, fallback: str) -> str:
-    """``t.<name>`` when this export has the column, else ``fallback`` (a SQL constant)."""
-    return f"t.{name}" if name in columns else fallback
-
-
-def _pid(column: str) -> str:
-    return f"COALESCE({column}, 0) / {GLOBAL_ID_PART} % {GLOBAL_ID_PART}"
 
 
 def _gpu_rows(
@@ -164,12 +104,12 @@ def _gpu_rows(
     tables: Set[str],
     cat: str,
     epoch_ns: int,
-    launches: Tuple[Lookup, Lookup],
+    runtime: RuntimeCalls,
 ) -> Optional[Rows]:
     table, name_col = _GPU_TABLES[cat]
     if table not in tables:
         return None
-    have = _columns(con, table)
+    have = columns_of(con, table)
     if not {"start", "end", "streamId"} <= have:
         return None  # not a GPU activity table we can place on a timeline
     if name_col == "demangledName" and name_col not in have:
@@ -177,24 +117,23 @@ def _gpu_rows(
     exprs = [
         "t.start",
         "t.end",
-        _pid(_col(have, "globalPid", "0")),
-        "t.streamId",
-        f"COALESCE({_col(have, 'correlationId', '-1')}, -1)",
-        f"COALESCE({_col(have, 'deviceId', '0')}, 0)",
+        pid_of(col(have, "globalPid", "0")),
+        "COALESCE(t.streamId, 0)",
+        f"COALESCE({col(have, 'correlationId', '-1')}, -1)",
+        f"COALESCE({col(have, 'deviceId', '0')}, 0)",
     ]
     if name_col != "NULL" and name_col in have:
         exprs.append(f"COALESCE(t.{name_col}, -1)")
-    columns = _column_chunks(con, table, exprs)
+    columns = column_chunks(con, table, exprs)
     start, end, pid, stream, corr, device = columns[:6]
     name_key = columns[6] if len(columns) > 6 else np.full(len(start), -1, dtype=np.int64)
-    by_pid, by_corr = launches
     if "globalPid" in have:
-        launched = _launch_of(pid * PID_SHIFT + corr, by_pid)
+        launched, launch_end, launch_name = launch_of(pid * PID_SHIFT + corr, runtime.by_pid)
     else:
-        launched = _launch_of(corr, by_corr)
+        launched, launch_end, launch_name = launch_of(corr, runtime.by_corr)
     if cat == "kernel":
-        strings = _strings(con, name_key) if "StringIds" in tables else {}
-        names = [strings.get(int(k), f"<kernel {k}>") for k in np.unique(name_key)]
+        found = strings(con, name_key) if "StringIds" in tables else {}
+        names = [found.get(int(k), f"<kernel {k}>") for k in np.unique(name_key)]
         codes = np.searchsorted(np.unique(name_key), name_key)
     elif cat == "gpu_memcpy":
         kinds = np.unique(name_key)
@@ -203,8 +142,15 @@ def _gpu_rows(
     else:
         names, codes = ["Memset (Device)"], np.zeros(len(start), dtype=np.int64)
     launch_us = np.where(launched >= 0, _us(launched, epoch_ns), np.nan)
+    launch_dur = np.where(launched >= 0, (launch_end - launched) / 1000.0, np.nan)
+    callers = np.unique(launch_name[launch_name >= 0])
+    launcher = np.full(len(start), -1, dtype=np.int64)
+    has = launch_name >= 0
+    launcher[has] = len(names) + np.searchsorted(callers, launch_name[has])
+    names = list(names) + [runtime.names.get(int(i), f"<runtime call {i}>") for i in callers]
     ts = _us(start, epoch_ns)
-    return ts, _us(end, epoch_ns) - ts, codes, names, pid, stream, stream, corr, launch_us, device
+    dur = _dur_us(start, end)
+    return ts, dur, codes, names, pid, stream, stream, corr, launch_us, device, launch_dur, launcher
 
 
 def _nvtx_text(con: sqlite3.Connection, tables: Set[str], have: Set[str]) -> Tuple[str, str]:
@@ -218,7 +164,7 @@ def _nvtx_text(con: sqlite3.Connection, tables: Set[str], have: Set[str]) -> Tup
 def _nvtx_rows(con: sqlite3.Connection, tables: Set[str], epoch_ns: int) -> Optional[Rows]:
     if "NVTX_EVENTS" not in tables:
         return None
-    have = _columns(con, "NVTX_EVENTS")
+    have = columns_of(con, "NVTX_EVENTS")
     if not {"start", "end", "eventType"} <= have:
         return None
     text, strings = _nvtx_text(con, tables, have)
@@ -231,26 +177,26 @@ def _nvtx_rows(con: sqlite3.Connection, tables: Set[str], epoch_ns: int) -> Opti
         f"(SELECT DISTINCT {text} AS name FROM NVTX_EVENTS t {strings} WHERE {ranges})"
     )
     names = [r[0] for r in con.execute("SELECT name FROM nvtx_names ORDER BY idx")]
-    gtid = f"COALESCE({_col(have, 'globalTid', '0')}, 0)"
-    exprs = ["t.start", "t.end", _pid(gtid), f"{gtid} % {GLOBAL_ID_PART}", "nm.idx"]
+    gtid = f"COALESCE({col(have, 'globalTid', '0')}, 0)"
+    exprs = ["t.start", "t.end", pid_of(gtid), f"{gtid} % {GLOBAL_ID_PART}", "nm.idx"]
     joins = f"{strings} JOIN nvtx_names nm ON nm.name = {text}"
-    start, end, pid, thread, codes = _column_chunks(con, "NVTX_EVENTS", exprs, joins, ranges)
+    start, end, pid, thread, codes = column_chunks(con, "NVTX_EVENTS", exprs, joins, ranges)
     minus = np.full(len(start), -1, dtype=np.int64)
     ts = _us(start, epoch_ns)
     nan = np.full(len(start), np.nan)
-    return ts, _us(end, epoch_ns) - ts, codes, names, pid, thread, minus, minus, nan, minus
+    return ts, _dur_us(start, end), codes, names, pid, thread, minus, minus, nan, minus, nan, minus
 
 
 def _rank_marks(con: sqlite3.Connection, tables: Set[str]) -> Dict[int, List[str]]:
     """Per process, the NVTX texts that may say which rank it is (``torchscale rank=3 ...``)."""
     if "NVTX_EVENTS" not in tables:
         return {}
-    have = _columns(con, "NVTX_EVENTS")
+    have = columns_of(con, "NVTX_EVENTS")
     text, strings = _nvtx_text(con, tables, have)
-    gtid = f"COALESCE({_col(have, 'globalTid', '0')}, 0)"
+    gtid = f"COALESCE({col(have, 'globalTid', '0')}, 0)"
     found: Dict[int, List[str]] = {}
     query = (
-        f"SELECT DISTINCT {_pid(gtid)}, {text} FROM NVTX_EVENTS t {strings} "
+        f"SELECT DISTINCT {pid_of(gtid)}, {text} FROM NVTX_EVENTS t {strings} "
         f"WHERE {text} LIKE '%rank%' LIMIT 10000"
     )
     for pid, value in con.execute(query):
@@ -260,7 +206,7 @@ def _rank_marks(con: sqlite3.Connection, tables: Set[str]) -> Dict[int, List[str
 
 def _session_epoch_ns(con: sqlite3.Connection, tables: Set[str]) -> int:
     table = "TARGET_INFO_SESSION_START_TIME"
-    if table in tables and "utcEpochNs" in _columns(con, table):
+    if table in tables and "utcEpochNs" in columns_of(con, table):
         row = con.execute(f"SELECT utcEpochNs FROM {table}").fetchone()
         if row and row[0] is not None:
             return int(row[0])
@@ -268,12 +214,14 @@ def _session_epoch_ns(con: sqlite3.Connection, tables: Set[str]) -> int:
 
 
 def _gpus(con: sqlite3.Connection, tables: Set[str]) -> List[Tuple[int, str]]:
-    if "TARGET_INFO_GPU" not in tables or not {"id", "name"} <= _columns(con, "TARGET_INFO_GPU"):
+    if "TARGET_INFO_GPU" not in tables or not {"id", "name"} <= columns_of(con, "TARGET_INFO_GPU"):
         return []
     return [(int(i), str(n)) for i, n in con.execute("SELECT id, name FROM TARGET_INFO_GPU")]
 
 
-COLUMN_KEYS = ("ts", "dur", "pid", "tid", "stream", "corr", "launch", "device")
+COLUMN_KEYS = (
+    "ts", "dur", "pid", "tid", "stream", "corr", "launch", "device", "launch_dur", "launcher",
+)  # fmt: skip
 
 
 # nsys names its export metadata table EXPORT_META_DATA (2022.4, schema 3.0.0), later
@@ -285,13 +233,19 @@ class NoGpuActivity(ValueError):
     """A real nsys export that holds nothing torchscale analyses (no GPU was traced)."""
 
 
-def read_nsys(path: Path) -> List[RankTrace]:
-    """One trace per (process, CUDA device) of the export; see ``nsys_ranks`` for their ranks."""
+def _held(parts: Sequence[Tuple[str, Optional[Rows]]]) -> int:
+    return sum(a.nbytes for _, p in parts if p for a in p if isinstance(a, np.ndarray))
+
+
+def read_nsys(path: Path, budget: Optional[MemoryBudget] = None) -> List[RankTrace]:
+    """One trace per (process, CUDA device) of the export; see ``nsys_ranks`` for their ranks.
+
+    ``budget``: checked after each table is fetched (see ``memory_budget``)."""
     # A URI, quoted: a '#', '?' or '%' pasted raw would end the path early and open another file
     # read-write-create.
     con = sqlite3.connect(f"{Path(path).absolute().as_uri()}?mode=ro", uri=True)
     try:
-        tables = _tables(con)
+        tables = tables_of(con)
         if not tables & {"CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_MEMCPY"}:
             if tables & EXPORT_METADATA_TABLES:  # an nsys export, of a capture without the GPU
                 raise NoGpuActivity(
@@ -300,8 +254,13 @@ def read_nsys(path: Path) -> List[RankTrace]:
                 )
             raise sqlite3.DatabaseError("no CUDA kernel, memcpy or NVTX table")
         epoch = _session_epoch_ns(con, tables)
-        launches = _launch_lookup(con, tables)
-        parts = [(cat, _gpu_rows(con, tables, cat, epoch, launches)) for cat in _GPU_TABLES]
+        runtime = runtime_calls(con, tables)
+        parts: List[Tuple[str, Optional[Rows]]] = []
+        for cat in _GPU_TABLES:
+            parts.append((cat, _gpu_rows(con, tables, cat, epoch, runtime)))
+            if budget is not None:
+                held = _held(parts) + runtime.nbytes
+                budget.check(held, path, sum(len(p[0]) for _, p in parts if p))
         parts.append(("user_annotation", _nvtx_rows(con, tables, epoch)))
         gpus = _gpus(con, tables)
         marks = _rank_marks(con, tables)
@@ -316,39 +275,61 @@ def read_nsys(path: Path) -> List[RankTrace]:
     for cat_code, (_, (ts, dur, codes, part_names, *rest)) in enumerate(found):
         for key, value in zip(COLUMN_KEYS, (ts, dur, *rest)):
             cols[key].append(np.asarray(value))
+        launcher = cols["launcher"][-1]  # codes into this part's names: offset like the names
+        cols["launcher"][-1] = np.where(launcher >= 0, launcher + len(names), -1)
         cols["cat"].append(np.full(len(ts), cat_code))
         cols["name"].append(np.asarray(codes) + len(names))
         names += part_names
+    call_names = np.unique(runtime.name_id[runtime.name_id >= 0])
+    api_names = [runtime.names.get(int(i), f"<runtime call {i}>") for i in call_names]
+    api_codes = np.where(
+        runtime.name_id >= 0, len(names) + np.searchsorted(call_names, runtime.name_id), -1
+    )
+    names += api_names
     flat = {k: np.concatenate(v) if v else np.zeros(0) for k, v in cols.items()}
     unique_names, remap = (
         np.unique(np.asarray(names, dtype=object), return_inverse=True)
         if names
         else (np.zeros(0, dtype=object), np.zeros(0, dtype=np.int64))
     )
-    name_codes = remap[flat["name"].astype(np.int64)] if len(names) else flat["name"]
+
+    def recoded(codes: np.ndarray) -> np.ndarray:
+        codes = codes.astype(np.int64)
+        return np.where(codes >= 0, remap[np.maximum(codes, 0)], -1) if len(names) else codes
+
+    flat["name"] = recoded(flat["name"])
+    flat["launcher"] = recoded(flat["launcher"])
+    api_codes = recoded(api_codes)
+    api_ts, api_dur = _us(runtime.start, epoch), _dur_us(runtime.start, runtime.end)
     traces = []
     for unit in split_units(flat["pid"], flat["device"], flat["stream"], marks, gpus):
         rows = unit.rows
-        events = build_events(
-            flat["ts"][rows],
-            flat["dur"][rows],
-            flat["cat"][rows],
-            cats,
-            name_codes[rows],
-            list(unique_names),
-            flat["pid"][rows],
-            flat["tid"][rows],
-            flat["stream"][rows],
-            flat["corr"][rows],
-            flat["launch"][rows],
-        )
+        columns = {key: flat[source][rows] for key, source in _TABLE_COLUMNS}
+        bad, invalid = invalid_rows(columns["ts"], columns["dur"])
+        keep_rows(columns, ~bad)
+        gpu, cpu = build_tables(columns, cats, list(unique_names))
+        pid = unit.metadata.get("pid")
+        mine = (runtime.pid == pid) if pid else slice(None)  # pid 0 or None: the whole export
+        api = {"ts": api_ts[mine], "dur": api_dur[mine], "name": api_codes[mine]}
+        keep_rows(api, ~invalid_rows(api["ts"], api["dur"])[0])
         traces.append(
             RankTrace(
                 rank=unit.rank,
                 path=path,
                 source="nsys",
-                events=events,
+                gpu=gpu,
+                cpu=cpu,
                 metadata={**unit.metadata, "session_start_epoch_ns": epoch},
+                invalid=invalid,
+                api=api_table(api, list(unique_names)),
             )
         )
     return traces
+
+
+# The tables' columns and the export's arrays they come from.
+_TABLE_COLUMNS = (
+    ("ts", "ts"), ("dur", "dur"), ("cat", "cat"), ("name", "name"), ("pid", "pid"),
+    ("tid", "tid"), ("stream", "stream"), ("correlation", "corr"), ("launch_ts", "launch"),
+    ("launch_dur", "launch_dur"), ("launcher", "launcher"),
+)  # fmt: skip

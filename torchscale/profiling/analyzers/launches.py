@@ -1,0 +1,217 @@
+"""CUDA kernel launches per rank: launch statistics and the launch queue over time.
+
+Launch statistics follow HTA 0.5.0 (``get_cuda_kernel_launch_stats``): every GPU row launched by
+``cudaLaunchKernel``, ``cudaLaunchKernelExC``, ``cudaMemcpyAsync``, ``cudaMemsetAsync`` or MTIA's
+``runFunction`` (we add HIP's equivalents, which HTA 0.5.0 leaves out) has a CPU duration (the
+call), a GPU duration (the kernel) and a launch delay (kernel start - call end, clipped at 0).
+Per rank: their distribution, the *short kernels* (GPU duration under the call's: launching
+costs more than running), calls over ``runtime_cutoff_us`` and delays over
+``launch_delay_cutoff_us``.
+
+Queue length follows HTA's ``get_queue_length_summary``: on each stream the number of launched
+but not yet started operations, +1 at each launching call, -1 when its GPU row starts; the
+summary describes the values at those moments (count, mean, std, min, quartiles, max), and
+``queue_timeline`` gives each stream's largest queue per time bucket, for plotting.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Tuple
+
+import numpy as np
+import pandas as pd
+
+from torchscale.profiling.analyzers.intervals import CHUNK_ROWS
+from torchscale.profiling.traces.model import RankTrace
+
+KERNEL_LAUNCHES = (
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync",
+    "runFunction - job_prep_and_submit_for_execution",
+)  # fmt: skip
+HIP_LAUNCHES = (
+    "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipMemcpyAsync", "hipMemsetAsync",
+    "hipMemcpyWithStream",
+)  # fmt: skip
+# HTA's queue counts these (its ``get_runtime_launch_events_query``)
+QUEUE_LAUNCHES = (*KERNEL_LAUNCHES, "cuLaunchKernel", *HIP_LAUNCHES)
+RUNTIME_CUTOFF_US = 50.0
+LAUNCH_DELAY_CUTOFF_US = 100.0
+QUANTILES = (0.5, 0.9, 0.99)
+QUEUE_SUMMARY_COLUMNS = [
+    "rank",
+    "stream",
+    "count",
+    "mean",
+    "std",
+    "min",
+    "p25",
+    "p50",
+    "p75",
+    "max",
+]
+
+
+def launch_table(
+    trace: RankTrace, calls: Tuple[str, ...] = (*KERNEL_LAUNCHES, *HIP_LAUNCHES)
+) -> pd.DataFrame:
+    """One row per launched GPU row: correlation, cpu_duration, gpu_duration, launch_delay (us)."""
+    gpu = trace.gpu_events()
+    mine = gpu[gpu["launcher"].isin(calls).to_numpy()]
+    call_end = mine["launch_ts"].to_numpy() + mine["launch_dur"].to_numpy(dtype=np.float64)
+    return pd.DataFrame(
+        {
+            "correlation": mine["correlation"].to_numpy(),
+            "cpu_duration": mine["launch_dur"].to_numpy(dtype=np.float64),
+            "gpu_duration": mine["dur"].to_numpy(dtype=np.float64),
+            "launch_delay": np.clip(mine["ts"].to_numpy() - call_end, 0.0, None),
+        }
+    )
+
+
+def _stats(prefix: str, values: np.ndarray) -> Dict[str, float]:
+    if not len(values):
+        return {f"{prefix}_{k}": np.nan for k in ("mean", "p50", "p90", "p99", "max")}
+    q = np.quantile(values, QUANTILES)
+    out = {f"{prefix}_mean": float(values.mean(dtype=np.float64))}
+    out.update({f"{prefix}_p{int(p * 100)}": float(v) for p, v in zip(QUANTILES, q)})
+    out[f"{prefix}_max"] = float(values.max())
+    return out
+
+
+def _launch_columns(trace: RankTrace) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CPU duration, GPU duration and launch delay of each launched GPU row, in float32 (what
+    the statistics need; a large trace holds millions)."""
+    gpu = trace.gpu_events()
+    mine = gpu["launcher"].isin((*KERNEL_LAUNCHES, *HIP_LAUNCHES)).to_numpy()
+    cpu = gpu["launch_dur"].to_numpy()[mine].astype(np.float32)
+    run = gpu["dur"].to_numpy()[mine].astype(np.float32)
+    delay = np.empty(len(cpu), dtype=np.float32)
+    starts, calls = gpu["ts"].to_numpy(), gpu["launch_ts"].to_numpy()
+    rows = np.flatnonzero(mine)
+    for lo in range(0, len(rows), CHUNK_ROWS):
+        at = rows[lo : lo + CHUNK_ROWS]
+        gap = starts[at] - calls[at] - cpu[lo : lo + CHUNK_ROWS]
+        delay[lo : lo + CHUNK_ROWS] = np.clip(gap, 0.0, None)
+    return cpu, run, delay
+
+
+def launch_stats(
+    traces: List[RankTrace],
+    runtime_cutoff_us: float = RUNTIME_CUTOFF_US,
+    launch_delay_cutoff_us: float = LAUNCH_DELAY_CUTOFF_US,
+) -> pd.DataFrame:
+    """One row per rank: launches, CPU/GPU duration and launch delay statistics, shares."""
+    rows = []
+    for trace in traces:
+        cpu, gpu, delay = _launch_columns(trace)
+        n = len(cpu)
+        row: Dict[str, Any] = {"rank": trace.rank, "launches": n}
+        row.update(_stats("cpu_us", cpu) | _stats("gpu_us", gpu) | _stats("delay_us", delay))
+        short = int((gpu < cpu).sum())
+        row.update(
+            {
+                "short_kernels": short,
+                "short_kernel_share": short / n if n else np.nan,
+                "runtime_outliers": int((cpu > runtime_cutoff_us).sum()),
+                "delay_outliers": int((delay > launch_delay_cutoff_us).sum()),
+                "delay_sum_us": float(delay.sum(dtype=np.float64)),
+            }
+        )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _stream_queues(
+    trace: RankTrace,
+) -> Iterator[Tuple[int, Iterator[Tuple[np.ndarray, np.ndarray]]]]:
+    """Per stream, chunks of (moment, queue length after it): every launching call and every
+    start, without merging the two in one sorted array. A call raises the queue, a start lowers
+    it; at the same microsecond the call counts first. So after the i-th call (in time order)
+    the queue is ``i + 1`` minus the starts before it, and after the j-th start it is the calls
+    up to it minus ``j + 1``: two binary searches per row, a chunk at a time."""
+    gpu = trace.gpu_events()
+    queued = gpu["launcher"].isin(QUEUE_LAUNCHES).to_numpy()
+    streams = gpu["stream"].to_numpy()
+    for stream in np.unique(streams[queued]):
+        mine = queued & (streams == stream)
+        calls = np.sort(gpu["launch_ts"].to_numpy()[mine])
+        starts = gpu["ts"].to_numpy()[mine]  # the table is in start order
+
+        def chunks(calls: np.ndarray = calls, starts: np.ndarray = starts) -> Iterator[
+            Tuple[np.ndarray, np.ndarray]
+        ]:
+            for lo in range(0, len(calls), CHUNK_ROWS):
+                rank = np.arange(lo + 1, min(lo + CHUNK_ROWS, len(calls)) + 1)
+                moment = calls[lo : lo + CHUNK_ROWS]
+                yield moment, rank - np.searchsorted(starts, moment, side="left")
+                moment = starts[lo : lo + CHUNK_ROWS]
+                yield moment, np.searchsorted(calls, moment, side="right") - rank
+
+        yield int(stream), chunks()
+
+
+def _quantile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
+    """numpy's (linear) quantile of the sample that ``counts`` times each of ``values`` makes."""
+    position = (counts.sum() - 1) * q
+    below, frac = int(np.floor(position)), position - np.floor(position)
+    cumulative = np.cumsum(counts)
+    low = values[np.searchsorted(cumulative, below, side="right")]
+    high = values[np.searchsorted(cumulative, min(below + 1, cumulative[-1] - 1), side="right")]
+    return float(low + frac * (high - low))
+
+
+def queue_length_summary(traces: List[RankTrace]) -> pd.DataFrame:
+    """Per rank and stream: HTA's description of the queue lengths seen (pandas' describe:
+    sample std, linearly interpolated quartiles), from a histogram of them."""
+    rows = []
+    for trace in traces:
+        for stream, chunks in _stream_queues(trace):
+            seen: Dict[int, int] = {}
+            for _, queue in chunks:
+                values, counts = np.unique(queue, return_counts=True)
+                for value, count in zip(values.tolist(), counts.tolist()):
+                    seen[value] = seen.get(value, 0) + count
+            values = np.array(sorted(seen), dtype=np.float64)
+            counts = np.array([seen[int(v)] for v in values], dtype=np.float64)
+            n = counts.sum()
+            mean = float((values * counts).sum() / n)
+            var = float((counts * (values - mean) ** 2).sum() / (n - 1)) if n > 1 else np.nan
+            quartiles = [_quantile(values, counts, q) for q in (0.25, 0.5, 0.75)]
+            head = (trace.rank, stream, float(n), mean, float(np.sqrt(var)), float(values[0]))
+            rows.append((*head, *quartiles, float(values[-1])))
+    return pd.DataFrame(rows, columns=QUEUE_SUMMARY_COLUMNS)
+
+
+TIMELINE_COLUMNS = ["rank", "stream", "bucket", "start_us", "queue_length"]
+
+
+def queue_timeline(traces: List[RankTrace], buckets: int = 200) -> pd.DataFrame:
+    """Per rank, stream and time bucket (of the rank's GPU span): the largest queue."""
+    frames = []
+    for trace in traces:
+        gpu = trace.gpu_events()
+        if gpu.empty:
+            continue
+        lo, hi = float(gpu["ts"].iloc[0]), float(gpu["ts"].iloc[-1])
+        width = (hi - lo) / buckets if hi > lo else 1.0
+        lowest = np.iinfo(np.int64).min
+        for stream, chunks in _stream_queues(trace):
+            top = np.full(buckets, lowest)
+            for moment, queue in chunks:
+                bucket = np.clip((moment - lo) // width, 0, buckets - 1).astype(np.int64)
+                np.maximum.at(top, bucket, queue)
+            seen = np.flatnonzero(top > lowest)
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "rank": trace.rank,
+                        "stream": stream,
+                        "bucket": seen,
+                        "start_us": lo + seen * width,
+                        "queue_length": top[seen],
+                    }
+                )
+            )
+    if not frames:
+        return pd.DataFrame(columns=TIMELINE_COLUMNS)
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,88 @@
+"""The report's lost-efficiency section: for each configuration and GPU count, the gap between
+ideal and measured scaling split into exposed communication, straggler wait, input pipeline,
+interference and the rest (``analysis/lost_efficiency.py`` computes it)."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import pandas as pd
+
+from torchscale.analysis.lost_efficiency import CAUSES, lost_efficiency_table
+from torchscale.report import formatting as fmt
+from torchscale.report.charts import chart_id
+from torchscale.report.elements import Chart, Column, Section, Series, make_table
+from torchscale.results.schema import ResultBase
+
+LABELS = {
+    "exposed_comm": "exposed communication",
+    "straggler_wait": "straggler wait",
+    "input_pipeline": "input pipeline",
+    "interference": "interference",
+    "other": "other",
+}
+
+
+def _points(value: object) -> str:
+    return fmt.significant(value)
+
+
+def _charts(table: pd.DataFrame) -> List[Chart]:
+    charts = []
+    many = table["experiment"].nunique() > 1
+    for (experiment, model), rows in table.groupby(["experiment", "model"], sort=True):
+        x = [f"{v}, {g} GPUs" for v, g in zip(rows["variant"], rows["world_size"])]
+        series = [
+            Series(LABELS[c], x, rows[f"{c}_pts"].fillna(0.0).tolist(), kind="bar")
+            for c in (*CAUSES, "other")
+        ]
+        charts.append(
+            Chart(
+                chart_id("lost-efficiency", experiment, model),
+                f"Efficiency lost, by cause — {model}" + (f" ({experiment})" if many else ""),
+                "configuration",
+                "points of scaling efficiency lost",
+                series,
+                rows[["variant", "world_size", "gap_pts", *[f"{c}_pts" for c in CAUSES]]],
+                x_type="category",
+                barmode="stack",
+            )
+        )
+    return charts
+
+
+def lost_efficiency_section(records: List[ResultBase]) -> Optional[Section]:
+    table = lost_efficiency_table(records)
+    if table.empty:
+        return None
+    pts = [Column(f"{c}_pts", f"{LABELS[c].capitalize()} (pts)", _points) for c in CAUSES]
+    return Section(
+        "lost-efficiency",
+        "Where the efficiency goes",
+        "The gap between ideal and measured scaling, in points of efficiency, split by cause: "
+        "each is the change from the baseline GPU count of a part of every rank's step (exposed "
+        "communication: the sync wait of the rank that waits least; straggler wait: the other "
+        "ranks' extra wait for it; input pipeline: the wait for batches; interference: the same "
+        "compute running slower), divided by the step time. Other is what the measured gap "
+        "leaves: the columns add up to it.",
+        charts=_charts(table),
+        tables=[
+            make_table(
+                "lost-efficiency-table",
+                table,
+                [
+                    Column("model", "Model", fmt.text, numeric=False),
+                    Column("variant", "Configuration", fmt.text, numeric=False),
+                    Column("world_size", "GPUs", fmt.integer),
+                    Column("scaling_efficiency", "Efficiency", fmt.fraction),
+                    Column("gap_pts", "Gap (pts)", _points),
+                    *pts,
+                    Column("other_pts", "Other (pts)", _points),
+                    Column("step_ms", "Step (ms)", fmt.significant),
+                    Column("baseline_step_ms", "Baseline step (ms)", fmt.significant),
+                ],
+                csv_frame=table,
+                csv_note="the CSV holds each cause in ms per step too",
+            )
+        ],
+    )
