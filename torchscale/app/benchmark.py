@@ -218,8 +218,18 @@ def run_benchmark(
         return outcome
     if launch.records_results:
         outcome.table = write_summary(store, outcome.records)
+        write_documents(store.root)
         forwarded.close(outcome.records, outcome.table)
     return outcome
+
+
+def write_documents(experiment: Path) -> List[Path]:
+    """Seed 001's JSON document of each GPU count (``benchmark_4gpu.json``), built as
+    ``report --format json`` builds the experiment's."""
+    from torchscale.report.document import write_gpu_documents
+    from torchscale.report.report_data import load_experiment
+
+    return write_gpu_documents(load_experiment(experiment))
 
 
 def check_benchmark_flags(*, force: bool, resume: bool) -> None:

@@ -1,21 +1,27 @@
 """Communication records -> pandas tables, and the summary CSVs written beside ``summary.csv``.
 
-``summary_comm.csv``: one row per collective (and send_recv) x scope x dtype x size x world size.
-``summary_tp_gemm.csv``: one row per TP GEMM case x order x world size.
+``summary_comm.csv``: one row per collective (and send_recv) x scope x dtype x size x world size
+x configuration (``variant``: what a swept setting such as the backend made different).
+``summary_tp_gemm.csv``: one row per TP GEMM case x order x world size x configuration.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable, List
+from typing import Dict, Iterable, List
 
 import pandas as pd
 
+from torchscale.config.row_identity import configuration_labels
 from torchscale.results.layout import SUMMARY_COMM, SUMMARY_TP_GEMM
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult
 from torchscale.results.store import atomic_write_text
 
-COMMON_COLUMNS = ["cell_id", "experiment", "world_size", "nnodes", "repeat", "status", "error"]
+COMMON_COLUMNS = [
+    "cell_id", "experiment", "variant", "world_size", "nnodes", "repeat", "status", "error",
+]  # fmt: skip
+DERIVED_SETTINGS = ("scopes",)
+"""Follows from the node count (``comm.scopes``): never what tells two configurations apart."""
 COLLECTIVE_COLUMNS = [
     *COMMON_COLUMNS,
     "op", "scope", "group_size", "dtype", "size_bytes", "count", "time_us", "time_us_min",
@@ -30,11 +36,29 @@ TP_GEMM_COLUMNS = [
 ]  # fmt: skip
 
 
+def configuration_variants(records: Iterable[ResultBase]) -> Dict[str, str]:
+    """Per communication cell id: the settings it differs in from the experiment's other
+    communication cells (``backend=gloo``; "" when they share one configuration), the one row
+    identity of ``config.row_identity``."""
+    by_experiment: Dict[str, Dict[str, Dict[str, object]]] = {}
+    for record in records:
+        if isinstance(record, (CollectiveResult, TpGemmResult)):
+            cells = by_experiment.setdefault(record.experiment, {})
+            cells.setdefault(record.cell_id, record.settings)
+    labels: Dict[str, str] = {}
+    for cells in by_experiment.values():
+        labels.update(configuration_labels(cells, DERIVED_SETTINGS))
+    return labels
+
+
 def _rows(records: Iterable[ResultBase], model: type, columns: List[str]) -> pd.DataFrame:
+    records = list(records)
+    variants = configuration_variants(records)
     rows = []
     for record in records:
         if isinstance(record, model):
             values = record.model_dump(include=set(columns))
+            values["variant"] = variants.get(record.cell_id, "")
             if values.get("slowest_pair"):
                 values["slowest_pair"] = "->".join(map(str, values["slowest_pair"]))
             rows.append(values)
@@ -53,8 +77,9 @@ def tp_gemm_table(records: Iterable[ResultBase]) -> pd.DataFrame:
 
 
 def peak_busbw(table: pd.DataFrame) -> pd.DataFrame:
-    """Per op x scope x dtype x world size: the best busbw over sizes and the size it came at."""
-    keys = ["op", "scope", "dtype", "world_size"]
+    """Per op x scope x dtype x world size x configuration: the best busbw over sizes and the
+    size it came at."""
+    keys = ["op", "scope", "dtype", "world_size", "variant"]
     ok = table[(table["status"] == "ok") & table["busbw_gbps"].notna()]
     if ok.empty:
         return pd.DataFrame(columns=[*keys, "busbw_gbps", "size_bytes"])

@@ -48,10 +48,18 @@ def describe_comm_cell(settings: CommCellSettings) -> str:
     noun = "GPU" if settings.gpus == 1 else "GPUs"
     nodes = f" x {settings.nnodes} nodes" if settings.nnodes > 1 else ""
     scopes = f"; {', '.join(settings.scopes)}" if settings.scopes != ["world"] else ""
+    backend = f"; backend {settings.backend}" if settings.backend != "auto" else ""
     return (
         f"communication on {settings.gpus} {noun}{nodes} ({', '.join(parts)}; {sizes} B, "
-        f"{', '.join(settings.dtypes)}{scopes})"
+        f"{', '.join(settings.dtypes)}{scopes}{backend})"
     )
+
+
+def _what(name: str, row: Any) -> str:
+    """The summary's first column: the op or case, then the configuration when a sweep made
+    several (``all_reduce · backend=gloo``: ``comm.result_tables.configuration_variants``)."""
+    variant = getattr(row, "variant", "")
+    return f"{name} · {variant}" if isinstance(variant, str) and variant else name
 
 
 def collective_row(record: CollectiveResult) -> str:
@@ -121,7 +129,7 @@ def comm_results_table(collectives: Any, tp_gemm: Any, title: str) -> Table:
     best = peak_busbw(collectives)
     for row in best.itertuples():
         table.add_row(
-            str(row.op),
+            _what(str(row.op), row),
             str(row.world_size),
             str(row.scope),
             str(row.dtype),
@@ -134,7 +142,7 @@ def comm_results_table(collectives: Any, tp_gemm: Any, title: str) -> Table:
     )
     for row in failed.itertuples():
         table.add_row(
-            str(row.op),
+            _what(str(row.op), row),
             str(row.world_size),
             str(row.scope),
             str(row.dtype),
@@ -146,7 +154,7 @@ def comm_results_table(collectives: Any, tp_gemm: Any, title: str) -> Table:
         figure = "-" if row.status != "ok" else f"{_num(row.tflops, ',.3f')} TFLOP/s"
         share = "" if row.status != "ok" else f"comm {_num(row.comm_share, '.0%')}"
         table.add_row(
-            f"tp_gemm {row.order} {row.m}x{row.n}x{row.k}",
+            _what(f"tp_gemm {row.order} {row.m}x{row.n}x{row.k}", row),
             str(row.world_size),
             "world",
             str(row.dtype),

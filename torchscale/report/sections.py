@@ -14,7 +14,14 @@ from torchscale.report import charts
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.elements import Column, Section, Table, make_table
-from torchscale.results.figures import ALGBW, BUSBW, SCALING_EFFICIENCY, SYNC_OVERHEAD, SYNC_WAIT
+from torchscale.results.figures import (
+    ALGBW,
+    BUSBW,
+    GPU_MEMORY_UTILISATION,
+    SCALING_EFFICIENCY,
+    SYNC_OVERHEAD,
+    SYNC_WAIT,
+)
 from torchscale.results.schema import ResultBase
 
 EXPERIMENT = Column("experiment", "Experiment", fmt.text, numeric=False)
@@ -36,6 +43,13 @@ def experiment_columns(frame: pd.DataFrame) -> List[Column]:
 def cell_columns(frame: pd.DataFrame) -> List[Column]:
     """Model, configuration and GPU count (after the experiment when there are several)."""
     return [*experiment_columns(frame), MODEL, VARIANT, gpus_column()]
+
+
+def swept_columns(frame: pd.DataFrame) -> List[Column]:
+    """The configuration column of a communication table, when a sweep made several
+    (``comm.result_tables.configuration_variants``)."""
+    several = "variant" in frame and (frame["variant"].astype(str) != "").any()
+    return [VARIANT] if several else []
 
 
 def band_class(row: Dict[str, Any]) -> str:
@@ -148,6 +162,9 @@ def memory_section(by_variant: pd.DataFrame) -> Section:
                     Column("activations_peak_bytes", "Activations", size),
                     Column("peak_bytes", "Peak", size),
                     Column("peak_kind", "Peak is", fmt.text, numeric=False),
+                    Column(
+                        "gpu_memory_util_pct", f"{GPU_MEMORY_UTILISATION.title} %", fmt.significant
+                    ),
                 ],
             )
         ],
@@ -238,7 +255,8 @@ def sync_section(table: pd.DataFrame, pooled_ranks: pd.DataFrame, ranks: pd.Data
 
 
 REPORT_COLLECTIVE_COLUMNS = [
-    "experiment", "op", "scope", "group_size", "dtype", "world_size", "nnodes", "size_bytes",
+    "experiment", "op", "variant", "backend", "scope", "group_size", "dtype", "world_size",
+    "nnodes", "size_bytes",
     "time_us", "algbw_gbps", "busbw_gbps", "link_peak_gbps", "busbw_peak_fraction", "wrong",
     "status", "error",
 ]  # fmt: skip
@@ -250,7 +268,7 @@ def report_collectives(records: Iterable[ResultBase]) -> pd.DataFrame:
     table = collective_table(records)
     # Records from before scopes ran over the world: their group is every rank.
     table["group_size"] = table["group_size"].fillna(table["world_size"])
-    keys = ["op", "world_size", "scope", "size_bytes"]
+    keys = ["op", "world_size", "variant", "scope", "dtype", "size_bytes"]
     shown = table[REPORT_COLLECTIVE_COLUMNS]
     return shown.sort_values(keys, kind="stable", ignore_index=True)
 
@@ -272,8 +290,10 @@ def communication_section(records: Iterable[ResultBase]) -> Optional[Section]:
                 collectives,
                 [
                     Column("op", "Op", fmt.text, numeric=False),
+                    *swept_columns(collectives),
                     gpus_column(),
                     Column("scope", "Scope", fmt.text, numeric=False),
+                    Column("dtype", "dtype", fmt.text, numeric=False),
                     Column("size_bytes", "Size", fmt.human_bytes),
                     Column("time_us", "Time µs", fmt.significant),
                     Column("algbw_gbps", "algbw GB/s", fmt.significant),

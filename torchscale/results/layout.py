@@ -5,6 +5,7 @@ package for it), so a reader, a writer and a message can never disagree on a nam
 
     <output-dir>/<experiment_dirname(name)>/
         manifest.json  results.jsonl  summary.csv  summary_comm.csv  summary_tp_gemm.csv
+        benchmark_<N>gpu.json
         sbatch.sh  slurm-<job>.out  <experiment>-report.<format>  tensorboard/
         .lock  .lock-node<N>  .reserve
         cells/<cell_id>/[node<N>/]
@@ -39,6 +40,8 @@ SLURM_LOG_PATTERN = "slurm-%j.out"
 TENSORBOARD_DIR = "tensorboard"
 REPORT_EXPORT = "report.json"
 """The JSON document of an experiment as logged to MLflow."""
+GPU_DOCUMENT = "benchmark_{gpus}gpu.json"
+"""Seed 001's document of one GPU count, written by the benchmark (``report.document``)."""
 
 # --- a cell's folder (cells/<cell_id>/) --------------------------------------------------------
 CELL_FILE = "cell.json"
@@ -183,3 +186,8 @@ def experiment_dir(output_dir: Path, experiment_name: str) -> Path:
 
 def cell_dir(experiment: Path, cell_id: str) -> Path:
     return Path(experiment) / CELLS / cell_id
+
+
+def gpu_document_file(gpus: int) -> str:
+    """``benchmark_4gpu.json``: seed 001's name for the document of one GPU count."""
+    return GPU_DOCUMENT.format(gpus=int(gpus))
