@@ -10,11 +10,12 @@ from typing import Optional
 from torchscale.errors import TorchscaleError
 from torchscale.report.render import FORMATS, render
 from torchscale.report.report_data import ReportData, load_report_data
-from torchscale.results.layout import TENSORBOARD_DIR, report_file
+from torchscale.results.layout import TENSORBOARD_DIR, charts_dir, report_file
 from torchscale.results.store import atomic_write_bytes
 
-EXPORT_FORMATS = ("json", "tensorboard")
-"""Formats that export the results for other tools (the seed's JSON document, TensorBoard)."""
+EXPORT_FORMATS = ("json", "tensorboard", "png")
+"""Formats that export the results for other tools (the seed's JSON document, TensorBoard) or as
+files of their own (PNG charts: a folder)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,16 @@ def generate_report(request: ReportRequest) -> Path:
         from torchscale.integrations.tensorboard_events import export_tensorboard
 
         return export_tensorboard(data, request.output or data.source / TENSORBOARD_DIR)
+    if fmt == "png":
+        from torchscale.report.png_charts import require_matplotlib, write_png_charts
+
+        require_matplotlib()
+        name = data.title if len(data.experiments) == 1 else data.source.resolve().name
+        folder = request.output or data.source / charts_dir(name)
+        from torchscale.report.content import build_content
+
+        write_png_charts(build_content(data, None), folder)
+        return folder
     output = request.output or default_output(data, fmt)
     check_output(output)
     if fmt == "json":

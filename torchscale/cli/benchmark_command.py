@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.cli.console import err_console, print_json, say, show_result, user_errors
 from torchscale.errors import TorchscaleError
 
 if TYPE_CHECKING:
@@ -309,7 +309,7 @@ def _check_models(config: BenchmarkConfig) -> None:
 
 
 def _note(line: str) -> None:
-    err_console.print(line, soft_wrap=True, markup=False)
+    say(line)
 
 
 def _submit(
@@ -336,10 +336,11 @@ def _submit(
 def _run(request: BenchmarkRequest, json_output: bool) -> int:
     from torchscale.app.benchmark import run_benchmark
     from torchscale.cli.benchmark_view import ConsoleEvents, results_table
+    from torchscale.cli.console import result_console
 
     outcome = run_benchmark(request, ConsoleEvents(), _note)
     if outcome.stopped_by:
-        err_console.print(
+        result_console.print(
             f"[bold yellow]{outcome.stopped_by}.[/bold yellow] {outcome.records_safe} cell "
             f"result(s) are safe in {outcome.results_path}; run again with --resume to finish "
             "the rest."
@@ -350,7 +351,7 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
     table = outcome.table
     title = f"{outcome.experiment} ({outcome.store_root})"
     if table is not None and not table.empty:
-        err_console.print(results_table(table, title))
+        show_result(results_table(table, title))
     _print_comm_summary(outcome.records, title)
     if json_output:
         print_json(
@@ -363,20 +364,19 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
     failed = outcome.failed_cells
     if failed:
         what = "failed, timed out or are invalid" if outcome.any_invalid else "failed or timed out"
-        err_console.print(f"{len(failed)} cell(s) {what}; see their errors above.")
+        show_result(f"{len(failed)} cell(s) {what}; see their errors above.")
         return EXIT_CELLS_FAILED
     return 0
 
 
 def _follower_summary(outcome: BenchmarkOutcome) -> int:
     """What a node other than node 0 says at the end (it records nothing)."""
-    err_console.print(
+    show_result(
         f"node {outcome.node_rank} of {outcome.nnodes}: done; node 0 records the results in "
-        f"{outcome.store_root}",
-        markup=False,
+        f"{outcome.store_root}"
     )
     if outcome.records:
-        err_console.print(
+        show_result(
             f"{len(outcome.records)} cell(s) failed on this node; see their errors above."
         )
         return 1
@@ -389,4 +389,4 @@ def _print_comm_summary(records: List[ResultBase], title: str) -> None:
 
     collectives, tp_gemm = collective_table(records), tp_gemm_table(records)
     if not collectives.empty or not tp_gemm.empty:
-        err_console.print(comm_results_table(collectives, tp_gemm, f"{title}: communication"))
+        show_result(comm_results_table(collectives, tp_gemm, f"{title}: communication"))

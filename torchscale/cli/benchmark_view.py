@@ -17,7 +17,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from torchscale.cli.console import err_console
+from torchscale.cli.console import err_console, say
 from torchscale.kinds.kind_registry import get_kind
 from torchscale.kinds.training_kind import gpus_text
 from torchscale.plan.matrix import Plan
@@ -86,14 +86,13 @@ class ConsoleEvents:
             if isinstance(record, TrainingResult):
                 self._training_lines(record, table)
         for line in get_kind(cell.kind).console_lines(records):
-            err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+            say(line)
 
     def _training_lines(self, record: TrainingResult, table: Optional[DataFrame]) -> None:
         if record.status != "ok":
             label = "SKIP" if record.status == "skipped" else "FAIL"
             # Errors quote tracebacks and paths: brackets in them are text, not Rich markup.
-            text = f"> [{label}] {record.status}: {record.error}"
-            err_console.print(text, soft_wrap=True, markup=False)
+            say(f"> [{label}] {record.status}: {record.error}")
             return
         row = table.loc[table["cell_id"] == record.cell_id] if table is not None else None
         found = row is not None and len(row) > 0
@@ -114,13 +113,13 @@ class ConsoleEvents:
                 f"(p50 {steps.p50:,.1f}, p95 {steps.p95:,.1f}, p99 {steps.p99:,.1f})"
             )
         if record.sync and record.sync.warning:
-            err_console.print(f"> [WARN] {record.sync.warning}.", soft_wrap=True, markup=False)
+            say(f"> [WARN] {record.sync.warning}.")
         from torchscale.analysis.iteration_breakdown import comm_compute_line
         from torchscale.analysis.telemetry import console_lines
 
         ratio = comm_compute_line(record) if record.world_size > 1 else None
         for line in [*([ratio] if ratio else []), *console_lines(record)]:
-            err_console.print(line, soft_wrap=True, markup=False)
+            say(line)
 
 
 def plan_table(plan: Plan) -> Table:

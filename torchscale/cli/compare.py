@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Dict, Hashable, Mapping
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.cli.console import print_json, result_console, user_errors
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -134,20 +134,20 @@ def register(app: typer.Typer) -> None:
                     "only_in_new": result.only_new.to_dict("records"),
                 }
             )
-        err_console.print(_table(result, threshold))
+        result_console.print(_table(result, threshold))
         for side, frame in (("baseline", result.only_old), ("new run", result.only_new)):
             if not frame.empty:
-                err_console.print(
+                result_console.print(
                     f"{len(frame)} cell(s) only in the {side}: " + ", ".join(frame["cell_id"]),
                     markup=False,
                 )
         if regressions:
-            err_console.print(
+            result_console.print(
                 f"[bold red]{regressions} cell(s) regressed beyond {threshold:g}%[/bold red]"
             )
         if len(lost):
             named = ", ".join(f"{r.cell_id_old} ({r.verdict})" for r in lost.itertuples())
-            err_console.print(
+            result_console.print(
                 f"{len(lost)} cell(s) measured in the baseline were not measured in the new run "
                 f"(failed, timed out or missing): {named}",
                 style="bold red",
@@ -156,4 +156,4 @@ def register(app: typer.Typer) -> None:
             )
         if result.failed:
             raise typer.Exit(EXIT_REGRESSION)
-        err_console.print(f"No regression beyond {threshold:g}% and the run-to-run noise.")
+        result_console.print(f"No regression beyond {threshold:g}% and the run-to-run noise.")

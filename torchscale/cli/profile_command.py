@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.cli.console import err_console, print_json, say, show_result, user_errors
 from torchscale.errors import TorchscaleError
 from torchscale.results.figures import GLOSSARY_DOC, SYNC_OVERHEAD, SYNC_STALL
 from torchscale.results.layout import FINDINGS_FILE, PROFILE_TABLE_FILES
@@ -54,7 +54,6 @@ def _fmt(value: Any, spec: str) -> str:
 
 def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) -> None:
     """The analysis as the seed shows it: per-rank table, sync stall, numbered bottlenecks."""
-    from rich.markup import escape
 
     from torchscale.cli.console_tables import Col, fitted_table
 
@@ -94,27 +93,27 @@ def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) 
     sources = dict.fromkeys(r["rank_source"] for r in ranks if r.get("rank_source"))
     if sources:
         shown = "; ".join(RANK_SOURCES.get(s, s) for s in sources)
-        err_console.print(f"[ANALYSIS] Rank numbers from: {escape(shown)}", soft_wrap=True)
+        say(f"> [ANALYSIS] Rank numbers from: {shown}")
     for warning in document.get("warnings") or []:
-        err_console.print(f"[WARN] {escape(warning)}", soft_wrap=True)
+        say(f"> [WARN] {warning}")
     stall = document.get("sync_stall_pct")
     stalls = [r for r in ranks if r.get("sync_stall_pct") is not None]
     if stall is not None and stalls:
         worst = max(stalls, key=lambda r: r["sync_stall_pct"])
-        err_console.print(
-            f"[ANALYSIS] Sync stall time: {stall:.1f}% (mean over {len(ranks)} "
+        show_result(
+            f"> [ANALYSIS] Sync stall time: {stall:.1f}% (mean over {len(ranks)} "
             f"ranks; worst rank {worst['rank']}: {worst['sync_stall_pct']:.1f}%)"
         )
     else:
-        err_console.print("[ANALYSIS] Sync stall time: n/a (needs traces from at least 2 ranks)")
+        show_result("> [ANALYSIS] Sync stall time: n/a (needs traces from at least 2 ranks)")
     findings = document["findings"]
-    err_console.print(f"[ANALYSIS] Found {len(findings)} bottleneck(s):")
+    # The seed's form: "> [ANALYSIS] Found 2 bottleneck(s):" then ">   1. ..." per finding.
+    show_result(f"> [ANALYSIS] Found {len(findings)} bottleneck(s):")
     for i, finding in enumerate(findings, 1):
-        title, severity = escape(finding["title"]), finding["severity"]
-        err_console.print(f"  {i}. {title} ({severity})", soft_wrap=True)
-        err_console.print(f"     -> {escape(finding['recommendation'])}", soft_wrap=True)
+        show_result(f">   {i}. {finding['title']} ({finding['severity']})")
+        show_result(f">      -> {finding['recommendation']}")
     if written:
-        err_console.print(f"[ANALYSIS] Wrote {', '.join(written)} to {out_dir}", soft_wrap=True)
+        say(f"> [ANALYSIS] Wrote {', '.join(written)} to {out_dir}")
 
 
 def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
@@ -122,18 +121,16 @@ def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
     documents = []
     for cell in cells:
         if cell.not_profiled is not None:
-            err_console.print(
-                f"[ANALYSIS] {cell.cell_id}: not profiled: {cell.not_profiled}", soft_wrap=True
-            )
+            show_result(f"> [ANALYSIS] {cell.cell_id}: not profiled: {cell.not_profiled}")
             continue
         if cell.document is None or cell.out_dir is None:
-            err_console.print(f"[ANALYSIS] {cell.cell_id}: {cell.no_analysis}", soft_wrap=True)
+            show_result(f"> [ANALYSIS] {cell.cell_id}: {cell.no_analysis}")
             continue
-        err_console.print(f"[ANALYSIS] Profiling complete: {cell.cell_id} ({cell.tool}).")
+        show_result(f"> [ANALYSIS] Profiling complete: {cell.cell_id} ({cell.tool}).")
         print_document(cell.document, [FINDINGS_FILE, *PROFILE_TABLE_FILES.values()], cell.out_dir)
         if cell.sync_overhead_pct is not None:
-            _note(
-                f"[ANALYSIS] {SYNC_OVERHEAD.title} of this cell (its measured window): "
+            say(
+                f"> [ANALYSIS] {SYNC_OVERHEAD.title} of this cell (its measured window): "
                 f"{cell.sync_overhead_pct:.1f}%. The {SYNC_STALL.name} is the part of it spent "
                 f"waiting for the last rank; the rest is the transfers and DDP's bucketing "
                 f"({GLOSSARY_DOC})."
@@ -142,10 +139,6 @@ def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
     if json_output and documents:
         print_json(documents[0] if len(documents) == 1 else {"cells": documents})
     return 0 if documents else 1
-
-
-def _note(line: str) -> None:
-    err_console.print(line, soft_wrap=True, markup=False)
 
 
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Enable verbose logging.")]
@@ -232,7 +225,7 @@ def register(app: typer.Typer) -> None:
         request = CaptureRequest(
             gpus, seconds, target, tool, config, model, batch_size, parse_overrides(set_ or [])
         )
-        cells = capture_profile(request, output_dir, ConsoleEvents(), _note)
+        cells = capture_profile(request, output_dir, ConsoleEvents(), say)
         code = _report_capture(cells, json_output)
         if code:
             raise typer.Exit(code)

@@ -9,7 +9,7 @@ from typing import Any, Dict, Hashable, List, Mapping, Optional
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.cli.console import print_json, result_console, user_errors
 
 DEFAULT_TARGETS = [16, 64, 256, 1024]
 
@@ -135,12 +135,12 @@ def register(app: typer.Typer) -> None:
                 }
             )
         for line in result.basis:
-            err_console.print(f"> {line}", markup=False, soft_wrap=True)
-        err_console.print(_table(rows, holdout))
+            result_console.print(f"> {line}", markup=False, soft_wrap=True)
+        result_console.print(_table(rows, holdout))
         if holdout:
             for row in rows:
                 if row.get("measured_throughput") is not None:
-                    err_console.print(
+                    result_console.print(
                         f"> [INFO] Holdout {row['model']} · {row['variant']} at "
                         f"{row['world_size']} GPUs: predicted {row['throughput']:,.0f}, measured "
                         f"{row['measured_throughput']:,.0f} {row['unit']}/s "
@@ -151,7 +151,7 @@ def register(app: typer.Typer) -> None:
                     waits = [row.get("cpu_wait_share"), row.get("reference_cpu_wait_share")]
                     if max((w for w in waits if w is not None), default=0.0) > CPU_WAIT_LIMIT:
                         shown = max(w for w in waits if w is not None)
-                        err_console.print(
+                        result_console.print(
                             f"> [WARN] A rank waited for a CPU for {shown:.0%} of a measured "
                             "window (runnable, not running): the host was oversubscribed while "
                             "these cells ran, so measured and predicted are not comparable.",
@@ -168,7 +168,7 @@ def register(app: typer.Typer) -> None:
                             else f"timed {row.get('all_reduce_timing')}, the communication "
                             "cells still understate it"
                         )
-                        err_console.print(
+                        result_console.print(
                             f"> [WARN] DDP's own all-reduce took {comm:.3g} ms per step at "
                             f"{row['world_size']} GPUs, {comm / row['comm_ms']:.1f}x the "
                             f"{row['comm_ms']:.3g} ms the communication cells' fit gives: {why} "
@@ -178,7 +178,7 @@ def register(app: typer.Typer) -> None:
                         )
                     drift = row.get("compute_drift")
                     if drift is not None and abs(drift) > COMPUTE_DRIFT_LIMIT:
-                        err_console.print(
+                        result_console.print(
                             f"> [WARN] The compute-only step measured at {row['world_size']} GPUs "
                             f"is {100 * drift:+.0f}% off the {row['from_gpus']}-GPU one the "
                             "projection starts from: the node itself ran differently (a busier "

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.cli.console import err_console, print_json, show_result, user_errors
 from torchscale.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -244,22 +244,17 @@ def register(app: typer.Typer) -> None:
                 summary = run_tune(request, console)
         except KeyboardInterrupt as exc:
             how = "Terminated" if isinstance(exc, Terminated) else "Interrupted"
-            err_console.print(
+            show_result(
                 f"{how}. Finished trials are safe in {folder}; run the same command again to "
-                "resume.",
-                markup=False,
+                "resume."
             )
             code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
             raise typer.Exit(code) from None
         from torchscale.results.layout import TUNE_BEST_CONFIG, TUNE_DDP_SNIPPET, TUNE_SUMMARY
 
-        err_console.print(
-            f"> {TUNE_BEST_CONFIG}, {TUNE_DDP_SNIPPET} and {TUNE_SUMMARY} are in {folder}",
-            soft_wrap=True,
-            markup=False,
-        )
+        show_result(f"> {TUNE_BEST_CONFIG}, {TUNE_DDP_SNIPPET} and {TUNE_SUMMARY} are in {folder}")
         if summary.get("warning"):
-            err_console.print(f"> [WARN] {summary['warning']}", soft_wrap=True, markup=False)
-        err_console.print(summary["line"], soft_wrap=True, markup=False)
+            show_result(f"> [WARN] {summary['warning']}")
+        show_result(summary["line"])
         if json_output:
             print_json(summary)

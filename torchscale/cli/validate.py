@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.cli.console import err_console, is_quiet, print_json, result_console, user_errors
 from torchscale.errors import TorchscaleError
 
 if TYPE_CHECKING:
@@ -75,12 +75,25 @@ def register(app: typer.Typer) -> None:
         options = ValidateOptions(timeout_s=timeout, skip_smoke=skip_smoke, output_dir=output_dir)
         with err_console.status("Checking this node...") as status:
             report = run_validation(options, on_check=_progress(status))
-        render(report, err_console)
+        if is_quiet():
+            _render_quiet(report)
+        else:
+            render(report, err_console)
         _log_details(report)
         if json_output:
             print_json(report)
         if not report["summary"]["ok"]:
             raise typer.Exit(1)
+
+
+def _render_quiet(report: Dict[str, Any]) -> None:
+    """``--quiet``: the WARN and FAIL rows (the warnings and errors) and the verdict line."""
+    from torchscale.validate.display import checks_table, summary_line
+
+    flagged = [c for c in report["checks"] if c["status"] in ("WARN", "FAIL")]
+    if flagged:
+        result_console.print(checks_table({**report, "checks": flagged}, result_console.width))
+    result_console.print(summary_line(report))
 
 
 def _progress(status: Status) -> Callable[[str], None]:

@@ -40,6 +40,21 @@ SLURM_LOG_PATTERN = "slurm-%j.out"
 TENSORBOARD_DIR = "tensorboard"
 REPORT_EXPORT = "report.json"
 """The JSON document of an experiment as logged to MLflow."""
+CHARTS_DIR = "{name}-charts"
+"""``report --format png``'s default folder, beside the results (``report.png_charts``)."""
+PNG_CHARTS: Dict[str, str] = {
+    "latency-histogram": "latency_histogram.png",
+    "steps": "step_time.png",
+    "throughput": "throughput.png",
+    "efficiency": "scaling_efficiency.png",
+    "sync-share": "sync_overhead.png",
+    "comm-compute": "comm_compute.png",
+    "mfu": "utilisation.png",
+    "memory": "memory.png",
+    "bandwidth": "bandwidth.png",
+    "tp-gemm": "tp_gemm.png",
+}
+"""Each key chart kind (the start of its chart id) -> its PNG file (seed 003's names)."""
 GPU_DOCUMENT = "benchmark_{gpus}gpu.json"
 """Seed 001's document of one GPU count, written by the benchmark (``report.document``)."""
 
@@ -191,3 +206,8 @@ def cell_dir(experiment: Path, cell_id: str) -> Path:
 def gpu_document_file(gpus: int) -> str:
     """``benchmark_4gpu.json``: seed 001's name for the document of one GPU count."""
     return GPU_DOCUMENT.format(gpus=int(gpus))
+
+
+def charts_dir(name: str) -> str:
+    """``<experiment>-charts``: where ``report --format png`` writes by default."""
+    return CHARTS_DIR.format(name=experiment_dirname(name))
