@@ -53,7 +53,10 @@ def differing(
 def _value_text(name: str, value: object) -> str:
     if name == "precision":
         return str(value)  # ``bf16`` says what it is
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    if isinstance(value, float):
+        text = f"{value:g}"  # 25, as the config said it, not 25.0
+    else:
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return f"{name}={text}"
 
 
