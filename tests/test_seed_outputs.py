@@ -16,7 +16,13 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.report_fixtures import MODELS, FixtureSpec, write_experiment
-from tests.support.sweep_records import NVML_FIXTURE, SweepRun, run_comm_sweep, training_sweep
+from tests.support.sweep_records import (
+    COMM_CONFIG,
+    NVML_FIXTURE,
+    SweepRun,
+    run_comm_sweep,
+    training_sweep,
+)
 from torchscale.cli.app import app
 from torchscale.results.layout import PNG_CHARTS, gpu_document_file
 from torchscale.results.schema import TpGemmResult
@@ -29,6 +35,19 @@ runner = CliRunner()
 
 def _lines(text: str) -> List[str]:
     return [line for line in text.splitlines() if line.strip()]
+
+
+def test_a_backend_sweep_counts_every_cell(tmp_path: Path) -> None:
+    """DDLB's ``backend: [auto, gloo]``: the plan counts (and --max-cells checks) both cells."""
+    from torchscale.comm.plan import comm_settings, count_comm
+    from torchscale.config.loader import load_config
+
+    config = tmp_path / "c.yaml"
+    config.write_text(COMM_CONFIG.replace("backend: gloo", "backend: [auto, gloo]"), "utf-8")
+    loaded = load_config(config)
+    cells = comm_settings(loaded, 8)
+    assert sorted(c.backend for c in cells) == ["auto", "gloo"]
+    assert count_comm(loaded, 8) == (len(cells), [f"communication {len(cells)}"])
 
 
 # --- seed 003 ---------------------------------------------------------------------------------
