@@ -30,7 +30,8 @@ WIDTH = 80
 @pytest.fixture
 def narrow(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The console as a CI log has it: 80 columns, not a terminal."""
-    monkeypatch.setattr(console_module.err_console, "width", WIDTH)
+    for console in (console_module.err_console, console_module.result_console):
+        monkeypatch.setattr(console, "width", WIDTH)
     yield
 
 

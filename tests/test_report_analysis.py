@@ -79,8 +79,8 @@ def test_variant_labels_name_the_knob_that_differs(fixture_data) -> None:
     labels = label_variants(training_table(variants))["variant"].tolist()
     batch = base.batch_size
     assert labels == [
-        f"batch {batch} · ddp.bucket_cap_mb=25.0",
-        f"batch {batch} · ddp.bucket_cap_mb=50.0",
+        f"batch {batch} · ddp.bucket_cap_mb=25",  # as the config says it, not 25.0
+        f"batch {batch} · ddp.bucket_cap_mb=50",
     ]
 
 

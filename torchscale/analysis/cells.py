@@ -88,7 +88,8 @@ def memory_by_variant(table: pd.DataFrame, memory: pd.DataFrame) -> pd.DataFrame
     ``table`` is the labelled training table, ``memory`` the output of :func:`memory_table`.
     """
     keys = ["experiment", "model", "variant"]
-    joined = table[["cell_id", *keys, "world_size", "repeat"]].merge(memory, on="cell_id")
+    kept = ["cell_id", *keys, "world_size", "repeat", "gpu_memory_util_pct"]
+    joined = table[[c for c in kept if c in table]].merge(memory, on="cell_id")
     smallest = joined.groupby(keys)["world_size"].transform("min")
     joined = joined[joined["world_size"] == smallest].sort_values([*keys, "repeat"])
     return joined.drop_duplicates(keys).drop(columns=["repeat"]).reset_index(drop=True)

@@ -10,24 +10,28 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 import numpy as np
 import pandas as pd
 
+from torchscale.analysis.scaling import configuration_variants
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult, TrainingResult
 from torchscale.results.table_scalars import as_int
 
 BREAKDOWN_COLUMNS = [
-    "cell_id", "experiment", "model", "batch_size", "world_size", "rank", "step_ms",
+    "cell_id", "experiment", "model", "variant", "batch_size", "world_size", "rank", "step_ms",
     "compute_ms", "forward_compute_ms", "backward_compute_ms", "comm_ms", "overlap_ms",
     "exposed_comm_ms", "comm_compute_ratio", "exposed_share",
 ]  # fmt: skip
 HISTOGRAM_BINS = 20
 
 
-def comm_compute_table(records: Iterable[ResultBase]) -> pd.DataFrame:
-    """Per rank of every measured cell: DDP's compute, communication and overlap per iteration.
+def comm_compute_table(
+    records: Iterable[ResultBase], variants: Optional[Mapping[str, str]] = None
+) -> pd.DataFrame:
+    """Per rank of every measured cell: DDP's compute, communication and overlap per iteration;
+    ``variants``: each cell's configuration label by cell id (the training table's ``variant``).
 
     ``exposed_comm_ms = comm - overlap`` is the communication compute did not hide;
     ``comm_compute_ratio = comm / compute``; ``exposed_share`` is the exposed part of the rank's
@@ -47,7 +51,8 @@ def comm_compute_table(records: Iterable[ResultBase]) -> pd.DataFrame:
             rows.append(
                 {
                     "cell_id": record.cell_id, "experiment": record.experiment,
-                    "model": record.model, "batch_size": record.batch_size,
+                    "model": record.model, "variant": (variants or {}).get(record.cell_id, ""),
+                    "batch_size": record.batch_size,
                     "world_size": record.world_size, "rank": rank.rank, "step_ms": step,
                     "compute_ms": compute, "forward_compute_ms": forward,
                     "backward_compute_ms": backward, "comm_ms": comm, "overlap_ms": overlap,
@@ -57,6 +62,18 @@ def comm_compute_table(records: Iterable[ResultBase]) -> pd.DataFrame:
                 }
             )  # fmt: skip
     return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
+
+
+def cell_comm_compute(record: TrainingResult) -> Tuple[Optional[float], Optional[float]]:
+    """A cell's communication time per step (DDP's gradient communication, mean over ranks, ms)
+    and its comm/compute ratio (all ranks' communication over their compute): seed 003's
+    ``communication_time_per_step`` and communication vs computation ratio."""
+    table = comm_compute_table([record])
+    if table.empty:
+        return None, None
+    compute = float(table["compute_ms"].sum())
+    ratio = float(table["comm_ms"].sum()) / compute if compute > 0 else None
+    return float(table["comm_ms"].mean()), ratio
 
 
 def comm_compute_line(record: TrainingResult) -> Optional[str]:
@@ -101,19 +118,24 @@ def step_histogram(table: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
 
 
 def tp_gemm_cases(records: Iterable[ResultBase]) -> pd.DataFrame:
-    """One row per TP GEMM case and world size: AG_before, AG_after and compute-only times (the
-    unsharded GEMM on one device, which each order's record times: their mean)."""
+    """One row per TP GEMM case, world size and configuration (``variant``: a backend sweep's
+    cells are rows of their own): AG_before, AG_after and compute-only times (the unsharded GEMM
+    on one device, which each order's record times: their mean)."""
+    records = list(records)
+    variants = configuration_variants(records)
     rows: Dict[Tuple[object, ...], Dict[str, object]] = {}
     references: Dict[Tuple[object, ...], List[float]] = {}
     for record in records:
         if not isinstance(record, TpGemmResult) or record.status != "ok":
             continue
-        key = (record.experiment, record.world_size, record.m, record.n, record.k, record.dtype)
+        variant = variants.get(record.cell_id, "")
+        key = (record.experiment, record.world_size, variant, record.m, record.n, record.k,
+               record.dtype)  # fmt: skip
         row = rows.setdefault(
             key,
-            {"experiment": record.experiment, "world_size": record.world_size, "m": record.m,
-             "n": record.n, "k": record.k, "dtype": record.dtype,
-             "case": f"{record.m}×{record.n}×{record.k}",
+            {"experiment": record.experiment, "world_size": record.world_size,
+             "variant": variant, "backend": record.backend, "m": record.m, "n": record.n,
+             "k": record.k, "dtype": record.dtype, "case": f"{record.m}×{record.n}×{record.k}",
              "AG_before_us": None, "AG_after_us": None, "compute_only_us": None,
              "AG_before_tflops": None, "AG_after_tflops": None},
         )  # fmt: skip
@@ -125,15 +147,18 @@ def tp_gemm_cases(records: Iterable[ResultBase]) -> pd.DataFrame:
         found = references.get(case, [])
         row["compute_only_us"] = sum(found) / len(found) if found else None
     table = pd.DataFrame(list(rows.values()))
-    return (
-        table.sort_values(["experiment", "world_size", "m", "n", "k"]) if not table.empty else table
-    )
+    if table.empty:
+        return table
+    return table.sort_values(["experiment", "world_size", "variant", "m", "n", "k", "dtype"])
 
 
 def p2p_matrices(records: Iterable[ResultBase]) -> List[pd.DataFrame]:
-    """Per send/recv record at its largest message size (per world size): the src x dst busbw
-    matrix (GB/s), with ``attrs`` naming the world size, size and slowest pair."""
-    largest: Dict[Tuple[int, str], CollectiveResult] = {}
+    """Per send/recv record at its largest message size (per world size, dtype and
+    configuration): the src x dst busbw matrix (GB/s), with ``attrs`` naming the world size,
+    size, configuration and slowest pair."""
+    records = list(records)
+    variants = configuration_variants(records)
+    largest: Dict[Tuple[int, str, str], CollectiveResult] = {}
     for record in records:
         if (
             isinstance(record, CollectiveResult)
@@ -141,11 +166,11 @@ def p2p_matrices(records: Iterable[ResultBase]) -> List[pd.DataFrame]:
             and record.status == "ok"
             and record.pair_busbw_gbps
         ):
-            key = (record.world_size, record.dtype)
+            key = (record.world_size, record.dtype, variants.get(record.cell_id, ""))
             if key not in largest or (record.size_bytes or 0) > (largest[key].size_bytes or 0):
                 largest[key] = record
     matrices = []
-    for (world, dtype), record in sorted(largest.items()):
+    for (world, dtype, variant), record in sorted(largest.items()):
         pairs = record.pair_busbw_gbps or []  # set: only such records are kept above
         matrix = pd.DataFrame(
             pairs,
@@ -153,6 +178,7 @@ def p2p_matrices(records: Iterable[ResultBase]) -> List[pd.DataFrame]:
             columns=[f"rank {j}" for j in range(len(pairs))],
         )
         matrix.attrs = {"world_size": world, "dtype": dtype, "size_bytes": record.size_bytes,
-                        "slowest_pair": record.slowest_pair, "cell_id": record.cell_id}  # fmt: skip
+                        "slowest_pair": record.slowest_pair, "cell_id": record.cell_id,
+                        "variant": variant}  # fmt: skip
         matrices.append(matrix)
     return matrices

@@ -8,18 +8,24 @@ model, one line per variant; repeats of a cell are averaged.
 from __future__ import annotations
 
 import json
-from typing import Dict, List, Tuple
+from typing import Dict, Iterable, Tuple
 
 import pandas as pd
 
-from torchscale.config.base import flatten_settings
+from torchscale.config.row_identity import (
+    configuration_labels,
+    differing,
+    flat_configuration,
+    label,
+)
+from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult
 
 EFFICIENCY_GOOD = 0.80
 EFFICIENCY_EXCELLENT = 0.90
 """The bands the seed gives: good scaling > 80% efficiency, excellent > 90%."""
 
-# Shown by their own columns or meaningless in a label.
-_LABEL_SKIP = {"model", "batch_size", "seed", "warmup_steps", "measure_steps", "measure_seconds"}
+# Shown by their own columns.
+_SHOWN_APART = ("model", "batch_size")
 
 
 def efficiency_band(efficiency: float) -> str:
@@ -32,37 +38,52 @@ def efficiency_band(efficiency: float) -> str:
     return "poor"
 
 
-def _label(flat: Dict[str, object], varying: List[str]) -> str:
-    parts = [f"batch {flat.get('batch_size')}"]
-    for key in varying:
-        value = flat.get(key)
-        parts.append(str(value) if key == "precision" else f"{key}={value}")
-    return " · ".join(parts)
-
-
 def label_variants(table: pd.DataFrame) -> pd.DataFrame:
-    """Add ``variant``: batch size plus the settings that differ among a model's configurations."""
+    """Add ``variant``: batch size plus the settings that differ among a model's configurations
+    (``config.row_identity``), and ``knobs``: those settings alone, precision among them (what a
+    table with batch and precision columns of its own still has to show)."""
     table = table.copy()
     table["variant"] = ""
+    table["knobs"] = ""
     if table.empty:
         return table
-    flat = {key: dict(flatten_settings(json.loads(key))) for key in table["config_key"].unique()}
-    order: Dict[str, Tuple[float, str]] = {}
+    flat = {key: flat_configuration(json.loads(key)) for key in table["config_key"].unique()}
+    order: Dict[str, Tuple[int, str]] = {}
     for _, group in table.groupby(["experiment", "model"], sort=False):
         configs = [flat[key] for key in group["config_key"].unique()]
-        names = sorted({name for config in configs for name in config} - _LABEL_SKIP)
-        varying = [n for n in names if len({json.dumps(c.get(n)) for c in configs}) > 1]
+        varying = differing(configs, _SHOWN_APART)
         for key in group["config_key"].unique():
-            label = _label(flat[key], varying)
-            table.loc[group.index[group["config_key"] == key], "variant"] = label
-            size = flat[key].get("batch_size")
-            size = size if isinstance(size, (int, float)) and not isinstance(size, bool) else 0
-            order.setdefault(label, (size, label))
+            rows = group.index[group["config_key"] == key]
+            variant = label(flat[key], varying, [f"batch {flat[key].get('batch_size')}"])
+            table.loc[rows, "variant"] = variant
+            table.loc[rows, "knobs"] = label(flat[key], [k for k in varying if k != "precision"])
+            batch = flat[key].get("batch_size")
+            order.setdefault(variant, (batch if isinstance(batch, int) else 0, variant))
     # An ordered categorical sorts "batch 16" before "batch 128" in every table and chart.
     table["variant"] = pd.Categorical(
         table["variant"], categories=sorted(order, key=order.__getitem__), ordered=True
     )
     return table
+
+
+COMM_DERIVED_SETTINGS = ("scopes",)
+"""Follows from the node count (``comm.scopes``): never what tells two communication
+configurations apart."""
+
+
+def configuration_variants(records: Iterable[ResultBase]) -> Dict[str, str]:
+    """Per communication cell id: the settings it differs in from the experiment's other
+    communication cells (``backend=gloo``; "" when they share one configuration), the one row
+    identity of ``config.row_identity``."""
+    by_experiment: Dict[str, Dict[str, Dict[str, object]]] = {}
+    for record in records:
+        if isinstance(record, (CollectiveResult, TpGemmResult)):
+            cells = by_experiment.setdefault(record.experiment, {})
+            cells.setdefault(record.cell_id, record.settings)
+    labels: Dict[str, str] = {}
+    for cells in by_experiment.values():
+        labels.update(configuration_labels(cells, COMM_DERIVED_SETTINGS))
+    return labels
 
 
 def scaling_curves(table: pd.DataFrame) -> pd.DataFrame:

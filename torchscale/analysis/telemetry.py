@@ -18,6 +18,7 @@ from torchscale.analysis.cpu_load import (
     oversubscribed,
     rank_cpu_wait_share,
 )
+from torchscale.analysis.device_utilisation import gpu_memory_util_pct
 from torchscale.analysis.finding import Finding, Severity
 from torchscale.analysis.findings import on_cpu
 from torchscale.analysis.training_tables import sync_overhead_pct
@@ -38,7 +39,8 @@ SLOW_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_sl
 
 GPU_COLUMNS = [
     "cell_id", "experiment", "model", "batch_size", "world_size", "rank", "host", "gpu",
-    "util_pct_mean", "sm_clock_mhz_mean", "sm_clock_mhz_min", "sm_clock_mhz_limit",
+    "util_pct_mean", "memory_util_pct", "sm_clock_mhz_mean", "sm_clock_mhz_min",
+    "sm_clock_mhz_limit",
     "mem_clock_mhz_mean", "power_w_mean", "power_limit_w", "temperature_c_max",
     "throttle", "pcie", "pcie_degraded", "samples",
 ]  # fmt: skip
@@ -93,6 +95,7 @@ def gpu_table(records: Iterable[ResultBase]) -> pd.DataFrame:
                     "model": record.model, "batch_size": record.batch_size,
                     "world_size": record.world_size, "rank": rank.rank, "host": rank.host,
                     "gpu": _gpu_label(rank), "util_pct_mean": gpu.util_pct_mean,
+                    "memory_util_pct": gpu_memory_util_pct(gpu),
                     "sm_clock_mhz_mean": gpu.sm_clock_mhz_mean,
                     "sm_clock_mhz_min": gpu.sm_clock_mhz_min,
                     "sm_clock_mhz_limit": gpu.sm_clock_mhz_limit,

@@ -14,24 +14,25 @@ Sync overhead (``sync_overhead_pct``) likewise needs two ranks: one rank has no 
 
 from __future__ import annotations
 
-import json
 from typing import Any, Dict, Iterable, List, Optional
 
 import pandas as pd
 
+from torchscale.analysis.device_utilisation import cell_gpu_memory_util_pct, cell_gpu_util_pct
+from torchscale.analysis.iteration_breakdown import cell_comm_compute
+from torchscale.analysis.scaling import label_variants
+from torchscale.config.row_identity import configuration_key
 from torchscale.results.schema import ResultBase, TrainingResult
-
-# Settings that define the scaling axis or do not change what is measured: left out when matching
-# a cell with its baseline.
-SCALING_AXIS_FIELDS = {"gpus", "nnodes", "repeat", "cell_timeout_s", "stall_timeout_s"}
 
 TRAINING_COLUMNS = [
     "cell_id", "experiment", "model", "batch_size", "grad_accum_steps", "global_batch_size",
     "world_size", "nnodes", "nproc_per_node", "precision", "repeat", "status", "error", "unit",
     "samples_per_s", "throughput", "step_ms_mean", "step_ms_p50", "step_ms_p95", "step_ms_p99",
     "step_ms_cv", "sync_overhead_pct", "slowest_rank", "peak_memory_bytes", "tflops_per_gpu",
-    "mfu", "device_name", "hosts", "config_key",
+    "mfu", "gpu_util_pct", "gpu_memory_util_pct", "comm_ms_per_step", "comm_compute_ratio",
+    "device_name", "hosts", "config_key",
 ]  # fmt: skip
+
 
 
 MEASURED_WINDOW_FIELDS = {"warmup_steps", "measure_steps", "measure_seconds", "sync_probe_steps"}
@@ -39,9 +40,9 @@ MEASURED_WINDOW_FIELDS = {"warmup_steps", "measure_steps", "measure_seconds", "s
 
 
 def config_key(settings: Dict[str, object]) -> str:
-    """Identifies a configuration apart from its GPU count (and repeat)."""
-    kept = {k: v for k, v in settings.items() if k not in SCALING_AXIS_FIELDS}
-    return json.dumps(kept, sort_keys=True, separators=(",", ":"))
+    """Identifies a configuration apart from its GPU count (and repeat): ``config.row_identity``,
+    the one definition of a row's identity."""
+    return configuration_key(settings)
 
 
 def profiled_config_key(settings: Dict[str, object]) -> str:
@@ -62,6 +63,7 @@ def sync_overhead_pct(record: TrainingResult) -> Optional[float]:
 def _row(record: TrainingResult) -> Dict[str, object]:
     steps = record.step_time_ms
     sync = record.sync
+    comm_ms, comm_ratio = cell_comm_compute(record) if record.world_size > 1 else (None, None)
     return {
         "cell_id": record.cell_id,
         "experiment": record.experiment,
@@ -89,6 +91,10 @@ def _row(record: TrainingResult) -> Dict[str, object]:
         "peak_memory_bytes": record.memory.peak_bytes if record.memory else None,
         "tflops_per_gpu": record.tflops_per_gpu,
         "mfu": record.mfu,
+        "gpu_util_pct": cell_gpu_util_pct(record),
+        "gpu_memory_util_pct": cell_gpu_memory_util_pct(record),
+        "comm_ms_per_step": comm_ms,
+        "comm_compute_ratio": comm_ratio,
         "device_name": record.device_name,
         "hosts": " ".join(record.hosts),
         "config_key": config_key(record.settings),
@@ -96,10 +102,11 @@ def _row(record: TrainingResult) -> Dict[str, object]:
 
 
 def training_table(records: Iterable[ResultBase]) -> pd.DataFrame:
-    """One row per training cell, with scaling efficiency against its baseline."""
+    """One row per training cell, with scaling efficiency against its baseline and its
+    configuration's label (``variant``: a sweep's cells are never two rows alike)."""
     rows: List[Dict[str, object]] = [_row(r) for r in records if isinstance(r, TrainingResult)]
     table = pd.DataFrame(rows, columns=TRAINING_COLUMNS)
-    return add_scaling_efficiency(table)
+    return label_variants(add_scaling_efficiency(table))
 
 
 def efficiency(rate: Any, size: Any, base_rate: Any, base_size: Any) -> Any:

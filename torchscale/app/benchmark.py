@@ -233,8 +233,19 @@ def run_benchmark(
     if launch.records_results:
         # The sweep wrote summary.csv from what results.jsonl holds, and returned that.
         outcome.table = training_table(outcome.records)
+        store.check_owned()
+        write_documents(store.root)
         forwarded.close(outcome.records, outcome.table)
     return outcome
+
+
+def write_documents(experiment: Path) -> List[Path]:
+    """Seed 001's JSON document of each GPU count (``benchmark_4gpu.json``), built as
+    ``report --format json`` builds the experiment's."""
+    from torchscale.report.document import write_gpu_documents
+    from torchscale.report.report_data import load_experiment
+
+    return write_gpu_documents(load_experiment(experiment))
 
 
 def check_benchmark_flags(*, force: bool, resume: bool) -> None:

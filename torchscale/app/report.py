@@ -16,12 +16,14 @@ from torchscale.results.layout import (
     EXPERIMENT_FILES,
     FINDINGS_FILE,
     TENSORBOARD_DIR,
+    charts_dir,
     report_file,
 )
 from torchscale.results.store import atomic_write_bytes
 
-EXPORT_FORMATS = ("json", "tensorboard")
-"""Formats that export the results for other tools (the seed's JSON document, TensorBoard)."""
+EXPORT_FORMATS = ("json", "tensorboard", "png")
+"""Formats that export the results for other tools (the seed's JSON document, TensorBoard) or as
+files of their own (PNG charts: a folder)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,23 @@ def _tensorboard(data: ReportData, root: Path) -> Path:
         ) from None
 
 
+def _png_charts(data: ReportData, output: Optional[Path]) -> Path:
+    """``--format png``: the report's key charts as PNG files in a folder (seed 003's
+    ``latency_histogram.png`` among them)."""
+    from torchscale.report.content import build_content
+    from torchscale.report.png_charts import require_matplotlib, write_png_charts
+    from torchscale.results.store import check_writable
+
+    require_matplotlib()
+    name = data.title if len(data.experiments) == 1 else data.source.resolve().name
+    folder = output or data.source / charts_dir(name)
+    if folder.exists() and not folder.is_dir():
+        raise TorchscaleError(f"--output {folder} is not a folder; PNG charts go in a folder")
+    check_writable(folder, "--output")
+    write_png_charts(build_content(data, None), folder)
+    return folder
+
+
 def generate_report(request: ReportRequest) -> Path:
     """Render the report and write it atomically; returns its path."""
     fmt = request.fmt.lower()
@@ -99,6 +118,8 @@ def generate_report(request: ReportRequest) -> Path:
     data = load_report_data(request.source)
     if fmt == "tensorboard":
         return _tensorboard(data, request.output or data.source / TENSORBOARD_DIR)
+    if fmt == "png":
+        return _png_charts(data, request.output)
     output = request.output or default_output(data, fmt)
     inputs = report_inputs(data)
     cells = [experiment.path / CELLS for experiment in data.experiments]

@@ -20,7 +20,7 @@ from torchscale.cli import (
     tune,
     validate,
 )
-from torchscale.cli.console import setup_logging
+from torchscale.cli.console import set_quiet, setup_logging
 from torchscale.results.figures import GLOSSARY_DOC
 from torchscale.version import __version__
 
@@ -50,7 +50,8 @@ def root(
         typer.Option(
             "--verbose/--quiet",
             "-v/-q",
-            help="Verbose logging (debug detail), or quiet (warnings and errors only).",
+            help="Verbose logging (debug detail), or quiet: only warnings, errors and the final "
+            "result lines (the results table, where the report was written, validate's verdict).",
             show_default=False,
         ),
     ] = None,
@@ -67,6 +68,7 @@ def root(
     """Benchmarking CLI for PyTorch DDP Clusters."""
     levels = {None: logging.INFO, True: logging.DEBUG, False: logging.WARNING}
     setup_logging(levels[verbose])
+    set_quiet(verbose is False)
 
 
 benchmark_command.register(app)

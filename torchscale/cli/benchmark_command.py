@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, markup_text, print_json, user_errors
+from torchscale.cli.console import (
+    err_console,
+    markup_text,
+    print_json,
+    result_console,
+    say,
+    show_result,
+    user_errors,
+)
 from torchscale.errors import TorchscaleError
 from torchscale.integrations.deadline import DEFAULT_TIMEOUT_S
 
@@ -324,7 +332,7 @@ def _check_models(config: BenchmarkConfig) -> None:
 
 
 def _note(line: str) -> None:
-    err_console.print(line, soft_wrap=True, markup=False)
+    say(line)
 
 
 def _submit(
@@ -351,10 +359,11 @@ def _submit(
 def _run(request: BenchmarkRequest, json_output: bool) -> int:
     from torchscale.app.benchmark import run_benchmark
     from torchscale.cli.benchmark_view import ConsoleEvents, results_table
+    from torchscale.cli.console import result_console
 
     outcome = run_benchmark(request, ConsoleEvents(), _note)
     if outcome.stopped_by:
-        err_console.print(
+        result_console.print(
             f"[bold yellow]{outcome.stopped_by}.[/bold yellow] {outcome.records_safe} cell "
             f"result(s) are safe in {markup_text(outcome.results_path)}; run again with --resume "
             "to finish "
@@ -369,7 +378,7 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
     title = f"{outcome.experiment} ({outcome.store_root})"
     device_kind = records_device_kind(outcome.records)
     if table is not None and not table.empty:
-        err_console.print(results_table(table, title, device_kind))
+        show_result(results_table(table, title, device_kind))
     _print_kind_summaries(outcome.records, title)
     if is_cpu(device_kind) and outcome.records:
         _note(f"> [INFO] {CPU_NOTE}.")
@@ -384,20 +393,19 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
     failed = outcome.failed_cells
     if failed:
         what = "failed, timed out or are invalid" if outcome.any_invalid else "failed or timed out"
-        err_console.print(f"{len(failed)} cell(s) {what}; see their errors above.")
+        show_result(f"{len(failed)} cell(s) {what}; see their errors above.")
         return EXIT_CELLS_FAILED
     return 0
 
 
 def _follower_summary(outcome: BenchmarkOutcome) -> int:
     """What a node other than node 0 says at the end (it records nothing)."""
-    err_console.print(
+    show_result(
         f"node {outcome.node_rank} of {outcome.nnodes}: done; node 0 records the results in "
-        f"{outcome.store_root}",
-        markup=False,
+        f"{outcome.store_root}"
     )
     if outcome.records:
-        err_console.print(
+        show_result(
             f"{len(outcome.records)} cell(s) failed on this node; see their errors above."
         )
         return 1
@@ -409,5 +417,5 @@ def _print_kind_summaries(records: List[ResultBase], title: str) -> None:
     from torchscale.plan.kind_protocol import cell_kinds
 
     for kind in cell_kinds().values():
-        for table in kind.console_tables(records, title, err_console):
-            err_console.print(table)
+        for table in kind.console_tables(records, title, result_console):
+            show_result(table)

@@ -168,6 +168,13 @@ def plan_table(plan: Plan, device_kind: str = CUDA, first: int = 1) -> Table:
     return fitted_table(err_console, title, cols)
 
 
+def _knobs(rows: List[Any]) -> List[List[str]]:
+    """The ``knobs`` column of the training table (``analysis.scaling.label_variants``), when a
+    sweep set any."""
+    knobs = [str(getattr(r, "knobs", "") or "") for r in rows]
+    return [knobs] if any(knobs) else []
+
+
 UNIT_SHORT = {"images": "img", "sequences": "seq", "tokens": "tok", "samples": "smp"}
 
 
@@ -191,6 +198,8 @@ def results_table(table: DataFrame, title: str, device_kind: str = CUDA) -> Tabl
             same=lambda v: count_text(int(v), device_kind) if v.isdigit() else f"{v} {ranks}",
         ),
         Col("prec", [str(r.precision) for r in rows], numeric=False, same="{}", drop=1),
+        # The other swept settings (ddp.bucket_cap_mb=25...): a sweep's rows are never alike.
+        *[Col("settings", knobs, numeric=False, wrap=True, same="{}") for knobs in _knobs(rows)],
         Col("status", [str(r.status) for r in rows], numeric=False, same="all {}"),
         Col(
             "throughput",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Dict, Hashable, List, Mapping, Optional, Tuple
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.cli.console import err_console, print_json, result_console, user_errors
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -185,16 +185,16 @@ def register(app: typer.Typer) -> None:
         from torchscale.hardware.device_noun import records_device_kind
 
         device_kind = records_device_kind([*old_records, *new_records])
-        err_console.print(_table(result, threshold, device_kind))
-        err_console.print(result.noise_line(), markup=False)  # wrapped at the console width
+        result_console.print(_table(result, threshold, device_kind))
+        result_console.print(result.noise_line(), markup=False)  # wrapped at the console width
         for side, frame in (("baseline", result.only_old), ("new run", result.only_new)):
             if not frame.empty:
-                err_console.print(
+                result_console.print(
                     f"{len(frame)} cell(s) only in the {side}: " + ", ".join(frame["cell_id"]),
                     markup=False,
                 )
         if regressions:
-            err_console.print(
+            result_console.print(
                 f"[bold red]{regressions} cell(s) regressed beyond {threshold:g}%[/bold red]"
             )
             from torchscale.profiling.diff_links import diff_commands
@@ -205,10 +205,10 @@ def register(app: typer.Typer) -> None:
                 [(e.path, e.records) for e in new_data.experiments],
                 zip(cells["cell_id_old"], cells["cell_id_new"]),
             ):
-                err_console.print(f"Both runs traced it: {line}", markup=False, soft_wrap=True)
+                result_console.print(f"Both runs traced it: {line}", markup=False, soft_wrap=True)
         if len(lost):
             named = ", ".join(f"{r.cell_id_old} ({r.verdict})" for r in lost.itertuples())
-            err_console.print(
+            result_console.print(
                 f"{len(lost)} cell(s) measured in the baseline were not measured in the new run "
                 f"(failed, timed out or missing): {named}",
                 style="bold red",
@@ -217,4 +217,4 @@ def register(app: typer.Typer) -> None:
             )
         if result.failed:
             raise typer.Exit(EXIT_REGRESSION)
-        err_console.print(f"No regression beyond {threshold:g}% and the run-to-run noise.")
+        result_console.print(f"No regression beyond {threshold:g}% and the run-to-run noise.")

@@ -24,8 +24,6 @@ from rich.text import Text
 from torchscale.errors import TorchscaleError
 from torchscale.escaping import for_terminal
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 class TerminalConsole(Console):
     """A Rich console that shows control characters escaped in every string it renders (plain
@@ -37,13 +35,39 @@ class TerminalConsole(Console):
 
 
 err_console = TerminalConsole(stderr=True, highlight=False)
+"""Progress, per-cell lines, intermediate tables: what ``--quiet`` hushes."""
+result_console = TerminalConsole(stderr=True, highlight=False)
+"""Warnings, errors and a command's final result lines: shown even with ``--quiet``."""
 log = logging.getLogger("torchscale")
+
+ALWAYS_SHOWN = ("[WARN]", "[FAIL]", "[ERROR]")
+"""A console line whose tag is one of these is a warning or an error: never hushed."""
+
+
+def set_quiet(quiet: bool) -> None:
+    """``torchscale --quiet``: only warnings, errors and the final result lines."""
+    err_console.quiet = quiet
+
+
+def is_quiet() -> bool:
+    return bool(err_console.quiet)
 
 
 def say(line: str) -> None:
     """One line of text on stderr: no markup (brackets in names and errors are text), wrapped
-    by the terminal, not cut."""
-    err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+    by the terminal, not cut; a ``> [WARN]`` or ``> [FAIL]`` line is shown even with --quiet."""
+    tagged = line.lstrip("> ").startswith(ALWAYS_SHOWN)
+    console = result_console if tagged else err_console
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def show_result(renderable: object) -> None:
+    """A command's final result (its results table, where a report was written): always."""
+    result_console.print(renderable, soft_wrap=isinstance(renderable, str), markup=False)
+
+
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def markup_text(text: object) -> str:
@@ -61,7 +85,8 @@ def setup_logging(level: int) -> None:
     """Route torchscale's log records to stderr through Rich."""
     from rich.logging import RichHandler
 
-    handler = RichHandler(console=err_console, show_time=False, show_path=False, markup=False)
+    # Warnings and errors are logged: the console --quiet does not hush (the level does).
+    handler = RichHandler(console=result_console, show_time=False, show_path=False, markup=False)
     handler.setFormatter(_TerminalFormatter("%(message)s"))
     log.handlers[:] = [handler]
     log.setLevel(level)
@@ -85,7 +110,7 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     # One line whatever a name in it holds (a line break is shown as \n); a message naming
     # 'torchscale[mlflow]' or a path with brackets is text, not markup.
     shown = escape(for_terminal(message))
-    err_console.print(f"[bold red]Error:[/bold red] {shown}", soft_wrap=True)
+    result_console.print(f"[bold red]Error:[/bold red] {shown}", soft_wrap=True)
     return typer.Exit(code)
 
 

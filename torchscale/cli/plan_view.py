@@ -8,7 +8,7 @@ import sys
 import textwrap
 from typing import TYPE_CHECKING, Iterator, List
 
-from torchscale.cli.console import err_console
+from torchscale.cli.console import result_console
 
 if TYPE_CHECKING:
     from torchscale.app.benchmark import BenchmarkRequest
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def _note(line: str) -> None:
-    err_console.print(line, soft_wrap=True, markup=False)
+    result_console.print(line, soft_wrap=True, markup=False)
 
 
 DRY_RUN_CHUNK = 500
@@ -73,7 +73,7 @@ def print_plan(request: BenchmarkRequest, json_output: bool) -> None:
         table = plan_table(Plan(config, [p.cell for p in chunk], swept), kind, done + 1)
         if done or following:  # one of several tables: say which cells it holds
             table.title = f"{config.experiment_name}: cells {done + 1}-{done + len(chunk)}"
-        err_console.print(table)
+        result_console.print(table)
         for position, planned in enumerate(chunk, done + 1):
             if planned.visited:
                 _note(f"[{position}] {planned.command}")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, print_json, say, user_errors
+from torchscale.cli.console import err_console, print_json, say, show_result, user_errors
 from torchscale.config.durations import parse_duration
 from torchscale.errors import TorchscaleError
 from torchscale.results.figures import GLOSSARY_DOC, SYNC_OVERHEAD, SYNC_STALL
@@ -39,7 +39,6 @@ def _fmt(value: Any, spec: str) -> str:
 
 def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) -> None:
     """The analysis as the seed shows it: per-rank table, sync stall, numbered bottlenecks."""
-    from rich.markup import escape
 
     from torchscale.console_tables import Col, fitted_table
 
@@ -79,27 +78,27 @@ def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) 
     sources = dict.fromkeys(r["rank_source"] for r in ranks if r.get("rank_source"))
     if sources:
         shown = "; ".join(RANK_SOURCES.get(s, s) for s in sources)
-        err_console.print(f"[ANALYSIS] Rank numbers from: {escape(shown)}", soft_wrap=True)
+        say(f"> [ANALYSIS] Rank numbers from: {shown}")
     for warning in document.get("warnings") or []:
-        err_console.print(f"[WARN] {escape(warning)}", soft_wrap=True)
+        say(f"> [WARN] {warning}")
     stall = document.get("sync_stall_pct")
     stalls = [r for r in ranks if r.get("sync_stall_pct") is not None]
     if stall is not None and stalls:
         worst = max(stalls, key=lambda r: r["sync_stall_pct"])
-        err_console.print(
-            f"[ANALYSIS] Sync stall time: {stall:.1f}% (mean over {len(ranks)} "
+        show_result(
+            f"> [ANALYSIS] Sync stall time: {stall:.1f}% (mean over {len(ranks)} "
             f"ranks; worst rank {worst['rank']}: {worst['sync_stall_pct']:.1f}%)"
         )
     else:
-        err_console.print("[ANALYSIS] Sync stall time: n/a (needs traces from at least 2 ranks)")
+        show_result("> [ANALYSIS] Sync stall time: n/a (needs traces from at least 2 ranks)")
     findings = document["findings"]
-    err_console.print(f"[ANALYSIS] Found {len(findings)} bottleneck(s):")
+    # The seed's form: "> [ANALYSIS] Found 2 bottleneck(s):" then ">   1. ..." per finding.
+    show_result(f"> [ANALYSIS] Found {len(findings)} bottleneck(s):")
     for i, finding in enumerate(findings, 1):
-        title, severity = escape(finding["title"]), finding["severity"]
-        err_console.print(f"  {i}. {title} ({severity})", soft_wrap=True)
-        err_console.print(f"     -> {escape(finding['recommendation'])}", soft_wrap=True)
+        show_result(f">   {i}. {finding['title']} ({finding['severity']})")
+        show_result(f">      -> {finding['recommendation']}")
     if written:
-        say(f"[ANALYSIS] Wrote {', '.join(written)} to {out_dir}")
+        say(f"> [ANALYSIS] Wrote {', '.join(written)} to {out_dir}")
 
 
 def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
@@ -107,16 +106,16 @@ def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
     documents = []
     for cell in cells:
         if cell.not_profiled is not None:
-            say(f"[ANALYSIS] {cell.cell_id}: not profiled: {cell.not_profiled}")
+            show_result(f"> [ANALYSIS] {cell.cell_id}: not profiled: {cell.not_profiled}")
             continue
         if cell.document is None or cell.out_dir is None:
-            say(f"[ANALYSIS] {cell.cell_id}: {cell.no_analysis}")
+            show_result(f"> [ANALYSIS] {cell.cell_id}: {cell.no_analysis}")
             continue
-        say(f"[ANALYSIS] Profiling complete: {cell.cell_id} ({cell.tool}).")
+        show_result(f"> [ANALYSIS] Profiling complete: {cell.cell_id} ({cell.tool}).")
         print_document(cell.document, [FINDINGS_FILE, *PROFILE_TABLE_FILES.values()], cell.out_dir)
         if cell.sync_overhead_pct is not None:
             say(
-                f"[ANALYSIS] {SYNC_OVERHEAD.title} of this cell (its measured window): "
+                f"> [ANALYSIS] {SYNC_OVERHEAD.title} of this cell (its measured window): "
                 f"{cell.sync_overhead_pct:.1f}%. The {SYNC_STALL.name} is the part of it spent "
                 f"waiting for the last rank; the rest is the transfers and DDP's bucketing "
                 f"({GLOSSARY_DOC})."

@@ -9,7 +9,13 @@ from typing import Any, Dict, Hashable, List, Mapping, Optional, Tuple
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, print_json, say, user_errors
+from torchscale.cli.console import (
+    err_console,
+    print_json,
+    say,
+    show_result,
+    user_errors,
+)
 
 DEFAULT_TARGETS = [16, 64, 256, 1024]
 
@@ -180,7 +186,7 @@ def register(app: typer.Typer) -> None:
             )
         for line in result.basis:
             say(f"> {line}")
-        err_console.print(_table(rows, holdout))
+        show_result(_table(rows, holdout))
         if any(is_cpu(row.get("measured_on")) for row in rows):
             say(
                 "> [WARN] Rows from CPU are extrapolated from gloo on CPU processes (loopback on "
@@ -190,7 +196,7 @@ def register(app: typer.Typer) -> None:
             for row in rows:
                 if row.get("measured_throughput") is not None:
                     for line in _holdout_lines(row):
-                        say(line)
+                        show_result(line)
 
 
 def _holdout_lines(row: Dict[str, Any]) -> List[str]:

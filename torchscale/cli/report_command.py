@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, markup_text, user_errors
+from torchscale.cli.console import err_console, markup_text, show_result, user_errors
 from torchscale.results.figures import GLOSSARY_DOC
 
 SourceOption = Annotated[
@@ -20,8 +20,9 @@ FormatOption = Annotated[
     typer.Option(
         "--format",
         "-f",
-        help="Report format: html, pdf, json (seed 001's document per experiment) or tensorboard "
-        "(event files; --output is then a folder).",
+        help="Report format: html, pdf, json (seed 001's document per experiment), tensorboard "
+        "(event files) or png (the key charts, latency_histogram.png among them); for the last "
+        "two --output is a folder.",
     ),
 ]
 OutputOption = Annotated[
@@ -66,9 +67,11 @@ def _generate(
         )
     if fmt.lower() == "tensorboard":
         message = f"> TensorBoard runs written to {path} (view: tensorboard --logdir {path})"
+    elif fmt.lower() == "png":
+        message = f"> PNG charts written to {path}"
     else:
         message = f"> Report written to {path}"
-    err_console.print(message, soft_wrap=True, markup=False)
+    show_result(message)
 
 
 def report(

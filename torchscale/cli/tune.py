@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, markup_text, print_json, user_errors
+from torchscale.cli.console import err_console, markup_text, print_json, show_result, user_errors
 from torchscale.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -312,10 +312,9 @@ def register(app: typer.Typer) -> None:
                 summary = run_tune(request, console)
         except KeyboardInterrupt as exc:
             how = "Terminated" if isinstance(exc, Terminated) else "Interrupted"
-            err_console.print(
+            show_result(
                 f"{how}. Finished trials are safe in {folder}; run the same command again to "
-                "resume.",
-                markup=False,
+                "resume."
             )
             code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
             raise typer.Exit(code) from None
@@ -324,17 +323,13 @@ def register(app: typer.Typer) -> None:
 
         measured = summary["result"] != NOTHING_MEASURED
         written = f"{TUNE_BEST_CONFIG}, {TUNE_DDP_SNIPPET} and " if measured else ""
-        err_console.print(
-            f"> {written}{TUNE_SUMMARY} {'are' if measured else 'is'} in {folder}",
-            soft_wrap=True,
-            markup=False,
-        )
+        show_result(f"> {written}{TUNE_SUMMARY} {'are' if measured else 'is'} in {folder}")
         table = finalists_table(summary)
         if table is not None:
-            err_console.print(table)
+            show_result(table)
         if summary.get("warning"):
-            err_console.print(f"> [WARN] {summary['warning']}", soft_wrap=True, markup=False)
-        err_console.print(summary["line"], soft_wrap=True, markup=False)
+            show_result(f"> [WARN] {summary['warning']}")
+        show_result(summary["line"])
         if json_output:
             print_json(summary)
         if not measured:  # a gate that measured nothing does not pass

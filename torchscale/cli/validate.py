@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, print_json, user_errors
+from torchscale.cli.console import err_console, is_quiet, print_json, result_console, user_errors
 from torchscale.errors import TorchscaleError
 
 if TYPE_CHECKING:
@@ -200,7 +200,10 @@ def _check_node(options: ValidateOptions) -> Dict[str, Any]:
 
     with err_console.status("Checking this node...") as status:
         report = run_validation(options, on_check=_progress(status))
-    render(report, err_console)
+    if is_quiet():
+        _render_quiet(report)
+    else:
+        render(report, err_console)
     _log_details(report)
     if options.level >= 2:
         from torchscale.validate.levels import save_record
@@ -263,6 +266,16 @@ def checks_table(report: Dict[str, Any], console: Console) -> Table:
             Col("Value (and how to fix it)", stacked, numeric=False, fill=True),
         ]
     return fitted_table(console, title, cols)
+
+
+def _render_quiet(report: Dict[str, Any]) -> None:
+    """``--quiet``: the WARN and FAIL rows (the warnings and errors) and the verdict line."""
+    from torchscale.validate.display import summary_line
+
+    flagged = [c for c in report["checks"] if c["status"] in ("WARN", "FAIL")]
+    if flagged:
+        result_console.print(checks_table({**report, "checks": flagged}, result_console))
+    result_console.print(summary_line(report))
 
 
 def render(report: Dict[str, Any], console: Console) -> None:

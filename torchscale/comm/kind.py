@@ -143,11 +143,14 @@ class CommunicationKind:
         return [card] if card is not None else []
 
     def document_results(self, records: List[ResultBase]) -> Dict[str, object]:
-        """Seed 001's ``results.communication``: per collective, per size."""
-        from torchscale.comm.result_tables import collective_table
-        from torchscale.report.document import communication_entries
+        """Seed 001's ``results.communication`` (per collective, per size) and ``tp_gemm``."""
+        from torchscale.comm.result_tables import collective_table, tp_gemm_table
+        from torchscale.report.document import communication_entries, tp_gemm_entries
 
-        return {"communication": communication_entries(collective_table(records))}
+        return {
+            "communication": communication_entries(collective_table(records)),
+            "tp_gemm": tp_gemm_entries(tp_gemm_table(records)),
+        }
 
     @staticmethod
     def _run_fields(settings: CommCellSettings, result: Dict[str, Any]) -> Dict[str, Any]:

@@ -55,7 +55,7 @@ def count_comm(config: BenchmarkConfig, gpus_per_node: Optional[int]) -> Tuple[i
     if comm_section(config) is None:
         return 0, []
     per_gpu = sum(len(node_counts(g, config, gpus_per_node)) for g in comm_gpu_counts(config))
-    total = config.repeats * per_gpu
+    total = config.repeats * per_gpu * len(config.communication.backend)  # one cell per backend
     return total, [f"communication {total}"]
 
 

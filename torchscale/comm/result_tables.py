@@ -1,7 +1,8 @@
 """Communication records -> pandas tables, and the summary CSVs written beside ``summary.csv``.
 
-``summary_comm.csv``: one row per collective (and send_recv) x scope x dtype x size x world size.
-``summary_tp_gemm.csv``: one row per TP GEMM case x order x world size.
+``summary_comm.csv``: one row per collective (and send_recv) x scope x dtype x size x world size
+x configuration (``variant``: what a swept setting such as the backend made different).
+``summary_tp_gemm.csv``: one row per TP GEMM case x order x world size x configuration.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from typing import Dict, Iterable, List
 
 import pandas as pd
 
+from torchscale.analysis.scaling import configuration_variants
 from torchscale.results.layout import SUMMARY_COMM, SUMMARY_TP_GEMM
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult
 
-COMMON_COLUMNS = ["cell_id", "experiment", "world_size", "nnodes", "repeat", "status", "error"]
+COMMON_COLUMNS = [
+    "cell_id", "experiment", "variant", "world_size", "nnodes", "repeat", "status", "error",
+]  # fmt: skip
 COLLECTIVE_COLUMNS = [
     *COMMON_COLUMNS,
     "op", "scope", "group_size", "dtype", "size_bytes", "count", "time_us", "time_us_min",
@@ -29,10 +33,13 @@ TP_GEMM_COLUMNS = [
 
 
 def _rows(records: Iterable[ResultBase], model: type, columns: List[str]) -> pd.DataFrame:
+    records = list(records)
+    variants = configuration_variants(records)
     rows = []
     for record in records:
         if isinstance(record, model):
             values = record.model_dump(include=set(columns))
+            values["variant"] = variants.get(record.cell_id, "")
             if values.get("slowest_pair"):
                 values["slowest_pair"] = "->".join(map(str, values["slowest_pair"]))
             rows.append(values)
@@ -51,8 +58,9 @@ def tp_gemm_table(records: Iterable[ResultBase]) -> pd.DataFrame:
 
 
 def peak_busbw(table: pd.DataFrame) -> pd.DataFrame:
-    """Per op x scope x dtype x world size: the best busbw over sizes and the size it came at."""
-    keys = ["op", "scope", "dtype", "world_size"]
+    """Per op x scope x dtype x world size x configuration: the best busbw over sizes and the
+    size it came at."""
+    keys = ["op", "scope", "dtype", "world_size", "variant"]
     ok = table[(table["status"] == "ok") & table["busbw_gbps"].notna()]
     if ok.empty:
         return pd.DataFrame(columns=[*keys, "busbw_gbps", "size_bytes"])

@@ -52,10 +52,18 @@ def describe_comm_cell(settings: CommCellSettings, device_kind: str = CUDA) -> s
     ranks = count_text(settings.gpus, device_kind)
     nodes = f" x {settings.nnodes} nodes" if settings.nnodes > 1 else ""
     scopes = f"; {', '.join(settings.scopes)}" if settings.scopes != ["world"] else ""
+    backend = f"; backend {settings.backend}" if settings.backend != "auto" else ""
     return (
         f"communication on {ranks}{nodes} ({', '.join(parts)}; {sizes} B, "
-        f"{', '.join(settings.dtypes)}{scopes})"
+        f"{', '.join(settings.dtypes)}{scopes}{backend})"
     )
+
+
+def _what(name: str, row: Any) -> str:
+    """The summary's first column: the op or case, then the configuration when a sweep made
+    several (``all_reduce · backend=gloo``: ``analysis.scaling.configuration_variants``)."""
+    variant = getattr(row, "variant", "")
+    return f"{name} · {variant}" if isinstance(variant, str) and variant else name
 
 
 def collective_row(record: CollectiveResult) -> str:
@@ -129,7 +137,7 @@ def comm_summary_rows(collectives: Any, tp_gemm: Any) -> List[Dict[str, str]]:
 
     for row in peak_busbw(collectives).itertuples():
         add(
-            str(row.op),
+            _what(str(row.op), row),
             str(row.world_size),
             str(row.scope),
             str(row.dtype),
@@ -141,11 +149,12 @@ def comm_summary_rows(collectives: Any, tp_gemm: Any) -> List[Dict[str, str]]:
         ["op", "scope", "dtype", "cell_id"]
     )
     for row in failed.itertuples():
-        add(str(row.op), str(row.world_size), str(row.scope), str(row.dtype), str(row.status))
+        what = _what(str(row.op), row)
+        add(what, str(row.world_size), str(row.scope), str(row.dtype), str(row.status))
     for row in tp_gemm.itertuples():
         ok = row.status == "ok"
         add(
-            f"tp_gemm {row.order} {row.m}x{row.n}x{row.k}",
+            _what(f"tp_gemm {row.order} {row.m}x{row.n}x{row.k}", row),
             str(row.world_size),
             "world",
             str(row.dtype),

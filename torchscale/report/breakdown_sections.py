@@ -9,6 +9,7 @@ from typing import List, Optional
 import pandas as pd
 
 from torchscale.analysis import iteration_breakdown as breakdown
+from torchscale.analysis.training_tables import training_table
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
@@ -47,8 +48,9 @@ def _breakdown_charts(table: pd.DataFrame) -> List[Chart]:
         charts.append(
             Chart(
                 chart_id("comm-compute", cell_id),
-                f"Communication vs computation per iteration — {first['model']}, batch "
-                f"{first['batch_size']}, {words.device(int(first['world_size']))}"
+                f"Communication vs computation per iteration — {first['model']}, "
+                f"{first['variant'] or 'batch ' + str(first['batch_size'])}, "
+                f"{words.device(int(first['world_size']))}"
                 + (f" ({first['experiment']})" if many else ""),
                 "rank",
                 "ms per iteration (DDP logging)",
@@ -62,7 +64,9 @@ def _breakdown_charts(table: pd.DataFrame) -> List[Chart]:
 
 
 def comm_compute_section(records: List[ResultBase]) -> Optional[Section]:
-    table = breakdown.comm_compute_table(records)
+    labelled = training_table(records)
+    variants = dict(zip(labelled["cell_id"], labelled["variant"].astype(str)))
+    table = breakdown.comm_compute_table(records, variants)
     if table.empty:
         return None
     ms = fmt.significant
@@ -79,7 +83,7 @@ def comm_compute_section(records: List[ResultBase]) -> Optional[Section]:
                 table,
                 [
                     Column("model", "Model", fmt.text, numeric=False),
-                    Column("batch_size", "Batch", fmt.integer),
+                    Column("variant", "Configuration", fmt.text, numeric=False),
                     Column("world_size", words.count_header(), fmt.integer),
                     Column("rank", "Rank", fmt.integer),
                     Column("compute_ms", "Compute ms", ms),
@@ -121,11 +125,23 @@ def histogram_charts(histogram: pd.DataFrame) -> List[Chart]:
     return charts
 
 
+def tp_gemm_labels(rows: pd.DataFrame) -> List[str]:
+    """Each case's bar label: m×n×k, then the dtype and the configuration when a sweep made
+    several (``AG_before`` of ``backend=auto`` and of ``backend=gloo`` are two bars)."""
+    labels = rows["case"].astype(str)
+    if rows["dtype"].nunique() > 1:
+        labels = labels + " " + rows["dtype"].astype(str)
+    variant = rows["variant"].astype(str) if "variant" in rows else None
+    if variant is not None and (variant != "").any():
+        labels = labels + " · " + variant
+    return labels.tolist()
+
+
 def _tp_gemm_charts(cases: pd.DataFrame) -> List[Chart]:
     charts = []
     many = cases["experiment"].nunique() > 1
     for (experiment, world), rows in cases.groupby(["experiment", "world_size"], sort=True):
-        x = rows["case"].tolist()
+        x = tp_gemm_labels(rows)
         series = [
             Series("AG_before", x, rows["AG_before_us"].tolist(), kind="bar"),
             Series("AG_after", x, rows["AG_after_us"].tolist(), kind="bar"),
@@ -172,7 +188,10 @@ def p2p_heatmap(matrix: pd.DataFrame) -> Table:
         + (f"; slowest pair rank {slowest[0]} → rank {slowest[1]}" if slowest else "")
     )
     frame = matrix.reset_index(names="src")
-    table_id = f"p2p-heatmap-{attrs.get('world_size')}-{attrs.get('dtype')}"
+    variant = attrs.get("variant") or ""
+    if variant:
+        caption += f" ({variant})"
+    table_id = chart_id("p2p-heatmap", attrs.get("world_size"), attrs.get("dtype"), variant)
     widths = [100 / (len(headers))] * len(headers)
     return Table(table_id, headers, rows, csv_data_uri(frame), caption, widths)
 
@@ -192,6 +211,8 @@ def parallelism_section(records: List[ResultBase]) -> Optional[Section]:
                 cases,
                 [
                     Column("world_size", words.count_header(), fmt.integer),
+                    *([Column("variant", "Configuration", fmt.text, numeric=False)]
+                      if (cases["variant"].astype(str) != "").any() else []),
                     Column("case", "m×n×k", fmt.text, numeric=False),
                     Column("dtype", "dtype", fmt.text, numeric=False),
                     Column("AG_before_us", "AG_before µs", us),

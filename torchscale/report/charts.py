@@ -326,15 +326,20 @@ SCOPE_LABELS = {"world": "", "intra_node": ", within nodes", "inter_node": ", ac
 
 
 def bandwidth_charts(collectives: pd.DataFrame) -> List[Chart]:
-    """Bus bandwidth (solid) and algorithm bandwidth (dashed) against message size, per op."""
+    """Bus bandwidth (solid) and algorithm bandwidth (dashed) against message size, per op; one
+    line per GPU count x scope x dtype x configuration."""
     ok = collectives[(collectives["status"] == "ok") & collectives["busbw_gbps"].notna()]
     charts = []
     for op, group in ok.groupby("op", sort=True):
         series = []
-        for (size, scope), rows in group.groupby(["world_size", "scope"], sort=True):
+        keys = ["world_size", "scope", "dtype", "variant"]
+        dtypes = group["dtype"].nunique() > 1
+        for (size, scope, dtype, variant), rows in group.groupby(keys, sort=True):
             name = words.device(as_int(size)) + SCOPE_LABELS.get(str(scope), f", {scope}").format(
                 n=rows["group_size"].iloc[0]
             )
+            # Every swept axis is in the series' name: a dtype or backend sweep never merges.
+            name += (f", {dtype}" if dtypes else "") + (f", {variant}" if variant else "")
             x = rows["size_bytes"].tolist()
             series.append(Series(f"busbw, {name}", x, rows["busbw_gbps"].tolist(), color_key=name))
             series.append(

@@ -1,11 +1,18 @@
-"""Seed 001's JSON document, one per experiment: ``torchscale report --format json``.
+"""Seed 001's JSON document: one per experiment (``torchscale report --format json``) and one per
+GPU count, ``benchmark_<N>gpu.json``, that the benchmark writes beside its results: one builder,
+two callers.
 
-``{name, world_size, timestamp, config, results: {communication, training, memory}, profiles}``.
+``{name, world_size, timestamp, backend, config, results: {communication, tp_gemm, training,
+memory}, profiles}``.
 The models below are the document's definition; ``document_schema()`` is its JSON Schema (also in
 docs/report-json.schema.json). Figures come from the same tables as summary.csv and the report and
 carry the glossary's names (``torchscale.results.figures``, docs/glossary.md); NaN becomes null,
 so the file is strict JSON. Version 2 renamed ``sync_exposed_pct`` to ``sync_overhead_pct`` and
-added ``config.ranks``, ``config.note`` and ``profiles``.
+added ``config.ranks``, ``config.note`` and ``profiles``. Version 3 added ``experiment``,
+``backend``, ``config.iterations`` (what ran, per kind of cell: ``warmup_iters`` and
+``benchmark_iters`` are read from the records, no longer from the config's defaults),
+``results.tp_gemm`` and each entry's ``variant`` and ``backend``: every swept setting is part of an
+entry's identity (``config.row_identity``).
 """
 
 from __future__ import annotations
@@ -26,7 +33,11 @@ from torchscale.report.reported_kinds import kind_document_results
 from torchscale.results.figures import (
     ALGBW,
     BUSBW,
+    COMM_COMPUTE_RATIO,
+    COMM_TIME,
     GLOSSARY_DOC,
+    GPU_MEMORY_UTILISATION,
+    GPU_UTILISATION,
     MFU,
     SCALING_EFFICIENCY,
     STEP_TIME,
@@ -34,14 +45,15 @@ from torchscale.results.figures import (
     SYNC_STALL,
     THROUGHPUT,
 )
-from torchscale.results.layout import MANIFEST
-from torchscale.results.schema import TrainingResult
+from torchscale.results.layout import MANIFEST, gpu_document_file
+from torchscale.results.schema import CommResultBase, ResultBase, TrainingResult
+from torchscale.results.store import atomic_write_bytes
 from torchscale.results.table_scalars import frame_records
 
 if TYPE_CHECKING:
     import pandas as pd
 
-DOCUMENT_VERSION = 2
+DOCUMENT_VERSION = 3
 OP_KEYS = {
     "all_reduce": "allreduce",
     "all_gather": "allgather",
@@ -57,11 +69,39 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class RunConfig(_Strict):
-    """The seed's config keys, plus the resolved benchmark configuration."""
+VARIANT_DESCRIPTION = (
+    "The settings this entry's configuration differs in from the experiment's other "
+    "configurations of its kind (backend=gloo, ddp.bucket_cap_mb=25...); empty when there is one."
+)
 
-    warmup_iters: Optional[int] = Field(None, description="warmup_steps (first value if swept).")
-    benchmark_iters: Optional[int] = Field(None, description="measure_steps (first if swept).")
+
+class Iterations(_Strict):
+    """What the cells of one kind ran: every distinct value, smallest first."""
+
+    warmup: List[int] = Field(
+        default_factory=list, description="Warm-up steps (training) or untimed ops per size."
+    )
+    measured: List[int] = Field(
+        default_factory=list, description="Measured steps (training) or timed ops per size."
+    )
+
+
+class RunConfig(_Strict):
+    """The seed's config keys, from what ran, plus the resolved benchmark configuration."""
+
+    warmup_iters: Optional[int] = Field(
+        None,
+        description="Warm-up iterations that ran: the training cells' warm-up steps, else the "
+        "communication cells' untimed ops per size (the smallest when they differ).",
+    )
+    benchmark_iters: Optional[int] = Field(
+        None,
+        description="Measured iterations that ran: the training cells' measured steps, else the "
+        "communication cells' timed ops per size (the smallest when they differ).",
+    )
+    iterations: Dict[str, Iterations] = Field(
+        default_factory=dict, description="Per kind of cell (training, communication)."
+    )
     device: Optional[str] = Field(None, description="Device name the cells ran on.")
     ranks: str = Field(
         "GPUs", description="What each rank ran on: GPUs, or CPU processes (gloo, no GPU)."
@@ -74,6 +114,8 @@ class RunConfig(_Strict):
 
 class CollectiveEntry(_Strict):
     world_size: int
+    variant: str = Field("", description=VARIANT_DESCRIPTION)
+    backend: Optional[str] = Field(None, description="The process-group backend that ran it.")
     scope: str
     dtype: str
     size_bytes: Optional[int] = None
@@ -83,9 +125,32 @@ class CollectiveEntry(_Strict):
     status: str
 
 
+class TpGemmEntry(_Strict):
+    """A tensor-parallel GEMM case (DDLB's TPColumnwise) in one order."""
+
+    world_size: int
+    variant: str = Field("", description=VARIANT_DESCRIPTION)
+    backend: Optional[str] = None
+    order: str = Field(description="AG_before (gather A, full GEMM) or AG_after (GEMM, gather C).")
+    m: int
+    n: int
+    k: int
+    dtype: str
+    time_us: Optional[float] = None
+    tflops: Optional[float] = None
+    comm_time_us: Optional[float] = None
+    gemm_time_us: Optional[float] = None
+    comm_share: Optional[float] = None
+    reference_time_us: Optional[float] = Field(None, description="The unsharded GEMM on one GPU.")
+    valid: Optional[bool] = None
+    status: str
+
+
 class TrainingEntry(_Strict):
     cell_id: str
     model: str
+    variant: str = Field("", description=f"Batch size, then the rest: {VARIANT_DESCRIPTION}")
+    backend: Optional[str] = None
     world_size: int
     nnodes: int
     batch_size: int
@@ -105,6 +170,12 @@ class TrainingEntry(_Strict):
     )
     sync_overhead_pct: Optional[float] = Field(None, description=SYNC_OVERHEAD.definition)
     mfu: Optional[float] = Field(None, description=MFU.definition)
+    comm_ms_per_step: Optional[float] = Field(None, description=COMM_TIME.definition)
+    comm_compute_ratio: Optional[float] = Field(None, description=COMM_COMPUTE_RATIO.definition)
+    gpu_util_pct: Optional[float] = Field(None, description=GPU_UTILISATION.definition)
+    gpu_memory_util_pct: Optional[float] = Field(
+        None, description=GPU_MEMORY_UTILISATION.definition
+    )
 
 
 class MemoryEntry(_Strict):
@@ -123,6 +194,9 @@ class MemoryEntry(_Strict):
 class Results(_Strict):
     communication: Dict[str, List[CollectiveEntry]] = Field(
         default_factory=dict, description="By collective (allreduce, allgather, ...), per size."
+    )
+    tp_gemm: List[TpGemmEntry] = Field(
+        default_factory=list, description="Tensor-parallel GEMM cases, per order."
     )
     training: List[TrainingEntry] = Field(default_factory=list, description="One per cell.")
     memory: List[MemoryEntry] = Field(default_factory=list, description="Measured cells' peak.")
@@ -146,9 +220,16 @@ class ProfileEntry(_Strict):
 class BenchmarkDocument(_Strict):
     """One experiment, in seed 001's output format."""
 
-    name: str
+    name: str = Field(
+        description="The experiment's name, or benchmark_<N>gpu for the benchmark's document of "
+        "one GPU count."
+    )
+    experiment: str = Field("", description="The experiment the results belong to.")
     world_size: int = Field(description="The largest world size measured.")
     timestamp: Optional[str] = Field(None, description="When the results were last written (UTC).")
+    backend: Optional[str] = Field(
+        None, description="The process-group backend(s) the cells ran with, comma-separated."
+    )
     config: RunConfig
     results: Results
     profiles: List[ProfileEntry] = Field(default_factory=list, description="Traced cells.")
@@ -168,25 +249,61 @@ def _clean(row: Dict[str, object]) -> Dict[str, object]:
     return out
 
 
-def _first(value: Any) -> Any:
-    return value[0] if isinstance(value, list) and value else value if value != [] else None
+def _entries(table: Any, model: Any) -> List[Any]:
+    fields = set(model.model_fields)
+    return [
+        model.model_validate({k: v for k, v in _clean(row).items() if k in fields})
+        for row in frame_records(table)
+    ]
 
 
 def communication_entries(table: pd.DataFrame) -> Dict[str, List[CollectiveEntry]]:
     """``results.communication`` from the collectives table (the communication kind's part of
     the document)."""
     found: Dict[str, List[CollectiveEntry]] = {}
-    fields = set(CollectiveEntry.model_fields)
-    for row in frame_records(table):
-        key = OP_KEYS.get(row["op"], row["op"])
-        values = {k: v for k, v in _clean(row).items() if k in fields}
-        found.setdefault(key, []).append(CollectiveEntry.model_validate(values))
+    for row, entry in zip(frame_records(table), _entries(table, CollectiveEntry)):
+        found.setdefault(OP_KEYS.get(row["op"], row["op"]), []).append(entry)
     return found
 
 
-def _memory(experiment: Experiment) -> List[MemoryEntry]:
+def tp_gemm_entries(table: pd.DataFrame) -> List[TpGemmEntry]:
+    """``results.tp_gemm`` from the TP GEMM table (the communication kind's part too)."""
+    return _entries(table, TpGemmEntry)
+
+
+def _iterations(records: List[ResultBase]) -> Dict[str, Iterations]:
+    """What ran, read from the records: never the config's defaults for a kind that did not
+    run."""
+    training = [r for r in records if isinstance(r, TrainingResult) and r.status == "ok"]
+    comm = [r for r in records if isinstance(r, CommResultBase) and r.status == "ok"]
+
+    def distinct(values: Any) -> List[int]:
+        return sorted({int(v) for v in values if v is not None})
+
+    found: Dict[str, Iterations] = {}
+    if training:
+        found["training"] = Iterations(
+            warmup=distinct(r.warmup_steps for r in training),
+            measured=distinct(r.measure_steps for r in training),
+        )
+    if comm:
+        found["communication"] = Iterations(
+            warmup=distinct(r.warmup for r in comm), measured=distinct(r.iterations for r in comm)
+        )
+    return found
+
+
+def _first_run(iterations: Dict[str, Iterations], field: str) -> Optional[int]:
+    for kind in ("training", "communication"):
+        values: List[int] = getattr(iterations[kind], field) if kind in iterations else []
+        if values:
+            return values[0]
+    return None
+
+
+def _memory(records: List[ResultBase]) -> List[MemoryEntry]:
     entries = []
-    for record in experiment.records:
+    for record in records:
         if isinstance(record, TrainingResult) and record.memory is not None:
             entries.append(
                 MemoryEntry(
@@ -209,30 +326,36 @@ def _profiles(experiment: Experiment, source: Path) -> List[ProfileEntry]:
     ]
 
 
-def build_document(experiment: Experiment, source: Optional[Path] = None) -> BenchmarkDocument:
-    """``source``: the folder the profiles' paths are relative to (the experiment's parent)."""
+def build_document(
+    experiment: Experiment, source: Optional[Path] = None, world_size: Optional[int] = None
+) -> BenchmarkDocument:
+    """``source``: the folder the profiles' paths are relative to (the experiment's parent);
+    ``world_size``: only the cells of that GPU count (the benchmark's ``benchmark_<N>gpu``)."""
     data = ReportData(source or experiment.path.parent, [experiment])
     with words.ranks_on_cpu(data.on_cpu):
-        return _document(experiment, data.source)
+        return _document(experiment, data.source, world_size)
 
 
-def _document(experiment: Experiment, source: Path) -> BenchmarkDocument:
-    table = training_table(experiment.records)
-    fields = set(TrainingEntry.model_fields)
-    training = [
-        TrainingEntry.model_validate({k: v for k, v in _clean(row).items() if k in fields})
-        for row in frame_records(table)
-    ]
+def _document(
+    experiment: Experiment, source: Path, world_size: Optional[int]
+) -> BenchmarkDocument:
+    records = [r for r in experiment.records if world_size in (None, r.world_size)]
     config = experiment.manifest.get("config") or {}
-    named = (getattr(r, "device_name", None) for r in experiment.records)
+    named = (getattr(r, "device_name", None) for r in records)
     devices = [name for name in named if name]
+    backends = sorted({b for r in records if (b := getattr(r, "backend", None))})
+    iterations = _iterations(records)
+    profiles = _profiles(experiment, source)
     return BenchmarkDocument(
-        name=experiment.name,
-        world_size=max((r.world_size for r in experiment.records), default=0),
+        name=experiment.name if world_size is None else f"benchmark_{world_size}gpu",
+        experiment=experiment.name,
+        world_size=max((r.world_size for r in records), default=0),
         timestamp=experiment.manifest.get("updated_at") or experiment.manifest.get("created_at"),
+        backend=", ".join(backends) or None,
         config=RunConfig(
-            warmup_iters=_first(config.get("warmup_steps")),
-            benchmark_iters=_first(config.get("measure_steps")),
+            warmup_iters=_first_run(iterations, "warmup"),
+            benchmark_iters=_first_run(iterations, "measured"),
+            iterations=iterations,
             device=devices[0] if devices else None,
             ranks=words.devices(),
             note=cpu_run_note() if words.on_cpu() else None,
@@ -240,12 +363,12 @@ def _document(experiment: Experiment, source: Path) -> BenchmarkDocument:
         ),
         results=Results.model_validate(
             {
-                "training": training,
-                "memory": _memory(experiment),
-                **kind_document_results(experiment.records),
+                "training": _entries(training_table(records), TrainingEntry),
+                "memory": _memory(records),
+                **kind_document_results(records),
             }
         ),
-        profiles=_profiles(experiment, source),
+        profiles=[p for p in profiles if world_size in (None, p.world_size)],
     )
 
 
@@ -253,8 +376,24 @@ def document_schema() -> Dict[str, object]:
     return BenchmarkDocument.model_json_schema()
 
 
+def _json(body: Any) -> bytes:
+    return (json.dumps(body, indent=2, allow_nan=False) + "\n").encode("utf-8")
+
+
+def write_gpu_documents(experiment: Experiment) -> List[Path]:
+    """The benchmark's documents, one per GPU count measured, in the experiment folder as seed
+    001 names them (``benchmark_4gpu.json``); returns their paths."""
+    written = []
+    for world_size in sorted({r.world_size for r in experiment.records}):
+        document = build_document(experiment, world_size=world_size)
+        path = experiment.path / gpu_document_file(world_size)
+        atomic_write_bytes(path, _json(document.model_dump(mode="json")))
+        written.append(path)
+    return written
+
+
 def render_documents(data: ReportData) -> bytes:
     """The document of the one experiment, or a JSON array of them for a folder of several."""
     documents = [build_document(e, data.source).model_dump(mode="json") for e in data.experiments]
     body: Any = documents[0] if len(documents) == 1 else documents
-    return (json.dumps(body, indent=2, allow_nan=False) + "\n").encode("utf-8")
+    return _json(body)

@@ -13,7 +13,14 @@ from torchscale.report import charts
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.elements import Card, Column, Section, Table, make_table
-from torchscale.results.figures import ALGBW, BUSBW, SCALING_EFFICIENCY, SYNC_OVERHEAD, SYNC_WAIT
+from torchscale.results.figures import (
+    ALGBW,
+    BUSBW,
+    GPU_MEMORY_UTILISATION,
+    SCALING_EFFICIENCY,
+    SYNC_OVERHEAD,
+    SYNC_WAIT,
+)
 
 EXPERIMENT = Column("experiment", "Experiment", fmt.text, numeric=False)
 MODEL = Column("model", "Model", fmt.text, numeric=False)
@@ -34,6 +41,13 @@ def experiment_columns(frame: pd.DataFrame) -> List[Column]:
 def cell_columns(frame: pd.DataFrame) -> List[Column]:
     """Model, configuration and GPU count (after the experiment when there are several)."""
     return [*experiment_columns(frame), MODEL, VARIANT, gpus_column()]
+
+
+def swept_columns(frame: pd.DataFrame) -> List[Column]:
+    """The configuration column of a communication table, when a sweep made several
+    (``analysis.scaling.configuration_variants``)."""
+    several = "variant" in frame and (frame["variant"].astype(str) != "").any()
+    return [VARIANT] if several else []
 
 
 def band_class(row: Dict[str, Any]) -> str:
@@ -146,6 +160,9 @@ def memory_section(by_variant: pd.DataFrame) -> Section:
                     Column("activations_peak_bytes", "Activations", size),
                     Column("peak_bytes", "Peak", size),
                     Column("peak_kind", "Peak is", fmt.text, numeric=False),
+                    Column(
+                        "gpu_memory_util_pct", f"{GPU_MEMORY_UTILISATION.title} %", fmt.significant
+                    ),
                 ],
             )
         ],
@@ -236,7 +253,8 @@ def sync_section(table: pd.DataFrame, pooled_ranks: pd.DataFrame, ranks: pd.Data
 
 
 REPORT_COLLECTIVE_COLUMNS = [
-    "experiment", "op", "scope", "group_size", "dtype", "world_size", "nnodes", "size_bytes",
+    "experiment", "op", "variant", "backend", "scope", "group_size", "dtype", "world_size",
+    "nnodes", "size_bytes",
     "time_us", "algbw_gbps", "busbw_gbps", "link_peak_gbps", "busbw_peak_fraction", "wrong",
     "status", "error",
 ]  # fmt: skip
@@ -249,7 +267,7 @@ def report_collectives(collectives: pd.DataFrame) -> pd.DataFrame:
     table = collectives.copy()
     # Records from before scopes ran over the world: their group is every rank.
     table["group_size"] = table["group_size"].fillna(table["world_size"])
-    keys = ["op", "world_size", "scope", "size_bytes"]
+    keys = ["op", "world_size", "variant", "scope", "dtype", "size_bytes"]
     shown = table[REPORT_COLLECTIVE_COLUMNS]
     return shown.sort_values(keys, kind="stable", ignore_index=True)
 
@@ -273,8 +291,10 @@ def communication_section(table: pd.DataFrame) -> Optional[Section]:
                 collectives,
                 [
                     Column("op", "Op", fmt.text, numeric=False),
+                    *swept_columns(collectives),
                     gpus_column(),
                     Column("scope", "Scope", fmt.text, numeric=False),
+                    Column("dtype", "dtype", fmt.text, numeric=False),
                     Column("size_bytes", "Size", fmt.human_bytes),
                     Column("time_us", "Time µs", fmt.significant),
                     Column("algbw_gbps", "algbw GB/s", fmt.significant),

@@ -3,15 +3,18 @@ measured window (NVML), or on CPU each rank's CPU time and run-queue wait."""
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import pandas as pd
 
 from torchscale.analysis.telemetry import cpu_table, gpu_table, gpu_timeline
+from torchscale.analysis.training_tables import training_table
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
 from torchscale.report.elements import Chart, Column, Section, Series, Table, make_table
+from torchscale.report.sections import VARIANT
+from torchscale.results.figures import GPU_MEMORY_UTILISATION
 from torchscale.results.schema import ResultBase
 
 MAX_TIMELINES = 8
@@ -79,10 +82,12 @@ def _gpu_table(table: pd.DataFrame) -> Table:
         shown,
         [
             Column("model", "Model", fmt.text, numeric=False),
+            VARIANT,
             Column("world_size", "GPUs", fmt.integer),
             Column("rank", "Rank", fmt.integer),
             Column("gpu", "GPU", fmt.text, numeric=False),
             Column("util_pct_mean", "Util %", fmt.significant),
+            Column("memory_util_pct", f"{GPU_MEMORY_UTILISATION.title} %", fmt.significant),
             Column("clocks", "SM clock MHz", fmt.text),
             Column("mem_clock_mhz_mean", "Mem clock MHz", _mhz),
             Column("power", "Power W / limit", fmt.text),
@@ -101,6 +106,7 @@ def _cpu_table(table: pd.DataFrame) -> Table:
         table,
         [
             Column("model", "Model", fmt.text, numeric=False),
+            VARIANT,
             Column("world_size", words.count_header(), fmt.integer),
             Column("rank", "Rank", fmt.integer),
             Column("host", "Host", fmt.text, numeric=False),
@@ -114,10 +120,18 @@ def _cpu_table(table: pd.DataFrame) -> Table:
     )
 
 
+def _with_variant(table: pd.DataFrame, variants: Dict[str, str]) -> pd.DataFrame:
+    """Each row's configuration (the training table's ``variant``): a sweep's cells stay apart."""
+    return table.assign(variant=table["cell_id"].map(variants).fillna(""))
+
+
 def telemetry_section(records: List[ResultBase]) -> Optional[Section]:
     gpus, cpus = gpu_table(records), cpu_table(records)
     if gpus.empty and cpus.empty:
         return None
+    labelled = training_table(records)
+    variants = dict(zip(labelled["cell_id"], labelled["variant"].astype(str)))
+    gpus, cpus = _with_variant(gpus, variants), _with_variant(cpus, variants)
     tables, charts, notes = [], [], []
     if not gpus.empty:
         tables.append(_gpu_table(gpus))

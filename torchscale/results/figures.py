@@ -113,11 +113,41 @@ BUSBW = Figure(
     "benchmark: communication cells", "torchscale/comm/busbw.py", "busbw_gbps", "busbw_gbps",
 )  # fmt: skip
 
+COMM_TIME = Figure(
+    "communication-time", "communication time per step", "ms per step",
+    "DDP's gradient communication per step (all-reduce time, hidden or not), mean over ranks; "
+    "none (–) on one rank.",
+    "benchmark: DDP's logging probe", "torchscale/analysis/iteration_breakdown.py",
+    "comm_ms_per_step", "per_rank[].ddp_backward_comm_ms",
+)  # fmt: skip
+COMM_COMPUTE_RATIO = Figure(
+    "comm-compute-ratio", "comm/compute ratio", "ratio",
+    "Gradient communication over forward plus backward compute per step, all ranks summed; "
+    "none (–) on one rank.",
+    "benchmark: DDP's logging probe", "torchscale/analysis/iteration_breakdown.py",
+    "comm_compute_ratio", "per_rank[].ddp_backward_comm_ms / ddp_*_compute_ms",
+)  # fmt: skip
+GPU_UTILISATION = Figure(
+    "gpu-utilisation", "GPU utilisation", "% of time",
+    "The share of time a kernel ran on the GPU (NVML utilization.gpu), mean over the measured "
+    "window and the ranks; none (–) on CPU processes.",
+    "benchmark: NVML sampled every 100 ms", "torchscale/analysis/device_utilisation.py",
+    "gpu_util_pct", "per_rank[].gpu.util_pct_mean",
+)  # fmt: skip
+GPU_MEMORY_UTILISATION = Figure(
+    "gpu-memory-utilisation", "GPU memory utilisation", "% of the GPU's memory",
+    "The most memory in use on the GPU during the measured window (NVML, as nvidia-smi shows it) "
+    "over its total memory, the highest rank; none (–) on CPU processes.",
+    "benchmark: NVML sampled every 100 ms", "torchscale/analysis/device_utilisation.py",
+    "gpu_memory_util_pct", "per_rank[].gpu.memory_used_bytes_max / memory_total_bytes",
+)  # fmt: skip
+
 FIGURES: Dict[str, Figure] = {
     f.key: f
     for f in (
         THROUGHPUT, STEP_TIME, SCALING_EFFICIENCY, SYNC_OVERHEAD, SYNC_WAIT, SYNC_STALL,
-        EXPOSED_COMMUNICATION, MFU, ALGBW, BUSBW,
+        EXPOSED_COMMUNICATION, COMM_TIME, COMM_COMPUTE_RATIO, MFU, GPU_UTILISATION,
+        GPU_MEMORY_UTILISATION, ALGBW, BUSBW,
     )
 }  # fmt: skip
 

@@ -5,6 +5,7 @@ package for it), so a reader, a writer and a message can never disagree on a nam
 
     <output-dir>/<experiment_dirname(name)>/
         manifest.json  results.jsonl  summary.csv  summary_comm.csv  summary_tp_gemm.csv
+        benchmark_<N>gpu.json
         sbatch.sh  slurm-<job>.out  <experiment>-report.<format>  tensorboard/
         .lock  .lock-node<N>  .reserve
         cells/<cell_id>/[node<N>/]
@@ -40,6 +41,23 @@ SLURM_LOG_PATTERN = "slurm-%j.out"
 TENSORBOARD_DIR = "tensorboard"
 REPORT_EXPORT = "report.json"
 """The JSON document of an experiment as logged to MLflow."""
+CHARTS_DIR = "{name}-charts"
+"""``report --format png``'s default folder, beside the results (``report.png_charts``)."""
+PNG_CHARTS: Dict[str, str] = {
+    "latency-histogram": "latency_histogram.png",
+    "steps": "step_time.png",
+    "throughput": "throughput.png",
+    "efficiency": "scaling_efficiency.png",
+    "sync-share": "sync_overhead.png",
+    "comm-compute": "comm_compute.png",
+    "mfu": "utilisation.png",
+    "memory": "memory.png",
+    "bandwidth": "bandwidth.png",
+    "tp-gemm": "tp_gemm.png",
+}
+"""Each key chart kind (the start of its chart id) -> its PNG file (seed 003's names)."""
+GPU_DOCUMENT = "benchmark_{gpus}gpu.json"
+"""Seed 001's document of one GPU count, written by the benchmark (``report.document``)."""
 
 # --- a cell's folder (cells/<cell_id>/) --------------------------------------------------------
 CELL_FILE = "cell.json"
@@ -220,3 +238,13 @@ def validate_record_path(output_dir: Path, host: str) -> Path:
 
 def cell_dir(experiment: Path, cell_id: str) -> Path:
     return Path(experiment) / CELLS / cell_id
+
+
+def gpu_document_file(gpus: int) -> str:
+    """``benchmark_4gpu.json``: seed 001's name for the document of one GPU count."""
+    return GPU_DOCUMENT.format(gpus=int(gpus))
+
+
+def charts_dir(name: str) -> str:
+    """``<experiment>-charts``: where ``report --format png`` writes by default."""
+    return CHARTS_DIR.format(name=experiment_dirname(name))

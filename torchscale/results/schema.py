@@ -68,6 +68,7 @@ class GpuTelemetry(_Record):
     power_w_mean: Optional[float] = None
     power_w_max: Optional[float] = None
     memory_used_bytes_max: Optional[int] = None
+    memory_total_bytes: Optional[int] = Field(None, description="The GPU's total memory (NVML).")
     sm_clock_mhz_mean: Optional[float] = None
     temperature_c_max: Optional[float] = None
     throttle_reasons: List[str] = Field(

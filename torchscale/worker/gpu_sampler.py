@@ -69,6 +69,7 @@ def summarize(samples: List[Dict[str, Optional[float]]]) -> Optional[Dict[str, A
         "power_w_mean": mean("power_w"),
         "power_w_max": peak("power_w"),
         "memory_used_bytes_max": int(memory) if memory is not None else None,
+        "memory_total_bytes": int(total) if (total := peak("mem_total_bytes")) else None,
         "sm_clock_mhz_mean": mean("sm_clock_mhz"),
         "temperature_c_max": peak("temperature_c"),
         "throttle_reasons": sorted(reasons - BENIGN_REASONS),
