@@ -220,12 +220,33 @@ def test_seed_004_layout_and_overrides(tmp_path: Path, caplog: pytest.LogCapture
         expand(plain)
 
 
+def test_seed_004_yaml_dry_run(tmp_path: Path) -> None:
+    data = tmp_path / "data"  # no CIFAR-100 yet: the run would download it, the dry run says so
+    path = tmp_path / "cifar100_resnet50.yaml"
+    path.write_text(SEED_004_YAML.format(data=data))
+    args = ["benchmark", "-c", str(path), "-o", str(tmp_path / "out"), "--dry-run", "--json"]
+    result = runner.invoke(app, [*args, "--benchmark.warmup_steps=3", "--training.precision", "bf16"])
+    assert result.exit_code == 0, result.output
+    (cell,) = json.loads(result.stdout)
+    settings = cell["settings"]
+    assert (settings["model"], settings["batch_size"], settings["precision"]) == (
+        "resnet-tiny", 128, "bf16",
+    )  # fmt: skip
+    assert (settings["epochs"], settings["warmup_steps"], settings["measure_steps"]) == (1, 3, 200)
+    assert settings["data"] == {
+        "source": "cifar100", "path": str(data), "num_workers": 0, "pin_memory": True,
+    }  # fmt: skip
+    assert f"CIFAR-100 is not at {data}: the run downloads it there first" in " ".join(
+        result.stderr.split()
+    )
+    assert not data.exists() and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("training: {precision: bf16, lr: 0.1}\nmodel: {name: gpt2}\n", "unknown key 'training.lr' (seed 004's layout: torchscale reads training.precision, training.epochs, training.seed, training.cudnn_benchmark"),
         ("model: {name: gpt2}\nprecision: fp32\ntraining: {precision: bf16}\n", "training.precision (seed 004's name for precision) and precision are both given: keep one"),
-        ("model: {name: gpt2}\ntraining: {epochs: 2}\n", "epochs needs a finite dataset"),
     ],
 )  # fmt: skip
 def test_seed_004_mistakes_are_one_line(tmp_path: Path, text: str, message: str) -> None:
@@ -234,6 +255,17 @@ def test_seed_004_mistakes_are_one_line(tmp_path: Path, text: str, message: str)
     with pytest.raises(ConfigError) as info:
         expand(load_config(path))
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_epochs_on_synthetic_data_are_measured_windows(tmp_path: Path) -> None:
+    path = tmp_path / "synthetic_resnet50.yaml"
+    path.write_text("model: {name: resnet-tiny}\ntraining: {epochs: 3}\n")
+    (cell,) = expand(load_config(path)).cells
+    assert (cell.settings.epochs, cell.settings.measure_steps) == (3, 50)
+    path.write_text("model: {name: resnet-tiny}\ndata: {source: cifar100}\ntraining: {epochs: 3}\n")
+    (cell,) = expand(load_config(path)).cells  # a dataset's pass has its own length
+    assert (cell.settings.epochs, cell.settings.measure_steps) == (3, None)
+    assert cell.settings.data.path == "data"  # seed 004's default folder
 
 
 def test_seed_001_warmup_and_iters_flags(tmp_path: Path) -> None:

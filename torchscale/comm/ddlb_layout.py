@@ -26,6 +26,7 @@ import itertools
 import logging
 from typing import Any, Dict, List, Sequence, Tuple
 
+from torchscale.config.base import clip
 from torchscale.config.foreign_layouts import Alias, ForeignLayout, Raw, has_path, set_path
 from torchscale.errors import ConfigError
 
@@ -80,7 +81,7 @@ def _union(lists: Sequence[List[Any]]) -> List[Any]:
 
 
 def _shown(values: List[Any]) -> str:
-    return f"[{', '.join(map(str, values))}]"
+    return clip(f"[{', '.join(map(str, values))}]")
 
 
 def _entries(implementations: Dict[str, Any], name: str) -> List[Dict[str, Any]]:
@@ -99,8 +100,8 @@ def _check_options(name: str, entries: List[Dict[str, Any]], allowed: Tuple[str,
         for option in entry:
             if option not in allowed:
                 raise ConfigError(
-                    f"unknown key 'benchmark.implementations.{name}[{index}].{option}' (DDLB's "
-                    f"{name} implementation: torchscale reads {', '.join(allowed)})"
+                    f"unknown key 'benchmark.implementations.{name}[{index}].{clip(option, 80)}' "
+                    f"(DDLB's {name} implementation: torchscale reads {', '.join(allowed)})"
                 )
 
 
@@ -153,7 +154,7 @@ def adopt(raw: Raw) -> List[str]:
     primitive = block.pop("primitive", PRIMITIVE)
     if primitive != PRIMITIVE:
         raise ConfigError(
-            f"DDLB's benchmark.primitive '{primitive}' is not measured by torchscale: it "
+            f"DDLB's benchmark.primitive '{clip(primitive, 80)}' is not measured by torchscale: it "
             f"measures {PRIMITIVE} (communication.tp_gemm); use primitive: {PRIMITIVE}"
         )
     comm = raw.setdefault("communication", {})
@@ -169,8 +170,8 @@ def adopt(raw: Raw) -> List[str]:
     implementations = block.pop("implementations", {})
     if block:
         raise ConfigError(
-            f"unknown key 'benchmark.{next(iter(block))}' (DDLB's benchmark block: torchscale "
-            "reads primitive, m, n, k, dtype, validate, num_iterations, num_warmups, "
+            f"unknown key 'benchmark.{clip(next(iter(block)), 80)}' (DDLB's benchmark block: "
+            "torchscale reads primitive, m, n, k, dtype, validate, num_iterations, num_warmups, "
             "implementations)"
         )
     if not isinstance(implementations, dict):
@@ -180,7 +181,7 @@ def adopt(raw: Raw) -> List[str]:
             log.warning(
                 "DDLB's benchmark.implementations.%s is left out: torchscale measures the "
                 "pytorch and compute_only implementations only",
-                name,
+                clip(name, 80),
             )
     pytorch = _entries(implementations, "pytorch")
     if not pytorch:

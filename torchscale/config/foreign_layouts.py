@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from torchscale.config.base import clip
 from torchscale.errors import ConfigError
 
 Raw = Dict[str, Any]
@@ -113,10 +114,10 @@ def move_aliases(raw: Raw, layout: ForeignLayout) -> List[str]:
         notes.append(f"{layout.name}'s {alias.theirs} is torchscale's {alias.ours}")
     for root in layout.roots:
         left = raw.get(root)
-        if left is None:
-            continue
+        if not isinstance(left, dict) or not left:
+            continue  # ``model: resnet50`` is no section: validation says "did you mean models"
         known = [a.theirs for a in layout.aliases if a.theirs.startswith(f"{root}.")]
-        extra = f"{root}.{next(iter(left))}" if isinstance(left, dict) and left else root
+        extra = f"{root}.{clip(next(iter(left)), 80)}"
         raise ConfigError(
             f"unknown key '{extra}' ({layout.name}'s layout: torchscale reads "
             f"{', '.join(known)}; see docs/config.md#other-tools-layouts)"

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from torchscale.config.base import ECHO_CHARS, clip
 from torchscale.config.foreign_layouts import SeedFlags, adopt_layouts, drop_counterparts
 from torchscale.config.kind_sections import config_model, foreign_layouts
 from torchscale.config.settings import BenchmarkConfig
@@ -30,16 +31,8 @@ MAX_CONFIG_BYTES = 1 << 20
 """A benchmark config is a few KB; anything past this is not one."""
 MAX_NODES = 100_000
 """Scalars, lists and mappings in a document once every alias is expanded."""
-ECHO_CHARS = 200
-"""The most characters of the input one error message quotes."""
 MAX_ERRORS = 5
 """The most validation errors one message lists."""
-
-
-def clip(value: object, limit: int = ECHO_CHARS) -> str:
-    """``value`` as a string of at most ``limit`` characters (the cut is marked)."""
-    text = str(value)
-    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text):,} characters)"
 
 
 class BoundedLoader(yaml.SafeLoader):

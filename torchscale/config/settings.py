@@ -38,7 +38,7 @@ Backend = Literal["auto", "nccl", "gloo", "ucc", "ucc/tl/nccl", "ucc/tl/cuda", "
 """Process-group backends (``torchscale.launch.backends``): ``ucc/tl/<tl>`` is UCC with its
 transport layer chosen, as DDLB names it."""
 FINITE_SOURCES = ("image_folder", "tensor_file", "cifar100", "imagenet")
-"""Data sources with a size, so with epochs."""
+"""Data sources with a length: an epoch is a whole pass over them."""
 
 
 def _precision_alias(value: Any) -> Any:
@@ -143,9 +143,10 @@ class TrainingSettings(StrictModel):
     )
     epochs: Optional[PositiveInt] = Field(
         None,
-        description="Measure this many full passes over a finite dataset (data.source not "
-        f"synthetic) after the warm-up, each timed on its own (the cell's {METRICS_EPOCH}); "
-        "measure_steps or measure_seconds, if given too, cap each pass.",
+        description="Measure this many full passes over the dataset after the warm-up, each "
+        f"timed on its own (the cell's {METRICS_EPOCH}); measure_steps or measure_seconds, if "
+        "given too, cap each pass. Synthetic data has no length: there an epoch is "
+        "measure_steps steps (default 50) or measure_seconds.",
     )
     sync_cuda: bool = Field(
         False,
@@ -186,17 +187,9 @@ class TrainingSettings(StrictModel):
     def _one_window(self) -> TrainingSettings:
         if self.measure_steps is not None and self.measure_seconds is not None:
             raise ValueError("give measure_steps or measure_seconds, not both")
-        if self.measure_steps is None and self.measure_seconds is None and self.epochs is None:
-            self.measure_steps = 50
-        return self
-
-    @model_validator(mode="after")
-    def _epochs_need_a_dataset(self) -> TrainingSettings:
-        if self.epochs is not None and self.data.source not in FINITE_SOURCES:
-            raise ValueError(
-                f"epochs needs a finite dataset (data.source {', '.join(FINITE_SOURCES)}); "
-                f"{self.data.source} data has no epochs: use measure_steps or measure_seconds"
-            )
+        passes = self.epochs is not None and self.data.source in FINITE_SOURCES
+        if self.measure_steps is None and self.measure_seconds is None and not passes:
+            self.measure_steps = 50  # also an epoch's length on synthetic data, which has none
         return self
 
 

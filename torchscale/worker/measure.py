@@ -122,11 +122,12 @@ def _measure_steps(settings: CellSettings, run: TrainingRun, clock: Clock, ctx: 
 
 def _passes(settings: CellSettings, run: TrainingRun, clock: Clock, ctx: RankContext) -> List[int]:
     """The measured windows' step counts: one window, or with ``epochs`` one per pass over the
-    data (a pass's steps, capped by measure_steps or measure_seconds when given)."""
+    data (a pass's steps, capped by measure_steps or measure_seconds when given; synthetic data
+    has no passes: an epoch is measure_steps or measure_seconds)."""
     if settings.epochs is None:
         return [_measure_steps(settings, run, clock, ctx)]
-    if not isinstance(run.batches, LoaderBatches):  # the config allows epochs on datasets only
-        raise ValueError(f"epochs needs a finite dataset, not data.source {settings.data.source}")
+    if not isinstance(run.batches, LoaderBatches):  # synthetic: an epoch is a measured window
+        return [_measure_steps(settings, run, clock, ctx)] * settings.epochs
     per_pass = len(run.batches) // run.accum_steps
     if per_pass < 1:
         raise ValueError(
@@ -145,10 +146,10 @@ def _measured(
     if settings.epochs is None:
         measured, wall = _window(run, clock, ctx, passes[0], strict=settings.sync_cuda)
         return measured, wall, []
-    assert isinstance(run.batches, LoaderBatches)
     measured, wall, epochs = [], 0.0, []
     for number, steps in enumerate(passes, 1):
-        run.batches.start_pass()  # an epoch is a whole pass: not the warm-up's leftovers
+        if isinstance(run.batches, LoaderBatches):
+            run.batches.start_pass()  # an epoch is a whole pass: not the warm-up's leftovers
         phases, seconds = _window(run, clock, ctx, steps, strict=settings.sync_cuda)
         measured += phases
         wall += seconds
