@@ -1,9 +1,9 @@
 """``data.source: cifar100`` and ``imagenet`` read from local files in their published layouts
-(tiny files written here in those formats); a missing dataset is one line, never a download."""
+(tiny files written here in those formats); a missing ImageNet is one line, never a download
+(CIFAR-100's download: test_cifar100_download.py)."""
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -11,30 +11,12 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from tests.support.cifar100_files import SAMPLES, write_cifar100
 from torchscale.cli.app import app
 from torchscale.results.store import ExperimentStore
 from torchscale.worker.dataset_readers import CIFAR_MEAN, CIFAR_STD, Cifar100, imagenet
 
 runner = CliRunner()
-SAMPLES = 24
-
-
-def write_cifar100(root: Path, samples: int = SAMPLES) -> np.ndarray:
-    """CIFAR-100's python version: ``cifar-100-python/train``, a pickle with bytes keys and
-    ``data`` as N x 3072 uint8 rows (the R, G and B planes of a 32 x 32 image)."""
-    rng = np.random.default_rng(0)
-    data = rng.integers(0, 256, (samples, 3072), dtype=np.uint8)
-    folder = root / "cifar-100-python"
-    folder.mkdir(parents=True)
-    entry = {
-        b"filenames": [f"img_{i}.png".encode() for i in range(samples)],
-        b"batch_label": b"training batch 1 of 1",
-        b"fine_labels": [(37 * i) % 100 for i in range(samples)],
-        b"coarse_labels": [i % 20 for i in range(samples)],
-        b"data": data,
-    }
-    (folder / "train").write_bytes(pickle.dumps(entry, protocol=2))
-    return data
 
 
 def write_imagenet(root: Path) -> None:
@@ -72,26 +54,18 @@ def test_imagenet_folder_layout(tmp_path: Path) -> None:
     assert dataset[0][0].shape == (3, 32, 32)
 
 
-@pytest.mark.parametrize(
-    ("source", "message"),
-    [
-        ("cifar100", "no CIFAR-100 at {root}; download the python version (https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz) and extract it there, so that {root}/cifar-100-python/train exists (torchscale never downloads)"),
-        ("imagenet", "no ImageNet at {root}; put the ILSVRC training images there as {root}/train/<wnid>/<image>.JPEG"),
-    ],
-)  # fmt: skip
-def test_a_missing_dataset_is_one_line_before_any_launch(
-    tmp_path: Path, source: str, message: str
-) -> None:
+def test_a_missing_imagenet_is_one_line_before_any_launch(tmp_path: Path) -> None:
     root = tmp_path / "data"
     root.mkdir()
     config = tmp_path / "bench.yaml"
     config.write_text(
-        f"experiment_name: data\nmodels: [resnet-tiny]\ndata: {{source: {source}, path: {root}}}\n",
+        f"experiment_name: data\nmodels: [resnet-tiny]\ndata: {{source: imagenet, path: {root}}}\n",
         encoding="utf-8",
     )
     result = runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(tmp_path / "out")])
     assert result.exit_code == 2
-    assert message.format(root=root) in result.output.replace("\n", "")
+    message = f"no ImageNet at {root}; put the ILSVRC training images there as {root}/train/<wnid>/<image>.JPEG"
+    assert message in result.output.replace("\n", "")
     assert not (tmp_path / "out").exists()
 
 

@@ -55,9 +55,16 @@ class PlanPreview:
 
     @property
     def warnings(self) -> List[str]:
-        """The run's warnings: nsys that cannot run here, GPU-sized models on CPU processes."""
+        """The run's warnings: nsys that cannot run here, GPU-sized models on CPU processes,
+        datasets the run would download first."""
+        from torchscale.launch.dataset_fetch import download_notes
+
         nsys = profiling_warning(self.request.config, self.devices.kind)
-        return [*([nsys] if nsys else []), *size_warnings(self.request, self.devices.kind)]
+        return [
+            *([nsys] if nsys else []),
+            *size_warnings(self.request, self.devices.kind),
+            *download_notes(self._cells()),
+        ]
 
     def _cells(self) -> Iterator[Cell]:
         from torchscale.plan.matrix import DEFAULT_MAX_CELLS, iter_cells

@@ -83,6 +83,24 @@ def register(app: typer.Typer) -> None:
                 "rank), comm (the communication: section).",
             ),
         ] = "all",
+        warmup: Annotated[
+            Optional[int],
+            typer.Option(
+                "--warmup",
+                help="Warm-up steps of every cell, as seed 001's flag: warmup_steps, and "
+                "communication.warmup when the config has that section.",
+                min=0,
+            ),
+        ] = None,
+        iters: Annotated[
+            Optional[int],
+            typer.Option(
+                "--iters",
+                help="Measured steps of every cell, as seed 001's flag: measure_steps, and "
+                "communication.iterations when the config has that section.",
+                min=1,
+            ),
+        ] = None,
         dry_run: Annotated[
             bool,
             typer.Option("--dry-run", help="Print the expanded plan and its torchrun commands."),
@@ -265,12 +283,14 @@ def register(app: typer.Typer) -> None:
             check_benchmark_flags,
         )
         from torchscale.config.durations import parse_duration
+        from torchscale.config.foreign_layouts import SeedFlags
         from torchscale.config.loader import load_config, parse_overrides
         from torchscale.integrations.sinks import Integrations
 
         join_timeout_s = parse_duration(join_timeout, "--join-timeout", "600, 90s or 10min")
         check_benchmark_flags(force=force, resume=resume)
-        loaded = load_config(config, parse_overrides(set_ or [], ctx.args))
+        flags = SeedFlags(warmup=warmup, iters=iters)
+        loaded = load_config(config, parse_overrides(set_ or [], ctx.args), flags=flags)
         if benchmark_kind != "comm":
             _check_models(loaded)
         integrations = Integrations(tensorboard, mlflow, integration_timeout)
@@ -300,6 +320,8 @@ def register(app: typer.Typer) -> None:
                 f"--benchmark={benchmark_kind}",
                 *(f"--set={item}" for item in set_ or []),
                 *ctx.args,
+                *([f"--warmup={warmup}"] if warmup is not None else []),
+                *([f"--iters={iters}"] if iters is not None else []),
             ]
             _submit(request, config, forwarded, sbatch_arg or [], dry_run)
             return

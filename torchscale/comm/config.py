@@ -27,17 +27,17 @@ from pydantic import (
 from typing_extensions import Annotated
 
 from torchscale.comm.busbw import COLLECTIVES, size_sweep
+from torchscale.comm.ddlb_layout import DDLB_LAYOUT
 from torchscale.comm.scopes import SCOPES, distinct_scopes
 from torchscale.config.base import StrictModel, as_list
 from torchscale.config.kind_sections import ConfigSection
-from torchscale.config.settings import BenchmarkConfig
+from torchscale.config.settings import Backend, BenchmarkConfig
 from torchscale.config.sizes import parse_size
 from torchscale.hardware.links import parse_link
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
 assert set(Collective.__args__) == set(COLLECTIVES)  # type: ignore[attr-defined]
 Scope = Literal["world", "intra_node", "inter_node"]
-Backend = Literal["auto", "nccl", "gloo", "ucc", "mpi"]  # see torchscale.launch.backends
 assert set(Scope.__args__) == set(SCOPES)  # type: ignore[attr-defined]
 
 ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int32": 4, "int64": 8}
@@ -70,6 +70,7 @@ GemmDtype = Annotated[
     Literal["float32", "float16", "bfloat16", "float64"], BeforeValidator(_dtype_alias)
 ]
 GemmOrder = Literal["AG_before", "AG_after"]
+ComputeOnlySize = Literal["unsharded", "sharded"]
 ByteSize = Annotated[PositiveInt, BeforeValidator(_size)]
 
 
@@ -82,6 +83,7 @@ def _default(*values: object) -> Callable[[], List[Any]]:
 PositiveInts = Annotated[List[PositiveInt], BeforeValidator(as_list), Len(min_length=1)]
 GemmDtypes = Annotated[List[GemmDtype], BeforeValidator(as_list), Len(min_length=1)]
 GemmOrders = Annotated[List[GemmOrder], BeforeValidator(as_list), Len(min_length=1)]
+ComputeOnlySizes = Annotated[List[ComputeOnlySize], BeforeValidator(as_list), Len(min_length=0)]
 Collectives = Annotated[List[Collective], BeforeValidator(as_list), Len(min_length=0)]
 CommDtypes = Annotated[List[CommDtype], BeforeValidator(as_list), Len(min_length=1)]
 Scopes = Annotated[List[Scope], BeforeValidator(as_list), Len(min_length=1)]
@@ -114,6 +116,12 @@ class TpGemmSection(StrictModel):
         default_factory=_default("AG_before", "AG_after"),
         description="AG_before: all-gather A, then the full GEMM; "
         "AG_after: GEMM on the shard, then all-gather C.",
+    )
+    compute_only: ComputeOnlySizes = Field(
+        default_factory=_default("unsharded"),
+        description="Compute-only references timed beside each case (DDLB's compute_only "
+        "sizes): unsharded (the whole GEMM on one device: reference_time_us), sharded (the GEMM "
+        "each rank does alone on its m / ranks rows: sharded_time_us); [] for none.",
     )
 
     def cases(self) -> List[TpGemmCase]:
@@ -172,7 +180,8 @@ class CommunicationSection(StrictModel):
     backend: Annotated[List[Backend], BeforeValidator(as_list), Len(min_length=1)] = Field(
         default_factory=_default("auto"),
         description="Process-group backends, one cell each: auto (nccl on GPUs, gloo on CPU), "
-        "nccl, gloo, ucc, mpi. One this torch lacks makes its cell skipped.",
+        "nccl, gloo, ucc, ucc/tl/nccl, ucc/tl/cuda, ucc/tl/ucp (UCC with that transport "
+        "layer), mpi. One this torch or node lacks makes its cell skipped.",
     )
 
     @field_validator("link")
@@ -211,6 +220,7 @@ SECTION = ConfigSection(
         "": "not swept: one launch per GPU count; see docs/communication.md",
         "tp_gemm": "lists expand to every combination",
     },
+    layouts=(DDLB_LAYOUT,),
 )
 """The ``communication:`` section, registered by the kind (``comm.kind``)."""
 
@@ -239,6 +249,7 @@ class CommCellSettings(StrictModel):
     through_ddp: bool = False
     link: Optional[str] = None
     tp_gemm: List[TpGemmCase] = Field(default_factory=list)
+    compute_only: List[ComputeOnlySize] = Field(default_factory=_default("unsharded"))
     cell_timeout_s: PositiveFloat = 1800.0
     gpus: PositiveInt
     nnodes: PositiveInt = 1
@@ -271,6 +282,7 @@ class CommCellSettings(StrictModel):
             through_ddp=section.through_ddp,
             link=section.link,
             tp_gemm=section.tp_gemm.cases() if section.tp_gemm else [],
+            compute_only=section.tp_gemm.compute_only if section.tp_gemm else ["unsharded"],
             cell_timeout_s=section.cell_timeout_s,
             gpus=gpus,
             nnodes=nnodes,

@@ -52,6 +52,15 @@ def _spread(values: List[float]) -> Dict[str, Any]:
     }
 
 
+def _average(values: Optional[List[float]]) -> Optional[float]:
+    """The ranks' average of a figure measured on every rank; None when it was not measured."""
+    return sum(values) / len(values) if values else None
+
+
+def _tflops(flop: int, time_us: Optional[float]) -> Optional[float]:
+    return flop / (time_us * 1e-6) / 1e12 if time_us else None
+
+
 def _settings(cell: Cell) -> CommCellSettings:
     assert isinstance(cell.settings, CommCellSettings), cell.kind
     return cell.settings
@@ -239,7 +248,8 @@ class CommunicationKind:
         spread = _spread(entry["time_us"])
         time_us = spread["time_us"]
         comm_us = sum(entry["comm_time_us"]) / n
-        reference_us = sum(entry["reference_time_us"]) / n
+        reference_us = _average(entry.get("reference_time_us"))
+        sharded_us = _average(entry.get("sharded_time_us"))
         flop = 2 * entry["m"] * entry["n"] * entry["k"]
         gathered = (entry["m"], entry["k"] if entry["order"] == "AG_before" else entry["n"])
         comm_bytes = gathered[0] * gathered[1] * ELEMENT_BYTES[entry["dtype"]]
@@ -260,7 +270,9 @@ class CommunicationKind:
             comm_bytes=comm_bytes,
             comm_busbw_gbps=busbw_gbps("all_gather", comm_bytes, comm_us * 1e-6, n),
             reference_time_us=reference_us,
-            reference_tflops=flop / (reference_us * 1e-6) / 1e12 if reference_us > 0 else None,
+            reference_tflops=_tflops(flop, reference_us),
+            sharded_time_us=sharded_us,
+            sharded_tflops=_tflops(flop // n, sharded_us),
             valid=sum(entry["wrong"]) == 0 if checked else None,
             wrong=sum(entry["wrong"]) if checked else None,
             max_abs_error=max(entry["max_abs_error"]) if checked else None,

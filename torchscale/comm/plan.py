@@ -19,13 +19,13 @@ from torchscale.comm.config import CommCellSettings, comm_section
 from torchscale.config.loader import explain
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import ConfigError
-from torchscale.plan.planned_cell import node_counts, settings_digest
+from torchscale.plan.planned_cell import node_counts, settings_digest, slug
 
 
 def comm_cell_id(settings: CommCellSettings) -> str:
     """Readable and stable, like training cell ids (what --resume matches)."""
     nodes = f"-n{settings.nnodes}" if settings.nnodes > 1 else ""
-    backend = f"-{settings.backend}" if settings.backend != "auto" else ""
+    backend = f"-{slug(settings.backend)}" if settings.backend != "auto" else ""  # ucc/tl/nccl
     return f"comm-g{settings.gpus}{nodes}{backend}-r{settings.repeat}-{settings_digest(settings)}"
 
 

@@ -28,7 +28,8 @@ TP_GEMM_COLUMNS = [
     *COMMON_COLUMNS,
     "order", "m", "n", "k", "dtype", "time_us", "time_us_min", "time_us_max", "tflops",
     "comm_time_us", "gemm_time_us", "comm_share", "comm_busbw_gbps", "reference_time_us",
-    "reference_tflops", "valid", "wrong", "max_abs_error", "backend", "device_name",
+    "reference_tflops", "sharded_time_us", "sharded_tflops", "valid", "wrong", "max_abs_error",
+    "backend", "device_name",
 ]  # fmt: skip
 
 

@@ -7,14 +7,16 @@ ends with the whole C:
 * ``AG_after``: GEMM on the local rows, then all-gather the pieces of C.
 
 The compute-only reference is the unsharded GEMM on one device: the result is validated against
-it (``torch.allclose`` with a dtype tolerance) and its time says what the communication costs.
-TFLOP/s is ``2 m n k / time`` for every order, as DDLB reports it.
+it (``torch.allclose`` with a dtype tolerance) and its time (DDLB's compute-only ``unsharded``
+size) says what the communication costs. DDLB's ``sharded`` size is the GEMM each rank does alone
+on its ``m / world_size`` rows, every rank at once: what the primitive would cost with free
+communication. TFLOP/s is ``2 m n k / time`` for every order, as DDLB reports it.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -80,23 +82,35 @@ def run_case(
     iterations: int,
     check: bool,
     corruption: Optional[Corruption],
+    compute_only: Sequence[str] = ("unsharded",),
 ) -> Dict[str, object]:
-    """This rank's figures for one case: step times, reference time, and the validation."""
+    """This rank's figures for one case: step times, the compute-only times asked for
+    (``unsharded``: ``reference_time_us``; ``sharded``: ``sharded_time_us``), the validation."""
     a, b = make_inputs(case, device)
     rows = case.m // world_size
     a_local = a[rank * rows : (rank + 1) * rows].contiguous()
     steps, comm_index, c = sharded_steps(case, a_local, b, world_size)
     step_us = time_steps(clock, steps, warmup, iterations)
-
-    reference = a.new_empty(case.m, case.n)
-    reference_us = time_op(clock, lambda: torch.matmul(a, b, out=reference), warmup, iterations)
-
     figures: Dict[str, object] = {
         "time_us": sum(step_us),
         "comm_time_us": step_us[comm_index],
         "gemm_time_us": step_us[1 - comm_index],
-        "reference_time_us": reference_us,
     }
+
+    reference = a.new_empty(case.m, case.n)
+
+    def whole() -> object:
+        return torch.matmul(a, b, out=reference)
+
+    if "unsharded" in compute_only:
+        figures["reference_time_us"] = time_op(clock, whole, warmup, iterations)
+    elif check:
+        whole()  # the check's reference, untimed
+    if "sharded" in compute_only:
+        shard_c = a_local.new_empty(rows, case.n)
+        figures["sharded_time_us"] = time_op(
+            clock, lambda: torch.matmul(a_local, b, out=shard_c), warmup, iterations
+        )
     if check:
         for step in steps:  # a fresh result, as the check of the collectives does
             step()

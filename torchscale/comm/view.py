@@ -116,10 +116,18 @@ def comm_console_lines(records: List[ResultBase]) -> List[str]:
             lines.append(
                 f"# tp_gemm {record.order:<9} m={record.m} n={record.n} k={record.k} "
                 f"{record.dtype}: {record.time_us:,.1f} us, {_num(record.tflops, '.3f')} TFLOP/s, "
-                f"comm {_num(record.comm_share, '.0%')}, reference {record.reference_time_us:,.1f}"
-                f" us, valid {record.valid}"
+                f"comm {_num(record.comm_share, '.0%')}, reference "
+                f"{_num(record.reference_time_us, ',.1f')} us{_sharded(record)}, "
+                f"valid {record.valid}"
             )
     return lines
+
+
+def _sharded(record: TpGemmResult) -> str:
+    """``, sharded 812.0 us`` when the compute-only sharded GEMM was timed."""
+    if record.sharded_time_us is None:
+        return ""
+    return f", sharded {record.sharded_time_us:,.1f} us"
 
 
 SUMMARY_COLUMNS = ("what", "ranks", "scope", "dtype", "status", "figure", "at")

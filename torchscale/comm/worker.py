@@ -183,6 +183,7 @@ def _tp_gemm(run: RankRun) -> List[Dict[str, Any]]:
             settings.iterations,
             settings.check,
             run.corruption,
+            settings.compute_only,
         )
         results.append({**case.model_dump(), **figures})
     return results
@@ -215,7 +216,9 @@ def merge(
             entry[field] = [rank[section][index][field] for rank in per_rank]
         return entry
 
-    tp_fields = ("time_us", "comm_time_us", "gemm_time_us", "reference_time_us")
+    timed = {"unsharded": "reference_time_us", "sharded": "sharded_time_us"}
+    compute_only = (timed[size] for size in settings.compute_only)
+    tp_fields = ("time_us", "comm_time_us", "gemm_time_us", *compute_only)
     tp_checked = ("wrong", "max_abs_error") if settings.check else ()
     return {
         "backend": ctx.backend,

@@ -6,6 +6,15 @@ from typing import Any, Dict, Iterator, Tuple
 
 from pydantic import BaseModel, ConfigDict
 
+ECHO_CHARS = 200
+"""The most characters of the input one error message quotes."""
+
+
+def clip(value: object, limit: int = ECHO_CHARS) -> str:
+    """``value`` as a string of at most ``limit`` characters (the cut is marked)."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text):,} characters)"
+
 
 class StrictModel(BaseModel):
     """Unknown keys are errors (reported with a did-you-mean by the loader); ``.inf`` and

@@ -6,7 +6,8 @@ checks before any launch, the worker reads from the same place).
   (R, G, B planes of 32 x 32), b"fine_labels": [N]}``.
 - ``imagenet``: the ILSVRC folder layout, ``<path>/train/<wnid>/*.JPEG`` (or ``<path>/<wnid>/...``).
 
-torchscale never downloads a dataset: a missing one is one line saying where to put it.
+A missing CIFAR-100 is downloaded before the first launch (``launch.dataset_fetch``), MD5
+checked; ImageNet is never downloaded: a missing one is one line saying where to put it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ from pathlib import Path
 from typing import Optional
 
 CIFAR100_URL = "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"
+CIFAR100_MD5 = "eb9058c3a382ffc7106e4002c42a8d85"
+"""The archive's published MD5 (torchvision's ``CIFAR100.tgz_md5``)."""
+DEFAULT_DATA_PATH = "data"
+"""Where ``data.source: cifar100`` lives (and is downloaded to) without a ``data.path``."""
+DOWNLOADED = ("cifar100",)
+"""Sources fetched when missing, so not an error at planning."""
 IMAGENET_URL = "https://image-net.org/download-images"
 LAYOUT_SOURCES = ("cifar100", "imagenet")
 
@@ -45,7 +52,7 @@ def dataset_problem(source: str, path: Optional[str]) -> Optional[str]:
             return (
                 f"data.source cifar100: no CIFAR-100 at {root}; download the python version "
                 f"({CIFAR100_URL}) and extract it there, so that "
-                f"{root / 'cifar-100-python' / 'train'} exists (torchscale never downloads)"
+                f"{root / 'cifar-100-python' / 'train'} exists"
             )
         return None
     if imagenet_dir(root) is None:

@@ -15,6 +15,7 @@ from typing import Any, Dict, Optional, Tuple, Type
 
 from pydantic import BaseModel, Field, create_model
 
+from torchscale.config.foreign_layouts import SEED_004, ForeignLayout
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import TorchscaleError
 from torchscale.kinds.kind_registry import registered_kinds
@@ -33,6 +34,9 @@ class ConfigSection:
     notes: Dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     """Reference titles' notes, by dotted path below the key (``""`` for the section itself):
     ``{"": "not swept: one launch per GPU count"}``."""
+    layouts: Tuple[ForeignLayout, ...] = field(default=(), compare=False, hash=False)
+    """Other tools' spellings of this section (DDLB's ``benchmark:`` block for
+    ``communication:``), read as it (``config.foreign_layouts``)."""
 
 
 def kind_sections() -> Tuple[ConfigSection, ...]:
@@ -49,6 +53,12 @@ def kind_sections() -> Tuple[ConfigSection, ...]:
             )
         sections.append(section)
     return tuple(sections)
+
+
+def foreign_layouts() -> Tuple[ForeignLayout, ...]:
+    """Every other tool's layout the loader reads: the kinds' own first (they claim their files
+    by content), then seed 004's, which spells the top-level knobs."""
+    return (*(layout for section in kind_sections() for layout in section.layouts), SEED_004)
 
 
 def config_model() -> Type[BenchmarkConfig]:

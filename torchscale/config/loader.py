@@ -9,6 +9,7 @@ mapping is an error naming the key and its line; and no message echoes more than
 
 from __future__ import annotations
 
+import json
 import logging
 from difflib import get_close_matches
 from pathlib import Path
@@ -17,7 +18,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from torchscale.config.kind_sections import config_model
+from torchscale.config.base import ECHO_CHARS, clip
+from torchscale.config.foreign_layouts import SeedFlags, adopt_layouts, drop_counterparts
+from torchscale.config.kind_sections import config_model, foreign_layouts
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.config.validate_section import ValidateSection
 from torchscale.errors import ConfigError, TorchscaleError
@@ -28,16 +31,8 @@ MAX_CONFIG_BYTES = 1 << 20
 """A benchmark config is a few KB; anything past this is not one."""
 MAX_NODES = 100_000
 """Scalars, lists and mappings in a document once every alias is expanded."""
-ECHO_CHARS = 200
-"""The most characters of the input one error message quotes."""
 MAX_ERRORS = 5
 """The most validation errors one message lists."""
-
-
-def clip(value: object, limit: int = ECHO_CHARS) -> str:
-    """``value`` as a string of at most ``limit`` characters (the cut is marked)."""
-    text = str(value)
-    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text):,} characters)"
 
 
 class BoundedLoader(yaml.SafeLoader):
@@ -183,6 +178,31 @@ def apply_overrides(raw: Dict[str, object], overrides: Sequence[Override]) -> Di
     return raw
 
 
+def _unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    """A JSON object whose keys are all different (``json``'s ``object_pairs_hook``)."""
+    found: Dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ConfigError(
+                f"duplicate key '{clip(key, 80)}': the second would silently replace the first: "
+                "keep one"
+            )
+        found[key] = value
+    return found
+
+
+def _parse(path: Path, text: str) -> Any:
+    """A ``.json`` file (DDLB's config.json) as JSON, anything else as YAML."""
+    if path.suffix.lower() != ".json":
+        return safe_yaml(text)
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path} is not valid JSON at line {exc.lineno}, column {exc.colno}: {clip(exc.msg)}"
+        ) from None
+
+
 def read_yaml(path: Path) -> Dict[str, object]:
     from torchscale.results.files import read_limited
 
@@ -192,7 +212,7 @@ def read_yaml(path: Path) -> Dict[str, object]:
         raise ConfigError(f"config path {path} is not a file; pass --config PATH to a YAML file")
     try:
         text = read_limited(path, MAX_CONFIG_BYTES, "benchmark config").decode("utf-8")
-        data = safe_yaml(text)
+        data = _parse(path, text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -216,13 +236,24 @@ def load_config(
     overrides: Sequence[Override] = (),
     *,
     base: Optional[Dict[str, object]] = None,
+    flags: Optional[SeedFlags] = None,
 ) -> BenchmarkConfig:
-    """Read, override and validate a config; ``base`` replaces the file (used by ``profile``)."""
+    """Read, override and validate a config; ``base`` replaces the file (used by ``profile``).
+
+    Other tools' layouts (``config.foreign_layouts``) are read in torchscale's names, each key
+    moved said in one line on the log; an override in either spelling replaces the file's value.
+    """
     raw = read_yaml(path) if path is not None else dict(base or {})
+    layouts = foreign_layouts()
+    for keys, _ in overrides:
+        drop_counterparts(raw, keys, layouts)
     apply_overrides(raw, overrides)
+    notes = adopt_layouts(raw, layouts) + (flags.apply(raw) if flags else [])
     if path is not None:
         raw.setdefault("experiment_name", path.stem)
     source = str(path) if path is not None else "the options given"
+    for note in notes:
+        logging.getLogger("torchscale").info("%s", note)
     try:
         config: BenchmarkConfig = config_model().model_validate(raw)  # a derived model: Any
     except ValidationError as exc:

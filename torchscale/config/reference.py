@@ -12,7 +12,12 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from typing_extensions import Annotated
 
-from torchscale.config.kind_sections import ConfigSection, config_model, kind_sections
+from torchscale.config.kind_sections import (
+    ConfigSection,
+    config_model,
+    foreign_layouts,
+    kind_sections,
+)
 from torchscale.config.settings import (
     DataSettings,
     DDPSettings,
@@ -135,6 +140,42 @@ def _nested_rows(model: Type[BaseModel], prefix: str) -> List[str]:
     return rows
 
 
+LAYOUTS_INTRO = """\
+Other tools' config files work as written: their keys are read as the torchscale keys below, and
+each one found is said in one line when the config loads (`seed 004's training.precision is
+torchscale's precision`). Overrides work in either spelling (`--training.precision=bf16`,
+`--set benchmark.num_iterations=5`) and replace the file's value in the other. A key given both
+ways in one file is an error. DDLB's JSON config is recognised by its `benchmark` block with a
+`primitive`; its lists expand to every combination, as DDLB runs them."""
+
+FLAG_ROWS = (
+    "| `--warmup N` | `warmup_steps`, and `communication.warmup` when the config has that "
+    "section | seed 001 | a `benchmark` option |",
+    "| `--iters N` | `measure_steps` (replacing `measure_seconds`), and "
+    "`communication.iterations` when the config has that section | seed 001 | a `benchmark` "
+    "option |",
+)
+
+
+def _layout_table() -> str:
+    rows = [
+        f"| `{alias.theirs}` | {f'`{alias.ours}`' if alias.ours else '(not used)'} | "
+        f"{layout.name} | {alias.why} |"
+        for layout in foreign_layouts()
+        for alias in (*layout.aliases, *layout.documented)
+    ]
+    head = [
+        "",
+        "## Other tools' layouts",
+        "",
+        LAYOUTS_INTRO,
+        "",
+        "| their key | torchscale key | tool | note |",
+        "|---|---|---|---|",
+    ]
+    return "\n".join(head + rows + list(FLAG_ROWS))
+
+
 def reference_markdown() -> str:
     matrix = [row for row in _rows(config_model()) if row.split("`")[1] in MATRIX_KEYS]
     sections = [
@@ -150,6 +191,7 @@ def reference_markdown() -> str:
             "docs/validate.md; ignored by benchmark)",
             _rows(ValidateSection, "validation.") + _nested_rows(ValidateSection, "validation."),
         ),
+        _layout_table(),
     ]
     return "\n".join(sections) + "\n"
 

@@ -27,10 +27,18 @@ from pydantic import (
 from typing_extensions import Annotated
 
 from torchscale.config.base import StrictModel, as_list
+from torchscale.config.dataset_paths import DEFAULT_DATA_PATH
 from torchscale.config.tune_section import TuneSection
 from torchscale.config.validate_section import ValidateSection
+from torchscale.results.layout import METRICS_EPOCH
 
 PRECISION_ALIASES = {"fp16": "amp", "float32": "fp32", "bfloat16": "bf16"}
+
+Backend = Literal["auto", "nccl", "gloo", "ucc", "ucc/tl/nccl", "ucc/tl/cuda", "ucc/tl/ucp", "mpi"]
+"""Process-group backends (``torchscale.launch.backends``): ``ucc/tl/<tl>`` is UCC with its
+transport layer chosen, as DDLB names it."""
+FINITE_SOURCES = ("image_folder", "tensor_file", "cifar100", "imagenet")
+"""Data sources with a length: an epoch is a whole pass over them."""
 
 
 def _precision_alias(value: Any) -> Any:
@@ -61,14 +69,21 @@ class DataSettings(StrictModel):
         "synthetic",
         description="synthetic; image_folder (class sub-folders of images); "
         "tensor_file (a torch.save'd dict with 'inputs' and 'targets'); cifar100 (CIFAR-100's "
-        "python version under path); imagenet (path/train/<wnid>/ images). Never downloaded.",
+        "python version under path, downloaded there when missing); imagenet "
+        "(path/train/<wnid>/ images, never downloaded).",
     )
-    path: Optional[str] = Field(None, description="Folder or file for non-synthetic sources.")
+    path: Optional[str] = Field(
+        None,
+        description="Folder or file for non-synthetic sources (cifar100: default data/, where a "
+        "missing CIFAR-100 is downloaded, checksum verified).",
+    )
     num_workers: NonNegativeInt = Field(2, description="DataLoader worker processes per rank.")
     pin_memory: bool = Field(True, description="Pin host memory (GPU only).")
 
     @model_validator(mode="after")
     def _path_needed(self) -> DataSettings:
+        if self.source == "cifar100" and not self.path:
+            self.path = DEFAULT_DATA_PATH  # seed 004: CIFAR-100 goes to data/ by default
         if self.source != "synthetic" and not self.path:
             raise ValueError(f"data.source '{self.source}' needs data.path")
         return self
@@ -77,10 +92,12 @@ class DataSettings(StrictModel):
 class TrainingSettings(StrictModel):
     """The knobs of one cell besides model, batch size and GPU count."""
 
-    backend: Literal["auto", "nccl", "gloo", "ucc", "mpi"] = Field(
+    backend: Backend = Field(
         "auto",
-        description="Process-group backend: auto (nccl on GPUs, gloo on CPU), nccl, gloo, ucc or "
-        "mpi (with --launcher mpirun). One this torch lacks makes the cell skipped.",
+        description="Process-group backend: auto (nccl on GPUs, gloo on CPU), nccl, gloo, ucc, "
+        "ucc/tl/nccl, ucc/tl/cuda or ucc/tl/ucp (UCC with that transport layer: UCC_TLS and "
+        "UCC_CL_BASIC_TLS set for the cell), or mpi (with --launcher mpirun). One this torch or "
+        "node lacks makes the cell skipped.",
     )
     precision: Precision = Field("fp32", description="fp32, amp (fp16 + GradScaler) or bf16.")
     channels_last: bool = Field(False, description="NHWC memory format for conv models.")
@@ -124,6 +141,19 @@ class TrainingSettings(StrictModel):
     measure_seconds: Optional[PositiveFloat] = Field(
         None, description="Time the window instead of counting steps."
     )
+    epochs: Optional[PositiveInt] = Field(
+        None,
+        description="Measure this many full passes over the dataset after the warm-up, each "
+        f"timed on its own (the cell's {METRICS_EPOCH}); measure_steps or measure_seconds, if "
+        "given too, cap each pass. Synthetic data has no length: there an epoch is "
+        "measure_steps steps (default 50) or measure_seconds.",
+    )
+    sync_cuda: bool = Field(
+        False,
+        description="Strict timing: synchronise the device after every measured step (slower; "
+        "the record's runtime.sync_cuda says so). Off: steps are timed by CUDA events without "
+        "stopping the host running ahead.",
+    )
     sync_probe_steps: NonNegativeInt = Field(
         10,
         description="Steps run under DDP no_sync() and with DDP's logging at every step, "
@@ -157,8 +187,9 @@ class TrainingSettings(StrictModel):
     def _one_window(self) -> TrainingSettings:
         if self.measure_steps is not None and self.measure_seconds is not None:
             raise ValueError("give measure_steps or measure_seconds, not both")
-        if self.measure_steps is None and self.measure_seconds is None:
-            self.measure_steps = 50
+        passes = self.epochs is not None and self.data.source in FINITE_SOURCES
+        if self.measure_steps is None and self.measure_seconds is None and not passes:
+            self.measure_steps = 50  # also an epoch's length on synthetic data, which has none
         return self
 
 

@@ -31,6 +31,7 @@ from torchscale.hardware.environment import (
 )
 from torchscale.launch.backends import backend_skip_reason
 from torchscale.launch.cell import node_environments, run_cell, skipped_records
+from torchscale.launch.dataset_fetch import fetch_datasets
 from torchscale.launch.liveness import live_owner
 from torchscale.launch.multinode import Launch, check_node_zero, merge_node_environments
 from torchscale.launch.nsys import resolve_tool
@@ -40,6 +41,7 @@ from torchscale.plan.kind_protocol import cell_kinds, get_kind
 from torchscale.plan.matrix import Plan
 from torchscale.plan.planned_cell import NON_IDENTITY_FIELDS, Cell
 from torchscale.plan.profile_request import ProfileRequest
+from torchscale.results.cell_files import write_cell_files
 from torchscale.results.files import StorageError, storage_cause
 from torchscale.results.layout import SUMMARY
 from torchscale.results.schema import SCHEMA_VERSION, ResultBase
@@ -314,6 +316,7 @@ def run_sweep(
     """
     devices = node_devices()
     profile = sweep_profile(plan.config, devices)
+    fetch_datasets(plan.cells)  # before anything is written: a failure leaves nothing behind
     progress: Dict[str, Any] = {"started": False, "recorded": 0}
     with contextlib.ExitStack() as held:
         held.enter_context(store.lock())
@@ -384,6 +387,7 @@ def _sweep(
             store.release_reserve()
         progress["lost"] = cell.cell_id
         new = _append(store, new)
+        write_cell_files(store, new)  # run_summary.json, metrics_epoch.jsonl (seed 004)
         records.extend(new)
         progress["lost"] = None
         progress["recorded"] += 1

@@ -56,6 +56,9 @@ LATER_DEFAULTS: Dict[str, Any] = {
     "cudnn_benchmark": True,
     "tf32": None,
     "optimizer_impl": "auto",
+    "epochs": None,
+    "sync_cuda": False,
+    "compute_only": ["unsharded"],
 }
 """Knobs added after results existed: at their default they are left out of a cell's identity."""
 

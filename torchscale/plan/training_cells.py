@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from pydantic import BaseModel, ValidationError
 
-from torchscale.config.dataset_paths import dataset_problem
+from torchscale.config.dataset_paths import DOWNLOADED, dataset_problem
 from torchscale.config.loader import explain
 from torchscale.config.settings import BenchmarkConfig, CellSettings, TrainingSettings
 from torchscale.errors import ConfigError
@@ -24,6 +24,7 @@ MEMORY_WINDOW: Dict[str, Any] = {
     "warmup_steps": 1,
     "measure_steps": 3,
     "measure_seconds": None,
+    "epochs": None,
     "sync_probe_steps": 0,
 }
 """``--benchmark memory``: the training cells with a short window that records each rank's memory
@@ -111,8 +112,11 @@ def count_training(
 
 
 def _check_dataset(source: str, path: str) -> None:
-    """A dataset with a known layout (cifar100, imagenet) that is not on disk: one line saying
-    where to put it, before any launch (torchscale never downloads)."""
+    """A dataset with a known layout that is not on disk and is never downloaded (imagenet):
+    one line saying where to put it, before any launch. A missing CIFAR-100 is downloaded
+    before the first launch (``launch.dataset_fetch``)."""
+    if source in DOWNLOADED:
+        return
     problem = dataset_problem(source, path)
     if problem:
         raise ConfigError(problem)

@@ -10,7 +10,7 @@ package for it), so a reader, a writer and a message can never disagree on a nam
         .lock  .lock-node<N>  .reserve
         cells/<cell_id>/[node<N>/]
             cell.json  result.json  owner.json  launch.log  exits.<host>.jsonl  torchrun/
-            flight_recorder/
+            flight_recorder/  run_summary.json  metrics_epoch.jsonl
             ranks/rank<R>.progress.json  ranks/rank<R>.error.json  ranks/rank<R>.steps
             profile/  rank<R>.json.gz | rank<R>.nsys-rep (+ .sqlite)
                       findings.json  profile_ranks.csv  profile_steps.csv ...
@@ -69,6 +69,8 @@ EXITS_FILE = "exits.{host}.jsonl"
 """How each worker of a launch ended, by the agent on each host (``launch/torchrun_agent.py``):
 in the cell's folder, or a warm group's."""
 EXITS_GLOB = "exits.*.jsonl"
+RUN_SUMMARY = "run_summary.json"  # a training cell's summary, as seed 004 names it
+METRICS_EPOCH = "metrics_epoch.jsonl"  # with epochs: one line per measured pass (seed 004)
 # torchscale tune (torchscale.tune): <experiment>/tune/ holds the trials like any experiment, and:
 TUNE_DIR = "tune"
 TUNE_SUMMARY = "tune.json"  # what the console, --json and the report's Tuning section read

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Literal, Optional, Tuple, Type
 from pydantic import BaseModel, ConfigDict, Field
 
 from torchscale.kinds.kind_registry import kind_modules, load_kinds
-from torchscale.results.layout import FINDINGS_FILE
+from torchscale.results.layout import FINDINGS_FILE, METRICS_EPOCH
 
 SCHEMA_VERSION = 1
 
@@ -94,6 +94,28 @@ class GpuTelemetry(_Record):
     )
 
 
+class RankEpoch(_Record):
+    """One measured epoch (a whole pass over the data) on one rank."""
+
+    epoch: int
+    steps: int
+    window_s: float = Field(description="Wall time of the pass on this rank.")
+
+
+class EpochStats(_Record):
+    """One measured epoch of the job (``epochs``): the line of ``metrics_epoch.jsonl``."""
+
+    epoch: int = Field(description="1 for the first measured pass (after the warm-up).")
+    steps: int
+    samples: int = Field(description="All ranks together: world_size x batch x accum x steps.")
+    window_s: float = Field(description="The slowest rank's wall time of the pass.")
+    samples_per_s: Optional[float] = None
+    throughput: Optional[float] = Field(None, description="In the record's unit per second.")
+    step_time_ms: Optional[TimeStats] = Field(
+        None, description="The pass's steps, each the slowest rank's time."
+    )
+
+
 class RankResult(_Record):
     """What one rank measured."""
 
@@ -105,6 +127,9 @@ class RankResult(_Record):
     step_times_ms: List[float] = Field(description="Every measured step, in order.")
     measure_steps: int
     window_s: float = Field(description="Wall time of the measured window on this rank.")
+    epochs: List[RankEpoch] = Field(
+        default_factory=list, description="With epochs: each pass's steps and wall time."
+    )
     data_ms: Optional[float] = Field(None, description="Mean wait for input batches per step.")
     forward_ms: float = Field(description="Mean forward time per step (all micro-batches).")
     backward_ms: float = Field(description="Mean backward time per step, sync included.")
@@ -241,6 +266,10 @@ class TrainingResult(ResultBase):
     measure_steps: Optional[int] = None
     warmup_steps: Optional[int] = None
     measured_s: Optional[float] = Field(None, description="Length of the timed window.")
+    epochs: List[EpochStats] = Field(
+        default_factory=list,
+        description=f"With epochs: per pass over the data, its throughput ({METRICS_EPOCH}).",
+    )
     per_rank: List[RankResult] = Field(default_factory=list)
     sync: Optional[SyncStats] = None
     memory: Optional[MemoryStats] = Field(None, description="The rank with the highest peak.")
@@ -258,7 +287,8 @@ class TrainingResult(ResultBase):
     runtime: Dict[str, Any] = Field(
         default_factory=dict,
         description="What actually ran: optimizer, autocast dtype, GradScaler, channels_last, "
-        "compile, threads, data pipeline, cudnn_benchmark, allow_tf32 (matmul, cudnn), the "
+        "compile, threads, data pipeline, sync_cuda (true: the device was synchronised after "
+        "every measured step, strict timing), cudnn_benchmark, allow_tf32 (matmul, cudnn), the "
         "peak_precision MFU is scored against, and DDP's own report of its configuration (ddp).",
     )
 
@@ -348,6 +378,14 @@ class TpGemmResult(CommResultBase):
         None, description="Compute-only reference: the unsharded GEMM on one device."
     )
     reference_tflops: Optional[float] = None
+    sharded_time_us: Optional[float] = Field(
+        None,
+        description="Compute-only sharded (tp_gemm.compute_only: sharded): the GEMM each rank "
+        "does alone on its m / world_size rows, every rank at once, average of ranks.",
+    )
+    sharded_tflops: Optional[float] = Field(
+        None, description="2 (m / world_size) n k / sharded_time_us: one rank's GEMM rate."
+    )
     valid: Optional[bool] = Field(None, description="Matches the reference on every rank.")
     wrong: Optional[int] = Field(None, description="Elements outside tolerance, all ranks.")
     max_abs_error: Optional[float] = None

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from torchscale.hardware.environment import threads_per_cpu_slot
-from torchscale.launch.backends import resolve_backend
+from torchscale.launch.backends import backend_env, process_group_backend, resolve_backend
 from torchscale.launch.flight_recorder import process_group_timeout_s
 
 
@@ -40,7 +40,8 @@ class RankContext:
 def init_distributed(cell_timeout_s: float, backend: str = "auto") -> RankContext:
     """Join the process group torchrun (or mpirun) set up through the environment.
 
-    ``backend`` auto: NCCL on a GPU, gloo on a CPU process; else the one named. The group's
+    ``backend`` auto: NCCL on a GPU, gloo on a CPU process; else the one named (``ucc/tl/<tl>``:
+    UCC with that transport layer, ``launch.backends.backend_env``). The group's
     timeout is shorter than the cell's, so a hung collective is reported by the backend (and
     its flight recorder) before the launcher kills the cell.
     """
@@ -55,8 +56,9 @@ def init_distributed(cell_timeout_s: float, backend: str = "auto") -> RankContex
         device = torch.device("cpu")
         torch.set_num_threads(threads_per_cpu_slot())
     backend = resolve_backend(backend, device.type == "cuda")
+    os.environ.update(backend_env(backend))  # UCC reads its transport selection at init
     dist.init_process_group(
-        backend,
+        process_group_backend(backend),
         timeout=timedelta(seconds=process_group_timeout_s(cell_timeout_s)),
         device_id=device if backend == "nccl" else None,
     )

@@ -87,6 +87,34 @@ def mean_loss(ranks: List[Dict[str, Any]]) -> Optional[Any]:
     return odd[0] if odd else sum(numbers) / len(numbers)
 
 
+def epoch_stats(
+    ranks: List[Dict[str, Any]], global_batch: int, units_per_sample: float
+) -> List[Dict[str, Any]]:
+    """Per measured epoch: its steps, samples and the slowest rank's wall time, so its
+    throughput; its step times (each the slowest rank's), from the ranks' consecutive steps."""
+    passes = min((len(r.get("epochs") or []) for r in ranks), default=0)
+    found, offset = [], 0
+    for index in range(passes):
+        steps = min(r["epochs"][index]["steps"] for r in ranks)
+        window_s = max(r["epochs"][index]["window_s"] for r in ranks)
+        per_step = [max(r["step_times_ms"][offset + i] for r in ranks) for i in range(steps)]
+        offset += steps
+        samples = global_batch * steps
+        rate = samples / window_s if window_s > 0 else None
+        found.append(
+            {
+                "epoch": index + 1,
+                "steps": steps,
+                "samples": samples,
+                "window_s": window_s,
+                "samples_per_s": rate,
+                "throughput": rate * units_per_sample if rate else None,
+                "step_time_ms": time_stats(per_step),
+            }
+        )
+    return found
+
+
 def aggregate(
     ranks: List[Dict[str, Any]],
     *,
@@ -125,6 +153,7 @@ def aggregate(
         "step_times_ms": per_step,
         "measure_steps": steps,
         "measured_s": window_s,
+        "epochs": epoch_stats(ranks, global_batch, units_per_sample),
         "per_rank": ranks,
         "sync": sync_stats(ranks, stats["mean"] if stats else 0.0),
         "memory": memory,

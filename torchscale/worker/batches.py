@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any, Iterator, Sized, Tuple, cast
+from typing import Any, Iterator, Optional, Sized, Tuple, cast
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
@@ -44,16 +44,44 @@ def _to_device(batch: Any, device: torch.device, channels_last: bool = False) ->
     return batch
 
 
-def _loader_stream(
-    loader: DataLoader[Tuple[object, ...]],
-    sampler: DistributedSampler[int],
-    device: torch.device,
-    channels_last: bool,
-) -> Iterator[Tuple[Any, Any]]:
-    for epoch in itertools.count():
-        sampler.set_epoch(epoch)
-        for inputs, targets in loader:
-            yield _to_device(inputs, device, channels_last), _to_device(targets, device)
+class LoaderBatches:
+    """A DataLoader's batches on the device, pass after pass without end (each pass shuffled
+    anew by the sampler). :meth:`start_pass` begins a fresh pass where the measured epochs need
+    one: an epoch is a whole pass over this rank's shard of the dataset."""
+
+    def __init__(
+        self,
+        loader: DataLoader[Tuple[object, ...]],
+        sampler: DistributedSampler[int],
+        device: torch.device,
+        channels_last: bool,
+    ) -> None:
+        self.loader, self.sampler = loader, sampler
+        self.device, self.channels_last = device, channels_last
+        self.passes = 0
+        self._batches: Optional[Iterator[Any]] = None
+
+    def __len__(self) -> int:
+        """Batches in one pass."""
+        return len(self.loader)
+
+    def start_pass(self) -> Iterator[Any]:
+        """Begin the next pass (what was left of the current one is dropped)."""
+        self.sampler.set_epoch(self.passes)
+        self.passes += 1
+        self._batches = iter(self.loader)
+        return self._batches
+
+    def __iter__(self) -> LoaderBatches:
+        return self
+
+    def __next__(self) -> Tuple[Any, Any]:
+        batches = self._batches or self.start_pass()
+        try:
+            inputs, targets = next(batches)
+        except StopIteration:
+            inputs, targets = next(self.start_pass())
+        return _to_device(inputs, self.device, self.channels_last), _to_device(targets, self.device)
 
 
 def batch_stream(
@@ -97,4 +125,4 @@ def batch_stream(
             f"data.path {path} has {len(cast(Sized, dataset))} samples: fewer than one batch of "
             f"{settings.batch_size} per rank"
         )
-    return _loader_stream(loader, sampler, ctx.device, channels_last)
+    return LoaderBatches(loader, sampler, ctx.device, channels_last)

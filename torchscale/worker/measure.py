@@ -2,7 +2,9 @@
 
 1. warm-up: ``warmup_steps``, discarded (allocator, cuDNN autotuning, compile).
 2. measured: the throughput window, ranks aligned by a barrier, the host clock read after a device
-   synchronize at both ends; per-step times from the device timeline.
+   synchronize at both ends; per-step times from the device timeline. With ``epochs``, one such
+   window per whole pass over the data (each epoch timed on its own); with ``sync_cuda``, the
+   device is synchronised after every step too (strict timing).
 3. sync probe, DDP logging: DDP's runtime logging at every step (sample rate 1) for per-step
    forward/backward compute, communication and overlap. It synchronises CUDA events each step, so
    it runs in its own window, never in the measured one.
@@ -27,6 +29,7 @@ from torchscale.results.rank_files import RankReporter
 from torchscale.results.stats import mean, time_stats
 from torchscale.runtime.clock import Clock
 from torchscale.runtime.process_group import RankContext
+from torchscale.worker.batches import LoaderBatches
 from torchscale.worker.cpu_accounting import CpuSnapshot
 from torchscale.worker.gpu_sampler import GpuSampler, nvml_index
 from torchscale.worker.training import TrainingRun
@@ -76,13 +79,23 @@ def _barrier(ctx: RankContext) -> None:
 
 
 def _window(
-    run: TrainingRun, clock: Clock, ctx: RankContext, steps: int, sync: bool = True
+    run: TrainingRun,
+    clock: Clock,
+    ctx: RankContext,
+    steps: int,
+    sync: bool = True,
+    strict: bool = False,
 ) -> Tuple[List[Dict[str, float]], float]:
-    """Run ``steps`` steps between aligned, synchronised clock reads: (per-step phases, wall s)."""
+    """Run ``steps`` steps between aligned, synchronised clock reads: (per-step phases, wall s).
+    ``strict`` (``sync_cuda``) also synchronises the device after every step."""
     clock.synchronize()
     _barrier(ctx)
     start = time.perf_counter()
-    marks = [run.step(clock, sync=sync) for _ in range(steps)]
+    marks = []
+    for _ in range(steps):
+        marks.append(run.step(clock, sync=sync))
+        if strict:
+            clock.synchronize()
     clock.synchronize()
     wall = time.perf_counter() - start
     return [m.durations() for m in marks], wall
@@ -105,6 +118,43 @@ def _measure_steps(settings: CellSettings, run: TrainingRun, clock: Clock, ctx: 
     estimate = torch.tensor([step_ms], device=ctx.device)
     dist.all_reduce(estimate, op=dist.ReduceOp.MAX)
     return max(1, math.ceil(seconds * 1e3 / float(estimate.item())))
+
+
+def _passes(settings: CellSettings, run: TrainingRun, clock: Clock, ctx: RankContext) -> List[int]:
+    """The measured windows' step counts: one window, or with ``epochs`` one per pass over the
+    data (a pass's steps, capped by measure_steps or measure_seconds when given; synthetic data
+    has no passes: an epoch is measure_steps or measure_seconds)."""
+    if settings.epochs is None:
+        return [_measure_steps(settings, run, clock, ctx)]
+    if not isinstance(run.batches, LoaderBatches):  # synthetic: an epoch is a measured window
+        return [_measure_steps(settings, run, clock, ctx)] * settings.epochs
+    per_pass = len(run.batches) // run.accum_steps
+    if per_pass < 1:
+        raise ValueError(
+            f"one pass over data.path gives {len(run.batches)} batches per rank, fewer than "
+            f"grad_accum_steps ({run.accum_steps}): no whole step per epoch"
+        )
+    capped = settings.measure_steps is not None or settings.measure_seconds is not None
+    steps = min(per_pass, _measure_steps(settings, run, clock, ctx)) if capped else per_pass
+    return [steps] * settings.epochs
+
+
+def _measured(
+    run: TrainingRun, settings: CellSettings, clock: Clock, ctx: RankContext, passes: List[int]
+) -> Tuple[List[Dict[str, float]], float, List[Dict[str, Any]]]:
+    """The measured window(s): (per-step phases, wall s, each epoch's steps and wall s)."""
+    if settings.epochs is None:
+        measured, wall = _window(run, clock, ctx, passes[0], strict=settings.sync_cuda)
+        return measured, wall, []
+    measured, wall, epochs = [], 0.0, []
+    for number, steps in enumerate(passes, 1):
+        if isinstance(run.batches, LoaderBatches):
+            run.batches.start_pass()  # an epoch is a whole pass: not the warm-up's leftovers
+        phases, seconds = _window(run, clock, ctx, steps, strict=settings.sync_cuda)
+        measured += phases
+        wall += seconds
+        epochs.append({"epoch": number, "steps": steps, "window_s": seconds})
+    return measured, wall, epochs
 
 
 # torch's kDDPRuntimeLoggingSampleRate (c10d/reducer.hpp): DDP's default, restored after the
@@ -222,14 +272,15 @@ def measure_rank(
     clock = Clock(ctx.device)
     reporter.phase("warmup")
     _window(run, clock, ctx, warmup_steps(settings))
-    steps = _measure_steps(settings, run, clock, ctx)
+    passes = _passes(settings, run, clock, ctx)
+    steps = sum(passes)
 
     reporter.phase("measure", steps=steps)
     reset_peak_memory(ctx)
     sampler = GpuSampler(nvml_index(ctx.device.index)) if ctx.is_cuda else contextlib.nullcontext()
     cpu_before = CpuSnapshot.now()
     with sampler:
-        measured, wall = _window(run, clock, ctx, steps)
+        measured, wall, epochs = _measured(run, settings, clock, ctx, passes)
     cpu = CpuSnapshot.now().since(cpu_before)
     loss = last_loss(run)  # after the window: reading it waits for the device
 
@@ -259,6 +310,7 @@ def measure_rank(
         "device": str(ctx.device),
         "measure_steps": steps,
         "window_s": wall,
+        "epochs": epochs,
         "step_time_ms": time_stats(step_ms),
         "step_times_ms": step_ms,
         "data_ms": mean([d["data"] for d in measured]),

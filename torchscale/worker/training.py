@@ -230,6 +230,7 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
         "intra_op_threads": torch.get_num_threads(),
         "data": settings.data.source,
         "data_workers": settings.data.num_workers if settings.data.source != "synthetic" else 0,
+        "sync_cuda": settings.sync_cuda,  # strict timing: synchronised after every step
         **apply_math_settings(settings, ctx, model),
     }
     return TrainingRun(
