@@ -32,12 +32,16 @@ def efficiency_band(efficiency: float) -> str:
     return "poor"
 
 
+SCRIPT_VARIANT = "as scripted"
+"""The label of a training script's configuration (``--script``): its batch is its own."""
+
+
 def _label(flat: Dict[str, object], varying: List[str]) -> str:
-    parts = [f"batch {flat.get('batch_size')}"]
+    parts = [f"batch {flat['batch_size']}"] if "batch_size" in flat else []
     for key in varying:
         value = flat.get(key)
         parts.append(str(value) if key == "precision" else f"{key}={value}")
-    return " · ".join(parts)
+    return " · ".join(parts) or SCRIPT_VARIANT
 
 
 def label_variants(table: pd.DataFrame) -> pd.DataFrame:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol
 
-from torchscale.config.settings import BenchmarkConfig, CellSettings
+from torchscale.config.settings import BenchmarkConfig
 from torchscale.config.tune_section import TuneSection
 from torchscale.launch.sweep import SweepEvents
 from torchscale.plan.planned_cell import NON_IDENTITY_FIELDS
@@ -23,8 +23,10 @@ from torchscale.results.layout import (
     experiment_dir,
 )
 from torchscale.results.store import ExperimentStore
+from torchscale.script.script_config import SECTION, ScriptCellSettings
+from torchscale.script.script_kind import script_label
 from torchscale.tune import tune_outputs as outputs
-from torchscale.tune.space import SearchSpace
+from torchscale.tune.space import SearchSpace, TunedSettings
 from torchscale.tune.study import (
     distinct_tried,
     finished_count,
@@ -71,12 +73,30 @@ class TuneRequest:
     config: BenchmarkConfig
     raw: Dict[str, Any]  # the YAML mapping, overrides applied: the base of best.yaml
     pinned: Dict[str, Any]  # models, batch_sizes, gpu_counts of the tuned cell
-    baseline: CellSettings
+    baseline: TunedSettings
     space: SearchSpace
     section: TuneSection
     output_dir: Path
     budget_s: float
     trial_cap: Optional[int]
+
+    @property
+    def script(self) -> Optional[ScriptCellSettings]:
+        """The tuned script's baseline settings; None when a model is tuned."""
+        return self.baseline if isinstance(self.baseline, ScriptCellSettings) else None
+
+    @property
+    def label(self) -> str:
+        """What is tuned: the model, or the script's file name."""
+        baseline = self.baseline
+        if isinstance(baseline, ScriptCellSettings):
+            return script_label(baseline.script)
+        return baseline.model
+
+    @property
+    def knob_root(self) -> str:
+        """Where the knobs sit in best.yaml: the top level, or the script's section."""
+        return f"{SECTION.key}." if self.script is not None else ""
 
 
 def tune_folder(output_dir: Path, experiment: str) -> Path:
@@ -265,8 +285,8 @@ def _summary(
     return {
         "experiment": request.config.experiment_name,
         "tune_dir": str(folder),
-        "model": request.baseline.model,
-        "batch_size": request.baseline.batch_size,
+        "model": request.label,
+        "batch_size": getattr(request.baseline, "batch_size", None),
         "gpus": request.baseline.gpus,
         "result": "gain" if winner else "no significant gain",
         "line": outputs.tune_line(winner, candidates),
@@ -298,8 +318,13 @@ def _write(
 
     name = request.config.experiment_name
     params = winner.changed if winner else {}
-    best = outputs.reproducing_config(request.raw, request.pinned, params, f"{name}-best")
+    placed = {f"{request.knob_root}{knob}": value for knob, value in params.items()}
+    best = outputs.reproducing_config(request.raw, request.pinned, placed, f"{name}-best")
     baseline = outputs.reproducing_config(request.raw, request.pinned, {}, f"{name}-baseline")
-    settings = apply_params(request.baseline, params).model_dump(mode="json")
     header = f"torchscale tune, {name}: {summary['line'].removeprefix('> [TUNE] ')}"
-    outputs.write_outputs(folder, summary, best, baseline, outputs.ddp_snippet(settings, header))
+    if request.script is not None:
+        snippet = outputs.script_snippet(params, header)
+    else:
+        settings = apply_params(request.baseline, params).model_dump(mode="json")
+        snippet = outputs.ddp_snippet(settings, header)
+    outputs.write_outputs(folder, summary, best, baseline, snippet)
