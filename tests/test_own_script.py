@@ -36,7 +36,9 @@ from torchscale.results.store import ExperimentStore
 
 runner = CliRunner()
 CNN = SCRIPTS / "train_cnn.py"
-PRINTED = re.compile(r"\[default0\]:step \d+: loss \S+, ([\d.]+) samples/s .*over steps (\d+)-(\d+)")
+PRINTED = re.compile(
+    r"\[default0\]:step \d+: loss \S+, ([\d.]+) samples/s .*over steps (\d+)-(\d+)"
+)
 
 
 @pytest.fixture(scope="session")
@@ -161,7 +163,19 @@ def test_profile_names_the_slow_rank_of_the_script(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_script_that_ends_before_the_window_is_a_recorded_failure(tmp_path: Path) -> None:
     result = runner.invoke(
-        app, ["benchmark", "--script", str(CNN), "--gpus", "1", "-o", str(tmp_path), "--", "--steps", "3"]
+        app,
+        [
+            "benchmark",
+            "--script",
+            str(CNN),
+            "--gpus",
+            "1",
+            "-o",
+            str(tmp_path),
+            "--",
+            "--steps",
+            "3",
+        ],
     )
     assert result.exit_code == 1, result.output
     (record,) = records(tmp_path / "train_cnn")

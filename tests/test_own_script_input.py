@@ -99,7 +99,9 @@ def test_the_script_section_is_checked_like_the_rest(tmp_path: Path) -> None:
 
     config = tmp_path / "c.yaml"
     config.write_text(f"script:\n  path: {CNN}\n  argz: [--steps, 5]\n")
-    with pytest.raises(ConfigError, match=r"unknown key 'script.argz' \(did you mean 'script.args'"):
+    with pytest.raises(
+        ConfigError, match=r"unknown key 'script.argz' \(did you mean 'script.args'"
+    ):
         load_config(config)
     config.write_text(f"script:\n  path: {CNN}\n  env: {{LD_PRELOAD: /tmp/x.so}}\n")
     with pytest.raises(ConfigError, match="'LD_PRELOAD' is not a communication variable"):
@@ -120,7 +122,9 @@ def test_the_bootstrap_sets_only_the_arguments_the_cell_names() -> None:
     # The script passed broadcast_buffers=True and bucket_cap_mb=1; the cell sets two knobs.
     newer = {"bucket_cap_mb": None, "broadcast_buffers": None, "forward_sync_buffers": None}
     arguments = {"module": "m", "bucket_cap_mb": 1, "broadcast_buffers": True, "dim": 0}
-    applied = applied_arguments(newer, arguments, {"broadcast_buffers": False, "static_graph": True})
+    applied = applied_arguments(
+        newer, arguments, {"broadcast_buffers": False, "static_graph": True}
+    )
     assert applied == {"forward_sync_buffers": False, "static_graph": True}
     assert arguments == {"module": "m", "bucket_cap_mb": 1, "dim": 0,
                          "forward_sync_buffers": False, "static_graph": True}  # fmt: skip
@@ -160,7 +164,9 @@ def test_tune_searches_the_scripts_ddp_arguments_only() -> None:
     assert space.left_out["channels_last"] == NOT_A_SETTING
     assert "CUDA" in space.left_out["cudnn_benchmark"]  # a knob of scripts too, on GPUs
     assert space.candidates["ddp.bucket_cap_mb"][0] is None  # the script's own: the baseline
-    with pytest.raises(ConfigError, match="tune names precision, which is set by the script itself"):
+    with pytest.raises(
+        ConfigError, match="tune names precision, which is set by the script itself"
+    ):
         build_space(baseline, TuneSection(), ["precision"], Where("cpu", True, None))
     trial = apply_params(baseline, {"ddp.bucket_cap_mb": 100, "repeat": 3})
     assert isinstance(trial, ScriptCellSettings) and trial.ddp_overrides() == {"bucket_cap_mb": 100}

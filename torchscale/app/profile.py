@@ -96,11 +96,16 @@ def worst_target(output_dir: Path, device_kind: str, device_count: int) -> Targe
     from torchscale.analysis.training_tables import training_table
     from torchscale.results.schema import TrainingResult
     from torchscale.results.store import ExperimentStore, find_experiments
+    from torchscale.script.script_kind import is_script_record
 
     frames: List[pd.DataFrame] = []
     records: Dict[str, TrainingResult] = {}
     for path in find_experiments(output_dir) if output_dir.is_dir() else []:
-        found = [r for r in ExperimentStore(path).records() if isinstance(r, TrainingResult)]
+        found = [
+            r
+            for r in ExperimentStore(path).records()
+            if isinstance(r, TrainingResult) and not is_script_record(r)  # a script is no model
+        ]
         records.update((r.cell_id, r) for r in found)
         frames.append(training_table(found))
     if not frames or all(f.empty for f in frames):
