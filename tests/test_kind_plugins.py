@@ -86,7 +86,7 @@ def test_a_kinds_section_is_checked_as_strictly_as_the_rest(tmp_path: Path) -> N
     with added_kind(TOY), pytest.raises(ConfigError) as raised:
         load_config(path)
     assert "unknown key 'toy.wrds' (did you mean 'toy.words'?)" in str(raised.value)
-    with added_kind(TOY), pytest.raises(ConfigError, match="no 'communication:' or 'toy:'"):
+    with added_kind(TOY), pytest.raises(ConfigError, match="no 'communication:' or 'script:' or 'toy:'"):
         load_config(_config(tmp_path, "gpu_counts: [1]\n"))
 
 
@@ -105,5 +105,5 @@ def test_a_kind_that_lacks_a_piece_is_one_line_naming_it(
 
 
 def test_the_registry_lists_every_built_in_kind_once() -> None:
-    assert list(cell_kinds()) == ["training", "communication"]
+    assert list(cell_kinds()) == ["training", "communication", "script"]
     assert len(set(KIND_MODULES)) == len(KIND_MODULES)

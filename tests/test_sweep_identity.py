@@ -52,6 +52,16 @@ def swept(sweep: SweepRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_swept_experiment(sweep, tmp_path_factory.mktemp("sweep-all"))
 
 
+def _comm_summary(records: list, title: str) -> object:
+    """The communication summary as benchmark prints it (the comm kind's console table)."""
+    from torchscale.comm.view import comm_summary_table
+    from torchscale.hardware.device_noun import records_device_kind
+
+    console = Console(width=200, file=io.StringIO())
+    tables = (collective_table(records), tp_gemm_table(records))
+    return comm_summary_table(*tables, title, console, records_device_kind(records))
+
+
 def _text(renderable: object) -> str:
     console = Console(width=200, record=True, file=io.StringIO())
     console.print(renderable)
@@ -61,11 +71,9 @@ def _text(renderable: object) -> str:
 def test_the_quiet_real_run_prints_only_its_final_table(sweep: SweepRun) -> None:
     """--quiet: no progress, no per-cell nccl-tests tables; the communication summary, line for
     line as the console draws it from the records."""
-    from torchscale.comm.view import comm_results_table
-
     records = ExperimentStore(sweep.experiment_dir).records()
     title = f"{ExperimentStore(sweep.experiment_dir).root.name} ({sweep.experiment_dir}): communication"
-    summary = _text(comm_results_table(collective_table(records), tp_gemm_table(records), title))
+    summary = _text(_comm_summary(records, title))
     output = sweep.result.stderr
     assert "> Running" not in output and "# all_reduce" not in output
     assert output.splitlines() == summary.splitlines()
@@ -76,10 +84,9 @@ def test_the_quiet_real_run_prints_only_its_final_table(sweep: SweepRun) -> None
 
 def test_the_console_summary_keeps_every_backend_and_dtype(swept: Path) -> None:
     from torchscale.cli.benchmark_view import results_table
-    from torchscale.comm.view import comm_results_table
 
     records = ExperimentStore(swept).records()
-    text = _text(comm_results_table(collective_table(records), tp_gemm_table(records), "t"))
+    text = _text(_comm_summary(records, "t"))
     reduce_rows = [line for line in text.splitlines() if line.startswith("│ all_reduce")]
     assert len(reduce_rows) == len(BACKENDS) * len(DTYPES)
     for backend in BACKENDS:

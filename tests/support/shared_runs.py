@@ -109,3 +109,53 @@ def projection_run(tmp_root: Path) -> Run:
             )
         _RUNS["projection"] = Run(result, config, output, output / "projection")
     return _RUNS["projection"]
+
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "examples" / "scripts"
+SUPPORT_SCRIPTS = Path(__file__).resolve().parent / "scripts"
+OWN_SCRIPT_WINDOW = 20
+"""Warm-up and measured steps of the shared script run, and the script's own --log-every: its
+window (steps 21-40) is the one the script prints its samples/s over."""
+OWN_SCRIPT_BATCH = 8
+OWN_SCRIPT_CONFIG = f"""\
+experiment_name: own-script
+warmup_steps: {OWN_SCRIPT_WINDOW}
+measure_steps: {OWN_SCRIPT_WINDOW}
+sync_probe_steps: 3
+cell_timeout_s: 240
+communication:
+  collectives: [all_reduce]
+  p2p: false
+  min_bytes: 16K
+  max_bytes: 1M
+  factor: 4
+  warmup: 2
+  iterations: 10
+  through_ddp: true
+"""
+"""``benchmark --script``'s config: the window, and all_reduce cells for ``project``."""
+
+
+def own_script_run(tmp_root: Path) -> Run:
+    """``torchscale benchmark --script examples/scripts/train_transformer.py --gpus 1 --gpus 2
+    -c ...``: the user's own script, unmodified, on 1 and 2 gloo processes, with all_reduce
+    cells."""
+    if "own-script" not in _RUNS:
+        from torchscale.cli.app import app
+
+        root = tmp_root / "own-script-run"
+        root.mkdir(parents=True, exist_ok=True)
+        config = root / "comm.yaml"
+        config.write_text(OWN_SCRIPT_CONFIG, encoding="utf-8")
+        output = root / "results"
+        script = SCRIPTS / "train_transformer.py"
+        args = ["benchmark", "--script", str(script), "--gpus", "1", "--gpus"]
+        args += ["2", "-c", str(config), "-o", str(output), "--json", "--"]
+        args += ["--steps", "60", "--log-every", str(OWN_SCRIPT_WINDOW)]
+        args += ["--batch-size", str(OWN_SCRIPT_BATCH)]
+        result = CliRunner().invoke(app, args)
+        if result.exit_code != 0:
+            raise RuntimeError(f"script benchmark failed ({result.exit_code}):\n{result.output}")
+        _RUNS["own-script"] = Run(result, config, output, output / "own-script")
+    return _RUNS["own-script"]

@@ -38,6 +38,10 @@ def efficiency_band(efficiency: float) -> str:
     return "poor"
 
 
+SCRIPT_VARIANT = "as scripted"
+"""The label of a training script's configuration (``--script``) when nothing tells it apart."""
+
+
 def label_variants(table: pd.DataFrame) -> pd.DataFrame:
     """Add ``variant``: batch size plus the settings that differ among a model's configurations
     (``config.row_identity``), and ``knobs``: those settings alone, precision among them (what a
@@ -54,10 +58,11 @@ def label_variants(table: pd.DataFrame) -> pd.DataFrame:
         varying = differing(configs, _SHOWN_APART)
         for key in group["config_key"].unique():
             rows = group.index[group["config_key"] == key]
-            variant = label(flat[key], varying, [f"batch {flat[key].get('batch_size')}"])
+            batch = flat[key].get("batch_size")
+            lead = [f"batch {batch}"] if "batch_size" in flat[key] else []  # a script has none
+            variant = label(flat[key], varying, lead) or SCRIPT_VARIANT
             table.loc[rows, "variant"] = variant
             table.loc[rows, "knobs"] = label(flat[key], [k for k in varying if k != "precision"])
-            batch = flat[key].get("batch_size")
             order.setdefault(variant, (batch if isinstance(batch, int) else 0, variant))
     # An ordered categorical sorts "batch 16" before "batch 128" in every table and chart.
     table["variant"] = pd.Categorical(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -27,6 +27,7 @@ from torchscale.hardware.environment import CPU_SLOTS_ENV
 
 if TYPE_CHECKING:
     from torchscale.app.benchmark import LiveEvents
+    from torchscale.app.own_script import ScriptOptions
     from torchscale.hardware.environment import NodeDevices
     from torchscale.results.schema import ResultBase
     from torchscale.results.store import ExperimentStore
@@ -67,6 +68,7 @@ class CaptureRequest:
     batch_size: Optional[int] = None
     overrides: Sequence[Override] = ()
     knobs: Mapping[str, Any] = field(default_factory=dict)  # other settings, with ``model``
+    script: Optional[ScriptOptions] = None  # --script: the user's training script
 
 
 @dataclass(frozen=True)
@@ -94,11 +96,16 @@ def worst_target(output_dir: Path, device_kind: str, device_count: int) -> Targe
     from torchscale.analysis.training_tables import training_table
     from torchscale.results.schema import TrainingResult
     from torchscale.results.store import ExperimentStore, find_experiments
+    from torchscale.script.script_kind import is_script_record
 
     frames: List[pd.DataFrame] = []
     records: Dict[str, TrainingResult] = {}
     for path in find_experiments(output_dir) if output_dir.is_dir() else []:
-        found = [r for r in ExperimentStore(path).records() if isinstance(r, TrainingResult)]
+        found = [
+            r
+            for r in ExperimentStore(path).records()
+            if isinstance(r, TrainingResult) and not is_script_record(r)  # a script is no model
+        ]
         records.update((r.cell_id, r) for r in found)
         frames.append(training_table(found))
     if not frames or all(f.empty for f in frames):
@@ -174,8 +181,14 @@ def refuse_named_code(picked: Target, gpus: int, output_dir: Path) -> None:
 
 def capture_config(request: CaptureRequest, now: Optional[datetime] = None) -> BenchmarkConfig:
     """The benchmark config a capture runs: one GPU count, profiling always on, a fresh name."""
-    if request.config is not None:
-        raw: Dict[str, Any] = read_yaml(request.config)
+    if request.script is not None:
+        from torchscale.app.own_script import script_raw
+
+        options = replace(request.script, knobs={**MODEL_DEFAULTS, **request.script.knobs})
+        raw: Dict[str, Any] = script_raw(options, request.config)
+        name = Path(request.script.path).stem
+    elif request.config is not None:
+        raw = read_yaml(request.config)
         name = str(raw.get("experiment_name") or request.config.stem)
     elif request.model and not request.batch_size:
         raise TorchscaleError(
@@ -296,21 +309,21 @@ def capture_profile(
     names no model or config), check it, run it traced and read each cell's findings. Bad
     input (a model that does not exist, more ranks than the node has) fails before anything
     is written or said about where results go."""
-    from dataclasses import replace
-
     from torchscale.hardware.environment import node_devices
     from torchscale.launch.nsys import tool_warning
     from torchscale.models.registry import check_model_factories, check_model_name
     from torchscale.plan.cpu_size import gpu_sized_warnings
     from torchscale.results.store import check_writable
 
+    if request.script is not None and request.model is not None:
+        raise TorchscaleError("use either --script or --model, not both")
     if request.model is not None and request.config is None:
         check_model_name(request.model)
     devices = node_devices()
     gpus, fitted = fitted_gpus(request, devices)
     request = replace(request, gpus=gpus)
     picked = None
-    if request.config is None and request.model is None:
+    if request.config is None and request.model is None and request.script is None:
         picked = worst_target(output_dir, devices.kind, devices.count)
         refuse_named_code(picked, gpus, output_dir)
         notify(f"> [INFO] No --model or --config: {for_terminal(picked.reason)}.")

@@ -20,6 +20,7 @@ from torchscale.cli.console import (
     show_result,
     user_errors,
 )
+from torchscale.cli.script_args import ScriptArgsCommand, script_args
 from torchscale.errors import TorchscaleError
 from torchscale.integrations.deadline import DEFAULT_TIMEOUT_S
 
@@ -35,11 +36,17 @@ EXIT_TERMINATED = 143  # 128 + SIGTERM
 EXIT_CELLS_FAILED = 1
 NODES_PANEL = "Multi-node"
 INTEGRATIONS_PANEL = "Integrations"
+SCRIPT_PANEL = "Your own training script"
 
 
 class LaunchMode(str, Enum):
     per_group = "per-group"
     per_cell = "per-cell"
+
+
+class StepAt(str, Enum):
+    optimizer = "optimizer"
+    forward = "forward"
 
 
 class Launcher(str, Enum):
@@ -51,6 +58,7 @@ class Launcher(str, Enum):
 def register(app: typer.Typer) -> None:
     @app.command(
         "benchmark",
+        cls=ScriptArgsCommand,
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     )
     @user_errors
@@ -260,8 +268,57 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=NODES_PANEL,
             ),
         ] = None,
+        script: Annotated[
+            Optional[str],
+            typer.Option(
+                "--script",
+                help="Your own DDP training script, run unmodified (its arguments after --): "
+                "one cell per --gpus; --config then adds its other keys, not models "
+                "(docs/own-job.md).",
+                rich_help_panel=SCRIPT_PANEL,
+            ),
+        ] = None,
+        gpus: Annotated[
+            Optional[List[int]],
+            typer.Option(
+                "--gpus",
+                "-g",
+                min=1,
+                help="With --script: ranks per cell, GPUs or CPU processes (repeatable: "
+                "--gpus 1 --gpus 2).",
+                rich_help_panel=SCRIPT_PANEL,
+            ),
+        ] = None,
+        steps: Annotated[
+            Optional[int],
+            typer.Option(
+                "--steps",
+                min=1,
+                help="With --script: the script's steps measured (measure_steps).",
+                rich_help_panel=SCRIPT_PANEL,
+            ),
+        ] = None,
+        samples_per_step: Annotated[
+            Optional[int],
+            typer.Option(
+                "--samples-per-step",
+                min=1,
+                help="With --script: samples one rank trains on per step (default: counted from "
+                "the DDP forward's input; needed without DDP).",
+                rich_help_panel=SCRIPT_PANEL,
+            ),
+        ] = None,
+        step_at: Annotated[
+            Optional[StepAt],
+            typer.Option(
+                "--step-at",
+                help="With --script: what ends a step, each optimizer step (default) or each DDP "
+                "forward (a script without a torch.optim optimizer).",
+                rich_help_panel=SCRIPT_PANEL,
+            ),
+        ] = None,
     ) -> None:
-        """Run throughput/latency tests across GPU configs."""
+        """Run throughput/latency tests across GPU configs, or your own training script."""
         if verbose:
             log.setLevel(logging.DEBUG)
         if list_models:
@@ -272,11 +329,6 @@ def register(app: typer.Typer) -> None:
 
             print_json(TrainingResult.model_json_schema())
             return
-        if config is None:
-            raise TorchscaleError(
-                "missing --config: pass the benchmark YAML, e.g. --config benchmark_config.yaml"
-            )
-
         from torchscale.app.benchmark import (
             BenchmarkRequest,
             LaunchRequest,
@@ -289,8 +341,28 @@ def register(app: typer.Typer) -> None:
 
         join_timeout_s = parse_duration(join_timeout, "--join-timeout", "600, 90s or 10min")
         check_benchmark_flags(force=force, resume=resume)
-        flags = SeedFlags(warmup=warmup, iters=iters)
-        loaded = load_config(config, parse_overrides(set_ or [], ctx.args), flags=flags)
+        overrides = parse_overrides(set_ or [], ctx.args)
+        if script is not None:
+            from torchscale.app.own_script import ScriptOptions, script_config
+
+            if submit:
+                raise TorchscaleError(
+                    "--submit runs a config file in the job: put the script in its script: "
+                    "section (docs/own-job.md) and submit that config"
+                )
+            options = ScriptOptions(
+                script, script_args(ctx), gpus or [], steps, samples_per_step,
+                step_at.value if step_at else None,
+            )  # fmt: skip
+            loaded = script_config(options, config, overrides)
+        else:
+            _no_script_options(gpus, steps, samples_per_step, step_at)
+            if config is None:
+                raise TorchscaleError(
+                    "missing --config: pass the benchmark YAML, e.g. --config "
+                    "benchmark_config.yaml, or your own training script with --script PATH"
+                )
+            loaded = load_config(config, overrides, flags=SeedFlags(warmup=warmup, iters=iters))
         if benchmark_kind != "comm":
             _check_models(loaded)
         integrations = Integrations(tensorboard, mlflow, integration_timeout)
@@ -315,7 +387,7 @@ def register(app: typer.Typer) -> None:
             integrations=integrations,
             launch_mode=launch_mode.value.replace("-", "_") if launch_mode else None,
         )
-        if submit:
+        if submit and config is not None:
             forwarded = [
                 f"--benchmark={benchmark_kind}",
                 *(f"--set={item}" for item in set_ or []),
@@ -333,6 +405,15 @@ def register(app: typer.Typer) -> None:
         code = _run(request, json_output)
         if code:
             raise typer.Exit(code)
+
+
+def _no_script_options(*given: object) -> None:
+    names = ("--gpus", "--steps", "--samples-per-step", "--step-at")
+    for name, value in zip(names, given):
+        if value:
+            raise TorchscaleError(
+                f"{name} goes with --script (a config gives its own gpu_counts and window)"
+            )
 
 
 def _list_models(json_output: bool) -> None:

@@ -15,6 +15,7 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, print_json, say, show_result, user_errors
+from torchscale.cli.script_args import ScriptArgsGroup, script_args
 from torchscale.config.durations import parse_duration
 from torchscale.errors import TorchscaleError
 from torchscale.results.figures import GLOSSARY_DOC, SYNC_OVERHEAD, SYNC_STALL
@@ -140,6 +141,7 @@ def _verbose(verbose: bool) -> None:
 def register(app: typer.Typer) -> None:
     profile_app = typer.Typer(
         name="profile",
+        cls=ScriptArgsGroup,
         help="Wrap execution in Nsight Systems to find bottlenecks.",
         invoke_without_command=True,
         no_args_is_help=False,
@@ -197,6 +199,22 @@ def register(app: typer.Typer) -> None:
                 "--set", help="Override a config key, e.g. --set precision=bf16 (repeatable)."
             ),
         ] = None,
+        script: Annotated[
+            Optional[str],
+            typer.Option(
+                "--script",
+                help="Your own DDP training script to profile, run unmodified (its arguments "
+                "after --; docs/own-job.md).",
+            ),
+        ] = None,
+        samples_per_step: Annotated[
+            Optional[int],
+            typer.Option(
+                "--samples-per-step",
+                min=1,
+                help="With --script: samples one rank trains on per step (default: counted).",
+            ),
+        ] = None,
         json_output: JsonOption = False,
         verbose: VerboseOption = False,
     ) -> None:
@@ -219,9 +237,15 @@ def register(app: typer.Typer) -> None:
         from torchscale.cli.benchmark_view import ConsoleEvents
         from torchscale.config.loader import parse_overrides
 
+        own = None
+        if script is not None:
+            from torchscale.app.own_script import ScriptOptions
+
+            own = ScriptOptions(script, script_args(ctx), samples_per_step=samples_per_step)
         request = CaptureRequest(
-            gpus, seconds, target, tool, config, model, batch_size, parse_overrides(set_ or [])
-        )
+            gpus, seconds, target, tool, config, model, batch_size, parse_overrides(set_ or []),
+            script=own,
+        )  # fmt: skip
         events = ConsoleEvents(profile_lines=False)  # the analysis below says it all
         cells = capture_profile(request, output_dir, events, say)
         code = _report_capture(cells, json_output)

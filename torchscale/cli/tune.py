@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
@@ -9,12 +10,14 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, markup_text, print_json, show_result, user_errors
+from torchscale.cli.script_args import ScriptArgsCommand, script_args
 from torchscale.errors import ConfigError
 
 if TYPE_CHECKING:
     from pandas import DataFrame
     from rich.table import Table
 
+    from torchscale.app.own_script import ScriptOptions
     from torchscale.plan.planned_cell import Cell
     from torchscale.results.schema import ResultBase
     from torchscale.tune.tune_runner import TuneRequest
@@ -147,7 +150,7 @@ def finalists_table(summary: Dict[str, Any]) -> Optional[Table]:
 
 
 def _request(
-    config: Path,
+    config: Optional[Path],
     set_: List[str],
     model: Optional[str],
     batch_size: Optional[int],
@@ -158,6 +161,7 @@ def _request(
     trials: Optional[int],
     finalists: Optional[int],
     repeats: Optional[int],
+    script: Optional[ScriptOptions] = None,
 ) -> TuneRequest:
     """Everything checked before anything runs (bad input: one line, exit 2)."""
     from torchscale.config.durations import parse_duration
@@ -166,15 +170,31 @@ def _request(
 
     budget_s = parse_duration(budget, "--budget", "90s, 20m, 2min or 1h30m")
     overrides = parse_overrides(set_)
-    pins = [
-        (["models"], [model] if model else None),
-        (["batch_sizes"], [batch_size] if batch_size else None),
-        (["gpu_counts"], [gpus] if gpus else None),
-    ]
-    overrides += [(path, value) for path, value in pins if value is not None]
-    raw = apply_overrides(read_yaml(config), overrides)
-    raw.setdefault("experiment_name", config.stem)
-    loaded = load_config(config, overrides)
+    if script is not None:
+        import copy
+
+        from torchscale.app.own_script import script_raw
+
+        if model or batch_size:
+            raise ConfigError("--model and --batch-size go without --script: a script has its own")
+        base = script_raw(replace(script, gpus=[gpus] if gpus else []), config)
+        raw = apply_overrides(copy.deepcopy(base), overrides)
+        loaded = load_config(None, overrides, base=base)
+    elif config is None:
+        raise ConfigError(
+            "missing --config: pass the benchmark YAML (the baseline), or your own training "
+            "script with --script PATH"
+        )
+    else:
+        pins = [
+            (["models"], [model] if model else None),
+            (["batch_sizes"], [batch_size] if batch_size else None),
+            (["gpu_counts"], [gpus] if gpus else None),
+        ]
+        overrides += [(path, value) for path, value in pins if value is not None]
+        raw = apply_overrides(read_yaml(config), overrides)
+        raw.setdefault("experiment_name", config.stem)
+        loaded = load_config(config, overrides)
     section = loaded.tune or TuneSection.model_validate({})
     updates = {"finalists": finalists, "repeats": repeats}
     section = section.model_copy(update={k: v for k, v in updates.items() if v is not None})
@@ -182,11 +202,11 @@ def _request(
     from torchscale.tune.space import check_section
 
     check_section(section, allow)
-    baseline = _baseline(loaded)
+    check_model_factories(loaded.models, seq_len=loaded.seq_len[0])
+    baseline = _baseline(loaded, "script" if script is not None else "training")
     from torchscale.tune.tune_runner import TuneRequest, check_node_fits
 
     check_node_fits(baseline)
-    check_model_factories(loaded.models, seq_len=loaded.seq_len[0])
     from torchscale.tune.space import build_space
 
     space = build_space(baseline, section, allow, _where(baseline))
@@ -196,39 +216,48 @@ def _request(
             + "; ".join(f"{k}: {why}" for k, why in space.left_out.items())
             + "); name knobs under tune: space:"
         )
-    pinned = {
-        "models": [baseline.model],
-        "batch_sizes": [baseline.batch_size],
-        "gpu_counts": [baseline.gpus],
-    }
+    pinned: Dict[str, Any] = {"gpu_counts": [baseline.gpus]}
+    if script is None:
+        pinned = {"models": [baseline.model], "batch_sizes": [baseline.batch_size], **pinned}
     return TuneRequest(loaded, raw, pinned, baseline, space, section, output_dir, budget_s, trials)
 
 
-def _baseline(config: Any) -> Any:
-    from torchscale.config.settings import CellSettings
+def _baseline(config: Any, selection: str) -> Any:
     from torchscale.plan.matrix import iter_cells, swept_knobs
 
-    if not config.models:
-        raise ConfigError("tune needs a model: add models: [...] to the config or pass --model")
-    swept = swept_knobs(config, "training")
+    if selection == "training" and not config.models:
+        raise ConfigError(
+            "tune needs a model: add models: [...] to the config or pass --model, or tune your "
+            "own training script with --script PATH"
+        )
+    swept = swept_knobs(config, selection)
     if swept:
         raise ConfigError(
             f"tune starts from one configuration, and the config sweeps {', '.join(swept)}: pick "
             "one with --model, --batch-size and --gpus (or --set key=value), and list the "
             "candidates under tune: space:"
         )
-    (cell,) = list(iter_cells(config, "training", max_cells=1))
+    cells = list(iter_cells(config, selection, max_cells=None if selection == "script" else 1))
+    if len(cells) > 1:
+        counts = sorted({cell.settings.gpus for cell in cells})
+        raise ConfigError(
+            f"tune starts from one configuration, and the script runs on {counts} ranks: pick "
+            "one with --gpus N"
+        )
+    (cell,) = cells
     if cell.settings.nnodes > 1:
         raise ConfigError("tune runs on one node: drop nodes/gpus_per_node from the config")
-    settings = cell.settings
-    assert isinstance(settings, CellSettings), cell.kind  # --benchmark training: training cells
+    settings: Any = cell.settings  # a model's or a script's settings (a pydantic model)
     return settings.model_copy(update={"repeat": 0})
 
 
 def _where(baseline: Any) -> Any:
     from torchscale.hardware.environment import node_devices
-    from torchscale.models.registry import load_model
     from torchscale.tune.space import Where
+
+    if not hasattr(baseline, "model"):  # a script: what it trains on is its own business
+        return Where(node_devices().kind, True, None)
+    from torchscale.models.registry import load_model
 
     try:
         conv: Optional[bool] = bool(load_model(baseline.model).supports_channels_last)
@@ -238,13 +267,19 @@ def _where(baseline: Any) -> Any:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("tune")
+    @app.command("tune", cls=ScriptArgsCommand)
     @user_errors
     def tune(
+        ctx: typer.Context,
         config: Annotated[
-            Path,
-            typer.Option("--config", "-c", help="Benchmark YAML: the baseline.", dir_okay=False),
-        ],
+            Optional[Path],
+            typer.Option(
+                "--config",
+                "-c",
+                help="Benchmark YAML: the baseline (with --script: its window and tune: keys).",
+                dir_okay=False,
+            ),
+        ] = None,
         output_dir: Annotated[
             Path,
             typer.Option("--output-dir", "-o", help="Trials go to OUTPUT_DIR/<experiment>/tune/."),
@@ -290,11 +325,33 @@ def register(app: typer.Typer) -> None:
         json_output: Annotated[
             bool, typer.Option("--json", help="Print the tuning summary as JSON on stdout.")
         ] = False,
+        script: Annotated[
+            Optional[str],
+            typer.Option(
+                "--script",
+                help="Tune your own DDP training script, run unmodified (its arguments after "
+                "--): its DDP arguments and process settings (docs/own-job.md).",
+            ),
+        ] = None,
+        samples_per_step: Annotated[
+            Optional[int],
+            typer.Option(
+                "--samples-per-step",
+                min=1,
+                help="With --script: samples one rank trains on per step (default: counted).",
+            ),
+        ] = None,
     ) -> None:
-        """Find the fastest DDP settings for one model and prove the gain (docs/tune.md)."""
+        """Find the fastest DDP settings for one model, or your own script, and prove the gain
+        (docs/tune.md)."""
+        own = None
+        if script is not None:
+            from torchscale.app.own_script import ScriptOptions
+
+            own = ScriptOptions(script, script_args(ctx), samples_per_step=samples_per_step)
         request = _request(
             config, set_ or [], model, batch_size, gpus, allow or [], output_dir, budget,
-            trials, finalists, repeats,
+            trials, finalists, repeats, own,
         )  # fmt: skip
         from torchscale.hardware.environment import node_devices
         from torchscale.launch.process import Terminated
@@ -329,6 +386,9 @@ def register(app: typer.Typer) -> None:
             show_result(table)
         if summary.get("warning"):
             show_result(f"> [WARN] {summary['warning']}")
+        if request.script is not None:  # the lines to paste into the script
+            snippet = (folder / TUNE_DDP_SNIPPET).read_text(encoding="utf-8")
+            show_result(snippet.rstrip())
         show_result(summary["line"])
         if json_output:
             print_json(summary)

@@ -35,7 +35,7 @@ A benchmark config is one YAML file. The seed's keys (`experiment_name`, `models
 `gpu_counts`, `profiling`) work as written. **Every knob below also accepts a list**: lists expand
 into the cartesian product, like `models x batch_sizes x gpu_counts`. Scalar knobs sit at the top
 level; groups live in sections (`ddp:`, `data:`, `profiling:`, `communication:`). Unknown keys
-are errors. A config needs `models`, a `communication:` section, or both.
+are errors. A config needs `models`, a `communication:` or `script:` section, or several.
 
 Override any key from the command line: `--set ddp.bucket_cap_mb=50` or `--ddp.bucket_cap_mb=50`
 (values are YAML: `--set precision=[fp32,bf16]` sweeps).

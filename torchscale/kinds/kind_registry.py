@@ -28,6 +28,7 @@ from torchscale.errors import TorchscaleError
 KIND_MODULES: Tuple[str, ...] = (
     "torchscale.training.training_kind",
     "torchscale.comm.kind",
+    "torchscale.script.script_kind",
 )
 """Every cell kind, by the module whose ``KIND`` it is, in the order their cells run."""
 

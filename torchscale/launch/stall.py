@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from torchscale.config.settings import CellSettings
 from torchscale.plan.planned_cell import Cell
 from torchscale.results.rank_files import progress_path, read_json, read_steps, steps_path
 
@@ -61,14 +60,15 @@ class StallWatch:
 
 
 def stall_watch(cell: Cell, cell_dir: Path) -> StallWatch:
-    """The watch of a cell; only training cells step (a communication cell's sizes do not tick
-    the step tracker), so the others get one that never fires."""
+    """The watch of a cell; only cells that step have a ``stall_timeout_s`` (training cells, a
+    script's cells: a communication cell's sizes do not tick the step tracker), so the others
+    get one that never fires."""
     return StallWatch(cell_dir, cell.settings.gpus, _limit(cell))
 
 
 def _limit(cell: Cell) -> Optional[float]:
-    settings = cell.settings
-    return settings.stall_timeout_s if isinstance(settings, CellSettings) else None
+    limit = getattr(cell.settings, "stall_timeout_s", None)
+    return float(limit) if isinstance(limit, (int, float)) else None
 
 
 def stall_limit(cell: Cell) -> float:

@@ -53,8 +53,10 @@ COUNTS = {
     "*": ("world_size", "nnodes", "nproc_per_node"),
     "training": ("batch_size", "global_batch_size", "grad_accum_steps"),
 }
-"""Whole numbers every record (``*``) or a kind's record must have at 1 or more, in any status:
-a cell of 0 ranks or a batch of -2 was never run."""
+"""Whole numbers every record (``*``, in any status: a cell of 0 ranks was never planned) or a
+measured record of a kind (``ok``: a batch of -2 was never run) must have at 1 or more. A cell
+that failed before it measured may not know its batch: a user's script counts its samples as it
+runs (``--script``), so its failed record says 0."""
 ABSURD = 1e15
 """Above this a measured figure cannot be true (no cell runs 1e15 samples a second, no step
 takes 1e15 ms); 1e308 would also overflow every ratio taken of it."""
@@ -117,10 +119,12 @@ def problems(doc: Dict[str, Any]) -> List[str]:
     kind = kind if isinstance(kind, str) else ""  # a list is no kind (and no dict key)
     found: List[str] = []
     if doc.get("status", "ok") != INVALID:
-        for name in (*COUNTS["*"], *COUNTS.get(kind, ())):
+        for name in COUNTS["*"]:
             _check_count(name, doc.get(name), found)
     if doc.get("status", "ok") != "ok":
         return found
+    for name in COUNTS.get(kind, ()):
+        _check_count(name, doc.get(name), found)
     for name in REQUIRED.get(kind, ()):
         if doc.get(name) is None:
             found.append(f"{name} is missing")

@@ -21,12 +21,17 @@ from torchscale.config.loader import explain
 from torchscale.config.settings import CellSettings
 from torchscale.config.tune_section import TuneSection, ValueRange
 from torchscale.errors import ConfigError
+from torchscale.script.script_config import ScriptCellSettings
 
 if TYPE_CHECKING:
     from optuna.trial import Trial
 
 
 Candidates = Union[Tuple[Any, ...], ValueRange]
+TunedSettings = Union[CellSettings, ScriptCellSettings]
+"""What a trial sets knobs on: a model's training cell, or a script's cell (its DDP arguments
+and process settings; a knob it lacks is the script's own business)."""
+NOT_A_SETTING = "set by the script itself (a script cell has only ddp.* and cudnn_benchmark)"
 
 
 @dataclass(frozen=True)
@@ -207,7 +212,7 @@ def _suggest_range(trial: Trial, name: str, spec: ValueRange, baseline: Dict[str
     return trial.suggest_float(name, spec.low, spec.high, step=spec.step, log=spec.log)
 
 
-def apply_params(baseline: CellSettings, params: Dict[str, object]) -> CellSettings:
+def apply_params(baseline: TunedSettings, params: Dict[str, object]) -> TunedSettings:
     """The baseline cell's settings with ``params`` set (validated: a combination the config
     forbids is a ConfigError naming it)."""
     raw = baseline.model_dump(mode="json")
@@ -218,7 +223,7 @@ def apply_params(baseline: CellSettings, params: Dict[str, object]) -> CellSetti
             node = node[part]
         node[leaf] = value
     try:
-        return CellSettings.model_validate(raw)
+        return type(baseline).model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(explain(exc, raw)) from None
 
@@ -262,6 +267,11 @@ def _not_here(knob: Knob, where: Where) -> Optional[str]:
 def _candidates(knob: Knob, section: TuneSection, base: Any) -> Candidates:
     given = section.space.get(knob.name)
     if isinstance(given, ValueRange):
+        if base is None:
+            raise ConfigError(
+                f"tune.space.{knob.name}: a range needs the baseline's value: set "
+                f"script.{knob.name} to the value your script passes, or list values"
+            )
         if not isinstance(base, (int, float)) or isinstance(base, bool):
             raise ConfigError(f"tune.space.{knob.name}: a range needs a numeric knob; list values")
         if not given.low <= base <= given.high:
@@ -288,7 +298,7 @@ def check_section(section: TuneSection, allow: Sequence[str]) -> None:
 
 
 def build_space(
-    baseline: CellSettings, section: TuneSection, allow: Sequence[str], where: Where
+    baseline: TunedSettings, section: TuneSection, allow: Sequence[str], where: Where
 ) -> SearchSpace:
     """The space for ``baseline`` on this node (every candidate checked against the config)."""
     check_section(section, allow)
@@ -300,6 +310,14 @@ def build_space(
     for knob in KNOBS:
         # A knob named by --allow is searched, whatever search: lists.
         named = (wanted is not None and knob.name in wanted) or knob.name in allowed
+        if knob.name not in settings:
+            if named or knob.name in section.space:
+                raise ConfigError(
+                    f"tune names {knob.name}, which is {NOT_A_SETTING}: leave it out of tune: "
+                    "and --allow"
+                )
+            left_out[knob.name] = NOT_A_SETTING
+            continue
         if knob.allow and knob.name not in allowed:
             what = knob.changes.split(":")[0].lower()
             if named or knob.name in section.space:
@@ -318,12 +336,13 @@ def build_space(
             continue
         knobs.append(knob)
     candidates = {k.name: _candidates(k, section, settings[k.name]) for k in knobs}
-    space = SearchSpace(knobs, candidates, {k.name: settings[k.name] for k in KNOBS}, left_out)
+    base = {k.name: settings[k.name] for k in KNOBS if k.name in settings}
+    space = SearchSpace(knobs, candidates, base, left_out)
     _check_values(baseline, space)
     return space
 
 
-def _check_values(baseline: CellSettings, space: SearchSpace) -> None:
+def _check_values(baseline: TunedSettings, space: SearchSpace) -> None:
     """Each listed value is valid for its knob (one line naming the first that is not)."""
     for name, options in space.candidates.items():
         values: Iterator[Any] = iter(()) if isinstance(options, ValueRange) else iter(options)

@@ -28,15 +28,15 @@ from typing import (
     Tuple,
 )
 
-from torchscale.config.settings import BenchmarkConfig, CellSettings
+from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import ConfigError
 from torchscale.launch.sweep import SweepEvents, SweepOptions, run_sweep
+from torchscale.plan.kind_protocol import cell_kinds
 from torchscale.plan.matrix import Plan
 from torchscale.plan.planned_cell import Cell
-from torchscale.plan.training_cells import cell_id
 from torchscale.results.schema import ResultBase, TrainingResult
 from torchscale.results.store import ExperimentStore
-from torchscale.tune.space import SearchSpace, apply_params
+from torchscale.tune.space import SearchSpace, TunedSettings, apply_params
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -51,7 +51,7 @@ SCREEN_STEP = 1  # the intermediate step the screening value is reported at
 ERROR_CHARS = 500
 
 
-def screen_window(baseline: CellSettings, steps: Optional[int]) -> Dict[str, object]:
+def screen_window(baseline: TunedSettings, steps: Optional[int]) -> Dict[str, object]:
     """The screening window: a quarter of the full one (at least 3 steps), no sync probe."""
     if baseline.measure_seconds is not None:
         return {"measure_seconds": baseline.measure_seconds / 4, "sync_probe_steps": 0}
@@ -59,14 +59,22 @@ def screen_window(baseline: CellSettings, steps: Optional[int]) -> Dict[str, obj
     return {"measure_steps": steps or max(3, full // 4), "sync_probe_steps": 0}
 
 
+def tuned_cell(settings: TunedSettings) -> Cell:
+    """The cell of a trial's settings, of the kind those settings are (a model's training
+    cell, or a script's)."""
+    for kind in cell_kinds().values():
+        if type(settings) is kind.settings_model:
+            return Cell(0, kind.cell_id(settings), settings, kind.name)
+    raise TypeError(f"no cell kind has {type(settings).__name__} settings")
+
+
 def make_cell(
-    baseline: CellSettings, params: Dict[str, object], extra: Dict[str, object], number: int
+    baseline: TunedSettings, params: Dict[str, object], extra: Dict[str, object], number: int
 ) -> Cell:
     """Trial ``number``'s cell. The trial number is the cell's repeat index: cells of different
     trials never share an id but for their settings, which the sweep would take for one cell
     whose settings changed since its stored result (and refuse)."""
-    settings = apply_params(baseline, {**params, **extra, "repeat": number})
-    return Cell(0, cell_id(settings), settings, "training")
+    return tuned_cell(apply_params(baseline, {**params, **extra, "repeat": number}))
 
 
 def objective(record: Optional[ResultBase]) -> Optional[float]:
@@ -201,7 +209,7 @@ class TrialBatch:
         self,
         study: optuna.Study,
         space: SearchSpace,
-        baseline: CellSettings,
+        baseline: TunedSettings,
         runner: CellRunner,
         screen: Optional[Tuple[CellRunner, Dict[str, object]]],
         on_told: Callable[[int], None],

@@ -153,6 +153,23 @@ def failures(trials: List[Dict[str, Any]]) -> str:
     return shown or "none ran"
 
 
+def script_snippet(changed: Dict[str, Any], header: str) -> str:
+    """The lines to paste into a tuned script: the DDP arguments and settings the winner
+    changes (torchscale applied them to the script's own DDP call and process)."""
+    lines = [f"# {header}"]
+    ddp = {short_name(k): v for k, v in changed.items() if k.startswith("ddp.")}
+    if not changed:
+        lines.append("# nothing to change: keep your script's DDP arguments as they are")
+    if "cudnn_benchmark" in changed:
+        lines.append(f"torch.backends.cudnn.benchmark = {changed['cudnn_benchmark']!r}")
+    if ddp:
+        lines += ["# in your script's DDP call (its other arguments unchanged):", "model = DDP("]
+        lines += ["    model,", "    ...,"]
+        lines += [f"    {name}={value!r}," for name, value in ddp.items()]
+        lines.append(")")
+    return "\n".join(lines) + "\n"
+
+
 def tune_line(
     winner: Optional[Candidate], candidates: List[Candidate], trials: List[Dict[str, Any]]
 ) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol
 
-from torchscale.config.settings import BenchmarkConfig, CellSettings
+from torchscale.config.settings import BenchmarkConfig
 from torchscale.config.tune_section import TuneSection
 from torchscale.launch.sweep import SweepEvents
 from torchscale.plan.planned_cell import NON_IDENTITY_FIELDS
@@ -23,8 +23,10 @@ from torchscale.results.layout import (
     experiment_dir,
 )
 from torchscale.results.store import ExperimentStore
+from torchscale.script.script_config import SECTION, ScriptCellSettings
+from torchscale.script.script_kind import script_label
 from torchscale.tune import tune_outputs as outputs
-from torchscale.tune.space import SearchSpace
+from torchscale.tune.space import SearchSpace, TunedSettings
 from torchscale.tune.study import (
     distinct_tried,
     finished_count,
@@ -72,30 +74,47 @@ class TuneRequest:
     config: BenchmarkConfig
     raw: Dict[str, Any]  # the YAML mapping, overrides applied: the base of best.yaml
     pinned: Dict[str, Any]  # models, batch_sizes, gpu_counts of the tuned cell
-    baseline: CellSettings
+    baseline: TunedSettings
     space: SearchSpace
     section: TuneSection
     output_dir: Path
     budget_s: float
     trial_cap: Optional[int]
 
+    @property
+    def script(self) -> Optional[ScriptCellSettings]:
+        """The tuned script's baseline settings; None when a model is tuned."""
+        return self.baseline if isinstance(self.baseline, ScriptCellSettings) else None
+
+    @property
+    def label(self) -> str:
+        """What is tuned: the model, or the script's file name."""
+        baseline = self.baseline
+        if isinstance(baseline, ScriptCellSettings):
+            return script_label(baseline.script)
+        return baseline.model
+
+    @property
+    def knob_root(self) -> str:
+        """Where the knobs sit in best.yaml: the top level, or the script's section."""
+        return f"{SECTION.key}." if self.script is not None else ""
+
 
 def tune_folder(output_dir: Path, experiment: str) -> Path:
     return experiment_dir(Path(output_dir), experiment) / TUNE_DIR
 
 
-def check_node_fits(baseline: CellSettings) -> None:
+def check_node_fits(baseline: TunedSettings) -> None:
     """Refuse (one line, exit 2) before anything is launched or written when this node cannot
     run the tuned cell: every trial would be skipped, and a tune of nothing is no verdict."""
     from torchscale.errors import ConfigError
     from torchscale.hardware.environment import CPU_SLOTS_ENV, node_devices
     from torchscale.launch.multinode import Launch
     from torchscale.launch.sweep import skip_reason
-    from torchscale.plan.planned_cell import Cell
-    from torchscale.plan.training_cells import cell_id
+    from torchscale.tune.trials import tuned_cell
 
     devices = node_devices()
-    reason = skip_reason(Cell(0, cell_id(baseline), baseline, "training"), devices, Launch())
+    reason = skip_reason(tuned_cell(baseline), devices, Launch())
     if reason is None:
         return
     fix = ""
@@ -313,8 +332,8 @@ def _summary(
     return {
         "experiment": request.config.experiment_name,
         "tune_dir": str(folder),
-        "model": request.baseline.model,
-        "batch_size": request.baseline.batch_size,
+        "model": request.label,
+        "batch_size": getattr(request.baseline, "batch_size", None),
         "gpus": request.baseline.gpus,
         "result": result,
         "line": outputs.tune_line(winner, candidates, trials),
@@ -341,8 +360,13 @@ def _write(
 
     name = request.config.experiment_name
     params = winner.changed if winner else {}
-    best = outputs.reproducing_config(request.raw, request.pinned, params, f"{name}-best")
+    placed = {f"{request.knob_root}{knob}": value for knob, value in params.items()}
+    best = outputs.reproducing_config(request.raw, request.pinned, placed, f"{name}-best")
     baseline = outputs.reproducing_config(request.raw, request.pinned, {}, f"{name}-baseline")
-    settings = apply_params(request.baseline, params).model_dump(mode="json")
     header = f"torchscale tune, {name}: {summary['line'].removeprefix('> [TUNE] ')}"
-    outputs.write_outputs(folder, summary, best, baseline, outputs.ddp_snippet(settings, header))
+    if request.script is not None:
+        snippet = outputs.script_snippet(params, header)
+    else:
+        settings = apply_params(request.baseline, params).model_dump(mode="json")
+        snippet = outputs.ddp_snippet(settings, header)
+    outputs.write_outputs(folder, summary, best, baseline, snippet)

@@ -23,12 +23,11 @@ from typing import Dict, List, Optional, Sequence
 
 from torchscale.analysis.bootstrap import paired_rounds_interval
 from torchscale.analysis.comparison import CompareOptions
-from torchscale.config.settings import CellSettings
 from torchscale.errors import TorchscaleError
 from torchscale.plan.planned_cell import Cell
-from torchscale.plan.training_cells import cell_id
 from torchscale.results.schema import ResultBase, TrainingResult
-from torchscale.tune.space import apply_params
+from torchscale.tune.space import TunedSettings, apply_params
+from torchscale.tune.trials import tuned_cell
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000
@@ -61,7 +60,7 @@ class Candidate:
 
 
 def verdict_cells(
-    baseline: CellSettings, finalists: Sequence[Dict[str, object]], repeats: int
+    baseline: TunedSettings, finalists: Sequence[Dict[str, object]], repeats: int
 ) -> List[List[Cell]]:
     """Per candidate (the baseline first), its cells, one per repeat."""
     count = len(finalists) + 1
@@ -72,8 +71,7 @@ def verdict_cells(
             # Each cell's repeat index is its place in the run: no two cells share an id but
             # for their settings (which the sweep would take for changed settings).
             place = repeat * count + index
-            settings = apply_params(baseline, {**params, "repeat": place})
-            cells.append(Cell(0, cell_id(settings), settings, "training"))
+            cells.append(tuned_cell(apply_params(baseline, {**params, "repeat": place})))
         per_candidate.append(cells)
     return per_candidate
 

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from torchscale.config.settings import CellSettings
 from torchscale.results.rank_files import RankReporter
@@ -54,8 +55,13 @@ DDP_CONFIG_KEYS = (
 
 def ddp_config(run: TrainingRun) -> Dict[str, Any]:
     """DDP's own account of its configuration, and what the worker applied around it."""
+    return ddp_report(run.ddp)
+
+
+def ddp_report(ddp: DDP) -> Dict[str, Any]:
+    """What ``ddp`` reports about its own configuration (a user's script's DDP too)."""
     try:
-        data = run.ddp._get_ddp_logging_data()
+        data = ddp._get_ddp_logging_data()
     except AttributeError:  # private API: absent in some builds
         data = {}
     config: Dict[str, Any] = {key: data[key] for key in DDP_CONFIG_KEYS if key in data}
@@ -63,7 +69,7 @@ def ddp_config(run: TrainingRun) -> Dict[str, Any]:
     # buckets after the first step); the reducer itself knows the buckets in use. Reading them
     # copies the gradients once, so this runs after memory has been measured.
     try:
-        buckets = run.ddp.reducer._get_zeros_like_grad_buckets()
+        buckets = ddp.reducer._get_zeros_like_grad_buckets()
         config["bucket_sizes"] = [b.buffer().numel() * b.buffer().element_size() for b in buckets]
         del buckets
     except (AttributeError, RuntimeError):  # private API, or no memory left for the copy
@@ -71,7 +77,8 @@ def ddp_config(run: TrainingRun) -> Dict[str, Any]:
     return config
 
 
-def _barrier(ctx: RankContext) -> None:
+def barrier(ctx: RankContext) -> None:
+    """All ranks of the job here (on GPUs, on this rank's device)."""
     if ctx.is_cuda:
         dist.barrier(device_ids=[ctx.device.index])
     else:
@@ -89,7 +96,7 @@ def _window(
     """Run ``steps`` steps between aligned, synchronised clock reads: (per-step phases, wall s).
     ``strict`` (``sync_cuda``) also synchronises the device after every step."""
     clock.synchronize()
-    _barrier(ctx)
+    barrier(ctx)
     start = time.perf_counter()
     marks = []
     for _ in range(steps):
@@ -215,18 +222,28 @@ def activation_bytes(
 
 
 def _memory(run: TrainingRun, ctx: RankContext) -> Dict[str, Any]:
-    params = list(run.ddp.module.parameters())
+    bucket_view = bool(getattr(run.ddp, "gradient_as_bucket_view", False))
+    return memory_stats(list(run.ddp.module.parameters()), run.optimizer, ctx, bucket_view)
+
+
+def memory_stats(
+    params: List[torch.Tensor],
+    optimizer: Optional[torch.optim.Optimizer],
+    ctx: RankContext,
+    bucket_view: bool,
+) -> Dict[str, Any]:
+    """This rank's MemoryStats fields: the model state of ``params`` and ``optimizer``, and the
+    peak since :func:`reset_peak_memory`."""
     param_bytes = sum(p.numel() * p.element_size() for p in params)
     grad_bytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
     optimizer_bytes = sum(
         t.numel() * t.element_size()
-        for state in run.optimizer.state.values()
+        for state in (optimizer.state.values() if optimizer is not None else ())
         for t in state.values()
         if torch.is_tensor(t)
     )
     if ctx.is_cuda:
         peak = torch.cuda.max_memory_allocated(ctx.device)
-        bucket_view = bool(getattr(run.ddp, "gradient_as_bucket_view", False))
         activations: Optional[int] = activation_bytes(
             peak, param_bytes, grad_bytes, optimizer_bytes, bucket_view
         )
@@ -292,7 +309,7 @@ def measure_rank(
         ddp_timings = _ddp_logging_probe(run, clock, probe)
         run.step(clock, sync=False)  # the first no_sync step re-warms the autograd graph
         nosync, _ = _window(run, clock, ctx, probe, sync=False)
-        _barrier(ctx)
+        barrier(ctx)
 
     step_ms = [d["step"] for d in measured]
     nosync_ms = mean([d["step"] for d in nosync])

@@ -1,0 +1,115 @@
+"""The bootstrap's hooks in a script's process: where torchscale sees the script's training.
+
+Installed before the script runs, removed after it (nothing in the script is edited):
+
+* ``DistributedDataParallel.__init__`` is wrapped: the cell's DDP arguments replace the
+  script's own (only those the cell sets), then the listener gets the model, and with it a
+  forward pre-hook and a forward hook on that DDP module;
+* torch.optim's global step hooks (``register_optimizer_step_pre_hook`` / ``_post_hook``) tell
+  the listener where each optimizer step starts and ends;
+* ``torch.distributed.destroy_process_group`` first lets the listener finish collective work
+  (a script that ends right after its last step still gets its figures gathered).
+
+The hooks only observe and call the listener; what they mean is ``script_window``'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from typing import Any, Callable, Dict, Iterator, Protocol, Tuple
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
+
+BUFFER_SYNC_NAMES = ("forward_sync_buffers", "broadcast_buffers")
+"""DDP's per-forward buffer broadcast: torch 2.15 renamed ``broadcast_buffers`` (see
+``worker.training._buffer_sync``); the cell's ``broadcast_buffers`` sets whichever it has."""
+
+
+class StepListener(Protocol):
+    """What the hooks report (``script_window.ScriptWindows``)."""
+
+    def ddp_built(self, ddp: DDP, applied: Dict[str, Any]) -> None: ...
+
+    def forward_starts(self, ddp: DDP, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None: ...
+
+    def forward_ends(self, ddp: DDP) -> None: ...
+
+    def optimizer_starts(self, optimizer: torch.optim.Optimizer) -> None: ...
+
+    def optimizer_ends(self, optimizer: torch.optim.Optimizer) -> None: ...
+
+    def group_ends(self) -> None: ...
+
+
+def applied_arguments(
+    parameters: Dict[str, Any], arguments: Dict[str, Any], overrides: Dict[str, Any]
+) -> Dict[str, Any]:
+    """``overrides`` set in ``arguments`` (a DDP call, bound); returns what was set, as named
+    there. ``broadcast_buffers`` goes to the name this torch's DDP takes, and the other
+    spelling, if the script used it, is dropped (DDP refuses both)."""
+    applied: Dict[str, Any] = {}
+    for name, value in overrides.items():
+        target = name
+        if name == "broadcast_buffers":
+            target = next(n for n in BUFFER_SYNC_NAMES if n in parameters or n == name)
+            for other in BUFFER_SYNC_NAMES:
+                arguments.pop(other, None)
+        arguments[target] = value
+        applied[target] = value
+    return applied
+
+
+def _wrapped_init(listener: StepListener, overrides: Dict[str, Any]) -> Callable[..., None]:
+    original = DDP.__init__
+    parameters = dict(inspect.signature(original).parameters)
+
+    @functools.wraps(original)
+    def init(self: DDP, *args: Any, **kwargs: Any) -> None:
+        bound = inspect.signature(original).bind(self, *args, **kwargs)
+        applied = applied_arguments(parameters, bound.arguments, overrides)
+        original(*bound.args, **bound.kwargs)
+        self.register_forward_pre_hook(
+            lambda module, a, k: listener.forward_starts(module, a, k), with_kwargs=True
+        )
+        self.register_forward_hook(lambda module, a, out: listener.forward_ends(module))
+        listener.ddp_built(self, applied)
+
+    return init
+
+
+@contextlib.contextmanager
+def installed(listener: StepListener, ddp_overrides: Dict[str, Any]) -> Iterator[None]:
+    """The hooks, for the duration of the block (the script's run)."""
+    original_init = DDP.__init__
+    original_destroy = dist.destroy_process_group
+    DDP.__init__ = _wrapped_init(listener, ddp_overrides)  # type: ignore[method-assign]
+
+    @functools.wraps(original_destroy)
+    def destroy(*args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs.get("group"):  # the default group: the job's
+            listener.group_ends()
+        return original_destroy(*args, **kwargs)
+
+    handles = [
+        register_optimizer_step_pre_hook(lambda opt, a, k: listener.optimizer_starts(opt)),
+        register_optimizer_step_post_hook(lambda opt, a, k: listener.optimizer_ends(opt)),
+    ]
+    modules = (dist, dist.distributed_c10d)
+    for module in modules:
+        module.destroy_process_group = destroy  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        DDP.__init__ = original_init  # type: ignore[method-assign]
+        for handle in handles:
+            handle.remove()
+        for module in modules:
+            module.destroy_process_group = original_destroy  # type: ignore[attr-defined]

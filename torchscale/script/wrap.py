@@ -1,0 +1,106 @@
+"""Rank entry of a script cell: ``torchrun ... -m torchscale.script.wrap --cell cell.json --out
+result.json``.
+
+Runs the user's training script unmodified, in this process, as ``python train.py ARGS`` would
+(``__name__ == "__main__"``, ``sys.argv``, the script's folder first on ``sys.path``), with the
+bootstrap installed around it (``step_hooks``: the DDP model, forwards and optimizer steps;
+``script_window``: the windows). Before the script starts, the cell's process-level settings
+apply: communication environment, intra-op threads, cuDNN autotuning (again when the script
+builds DDP, in case it set them itself). The script's own output goes where torchrun sends each
+rank's output: the cell's log.
+
+A script that raises, or exits with a non-zero code, on any rank is a failure: this rank's error
+file names what it raised (``runtime.entry.reporting_failures``), and torchrun stops the other
+ranks. A script that cannot be measured (``run_state.NotMeasurable``: ended before the windows,
+never built DDP, built two) fails the same way with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from torchscale.plan.profile_request import ProfileRequest
+from torchscale.runtime.entry import (
+    exit_now,
+    parse_cell_args,
+    rank_reporter,
+    read_cell,
+    reporting_failures,
+)
+from torchscale.script.run_state import NotMeasurable
+from torchscale.script.script_config import ScriptCellSettings
+from torchscale.script.script_finish import end_children
+from torchscale.script.script_window import ScriptWindows
+from torchscale.script.step_hooks import installed
+
+
+class ScriptExited(Exception):
+    """The script called ``sys.exit`` with a failure code."""
+
+
+def apply_process_settings(settings: ScriptCellSettings) -> Dict[str, Any]:
+    """The cell's environment, threads and cuDNN autotuning, before the script starts."""
+    import torch
+
+    os.environ.update(settings.env)
+    if settings.threads is not None:
+        torch.set_num_threads(settings.threads)
+    if settings.cudnn_benchmark is not None:
+        torch.backends.cudnn.benchmark = settings.cudnn_benchmark
+    return {"threads": settings.threads, "cudnn_benchmark": settings.cudnn_benchmark}
+
+
+class _Reapplied(ScriptWindows):
+    """The windows, with the process-level settings applied again when DDP is built."""
+
+    def ddp_built(self, ddp: Any, applied: Dict[str, Any]) -> None:
+        applied.update({k: v for k, v in apply_process_settings(self.s).items() if v is not None})
+        super().ddp_built(ddp, applied)
+
+
+def run_script(path: str, args: List[str]) -> None:
+    """``python path args`` in this process; a non-zero ``sys.exit`` raises ScriptExited."""
+    sys.argv = [path, *args]
+    sys.path.insert(0, str(Path(path).resolve().parent))
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise ScriptExited(f"the script exited with code {exc.code!r}") from None
+
+
+def run_cell(cell_path: Path, out_path: Path) -> None:
+    cell = read_cell(cell_path)
+    settings = ScriptCellSettings.model_validate(cell["settings"])
+    request = ProfileRequest.from_json(cell.get("profile"))
+    reporter = rank_reporter(out_path)
+    with reporting_failures(reporter):
+        reporter.phase("init")
+        apply_process_settings(settings)
+        windows = _Reapplied(settings, request, reporter, out_path)
+        reporter.phase("build")  # the script's own start: imports, data, model
+        with installed(windows, settings.ddp_overrides()):
+            run_script(settings.script, settings.args)
+            windows.script_ended()
+
+
+@record
+def main(argv: Optional[List[str]] = None) -> None:
+    args = parse_cell_args("torchscale.script.wrap", __doc__ or "", argv)
+    try:
+        run_cell(args.cell, args.out)
+    except NotMeasurable:
+        end_children()
+        raise
+    end_children()
+    exit_now()
+
+
+if __name__ == "__main__":
+    main()
