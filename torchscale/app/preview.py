@@ -63,7 +63,7 @@ class PlanPreview:
         return [
             *([nsys] if nsys else []),
             *size_warnings(self.request, self.devices.kind),
-            *download_notes(self._cells()),
+            *download_notes([self.request.config.data] if self.request.config.models else []),
         ]
 
     def _cells(self) -> Iterator[Cell]:

@@ -43,11 +43,11 @@ TIMEOUT_S = 30.0
 CHUNK = 1 << 20
 
 
-def cifar100_roots(cells: Iterable[Cell]) -> List[Path]:
-    """The ``data.path`` of every cell reading CIFAR-100 that is not there yet, each once."""
+def cifar100_roots(sections: Iterable[object]) -> List[Path]:
+    """The ``data.path`` of every ``data:`` section (a config's, or each cell's) reading
+    CIFAR-100 that is not there yet, each once."""
     roots: List[Path] = []
-    for cell in cells:
-        data = getattr(cell.settings, "data", None)
+    for data in sections:
         if getattr(data, "source", None) != "cifar100":
             continue
         root = Path(getattr(data, "path", None) or dataset_paths.DEFAULT_DATA_PATH).expanduser()
@@ -56,18 +56,19 @@ def cifar100_roots(cells: Iterable[Cell]) -> List[Path]:
     return roots
 
 
-def download_notes(cells: Iterable[Cell]) -> List[str]:
-    """What a run would download first (``--dry-run`` says it)."""
+def download_notes(sections: Iterable[object]) -> List[str]:
+    """What a run would download first (``--dry-run`` says it), from the ``data:`` sections its
+    cells read (a config's own: a plan of millions of cells is never walked for it)."""
     return [
         f"CIFAR-100 is not at {root}: the run downloads it there first from "
         f"{dataset_paths.CIFAR100_URL} (MD5 checked)"
-        for root in cifar100_roots(cells)
+        for root in cifar100_roots(sections)
     ]
 
 
 def fetch_datasets(cells: Iterable[Cell]) -> None:
     """Download every missing dataset the cells read; a failure is one line, nothing kept."""
-    for root in cifar100_roots(cells):
+    for root in cifar100_roots(getattr(cell.settings, "data", None) for cell in cells):
         fetch_cifar100(root)
 
 
