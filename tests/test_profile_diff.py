@@ -138,3 +138,33 @@ def test_a_regressed_cell_traced_in_both_runs_gets_its_diff_command(tmp_path, pl
     assert words[:3] == ["torchscale", "profile", "diff"]
     result = runner.invoke(app, [*words[1:], "--json"])
     assert result.exit_code == 0 and json.loads(result.stdout)["top_changes"][0]["name"] == name
+
+
+def test_compare_names_the_diff_of_a_regressed_cell_traced_in_both_runs(tmp_path, planted):
+    """The link from the gate to the traces: ``compare`` (console and --json) gives the
+    ``profile diff`` command of a regressed cell both runs traced, and it runs."""
+    import shlex
+
+    from tests.support.report_fixtures import FixtureSpec, write_experiment
+    from torchscale.results.layout import cell_dir
+
+    root, name, _ = planted
+    spec = dict(findings=False, failures=False, collectives=False)
+    old = write_experiment(tmp_path / "old run", FixtureSpec(**spec))
+    new = write_experiment(tmp_path / "new run", FixtureSpec(slowdown={"resnet50": 1.4}, **spec))
+    for folder, trace in ((old, root / "old" / TRACE), (new, root / "new" / "rank0.json")):
+        lines = (folder / "results.jsonl").read_text().splitlines()
+        docs = [json.loads(line) for line in lines]
+        traced = next(d for d in docs if d["model"] == "resnet50" and d["world_size"] == 8)
+        traced["profile"] = {"tool": "torch", "profiled": True, "reason": "asked", "dir": "profile"}
+        (folder / "results.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+        traces = cell_dir(folder, traced["cell_id"]) / "profile"
+        traces.mkdir(parents=True, exist_ok=True)
+        shutil.copy(trace, traces / trace.name)
+    result = runner.invoke(app, ["compare", str(old), str(new), "--noise-floor", "2", "--json"])
+    assert result.exit_code == 1, result.output
+    (command,) = json.loads(result.stdout)["profile_diff_commands"]
+    assert f"Both runs traced it: {command}" in result.stderr
+    words = shlex.split(command)  # the folders' names hold a space
+    diff = runner.invoke(app, [*words[1:], "--json"])
+    assert diff.exit_code == 0 and json.loads(diff.stdout)["top_changes"][0]["name"] == name

@@ -308,3 +308,28 @@ def test_a_fleet_of_three_hosts_names_the_throttled_host_and_the_shaped_link(tmp
         f"whose {worst['label']} on CPU 0 ran at {worst['vs_fleet']:.2f} of the fleet median "
         "at level 2"
     )
+
+
+def test_the_fleet_tables_read_whole_at_80_columns() -> None:
+    import io
+
+    from rich.console import Console
+
+    from torchscale.validate.fleet_view import render_fleet
+
+    reports = [probe_report(f"gpu-node-{i}", 740.0, 2900.0) for i in range(5)]
+    reports[3]["probes"][1]["value"] = 520.0
+    fleet_links = links({(i, (i + 1) % 5): 40.0 + i for i in range(5)})
+    verdict = analyse(reports, fleet_links, ValidateSection())
+    document = fleet_document(reports, fleet_links, verdict, ValidateSection())
+    console = Console(file=io.StringIO(), width=80, color_system=None)
+    render_fleet(document, console)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert all(len(line) <= 80 for line in text.splitlines()) and "…" not in text, text
+    flowing = " ".join(text.split())
+    for node in document["nodes"]:
+        assert node["host"] in text
+        assert f"{node['local']['pass']}/{node['local']['warn']}/{node['local']['fail']}" in text
+    for link in document["links"]:
+        assert f"{link['ratio']:.2f}" in text
+    assert "GPU 1 GEMM bf16 at 0.70 of the fleet median" in flowing

@@ -230,16 +230,15 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         integration_timeout: Annotated[
-            float,
+            str,
             typer.Option(
                 "--integration-timeout",
-                help="Seconds one call to an MLflow tracking server may take (local stores: 60 "
-                "s, or this if longer); one that does not answer in time is one warning and the "
-                "benchmark goes on without it.",
-                min=0.1,
+                help="How long one call to an MLflow tracking server may take (5, 10s; local "
+                "stores: 60 s, or this if longer); one that does not answer in time is one "
+                "warning and the benchmark goes on without it.",
                 rich_help_panel=INTEGRATIONS_PANEL,
             ),
-        ] = DEFAULT_TIMEOUT_S,
+        ] = f"{DEFAULT_TIMEOUT_S:g}",
         mpirun_arg: Annotated[
             Optional[List[str]],
             typer.Option(
@@ -365,7 +364,8 @@ def register(app: typer.Typer) -> None:
             loaded = load_config(config, overrides, flags=SeedFlags(warmup=warmup, iters=iters))
         if benchmark_kind != "comm":
             _check_models(loaded)
-        integrations = Integrations(tensorboard, mlflow, integration_timeout)
+        deadline_s = parse_duration(integration_timeout, "--integration-timeout", "5 or 10s")
+        integrations = Integrations(tensorboard, mlflow, deadline_s)
         integrations.check()
         request = BenchmarkRequest(
             loaded,

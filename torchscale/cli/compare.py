@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from torchscale.analysis.comparison import Comparison
+    from torchscale.report.report_data import ReportData
 
 EXIT_REGRESSION = 1
 
@@ -114,6 +115,21 @@ def _table(comparison: Comparison, threshold: float, device_kind: Optional[str] 
     return fitted_table(err_console, title, cols, compact=compact_cols, left_out="see --json")
 
 
+def _diff_commands(result: Comparison, old: ReportData, new: ReportData) -> List[str]:
+    """``torchscale profile diff`` for each regressed cell traced in both runs: from the verdict
+    to the kernels and ops that moved."""
+    if result.regressions.empty:
+        return []
+    from torchscale.profiling.diff_links import diff_commands
+
+    cells = result.regressions
+    return diff_commands(
+        [(e.path, e.records) for e in old.experiments],
+        [(e.path, e.records) for e in new.experiments],
+        zip(cells["cell_id_old"], cells["cell_id_new"]),
+    )
+
+
 def register(app: typer.Typer) -> None:
     @app.command("compare")
     @user_errors
@@ -165,6 +181,7 @@ def register(app: typer.Typer) -> None:
             )
         regressions = len(result.regressions)
         lost = result.lost
+        diffs = _diff_commands(result, old_data, new_data)
         if json_output:
             print_json(
                 {
@@ -180,6 +197,7 @@ def register(app: typer.Typer) -> None:
                     "cells": [_clean(r) for r in result.cells.to_dict("records")],
                     "only_in_baseline": result.only_old.to_dict("records"),
                     "only_in_new": result.only_new.to_dict("records"),
+                    "profile_diff_commands": diffs,
                 }
             )
         from torchscale.hardware.device_noun import records_device_kind
@@ -197,14 +215,7 @@ def register(app: typer.Typer) -> None:
             result_console.print(
                 f"[bold red]{regressions} cell(s) regressed beyond {threshold:g}%[/bold red]"
             )
-            from torchscale.profiling.diff_links import diff_commands
-
-            cells = result.regressions
-            for line in diff_commands(
-                [(e.path, e.records) for e in old_data.experiments],
-                [(e.path, e.records) for e in new_data.experiments],
-                zip(cells["cell_id_old"], cells["cell_id_new"]),
-            ):
+            for line in diffs:
                 result_console.print(f"Both runs traced it: {line}", markup=False, soft_wrap=True)
         if len(lost):
             named = ", ".join(f"{r.cell_id_old} ({r.verdict})" for r in lost.itertuples())

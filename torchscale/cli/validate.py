@@ -43,12 +43,13 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         timeout: Annotated[
-            float,
+            str,
             typer.Option(
                 "--timeout",
-                help="Seconds before a hanging smoke test is killed and reported as FAIL.",
+                help="How long before a hanging smoke test is killed and reported as FAIL "
+                "(60, 90s, 2min; a bare number is seconds).",
             ),
-        ] = 60.0,
+        ] = "60",
         output_dir: Annotated[
             Path,
             typer.Option(
@@ -113,17 +114,20 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         join_timeout: Annotated[
-            float,
-            typer.Option("--join-timeout", help="--fleet: seconds to wait for the other nodes."),
-        ] = 600.0,
+            str,
+            typer.Option(
+                "--join-timeout",
+                help="--fleet: how long to wait for the other nodes (600, 10min).",
+            ),
+        ] = "600",
     ) -> None:
         """Check if current node meets DDP requirements (NCCL, Drivers)."""
         if verbose:
             logging.getLogger("torchscale").setLevel(logging.DEBUG)
-        if not timeout > 0:
-            raise TorchscaleError(
-                f"--timeout must be a positive number of seconds, got {timeout:g}"
-            )
+        from torchscale.config.durations import parse_duration
+
+        timeout_s = parse_duration(timeout, "--timeout", "60, 90s or 2min")
+        join_timeout_s = parse_duration(join_timeout, "--join-timeout", "600, 90s or 10min")
         if level not in (1, 2, 3):
             raise TorchscaleError(f"--level {level}: choose 1, 2 or 3")
         if output_dir.exists() and not output_dir.is_dir():
@@ -138,15 +142,15 @@ def register(app: typer.Typer) -> None:
         member = None
         if fleet:
             flags = _flags(json_output, skip_smoke, verbose)
-            again = ["--level", str(level), "--timeout", f"{timeout:g}", "--fleet"]
+            again = ["--level", str(level), "--timeout", f"{timeout_s:g}", "--fleet"]
             again += ["--output-dir", str(output_dir.resolve())]
-            again += ["--join-timeout", f"{join_timeout:g}"]
+            again += ["--join-timeout", f"{join_timeout_s:g}"]
             again += ["--config", str(config.resolve())] if config else []
             again += [word for value in set_ or [] for word in ("--set", value)]
             again += [flag for flag, on in flags if on]
-            member = _fleet_member(nnodes, node_rank, rdzv_endpoint, join_timeout, again)
+            member = _fleet_member(nnodes, node_rank, rdzv_endpoint, join_timeout_s, again)
         options = ValidateOptions(
-            timeout_s=timeout,
+            timeout_s=timeout_s,
             skip_smoke=skip_smoke,
             output_dir=output_dir,
             level=level,

@@ -106,6 +106,11 @@ def _cell_cards(table: pd.DataFrame, records: List[ResultBase]) -> List[Card]:
     ]
 
 
+def _plural(severity: str, count: int) -> str:
+    """``1 warning``, ``4 warnings``; ``4 critical``, ``2 info`` (adjectives, and a mass noun)."""
+    return severity + "s" if count != 1 and severity in ("warning", "error") else severity
+
+
 def _cards(table: pd.DataFrame, findings: pd.DataFrame, records: List[ResultBase]) -> List[Card]:
     ok = table[table["status"] == "ok"]
     cards = _cell_cards(table, records)
@@ -143,7 +148,8 @@ def _cards(table: pd.DataFrame, findings: pd.DataFrame, records: List[ResultBase
         Card(
             "Findings",
             str(len(findings)),
-            " · ".join(f"{n} {s}" for s, n in counts.items()) or "nothing to report",
+            " · ".join(f"{n} {_plural(str(s), n)}" for s, n in counts.items())
+            or "nothing to report",
             "bad" if severe.any() else "warn" if len(findings) else "good",
         )
     )
