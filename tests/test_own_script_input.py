@@ -174,3 +174,33 @@ def test_tune_searches_the_scripts_ddp_arguments_only() -> None:
     assert cell.kind == "script" and cell.cell_id.startswith("script-train-cnn-g2-r3-")
     lines = script_snippet({"ddp.bucket_cap_mb": 100}, "header").splitlines()
     assert lines[0] == "# header" and "    bucket_cap_mb=100," in lines
+
+
+def test_resume_refuses_a_script_cell_whose_arguments_changed(tmp_path: Path) -> None:
+    """A stored result of the same script and GPU count with other arguments is a changed cell:
+    ``--resume`` refuses (as for a model) before anything launches; ``--force`` is the way."""
+    from torchscale.results.schema import TrainingResult
+    from torchscale.results.store import ExperimentStore
+
+    out = tmp_path / "out"
+    [planned] = _plan(tmp_path, "--script", str(CNN), "--gpus", "1", "--", "--steps", "5")
+    stored = {**planned["settings"], "args": ["--steps", "9"]}
+    old_id = planned["cell_id"].rsplit("-", 1)[0] + "-0123abcd"
+    store = ExperimentStore(out / "train_cnn")
+    store.root.mkdir(parents=True)
+    store.write_manifest({"schema_version": 1, "experiment": "train_cnn", "config": {}})
+    store.append(
+        TrainingResult(
+            cell_id=old_id, experiment="train_cnn", model="train_cnn.py", batch_size=4,
+            world_size=1, nproc_per_node=1, global_batch_size=4, precision="script",
+            settings=stored, status="failed", error="x",
+        )
+    )  # fmt: skip
+    before = (store.root / "results.jsonl").read_bytes()
+    args = ["benchmark", "--script", str(CNN), "--gpus", "1", "-o", str(out), "--resume"]
+    result = runner.invoke(app, [*args, "--", "--steps", "5"])
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip().splitlines()[-1]
+    assert "args" in line and "--force" in line, line
+    assert (store.root / "results.jsonl").read_bytes() == before
+    assert not (store.root / "cells").exists()

@@ -35,8 +35,8 @@ def readme_commands() -> List[str]:
     text = (REPO / "README.md").read_text(encoding="utf-8")
     commands = []
     for block in re.findall(r"```bash\n(.*?)```", text, re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = re.sub(r"\s+#.*$", "", line).strip()
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            line = " ".join(re.sub(r"\s+#.*$", "", line).split())
             if line.startswith("torchscale "):
                 commands.append(line)
     return commands
@@ -131,14 +131,16 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.copytree(source, root / name)
         else:
             shutil.copy(source, root / name)
-    for name in ("scaling.yaml", "bench.yaml"):
-        shutil.copy(REPO / "examples" / "cpu_smoke.yaml", root / name)
+    smoke = (REPO / "examples" / "cpu_smoke.yaml").read_text(encoding="utf-8")
+    (root / "bench.yaml").write_text(smoke, encoding="utf-8")
+    # a Slurm submission sizes its allocation from the GPUs of one node
+    (root / "scaling.yaml").write_text(smoke + "gpus_per_node: 2\n", encoding="utf-8")
     shutil.copy(REPO / "examples" / "scripts" / "train_transformer.py", root / "train.py")
     results = root / "results"
-    write_experiment(results / "old", FixtureSpec(findings=False))
-    write_experiment(results / "new", FixtureSpec(findings=False, slowdown={"resnet50": 1.3}))
-    write_experiment(results / "train", FixtureSpec(name="train", findings=False))
-    write_experiment(results / "bench", FixtureSpec(name="bench", findings=False))
+    write_experiment(results, FixtureSpec(name="old", findings=False))
+    write_experiment(results, FixtureSpec(name="new", findings=False, slowdown={"resnet50": 1.3}))
+    write_experiment(results, FixtureSpec(name="train", findings=False))
+    write_experiment(results, FixtureSpec(name="bench", findings=False))
     for name in ("path/to/traces", "old_traces", "new_traces"):
         shutil.copytree(TRACES, root / name)
     return root

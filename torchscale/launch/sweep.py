@@ -37,7 +37,7 @@ from torchscale.launch.multinode import Launch, check_node_zero, merge_node_envi
 from torchscale.launch.nsys import resolve_tool
 from torchscale.launch.process import sigterm_as_interrupt
 from torchscale.launch.warm_groups import PER_CELL, launch_units, per_cell_reason, run_group
-from torchscale.plan.kind_protocol import cell_kinds, get_kind, record_kinds
+from torchscale.plan.kind_protocol import cell_kinds, get_kind
 from torchscale.plan.matrix import Plan
 from torchscale.plan.planned_cell import NON_IDENTITY_FIELDS, Cell
 from torchscale.plan.profile_request import ProfileRequest
@@ -182,9 +182,9 @@ def changed_cells(cells: Sequence[Cell], known: Sequence[ResultBase]) -> List[Di
     ids = {cell.cell_id for cell in cells}
     changes: Dict[str, Dict[str, Any]] = {}
     for record in known:
-        siblings = [
-            c for c in planned.get(base_id(record.cell_id), []) if record.kind in record_kinds(c.kind)
-        ]
+        # The base id names the kind too (``script-...``, ``comm-...``, a model's name): a kind
+        # may write another's records (a script cell writes training records).
+        siblings = planned.get(base_id(record.cell_id), [])
         if record.cell_id in ids or not siblings:
             continue
         diffs = [
