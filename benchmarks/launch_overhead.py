@@ -67,8 +67,18 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     config.write_text(CONFIG)
     subprocess.run(
-        [sys.executable, "-m", "torchscale", "benchmark", "-c", str(config), "-o", str(out),
-         "--launch", "per-cell"],  # a launch per cell: the overhead measured here
+        [
+            sys.executable,
+            "-m",
+            "torchscale",
+            "benchmark",
+            "-c",
+            str(config),
+            "-o",
+            str(out),
+            "--launch",
+            "per-cell",
+        ],  # a launch per cell: the overhead measured here
         check=True,
         capture_output=True,
     )

@@ -296,7 +296,11 @@ def write_kineto_trace(
     return kernels
 
 
-DENSE_KERNELS = ("ampere_sgemm_128x64_tn", "vectorized_elementwise_kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL")
+DENSE_KERNELS = (
+    "ampere_sgemm_128x64_tn",
+    "vectorized_elementwise_kernel",
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+)
 
 
 def write_dense_trace(path: Path, events: int, *, kernels_per_step: int = 1000) -> int:

@@ -316,7 +316,10 @@ def test_benchmark_selection(tmp_path: Path) -> None:
             "gpu_counts: [2, 3]\ncommunication: {tp_gemm: {m: 64}}\n",
             "m = 64 cannot be split evenly across 3 ranks",
         ),
-        ("gpu_counts: [2]\n", "'models' is empty and there is no 'communication:' or 'script:' section"),
+        (
+            "gpu_counts: [2]\n",
+            "'models' is empty and there is no 'communication:' or 'script:' section",
+        ),
     ],
 )
 def test_bad_communication_config_is_one_line_exit_2(

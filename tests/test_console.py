@@ -60,9 +60,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
     root = tmp_path_factory.mktemp("console-runs")
     spec = FixtureSpec(findings=False)
     old = write_experiment(root / "old", spec)
-    new = write_experiment(
-        root / "new", replace(spec, seed=1, slowdown={"resnet-synthetic": 1.3})
-    )
+    new = write_experiment(root / "new", replace(spec, seed=1, slowdown={"resnet-synthetic": 1.3}))
     return {"old": old, "new": new}
 
 
@@ -458,7 +456,11 @@ def test_where_a_cell_is_comes_from_rank_zeros_files(tmp_path: Path) -> None:
     reporter = RankReporter(tmp_path, 0)
     assert cell_progress(tmp_path, settings) is None  # rank 0 has said nothing yet
     seen = []
-    for window, steps, detail in (("build", 0, {}), ("warmup", 2, {}), ("measure", 4, {"steps": 10})):
+    for window, steps, detail in (
+        ("build", 0, {}),
+        ("warmup", 2, {}),
+        ("measure", 4, {"steps": 10}),
+    ):
         reporter.phase(window, **detail)
         for _ in range(steps):
             reporter.steps.start_step()
@@ -466,6 +468,7 @@ def test_where_a_cell_is_comes_from_rank_zeros_files(tmp_path: Path) -> None:
         assert found is not None
         seen.append(found.describe())
     assert seen == ["building the model", "warm-up, step 2/3", "measuring, step 4/10"]
+
 
 PROGRESS_CONFIG = """\
 experiment_name: "progress\\e]0;owned\\a"

@@ -41,7 +41,9 @@ def test_terminal_keeps_plain_text_and_shows_newlines_escaped() -> None:
     assert for_terminal("a\nb\x1b", keep_newlines=True) == "a\nb\\x1b"
 
 
-@pytest.mark.parametrize("name", ["=1+1", "+cmd|' /C calc'!A0", "-2+3+cmd", "@SUM(A1)", "\tx", "\rx"])
+@pytest.mark.parametrize(
+    "name", ["=1+1", "+cmd|' /C calc'!A0", "-2+3+cmd", "@SUM(A1)", "\tx", "\rx"]
+)
 def test_csv_cells_that_a_spreadsheet_would_run_get_a_quote(name: str) -> None:
     assert for_csv(name) == "'" + name
 

@@ -119,7 +119,9 @@ def test_a_planted_link_is_refused_and_its_target_unchanged(tmp_path: Path, name
     target = tmp_path / "precious.txt"
     target.write_text("precious\n")
     (folder / name).symlink_to(target)
-    result = runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(tmp_path / "out"), "--resume"])
+    result = runner.invoke(
+        app, ["benchmark", "-c", str(config), "-o", str(tmp_path / "out"), "--resume"]
+    )
     assert result.exit_code == 2, result.output
     line = one_error_line(result.stderr)
     assert "symbolic link" in line and name in line
@@ -132,7 +134,9 @@ def test_a_planted_cell_folder_link_is_refused(tmp_path: Path) -> None:
     config.write_text(SKIPPED_CONFIG.format(name="cellink").replace("[64]", "[1]"))
     out = tmp_path / "out"
     plan = json.loads(
-        runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(out), "--dry-run", "--json"]).stdout
+        runner.invoke(
+            app, ["benchmark", "-c", str(config), "-o", str(out), "--dry-run", "--json"]
+        ).stdout
     )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -259,9 +263,9 @@ def test_sigkill_of_a_sweep_leaves_no_process_and_resume_refuses_a_live_owner(
     cells = out / "killed" / "cells"
     try:
         # The hang model stops rank 1 after two forward calls: wait until both ranks are in.
-        hung = lambda: any(cells.glob(f"*/{OWNER_FILE}")) and any(  # noqa: E731
-            cells.glob("*/ranks/rank1.steps")
-        )
+        def hung() -> bool:
+            return any(cells.glob(f"*/{OWNER_FILE}")) and any(cells.glob("*/ranks/rank1.steps"))
+
         assert wait_for(hung, 120), "the cell never started"
         (cell_dir,) = cells.iterdir()
         assert wait_for(lambda: len(pids_of(str(cell_dir))) >= 3, 60)  # torchrun + 2 ranks
@@ -330,7 +334,9 @@ run_process(["sleep", "600"], timeout_s=None, on_start=lambda pid: print(pid, fl
 """
 
 
-@pytest.mark.parametrize("script", [ORPHAN, LAUNCHER], ids=["worker-watchdog", "launcher-pdeathsig"])
+@pytest.mark.parametrize(
+    "script", [ORPHAN, LAUNCHER], ids=["worker-watchdog", "launcher-pdeathsig"]
+)
 def test_a_child_dies_within_5_s_of_its_sigkilled_parent(script: str) -> None:
     """Each mechanism alone: a worker (own session) watching its parent, and a launcher that the
     kernel kills with torchscale (``PR_SET_PDEATHSIG``)."""
@@ -343,9 +349,12 @@ def test_a_child_dies_within_5_s_of_its_sigkilled_parent(script: str) -> None:
         assert psutil.pid_exists(child)
         parent.kill()
         parent.wait()
-        alive = lambda: psutil.pid_exists(child) and (  # noqa: E731
-            psutil.Process(child).status() != psutil.STATUS_ZOMBIE
-        )
+
+        def alive() -> bool:
+            return (
+                psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE
+            )
+
         gone = wait_for(lambda: not alive(), 5.0)
         if not gone:
             psutil.Process(child).kill()
@@ -357,7 +366,13 @@ def test_a_child_dies_within_5_s_of_its_sigkilled_parent(script: str) -> None:
 
 # --- 3. compare: a cell that stopped running is a failure -----------------------------------------
 
-SMALL = {"batch_sizes": (32,), "gpu_counts": (1, 2, 4), "failures": False, "collectives": False, "findings": False}
+SMALL = {
+    "batch_sizes": (32,),
+    "gpu_counts": (1, 2, 4),
+    "failures": False,
+    "collectives": False,
+    "findings": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -428,10 +443,14 @@ def _no_constant(name: str) -> None:
 
 # --- 4 and 7. bounded config loading ---------------------------------------------------------------
 
-LAUGHS = "experiment_name: laughs\n" + "".join(
-    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9 if prev else ['lol'] * 9)}]\n"
-    for prev, name in zip([None, *"abcdefgh"], "abcdefghi")
-) + "models: *i\n"
+LAUGHS = (
+    "experiment_name: laughs\n"
+    + "".join(
+        f"{name}: &{name} [{', '.join([f'*{prev}'] * 9 if prev else ['lol'] * 9)}]\n"
+        for prev, name in zip([None, *"abcdefgh"], "abcdefghi")
+    )
+    + "models: *i\n"
+)
 
 
 def test_billion_laughs_is_refused_fast_in_little_memory(tmp_path: Path) -> None:
@@ -450,7 +469,11 @@ def test_billion_laughs_is_refused_fast_in_little_memory(tmp_path: Path) -> None
     ("text", "key", "line"),
     [
         ("models: [gpt2-tiny]\nbatch_sizes: [4]\nmodels: [bert-tiny]\n", "models", 3),
-        ("models: [gpt2-tiny]\nddp:\n  bucket_cap_mb: 25\n  bucket_cap_mb: 50\n", "bucket_cap_mb", 4),
+        (
+            "models: [gpt2-tiny]\nddp:\n  bucket_cap_mb: 25\n  bucket_cap_mb: 50\n",
+            "bucket_cap_mb",
+            4,
+        ),
     ],
 )
 def test_duplicate_keys_are_an_error_naming_key_and_line(tmp_path: Path, text, key, line) -> None:
@@ -523,7 +546,9 @@ def test_the_matrix_cap_is_checked_before_anything_is_expanded(tmp_path: Path) -
 def test_dry_run_streams_a_plan_it_never_holds(tmp_path: Path) -> None:
     path = millions(tmp_path)
     proc = subprocess.Popen(
-        torchscale_cmd("benchmark", "-c", str(path), "--dry-run", "--json", "--max-cells", "2000000"),
+        torchscale_cmd(
+            "benchmark", "-c", str(path), "--dry-run", "--json", "--max-cells", "2000000"
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env_with_repo(),

@@ -108,7 +108,10 @@ def test_seed_dry_run_marks_cells_this_node_skips_and_warns_about_nsys(
             assert entry["skip_reason"] == reason and lines[index] == f"skipped: {reason}"
             assert "torchrun_agent" not in entry["command"]
         else:
-            assert entry["skip_reason"] is None and "-m torchscale.launch.torchrun_agent" in lines[index]
+            assert (
+                entry["skip_reason"] is None
+                and "-m torchscale.launch.torchrun_agent" in lines[index]
+            )
     assert "12 of 24 cells would be skipped on this node" in err
     assert f"results would go to {out / 'resnet50_scaling_test'}" in err
     assert not out.exists()

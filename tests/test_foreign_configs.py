@@ -225,7 +225,9 @@ def test_seed_004_yaml_dry_run(tmp_path: Path) -> None:
     path = tmp_path / "cifar100_resnet50.yaml"
     path.write_text(SEED_004_YAML.format(data=data))
     args = ["benchmark", "-c", str(path), "-o", str(tmp_path / "out"), "--dry-run", "--json"]
-    result = runner.invoke(app, [*args, "--benchmark.warmup_steps=3", "--training.precision", "bf16"])
+    result = runner.invoke(
+        app, [*args, "--benchmark.warmup_steps=3", "--training.precision", "bf16"]
+    )
     assert result.exit_code == 0, result.output
     (cell,) = json.loads(result.stdout)
     settings = cell["settings"]
@@ -284,10 +286,13 @@ def test_seed_001_warmup_and_iters_flags(tmp_path: Path) -> None:
     assert (by_kind["comm"]["warmup"], by_kind["comm"]["iterations"]) == (20, 200)
     said = " ".join(result.stderr.split())
     assert said.count("--warmup 20 is warmup_steps and communication.warmup (seed 001's flag)") == 1
-    assert said.count(
-        "--iters 200 is measure_steps (replacing measure_seconds) and communication.iterations "
-        "(seed 001's flag)"
-    ) == 1
+    assert (
+        said.count(
+            "--iters 200 is measure_steps (replacing measure_seconds) and communication.iterations "
+            "(seed 001's flag)"
+        )
+        == 1
+    )
     refused = runner.invoke(app, ["benchmark", *args[:4], "--iters", "0", "--dry-run"])
     assert refused.exit_code == 2 and "--iters" in refused.output
 

@@ -86,7 +86,10 @@ def test_a_kinds_section_is_checked_as_strictly_as_the_rest(tmp_path: Path) -> N
     with added_kind(TOY), pytest.raises(ConfigError) as raised:
         load_config(path)
     assert "unknown key 'toy.wrds' (did you mean 'toy.words'?)" in str(raised.value)
-    with added_kind(TOY), pytest.raises(ConfigError, match="no 'communication:' or 'script:' or 'toy:'"):
+    with (
+        added_kind(TOY),
+        pytest.raises(ConfigError, match="no 'communication:' or 'script:' or 'toy:'"),
+    ):
         load_config(_config(tmp_path, "gpu_counts: [1]\n"))
 
 

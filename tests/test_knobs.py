@@ -17,7 +17,9 @@ from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
-pytestmark = pytest.mark.slow  # every test here reads real cells run with the knobs (torchrun launches)
+pytestmark = (
+    pytest.mark.slow
+)  # every test here reads real cells run with the knobs (torchrun launches)
 
 runner = CliRunner()
 

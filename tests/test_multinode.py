@@ -226,7 +226,8 @@ def test_summary_and_node_scaling_split_intra_and_inter_node(lockstep: Dict) -> 
     assert "> [FAIL] failed: rank 1 on head failed in " in head_log
     # compute ran its 2-node cells and then waited at the next one, recording nothing.
     assert (
-        "> Running gpt2-tiny on 4 CPU processes x 2 nodes (batch 2, fp32)..." in lockstep["logs"]["compute"]
+        "> Running gpt2-tiny on 4 CPU processes x 2 nodes (batch 2, fp32)..."
+        in lockstep["logs"]["compute"]
     )
     assert "> Running gpt2-tiny on 2 CPU processes (batch" not in lockstep["logs"]["compute"]
 

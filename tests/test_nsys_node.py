@@ -311,7 +311,9 @@ def test_2022_variant_is_built_in_the_schema_nsys_2022_4_wrote(tmp_path):
     for table in tables:
         want = recorded.execute(f"PRAGMA table_info({table})").fetchall()
         assert built.execute(f"PRAGMA table_info({table})").fetchall() == want, table
-    assert not built.execute("SELECT name FROM sqlite_master WHERE name='META_DATA_EXPORT'").fetchall()
+    assert not built.execute(
+        "SELECT name FROM sqlite_master WHERE name='META_DATA_EXPORT'"
+    ).fetchall()
 
 
 def test_a_real_2022_export_without_gpu_activity_is_one_clear_line():

@@ -426,7 +426,8 @@ def test_ranks_torchrun_stopped_after_a_failure_are_not_causes(tmp_path: Path) -
          {"event": "end", "rank": 0, "pid": 6, "time": 100.1, "signal": 15}],
     )  # fmt: skip
     assert failure_cause(departures(cell, cell)) == (
-        "failed", "rank 1 on vm failed in measure at step 2 (forward): ValueError: bad batch"
+        "failed",
+        "rank 1 on vm failed in measure at step 2 (forward): ValueError: bad batch",
     )
 
 

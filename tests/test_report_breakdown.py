@@ -71,7 +71,9 @@ def test_html_shows_comm_compute_per_rank(projection: Run, reports: Dict[str, Pa
         compute = rank.ddp_forward_compute_ms + rank.ddp_backward_compute_ms
         assert row["Compute ms"] == fmt.significant(compute)
         assert row["Comm ms"] == fmt.significant(rank.ddp_backward_comm_ms)
-    assert "Communication vs computation per iteration — gpt2-tiny, batch 16, 2 CPU processes" in html
+    assert (
+        "Communication vs computation per iteration — gpt2-tiny, batch 16, 2 CPU processes" in html
+    )
     assert "Step-time histogram — gpt2-tiny, batch 16" in html
 
 
@@ -86,9 +88,7 @@ def test_html_shows_tp_gemm_and_p2p_heatmap(projection: Run, reports: Dict[str, 
         case = (record.world_size, record.m, record.n, record.k)
         row = rows[(str(record.world_size), "×".join(str(v) for v in case[1:]))]
         assert row[f"{record.order} µs"] == fmt.significant(record.time_us)
-        references = [
-            g.reference_time_us for g in gemm if (g.world_size, g.m, g.n, g.k) == case
-        ]
+        references = [g.reference_time_us for g in gemm if (g.world_size, g.m, g.n, g.k) == case]
         assert row["Compute only µs"] == fmt.significant(sum(references) / len(references))
     assert "Tensor-parallel GEMM on 2 CPU processes: all-gather before vs after the GEMM" in html
     assert "Tensor-parallel GEMM on 1 CPU process: all-gather before vs after the GEMM" in html

@@ -184,13 +184,18 @@ def test_a_profile_run_beside_its_benchmark_is_that_experiments_profile(tmp_path
     profiles = html_tables(html)["profile-table"]
     assert [r["Traced by"] for r in profiles] == ["benchmark cell", "torchscale profile (torch)"]
     assert [r[f"{SYNC_STALL.title} %"] for r in profiles] == ["6.6%", "10.7%"]
-    overhead = training_table(records).set_index("cell_id").loc[at_four.cell_id, "sync_overhead_pct"]
+    overhead = (
+        training_table(records).set_index("cell_id").loc[at_four.cell_id, "sync_overhead_pct"]
+    )
     (relation,) = next(s for s in content.sections if s.section_id == "profiles").notes
     assert f"sync overhead of {fmt.percent(overhead)}" in relation
     assert "sync stall of 10.7%" in relation
     document = json.loads(render_documents(data))
     assert isinstance(document, dict) and document["name"] == "scaling_analysis"
-    assert [p["traced_by"] for p in document["profiles"]] == ["benchmark cell", "torchscale profile"]
+    assert [p["traced_by"] for p in document["profiles"]] == [
+        "benchmark cell",
+        "torchscale profile",
+    ]
     # Reported on its own, a profile run is an experiment with one GPU count: no scaling figure.
     alone = training_table(load_report_data(run).records)
     assert alone["scaling_efficiency"].isna().all()
@@ -262,7 +267,9 @@ def test_a_cpu_runs_first_screen_and_first_pdf_page_say_cpu_processes(
     every_page = " ".join(pages_text(session_report(root, "real", "pdf")))
     assert "Memory per rank" in every_page and "Memory per GPU" not in every_page
     document = build_document(load_report_data(healthy_run(root).experiment_dir).experiments[0])
-    assert document.config.ranks == "CPU processes" and "not GPU figures" in str(document.config.note)
+    assert document.config.ranks == "CPU processes" and "not GPU figures" in str(
+        document.config.note
+    )
 
 
 def test_glossary_names_are_the_same_on_console_html_and_json_for_one_cell(
@@ -366,8 +373,15 @@ def _tune_folder(tmp_path: Path) -> Path:
     trials = []
     for number in range(8):
         params = dict(zip(knobs, ([1, 25, 100][number % 3], bool(number % 2), number > 3)))
-        trials.append({"number": number, "state": "complete", "params": params,
-                       "samples_per_s": 1000.0 + 20 * number, "screen_samples_per_s": None})
+        trials.append(
+            {
+                "number": number,
+                "state": "complete",
+                "params": params,
+                "samples_per_s": 1000.0 + 20 * number,
+                "screen_samples_per_s": None,
+            }
+        )
     finalists = [
         {"trial": 7, "changed": {"ddp.bucket_cap_mb": 25}, "samples_per_s": 1150.0,
          "baseline_samples_per_s": 1000.0, "gain_pct": 15.0, "ci_low_pct": 9.0,

@@ -153,7 +153,9 @@ def test_quiet_report_and_validate_print_only_results(tmp_path: Path) -> None:
     write_experiment(tmp_path, FixtureSpec(name="quiet", models=MODELS[:1], batch_sizes=(8,),
                                            gpu_counts=(1, 2), steps=8, findings=False))  # fmt: skip
     out = tmp_path / "r.json"
-    quiet = runner.invoke(app, ["--quiet", "report", "-s", str(tmp_path), "-f", "json", "-o", str(out)])
+    quiet = runner.invoke(
+        app, ["--quiet", "report", "-s", str(tmp_path), "-f", "json", "-o", str(out)]
+    )
     assert quiet.exit_code == 0 and _lines(quiet.stderr) == [f"> Report written to {out}"]
     checks = runner.invoke(app, ["--quiet", "validate", "--skip-smoke", "--json"])
     report = json.loads(checks.stdout)
@@ -205,7 +207,9 @@ def test_requirements_txt_installs_the_project_without_a_second_version_list() -
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     required = set(install["metadata"]["requires_dist"])
     assert set(project["dependencies"]) <= required
-    assert all(f'{dep}; extra == "png"' in required for dep in project["optional-dependencies"]["png"])
+    assert all(
+        f'{dep}; extra == "png"' in required for dep in project["optional-dependencies"]["png"]
+    )
     listed = [line for line in (ROOT / "requirements.txt").read_text().splitlines()
               if line.strip() and not line.startswith("#")]  # fmt: skip
     assert listed == ["-e .[png]"]  # no version of its own to keep in step

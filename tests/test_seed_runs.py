@@ -94,7 +94,8 @@ def test_seed_004_yaml_downloads_cifar100_and_measures_epochs(
         monkeypatch.setattr(dataset_paths, "CIFAR100_URL", f"{base}/{archive.name}")
         monkeypatch.setattr(dataset_paths, "CIFAR100_MD5", md5(archive))
         result = runner.invoke(
-            app, ["benchmark", "-c", str(config), "-o", str(tmp_path / "out"), "--training.epochs=2"]
+            app,
+            ["benchmark", "-c", str(config), "-o", str(tmp_path / "out"), "--training.epochs=2"],
         )
     assert result.exit_code == 0, result.output
     assert (data / "cifar-100-python" / "train").is_file()

@@ -72,7 +72,9 @@ def test_the_quiet_real_run_prints_only_its_final_table(sweep: SweepRun) -> None
     """--quiet: no progress, no per-cell nccl-tests tables; the communication summary, line for
     line as the console draws it from the records."""
     records = ExperimentStore(sweep.experiment_dir).records()
-    title = f"{ExperimentStore(sweep.experiment_dir).root.name} ({sweep.experiment_dir}): communication"
+    title = (
+        f"{ExperimentStore(sweep.experiment_dir).root.name} ({sweep.experiment_dir}): communication"
+    )
     summary = _text(_comm_summary(records, title))
     output = sweep.result.stderr
     assert "> Running" not in output and "# all_reduce" not in output

@@ -223,7 +223,9 @@ def test_real_oversubscribed_rank_is_found(tmp_path: Path, monkeypatch: pytest.M
     record = records[0]
     own = sum(r.process_cpu_s or 0.0 for r in record.per_rank)
     quiet = record.model_copy(
-        update={"per_rank": [r.model_copy(update={"host_busy_cpu_s": own}) for r in record.per_rank]}
+        update={
+            "per_rank": [r.model_copy(update={"host_busy_cpu_s": own}) for r in record.per_rank]
+        }
     )
     (own_threads,) = [f for f in telemetry_findings([quiet]) if f["ranks"] == [1]]
     assert "waited for a CPU behind its own threads" in own_threads["title"]

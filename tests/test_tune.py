@@ -120,7 +120,9 @@ def test_tune_finds_a_gain_that_a_separate_benchmark_confirms(mlp: Dict[str, Any
     assert winner["ci_low_pct"] > 0 and winner["gain_pct"] >= 1.0
     assert winner["changed"]  # it differs from bucket_cap_mb 1, views off
     line = summary["line"]
-    assert re.match(r"> \[TUNE\] \+\d+\.\d% samples/s \(95% CI \+\d+\.\d\.\.\+\d+\.\d%\) with ", line)
+    assert re.match(
+        r"> \[TUNE\] \+\d+\.\d% samples/s \(95% CI \+\d+\.\d\.\.\+\d+\.\d%\) with ", line
+    )
     assert line in mlp["result"].stderr
     # best.yaml reproduces the winner; a benchmark of it beats the baseline beyond noise.
     best = mlp["confirm"]["best"]
@@ -222,7 +224,9 @@ def _complete_trials(study: Path) -> int:
 
     try:
         with sqlite3.connect(f"file:{study}?mode=ro", uri=True, timeout=5) as db:
-            return int(db.execute("SELECT count(*) FROM trials WHERE state='COMPLETE'").fetchone()[0])
+            return int(
+                db.execute("SELECT count(*) FROM trials WHERE state='COMPLETE'").fetchone()[0]
+            )
     except sqlite3.Error:
         return 0  # not created yet
 

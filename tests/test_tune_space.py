@@ -95,7 +95,11 @@ def test_conditional_compile_mode_only_with_compile() -> None:
         ({"search": ["ddp.bucket_cap"]}, [], "did you mean 'ddp.bucket_cap_mb'"),
         ({"space": {"precision": ["bf16"]}}, [], "add --allow precision"),
         ({}, ["bucket_cap_mb"], "--allow 'bucket_cap_mb' is not a knob that needs allowing"),
-        ({"space": {"ddp.bucket_cap_mb": {"low": 30, "high": 50}}}, [], "does not hold the baseline"),
+        (
+            {"space": {"ddp.bucket_cap_mb": {"low": 30, "high": 50}}},
+            [],
+            "does not hold the baseline",
+        ),
         ({"space": {"ddp.bucket_cap_mb": [-1]}}, [], "tune.space.ddp.bucket_cap_mb"),
     ],
 )

@@ -109,7 +109,9 @@ def test_a_profile_finding_names_host_and_gpu_in_its_title(results: Path) -> Non
     trace_finding = {"severity": "high", "category": "straggler", "ranks": [5],
                      "title": "NCCL all_reduce: GPU-5 arrives last", "recommendation": "..."}  # fmt: skip
     [done] = attribute_findings([trace_finding], [record], load_host_records(results), "title")
-    assert done["title"].startswith("NCCL all_reduce: GPU-5 arrives last; rank 5 is on node-b GPU 1")
+    assert done["title"].startswith(
+        "NCCL all_reduce: GPU-5 arrives last; rank 5 is on node-b GPU 1"
+    )
     assert done["where"].startswith("rank 5 is on node-b GPU 1, whose GEMM bf16")
 
 

@@ -235,7 +235,9 @@ NAMES = ["alpha", "bravo", "charlie"]
 
 
 @pytest.mark.slow
-def test_a_fleet_of_three_hosts_names_the_throttled_host_and_the_shaped_link(tmp_path: Path) -> None:
+def test_a_fleet_of_three_hosts_names_the_throttled_host_and_the_shaped_link(
+    tmp_path: Path,
+) -> None:
     """Three hosts (network namespaces, a link of their own between each pair): charlie's CPU
     quota cut to 5% of a CPU once it is ready to probe (its start-up runs at half a CPU, so the
     test does not wait for it), and the alpha <-> charlie link shaped to 16 Mbit/s with tc. Both
@@ -276,9 +278,7 @@ def test_a_fleet_of_three_hosts_names_the_throttled_host_and_the_shaped_link(tmp
     assert links_by[("alpha", "bravo")]["status"] == links_by[("bravo", "charlie")]["status"]
     assert links_by[("alpha", "bravo")]["status"] == "PASS"
     # the shaped link against what both its ends reach on their other links, computed here
-    reach = {
-        h: max(x["gbps"] for x in document["links"] if h in (x["a"], x["b"])) for h in NAMES
-    }
+    reach = {h: max(x["gbps"] for x in document["links"] if h in (x["a"], x["b"])) for h in NAMES}
     slow = links_by[("alpha", "charlie")]
     assert slow["ratio"] == pytest.approx(slow["gbps"] / min(reach["alpha"], reach["charlie"]))
     assert reach["charlie"] == links_by[("bravo", "charlie")]["gbps"]  # its other link
@@ -289,8 +289,9 @@ def test_a_fleet_of_three_hosts_names_the_throttled_host_and_the_shaped_link(tmp
     median = statistics.median(c["value"] for c in gemm.values())
     assert gemm["charlie"]["vs_fleet"] == pytest.approx(gemm["charlie"]["value"] / median)
     assert gemm["charlie"]["status"] != "PASS"
-    assert f"CPU 0 GEMM fp32 at {gemm['charlie']['vs_fleet']:.2f} of the fleet median" in (
-        nodes["charlie"]["reasons"]
+    assert (
+        f"CPU 0 GEMM fp32 at {gemm['charlie']['vs_fleet']:.2f} of the fleet median"
+        in (nodes["charlie"]["reasons"])
     )
     # what node 0 printed on stdout is the fleet report it wrote; the page shows the heatmaps
     stdout = logs[0][logs[0].index("{\n") :]

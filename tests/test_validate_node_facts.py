@@ -70,7 +70,10 @@ def test_application_xids_only_warn_and_a_clean_log_passes() -> None:
     # a bus no GPU has (the GPU fell off and NVML lost it) is named by its bus id
     gsp = KernelLog(lines("dmesg_t_gsp.log"), "dmesg")
     alone = check_xid(gsp, parse_xids(gsp.lines or []), buses[:2])
-    assert alone.status is Status.FAIL and alone.value == "PCI 0000:ab:00: Xid 119 (GSP RPC timeout) x3"
+    assert (
+        alone.status is Status.FAIL
+        and alone.value == "PCI 0000:ab:00: Xid 119 (GSP RPC timeout) x3"
+    )
 
 
 def test_an_unknown_code_counts_as_hardware() -> None:
@@ -88,13 +91,19 @@ def test_the_log_is_read_from_dmesg_else_journalctl_and_unreadable_is_skip(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # dmesg refused as on a node with kernel.dmesg_restrict=1, the journal readable
-    _tool(tmp_path, "dmesg", 'echo "dmesg: read kernel buffer failed: Operation not permitted" >&2\nexit 1\n')
+    _tool(
+        tmp_path,
+        "dmesg",
+        'echo "dmesg: read kernel buffer failed: Operation not permitted" >&2\nexit 1\n',
+    )
     _tool(tmp_path, "journalctl", f'cat "{LOGS / "journalctl_ecc.log"}"\n')
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     log = read_kernel_log()
     assert log.source.startswith("journalctl") and len(parse_xids(log.lines or [])) == 2
     # neither readable: the reasons of both, and the check says so instead of "no errors"
-    _tool(tmp_path, "journalctl", 'echo "No journal files were found." >&2\necho "-- No entries --"\n')
+    _tool(
+        tmp_path, "journalctl", 'echo "No journal files were found." >&2\necho "-- No entries --"\n'
+    )
     log = read_kernel_log()
     assert log.lines is None
     assert "Operation not permitted" in (log.error or "") and "journalctl" in (log.error or "")

@@ -126,7 +126,9 @@ def test_cpu_gemm_and_memory_figures_agree_with_an_independent_measurement() -> 
     direct: Dict[str, List[float]] = {"gemm_fp32": [], "memory_copy": []}
     before = torch.get_num_threads()
     allowed = os.sched_getaffinity(0)
-    core = {min(allowed)} if threads_per_cpu_slot() == 1 else allowed  # where the probe's slot 0 runs
+    core = (
+        {min(allowed)} if threads_per_cpu_slot() == 1 else allowed
+    )  # where the probe's slot 0 runs
     for _ in range(4):
         for figure in measure_devices(settings).figures:
             probe.get(figure.probe, []).extend(figure.samples)
@@ -174,6 +176,8 @@ def test_level_3_end_to_end_on_this_machine(tmp_path: Path) -> None:
     slices = report["sustained"]["slices"]["CPU"]
     assert len(slices["gemm"]) == len(slices["copy"]) == 12
     drift = checks["Sustained GEMM"]["details"]["drift"]["CPU"]
-    assert drift == pytest.approx(statistics.median(slices["gemm"][-4:]) / statistics.median(slices["gemm"][:4]))
+    assert drift == pytest.approx(
+        statistics.median(slices["gemm"][-4:]) / statistics.median(slices["gemm"][:4])
+    )
     saved = json.loads(validate_record_path(out, report["host"]).read_text())
     assert saved == report

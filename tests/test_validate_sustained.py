@@ -56,7 +56,10 @@ def fake_load(settings: ValidateSection, seconds: float) -> Slices:
     steady = [740.0] * SLICES
     falling = [740.0 - 296.0 * i / (SLICES - 1) for i in range(SLICES)]
     copy_rate = [2900.0] * SLICES
-    return {"GPU 0": {"gemm": steady, "copy": copy_rate}, "GPU 1": {"gemm": falling, "copy": copy_rate}}
+    return {
+        "GPU 0": {"gemm": steady, "copy": copy_rate},
+        "GPU 1": {"gemm": falling, "copy": copy_rate},
+    }
 
 
 @pytest.fixture

@@ -88,9 +88,7 @@ def wrap_text(text: str, width: int) -> str:
     """``text`` on lines of at most ``width``, broken where a reader expects it (:data:`BREAKS`):
     ``pkg.module:function`` wraps as ``pkg.module:`` / ``function``, never inside a word that
     fits on a line."""
-    return "\n".join(
-        piece for line in text.split("\n") for piece in _pieces(line, width, 0)
-    )
+    return "\n".join(piece for line in text.split("\n") for piece in _pieces(line, width, 0))
 
 
 def _safe(text: str, style: str = "") -> Text:

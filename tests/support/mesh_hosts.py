@@ -74,7 +74,10 @@ class MeshHosts:
                     continue
                 left, right = f"{self.tag}{i}x{j}", f"{self.tag}{j}x{i}"
                 _ip("link", "add", left, "type", "veth", "peer", "name", right)
-                for end, host, name, peer in ((left, a, self.veth(i, j), b), (right, b, self.veth(j, i), a)):
+                for end, host, name, peer in (
+                    (left, a, self.veth(i, j), b),
+                    (right, b, self.veth(j, i), a),
+                ):
                     _ip("link", "set", end, "netns", host.netns)
                     _ip("-n", host.netns, "link", "set", end, "name", name)
                     _ip("-n", host.netns, "link", "set", name, "up")

@@ -124,7 +124,13 @@ class ToyKind:
         return f"toy echo of {_settings(cell).word!r} on {cell.settings.gpus} ranks"
 
     def plan_row(self, cell: Cell, knobs: List[str]) -> List[str]:
-        return [f"toy:{_settings(cell).word}", "-", str(cell.settings.gpus), "-", *["-"] * len(knobs)]
+        return [
+            f"toy:{_settings(cell).word}",
+            "-",
+            str(cell.settings.gpus),
+            "-",
+            *["-"] * len(knobs),
+        ]
 
     def console_lines(self, records: List[ResultBase]) -> List[str]:
         return [f"> [TOY] {r.word}: {r.status}" for r in records if isinstance(r, ToyResult)]

@@ -50,9 +50,7 @@ class Statistic:
 
 
 MEAN = Statistic("mean", float("nan"), lambda a: np.asarray(a.mean(axis=-1), dtype=np.float64))
-P95 = Statistic(
-    "p95", 0.95, lambda a: np.asarray(np.percentile(a, 95, axis=-1), dtype=np.float64)
-)
+P95 = Statistic("p95", 0.95, lambda a: np.asarray(np.percentile(a, 95, axis=-1), dtype=np.float64))
 
 
 def _rows_per_chunk(width: int) -> int:

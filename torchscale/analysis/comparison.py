@@ -174,9 +174,7 @@ def _pooled(
     return pooled, samples, repeats
 
 
-def _spreads(
-    options: CompareOptions, *sides: Dict[CellKey, Repeats]
-) -> Dict[str, noise.Spread]:
+def _spreads(options: CompareOptions, *sides: Dict[CellKey, Repeats]) -> Dict[str, noise.Spread]:
     """Per figure, the noise spread that decides (``analysis.noise.choose``); repeats measured on
     an oversubscribed host measure the other processes, not the node: left out."""
     cells = [cell for side in sides for cell in side.values() if not cell["waited"]]
@@ -215,7 +213,8 @@ def _judged(
     waited = max(old_cell["waited"] + new_cell["waited"], default=None)
     judged: Dict[str, object] = {
         "noise_model": (
-            noise.OVERSUBSCRIBED if waited is not None
+            noise.OVERSUBSCRIBED
+            if waited is not None
             else noise.cell_model(spreads["throughput"], *repeats, cv)
         ),
         "repeats_old": repeats[0],

@@ -293,9 +293,13 @@ def _cpu_findings(record: TrainingResult) -> List[Finding]:
             ratio = rank.nosync_step_ms / statistics.median(peers) - 1
             slower = f"; its compute-only step is {ratio:+.0%} against the other ranks"
         load = others.get(rank.host)
-        meanwhile = "" if load is None else (
-            f" Other processes kept {load:.2f} of the host's "
-            f"{rank.host_cpus or 0:.0f} CPUs busy meanwhile."
+        meanwhile = (
+            ""
+            if load is None
+            else (
+                f" Other processes kept {load:.2f} of the host's "
+                f"{rank.host_cpus or 0:.0f} CPUs busy meanwhile."
+            )
         )
         straggler = len(record.per_rank) > 1 and _straggler(record, rank.rank)
         evidence = (
@@ -329,8 +333,13 @@ def _cpu_findings(record: TrainingResult) -> List[Finding]:
 
 
 def _finding(
-    record: TrainingResult, severity: Severity, title: str, message: str, evidence: str,
-    ranks: List[int], recommendation: str,
+    record: TrainingResult,
+    severity: Severity,
+    title: str,
+    message: str,
+    evidence: str,
+    ranks: List[int],
+    recommendation: str,
 ) -> Finding:
     return Finding(
         severity=severity, category="telemetry", title=title, recommendation=recommendation,

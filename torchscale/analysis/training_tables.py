@@ -34,7 +34,6 @@ TRAINING_COLUMNS = [
 ]  # fmt: skip
 
 
-
 MEASURED_WINDOW_FIELDS = {"warmup_steps", "measure_steps", "measure_seconds", "sync_probe_steps"}
 """How long a cell measures: ``torchscale profile`` runs a window of its own."""
 

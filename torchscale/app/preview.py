@@ -134,7 +134,5 @@ def preview_plan(request: BenchmarkRequest) -> PlanPreview:
         from torchscale.launch.sweep import RETRYABLE
 
         retry = request.retry_failed
-        preview.done = {
-            r.cell_id for r in store.records() if not (retry and r.status in RETRYABLE)
-        }
+        preview.done = {r.cell_id for r in store.records() if not (retry and r.status in RETRYABLE)}
     return preview

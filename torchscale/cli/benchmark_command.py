@@ -508,9 +508,7 @@ def _follower_summary(outcome: BenchmarkOutcome) -> int:
         f"{outcome.store_root}"
     )
     if outcome.records:
-        show_result(
-            f"{len(outcome.records)} cell(s) failed on this node; see their errors above."
-        )
+        show_result(f"{len(outcome.records)} cell(s) failed on this node; see their errors above.")
         return 1
     return 0
 

@@ -66,7 +66,6 @@ def show_result(renderable: object) -> None:
     result_console.print(renderable, soft_wrap=isinstance(renderable, str), markup=False)
 
 
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 

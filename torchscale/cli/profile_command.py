@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 TARGETS = ("sync_stalls", "communication", "compute", "memory", "all")
 TOOLS = ("auto", "nsys", "torch")
+
+
 def _check_choice(value: str, choices: Tuple[str, ...], option: str) -> str:
     if value not in choices:
         raise TorchscaleError(f"{option} {value!r} is not one of: {', '.join(choices)}")
@@ -125,8 +127,6 @@ def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
     if json_output and documents:
         print_json(documents[0] if len(documents) == 1 else {"cells": documents})
     return 0 if documents else 1
-
-
 
 
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Enable verbose logging.")]

@@ -60,9 +60,7 @@ def _table(rows: List[Dict[str, Any]], holdout: bool) -> Any:
     throughput, throughput_stacked = banded("throughput")
     cols = [
         Col("model", [str(row["model"]) for row in rows], numeric=False, wrap=True),
-        Col(
-            "config", [str(row["variant"]) for row in rows], numeric=False, wrap=True, same="{}"
-        ),
+        Col("config", [str(row["variant"]) for row in rows], numeric=False, wrap=True, same="{}"),
         Col(ranks, [_ranks(row) for row in rows]),
         Col("step ms", step, compact="step\nms", compact_values=step_stacked),
         Col(f"{unit}/s", throughput, compact=f"{unit}\n/s", compact_values=throughput_stacked),

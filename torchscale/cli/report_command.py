@@ -62,9 +62,7 @@ def _generate(
     from torchscale.app.report import ReportRequest, generate_report
 
     with err_console.status(f"Building the {markup_text(fmt)} report of {markup_text(source)}..."):
-        path = generate_report(
-            ReportRequest(source, fmt, output, baseline, threshold, noise_floor)
-        )
+        path = generate_report(ReportRequest(source, fmt, output, baseline, threshold, noise_floor))
     if fmt.lower() == "tensorboard":
         message = f"> TensorBoard runs written to {path} (view: tensorboard --logdir {path})"
     elif fmt.lower() == "png":

@@ -29,6 +29,7 @@ SPLIT_OPS = frozenset({"all_gather", "reduce_scatter", "all_to_all"})
 ALIGN_BYTES = 16  # nccl-tests rounds the per-rank count of split ops down to 16 bytes
 BYTES_PER_GB = 1e9
 
+
 def size_sweep(min_bytes: int, max_bytes: int, factor: int) -> List[int]:
     """nccl-tests' ``-b min -e max -f factor``: min, min*f, min*f^2, ... while <= max."""
     if min_bytes <= 0 or factor < 2 or min_bytes > max_bytes:

@@ -90,7 +90,7 @@ def _entries(implementations: Dict[str, Any], name: str) -> List[Dict[str, Any]]
         if not isinstance(entry, dict):
             raise ConfigError(
                 f"DDLB's benchmark.implementations.{name}[{index}] must be an object of "
-                f"options, like {{\"size\": \"unsharded\"}}"
+                f'options, like {{"size": "unsharded"}}'
             )
     return entries
 

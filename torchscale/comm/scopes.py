@@ -41,9 +41,7 @@ def scope_groups(scope: str, world_size: int, nproc_per_node: int) -> List[List[
     raise ValueError(f"unknown scope {scope!r}: choose one of {', '.join(SCOPES)}")
 
 
-def distinct_scopes(
-    requested: Sequence[ScopeT], nnodes: int, nproc_per_node: int
-) -> List[ScopeT]:
+def distinct_scopes(requested: Sequence[ScopeT], nnodes: int, nproc_per_node: int) -> List[ScopeT]:
     """The requested scopes that measure something the world does not, in the order asked."""
     split = nnodes > 1 and nproc_per_node > 1  # only then is a node a proper, non-trivial subset
     return [scope for scope in requested if scope == "world" or split]

@@ -189,9 +189,7 @@ def _tp_gemm(run: RankRun) -> List[Dict[str, Any]]:
     return results
 
 
-def measure(
-    settings: CommCellSettings, ctx: RankContext, reporter: RankReporter
-) -> Dict[str, Any]:
+def measure(settings: CommCellSettings, ctx: RankContext, reporter: RankReporter) -> Dict[str, Any]:
     """Everything this rank measured, in the order every rank runs it."""
     run = RankRun(settings, ctx, Clock(ctx.device), reporter, corruption_from_env())
     alone = ctx.world_size == 1  # a 1-rank cell exists for the TP GEMM alone (see comm.plan)

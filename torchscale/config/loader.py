@@ -355,9 +355,7 @@ class ValidationOnly(BaseModel):
     validation: ValidateSection
 
 
-def load_validation(
-    path: Optional[Path], overrides: Sequence[Override] = ()
-) -> ValidateSection:
+def load_validation(path: Optional[Path], overrides: Sequence[Override] = ()) -> ValidateSection:
     """The ``validation:`` section of a config file (the rest of the file is not read as a
     benchmark: a file holding only this section is fine), with ``--set validation.x=...``."""
     raw = read_yaml(path) if path is not None else {}

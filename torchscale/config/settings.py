@@ -258,9 +258,7 @@ def sweepable(model: Type[BaseModel], name: str) -> Type[BaseModel]:
             ],
             Field(default=[default], description=info.description),
         )
-    return create_model(
-        name, __config__=ConfigDict(extra="forbid", allow_inf_nan=False), **fields
-    )
+    return create_model(name, __config__=ConfigDict(extra="forbid", allow_inf_nan=False), **fields)
 
 
 TrainingSweep = sweepable(TrainingSettings, "TrainingSweep")

@@ -77,6 +77,6 @@ def cpu_run_note(backend: str = "gloo") -> str:
     """The report's first-screen line that says a run's figures are not GPU figures (the
     console's shorter form is :data:`CPU_NOTE`)."""
     return (
-        f"This run used {backend} on CPU processes, one per \"GPU\" of the config: throughput, "
+        f'This run used {backend} on CPU processes, one per "GPU" of the config: throughput, '
         "step times, sync and scaling here are CPU figures, not GPU figures."
     )

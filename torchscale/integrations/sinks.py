@@ -88,8 +88,8 @@ class SinkEvents:
         if sink.name in self.broken:
             return
         try:
-            deadline = self.timeout_s if getattr(sink, "remote", True) else local_deadline(
-                self.timeout_s
+            deadline = (
+                self.timeout_s if getattr(sink, "remote", True) else local_deadline(self.timeout_s)
             )
             call_with_deadline(deadline, getattr(sink, method), *args)
         except Exception as exc:  # an integration must never cost a result
@@ -138,9 +138,7 @@ class Integrations:
         if self.tensorboard is not None:
             from torchscale.integrations.tensorboard_events import TensorBoardSink
 
-            sink = self._opened(
-                "TensorBoard", False, TensorBoardSink, self.tensorboard, swept
-            )
+            sink = self._opened("TensorBoard", False, TensorBoardSink, self.tensorboard, swept)
             sinks += [sink] if sink is not None else []
         if self.mlflow is not None:
             sink = self._mlflow(experiment, store_root, swept)

@@ -346,9 +346,7 @@ def run_cell(
     return kind.failed(cell, identity, status, reason + dump_note(cell_dir))
 
 
-def _owned(
-    launched: List[Tuple[int, Optional[int]]], cell_dir: Path, pid: int, what: str
-) -> None:
+def _owned(launched: List[Tuple[int, Optional[int]]], cell_dir: Path, pid: int, what: str) -> None:
     launched.append((pid, start_ticks(pid)))
     write_owner(cell_dir, pid, what)
 

@@ -168,9 +168,7 @@ def _extract(archive: Path, staging: Path) -> None:
 
 def _move_into_place(extracted: Path, root: Path) -> None:
     if dataset_paths.cifar100_file(extracted.parent) is None:
-        raise ConfigError(
-            f"the CIFAR-100 archive has no {CIFAR100_FOLDER}/train; nothing was kept"
-        )
+        raise ConfigError(f"the CIFAR-100 archive has no {CIFAR100_FOLDER}/train; nothing was kept")
     target = root / CIFAR100_FOLDER
     refuse_link(target)
     if dataset_paths.cifar100_file(root) is not None:

@@ -174,9 +174,8 @@ def describe(departure: Departure) -> str:
         message = str(d.error.get("message") or "")
         phase = d.error.get("phase")
         where = d.where if d.window == phase else f"in {phase}"
-        return (
-            f"rank {d.rank} on {d.error.get('host')} failed {where}: "
-            f"{d.error.get('type')}" + (f": {message}" if message else "")
+        return f"rank {d.rank} on {d.error.get('host')} failed {where}: {d.error.get('type')}" + (
+            f": {message}" if message else ""
         )
     if d.signal:
         return f"rank {d.rank} was killed by signal {signal_text(d.signal)} {d.where}"

@@ -37,8 +37,6 @@ class Plan:
         return iter(self.cells)
 
 
-
-
 def count_cells(
     config: BenchmarkConfig, benchmark: str = "all", gpus_per_node: Optional[int] = None
 ) -> Tuple[int, str]:

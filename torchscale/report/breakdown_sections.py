@@ -151,8 +151,7 @@ def _tp_gemm_charts(cases: pd.DataFrame) -> List[Chart]:
             Chart(
                 chart_id("tp-gemm", experiment, world),
                 f"Tensor-parallel GEMM on {words.device(as_int(world))}: "
-                "all-gather before vs after the GEMM"
-                + (f" ({experiment})" if many else ""),
+                "all-gather before vs after the GEMM" + (f" ({experiment})" if many else ""),
                 "m×n×k",
                 "time per op (µs)",
                 series,
@@ -211,8 +210,11 @@ def parallelism_section(records: List[ResultBase]) -> Optional[Section]:
                 cases,
                 [
                     Column("world_size", words.count_header(), fmt.integer),
-                    *([Column("variant", "Configuration", fmt.text, numeric=False)]
-                      if (cases["variant"].astype(str) != "").any() else []),
+                    *(
+                        [Column("variant", "Configuration", fmt.text, numeric=False)]
+                        if (cases["variant"].astype(str) != "").any()
+                        else []
+                    ),
                     Column("case", "m×n×k", fmt.text, numeric=False),
                     Column("dtype", "dtype", fmt.text, numeric=False),
                     Column("AG_before_us", "AG_before µs", us),

@@ -37,8 +37,10 @@ MEMORY_PARTS = [
 def cell_labels(frame: pd.DataFrame, with_model: bool = True) -> pd.Series:
     """``model · batch 32 · 4 GPUs`` (``· 8 GPUs × 2 nodes`` across nodes; ``· 2 CPU processes``
     on CPU) for each row (without the model inside a model's chart)."""
-    label = frame["variant"].astype(str) + " · " + frame["world_size"].map(
-        lambda n: words.device(int(n))
+    label = (
+        frame["variant"].astype(str)
+        + " · "
+        + frame["world_size"].map(lambda n: words.device(int(n)))
     )
     if "nnodes" in frame:
         nodes = frame["nnodes"].fillna(1).astype(int)

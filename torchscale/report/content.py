@@ -45,6 +45,8 @@ from torchscale.results.schema import ResultBase
 from torchscale.results.table_scalars import frame_records
 
 TOP_FINDINGS = 5
+
+
 @dataclass
 class ReportContent:
     title: str

@@ -336,9 +336,7 @@ def build_document(
         return _document(experiment, data.source, world_size)
 
 
-def _document(
-    experiment: Experiment, source: Path, world_size: Optional[int]
-) -> BenchmarkDocument:
+def _document(experiment: Experiment, source: Path, world_size: Optional[int]) -> BenchmarkDocument:
     records = [r for r in experiment.records if world_size in (None, r.world_size)]
     config = experiment.manifest.get("config") or {}
     named = (getattr(r, "device_name", None) for r in records)

@@ -28,6 +28,8 @@ CHART_COLUMNS = [
     "model", "variant", "nnodes", "nproc_per_node", "world_size", "samples_per_s",
     "scaling_efficiency", "intra_node_efficiency", "inter_node_efficiency",
 ]  # fmt: skip
+
+
 def shape_title() -> str:
     return f"nodes × {words.devices()} per node"
 

@@ -81,8 +81,10 @@ def _bars(ax: Any, chart: Chart, bars: List[Series], colors: Dict[str, str]) -> 
 def _series(ax: Any, chart: Chart, colors: Dict[str, str]) -> None:
     _bars(ax, chart, [s for s in chart.series if s.kind == "bar"], colors)
     for series in chart.series:
-        color = REFERENCE_COLOR if series.color_key == "__ideal" else colors.get(
-            series.color_key or series.name
+        color = (
+            REFERENCE_COLOR
+            if series.color_key == "__ideal"
+            else colors.get(series.color_key or series.name)
         )
         label: Optional[str] = _text(series.name) if series.show_legend else None
         x = _positions(chart, series)

@@ -144,9 +144,7 @@ def load_experiment(path: Path) -> Experiment:
 
 def _configurations(experiment: Experiment) -> List[str]:
     return [
-        profiled_config_key(r.settings)
-        for r in experiment.records
-        if isinstance(r, TrainingResult)
+        profiled_config_key(r.settings) for r in experiment.records if isinstance(r, TrainingResult)
     ]
 
 

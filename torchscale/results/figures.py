@@ -171,7 +171,7 @@ def glossary_markdown() -> str:
         "",
         "Each figure has one name, used on the console, in the HTML and PDF report, in the JSON "
         "document and by `torchscale profile`, and one owner in the code. On a node without GPUs "
-        "each \"GPU\" is a CPU process (gloo), and the figures are CPU figures.",
+        'each "GPU" is a CPU process (gloo), and the figures are CPU figures.',
         "",
         f"| figure | definition | unit | measured by | column | in {RESULTS} | owner |",
         "|---|---|---|---|---|---|---|",

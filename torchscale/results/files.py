@@ -128,9 +128,7 @@ def check_output_file(
     or missing. One line each (:class:`UnsafePathError`, exit 2)."""
     path = Path(path)
     if path.is_dir() and not path.is_symlink():
-        raise UnsafePathError(
-            f"{option} {path} is a folder; give a file name such as report.html"
-        )
+        raise UnsafePathError(f"{option} {path} is a folder; give a file name such as report.html")
     refuse_non_regular(path, option)
     for source in inputs:
         if _same_file(path, Path(source)):

@@ -180,9 +180,7 @@ def joined(member: FleetMember, settings: ValidateSection, notify: Notify) -> It
         fleet.close()
 
 
-def fleet_check(
-    fleet: Fleet, report: Dict[str, Any], notify: Notify
-) -> Optional[Dict[str, Any]]:
+def fleet_check(fleet: Fleet, report: Dict[str, Any], notify: Notify) -> Optional[Dict[str, Any]]:
     """Gather the reports, measure the ring and the suspects' links; node 0 returns the fleet
     document, the other nodes None."""
     from torchscale.validate.fleet_document import fleet_document

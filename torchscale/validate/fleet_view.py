@@ -66,7 +66,5 @@ def render_fleet(document: Dict[str, Any], console: Console) -> None:
         parts.append("slow link(s): " + ", ".join(f"{a} <-> {b}" for a, b in summary["slow_links"]))
     verdict = "; ".join(parts) or "no outlier node or link"
     console.print(
-        Text.assemble(
-            (summary["status"], STYLES[summary["status"]]), ": ", terminal_text(verdict)
-        )
+        Text.assemble((summary["status"], STYLES[summary["status"]]), ": ", terminal_text(verdict))
     )

@@ -49,9 +49,7 @@ def _write_atomic(path: Path, document: Dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
-def time_all_gather(
-    size_bytes: int, device: object, warmup: int, iters: int
-) -> Dict[str, object]:
+def time_all_gather(size_bytes: int, device: object, warmup: int, iters: int) -> Dict[str, object]:
     """All-gather timed as nccl-tests' all_gather_perf lays it out (comm/busbw.py): each rank
     sends ``size / n`` bytes and receives ``size``; the slowest rank defines the time."""
     import torch

@@ -137,9 +137,9 @@ def _stream_queues(
         calls = np.sort(gpu["launch_ts"].to_numpy()[mine])
         starts = gpu["ts"].to_numpy()[mine]  # the table is in start order
 
-        def chunks(calls: np.ndarray = calls, starts: np.ndarray = starts) -> Iterator[
-            Tuple[np.ndarray, np.ndarray]
-        ]:
+        def chunks(
+            calls: np.ndarray = calls, starts: np.ndarray = starts
+        ) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
             for lo in range(0, len(calls), CHUNK_ROWS):
                 rank = np.arange(lo + 1, min(lo + CHUNK_ROWS, len(calls)) + 1)
                 moment = calls[lo : lo + CHUNK_ROWS]

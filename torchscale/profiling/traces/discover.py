@@ -153,8 +153,7 @@ def load_traces(
     if warnings is not None:
         warnings += mixed
         warnings += [
-            f"rank {t.rank} ({t.path.name}): {describe_invalid(t.invalid)} left out of every "
-            "figure"
+            f"rank {t.rank} ({t.path.name}): {describe_invalid(t.invalid)} left out of every figure"
             for t in sorted(kept, key=lambda t: t.rank)
             if t.invalid
         ]

@@ -249,9 +249,7 @@ if HAVE_MSGSPEC:
             return _floats([getter(x) for x in xs])
 
     def _add_structs(events: List[Any], out: Columns) -> None:
-        memory = [
-            e for e in events if e.__class__ is _Instant and e.name == MEMORY_EVENT
-        ]
+        memory = [e for e in events if e.__class__ is _Instant and e.name == MEMORY_EVENT]
         if memory:
             values = {key: [getattr(e.args, key) for e in memory] for key in MEMORY_ARGS}
             out.add_memory({"ts": [e.ts for e in memory], **values})

@@ -102,16 +102,11 @@ def finish(path: Path, parts: List[dec.Columns], trim_last_step: bool = True) ->
         "ts": _joined([p.api_ts.take() for p in parts]),
         "dur": _joined([p.api_dur.take() for p in parts]),
         "name": _joined(
-            [
-                compact_ints(maps[i][p.api_name.take()])
-                for i, p in enumerate(parts)
-            ],
+            [compact_ints(maps[i][p.api_name.take()]) for i, p in enumerate(parts)],
             np.int32,
         ),
     }
-    memory = {
-        key: _joined([p.memory[key].take() for p in parts]) for key in dec.MEMORY_FIELDS
-    }
+    memory = {key: _joined([p.memory[key].take() for p in parts]) for key in dec.MEMORY_FIELDS}
     cols, names, cats, meta = _merge(parts)
     cat_names = np.asarray([*cats, ""], dtype=object)
     bad, invalid = invalid_rows(cols["ts"], cols["dur"])

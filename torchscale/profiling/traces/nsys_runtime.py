@@ -96,5 +96,3 @@ def launch_of(corr: np.ndarray, lookup: Lookup) -> Tuple[np.ndarray, np.ndarray,
         for column, values in zip(out, (starts, ends, names)):
             column[hit] = values[pos[hit]]
     return out[0], out[1], out[2]
-
-

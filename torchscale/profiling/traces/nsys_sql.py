@@ -11,6 +11,8 @@ import numpy as np
 CHUNK_ROWS = 1_000_000
 MISSING = -(1 << 62)  # a NULL in an integer column as fetched (group_concat drops NULLs)
 GLOBAL_ID_PART = 0x1000000  # serialized GlobalId: ... | pid (24 bits) | tid (24 bits)
+
+
 def tables_of(con: sqlite3.Connection) -> Set[str]:
     return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
@@ -62,5 +64,3 @@ def col(columns: Set[str], name: str, fallback: str) -> str:
 
 def pid_of(column: str) -> str:
     return f"COALESCE({column}, 0) / {GLOBAL_ID_PART} % {GLOBAL_ID_PART}"
-
-
