@@ -346,3 +346,28 @@ def test_bad_compare_options_are_one_line(tmp_path: Path, option: List[str], mes
     assert result.exit_code == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"Error: {message}") and "Traceback" not in result.output
+
+
+def test_a_compare_that_could_judge_no_cell_never_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every cell measured while other processes held the cores: nothing is judged, so the gate
+    says so and exits 2 instead of passing; a floor the user states judges them."""
+    import torchscale.analysis.comparison as comparison
+
+    old = _first_repeats(DATA / "before", tmp_path / "old")
+    new = _first_repeats(DATA / "after", tmp_path / "new")
+    monkeypatch.setattr(comparison, "oversubscribed_wait", lambda records: 0.4)
+    result, document = _compare(str(old), str(new))
+    assert result.exit_code == 2, result.output
+    assert {c["noise_model"] for c in document["cells"]} == {noise.OVERSUBSCRIBED}
+    assert document["passed"] is False  # a CI script reading the document fails too
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("Error: no cell of") and "--noise-floor" in line
+    assert "Not judged: 4 cell(s) measured while other processes held the cores" in " ".join(
+        result.stderr.split()
+    )
+    stated, document = _compare(str(old), str(new), "--noise-floor", "15")
+    assert stated.exit_code == 0, stated.output
+    assert {c["noise_model"] for c in document["cells"]} == {noise.STATED_FLOOR}
+    assert document["passed"] is True

@@ -145,17 +145,18 @@ def test_compare_names_the_diff_of_a_regressed_cell_traced_in_both_runs(tmp_path
     ``profile diff`` command of a regressed cell both runs traced, and it runs."""
     import shlex
 
-    from tests.support.report_fixtures import FixtureSpec, write_experiment
+    from tests.support.report_fixtures import MODELS, FixtureSpec, write_experiment
     from torchscale.results.layout import cell_dir
 
     root, name, _ = planted
     spec = dict(findings=False, failures=False, collectives=False)
+    model = MODELS[0].name
     old = write_experiment(tmp_path / "old run", FixtureSpec(**spec))
-    new = write_experiment(tmp_path / "new run", FixtureSpec(slowdown={"resnet50": 1.4}, **spec))
+    new = write_experiment(tmp_path / "new run", FixtureSpec(slowdown={model: 1.4}, **spec))
     for folder, trace in ((old, root / "old" / TRACE), (new, root / "new" / "rank0.json")):
         lines = (folder / "results.jsonl").read_text().splitlines()
         docs = [json.loads(line) for line in lines]
-        traced = next(d for d in docs if d["model"] == "resnet50" and d["world_size"] == 8)
+        traced = next(d for d in docs if d["model"] == model and d["world_size"] == 8)
         traced["profile"] = {"tool": "torch", "profiled": True, "reason": "asked", "dir": "profile"}
         (folder / "results.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
         traces = cell_dir(folder, traced["cell_id"]) / "profile"

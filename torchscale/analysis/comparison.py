@@ -97,6 +97,19 @@ class Comparison:
         return self.cells[self.cells["lost"].fillna(False).astype(bool)]
 
     @property
+    def judged_nothing(self) -> bool:
+        """Whether no matched cell could be judged (each was measured while other processes
+        held the cores) and nothing was lost: a gate that measured nothing must not pass."""
+        if self.cells.empty or "noise_model" not in self.cells or len(self.lost):
+            return False
+        return bool((self.cells["noise_model"] == noise.OVERSUBSCRIBED).all())
+
+    @property
+    def passed(self) -> bool:
+        """Whether the gate passes: nothing regressed or lost, and at least one cell judged."""
+        return not (self.failed or self.judged_nothing)
+
+    @property
     def failed(self) -> bool:
         """Whether the gate fails: a regression beyond noise, or a lost cell."""
         return bool(len(self.regressions) or len(self.lost))
@@ -211,6 +224,8 @@ def _judged(
     repeats = (len(old_cell["throughput"]), len(new_cell["throughput"]))
     cv = noise.rms(old_cell["cv"] + new_cell["cv"])
     waited = max(old_cell["waited"] + new_cell["waited"], default=None)
+    if spreads["throughput"].kind == noise.STATED_FLOOR:
+        waited = None  # a floor the user states covers a busy node too: judged by it
     judged: Dict[str, object] = {
         "noise_model": (
             noise.OVERSUBSCRIBED
@@ -220,7 +235,7 @@ def _judged(
         "repeats_old": repeats[0],
         "repeats_new": repeats[1],
         "step_cv": cv,
-        "cpu_wait_share": waited,
+        "cpu_wait_share": max(old_cell["waited"] + new_cell["waited"], default=None),
     }
     statistics: Dict[str, Statistic] = {"throughput": MEAN, "p95": P95}
     verdicts = []

@@ -19,8 +19,9 @@ step-time CVs), with the factor
 
 unless a floor is *stated* (``compare --noise-floor PCT``): then one run's figure is taken to
 stay within PCT of another's, 95% of the time, for every cell alike. A cell measured while
-other processes held the cores (``analysis.cpu_load``) is not judged at all (OVERSUBSCRIBED):
-under load whole runs ran 2-3x slower, with steps about as noisy.
+other processes held the cores (``analysis.cpu_load``) is not judged at all (OVERSUBSCRIBED:
+under load whole runs ran 2-3x slower, with steps about as noisy) unless a floor is stated; when
+no cell could be judged, ``compare`` says so and exits 2 rather than pass on nothing.
 
 The change's interval is centred on the measured change, with a half-width of the quantile times
 ``sigma * sqrt(1/k_old + 1/k_new)`` (k: repeats on each side), never narrower than the steps' own

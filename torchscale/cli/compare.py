@@ -191,7 +191,7 @@ def register(app: typer.Typer) -> None:
                     "resamples": resamples,
                     "noise_floor_pct": noise_floor,
                     "noise": result.noise(),
-                    "passed": not result.failed,
+                    "passed": result.passed,
                     "regressions": regressions,
                     "lost": len(lost),
                     "cells": [_clean(r) for r in result.cells.to_dict("records")],
@@ -228,4 +228,10 @@ def register(app: typer.Typer) -> None:
             )
         if result.failed:
             raise typer.Exit(EXIT_REGRESSION)
+        if result.judged_nothing:
+            raise TorchscaleError(
+                f"no cell of {new} could be judged: every one ran while other processes held "
+                "the cores (see the noise line); rerun both on a quiet node, or state the noise "
+                "with --noise-floor PCT"
+            )
         result_console.print(f"No regression beyond {threshold:g}% and the run-to-run noise.")

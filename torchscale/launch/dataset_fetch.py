@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.client
+import itertools
 import logging
 import os
 import shutil
@@ -26,7 +27,7 @@ import urllib.error
 import urllib.request
 import zlib
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Iterable, List, Optional
+from typing import BinaryIO, Iterable, List, Optional, Tuple
 
 from torchscale.config import dataset_paths
 from torchscale.errors import ConfigError
@@ -48,12 +49,25 @@ def cifar100_roots(sections: Iterable[object]) -> List[Path]:
     CIFAR-100 that is not there yet, each once."""
     roots: List[Path] = []
     for data in sections:
-        if getattr(data, "source", None) != "cifar100":
-            continue
-        root = Path(getattr(data, "path", None) or dataset_paths.DEFAULT_DATA_PATH).expanduser()
-        if root not in roots and dataset_paths.cifar100_file(root) is None:
-            roots.append(root)
+        for source, path in _sources_and_paths(data):
+            if source != "cifar100":
+                continue
+            root = Path(path or dataset_paths.DEFAULT_DATA_PATH).expanduser()
+            if root not in roots and dataset_paths.cifar100_file(root) is None:
+                roots.append(root)
     return roots
+
+
+def _sources_and_paths(data: object) -> List[Tuple[object, object]]:
+    """A cell's ``data:`` (one source, one path) or a config's sweep of them (lists): every
+    combination the plan would make of the two."""
+    sources, paths = getattr(data, "source", None), getattr(data, "path", None)
+    return list(
+        itertools.product(
+            sources if isinstance(sources, list) else [sources],
+            paths if isinstance(paths, list) else [paths],
+        )
+    )
 
 
 def download_notes(sections: Iterable[object]) -> List[str]:
