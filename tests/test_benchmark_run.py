@@ -249,7 +249,7 @@ def test_ctrl_c_keeps_finished_cells_and_resume_runs_the_rest(
     config = tmp_path / "c.yaml"
     config.write_text(
         "experiment_name: interrupted\nmodels: [gpt2-tiny]\nbatch_sizes: [2, 4]\n"
-        "warmup_steps: 2\nmeasure_steps: 30\nsync_probe_steps: 2\ncell_timeout_s: 240\n"
+        "warmup_steps: 2\nmeasure_steps: 300\nsync_probe_steps: 2\ncell_timeout_s: 240\n"
     )
     out = tmp_path / "out"
     store = ExperimentStore(out / "interrupted")
@@ -259,7 +259,7 @@ def test_ctrl_c_keeps_finished_cells_and_resume_runs_the_rest(
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
+    try:  # 300 steps: the second cell is still measuring (seconds) when Ctrl-C arrives
         assert wait_for(lambda: len(store.records()) == 1, 120), "first cell never finished"
         second_started = lambda: any(store.root.glob("cells/*b4*/ranks/rank0.progress.json"))  # noqa: E731
         assert wait_for(second_started, 60), "second cell never started"

@@ -158,8 +158,14 @@ def test_a_hanging_smoke_test_fails_within_the_timeout_and_leaves_no_workers(mon
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--timeout", "0"], "--timeout must be a positive number of seconds, got 0"),
-        (["--timeout", "-5"], "--timeout must be a positive number of seconds, got -5"),
+        (
+            ["--timeout", "0"],
+            "--timeout '0' must be more than zero and at most a year, e.g. 60, 90s or 2min",
+        ),
+        (
+            ["--timeout", "-5"],
+            "--timeout '-5' is not a duration: write it like 60, 90s or 2min (a bare number is seconds)",
+        ),
     ],
 )
 def test_bad_usage_is_one_line_and_exit_code_2(args, message):

@@ -52,7 +52,7 @@ def cifar100_roots(sections: Iterable[object]) -> List[Path]:
         for source, path in _sources_and_paths(data):
             if source != "cifar100":
                 continue
-            root = Path(path or dataset_paths.DEFAULT_DATA_PATH).expanduser()
+            root = Path(str(path or dataset_paths.DEFAULT_DATA_PATH)).expanduser()
             if root not in roots and dataset_paths.cifar100_file(root) is None:
                 roots.append(root)
     return roots
