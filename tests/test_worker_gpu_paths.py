@@ -147,6 +147,33 @@ def test_peak_memory_starts_at_the_measured_window(one_rank, tmp_path, monkeypat
     assert resets == [1]  # after the one warm-up step, before the two measured ones
 
 
+@pytest.mark.parametrize("epochs", [None, 2])
+@pytest.mark.parametrize("strict", [True, False])
+def test_sync_cuda_synchronises_the_device_after_every_measured_step(
+    one_rank, tmp_path, monkeypatch, strict, epochs
+):
+    """``sync_cuda: true``: a device synchronize after each measured step (each epoch's too);
+    false: only at the window's two ends, so the host runs ahead as on a real job."""
+    events: List[str] = []
+
+    class CountingClock(Clock):
+        def synchronize(self) -> None:  # the device synchronize the measuring loop calls
+            events.append("sync")
+            super().synchronize()
+
+    knobs = {"sync_probe_steps": 0, "measure_steps": 3, "sync_cuda": strict, "epochs": epochs}
+    run = build_run(settings(**knobs), load_model("resnet-tiny"), CPU)
+    real_step = run.step
+    run.step = lambda *a, **k: (events.append("step"), real_step(*a, **k))[1]  # type: ignore
+    monkeypatch.setattr(measure, "Clock", CountingClock)
+    monkeypatch.setattr(measure, "reset_peak_memory", lambda ctx: events.append("measure"))
+    result = measure.measure_rank(run, settings(**knobs), CPU, RankReporter(tmp_path, 0))
+    passes = epochs or 1
+    assert result["measure_steps"] == 3 * passes
+    window = ["sync", *(["step", "sync"] if strict else ["step"]) * 3, "sync"]
+    assert events[events.index("measure") + 1 :] == window * passes
+
+
 def test_peak_memory_reset_is_torchs_on_the_rank_device(monkeypatch):
     reset_on: List[Any] = []
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset_on.append)
