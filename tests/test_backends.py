@@ -4,9 +4,12 @@ skipped with the reason, before any launch; ``auto`` keeps the cell ids of older
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any, Dict
 
 import pytest
+import torch
 import torch.distributed as dist
 from typer.testing import CliRunner
 
@@ -15,6 +18,7 @@ from torchscale.config.settings import CellSettings
 from torchscale.launch.backends import backend_skip_reason, resolve_backend
 from torchscale.plan.training_cells import cell_id
 from torchscale.results.store import ExperimentStore
+from torchscale.runtime.process_group import init_distributed
 
 runner = CliRunner()
 
@@ -107,3 +111,40 @@ def test_communication_backends_one_cell_each(tmp_path: Path) -> None:
     assert {r.cell_id.split("-r0-")[0] for r in records} == {"comm-g2-ucc"}
     assert all(r.error.startswith("backend ucc is not available in this torch;") for r in records)
     assert not list((tmp_path / "comm-backends").glob("cells/*/launch.log"))
+
+
+UCC_VARIABLES = ("UCC_CL_BASIC_TLS", "UCC_TLS")
+
+
+@pytest.mark.parametrize(
+    ("backend", "joined", "selection"),
+    [
+        ("ucc/tl/nccl", "ucc", {"UCC_CL_BASIC_TLS": "nccl", "UCC_TLS": "nccl,ucp"}),
+        ("ucc/tl/cuda", "ucc", {"UCC_CL_BASIC_TLS": "cuda", "UCC_TLS": "cuda,ucp"}),
+        ("ucc/tl/ucp", "ucc", {"UCC_CL_BASIC_TLS": "ucp", "UCC_TLS": "ucp"}),
+        ("ucc", "ucc", {"UCC_CL_BASIC_TLS": "user's", "UCC_TLS": "user's"}),
+        ("gloo", "gloo", {"UCC_CL_BASIC_TLS": "user's", "UCC_TLS": "user's"}),
+    ],
+)
+def test_a_rank_selects_uccs_transport_layer_before_it_joins(
+    monkeypatch: pytest.MonkeyPatch, backend: str, joined: str, selection: Dict[str, str]
+) -> None:
+    """``ucc/tl/<tl>``: the rank joins a UCC group with UCC's transport selection already in its
+    environment (UCC reads it at init); any other backend leaves the user's variables alone."""
+    seen: Dict[str, Any] = {}
+
+    def init_process_group(backend: str, **kwargs: Any) -> None:
+        seen.update(backend=backend, **{name: os.environ.get(name) for name in UCC_VARIABLES})
+
+    monkeypatch.setattr(dist, "init_process_group", init_process_group)
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(name, value)
+    for name in UCC_VARIABLES:
+        monkeypatch.setenv(name, "user's")  # and restored after the test, whatever the rank set
+    threads = torch.get_num_threads()
+    try:
+        ctx = init_distributed(60.0, backend)
+    finally:
+        torch.set_num_threads(threads)  # a CPU rank takes its slot's threads: not this process's
+    assert seen == {"backend": joined, **selection}
+    assert ctx.backend == backend  # the records name the layer

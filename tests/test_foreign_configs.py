@@ -210,9 +210,29 @@ def test_seed_004_layout_and_overrides(tmp_path: Path, caplog: pytest.LogCapture
         ("benchmark.measure_steps", "measure_steps"), ("benchmark.sync_cuda", "sync_cuda"),
     ]:  # fmt: skip
         assert notes.count(f"seed 004's {theirs} is torchscale's {ours}") == 1
+    for same in ("data.source", "data.path"):
+        assert notes.count(f"seed 004's {same} is torchscale's {same} (the same key)") == 1
     assert any(n.startswith("seed 004's benchmark.log_step_times is not used") for n in notes)
     (cell,) = expand(config).cells
     assert (cell.settings.epochs, cell.settings.measure_steps) == (5, 200)
+    # the time window, under its seed-004 name
+    caplog.clear()
+    timed_path = tmp_path / "timed.yaml"
+    timed_path.write_text(
+        SEED_004_YAML.format(data=tmp_path).replace("measure_steps: 200", "measure_seconds: 30")
+    )
+    with caplog.at_level(logging.INFO, logger="torchscale"):
+        timed = load_config(timed_path)
+    assert timed.measure_seconds == [30.0] and timed.measure_steps == [None]
+    notes = _notes(caplog)
+    assert notes.count("seed 004's benchmark.measure_seconds is torchscale's measure_seconds") == 1
+    # a file in torchscale's own layout has a data section too: nothing said about it
+    caplog.clear()
+    own = tmp_path / "own.yaml"
+    own.write_text(f"models: [resnet-tiny]\ndata: {{source: cifar100, path: {tmp_path}}}\n")
+    with caplog.at_level(logging.INFO, logger="torchscale"):
+        load_config(own)
+    assert not [n for n in _notes(caplog) if n.startswith("seed 004's")]
     # torchscale's own spelling as an override replaces the file's seed-004 value
     plain = load_config(path, parse_overrides(["precision=fp32", "measure_seconds=3"]))
     assert plain.precision == ["fp32"]

@@ -79,6 +79,49 @@ def test_report_format_png_writes_the_key_charts(tmp_path: Path) -> None:
         assert len(colours) > 10  # drawn: bars, text and axes, not a blank canvas
 
 
+def test_png_charts_keep_every_configurations_panel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ten configurations: ten histogram panels, eight in ``latency_histogram.png`` and the rest in
+    ``latency_histogram_2.png``; the console names every file written."""
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from torchscale.report import png_charts
+
+    batches = tuple(range(8, 18))
+    spec = FixtureSpec(name="png-many", models=MODELS[:1], batch_sizes=batches, gpu_counts=(1, 2),
+                       steps=12, straggler=None, failures=False, findings=False,
+                       collectives=False)  # fmt: skip
+    write_experiment(tmp_path, spec)
+    titles: List[str] = []  # every panel drawn, read back from the figures' axes
+
+    def spy(charts: list) -> object:
+        figure = draw(charts)
+        titles.extend(ax.get_title(loc="left") for ax in figure.axes)
+        return figure
+
+    draw = png_charts.draw_figure
+    monkeypatch.setattr(png_charts, "draw_figure", spy)
+    out = tmp_path / "charts"
+    result = runner.invoke(app, ["report", "-s", str(tmp_path), "-f", "png", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    files = sorted(p.name for p in out.iterdir())
+    assert {"latency_histogram.png", "latency_histogram_2.png"} <= set(files)
+    assert "latency_histogram_3.png" not in files
+    line = next(x for x in result.stderr.splitlines() if x.startswith("> PNG charts written"))
+    assert f"({len(files)} files)" in line
+    assert sorted(line.split(": ", 1)[1].split(", ")) == files
+    histograms = [t for t in titles if t.startswith("Step-time histogram")]
+    assert sorted(histograms) == sorted(
+        f"Step-time histogram — {MODELS[0].name}, batch {b}" for b in batches
+    )
+    width, panel = round(png_charts.PANEL_INCHES[0] * png_charts.DPI), png_charts.PANEL_INCHES[1]
+    for name, panels in (("latency_histogram.png", 8), ("latency_histogram_2.png", 2)):
+        with Image.open(out / name) as image:
+            assert image.size == (width, round(panels * panel * png_charts.DPI)), name
+
+
 def test_gpu_memory_utilisation_and_tensorboard_tags(tmp_path: Path) -> None:
     """GPU memory utilisation from NVML (recorded H100 answers through the real sampler), "–" on
     CPU; TensorBoard's own reader finds seed 003's tags with the records' values."""

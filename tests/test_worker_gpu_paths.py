@@ -33,6 +33,7 @@ from torchscale.runtime import process_group as distributed
 from torchscale.runtime.clock import Clock
 from torchscale.runtime.process_group import RankContext
 from torchscale.worker import profiler
+from torchscale.worker.aggregate import epoch_stats
 from torchscale.worker.training import apply_math_settings, build_run
 
 CPU = RankContext(0, 0, 1, 1, torch.device("cpu"), "gloo", socket.gethostname())
@@ -145,6 +146,60 @@ def test_peak_memory_starts_at_the_measured_window(one_rank, tmp_path, monkeypat
     monkeypatch.setattr(measure, "reset_peak_memory", lambda ctx: resets.append(len(steps)))
     measure.measure_rank(run, settings(sync_probe_steps=0), CPU, RankReporter(tmp_path, 0))
     assert resets == [1]  # after the one warm-up step, before the two measured ones
+
+
+@pytest.mark.parametrize("epochs", [None, 2])
+@pytest.mark.parametrize("strict", [True, False])
+def test_sync_cuda_synchronises_the_device_after_every_measured_step(
+    one_rank, tmp_path, monkeypatch, strict, epochs
+):
+    """``sync_cuda: true``: a device synchronize after each measured step (each epoch's too);
+    false: only at the window's two ends, so the host runs ahead as on a real job."""
+    events: List[str] = []
+
+    class CountingClock(Clock):
+        def synchronize(self) -> None:  # the device synchronize the measuring loop calls
+            events.append("sync")
+            super().synchronize()
+
+    knobs = {"sync_probe_steps": 0, "measure_steps": 3, "sync_cuda": strict, "epochs": epochs}
+    run = build_run(settings(**knobs), load_model("resnet-tiny"), CPU)
+    real_step = run.step
+    run.step = lambda *a, **k: (events.append("step"), real_step(*a, **k))[1]  # type: ignore
+    monkeypatch.setattr(measure, "Clock", CountingClock)
+    monkeypatch.setattr(measure, "reset_peak_memory", lambda ctx: events.append("measure"))
+    result = measure.measure_rank(run, settings(**knobs), CPU, RankReporter(tmp_path, 0))
+    passes = epochs or 1
+    assert result["measure_steps"] == 3 * passes
+    window = ["sync", *(["step", "sync"] if strict else ["step"]) * 3, "sync"]
+    assert events[events.index("measure") + 1 :] == window * passes
+
+
+def test_epochs_over_an_image_folder_are_whole_passes(one_rank, tmp_path):
+    """``epochs: 2`` over 2 classes x 5 images at batch 2: each epoch is one fresh pass of 5
+    steps, timed on its own, never running into the next pass."""
+    from PIL import Image
+
+    for label in ("cat", "dog"):
+        (tmp_path / "images" / label).mkdir(parents=True)
+        for index in range(5):
+            colour = (index * 40, 90 if label == "cat" else 180, 30)
+            Image.new("RGB", (20, 20), colour).save(tmp_path / "images" / label / f"{index}.png")
+    data = {"source": "image_folder", "path": str(tmp_path / "images"), "num_workers": 0}
+    knobs = {"sync_probe_steps": 0, "measure_steps": None, "epochs": 2, "data": data}
+    run = build_run(settings(**knobs), load_model("resnet-tiny"), CPU)
+    result = measure.measure_rank(run, settings(**knobs), CPU, RankReporter(tmp_path, 0))
+    assert [(e["epoch"], e["steps"]) for e in result["epochs"]] == [(1, 5), (2, 5)]
+    assert all(e["window_s"] > 0 for e in result["epochs"])
+    assert result["measure_steps"] == len(result["step_times_ms"]) == 10
+    assert run.batches.passes == 3  # the warm-up's, then one fresh pass per epoch
+    # metrics_epoch.jsonl's lines: each pass's ten images at its own rate
+    lines = epoch_stats([result], global_batch=2, units_per_sample=1.0)
+    assert [e["samples"] for e in lines] == [10, 10]
+    for index, (line, epoch) in enumerate(zip(lines, result["epochs"])):
+        assert line["samples_per_s"] == pytest.approx(10 / epoch["window_s"])
+        own = result["step_times_ms"][5 * index : 5 * index + 5]  # the epoch's own steps
+        assert line["step_time_ms"]["mean"] == pytest.approx(sum(own) / 5)
 
 
 def test_peak_memory_reset_is_torchs_on_the_rank_device(monkeypatch):

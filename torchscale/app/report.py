@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from torchscale.errors import TorchscaleError
 from torchscale.report.render import FORMATS, render
@@ -34,6 +34,12 @@ class ReportRequest:
     baseline: Optional[Path] = None
     threshold_pct: float = 5.0
     noise_floor_pct: Optional[float] = None  # with a baseline: as ``compare --noise-floor``
+
+
+@dataclass(frozen=True)
+class WrittenReport:
+    path: Path  # the report file, or the folder of TensorBoard runs or PNG charts
+    files: Tuple[Path, ...] = ()  # PNG charts: each file written, in order (a kind may have more)
 
 
 def default_output(data: ReportData, fmt: str) -> Path:
@@ -90,7 +96,7 @@ def _tensorboard(data: ReportData, root: Path) -> Path:
         ) from None
 
 
-def _png_charts(data: ReportData, output: Optional[Path]) -> Path:
+def _png_charts(data: ReportData, output: Optional[Path]) -> WrittenReport:
     """``--format png``: the report's key charts as PNG files in a folder (seed 003's
     ``latency_histogram.png`` among them)."""
     from torchscale.report.content import build_content
@@ -103,12 +109,16 @@ def _png_charts(data: ReportData, output: Optional[Path]) -> Path:
     if folder.exists() and not folder.is_dir():
         raise TorchscaleError(f"--output {folder} is not a folder; PNG charts go in a folder")
     check_writable(folder, "--output")
-    write_png_charts(build_content(data, None), folder)
-    return folder
+    return WrittenReport(folder, tuple(write_png_charts(build_content(data, None), folder)))
 
 
 def generate_report(request: ReportRequest) -> Path:
     """Render the report and write it atomically; returns its path."""
+    return write_report(request).path
+
+
+def write_report(request: ReportRequest) -> WrittenReport:
+    """Render the report and write it atomically; returns its path (and PNG charts' files)."""
     fmt = request.fmt.lower()
     if fmt not in (*FORMATS, *EXPORT_FORMATS):
         raise TorchscaleError(
@@ -117,7 +127,7 @@ def generate_report(request: ReportRequest) -> Path:
         )
     data = load_report_data(request.source)
     if fmt == "tensorboard":
-        return _tensorboard(data, request.output or data.source / TENSORBOARD_DIR)
+        return WrittenReport(_tensorboard(data, request.output or data.source / TENSORBOARD_DIR))
     if fmt == "png":
         return _png_charts(data, request.output)
     output = request.output or default_output(data, fmt)
@@ -133,7 +143,7 @@ def generate_report(request: ReportRequest) -> Path:
         from torchscale.report.document import render_documents
 
         atomic_write_bytes(output, render_documents(data))
-        return output
+        return WrittenReport(output)
     comparison = None
     if baseline_data is not None:
         from torchscale.analysis.comparison import CompareOptions, compare_runs
@@ -148,4 +158,4 @@ def generate_report(request: ReportRequest) -> Path:
     from torchscale.report.content import build_content
 
     atomic_write_bytes(output, render(build_content(data, comparison), fmt))
-    return output
+    return WrittenReport(output)

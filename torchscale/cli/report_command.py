@@ -59,14 +59,18 @@ def _generate(
     threshold: float,
     noise_floor: Optional[float] = None,
 ) -> None:
-    from torchscale.app.report import ReportRequest, generate_report
+    from torchscale.app.report import ReportRequest, write_report
 
     with err_console.status(f"Building the {markup_text(fmt)} report of {markup_text(source)}..."):
-        path = generate_report(ReportRequest(source, fmt, output, baseline, threshold, noise_floor))
+        written = write_report(ReportRequest(source, fmt, output, baseline, threshold, noise_floor))
+    path = written.path
     if fmt.lower() == "tensorboard":
         message = f"> TensorBoard runs written to {path} (view: tensorboard --logdir {path})"
     elif fmt.lower() == "png":
-        message = f"> PNG charts written to {path}"
+        # Every file by name: a kind with many charts continues in <name>_2.png, ...
+        names = ", ".join(p.name for p in written.files) or "none, no chart has data"
+        count = len(written.files)
+        message = f"> PNG charts written to {path} ({count} file{'s' * (count != 1)}): {names}"
     else:
         message = f"> Report written to {path}"
     show_result(message)

@@ -112,6 +112,12 @@ def move_aliases(raw: Raw, layout: ForeignLayout) -> List[str]:
             )
         set_path(raw, alias.ours, value)
         notes.append(f"{layout.name}'s {alias.theirs} is torchscale's {alias.ours}")
+    if notes:  # a file in this layout: its keys that torchscale spells alike are said too
+        notes += [
+            f"{layout.name}'s {alias.theirs} is torchscale's {alias.ours} (the same key)"
+            for alias in layout.documented
+            if alias.theirs == alias.ours and has_path(raw, alias.ours)
+        ]
     for root in layout.roots:
         left = raw.get(root)
         if not isinstance(left, dict) or not left:

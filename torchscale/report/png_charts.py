@@ -3,8 +3,10 @@ Matplotlib from the same chart specs as the HTML (Plotly) and PDF (SVG) reports:
 ``latency_histogram.png`` and its siblings.
 
 One file per kind of chart (``results.layout.PNG_CHARTS``), one panel per chart of that kind (per
-model, configuration or op), so a sweep's configurations stay side by side. Matplotlib is an
-optional extra (``pip install 'torchscale[png]'``); nothing imports it until a PNG is drawn.
+model, configuration or op), so a sweep's configurations stay side by side; past
+:data:`PANELS_PER_FILE` panels a kind continues in ``<name>_2.png``, ``<name>_3.png``... so that no
+chart is left out. Matplotlib is an optional extra (``pip install 'torchscale[png]'``); nothing
+imports it until a PNG is drawn.
 """
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from torchscale.errors import TorchscaleError
 from torchscale.report.elements import REFERENCE_COLOR, Chart, Series
-from torchscale.results.layout import PNG_CHARTS
+from torchscale.results.layout import PNG_CHARTS, png_chart_file
 from torchscale.results.store import atomic_write_bytes
 
 if TYPE_CHECKING:
     from torchscale.report.content import ReportContent
 
 INSTALL_HINT = "pip install 'torchscale[png]'"
-MAX_PANELS = 8
-"""Panels per file; the rest of a kind's charts are in the HTML report."""
+PANELS_PER_FILE = 8
+"""Panels per file; a kind with more continues in further files (one figure of every panel would
+pass Matplotlib's 2^16-pixel limit at a few dozen configurations, and no viewer shows it whole)."""
 PANEL_INCHES = (9.0, 4.2)
 DPI = 110
 
@@ -129,11 +132,9 @@ def _axes(ax: Any, chart: Chart) -> None:
         ax.legend(fontsize=7, loc="best")
 
 
-def draw_png(charts: List[Chart]) -> bytes:
-    """One PNG holding ``charts``, one panel each, stacked."""
+def draw_figure(charts: List[Chart]) -> Any:
+    """A Matplotlib ``Figure`` holding ``charts``, one panel each, stacked."""
     require_matplotlib()
-    import io
-
     from matplotlib.figure import Figure
 
     width, height = PANEL_INCHES
@@ -142,8 +143,15 @@ def draw_png(charts: List[Chart]) -> bytes:
     for ax, chart in zip(axes, charts):
         _series(ax, chart, chart.colors())
         _axes(ax, chart)
+    return figure
+
+
+def draw_png(charts: List[Chart]) -> bytes:
+    """One PNG holding ``charts``, one panel each, stacked."""
+    import io
+
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
+    draw_figure(charts).savefig(buffer, format="png")
     return buffer.getvalue()
 
 
@@ -154,7 +162,8 @@ def _kind(chart_id: str) -> Optional[str]:
 
 
 def write_png_charts(content: ReportContent, folder: Path) -> List[Path]:
-    """The key charts of ``content`` as PNG files in ``folder`` (created); returns their paths."""
+    """The key charts of ``content`` as PNG files in ``folder`` (created), every chart in one:
+    :data:`PANELS_PER_FILE` to a file, in the report's order. Returns the paths written."""
     require_matplotlib()
     if folder.exists() and not folder.is_dir():
         raise TorchscaleError(f"--output {folder} is a file; PNG charts go to a folder")
@@ -166,7 +175,8 @@ def write_png_charts(content: ReportContent, folder: Path) -> List[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for kind, charts in by_kind.items():
-        path = folder / PNG_CHARTS[kind]
-        atomic_write_bytes(path, draw_png(charts[:MAX_PANELS]))
-        written.append(path)
+        for part, start in enumerate(range(0, len(charts), PANELS_PER_FILE), start=1):
+            path = folder / png_chart_file(kind, part)
+            atomic_write_bytes(path, draw_png(charts[start : start + PANELS_PER_FILE]))
+            written.append(path)
     return written

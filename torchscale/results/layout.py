@@ -250,3 +250,13 @@ def gpu_document_file(gpus: int) -> str:
 def charts_dir(name: str) -> str:
     """``<experiment>-charts``: where ``report --format png`` writes by default."""
     return CHARTS_DIR.format(name=experiment_dirname(name))
+
+
+def png_chart_file(kind: str, part: int = 1) -> str:
+    """A chart kind's PNG file: seed 003's name for the first, ``latency_histogram_2.png`` and so
+    on for the panels past the first file's (``report.png_charts``)."""
+    name = PNG_CHARTS[kind]
+    if part == 1:
+        return name
+    stem, _, suffix = name.rpartition(".")
+    return f"{stem}_{int(part)}.{suffix}"
