@@ -40,6 +40,7 @@ from tests.support.report_fixtures import (
 from tests.support.shared_runs import healthy_run
 from torchscale.analysis.training_tables import training_table
 from torchscale.cli.app import app
+from torchscale.hardware.device_noun import cpu_run_note
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import VERDICT_COLORS, comparison_charts
 from torchscale.report.content import build_content
@@ -251,6 +252,17 @@ def test_the_use_case_benchmark_then_profile_into_its_folder_then_report(
 # --- a CPU run says so -------------------------------------------------------------------------
 
 
+GPU_WORD = re.compile(r"\bGPUs?\b")
+
+
+def _gpu_words(text: str) -> List[str]:
+    """Every "GPU" in ``text`` (with its context) outside the note that says these are not GPU
+    figures."""
+    text = " ".join(text.split()).replace(cpu_run_note(), "")
+    return [text[max(0, m.start() - 60) : m.end() + 30] for m in GPU_WORD.finditer(text)]
+
+
+@pytest.mark.slow
 @needs_poppler
 def test_a_cpu_runs_first_screen_and_first_pdf_page_say_cpu_processes(
     tmp_path_factory: pytest.TempPathFactory,
@@ -260,13 +272,33 @@ def test_a_cpu_runs_first_screen_and_first_pdf_page_say_cpu_processes(
     first_screen = _text(html[: html.index('id="scaling"')])
     assert "used gloo on CPU processes" in first_screen and "not GPU figures" in first_screen
     assert "Scaling efficiency at 2 CPU processes" in first_screen
-    assert "GPU" not in first_screen.replace("GPU figures", "").replace('"GPU"', "")
     first_page = " ".join(pages_text(session_report(root, "real", "pdf"))[0].split())
     assert "gloo on CPU processes" in first_page and "not GPU figures" in first_page
     assert "SCALING EFFICIENCY AT 2 CPU PROCESSES" in first_page
+    # Past the first screen too: every section, table, chart and page says CPU process or rank.
+    data = load_report_data(healthy_run(root).experiment_dir)
+    content = build_content(data)
+    shown = {s.section_id for s in content.sections if not s.is_empty}
+    assert {"memory", "lost-efficiency", "scaling", "latency"} <= shown  # the sections scanned
+    assert _gpu_words(_text(html)) == []
+    drawn = [
+        text
+        for chart in content.charts
+        for text in [chart.title, chart.x_title, chart.y_title, *chart.categories()]
+        + [series.name for series in chart.series]
+    ]
+    assert "batch 4, 2 CPU processes" in drawn  # the lost-efficiency chart's bar
+    assert _gpu_words(" | ".join(drawn)) == []  # plotly draws these from its script
     every_page = " ".join(pages_text(session_report(root, "real", "pdf")))
-    assert "Memory per rank" in every_page and "Memory per GPU" not in every_page
-    document = build_document(load_report_data(healthy_run(root).experiment_dir).experiments[0])
+    assert "Memory per rank" in every_page and "batch 4, 2 CPU processes" in every_page
+    assert _gpu_words(every_page) == []
+    # NVML's figures are never measured on CPU processes: no column of "–", no glossary line.
+    memory = html_tables(html)["memory-table"]
+    assert memory and not any("utilisation" in header for header in memory[0])
+    assert 'id="glossary-gpu-memory-utilisation"' not in html
+    lost = html_tables(html)["lost-efficiency-table"]
+    assert [row["Ranks"] for row in lost] == ["2"]
+    document = build_document(data.experiments[0])
     assert document.config.ranks == "CPU processes" and "not GPU figures" in str(
         document.config.note
     )
