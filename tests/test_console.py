@@ -22,6 +22,7 @@ from tests.test_escaping import HOSTILE
 from torchscale.cli import console as console_module
 from torchscale.cli.app import app
 from torchscale.escaping import for_terminal
+from torchscale.results.figures import GLOSSARY_DOC
 
 runner = CliRunner()
 WIDTH = 80
@@ -82,7 +83,10 @@ def test_compare_at_80_columns_keeps_every_change_and_interval_whole(
             low, high = cell[f"{key}_ci_low_pct"], cell[f"{key}_ci_high_pct"]
             assert f"{low:+.1f}..{high:+.1f}%" in table
         assert cell["verdict"] in table
-    assert "not shown:" in table and "(see --json)" in table
+    # What was left out, and where the figures are defined: as benchmark's table says them.
+    caption = " ".join(table.split())
+    assert "not shown:" in caption and f"(see --json; figures: {GLOSSARY_DOC})" in caption
+    assert f"figures compared. Figures: {GLOSSARY_DOC}." in " ".join(result.stderr.split())
 
 
 def test_project_at_80_columns_keeps_every_prediction_whole(

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from tests.support.environ import repo_pythonpath, restored_environ
 from torchscale.cli.app import app
+from torchscale.results.figures import SYNC_STALL
 from torchscale.results.layout import validate_record_path
 from torchscale.results.store import ExperimentStore, atomic_write_json
 
@@ -73,7 +74,7 @@ def profile(tmp: Path, gpus: int, delay_ms: int, slow_rank: int) -> Dict:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "[ANALYSIS] Profiling complete" in result.stderr
-    assert "[ANALYSIS] Sync stall time:" in result.stderr
+    assert f"[ANALYSIS] {SYNC_STALL.title}:" in result.stderr
     return json.loads(result.stdout)
 
 

@@ -13,6 +13,7 @@ from tests.support.profile_helpers import DATA, hta_reference, real_traces_dir
 from torchscale.cli.app import app
 from torchscale.config.durations import parse_duration
 from torchscale.profiling.outputs import FINDINGS_FILE, TABLE_FILES
+from torchscale.results.figures import SYNC_STALL
 
 runner = CliRunner()
 
@@ -53,14 +54,27 @@ def test_analyze_table_output_names_straggler(tmp_path):
     assert result.stdout == ""
     err = result.stderr
     assert "Per-rank breakdown" in err and "sync stall %" in err
-    assert "[ANALYSIS] Sync stall time:" in err and "worst rank 0" in err
+    # The glossary's name for the figure (sync stall), as the report and findings.json say it.
+    doc = json.loads((folder / FINDINGS_FILE).read_text())
+    headline = f"[ANALYSIS] {SYNC_STALL.title}: {doc['sync_stall_pct']:.1f}% (mean over 2 ranks;"
+    assert headline in err and "worst rank 0" in err and "Sync stall time" not in err
     assert "Found 2 bottleneck(s):" in err
     assert "1. NCCL AllReduce: GPU-1 arrives last" in err and "nvidia-smi -q -d PERFORMANCE" in err
     assert "high variance in sync time" in err
     assert (folder / FINDINGS_FILE).exists()  # beside the traces by default
-    doc = json.loads((folder / FINDINGS_FILE).read_text())
     assert doc["findings"][0]["ranks"] == [1] and doc["findings"][0]["category"] == "straggler"
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+
+
+def test_one_ranks_trace_has_no_sync_stall_and_says_so_as_the_glossary_does(tmp_path):
+    folder = tmp_path / "one"
+    folder.mkdir()
+    shutil.copy(DATA / "gloo_2rank_cpu" / "rank0.json", folder)
+    result = runner.invoke(app, ["profile", "analyze", str(folder)])
+    assert result.exit_code == 0, result.stderr
+    line = f"> [ANALYSIS] {SYNC_STALL.title}: – (needs traces from at least 2 ranks)"
+    assert line in result.stderr.splitlines() and "n/a" not in result.stderr
+    assert json.loads((folder / FINDINGS_FILE).read_text())["sync_stall_pct"] is None
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -223,6 +224,14 @@ def test_findings_read_defensively_and_sorted_by_severity(fixture_data) -> None:
             assert f"batch {record.batch_size} on {record.world_size} GPUs" in finding["message"]
     assert {tuple(f["ranks"]) for f in from_records} >= {(FixtureSpec().straggler[2],)}
     assert findings_table(found)["severity"].tolist()[0] == "critical"
+    # The findings card counts them by severity: "2 warnings", but "2 high", "1 info".
+    content = build_content(fixture_data)
+    (card,) = [c for c in content.cards if c.label == "Findings"]
+    counts = Counter(str(f["severity"]) for f in content.findings)
+    assert counts["warning"] > 1 and counts["high"] > 1 and card.value == str(sum(counts.values()))
+    shown = card.detail.split(" · ")
+    assert f"{counts['warning']} warnings" in shown and f"{counts['high']} high" in shown
+    assert all(not part.endswith(("highs", "infos", "warning")) for part in shown), shown
 
 
 def test_bootstrap_interval_tells_shift_from_noise() -> None:

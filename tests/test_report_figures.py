@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import replace
 from html import unescape
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import numpy as np
 import pandas as pd
@@ -30,6 +30,7 @@ from tests.support.report_fixtures import (
     MODELS,
     SCRIPT_NAME,
     FixtureSpec,
+    fixture_results,
     session_report,
     stall_findings,
     training_record,
@@ -38,12 +39,17 @@ from tests.support.report_fixtures import (
     write_profile_run,
 )
 from tests.support.shared_runs import healthy_run
+from tests.support.step_records import parts_record as _parts
 from torchscale.analysis.training_tables import training_table
 from torchscale.cli.app import app
+from torchscale.hardware.device_noun import cpu_run_note
 from torchscale.report import formatting as fmt
+from torchscale.report.breakdown_sections import comm_compute_section
 from torchscale.report.charts import VERDICT_COLORS, comparison_charts
 from torchscale.report.content import build_content
 from torchscale.report.document import build_document, render_documents
+from torchscale.report.elements import Chart, Series
+from torchscale.report.lost_efficiency_section import lost_efficiency_section
 from torchscale.report.plotly_charts import figure
 from torchscale.report.report_data import load_report_data
 from torchscale.report.svg_charts import LABEL_LINE, _Frame, svg, wrap_label
@@ -251,6 +257,17 @@ def test_the_use_case_benchmark_then_profile_into_its_folder_then_report(
 # --- a CPU run says so -------------------------------------------------------------------------
 
 
+GPU_WORD = re.compile(r"\bGPUs?\b")
+
+
+def _gpu_words(text: str) -> List[str]:
+    """Every "GPU" in ``text`` (with its context) outside the note that says these are not GPU
+    figures."""
+    text = " ".join(text.split()).replace(cpu_run_note(), "")
+    return [text[max(0, m.start() - 60) : m.end() + 30] for m in GPU_WORD.finditer(text)]
+
+
+@pytest.mark.slow
 @needs_poppler
 def test_a_cpu_runs_first_screen_and_first_pdf_page_say_cpu_processes(
     tmp_path_factory: pytest.TempPathFactory,
@@ -260,13 +277,33 @@ def test_a_cpu_runs_first_screen_and_first_pdf_page_say_cpu_processes(
     first_screen = _text(html[: html.index('id="scaling"')])
     assert "used gloo on CPU processes" in first_screen and "not GPU figures" in first_screen
     assert "Scaling efficiency at 2 CPU processes" in first_screen
-    assert "GPU" not in first_screen.replace("GPU figures", "").replace('"GPU"', "")
     first_page = " ".join(pages_text(session_report(root, "real", "pdf"))[0].split())
     assert "gloo on CPU processes" in first_page and "not GPU figures" in first_page
     assert "SCALING EFFICIENCY AT 2 CPU PROCESSES" in first_page
+    # Past the first screen too: every section, table, chart and page says CPU process or rank.
+    data = load_report_data(healthy_run(root).experiment_dir)
+    content = build_content(data)
+    shown = {s.section_id for s in content.sections if not s.is_empty}
+    assert {"memory", "lost-efficiency", "scaling", "latency"} <= shown  # the sections scanned
+    assert _gpu_words(_text(html)) == []
+    drawn = [
+        text
+        for chart in content.charts
+        for text in [chart.title, chart.x_title, chart.y_title, *chart.categories()]
+        + [series.name for series in chart.series]
+    ]
+    assert "batch 4, 2 CPU processes" in drawn  # the lost-efficiency chart's bar
+    assert _gpu_words(" | ".join(drawn)) == []  # plotly draws these from its script
     every_page = " ".join(pages_text(session_report(root, "real", "pdf")))
-    assert "Memory per rank" in every_page and "Memory per GPU" not in every_page
-    document = build_document(load_report_data(healthy_run(root).experiment_dir).experiments[0])
+    assert "Memory per rank" in every_page and "batch 4, 2 CPU processes" in every_page
+    assert _gpu_words(every_page) == []
+    # NVML's figures are never measured on CPU processes: no column of "–", no glossary line.
+    memory = html_tables(html)["memory-table"]
+    assert memory and not any("utilisation" in header for header in memory[0])
+    assert 'id="glossary-gpu-memory-utilisation"' not in html
+    lost = html_tables(html)["lost-efficiency-table"]
+    assert [row["Ranks"] for row in lost] == ["2"]
+    document = build_document(data.experiments[0])
     assert document.config.ranks == "CPU processes" and "not GPU figures" in str(
         document.config.note
     )
@@ -301,36 +338,102 @@ def test_glossary_names_are_the_same_on_console_html_and_json_for_one_cell(
 # --- charts that fit their data ----------------------------------------------------------------
 
 BAR = re.compile(r"M([\d.]+) ([\d.]+)h([\d.]+)V([\d.]+)H[\d.]+Z")
+CAUSES_WITH_A_GAIN = [
+    _parts([(10.0, 100.0, 0.0)]),
+    # 2 ranks: batches come slower, but compute runs faster (interference gives points back)
+    _parts([(14.0, 80.0, 30.0), (14.0, 95.0, 15.0)]),
+]
+
+
+def _stacked_charts(root: Path) -> List[Chart]:
+    """Every kind of stacked chart, from fixed inputs: the fixture's memory and lost-efficiency
+    charts, a lost-efficiency chart with a negative cause, DDP's comm-vs-compute bars, and the
+    parts 60, 55 and -40 whose net total (75) is below the stack's top (115)."""
+    content = build_content(load_report_data(fixture_results(root)))
+    lost = lost_efficiency_section(CAUSES_WITH_A_GAIN)
+    ddp = {"ddp_forward_compute_ms": 30.0, "ddp_backward_compute_ms": 60.0,
+           "ddp_backward_comm_ms": 25.0, "ddp_backward_overlap_ms": 18.0}  # fmt: skip
+    record = CAUSES_WITH_A_GAIN[1]
+    traced = record.model_copy(
+        update={"per_rank": [r.model_copy(update=ddp) for r in record.per_rank]}
+    )
+    comm = comm_compute_section([traced])
+    assert lost is not None and comm is not None
+    x = ["batch 4, 2 ranks"]
+    parts = [Series(n, x, [v], kind="bar") for n, v in (("a", 60.0), ("b", 55.0), ("c", -40.0))]
+    planted = Chart("planted", "Parts 60, 55 and -40", "configuration", "points", parts,
+                    pd.DataFrame(), x_type="category", barmode="stack")  # fmt: skip
+    charts = [c for c in content.charts if c.barmode == "stack"] + lost.charts + comm.charts
+    return [*charts, planted]
+
+
+def _relative_stacks(chart: Chart) -> List[Tuple[float, float]]:
+    """Each bar part's (base, end), positive parts stacked up from zero and negative ones down
+    (Plotly's relative barmode), worked out here independently of the renderers."""
+    up: Dict[str, float] = {}
+    down: Dict[str, float] = {}
+    spans = []
+    for series in chart.series:
+        for x, y in zip(series.x, series.y):
+            if series.kind == "bar" and y is not None and y == y:
+                side = up if y >= 0 else down
+                base = side.get(str(x), 0.0)
+                side[str(x)] = base + float(y)
+                spans.append((base, base + float(y)))
+    return spans
+
+
+def test_stacked_bars_with_negative_parts_fit_their_axis_in_the_pdf_and_the_html(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    charts = _stacked_charts(tmp_path_factory.getbasetemp())
+    kinds = {c.chart_id.split("-")[0] for c in charts}
+    assert kinds == {"memory", "comm", "lost", "planted"}, kinds  # every kind of stacked chart
+    negative = [c.chart_id for c in charts if any(lo > hi for lo, hi in _relative_stacks(c))]
+    assert any(c.startswith("lost") for c in negative) and "planted" in negative
+    for chart in charts:
+        spans = _relative_stacks(chart)
+        frame = _Frame(chart, chart.categories())
+        ends = [end for _, end in spans]
+        assert frame.y_ticks[0] <= min(0.0, *ends) and frame.y_ticks[-1] >= max(ends)
+        # Every part drawn where its unclipped values put it: a part past the axis would be cut.
+        expected = sorted(
+            (round(min(frame.y(a), frame.y(b)), 1), round(max(frame.y(a), frame.y(b)), 1))
+            for a, b in spans
+        )
+        tree = ET.fromstring(svg(chart))
+        drawn = sorted((float(m[1]), float(m[3])) for p in tree.iter(f"{SVG}path")
+                       if p.get("fill", "none") != "none" for m in BAR.findall(p.get("d", "")))  # fmt: skip
+        flat = [y for span in drawn for y in span]
+        assert flat == pytest.approx([y for span in expected for y in span], abs=0.11), (
+            chart.chart_id
+        )
+        title = next(t for t in tree.iter(f"{SVG}text") if t.text == chart.title)
+        assert min(top for top, _ in drawn) >= frame.top > float(title.get("y", "0"))
+        assert max(bottom for _, bottom in drawn) <= frame.bottom
+        # The HTML stacks by the same rule (Plotly's own "stack" hangs a negative part from the
+        # running total), from the same values.
+        plotted = figure(chart)
+        assert plotted["layout"]["barmode"] == "relative"  # type: ignore[index]
+        bars = [t for t in plotted["data"] if t["type"] == "bar"]  # type: ignore[attr-defined]
+        assert [list(t["y"]) for t in bars] == [
+            [None if v != v else v for v in s.y] for s in chart.series if s.kind == "bar"
+        ]
+    planted = _Frame(charts[-1], charts[-1].categories())
+    assert planted.y_ticks[-1] >= 115 and planted.y_ticks[0] <= -40
 
 
 @needs_poppler
-def test_stacked_bars_never_rise_above_the_axis_top_in_the_pdf(
+def test_the_pdf_draws_every_stacked_chart_with_its_title(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     root = tmp_path_factory.getbasetemp()
-    content = build_content(load_report_data(healthy_run(root).experiment_dir))
+    content = build_content(load_report_data(fixture_results(root)))
     stacked = [c for c in content.charts if c.barmode == "stack"]
-    kinds = {c.chart_id.split("-")[0] for c in stacked}
-    assert kinds == {"memory", "comm", "lost"}, kinds  # every kind of stacked chart is drawn
+    assert stacked
+    text = " ".join(" ".join(pages_text(session_report(root, "fixture", "pdf"))).split())
     for chart in stacked:
-        totals: Dict[str, float] = {}
-        for series in chart.series:
-            for x, y in zip(series.x, series.y):
-                if series.kind == "bar" and y == y and y is not None:
-                    totals[str(x)] = totals.get(str(x), 0.0) + float(y)
-        assert max(totals.values()) > max(  # the stack is taller than any one part
-            float(y) for s in chart.series for y in s.y if s.kind == "bar" and y == y
-        )
-        frame = _Frame(chart, chart.categories())
-        assert frame.y_ticks[-1] >= max(totals.values())  # the axis reaches the stacked total
-        tree = ET.fromstring(svg(chart))
-        title = next(t for t in tree.iter(f"{SVG}text") if t.text == chart.title)
-        tops = [float(m[1]) for p in tree.iter(f"{SVG}path") if p.get("fill", "none") != "none"
-                for m in BAR.findall(p.get("d", ""))]  # fmt: skip
-        assert tops and min(tops) >= frame.top > float(title.get("y", "0"))
-    text = " ".join(" ".join(pages_text(session_report(root, "real", "pdf"))).split())
-    for chart in stacked:
-        assert chart.title in text  # the PDF draws it, title and all
+        assert chart.title in text
 
 
 def test_tune_charts_show_whole_labels_and_the_finalists_intervals(tmp_path: Path) -> None:

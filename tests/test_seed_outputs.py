@@ -24,6 +24,7 @@ from tests.support.sweep_records import (
     training_sweep,
 )
 from torchscale.cli.app import app
+from torchscale.results.figures import SYNC_STALL
 from torchscale.results.layout import PNG_CHARTS, gpu_document_file
 from torchscale.results.schema import TpGemmResult
 from torchscale.results.store import ExperimentStore
@@ -225,10 +226,11 @@ def test_quiet_profile_prints_the_seeds_analysis_lines(tmp_path: Path) -> None:
     assert result.exit_code == quiet.exit_code == 0, quiet.output
     findings = json.loads((folder / "findings.json").read_text(encoding="utf-8"))["findings"]
     lines = _lines(quiet.stderr)
-    # "> [ANALYSIS] Sync stall time: ...", "> [ANALYSIS] Found N bottleneck(s):", then each
-    # finding and its recommendation, as the seed's README shows them; nothing else.
+    # "> [ANALYSIS] Sync stall: ..." (the seed's "Sync stall time", named as the glossary names
+    # it), "> [ANALYSIS] Found N bottleneck(s):", then each finding and its recommendation, as
+    # the seed's README shows them; nothing else.
     assert len(lines) == 2 + 2 * len(findings)
-    assert lines[0].startswith("> [ANALYSIS] Sync stall time:")
+    assert lines[0].startswith(f"> [ANALYSIS] {SYNC_STALL.title}: ")
     assert lines[1] == f"> [ANALYSIS] Found {len(findings)} bottleneck(s):"
     assert lines[2] == f">   1. {findings[0]['title']} ({findings[0]['severity']})"
     assert all(line.startswith("> ") for line in lines)

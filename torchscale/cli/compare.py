@@ -10,6 +10,7 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, print_json, result_console, user_errors
+from torchscale.results.figures import GLOSSARY_DOC
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -112,7 +113,8 @@ def _table(comparison: Comparison, threshold: float, device_kind: Optional[str] 
     # The compact form shows each change over its interval: the interval columns go.
     compact_cols = [c for c in cols if c.header != "95% CI"]
     title = f"Per-cell change (threshold {threshold:g}%; 95% CI over run-to-run noise)"
-    return fitted_table(err_console, title, cols, compact=compact_cols, left_out="see --json")
+    left_out = f"see --json; figures: {GLOSSARY_DOC}"  # as benchmark's table says it
+    return fitted_table(err_console, title, cols, compact=compact_cols, left_out=left_out)
 
 
 def _diff_commands(result: Comparison, old: ReportData, new: ReportData) -> List[str]:
@@ -204,7 +206,8 @@ def register(app: typer.Typer) -> None:
 
         device_kind = records_device_kind([*old_records, *new_records])
         result_console.print(_table(result, threshold, device_kind))
-        result_console.print(result.noise_line(), markup=False)  # wrapped at the console width
+        # Wrapped at the console width; the figures' names and definitions, as profile links them.
+        result_console.print(f"{result.noise_line()} Figures: {GLOSSARY_DOC}.", markup=False)
         for side, frame in (("baseline", result.only_old), ("new run", result.only_new)):
             if not frame.empty:
                 result_console.print(

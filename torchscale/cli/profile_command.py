@@ -89,11 +89,12 @@ def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) 
     if stall is not None and stalls:
         worst = max(stalls, key=lambda r: r["sync_stall_pct"])
         show_result(
-            f"> [ANALYSIS] Sync stall time: {stall:.1f}% (mean over {len(ranks)} "
+            f"> [ANALYSIS] {SYNC_STALL.title}: {stall:.1f}% (mean over {len(ranks)} "
             f"ranks; worst rank {worst['rank']}: {worst['sync_stall_pct']:.1f}%)"
         )
     else:
-        show_result("> [ANALYSIS] Sync stall time: n/a (needs traces from at least 2 ranks)")
+        # The glossary's name and its "none": one rank has no collective to wait in.
+        show_result(f"> [ANALYSIS] {SYNC_STALL.title}: – (needs traces from at least 2 ranks)")
     findings = document["findings"]
     # The seed's form: "> [ANALYSIS] Found 2 bottleneck(s):" then ">   1. ..." per finding.
     show_result(f"> [ANALYSIS] Found {len(findings)} bottleneck(s):")

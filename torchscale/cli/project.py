@@ -16,6 +16,7 @@ from torchscale.cli.console import (
     show_result,
     user_errors,
 )
+from torchscale.results.figures import GLOSSARY_DOC
 
 DEFAULT_TARGETS = [16, 64, 256, 1024]
 
@@ -101,7 +102,8 @@ def _table(rows: List[Dict[str, Any]], holdout: bool) -> Any:
             )
         )
     title = f"Projected scaling ({unit}/s; band ±2 standard errors of the fit)"
-    return fitted_table(err_console, title, cols, left_out="see --json")
+    left_out = f"see --json; figures: {GLOSSARY_DOC}"  # as benchmark's table says it
+    return fitted_table(err_console, title, cols, left_out=left_out)
 
 
 def _extra_counts(args: List[str]) -> List[int]:

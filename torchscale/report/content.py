@@ -312,5 +312,9 @@ def _content(
             line for line in [nodes.node_headline(node_rows), *changed_settings_notes(data)] if line
         ],
         device_note=cpu_run_note() if words.on_cpu() else "",
-        glossary=[(f.key, f.name, f.definition) for f in FIGURES.values()],
+        glossary=[
+            (f.key, f.name, f.definition)
+            for f in FIGURES.values()
+            if not (f.gpu_only and words.on_cpu())  # none on CPU processes, so none shown
+        ],
     )

@@ -113,6 +113,33 @@ class Chart:
         return any(_finite(value) for series in self.series for value in _flat(series.y))
 
 
+class Stacks:
+    """Where each part of a stacked bar sits, as Plotly's ``relative`` barmode draws it (the HTML's
+    ``stack``): positive parts stack upward from zero and negative ones downward from it, in
+    series order. So a negative part (a cause that gave efficiency back) never hides another,
+    and a category spans (its negatives' sum, its positives' sum), not its net total."""
+
+    def __init__(self) -> None:
+        self._up: Dict[Any, float] = {}
+        self._down: Dict[Any, float] = {}
+
+    def place(self, x: Any, value: float) -> float:
+        """The base of a part of ``value`` at category ``x``; the next part there goes on it."""
+        side = self._up if value >= 0 else self._down
+        base = side.get(x, 0.0)
+        side[x] = base + value
+        return base
+
+    def extents(self) -> List[float]:
+        """The stacks' ends: every value the axis must reach."""
+        return [*self._up.values(), *self._down.values()]
+
+
+PLOTLY_BARMODE = {"stack": "relative"}
+"""Plotly's own ``stack`` sums parts in order, so a negative part would hang from the running
+total; ``relative`` is the rule :class:`Stacks` draws in the PDF and PNG."""
+
+
 def _flat(values: List[Any]) -> List[Any]:
     return [v for item in values for v in (item if isinstance(item, list) else [item])]
 

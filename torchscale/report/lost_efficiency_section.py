@@ -9,6 +9,7 @@ from typing import List, Optional
 import pandas as pd
 
 from torchscale.analysis.lost_efficiency import CAUSES, lost_efficiency_table
+from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
 from torchscale.report.elements import Chart, Column, Section, Series, make_table
@@ -31,7 +32,7 @@ def _charts(table: pd.DataFrame) -> List[Chart]:
     charts = []
     many = table["experiment"].nunique() > 1
     for (experiment, model), rows in table.groupby(["experiment", "model"], sort=True):
-        x = [f"{v}, {g} GPUs" for v, g in zip(rows["variant"], rows["world_size"])]
+        x = [f"{v}, {words.device(int(g))}" for v, g in zip(rows["variant"], rows["world_size"])]
         series = [
             Series(LABELS[c], x, rows[f"{c}_pts"].fillna(0.0).tolist(), kind="bar")
             for c in (*CAUSES, "other")
@@ -60,11 +61,11 @@ def lost_efficiency_section(records: List[ResultBase]) -> Optional[Section]:
         "lost-efficiency",
         "Where the efficiency goes",
         "The gap between ideal and measured scaling, in points of efficiency, split by cause: "
-        "each is the change from the baseline GPU count of a part of every rank's step (exposed "
-        "communication: the sync wait of the rank that waits least; straggler wait: the other "
-        "ranks' extra wait for it; input pipeline: the wait for batches; interference: the same "
-        "compute running slower), divided by the step time. Other is what the measured gap "
-        "leaves: the columns add up to it.",
+        "each is how much a part of every rank's step changed from the baseline count of "
+        f"{words.devices()} (exposed communication: the sync wait of the rank that waits least; "
+        "straggler wait: the other ranks' extra wait for it; input pipeline: the wait for "
+        "batches; interference: the same compute running slower), divided by the step time. "
+        "Other is what the measured gap leaves: the columns add up to it.",
         charts=_charts(table),
         tables=[
             make_table(
@@ -73,7 +74,7 @@ def lost_efficiency_section(records: List[ResultBase]) -> Optional[Section]:
                 [
                     Column("model", "Model", fmt.text, numeric=False),
                     Column("variant", "Configuration", fmt.text, numeric=False),
-                    Column("world_size", "GPUs", fmt.integer),
+                    Column("world_size", words.count_header(), fmt.integer),
                     Column("scaling_efficiency", "Efficiency", fmt.fraction),
                     Column("gap_pts", "Gap (pts)", _points),
                     *pts,

@@ -15,7 +15,7 @@ import json
 import math
 from typing import Any, Dict, List
 
-from torchscale.report.elements import REFERENCE_COLOR, Chart, Series
+from torchscale.report.elements import PLOTLY_BARMODE, REFERENCE_COLOR, Chart, Series
 
 FONT = "Inter, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
 GRID = "#E5E7EB"
@@ -212,7 +212,7 @@ def figure(chart: Chart) -> Dict[str, object]:
         "height": 380,
         "xaxis": xaxis,
         "yaxis": yaxis,
-        "barmode": chart.barmode,
+        "barmode": PLOTLY_BARMODE.get(chart.barmode, chart.barmode),
         "boxmode": "overlay",
         "legend": legend,
         "hovermode": "closest",

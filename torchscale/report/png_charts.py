@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from torchscale.errors import TorchscaleError
-from torchscale.report.elements import REFERENCE_COLOR, Chart, Series
+from torchscale.report.elements import REFERENCE_COLOR, Chart, Series, Stacks
 from torchscale.results.layout import PNG_CHARTS, png_chart_file
 from torchscale.results.store import atomic_write_bytes
 
@@ -58,13 +58,15 @@ def _positions(chart: Chart, series: Series) -> List[float]:
 
 def _bars(ax: Any, chart: Chart, bars: List[Series], colors: Dict[str, str]) -> None:
     width = 0.8 if chart.barmode != "group" else 0.8 / max(1, len(bars))
-    bottoms: Dict[float, float] = {}
+    stacks = Stacks()  # positive parts up from zero, negative ones down, as in the HTML and PDF
     for i, series in enumerate(bars):
         x = _positions(chart, series)
         y = [_number(v) for v in series.y]
         if chart.barmode == "group":
             x = [p - 0.4 + width * (i + 0.5) for p in x]
-        bottom = [bottoms.get(p, 0.0) if chart.barmode == "stack" else 0.0 for p in x]
+        heights = [0.0 if math.isnan(v) else v for v in y]
+        stack = chart.barmode == "stack"
+        bottom = [stacks.place(p, v) if stack else 0.0 for p, v in zip(x, heights)]
         errors = None
         if series.low is not None and series.high is not None:
             errors = [
@@ -73,12 +75,9 @@ def _bars(ax: Any, chart: Chart, bars: List[Series], colors: Dict[str, str]) -> 
                 [max(0.0, _number(hi) - v) if not math.isnan(_number(hi)) else 0.0
                  for v, hi in zip(y, series.high)],
             ]  # fmt: skip
-        ax.bar(x, [0.0 if math.isnan(v) else v for v in y], width=width, bottom=bottom,
+        ax.bar(x, heights, width=width, bottom=bottom,
                color=colors.get(series.color_key or series.name), label=_text(series.name),
                yerr=errors, capsize=3 if errors else 0)  # fmt: skip
-        if chart.barmode == "stack":
-            for p, v in zip(x, y):
-                bottoms[p] = bottoms.get(p, 0.0) + (0.0 if math.isnan(v) else v)
 
 
 def _series(ax: Any, chart: Chart, colors: Dict[str, str]) -> None:

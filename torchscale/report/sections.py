@@ -139,9 +139,14 @@ def memory_section(by_variant: pd.DataFrame) -> Section:
     if (by_variant["peak_kind"] == "rss").any():
         notes.append(
             "On CPU the peak is the process's resident memory (RSS), which includes the Python "
-            "runtime and libraries; activations are measured on GPUs only."
+            "runtime and libraries; activations are not measured on CPU processes."
         )
     size = fmt.human_bytes
+    gpu_memory = [
+        Column("gpu_memory_util_pct", f"{GPU_MEMORY_UTILISATION.title} %", fmt.significant)
+    ]
+    if words.on_cpu() and by_variant["gpu_memory_util_pct"].isna().all():
+        gpu_memory = []  # NVML's figure: always empty on CPU processes, so not a column of "–"
     return Section(
         "memory",
         "Memory",
@@ -160,9 +165,7 @@ def memory_section(by_variant: pd.DataFrame) -> Section:
                     Column("activations_peak_bytes", "Activations", size),
                     Column("peak_bytes", "Peak", size),
                     Column("peak_kind", "Peak is", fmt.text, numeric=False),
-                    Column(
-                        "gpu_memory_util_pct", f"{GPU_MEMORY_UTILISATION.title} %", fmt.significant
-                    ),
+                    *gpu_memory,
                 ],
             )
         ],

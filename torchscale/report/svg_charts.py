@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from torchscale.report.elements import REFERENCE_COLOR, Chart, Series
+from torchscale.report.elements import REFERENCE_COLOR, Chart, Series, Stacks
 
 WIDTH, HEIGHT = 760.0, 310.0
 FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
@@ -160,9 +160,9 @@ class _Frame:
 
     def _values(self) -> List[float]:
         """Every value the axis must hold: the points, their intervals' ends and, for stacked
-        bars, each category's stacked total (the top of its stack)."""
+        bars, each stack's ends (positive parts up from zero, negative ones down: ``Stacks``)."""
         values = []
-        stacks: Dict[str, float] = {}
+        stacks = Stacks()
         for series in self.chart.series:
             for item in [*series.y, *(series.low or []), *(series.high or [])]:
                 items = item if isinstance(item, list) else [item]
@@ -170,8 +170,8 @@ class _Frame:
             if series.kind == "bar" and self.chart.barmode == "stack":
                 for x, value in zip(series.x, map(_num, series.y)):
                     if math.isfinite(value):
-                        stacks[str(x)] = stacks.get(str(x), 0.0) + value
-        return values + list(stacks.values())
+                        stacks.place(str(x), value)
+        return values + stacks.extents()
 
     def _x_domain(self) -> None:
         xs = [v for s in self.chart.series for v in map(_num, s.x) if math.isfinite(v)]
@@ -259,7 +259,7 @@ def _line(frame: _Frame, series: Series, color: str) -> List[str]:
 
 
 def _bars(
-    frame: _Frame, series: Series, color: str, index: int, count: int, bottoms: Dict[str, float]
+    frame: _Frame, series: Series, color: str, index: int, count: int, stacks: Stacks
 ) -> List[str]:
     stacked = frame.chart.barmode == "stack"
     shared = stacked or frame.chart.barmode == "overlay"  # one bar slot per category
@@ -270,12 +270,10 @@ def _bars(
     for x, value, low, high in zip(series.x, map(_num, series.y), lows, highs):
         if not math.isfinite(value):
             continue
-        base = bottoms.get(x, 0.0) if stacked else 0.0
+        base = stacks.place(x, value) if stacked else 0.0
         left = frame.x(x) - frame.band * 0.35 + (0 if shared else index * width)
         top, bottom = frame.y_inside(base + value), frame.y_inside(base)
         path += f"M{left:.1f} {min(top, bottom):.1f}h{width:.1f}V{max(top, bottom):.1f}H{left:.1f}Z"
-        if stacked:
-            bottoms[x] = base + value
         if math.isfinite(low) and math.isfinite(high):
             middle, cap = left + width / 2, min(6.0, width / 4)
             y_low, y_high = frame.y_inside(low), frame.y_inside(high)
@@ -406,11 +404,11 @@ def svg(chart: Chart) -> str:
     below, above = _references(frame)
     body: List[str] = []
     bars = [s for s in chart.series if s.kind == "bar"]
-    bottoms: Dict[str, float] = {}
+    stacks = Stacks()
     for series in chart.series:
         color = _color(series, colors)
         if series.kind == "bar":
-            body += _bars(frame, series, color, bars.index(series), len(bars), bottoms)
+            body += _bars(frame, series, color, bars.index(series), len(bars), stacks)
         elif series.kind == "box":
             body += _boxes(frame, series, color)
         elif series.kind == "marker":

@@ -30,6 +30,7 @@ class Figure:
     owner: str  # the module that computes it
     column: str  # its column in summary.csv, the report's CSVs and the JSON document
     record: str  # where results.jsonl holds it
+    gpu_only: bool = False  # NVML's: never measured on CPU processes (a CPU run's report omits it)
 
     @property
     def title(self) -> str:
@@ -57,9 +58,9 @@ STEP_TIME = Figure(
 )  # fmt: skip
 SCALING_EFFICIENCY = Figure(
     "scaling-efficiency", "scaling efficiency", "% of linear",
-    "throughput_N / (N / B x throughput_B), B the smallest GPU count measured for the same "
-    "configuration; needs two GPU counts of it, else none (–).",
-    "benchmark: cells that differ only in GPU count", "torchscale/analysis/training_tables.py",
+    "throughput_N / (N / B x throughput_B), B the smallest rank count measured for the same "
+    "configuration; needs two rank counts of it, else none (–).",
+    "benchmark: cells that differ only in rank count", "torchscale/analysis/training_tables.py",
     "scaling_efficiency", "(computed from throughput)",
 )  # fmt: skip
 SYNC_OVERHEAD = Figure(
@@ -96,7 +97,7 @@ EXPOSED_COMMUNICATION = Figure(
 )  # fmt: skip
 MFU = Figure(
     "mfu", "MFU", "% of peak",
-    "Model FLOPs utilisation: the model's training FLOPs per second per GPU over the device's "
+    "Model FLOPs utilisation: the model's training FLOPs per second per rank over its device's "
     "dense peak for the precision used; none where the peak is unknown (CPU).",
     "benchmark: the measured window", "torchscale/hardware/peaks.py", "mfu", "mfu",
 )  # fmt: skip
@@ -132,7 +133,7 @@ GPU_UTILISATION = Figure(
     "The share of time a kernel ran on the GPU (NVML utilization.gpu), mean over the measured "
     "window and the ranks; none (–) on CPU processes.",
     "benchmark: NVML sampled every 100 ms", "torchscale/analysis/device_utilisation.py",
-    "gpu_util_pct", "per_rank[].gpu.util_pct_mean",
+    "gpu_util_pct", "per_rank[].gpu.util_pct_mean", gpu_only=True,
 )  # fmt: skip
 GPU_MEMORY_UTILISATION = Figure(
     "gpu-memory-utilisation", "GPU memory utilisation", "% of the GPU's memory",
@@ -140,6 +141,7 @@ GPU_MEMORY_UTILISATION = Figure(
     "over its total memory, the highest rank; none (–) on CPU processes.",
     "benchmark: NVML sampled every 100 ms", "torchscale/analysis/device_utilisation.py",
     "gpu_memory_util_pct", "per_rank[].gpu.memory_used_bytes_max / memory_total_bytes",
+    gpu_only=True,
 )  # fmt: skip
 
 FIGURES: Dict[str, Figure] = {
@@ -171,7 +173,8 @@ def glossary_markdown() -> str:
         "",
         "Each figure has one name, used on the console, in the HTML and PDF report, in the JSON "
         "document and by `torchscale profile`, and one owner in the code. On a node without GPUs "
-        'each "GPU" is a CPU process (gloo), and the figures are CPU figures.',
+        'each "GPU" is a CPU process (gloo), and the figures are CPU figures; the report of such a '
+        "run leaves out the figures NVML measures on GPUs only.",
         "",
         f"| figure | definition | unit | measured by | column | in {RESULTS} | owner |",
         "|---|---|---|---|---|---|---|",
