@@ -53,11 +53,11 @@ def test_analyze_table_output_names_straggler(tmp_path):
     assert result.exit_code == 0, result.stderr
     assert result.stdout == ""
     err = result.stderr
-    assert "Per-rank breakdown" in err and "sync stall %" in err
-    # The glossary's name for the figure (sync stall), as the report and findings.json say it.
+    assert "Per-rank breakdown" in err and "sync stall time %" in err
+    # The glossary's name for the figure (sync stall time, the seed's), as the report says it.
     doc = json.loads((folder / FINDINGS_FILE).read_text())
     headline = f"[ANALYSIS] {SYNC_STALL.title}: {doc['sync_stall_pct']:.1f}% (mean over 2 ranks;"
-    assert headline in err and "worst rank 0" in err and "Sync stall time" not in err
+    assert headline in err and "worst rank 0" in err and "[ANALYSIS] Sync stall time: " in err
     assert "Found 2 bottleneck(s):" in err
     assert "1. NCCL AllReduce: GPU-1 arrives last" in err and "nvidia-smi -q -d PERFORMANCE" in err
     assert "high variance in sync time" in err

@@ -92,7 +92,7 @@ def test_the_glossary_is_current_and_every_surface_links_it(
     )
     names = [shown.name for shown in FIGURES.values()]
     assert len(set(names)) == len(names)  # two quantities never share a name
-    assert {"sync overhead", "sync stall", "exposed communication"} <= set(names)
+    assert {"sync overhead", "sync stall time", "exposed communication"} <= set(names)
     assert GLOSSARY_DOC in (ROOT / "README.md").read_text(encoding="utf-8")
     for args in (["--help"], ["report", "--help"]):
         assert GLOSSARY_DOC in " ".join(runner.invoke(app, args).output.split())
@@ -195,7 +195,7 @@ def test_a_profile_run_beside_its_benchmark_is_that_experiments_profile(tmp_path
     )
     (relation,) = next(s for s in content.sections if s.section_id == "profiles").notes
     assert f"sync overhead of {fmt.percent(overhead)}" in relation
-    assert "sync stall of 10.7%" in relation
+    assert "sync stall time of 10.7%" in relation
     document = json.loads(render_documents(data))
     assert isinstance(document, dict) and document["name"] == "scaling_analysis"
     assert [p["traced_by"] for p in document["profiles"]] == [

@@ -226,11 +226,12 @@ def test_quiet_profile_prints_the_seeds_analysis_lines(tmp_path: Path) -> None:
     assert result.exit_code == quiet.exit_code == 0, quiet.output
     findings = json.loads((folder / "findings.json").read_text(encoding="utf-8"))["findings"]
     lines = _lines(quiet.stderr)
-    # "> [ANALYSIS] Sync stall: ..." (the seed's "Sync stall time", named as the glossary names
-    # it), "> [ANALYSIS] Found N bottleneck(s):", then each finding and its recommendation, as
-    # the seed's README shows them; nothing else.
+    # "> [ANALYSIS] Sync stall time: ..." (the seed's words, the glossary's name), "> [ANALYSIS]
+    # Found N bottleneck(s):", then each finding and its recommendation, as the seed's README
+    # shows them; nothing else.
     assert len(lines) == 2 + 2 * len(findings)
     assert lines[0].startswith(f"> [ANALYSIS] {SYNC_STALL.title}: ")
+    assert lines[0].startswith("> [ANALYSIS] Sync stall time: ")
     assert lines[1] == f"> [ANALYSIS] Found {len(findings)} bottleneck(s):"
     assert lines[2] == f">   1. {findings[0]['title']} ({findings[0]['severity']})"
     assert all(line.startswith("> ") for line in lines)

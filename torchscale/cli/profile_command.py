@@ -57,7 +57,7 @@ def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) 
         ("non_compute_pct", "non-compute %", "non-\ncomp. %", "{:.1f}", 4),
         ("overlap_pct", "overlap %", "over-\nlap %", "{:.1f}", 0),
         ("exposed_comm_us", "exposed comm ms", "exposed\ncomm ms", "ms", 0),
-        ("sync_stall_pct", "sync stall %", "sync\nstall %", "{:.1f}", 0),
+        ("sync_stall_pct", "sync stall time %", "sync stall\ntime %", "{:.1f}", 0),
     ]
     table = fitted_table(
         err_console,

@@ -4,7 +4,7 @@ Every surface (the console, the HTML and PDF report, the JSON document, ``profil
 figure by its ``name`` here, and its CSV/JSON field is ``field``. ``docs/glossary.md`` is written
 from this module (``python -m torchscale.results.figures > docs/glossary.md``; a test keeps it
 current) and the report's Glossary section shows the same lines. Two different quantities never
-share a name: sync overhead (benchmark), sync stall (profile) and exposed communication (DDP's
+share a name: sync overhead (benchmark), sync stall time (profile) and exposed communication (DDP's
 logging, or the trace) are three figures, and :data:`SYNC_RELATION` says how they relate.
 
 Standard library only: the console imports it without torch.
@@ -80,7 +80,7 @@ SYNC_WAIT = Figure(
     "sync_wait_ms", "per_rank[].sync_wait_ms",
 )  # fmt: skip
 SYNC_STALL = Figure(
-    "sync-stall", "sync stall", "% of step",
+    "sync-stall", "sync stall time", "% of step",
     "Profile only: the share of a rank's traced step time it waits inside collectives for the "
     "last rank to arrive (the headline is the mean over ranks).",
     "profile: the traces (torch.profiler or Nsight)",
@@ -155,10 +155,11 @@ FIGURES: Dict[str, Figure] = {
 
 SYNC_RELATION = (
     "Sync overhead counts everything gradient synchronisation adds to the step. The sync stall "
-    "is the part of it spent waiting for the last rank to arrive at a collective; the rest is the "
-    "transfers themselves (their unhidden part is the exposed communication) and DDP's "
-    "bucketing. So for one configuration the sync stall is a fraction of the sync overhead; both "
-    "are measured in their own windows, so they differ by a measurement's noise too."
+    "time is the part of it spent waiting for the last rank to arrive at a collective; the rest "
+    "is the transfers themselves (their unhidden part is the exposed communication) and DDP's "
+    "bucketing. So for one configuration the sync stall time is a fraction of the sync "
+    "overhead; both are measured in their own windows, so they differ by a measurement's noise "
+    "too."
 )
 """How the three sync figures of one cell relate: the report and ``profile`` say it."""
 
@@ -184,7 +185,13 @@ def glossary_markdown() -> str:
             f'| <a id="{figure.key}"></a>**{figure.name}** | {figure.definition} | {figure.unit} '
             f"| {figure.measured} | `{figure.column}` | `{figure.record}` | {figure.owner} |"
         )
-    lines += ["", "## Sync overhead, sync stall and exposed communication", "", SYNC_RELATION, ""]
+    lines += [
+        "",
+        "## Sync overhead, sync stall time and exposed communication",
+        "",
+        SYNC_RELATION,
+        "",
+    ]
     return "\n".join(lines)
 
 
