@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List
+from types import SimpleNamespace
+from typing import Dict, List
 
 import pytest
 
@@ -22,11 +23,12 @@ from torchscale.analysis.host_attribution import (
     health_quote,
     rank_place,
 )
+from torchscale.analysis.telemetry import telemetry_findings
 from torchscale.config.validate_section import ValidateSection
 from torchscale.hardware.expected_figures import expected_figure
 from torchscale.results.host_records import load_host_records
 from torchscale.results.layout import FLEET_REPORT, VALIDATE_DIR, validate_record_path
-from torchscale.results.schema import TrainingResult
+from torchscale.results.schema import GpuTelemetry, TrainingResult
 from torchscale.results.store import ExperimentStore, atomic_write_json
 from torchscale.validate.judging import judge_figures
 from torchscale.validate.probe_timing import Figure
@@ -139,3 +141,96 @@ def test_the_fleet_report_adds_the_fleet_yardstick_and_the_newest_record_wins(
         "validate at level 2 found nothing slow there"
     )
     assert json.loads((folder / FLEET_REPORT).read_text())["cells"] == cells
+
+
+def test_the_benchmark_console_line_quotes_the_probe(results: Path, tmp_path: Path) -> None:
+    """The worker's straggler warning, as benchmark prints it when the cell ends, gains the same
+    quote as the report's finding; without a record of the host it is the warning alone."""
+    from torchscale.cli.benchmark_view import sync_warning_line
+    from torchscale.results.layout import cell_dir
+
+    [record] = training(results)
+    assert record.sync is not None and record.sync.warning
+    folder = cell_dir(results / SPEC.name, record.cell_id)
+    source = validate_record_path(results, "node-b")
+    assert sync_warning_line(record, folder) == (
+        f"> [WARN] {record.sync.warning}. Rank 5 is on node-b GPU 1, whose GEMM bf16 on GPU 1 "
+        f"ran at {SLOW_SHARE:.2f} of its peers at level 2 (WARN in {source})."
+    )
+    elsewhere = cell_dir(tmp_path / SPEC.name, record.cell_id)  # no validate/ beside it
+    assert sync_warning_line(record, elsewhere) == f"> [WARN] {record.sync.warning}."
+    assert sync_warning_line(record, None) == f"> [WARN] {record.sync.warning}."
+
+
+def test_the_console_prints_it_when_the_cell_ends(results: Path, monkeypatch) -> None:
+    import torchscale.cli.benchmark_view as view
+    from torchscale.plan.kind_protocol import cell_kinds
+    from torchscale.results.layout import cell_dir
+
+    [record] = training(results)
+    said: List[str] = []
+    monkeypatch.setattr(view, "say", said.append)
+    events = view.ConsoleEvents(profile_lines=False)
+    events.running.cell_dir = cell_dir(results / SPEC.name, record.cell_id)
+    events.task = events.progress.add_task("", total=1)
+    kind = next(k for k in cell_kinds().values() if TrainingResult in k.record_models)
+    events.cell_finished(SimpleNamespace(kind=kind.name), [record], None)  # type: ignore[arg-type]
+    [line] = [s for s in said if s.startswith("> [WARN] High variance")]
+    assert line.endswith(f"ran at {SLOW_SHARE:.2f} of its peers at level 2 (WARN in "
+                         f"{validate_record_path(results, 'node-b')}).")  # fmt: skip
+
+
+def throttled(record: TrainingResult, ranks: Dict[int, float]) -> TrainingResult:
+    """``record`` with NVML telemetry on every rank: 1,980 MHz, except ``ranks`` (rank -> share
+    of the window) in HW thermal slowdown at 1,500 MHz and 90 C."""
+    per_rank = []
+    for row in record.per_rank:
+        share = ranks.get(row.rank)
+        gpu = GpuTelemetry(
+            samples=20, nvml_index=row.local_rank, sm_clock_mhz_limit=1980.0,
+            sm_clock_mhz_mean=1500.0 if share else 1980.0, temperature_c_max=90.0 if share else 60.0,
+            power_w_mean=600.0, power_limit_w=700.0,
+            throttle_share={"hw_thermal_slowdown": share} if share else {},
+        )  # fmt: skip
+        per_rank.append(row.model_copy(update={"gpu": gpu}))
+    return record.model_copy(update={"per_rank": per_rank})
+
+
+def test_a_telemetry_straggler_finding_is_attributed_as_the_straggler_findings_are(
+    results: Path,
+) -> None:
+    """GPU 1 of node-b (rank 5, the straggler) throttles, and so does rank 2 on node-a, which is
+    not the straggler: only the straggler's finding gains the quote."""
+    [record] = training(results)
+    hot = throttled(record, {5: 0.6, 2: 0.4})
+    rows = telemetry_findings([hot])
+    [straggler] = [r for r in rows if r["ranks"] == [5]]
+    [other] = [r for r in rows if r["ranks"] == [2]]
+    assert straggler["category"] == other["category"] == "telemetry"
+    assert straggler["title"].startswith("GPU 1 is the straggler: HW thermal slowdown")
+    done = attribute_findings(rows, [hot], load_host_records(results))
+    [quoted] = [r for r in done if r["ranks"] == [5]]
+    source = validate_record_path(results, "node-b")
+    assert quoted["message"] == (
+        f"{straggler['message']} Rank 5 is on node-b GPU 1, whose GEMM bf16 on GPU 1 ran at "
+        f"{SLOW_SHARE:.2f} of its peers at level 2 (WARN in {source})."
+    )
+    assert [r for r in done if r["ranks"] == [2]] == [other]  # throttled, not the straggler
+
+
+def test_the_report_quotes_it_under_the_telemetry_finding(results: Path, tmp_path: Path) -> None:
+    from torchscale.report.content import build_content
+    from torchscale.report.report_data import load_report_data
+
+    [record] = training(results)
+    folder = tmp_path / "thermal"
+    folder.mkdir()
+    (folder / "results.jsonl").write_text(throttled(record, {5: 0.6}).model_dump_json() + "\n")
+    (folder / "manifest.json").write_text(json.dumps({"experiment": "thermal"}))
+    atomic_write_json(validate_record_path(tmp_path, "node-b"), node_b_report())
+    content = build_content(load_report_data(folder))
+    [finding] = [f for f in content.findings if f["title"].startswith("GPU 1 is the straggler")]
+    assert finding["message"].endswith(
+        f"Rank 5 is on node-b GPU 1, whose GEMM bf16 on GPU 1 ran at {SLOW_SHARE:.2f} of its "
+        f"peers at level 2 (WARN in {validate_record_path(tmp_path, 'node-b')})."
+    )

@@ -59,12 +59,20 @@ def test_a_hardware_xid_fails_and_names_the_gpu_by_its_nvml_index() -> None:
     assert [e["gpu"] for e in check.details["events"]] == ["GPU 2", "GPU 2", "GPU 4"]
 
 
-def test_application_xids_only_warn_and_a_clean_log_passes() -> None:
+def test_a_recorded_row_remap_fails_and_application_xids_alone_warn() -> None:
+    """Xid 63 needs a GPU reset to apply the remap (as level 1's pending-remap row, FAIL); the
+    contained ECC error beside it (94) asks only for the application's restart."""
     buses = h100_bus_ids()
     log = KernelLog(lines("journalctl_ecc.log"), "journalctl -k -b")
-    check = check_xid(log, parse_xids(log.lines or []), buses)
-    assert check.status is Status.WARN
+    events = parse_xids(log.lines or [])
+    check = check_xid(log, events, buses)
+    assert check.status is Status.FAIL
     assert check.value.startswith("GPU 3: Xid 63 (row remap / page retirement recorded")
+    assert check.fix and check.fix.startswith("Xid 63 call for a GPU reset")  # 94 is not named
+    contained = check_xid(log, [e for e in events if e.code == 94], buses)
+    assert contained.status is Status.WARN
+    assert contained.value == "GPU 3: Xid 94 (contained ECC error (the application must restart))"
+    assert contained.fix and "application" in contained.fix
     clean = KernelLog(lines("dmesg_clean.log"), "dmesg")
     assert check_xid(clean, [], buses).status is Status.PASS
     # a bus no GPU has (the GPU fell off and NVML lost it) is named by its bus id
@@ -73,6 +81,24 @@ def test_application_xids_only_warn_and_a_clean_log_passes() -> None:
     assert (
         alone.status is Status.FAIL
         and alone.value == "PCI 0000:ab:00: Xid 119 (GSP RPC timeout) x3"
+    )
+
+
+def test_the_docs_list_the_codes_as_the_table_classes_them() -> None:
+    """docs/validate.md's XID row names every code of the table under the verdict it gets."""
+    import re
+
+    doc = (Path(__file__).parent.parent / "docs" / "validate.md").read_text()
+    [row] = [line for line in doc.splitlines() if line.startswith("| XID errors (kernel log)")]
+    failing = re.search(r"FAIL on [^(]*\(([\d, ]+), and any code not in the table\)", row)
+    warning = re.search(r"ascribed to an application \(([\d, ]+)\)", row)
+    assert failing and warning, row
+    codes = kernel_log.XID_CODES
+    assert [int(c) for c in failing.group(1).split(",")] == sorted(
+        c for c, (_, hardware) in codes.items() if hardware
+    )
+    assert [int(c) for c in warning.group(1).split(",")] == sorted(
+        c for c, (_, hardware) in codes.items() if not hardware
     )
 
 

@@ -96,58 +96,70 @@ def test_node_collectives_from_the_smoke_test_and_their_rank_bound_expectation()
     assert collective_figures(failed) == []
 
 
-def one_window(call: Callable[[], object], work: float, window_s: float) -> float:
-    """Work per second over one window of back-to-back calls (after one to warm up: first
-    touch of the pages), timed here, not by the probe."""
+def best_window(call: Callable[[], object], work: float, window_s: float, repeats: int) -> float:
+    """Work per second in the best of ``repeats`` windows of back-to-back calls, after one call
+    to warm up (first touch of the pages): timed here, not by the probe's code."""
     call()
-    calls, start = 0, time.perf_counter()
-    while calls == 0 or time.perf_counter() - start < window_s:
-        call()
-        calls += 1
-    return work * calls / (time.perf_counter() - start)
+    rates = []
+    for _ in range(repeats):
+        calls, start = 0, time.perf_counter()
+        while calls == 0 or time.perf_counter() - start < window_s:
+            call()
+            calls += 1
+        rates.append(work * calls / (time.perf_counter() - start))
+    return max(rates)
+
+
+ROUNDS = 6
+"""ABBA rounds (probe, direct, direct, probe): 12 pairs, about 15 s here."""
 
 
 @pytest.mark.slow
 def test_cpu_gemm_and_memory_figures_agree_with_an_independent_measurement() -> None:
-    """The probe's windows against a matmul and a numpy copy timed here with the same thread
-    count, core, size and window length, taken in turn (probe, direct, probe...) so that the
-    machine's load hits both alike; the medians of the windows are compared (the best window of
-    a loaded machine is luck, its median is not)."""
-    import numpy as np
+    """The figures the CLI reports for CPU 0 (measure_devices: the best of ``repeats`` windows)
+    against the same operations timed here with the same sizes, thread count, core (slot 0 runs
+    on the first allowed core), fresh buffers, window length and count, and the same best
+    window. On a shared machine a measurement that meets a busy moment runs at half speed, so
+    they alternate in ABBA rounds (linear drift in the load cancels) and the median of the
+    paired ratios is compared: a few pairs caught by a busy moment move it little.
+
+    The copy timed here is torch's ``copy_``: numpy's ``copyto`` is a memcpy whose streaming
+    stores skip reading the destination (~25% faster on this VM), another measurement."""
     import torch
 
     from torchscale.validate.device_probes import measure_devices
 
-    settings = ValidateSection(window_s=0.1, repeats=3, max_cpu_devices=1)
+    settings = ValidateSection(window_s=0.05, repeats=3, max_cpu_devices=1)
     n, elements = settings.cpu_gemm_size, settings.cpu_copy_mib * 2**20 // 4
-    a, b = torch.rand(n, n), torch.rand(n, n)
-    src, dst = np.ones(elements, np.float32), np.empty(elements, np.float32)
-    probe: Dict[str, List[float]] = {"gemm_fp32": [], "memory_copy": []}
-    direct: Dict[str, List[float]] = {"gemm_fp32": [], "memory_copy": []}
-    before = torch.get_num_threads()
-    allowed = os.sched_getaffinity(0)
-    core = (
-        {min(allowed)} if threads_per_cpu_slot() == 1 else allowed
-    )  # where the probe's slot 0 runs
-    for _ in range(4):
-        for figure in measure_devices(settings).figures:
-            probe.get(figure.probe, []).extend(figure.samples)
+    window, repeats = settings.window_s, settings.repeats
+    before, allowed = torch.get_num_threads(), os.sched_getaffinity(0)
+    core = {min(allowed)} if threads_per_cpu_slot() == 1 else allowed  # where slot 0 runs
+
+    def probe() -> Dict[str, float]:
+        return {f.probe: f.value for f in measure_devices(settings).figures}
+
+    def direct() -> Dict[str, float]:
         torch.set_num_threads(threads_per_cpu_slot())  # as the probe runs a CPU slot
         os.sched_setaffinity(0, core)
         try:
-            for _ in range(settings.repeats):
-                rate = one_window(lambda: a @ b, 2.0 * n**3, settings.window_s)
-                direct["gemm_fp32"].append(rate / 1e12)
-            for _ in range(settings.repeats):
-                rate = one_window(lambda: np.copyto(dst, src), 2.0 * src.nbytes, settings.window_s)
-                direct["memory_copy"].append(rate / 1e9)
+            a, b, out = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
+            gemm = best_window(lambda: torch.matmul(a, b, out=out), 2.0 * n**3, window, repeats)
+            src = torch.ones(elements)
+            dst = torch.empty_like(src)
+            copy = best_window(lambda: dst.copy_(src), 2.0 * elements * 4, window, repeats)
+            return {"gemm_fp32": gemm / 1e12, "memory_copy": copy / 1e9}
         finally:
             torch.set_num_threads(before)
             os.sched_setaffinity(0, allowed)
-    for key in ("gemm_fp32", "memory_copy"):
-        assert len(probe[key]) == len(direct[key]) == 4 * settings.repeats
-        mine, theirs = statistics.median(probe[key]), statistics.median(direct[key])
-        assert mine == pytest.approx(theirs, rel=0.2), (key, probe[key], direct[key])
+
+    pairs: Dict[str, List[float]] = {"gemm_fp32": [], "memory_copy": []}
+    for _ in range(ROUNDS):
+        first, theirs, again, mine = probe(), direct(), direct(), probe()
+        for key, ratios in pairs.items():
+            ratios += [first[key] / theirs[key], mine[key] / again[key]]
+    for key, ratios in pairs.items():
+        shown = [round(r, 2) for r in ratios]
+        assert statistics.median(ratios) == pytest.approx(1.0, rel=0.2), (key, shown)
 
 
 @pytest.mark.cpu_only_node

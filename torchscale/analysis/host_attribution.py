@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from torchscale.results.host_records import HostRecord, ProbeFigure
 from torchscale.results.schema import ResultBase, TrainingResult
+from torchscale.results.straggler import record_straggler
 
 YARDSTICKS = (
     ("vs_peers", "of its peers"),
@@ -22,6 +23,11 @@ YARDSTICKS = (
     ("vs_expected", "of the figure expected for it"),
 )
 NODE_WIDE = ("node",)
+STRAGGLER_CATEGORIES = ("straggler", "sync")
+"""A finding of these categories that names one rank names the straggler."""
+RANK_CATEGORIES = ("telemetry",)
+"""Findings about one rank's device (a throttled GPU, a preempted CPU process): attributed when
+that rank is its cell's straggler (results/straggler.py's rule), as the straggler findings are."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,37 @@ def attribution(
     return None
 
 
+def sentence(where: str) -> str:
+    """``rank 5 is on ...`` as a sentence of its own: ``Rank 5 is on ... .``"""
+    return f"{where[0].upper()}{where[1:]}."
+
+
+def straggler_quote(record: ResultBase, hosts: Mapping[str, HostRecord]) -> Optional[str]:
+    """The sentence the worker's straggler warning ends with on the console, where a validate
+    record of the straggler's host exists: ``Rank 5 is on node-b GPU 1, whose GEMM bf16 ...``.
+    None otherwise (the warning names the host and GPU already)."""
+    if not isinstance(record, TrainingResult):
+        return None
+    rank = record_straggler(record)
+    place = rank_place(record, rank) if rank is not None else None
+    if place is None or place.host not in hosts:
+        return None
+    return sentence(f"{place.describe()}, {health_quote(place, hosts[place.host])}")
+
+
+def _about_straggler(row: Dict[str, Any], cell: Optional[ResultBase]) -> bool:
+    """The finding names one rank, and that rank is the straggler: by its category, or, for a
+    finding about a rank's device, because its cell's straggler is that rank."""
+    ranks = row.get("ranks") or []
+    if len(ranks) != 1:
+        return False
+    category = row.get("category")
+    if category in STRAGGLER_CATEGORIES:
+        return True
+    straggler = record_straggler(cell) if isinstance(cell, TrainingResult) else None
+    return category in RANK_CATEGORIES and straggler == int(ranks[0])
+
+
 def attribute_findings(
     rows: List[Dict[str, Any]],
     records: Iterable[ResultBase],
@@ -116,18 +153,19 @@ def attribute_findings(
     records = list(records)
     out = []
     for row in rows:
-        ranks = row.get("ranks") or []
-        if row.get("category") not in ("straggler", "sync") or len(ranks) != 1:
-            out.append(row)
-            continue
         source = str(row.get("source") or "")
         ordered = sorted(records, key=lambda r: not (r.cell_id and r.cell_id in source))
-        where = attribution(int(ranks[0]), ordered, hosts)
+        cell = (
+            ordered[0] if ordered and ordered[0].cell_id and ordered[0].cell_id in source else None
+        )
+        if not _about_straggler(row, cell):
+            out.append(row)
+            continue
+        where = attribution(int(row["ranks"][0]), ordered, hosts)
         if where is None:
             out.append(row)
             continue
         text = str(row.get(field) or "")
-        sentence = f"{where[0].upper()}{where[1:]}."
-        joined = f"{text}; {where}" if field == "title" else f"{text} {sentence}"
+        joined = f"{text}; {where}" if field == "title" else f"{text} {sentence(where)}"
         out.append({**row, field: joined.strip(), "where": where})
     return out

@@ -24,8 +24,9 @@ from torchscale.plan.kind_protocol import get_kind
 from torchscale.plan.matrix import Plan
 from torchscale.plan.planned_cell import Cell
 from torchscale.results.figures import GLOSSARY_DOC, SCALING_EFFICIENCY, STEP_TIME, SYNC_OVERHEAD
-from torchscale.results.layout import MANIFEST, RESULTS, SUMMARY
+from torchscale.results.layout import MANIFEST, RESULTS, SUMMARY, cell_output_dir
 from torchscale.results.schema import ResultBase, TrainingResult
+from torchscale.results.straggler import record_straggler
 from torchscale.results.table_scalars import as_float, as_int
 from torchscale.training.training_kind import gpus_text
 
@@ -123,13 +124,27 @@ class ConsoleEvents:
                 f"(p50 {steps.p50:,.1f}, p95 {steps.p95:,.1f}, p99 {steps.p99:,.1f})"
             )
         if record.sync and record.sync.warning:
-            say(f"> [WARN] {record.sync.warning}.")
+            say(sync_warning_line(record, self.running.cell_dir))
         from torchscale.analysis.iteration_breakdown import comm_compute_line
         from torchscale.analysis.telemetry import console_lines
 
         ratio = comm_compute_line(record) if record.world_size > 1 else None
         for line in [*([ratio] if ratio else []), *console_lines(record)]:
             say(line)
+
+
+def sync_warning_line(record: TrainingResult, cell_dir: Optional[Path]) -> str:
+    """The worker's sync warning; where it names a straggler and the output folder holds a
+    validate record of its host, with the figure that explains it, as the report and profile
+    quote it."""
+    from torchscale.analysis.host_attribution import straggler_quote
+    from torchscale.results.host_records import load_host_records
+
+    line = f"> [WARN] {record.sync.warning if record.sync else ''}."
+    if cell_dir is None or record_straggler(record) is None:
+        return line
+    quote = straggler_quote(record, load_host_records(cell_output_dir(cell_dir)))
+    return f"{line} {quote}" if quote else line
 
 
 def plan_table(plan: Plan, device_kind: str = CUDA, first: int = 1) -> Table:

@@ -37,7 +37,10 @@ XID_CODES: Dict[int, Tuple[str, bool]] = {
     57: ("error programming video memory interface", True),
     61: ("internal micro-controller breakpoint/warning", True),
     62: ("internal micro-controller halt", True),
-    63: ("row remap / page retirement recorded (reset the GPU to apply it)", False),
+    # Recorded, not yet applied: the GPU must be reset (before Ampere: the driver reloaded)
+    # for it to take effect, as level 1's pending remap row says. NVIDIA lets other jobs finish
+    # first, but a node with a remap pending is not one to benchmark: FAIL, as that row is.
+    63: ("row remap / page retirement recorded (reset the GPU to apply it)", True),
     64: ("row remap / page retirement failed", True),
     68: ("video decoder (NVDEC) exception", False),
     69: ("graphics engine class error", False),

@@ -256,11 +256,12 @@ def _content(
     curves = scaling_curves(table)
     findings = finding_rules.findings_table(
         attribute_findings(
-            trace_findings(data) + finding_rules.record_findings(records),
+            trace_findings(data)
+            + finding_rules.record_findings(records)
+            + telemetry_findings(records),
             records,
             {k: v for e in data.experiments for k, v in load_host_records(e.path.parent).items()},
         )
-        + telemetry_findings(records)
         + finding_rules.scaling_findings(table)
     )
     failures = cell_tables.failure_table(records)

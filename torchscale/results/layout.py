@@ -242,6 +242,12 @@ def cell_dir(experiment: Path, cell_id: str) -> Path:
     return Path(experiment) / CELLS / cell_id
 
 
+def cell_output_dir(cell_folder: Path) -> Path:
+    """The output dir that :func:`cell_dir`'s folder lies in (``<output-dir>/<experiment>/
+    cells/<cell_id>``): where validate keeps its host records beside the experiments."""
+    return Path(cell_folder).parent.parent.parent
+
+
 def gpu_document_file(gpus: int) -> str:
     """``benchmark_4gpu.json``: seed 001's name for the document of one GPU count."""
     return GPU_DOCUMENT.format(gpus=int(gpus))

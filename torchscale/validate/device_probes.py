@@ -25,7 +25,7 @@ import torch
 from torchscale.config.validate_section import ValidateSection
 from torchscale.hardware.environment import cpu_slots, threads_per_cpu_slot
 from torchscale.hardware.expected_figures import PROBES
-from torchscale.validate.probe_timing import Figure, best, timed_rates
+from torchscale.validate.probe_timing import Figure, ProbeError, best, timed_rates
 
 MIB = 1 << 20
 LAUNCHES_PER_CALL = 100  # kernel-launch probe: one timed call launches this many kernels
@@ -38,8 +38,13 @@ class ProbeRun:
     """Every figure measured, and every probe that could not run (probe, device, why)."""
 
     figures: List[Figure] = field(default_factory=list)
-    errors: List[str] = field(default_factory=list)
+    errors: List[ProbeError] = field(default_factory=list)
     cpu: bool = False  # the devices were CPU slots
+
+
+Prepare = Callable[[], Callable[[], object]]
+"""Allocates a probe's buffers and returns the call to time: run inside the probe's guard, so
+that a device without the memory for them is that probe's FAIL row, not a traceback."""
 
 
 class Measure:
@@ -56,16 +61,17 @@ class Measure:
             torch.cuda.synchronize(self.device)
 
     def figure(
-        self, probe: str, call: Callable[[], object], work: float, scale: float, per: bool = False
+        self, probe: str, prepare: Prepare, work: float, scale: float, per: bool = False
     ) -> None:
-        """Time ``call`` (``work`` units per call); the figure is ``rate x scale``, or with
-        ``per`` the time per unit, ``scale / rate`` (a latency)."""
+        """Time the call ``prepare()`` returns (``work`` units per call); the figure is
+        ``rate x scale``, or with ``per`` the time per unit, ``scale / rate`` (a latency)."""
         try:
+            call = prepare()
             window, repeats = self.settings.window_s, self.settings.repeats
             queued = self.device.type == "cuda"
             rates = timed_rates(call, work, self.sync, window, repeats, queued)
         except (RuntimeError, MemoryError) as exc:  # out of memory, a CUDA error: that row says
-            self.run.errors.append(f"{PROBES[probe].label} on {self.label}: {_first_line(exc)}")
+            self.run.errors.append(ProbeError.of(probe, self.label, exc))
             return
         samples = [scale / rate if per else rate * scale for rate in rates]
         higher = PROBES[probe].higher_is_better
@@ -74,41 +80,56 @@ class Measure:
         )
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
-
-
 def gemm(m: Measure, probe: str, dtype: torch.dtype, n: int) -> None:
-    a = torch.randn(n, n, device=m.device, dtype=dtype)
-    b = torch.randn(n, n, device=m.device, dtype=dtype)
-    out = torch.empty(n, n, device=m.device, dtype=dtype)
-    m.figure(probe, lambda: torch.matmul(a, b, out=out), 2.0 * n**3, 1e-12)
+    def prepare() -> Callable[[], object]:
+        a = torch.randn(n, n, device=m.device, dtype=dtype)
+        b = torch.randn(n, n, device=m.device, dtype=dtype)
+        out = torch.empty(n, n, device=m.device, dtype=dtype)
+        return lambda: torch.matmul(a, b, out=out)
+
+    m.figure(probe, prepare, 2.0 * n**3, 1e-12)
 
 
 def memory_copy(m: Measure, mib: int) -> None:
-    src = torch.ones(mib * MIB // 4, device=m.device)
-    dst = torch.empty_like(src)
-    m.figure("memory_copy", lambda: dst.copy_(src), 2.0 * src.numel() * 4, 1e-9)
+    elements = mib * MIB // 4
+
+    def prepare() -> Callable[[], object]:
+        src = torch.ones(elements, device=m.device)
+        dst = torch.empty_like(src)
+        return lambda: dst.copy_(src)
+
+    m.figure("memory_copy", prepare, 2.0 * elements * 4, 1e-9)
 
 
 def host_copies(m: Measure, mib: int) -> None:
-    host = torch.ones(mib * MIB, dtype=torch.uint8, pin_memory=True)
-    dev = torch.empty(mib * MIB, dtype=torch.uint8, device=m.device)
-    nbytes = float(host.numel())
-    m.figure("host_to_device", lambda: dev.copy_(host, non_blocking=True), nbytes, 1e-9)
-    m.figure("device_to_host", lambda: host.copy_(dev, non_blocking=True), nbytes, 1e-9)
+    """Each direction allocates its own pair (freed when its figure is taken), so that either
+    can fail alone; torch's pinned-memory cache hands the second the first one's pages."""
+    nbytes = mib * MIB
+
+    def prepare(to_device: bool) -> Callable[[], object]:
+        host = torch.ones(nbytes, dtype=torch.uint8, pin_memory=True)
+        dev = torch.empty(nbytes, dtype=torch.uint8, device=m.device)
+        if to_device:
+            return lambda: dev.copy_(host, non_blocking=True)
+        return lambda: host.copy_(dev, non_blocking=True)
+
+    m.figure("host_to_device", lambda: prepare(True), float(nbytes), 1e-9)
+    m.figure("device_to_host", lambda: prepare(False), float(nbytes), 1e-9)
 
 
 def launch_latency(m: Measure) -> None:
     """Microseconds per launch of a one-element kernel, launched back to back."""
-    x = torch.zeros(1, device=m.device)
 
-    def launches() -> None:
-        for _ in range(LAUNCHES_PER_CALL):
-            x.add_(1)
+    def prepare() -> Callable[[], object]:
+        x = torch.zeros(1, device=m.device)
 
-    m.figure("launch_latency", launches, float(LAUNCHES_PER_CALL), 1e6, per=True)
+        def launches() -> None:
+            for _ in range(LAUNCHES_PER_CALL):
+                x.add_(1)
+
+        return launches
+
+    m.figure("launch_latency", prepare, float(LAUNCHES_PER_CALL), 1e6, per=True)
 
 
 @contextlib.contextmanager
@@ -125,33 +146,56 @@ def p2p_copy(settings: ValidateSection, names: List[str], i: int, j: int, run: P
     """A copy from GPU i's memory into GPU j's, timed on the wall clock with both devices
     synchronised (the copy engine of one of them moves it)."""
     nbytes = settings.p2p_mib * MIB
-    src = torch.ones(nbytes, dtype=torch.uint8, device=torch.device("cuda", i))
-    dst = torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", j))
 
     def sync() -> None:
         torch.cuda.synchronize(i)
         torch.cuda.synchronize(j)
 
     try:
+        src = torch.ones(nbytes, dtype=torch.uint8, device=torch.device("cuda", i))
+        dst = torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", j))
         rates = timed_rates(
             lambda: dst.copy_(src), float(nbytes), sync, settings.window_s, settings.repeats, True
         )
+        access: Dict[str, object] = {"peer_access": torch.cuda.can_device_access_peer(i, j)}
     except (RuntimeError, MemoryError) as exc:
-        run.errors.append(f"P2P copy GPU {i} -> GPU {j}: {_first_line(exc)}")
+        run.errors.append(ProbeError.of("p2p", f"GPU {i}->{j}", exc))
         return
     samples = tuple(rate * 1e-9 for rate in rates)
-    access: Dict[str, object] = {"peer_access": torch.cuda.can_device_access_peer(i, j)}
     run.figures.append(
         Figure("p2p", f"GPU {i}->{j}", max(samples), names[i], samples, None, access)
     )
 
 
+GPU_PROBES = ("gemm_bf16", "gemm_fp16", "gemm_tf32", "memory_copy", "host_to_device",
+              "device_to_host", "launch_latency")  # fmt: skip
+
+
+def _use(run: ProbeRun, index: int) -> bool:
+    """Make GPU ``index`` current; a GPU that refuses (a sticky CUDA error, a lost GPU) fails
+    each of its probes instead of ending the command."""
+    try:
+        torch.cuda.set_device(index)
+    except RuntimeError as exc:
+        run.errors += [ProbeError.of(probe, f"GPU {index}", exc) for probe in GPU_PROBES]
+        return False
+    return True
+
+
+def _name(index: int) -> str:
+    try:
+        return torch.cuda.get_device_name(index)
+    except RuntimeError:  # its probes fail with the reason; no SKU figure without a name
+        return "unknown GPU"
+
+
 def gpu_probes(settings: ValidateSection, notify: Notify) -> ProbeRun:
     run = ProbeRun()
-    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    names = [_name(i) for i in range(torch.cuda.device_count())]
     for index, name in enumerate(names):
         m = Measure(torch.device("cuda", index), f"GPU {index}", name, settings, run)
-        torch.cuda.set_device(m.device)
+        if not _use(run, index):
+            continue
         notify(f"GEMM on GPU {index}")
         for probe, dtype in GEMM_DTYPES:
             gemm(m, probe, dtype, settings.gemm_size)
@@ -161,7 +205,8 @@ def gpu_probes(settings: ValidateSection, notify: Notify) -> ProbeRun:
         memory_copy(m, settings.copy_mib)
         host_copies(m, settings.host_copy_mib)
         launch_latency(m)
-        torch.cuda.empty_cache()
+        with contextlib.suppress(RuntimeError):  # a GPU in error: its rows say so already
+            torch.cuda.empty_cache()
     for i in range(len(names)):
         for j in range(len(names)):
             if i != j:

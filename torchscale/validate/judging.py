@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence
 
 from torchscale.config.validate_section import Bar, ValidateSection
 from torchscale.hardware.expected_figures import PROBES, expected_figure
-from torchscale.validate.probe_timing import Figure, format_value
+from torchscale.validate.probe_timing import Figure, ProbeError, format_value
 from torchscale.validate.result import CheckResult, Status, worst
 
 NODE_MEDIAN = "the node's own median (no table for CPUs)"
@@ -171,16 +171,36 @@ def probe_checks(judged: Sequence[Judged], cpu: bool) -> List[CheckResult]:
     return rows
 
 
-def error_checks(errors: Sequence[str]) -> List[CheckResult]:
-    """A probe that could not run at all is a FAIL row of its own."""
-    if not errors:
-        return []
-    return [
-        CheckResult(
-            "Probes that could not run",
-            Status.FAIL,
-            "; ".join(errors[:5]) + (f" and {len(errors) - 5} more" if len(errors) > 5 else ""),
-            "Free the GPU (other processes: `nvidia-smi`), lower the probe sizes in the config's "
-            "validation: section (gemm_size, copy_mib), and rerun.",
-        )
-    ]
+MEMORY_FIX = (
+    "Free the device's memory (other processes: `nvidia-smi`; on CPU `free -g`), or lower the "
+    "probe's size in the config's validation: section (gemm_size, copy_mib, host_copy_mib, "
+    "p2p_mib; cpu_gemm_size, cpu_copy_mib on CPU), and rerun."
+)
+DEVICE_FIX = (
+    "Not a lack of memory: read the XID errors row (`dmesg | grep -i xid`) and `nvidia-smi -q`; "
+    "a CUDA error stays until the process ends, so rerun once, then reset the GPU "
+    "(`nvidia-smi -r`) or drain the node if it repeats."
+)
+
+
+def error_checks(errors: Sequence[ProbeError]) -> List[CheckResult]:
+    """A probe that could not run is a FAIL row of its own, one per probe: the devices it
+    failed on, grouped by reason (each the exception's first line)."""
+    rows: List[CheckResult] = []
+    for probe in dict.fromkeys(e.probe for e in errors):
+        mine = [e for e in errors if e.probe == probe]
+        reasons: Dict[str, List[str]] = {}
+        for error in mine:
+            reasons.setdefault(error.reason, []).append(error.device)
+        shown = [f"{_devices(devices)}: {reason}" for reason, devices in reasons.items()]
+        value = "could not run on " + "; ".join(shown[:3])
+        value += f"; and {len(shown) - 3} more reasons" if len(shown) > 3 else ""
+        fix = MEMORY_FIX if all(e.memory for e in mine) else DEVICE_FIX
+        details: Dict[str, object] = {"errors": [e.to_dict() for e in mine]}
+        name = f"{PROBES[probe].label} (could not run)"
+        rows.append(CheckResult(name, Status.FAIL, value, fix, details))
+    return rows
+
+
+def _devices(devices: List[str]) -> str:
+    return ", ".join(devices[:4]) + (f" and {len(devices) - 4} more" if len(devices) > 4 else "")

@@ -20,8 +20,8 @@ from torchscale.hardware.node_sysfs import cpu_governors, ib_ports
 from torchscale.results.layout import validate_record_path
 from torchscale.results.store import atomic_write_json, ensure_dir
 from torchscale.validate.node_health import check_governor, check_ib_ports, check_xid
-from torchscale.validate.probe_timing import Figure
-from torchscale.validate.result import CheckResult, Status
+from torchscale.validate.probe_timing import Figure, describe
+from torchscale.validate.result import CheckResult, Status, fail
 
 LEVELS = (1, 2, 3)
 Notify = Callable[[str], None]
@@ -77,20 +77,38 @@ def run_levels(
     outcome.checks += probe_checks(judged, measured.cpu) + error_checks(measured.errors)
     outcome.probes = [j.to_dict() for j in judged]
     if level >= 3:
-        from torchscale.validate.sustained_judging import sustained_checks
-        from torchscale.validate.sustained_load import run_sustained, torch_load
-
-        notify(f"sustained load ({settings.sustained_s:g} s)")
-        run = run_sustained(settings, torch_load)
-        outcome.checks += sustained_checks(run, settings)
-        outcome.sustained = {
-            "duration_s": round(run.duration_s, 3),
-            "slices": run.slices,
-            "samples": {str(k): v for k, v in run.samples.items()},
-            "ecc_before": {str(k): v for k, v in run.ecc_before.items()},
-            "ecc_after": {str(k): v for k, v in run.ecc_after.items()},
-        }
+        sustained(settings, outcome, notify)
     return outcome
+
+
+SUSTAINED = "Sustained load"
+
+
+def sustained(settings: ValidateSection, outcome: LevelOutcome, notify: Notify) -> None:
+    """Level 3's rows; a load that cannot run (out of memory, a CUDA error on any device) is a
+    FAIL row with the reason, as a level-2 probe's is."""
+    from torchscale.validate.judging import DEVICE_FIX, MEMORY_FIX
+    from torchscale.validate.sustained_judging import sustained_checks
+    from torchscale.validate.sustained_load import LoadFailed, run_sustained, torch_load
+
+    notify(f"sustained load ({settings.sustained_s:g} s)")
+    try:
+        run = run_sustained(settings, torch_load)
+    except (RuntimeError, MemoryError) as exc:
+        device = exc.device if isinstance(exc, LoadFailed) else "CPU"
+        reason, memory = describe(exc.cause if isinstance(exc, LoadFailed) else exc)
+        fix = MEMORY_FIX if memory else DEVICE_FIX
+        outcome.checks.append(fail(SUSTAINED, f"could not run on {device}: {reason}", fix))
+        outcome.sustained = {"error": {"device": device, "reason": reason}}
+        return
+    outcome.checks += sustained_checks(run, settings)
+    outcome.sustained = {
+        "duration_s": round(run.duration_s, 3),
+        "slices": run.slices,
+        "samples": {str(k): v for k, v in run.samples.items()},
+        "ecc_before": {str(k): v for k, v in run.ecc_before.items()},
+        "ecc_after": {str(k): v for k, v in run.ecc_after.items()},
+    }
 
 
 def save_record(report: Dict[str, Any], output_dir: Path) -> Path:

@@ -18,6 +18,36 @@ from typing import Callable, Dict, List, Optional, Tuple
 from torchscale.hardware.expected_figures import PROBES
 
 
+def describe(exc: BaseException) -> Tuple[str, bool]:
+    """An exception in one line (its type and first line), and whether it is a lack of memory
+    (torch's CUDA and CPU allocators say so in words: ``CUDA out of memory``, ``can't allocate
+    memory``)."""
+    text = str(exc).strip().splitlines()
+    reason = f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
+    lowered = reason.lower()
+    memory = isinstance(exc, MemoryError) or any(
+        words in lowered for words in ("out of memory", "can't allocate memory")
+    )
+    return reason, memory
+
+
+@dataclass(frozen=True)
+class ProbeError:
+    """A probe that could not run on a device: out of memory, a CUDA error, no driver."""
+
+    probe: str
+    device: str  # ``GPU 3``, ``GPU 0->1``, ``CPU 0``, ``node``
+    reason: str  # the exception's type and first line
+    memory: bool  # a lack of memory (lower the sizes), not a fault of the device
+
+    @classmethod
+    def of(cls, probe: str, device: str, exc: BaseException) -> ProbeError:
+        return cls(probe, device, *describe(exc))
+
+    def to_dict(self) -> Dict[str, object]:
+        return {"probe": self.probe, "device": self.device, "reason": self.reason}
+
+
 @dataclass(frozen=True)
 class Figure:
     """One probe's figure on one device (``GPU 3``, ``GPU 0->1``, ``CPU 0``, ``node``)."""

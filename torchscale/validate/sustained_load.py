@@ -29,6 +29,14 @@ Slices = Dict[str, Dict[str, List[float]]]
 Load = Callable[[ValidateSection, float], Slices]
 
 
+class LoadFailed(RuntimeError):
+    """A device's load thread raised (out of memory, a CUDA error): which device, and why."""
+
+    def __init__(self, device: str, cause: BaseException) -> None:
+        super().__init__(f"{device}: {cause}")
+        self.device, self.cause = device, cause
+
+
 @dataclass
 class SustainedRun:
     """What a level-3 run measured: per-slice rates, NVML samples, ECC counters."""
@@ -148,13 +156,13 @@ def torch_load(settings: ValidateSection, seconds: float) -> Slices:
     if not (torch.cuda.is_available() and torch.cuda.device_count() > 0):
         return {"CPU": _device_loop(torch.device("cpu"), settings, seconds)}
     slices: Slices = {}
-    failures: List[BaseException] = []
+    failures: List[LoadFailed] = []
 
     def work(index: int) -> None:
         try:
             slices[f"GPU {index}"] = _device_loop(torch.device("cuda", index), settings, seconds)
-        except BaseException as exc:  # re-raised in the caller's thread below
-            failures.append(exc)
+        except BaseException as exc:  # re-raised in the caller's thread below, device named
+            failures.append(LoadFailed(f"GPU {index}", exc))
 
     threads = [
         threading.Thread(target=work, args=(i,), name=f"validate-load-{i}", daemon=True)
@@ -165,5 +173,5 @@ def torch_load(settings: ValidateSection, seconds: float) -> Slices:
     for thread in threads:
         thread.join()
     if failures:
-        raise failures[0]
+        raise failures[0] from failures[0].cause
     return {label: slices[label] for label in sorted(slices, key=lambda s: int(s.split()[1]))}
