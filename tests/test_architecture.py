@@ -174,6 +174,76 @@ def test_the_literal_finder_sees_every_spelling() -> None:
     assert found == [(1, "communication"), (2, "training"), (3, "collective"), (5, "tp_gemm")]
 
 
+def _docstrings(tree: ast.Module) -> Set[int]:
+    """The ``id`` of every docstring's node: prose may name a kind."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def kind_names(tree: ast.Module, vocabulary: Set[str]) -> List[Tuple[int, str]]:
+    """(line, kind name) for every string literal, but a docstring, that is a cell or record
+    kind's name: compared, in a tuple or list, a dict key, an argument, anywhere."""
+    prose = _docstrings(tree)
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value in vocabulary
+        and id(node) not in prose
+    ]
+
+
+def test_the_kind_name_finder_sees_tuples_keys_and_arguments() -> None:
+    source = (
+        '"""The training and communication kinds: prose."""\n'
+        'for kind in ("training", "communication"):\n'
+        '    found = {"collective": kind, "tp_gemm": [get("script")]}\n'
+        'label = "training cells"\n'
+    )
+    found = kind_names(ast.parse(source), _kind_vocabulary())
+    assert found == [(2, "training"), (2, "communication"), (3, "collective"), (3, "tp_gemm"),
+                     (3, "script")]  # fmt: skip
+
+
+REPORT = PACKAGE / "report"
+
+
+def test_the_report_reaches_kinds_only_through_its_protocol() -> None:
+    """No module of ``report/`` imports a kind's package or the registry's names of kinds, or
+    names a kind in a literal: a kind's sections, cards, document entries and iterations come
+    through ``report/reported_kinds.py``'s ``ReportedKind``."""
+    vocabulary = _kind_vocabulary()
+    named = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {name!r}"
+        for path in sorted(REPORT.rglob("*.py"))
+        for line, name in kind_names(_tree(path), vocabulary)
+    ]
+    assert named == [], "ask the kinds (report.reported_kinds):\n" + "\n".join(named)
+    imported = [
+        f"{module}:{line} imports {target}"
+        for module, path in MODULES.items()
+        if _package(module) == "report"
+        for target, line in _imported(module, path)
+        if _package(target) in KIND_PACKAGES
+    ]
+    assert imported == []
+    constants = [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {alias.name}"
+        for path in sorted(REPORT.rglob("*.py"))
+        for node in ast.walk(_tree(path))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("kind_registry")
+        for alias in node.names
+        if alias.name.endswith("_KIND")
+    ]
+    assert constants == []
+
+
 def test_every_record_model_belongs_to_one_cell_kind() -> None:
     from torchscale.plan.kind_protocol import cell_kinds
     from torchscale.results.schema import RECORD_KINDS

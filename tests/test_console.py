@@ -386,6 +386,20 @@ def test_resume_dry_run_lists_only_what_would_run(
     table = runner.invoke(app, [a for a in args if a != "--json"] + ["--resume"])
     assert "3 cell(s) already have results" in table.stderr
     assert all(e["cell_id"] not in table.stderr for e in finished)
+    # A narrower config over the same folder: only its own cells with results are counted.
+    config.write_text(PLAN.replace("batch_sizes: [2, 4]", "batch_sizes: [2]"))
+    narrow = [e for e in plan if e["settings"]["batch_size"] == 2]
+    have = [e for e in finished if e["settings"]["batch_size"] == 2]
+    assert 0 < len(have) < len(finished)
+    resumed = json.loads(runner.invoke(app, [*args, "--resume"]).stdout)
+    assert sorted(e["cell_id"] for e in resumed) == sorted(
+        e["cell_id"] for e in narrow if e not in have
+    )
+    table = runner.invoke(app, [a for a in args if a != "--json"] + ["--resume"])
+    assert table.exit_code == 0, table.output
+    note = " ".join(table.stderr.split())
+    assert f"; {len(have)} cell(s) already have results in" in note, note
+    assert all(e["cell_id"] in note for e in resumed)
     assert store.results_path.read_bytes() == before  # a dry run writes nothing
 
 

@@ -819,3 +819,19 @@ def test_storage_error_names_folder_and_cause() -> None:
     assert str(error) == "cannot write to /r/exp: no space left on device (ENOSPC)"
     assert isinstance(error, TorchscaleError) and error.exit_code == 1
     assert storage_cause(OSError(2, "nope")) is None
+
+
+def test_every_test_the_faults_page_names_exists() -> None:
+    """docs/faults.md names the test that makes each fault: each is a test of the suite."""
+    import re
+
+    tests = Path(__file__).parent
+    page = (tests.parent / "docs" / "faults.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(?:tests/test_\w+\.py::)?(test_\w+)", page))
+    defined = {
+        name
+        for path in tests.glob("test_*.py")
+        for name in re.findall(r"^def (test_\w+)", path.read_text(encoding="utf-8"), re.M)
+    }
+    assert len(named) > 50
+    assert sorted(named - defined) == []

@@ -1,6 +1,7 @@
 """Every sink a name reaches besides the terminal, fed the same hostile names
 (tests/support/hostile_names.py): the sbatch script and its ``#SBATCH`` lines, srun and torchrun
-commands shown, tune's ``ddp.py``, summary.csv and the report's CSV downloads."""
+commands shown, tune's ``ddp.py``, summary.csv, the report's CSV downloads and its HTML, and the
+CSVs of ``profile analyze`` and ``profile diff``."""
 
 from __future__ import annotations
 
@@ -8,17 +9,18 @@ import ast
 import base64
 import csv
 import io
+import json
 import re
 import subprocess
 from dataclasses import replace
 from pathlib import Path
-from typing import List
+from typing import Dict, List
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tests.support.hostile_names import FORMULAS, LINE_BREAKS, ONE_LINE, SHELL
+from tests.support.hostile_names import FORMULAS, HTML, LINE_BREAKS, ONE_LINE, SHELL
 from torchscale.cli.app import app
 from torchscale.config.settings import CellSettings
 from torchscale.escaping import shown_command
@@ -234,3 +236,106 @@ def test_summary_csv_and_report_downloads_never_hold_a_formula(tmp_path: Path) -
         for cell in _cells(list(csv.reader(io.StringIO(text)))):
             if cell.startswith(("=", "+", "-", "@", "\t", "\r")):
                 float(cell)
+
+
+def _no_formula_cells(text: str) -> List[str]:
+    """Every cell of a CSV text; a cell that starts as a formula must be a number."""
+    cells = _cells(list(csv.reader(io.StringIO(text))))
+    for cell in cells:
+        if cell.startswith(("=", "+", "-", "@", "\t", "\r")):
+            float(cell)  # only a number may start so (-3.5 stays a number)
+    return cells
+
+
+def _hostile_trace(old: Path, new: Path) -> List[str]:
+    """A real trace (``old``) and a copy whose kernels and CPU ops are renamed to the shared
+    hostile names (``new``); returns the kernels' new names."""
+    import gzip
+    import shutil
+
+    from tests.support.profile_helpers import real_traces_dir
+
+    source = real_traces_dir() / "rocm-mi250-rank0.json.gz"
+    old.mkdir()
+    new.mkdir()
+    shutil.copy(source, old / "rank0.json.gz")
+    with gzip.open(source, "rt") as handle:
+        doc = json.load(handle)
+    names = [*FORMULAS, *[n for n in ONE_LINE if n not in FORMULAS]]
+    renamed: Dict[str, str] = {}
+    events = doc["traceEvents"]
+    for category in ("kernel", "cpu_op"):  # kernels first: every formula names a kernel
+        for event in (e for e in events if e.get("cat") == category):
+            if event["name"] not in renamed:
+                renamed[event["name"]] = names[len(renamed) % len(names)]
+    kernels = {renamed[e["name"]] for e in events if e.get("cat") == "kernel"}
+    for event in (e for e in events if e.get("cat") in ("kernel", "cpu_op")):
+        event["name"] = renamed[event["name"]]
+    (new / "rank0.json").write_text(json.dumps(doc))
+    assert set(FORMULAS) <= kernels
+    return sorted(kernels)
+
+
+def test_profile_diff_and_analyze_csvs_never_hold_a_formula(tmp_path: Path) -> None:
+    old, new = tmp_path / "old", tmp_path / "new"
+    kernels = _hostile_trace(old, new)
+    out = tmp_path / "diff"
+    result = runner.invoke(app, ["profile", "diff", str(old), str(new), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    ops = list(csv.DictReader(io.StringIO((out / "profile_diff_ops.csv").read_text())))
+    new_kernels = {r["name"] for r in ops if r["device"] == "gpu" and r["status"] == "new"}
+    # each name kept, a formula made text: the kernels that only NEW has are the hostile ones
+    assert new_kernels == {"'" + n if n in FORMULAS else n for n in kernels}
+    for table in out.iterdir():
+        _no_formula_cells(table.read_text())
+    analyzed = tmp_path / "analyze"
+    result = runner.invoke(app, ["profile", "analyze", str(new), "-o", str(analyzed)])
+    assert result.exit_code == 0, result.output
+    tables = sorted(analyzed.glob("*.csv"))
+    assert len(tables) >= 10
+    cells = [cell for table in tables for cell in _no_formula_cells(table.read_text())]
+    assert {"'" + name for name in FORMULAS} <= set(cells)
+
+
+def test_the_html_report_shows_every_name_as_text(tmp_path: Path) -> None:
+    """Every shared name as a model of one experiment: each is a cell of the tables as it is,
+    none adds an element or an attribute to the page, and the figures' JSON stays one script."""
+    from html.parser import HTMLParser
+
+    from tests.support.html_tables import html_tables
+    from tests.support.report_fixtures import MODELS, FixtureSpec, write_experiment
+    from torchscale.app.report import ReportRequest, generate_report
+
+    names = ONE_LINE
+    spec = FixtureSpec(
+        name=HTML[0],
+        models=[replace(MODELS[0], name=name) for name in names],
+        batch_sizes=(32,),
+        gpu_counts=(1, 2),
+        straggler=None,
+        failures=False,
+        collectives=False,
+        findings=False,
+    )
+    folder = write_experiment(tmp_path, spec)
+    html = generate_report(ReportRequest(folder, "html", tmp_path / "r.html")).read_text()
+    shown = [row["Model"] for row in html_tables(html)["scaling-table"]]
+    assert sorted(shown) == sorted(name for name in names for _ in (1, 2))
+
+    class Elements(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tags: List[str] = []
+            self.handlers: List[str] = []
+
+        def handle_starttag(self, tag: str, attrs: List) -> None:  # type: ignore[type-arg]
+            self.tags.append(tag)
+            self.handlers += [key for key, _ in attrs if key.startswith("on")]
+
+    page = Elements()
+    page.feed(html)
+    assert page.tags.count("script") == 3  # plotly.js, the figures, the loader
+    assert "img" not in page.tags and "svg" not in page.tags and page.handlers == []
+    assert "<title>torchscale report: &lt;script&gt;alert(1)&lt;/script&gt;</title>" in html
+    figures = re.search(r'id="report-figures">(.*?)</script>', html, re.S)
+    assert figures is not None and json.loads(figures.group(1))

@@ -109,6 +109,46 @@ def test_a_kind_that_lacks_a_piece_is_one_line_naming_it(
     assert "selections" not in message
 
 
+def test_a_kind_tells_the_json_document_what_its_cells_ran(tmp_path: Path) -> None:
+    from torchscale.report.document import build_document
+    from torchscale.report.report_data import Experiment
+
+    identity = {"experiment": "toys", "world_size": 1, "nproc_per_node": 1}
+    records = [
+        ToyResult(**identity, cell_id=f"toy-{word}", word=word, status=status, echo_ms=1.0)
+        for word, status in (("hello", "ok"), ("hi", "ok"), ("unheard", "failed"))
+    ]
+    with added_kind(TOY):
+        experiment = Experiment("toys", tmp_path / "toys", {}, records)
+        config = build_document(experiment, tmp_path).model_dump(mode="json")["config"]
+    # the kind's own entry, under its name; the seed's one number from the first kind that ran
+    assert config["iterations"] == {"toy": {"warmup": [0], "measured": [2, 5]}}
+    assert (config["warmup_iters"], config["benchmark_iters"]) == (0, 2)
+
+
+def test_a_kind_with_some_report_pieces_but_not_all_is_one_line_naming_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from typing_extensions import get_protocol_members
+
+    from tests.support.toy_kind import KIND
+    from torchscale.plan.kind_protocol import CellKind
+    from torchscale.report.reported_kinds import reported_kinds
+
+    module = types.ModuleType("half_reported")
+    pieces = {member: getattr(KIND, member) for member in get_protocol_members(CellKind)}
+    module.KIND = types.SimpleNamespace(  # type: ignore[attr-defined]
+        **{**pieces, "name": "half"}, report_sections=KIND.report_sections
+    )
+    monkeypatch.setitem(sys.modules, "half_reported", module)
+    with added_kind("half_reported"), pytest.raises(TorchscaleError) as raised:
+        reported_kinds()
+    assert str(raised.value) == (
+        "cell kind half has report pieces but lacks document_iterations, document_results, "
+        "report_cards (see torchscale.report.reported_kinds.ReportedKind)"
+    )
+
+
 def test_the_registry_lists_every_built_in_kind_once() -> None:
     assert list(cell_kinds()) == ["training", "communication", "script"]
     assert len(set(KIND_MODULES)) == len(KIND_MODULES)

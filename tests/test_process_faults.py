@@ -359,6 +359,95 @@ def test_torchrun_and_mpirun_log_lines_name_how_each_rank_ended() -> None:
     assert launcher_log_exits((DATA / "mpirun_exit.log").read_text()) == {1: {"exitcode": 3}}
 
 
+def test_srun_lines_name_how_each_task_ended() -> None:
+    """srun's own lines, recorded from a real two-node Slurm step (task 1 killed, exiting 3;
+    task 0 segfaulting; srun then ending the other task), and Slurm's other forms of the same
+    line (``_task_finish`` in src/srun/launch.c): task ranges, a core dump, its memory limit."""
+    from torchscale.launch.rank_exits import srun_task_ends
+
+    killed = srun_task_ends((DATA / "srun_sigkill.log").read_text())
+    assert killed == {
+        1: {"signal": 9, "host": "gpu02", "said": "Killed", "order": 0},
+        0: {"signal": 15, "host": "gpu01", "said": "Terminated", "order": 1},
+    }
+    exited = srun_task_ends((DATA / "srun_exit.log").read_text())
+    assert exited[1] == {"exitcode": 3, "host": "gpu02", "said": "Exited with exit code 3",
+                         "order": 0}  # fmt: skip
+    crashed = srun_task_ends((DATA / "srun_segv.log").read_text())
+    assert (crashed[0]["signal"], crashed[1]["signal"]) == (11, 15)
+    other = srun_task_ends(
+        "srun: error: gpu[01-02]: tasks 0-1,3: Out Of Memory\n"
+        "srun: error: gpu05: task 4: Aborted (core dumped)\n"
+        "srun: error: gpu06: task 5: Completed\n"  # not an end srun reports as an error
+    )
+    assert sorted(other) == [0, 1, 3, 4]
+    assert other[3] == {"signal": 9, "oom": True, "host": "gpu[01-02]", "said": "Out Of Memory",
+                        "order": 0}  # fmt: skip
+    assert (other[4]["signal"], other[4]["said"]) == (6, "Aborted (core dumped)")
+
+
+def test_torchruns_lines_under_srun_name_ranks_through_the_agents_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under srun's ``--label`` a torchrun line names its task and a local rank: the rank is
+    the one the agent of that task started (c10d numbers the nodes, not srun)."""
+    from torchscale.launch.rank_exits import srun_tasks
+    from torchscale.launch.torchrun_agent import ExitLog
+
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    log = ExitLog(str(tmp_path / "exits.compute.jsonl"))
+    worker = subprocess.Popen(["true"])
+    log.started(worker, {"RANK": "3", "LOCAL_RANK": "1"})
+    worker.wait()
+    placed = srun_tasks(tmp_path)
+    assert placed == {(1, 1): 3}
+    line = (DATA / "torchrun_sigkill.log").read_text()
+    assert launcher_log_exits("1: " + line, placed) == {3: {"signal": 9}}
+    assert launcher_log_exits("0: " + line, placed) == {}  # a task whose ranks nobody recorded
+    assert launcher_log_exits(line) == {1: {"signal": 9}}  # one node: local rank = rank
+
+
+def _srun_cell(tmp_path: Path, log: str) -> Path:
+    """A 2-node srun launch where c10d gave srun task 0 (gpu01, host head) ranks 2 and 3 and
+    task 1 (gpu02, host compute) ranks 0 and 1; task 1's torchrun went with its workers
+    (its agent recorded their starts, no end); rank 2 lost its peer, rank 3 was stopped."""
+    ranks = tmp_path / "ranks"
+    ranks.mkdir(parents=True)
+    (ranks / "rank2.error.json").write_text(json.dumps({
+        "rank": 2, "host": "head", "kind": "error", "phase": "measure", "time": 100.0, **RESET,
+    }))  # fmt: skip
+    starts = {"head": [(2, 0, 0), (3, 1, 0)], "compute": [(0, 0, 1), (1, 1, 1)]}
+    for host, workers in starts.items():
+        lines = [{"event": "start", "rank": rank, "local_rank": local, "srun_task": task,
+                  "pid": 10 + rank, "time": 90.0} for rank, local, task in workers]  # fmt: skip
+        if host == "head":
+            lines += [{"event": "end", "rank": 2, "pid": 12, "time": 100.02, "exitcode": 1},
+                      {"event": "stop", "rank": 3, "pid": 13, "time": 100.1, "signal": 15},
+                      {"event": "end", "rank": 3, "pid": 13, "time": 100.1, "signal": 15}]  # fmt: skip
+        (tmp_path / f"exits.{host}.jsonl").write_text("".join(json.dumps(d) + "\n" for d in lines))
+    (tmp_path / "launch.log").write_text(log)
+    return tmp_path
+
+
+def test_a_node_whose_torchrun_srun_saw_killed_is_the_cause(tmp_path: Path) -> None:
+    from torchscale.launch.failure_cause import departures, failure_cause
+
+    cell = _srun_cell(tmp_path / "killed", (DATA / "srun_sigkill.log").read_text())
+    assert failure_cause(departures(cell, cell)) == ("failed", (
+        "ranks 0, 1 on gpu02 ended with their node's torchrun, which srun reports as task 1: "
+        "Killed, signal 9 (SIGKILL: the kernel's OOM killer?), before they reported a phase; "
+        "rank 2 then lost its peer (RuntimeError: Connection reset by peer)"
+    ))  # fmt: skip
+    # Slurm's memory limit is an OOM for sure: the cell's status says so
+    oom = _srun_cell(tmp_path / "oom", "srun: error: gpu02: task 1: Out Of Memory\n")
+    status, reason = failure_cause(departures(oom, oom))
+    assert status == "oom"
+    assert reason.startswith(
+        "ranks 0, 1 on gpu02 ended with their node's torchrun, which srun reports as task 1: "
+        "Out Of Memory (Slurm's memory limit), before they reported a phase; rank 2 then"
+    )
+
+
 def test_a_rank_killed_without_a_time_is_the_cause_when_its_peer_only_lost_it(
     tmp_path: Path,
 ) -> None:

@@ -32,12 +32,16 @@ from torchscale.analysis.comparison import (
 from torchscale.analysis.findings import findings_table, normalize, record_findings
 from torchscale.analysis.scaling import label_variants, scaling_curves
 from torchscale.analysis.training_tables import training_table
+from torchscale.comm.report_sections import (
+    REPORT_COLLECTIVE_COLUMNS,
+    bandwidth_charts,
+    report_collectives,
+)
 from torchscale.comm.result_tables import collective_table
-from torchscale.report.charts import bandwidth_charts, cell_labels, comparison_charts
+from torchscale.report.charts import cell_labels, comparison_charts
 from torchscale.report.content import build_content
 from torchscale.report.plotly_charts import figure, figures_json
 from torchscale.report.report_data import load_report_data
-from torchscale.report.sections import REPORT_COLLECTIVE_COLUMNS, report_collectives
 from torchscale.report.svg_charts import nice_ticks, svg
 from torchscale.results.schema import TrainingResult, parse_record
 

@@ -7,6 +7,7 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Dict, List, Optional
 
 import jsonschema
 import pytest
@@ -15,8 +16,9 @@ from typer.testing import CliRunner
 from tests.support.report_fixtures import FixtureSpec, fixture_results, write_experiment
 from tests.support.shared_runs import healthy_run
 from torchscale.cli.app import app
+from torchscale.report import formatting as fmt
 from torchscale.report.document import document_schema
-from torchscale.results.schema import CollectiveResult, TrainingResult
+from torchscale.results.schema import CollectiveResult, TpGemmResult, TrainingResult
 from torchscale.results.store import ExperimentStore
 
 runner = CliRunner()
@@ -99,3 +101,49 @@ def test_unknown_format_names_the_choices(tmp_path_factory: pytest.TempPathFacto
     result = runner.invoke(app, ["report", "-s", str(folder), "-f", "xml"])
     assert result.exit_code == 2
     assert "unknown report format 'xml': use --format html, pdf, json, tensorboard" in result.output
+
+
+def _tp_gemm(order: str, time_us: float, sharded_us: Optional[float]) -> TpGemmResult:
+    m, n, k, world = 64, 16, 32, 2
+    return TpGemmResult(
+        cell_id=f"comm-g2-{sharded_us is None}", experiment="tp", world_size=world,
+        nproc_per_node=world, status="ok", dtype="float32", backend="nccl",
+        device_name="NVIDIA H100 80GB HBM3", warmup=1, iterations=3, m=m, n=n, k=k, order=order,
+        time_us=time_us, tflops=2 * m * n * k / (time_us * 1e-6) / 1e12, reference_time_us=40.0,
+        sharded_time_us=sharded_us,
+        sharded_tflops=None if sharded_us is None else 2 * m // world * n * k / sharded_us / 1e6,
+    )  # fmt: skip
+
+
+def test_tp_gemm_entries_and_table_carry_the_sharded_compute_time(tmp_path: Path) -> None:
+    """``compute_only: [.., sharded]``: each rank's GEMM alone reaches the document's TP GEMM
+    entries and the report's TP GEMM table, not only the console and summary_tp_gemm.csv."""
+    from torchscale.report.content import build_content
+    from torchscale.report.document import build_document
+    from torchscale.report.report_data import Experiment, ReportData
+
+    records = [_tp_gemm("AG_before", 90.0, 20.0), _tp_gemm("AG_after", 80.0, 22.0)]
+    experiment = Experiment("tp", tmp_path / "tp", {}, list(records))
+    document = build_document(experiment, tmp_path).model_dump(mode="json")
+    jsonschema.validate(document, document_schema())
+    entries = {entry["order"]: entry for entry in document["results"]["tp_gemm"]}
+    for record in records:
+        assert entries[record.order]["sharded_time_us"] == record.sharded_time_us
+        assert entries[record.order]["sharded_tflops"] == pytest.approx(record.sharded_tflops)
+    # what the communication cells ran, asked of the kind
+    assert document["config"]["iterations"] == {"communication": {"warmup": [1], "measured": [3]}}
+    assert (document["config"]["warmup_iters"], document["config"]["benchmark_iters"]) == (1, 3)
+
+    def table(records: List[TpGemmResult]) -> Dict[str, str]:
+        data = ReportData(tmp_path, [Experiment("tp", tmp_path / "tp", {}, list(records))])
+        shown = [t for s in build_content(data).sections for t in s.tables]
+        (gemm,) = [t for t in shown if t.table_id == "tp-gemm-table"]
+        (row,) = gemm.rows
+        return {header: cell for (header, _), (cell, _) in zip(gemm.headers, row)}
+
+    row = table(records)  # the mean of the two orders' timings of the same GEMM
+    assert row["Compute only, sharded µs per GPU"] == "21.0"
+    rate = (records[0].sharded_tflops + records[1].sharded_tflops) / 2
+    assert row["Compute only, sharded TFLOP/s per GPU"] == fmt.significant(rate)
+    unsharded = table([_tp_gemm("AG_before", 90.0, None), _tp_gemm("AG_after", 80.0, None)])
+    assert not any("sharded" in header for header in unsharded)  # not measured: no column

@@ -33,5 +33,12 @@ LINE_BREAKS = [
 
 TERMINAL = ["exp\x1b]0;owned\x07", "exp\x1b[2J", "a\u202eevil"]
 
-ONE_LINE = [*FORMULAS[:-1], *SHELL, *TERMINAL]
+HTML = [
+    "<script>alert(1)</script>",
+    '"><img src=x onerror=alert(1)>',
+    "</script><svg onload=alert(1)>",
+]
+"""Markup: a page that took one as HTML would run it (in a table, an attribute, a script)."""
+
+ONE_LINE = [*FORMULAS[:-1], *SHELL, *TERMINAL, *HTML]
 """Names that every sink must carry as they are (quoted or escaped, never refused)."""

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from torchscale.report.elements import Card, Section
+    from torchscale.report.reported_kinds import RanIterations
 
 SUMMARY_TOY = "summary_toy.csv"
 
@@ -173,6 +174,13 @@ class ToyKind:
 
         echoed = len(_table(records))
         return [Card("Words echoed", str(echoed), "by the toy kind")] if echoed else []
+
+    def document_iterations(self, records: List[ResultBase]) -> Optional[RanIterations]:
+        """No warm-up; each echo "measures" its word's letters."""
+        from torchscale.report.reported_kinds import RanIterations
+
+        ok = [r for r in records if isinstance(r, ToyResult) and r.status == "ok"]
+        return RanIterations.of([0] * len(ok), [len(r.word) for r in ok]) if ok else None
 
 
 def _table(records: List[ResultBase]) -> pd.DataFrame:

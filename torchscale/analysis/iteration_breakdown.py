@@ -120,7 +120,8 @@ def step_histogram(table: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
 def tp_gemm_cases(records: Iterable[ResultBase]) -> pd.DataFrame:
     """One row per TP GEMM case, world size and configuration (``variant``: a backend sweep's
     cells are rows of their own): AG_before, AG_after and compute-only times (the unsharded GEMM
-    on one device, which each order's record times: their mean)."""
+    on one device, and each rank's shard of it alone where measured, ``sharded_us`` and
+    ``sharded_tflops``: each order's record times them, their mean)."""
     records = list(records)
     variants = configuration_variants(records)
     rows: Dict[Tuple[object, ...], Dict[str, object]] = {}
@@ -137,15 +138,20 @@ def tp_gemm_cases(records: Iterable[ResultBase]) -> pd.DataFrame:
              "variant": variant, "backend": record.backend, "m": record.m, "n": record.n,
              "k": record.k, "dtype": record.dtype, "case": f"{record.m}×{record.n}×{record.k}",
              "AG_before_us": None, "AG_after_us": None, "compute_only_us": None,
+             "sharded_us": None, "sharded_tflops": None,
              "AG_before_tflops": None, "AG_after_tflops": None},
         )  # fmt: skip
         row[f"{record.order}_us"] = record.time_us
         row[f"{record.order}_tflops"] = record.tflops
-        if record.reference_time_us is not None:
-            references.setdefault(key, []).append(record.reference_time_us)
-    for case, row in rows.items():  # each order times the unsharded GEMM too: their mean
-        found = references.get(case, [])
-        row["compute_only_us"] = sum(found) / len(found) if found else None
+        for column, value in (("compute_only_us", record.reference_time_us),
+                              ("sharded_us", record.sharded_time_us),
+                              ("sharded_tflops", record.sharded_tflops)):  # fmt: skip
+            if value is not None:
+                references.setdefault((*key, column), []).append(value)
+    for case, row in rows.items():  # each order times the compute-only GEMMs too: their mean
+        for column in ("compute_only_us", "sharded_us", "sharded_tflops"):
+            found = references.get((*case, column), [])
+            row[column] = sum(found) / len(found) if found else None
     table = pd.DataFrame(list(rows.values()))
     if table.empty:
         return table

@@ -45,7 +45,7 @@ class PlanPreview:
     devices: NodeDevices
     waits: Dict[str, float]
     skipped: List[str] = field(default_factory=list)  # cells this node would skip, so far
-    done: Set[str] = field(default_factory=set)  # cells --resume would not run again
+    done: Set[str] = field(default_factory=set)  # planned cells --resume would not run again
 
     @property
     def swept(self) -> List[str]:
@@ -66,7 +66,8 @@ class PlanPreview:
             *download_notes([self.request.config.data] if self.request.config.models else []),
         ]
 
-    def _cells(self) -> Iterator[Cell]:
+    def planned(self) -> Iterator[Cell]:
+        """Every cell of the plan, results or not, expanded as it is asked for."""
         from torchscale.plan.matrix import DEFAULT_MAX_CELLS, iter_cells
 
         cap = DEFAULT_MAX_CELLS if self.request.max_cells is None else self.request.max_cells
@@ -93,7 +94,7 @@ class PlanPreview:
             )
 
         def todo() -> Iterator[Cell]:
-            return (cell for cell in self._cells() if cell.cell_id not in self.done)
+            return (cell for cell in self.planned() if cell.cell_id not in self.done)
 
         mode = launch_mode(self.request.launch_mode, self.request.config)
         return map(self._planned, run_order(todo, mode, alone))
@@ -134,5 +135,8 @@ def preview_plan(request: BenchmarkRequest) -> PlanPreview:
         from torchscale.launch.sweep import RETRYABLE
 
         retry = request.retry_failed
-        preview.done = {r.cell_id for r in store.records() if not (retry and r.status in RETRYABLE)}
+        kept = {r.cell_id for r in store.records() if not (retry and r.status in RETRYABLE)}
+        # Only this plan's cells: the folder may hold others (an earlier, larger config).
+        if kept:
+            preview.done = {cell.cell_id for cell in preview.planned() if cell.cell_id in kept}
     return preview

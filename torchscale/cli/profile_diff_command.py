@@ -121,11 +121,13 @@ def print_diff(diff: TraceDiff, top: int) -> None:
 
 
 def write_tables(diff: TraceDiff, out_dir: Path) -> List[str]:
+    from torchscale.escaping import csv_text
     from torchscale.results.store import atomic_write_bytes, check_writable
 
     check_writable(out_dir)
+    # Kernel and op names come from the traces: a name a spreadsheet would run stays text.
     rendered = {
-        name: diff.tables[key].to_csv(index=False, float_format="%.3f").encode()
+        name: csv_text(diff.tables[key], float_format="%.3f").encode()
         for key, name in PROFILE_DIFF_FILES.items()
     }
     for name, data in rendered.items():

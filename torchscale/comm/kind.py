@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from torchscale.report.elements import Card, Section
+    from torchscale.report.reported_kinds import RanIterations
 
 
 def _sized(entry: Dict[str, Any]) -> Dict[str, Any]:
@@ -137,29 +138,33 @@ class CommunicationKind:
 
     def report_sections(self, records: List[ResultBase]) -> List[Optional[Section]]:
         """Bandwidth per collective, then the TP GEMM and the P2P heatmaps."""
+        from torchscale.comm.report_sections import communication_section, parallelism_section
         from torchscale.comm.result_tables import collective_table
-        from torchscale.report.breakdown_sections import parallelism_section
-        from torchscale.report.sections import communication_section
 
         return [communication_section(collective_table(records)), parallelism_section(records)]
 
     def report_cards(self, records: List[ResultBase]) -> List[Card]:
         """The peak bus bandwidth measured, for the report's first screen."""
+        from torchscale.comm.report_sections import bandwidth_card
         from torchscale.comm.result_tables import collective_table
-        from torchscale.report.sections import bandwidth_card
 
         card = bandwidth_card(collective_table(records))
         return [card] if card is not None else []
 
     def document_results(self, records: List[ResultBase]) -> Dict[str, object]:
         """Seed 001's ``results.communication`` (per collective, per size) and ``tp_gemm``."""
+        from torchscale.comm.report_document import communication_entries, tp_gemm_entries
         from torchscale.comm.result_tables import collective_table, tp_gemm_table
-        from torchscale.report.document import communication_entries, tp_gemm_entries
 
         return {
             "communication": communication_entries(collective_table(records)),
             "tp_gemm": tp_gemm_entries(tp_gemm_table(records)),
         }
+
+    def document_iterations(self, records: List[ResultBase]) -> Optional[RanIterations]:
+        from torchscale.comm.report_document import comm_iterations
+
+        return comm_iterations(records)
 
     @staticmethod
     def _run_fields(settings: CommCellSettings, result: Dict[str, Any]) -> Dict[str, Any]:

@@ -6,8 +6,9 @@ of a rank killed by a signal (the kernel's OOM killer sends SIGKILL) or of one t
 cause is taken from the processes, not from the survivors: each rank's departure is the earlier of
 its error file (what it raised, when) and its end as the launcher saw it (exit code or signal, and
 when: the agent's exits file, ``launch/torchrun_agent.py``; else torchrun's or mpirun's own log
-lines, which carry no time). The first rank to leave is the cause; a peer's later error is shown
-as its consequence::
+lines, which carry no time; under srun, srun's line on a node's torchrun for the ranks whose
+agent went with it). The first rank to leave is the cause; a peer's later error is shown as its
+consequence::
 
     rank 1 was killed by signal 9 (SIGKILL: the kernel's OOM killer?) in measure at step 2
     (forward); rank 0 then lost its peer (RuntimeError: Connection reset by peer)
@@ -21,9 +22,15 @@ import re
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
-from torchscale.launch.rank_exits import launcher_log_exits, log_text, read_exits
+from torchscale.launch.rank_exits import (
+    launcher_log_exits,
+    log_text,
+    read_exits,
+    srun_task_ends,
+    srun_tasks,
+)
 from torchscale.results.layout import LAUNCH_LOG, NODE_DIR_GLOB, RANKS_DIR, rank_file_glob
 from torchscale.results.rank_files import read_json, read_steps, steps_path
 from torchscale.results.schema import CellStatus
@@ -78,6 +85,8 @@ class Departure:
     error: Optional[Dict[str, Any]] = None
     exitcode: Optional[int] = None
     signal: Optional[int] = None
+    srun: Optional[Dict[str, Any]] = None  # srun's end of the node's torchrun they went with
+    ranks: Tuple[int, ...] = ()  # under srun: every rank that went with that torchrun
 
 
 def _where(progress: Optional[Dict[str, Any]], steps: Optional[Tuple[int, str]]) -> str:
@@ -101,8 +110,10 @@ def departures(
     errors = {e["rank"]: e for e in rank_files(cell_dir, "error") if isinstance(e.get("rank"), int)}
     progress = {p["rank"]: p for p in rank_files(cell_dir, "progress")}
     ends = read_exits(exits_folder)
+    log = log_text((exits_folder or cell_dir) / LAUNCH_LOG)
+    placed = srun_tasks(exits_folder)
     if not ends:
-        ends = launcher_log_exits(log_text((exits_folder or cell_dir) / LAUNCH_LOG))
+        ends = launcher_log_exits(log, placed)
     found = []
     for rank in sorted(set(errors) | set(ends)):
         error, end, state = errors.get(rank), ends.get(rank, {}), progress.get(rank)
@@ -125,11 +136,54 @@ def departures(
         found.append(
             Departure(rank, min(times) if times else None, where, window, error, code, killed)
         )
+    return found + _srun_departures(log, placed, ends, {d.rank for d in found}, progress)
+
+
+def _srun_departures(
+    log: str,
+    placed: Dict[Tuple[int, int], int],
+    ends: Dict[int, Dict[str, Any]],
+    known: Set[int],
+    progress: Dict[int, Dict[str, Any]],
+) -> List[Departure]:
+    """One per srun task (a node's torchrun) that srun says ended badly, for its ranks that
+    left no word of their own (no error file, no end in the exits file: their agent went with
+    them). SIGTERM is srun or Slurm ending the step (``--kill-on-bad-exit``, a time limit)."""
+    found = []
+    for task, end in srun_task_ends(log).items():
+        if end.get("exitcode") == 0 or end.get("signal") == signal.SIGTERM:
+            continue
+        silent = sorted(
+            rank
+            for (placed_task, _), rank in placed.items()
+            if placed_task == task
+            and rank not in known
+            and not {"exitcode", "signal", "time", "stopped"} & set(ends.get(rank, {}))
+        )
+        if not silent:
+            continue
+        first = silent[0]
+        state = progress.get(first)
+        folder = Path(state["_dir"]) if state else None
+        steps = read_steps(steps_path(folder, first)) if folder else None
+        found.append(
+            Departure(
+                first, None, _where(state, steps), (state or {}).get("phase"),
+                exitcode=end.get("exitcode"), signal=end.get("signal"),
+                srun={**end, "task": task}, ranks=tuple(silent),
+            )
+        )  # fmt: skip
     return found
 
 
 def _when(departure: Departure) -> float:
     return float("-inf") if departure.time is None else float(departure.time)
+
+
+def _order(departure: Departure) -> Tuple[float, int]:
+    """When it left; those without a time (only their launcher saw them end) first, in the
+    order their launcher saw them: srun writes a line as each task's end reaches it."""
+    return _when(departure), int((departure.srun or {}).get("order", 0))
 
 
 def first_to_leave(found: List[Departure]) -> Departure:
@@ -139,7 +193,7 @@ def first_to_leave(found: List[Departure]) -> Departure:
     a silent end (or of one whose time nobody knows) is that end's consequence."""
     ooms = [d for d in found if d.error and d.error.get("kind") == "oom"]
     pool = ooms or found
-    silent = sorted((d for d in pool if d.error is None), key=_when)
+    silent = sorted((d for d in pool if d.error is None), key=_order)
     errors = sorted((d for d in pool if d.error is not None), key=_when)
     if not errors:
         return silent[0]
@@ -168,8 +222,36 @@ def signal_text(number: int) -> str:
     return f"{number} ({sig.name}: {hint})" if hint else f"{number} ({sig.name})"
 
 
+def _who(departure: Departure) -> Tuple[str, str]:
+    """(``rank 2`` or ``ranks 2, 3``, ``its`` or ``their``)."""
+    if len(departure.ranks) > 1:
+        return f"ranks {', '.join(map(str, departure.ranks))}", "their"
+    return f"rank {departure.rank}", "its"
+
+
+def _srun_end(departure: Departure) -> str:
+    """``ranks 2, 3 on gpu02 ended with their node's torchrun, which srun reports as task 1:
+    Killed, signal 9 (SIGKILL: the kernel's OOM killer?), in measure at step 2 (forward)``."""
+    end = departure.srun or {}
+    who, their = _who(departure)
+    said = f"task {end.get('task')}: {end.get('said')}"
+    if end.get("oom"):
+        said += " (Slurm's memory limit)"
+    elif departure.signal:
+        said += f", signal {signal_text(departure.signal)}"
+    where = departure.where
+    if len(departure.ranks) > 1:
+        where = where.replace("before it reported", "before they reported")
+    return (
+        f"{who} on {end.get('host')} ended with {their} node's torchrun, which srun reports as "
+        f"{said}, {where}"
+    )
+
+
 def describe(departure: Departure) -> str:
     d = departure
+    if d.srun is not None:
+        return _srun_end(d)
     if d.error is not None:
         message = str(d.error.get("message") or "")
         phase = d.error.get("phase")
@@ -187,6 +269,9 @@ def describe(departure: Departure) -> str:
 
 def _consequence(departure: Departure) -> Optional[str]:
     d = departure
+    if d.srun is not None:
+        who, their = _who(d)
+        return f"{who} then ended with {their} node's torchrun (srun: {d.srun.get('said')})"
     if d.error is not None:
         lost = _peer_lost(d.error)
         if lost:
@@ -212,5 +297,6 @@ def failure_cause(found: List[Departure]) -> Tuple[CellStatus, str]:
     then = [text for text in map(_consequence, later) if text]
     if len(then) > MAX_CONSEQUENCES:
         then = [*then[:MAX_CONSEQUENCES], f"and {len(then) - MAX_CONSEQUENCES} more rank(s)"]
-    status: CellStatus = "oom" if root.error and root.error.get("kind") == "oom" else "failed"
+    oom = (root.error or {}).get("kind") == "oom" or bool((root.srun or {}).get("oom"))
+    status: CellStatus = "oom" if oom else "failed"
     return status, "; ".join([describe(root), *then])

@@ -7,8 +7,9 @@ returned (measured on a 2-vCPU VM: workers done, ``main`` back 0.1 s later, the 
 codes, the error file) is torchrun's; only the exit is ``os._exit``, with torchrun's exit code.
 
 Where ``TORCHSCALE_EXITS`` names a file (``{host}`` in it becomes this host's name), each worker's
-start and end are appended to it as JSON lines: rank, pid, and at its end the exit code or the
-signal that killed it, with the time it ended to the millisecond; and each ``stop``, when torchrun
+start and end are appended to it as JSON lines: rank, pid (and under srun its task,
+``SLURM_PROCID``), and at its end the exit code or the signal that killed it, with the time it
+ended to the millisecond; and each ``stop``, when torchrun
 itself signals a worker it is ending after another failed. torchrun itself polls its
 workers and reports only those that failed before it stopped the rest; a rank killed by SIGKILL
 or one that called ``os._exit(0)`` is named here, and the launcher can tell who left first
@@ -77,6 +78,9 @@ class ExitLog:
 
     def started(self, proc: subprocess.Popen, env: Dict[str, str]) -> None:  # type: ignore[type-arg]
         worker = {"rank": int(env["RANK"]), "local_rank": int(env["LOCAL_RANK"]), "pid": proc.pid}
+        task = os.environ.get("SLURM_PROCID", "")
+        if task.isdigit():  # under srun: which task this torchrun is, for srun's own lines
+            worker["srun_task"] = int(task)
         self.workers[proc.pid] = worker
         self.popens.append(proc)
         ticks = _start_ticks(proc.pid)  # with the pid: which process it was, once pids are reused

@@ -21,7 +21,6 @@ from torchscale.report.elements import (
     Series,
 )
 from torchscale.results.figures import SYNC_OVERHEAD
-from torchscale.results.table_scalars import as_int
 
 MAX_BOXES = 24
 """Step-time boxes per chart; past this a model's chart is split per variant."""
@@ -319,47 +318,6 @@ def rank_wait_charts(pooled_ranks: pd.DataFrame) -> List[Chart]:
                 series,
                 means,
                 x_type="category",
-            )
-        )
-    return charts
-
-
-SCOPE_LABELS = {"world": "", "intra_node": ", within nodes", "inter_node": ", across {n} nodes"}
-
-
-def bandwidth_charts(collectives: pd.DataFrame) -> List[Chart]:
-    """Bus bandwidth (solid) and algorithm bandwidth (dashed) against message size, per op; one
-    line per GPU count x scope x dtype x configuration."""
-    ok = collectives[(collectives["status"] == "ok") & collectives["busbw_gbps"].notna()]
-    charts = []
-    for op, group in ok.groupby("op", sort=True):
-        series = []
-        keys = ["world_size", "scope", "dtype", "variant"]
-        dtypes = group["dtype"].nunique() > 1
-        for (size, scope, dtype, variant), rows in group.groupby(keys, sort=True):
-            name = words.device(as_int(size)) + SCOPE_LABELS.get(str(scope), f", {scope}").format(
-                n=rows["group_size"].iloc[0]
-            )
-            # Every swept axis is in the series' name: a dtype or backend sweep never merges.
-            name += (f", {dtype}" if dtypes else "") + (f", {variant}" if variant else "")
-            x = rows["size_bytes"].tolist()
-            series.append(Series(f"busbw, {name}", x, rows["busbw_gbps"].tolist(), color_key=name))
-            series.append(
-                Series(
-                    f"algbw, {name}", x, rows["algbw_gbps"].tolist(), color_key=name, dashed=True
-                )
-            )
-        peaks = group["link_peak_gbps"].dropna().unique()
-        charts.append(
-            Chart(
-                chart_id("bandwidth", op),
-                f"Bandwidth: {op}",
-                "message size (bytes)",
-                "GB/s",
-                series,
-                group.drop(columns=["experiment"]),
-                x_type="log",
-                hlines=[(float(p), f"link peak {p:g} GB/s") for p in peaks],
             )
         )
     return charts

@@ -23,7 +23,6 @@ from torchscale.analysis.scaling import (
 from torchscale.analysis.telemetry import telemetry_findings
 from torchscale.analysis.training_tables import training_table
 from torchscale.hardware.device_noun import cpu_run_note
-from torchscale.kinds.kind_registry import TRAINING_KIND
 from torchscale.plan.kind_protocol import cell_kinds, record_kinds
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
@@ -86,25 +85,22 @@ def _cells_tone(statuses: pd.Series) -> str:
     return "good" if statuses.isin(["ok", "skipped"]).all() else "warn"
 
 
-def _cell_cards(table: pd.DataFrame, records: List[ResultBase]) -> List[Card]:
-    """Cells measured out of those planned: one card for the training cells, one per other kind
-    (the communication cells) that has records."""
-    kinds = [("Training", table["status"].astype(str))]
-    kinds += [
-        (kind.capitalize(), pd.Series([r.status for r in records if r.kind in record_kinds(kind)],
-                                      dtype=object))
-        for kind in cell_kinds()
-        if kind != TRAINING_KIND
-    ]  # fmt: skip
+def _cell_cards(records: List[ResultBase]) -> List[Card]:
+    """Cells measured out of those planned: one card per kind that has records, in plan order
+    (the training cells', the communication cells'...)."""
+    kinds = [
+        (name.capitalize(), [r.status for r in records if r.kind in record_kinds(name)])
+        for name in cell_kinds()
+    ]
     return [
         Card(
             f"{name} cells measured",
-            f"{int((statuses == 'ok').sum())} / {len(statuses)}",
-            _status_detail(statuses),
-            _cells_tone(statuses),
+            f"{statuses.count('ok')} / {len(statuses)}",
+            _status_detail(pd.Series(statuses, dtype=object)),
+            _cells_tone(pd.Series(statuses, dtype=object)),
         )
         for name, statuses in kinds
-        if len(statuses)
+        if statuses
     ]
 
 
@@ -115,7 +111,7 @@ def _plural(severity: str, count: int) -> str:
 
 def _cards(table: pd.DataFrame, findings: pd.DataFrame, records: List[ResultBase]) -> List[Card]:
     ok = table[table["status"] == "ok"]
-    cards = _cell_cards(table, records)
+    cards = _cell_cards(records)
     scaled = ok[ok["world_size"] > ok["baseline_world_size"]]
     if not scaled.empty:
         largest = int(scaled["world_size"].max())

@@ -12,7 +12,12 @@ added ``config.ranks``, ``config.note`` and ``profiles``. Version 3 added ``expe
 ``backend``, ``config.iterations`` (what ran, per kind of cell: ``warmup_iters`` and
 ``benchmark_iters`` are read from the records, no longer from the config's defaults),
 ``results.tp_gemm`` and each entry's ``variant`` and ``backend``: every swept setting is part of an
-entry's identity (``config.row_identity``).
+entry's identity (``config.row_identity``). Version 4 added the TP GEMM entries'
+``sharded_time_us`` and ``sharded_tflops``.
+
+The kinds' parts (``results.communication`` and ``results.tp_gemm``, each kind's
+``config.iterations``) come from the kinds, through ``report.reported_kinds``: the entries'
+models are defined here, the document's one schema; the kinds fill them.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,7 +34,7 @@ from torchscale.hardware.device_noun import cpu_run_note
 from torchscale.report import device_words as words
 from torchscale.report.profile_section import profile_table
 from torchscale.report.report_data import Experiment, ReportData
-from torchscale.report.reported_kinds import kind_document_results
+from torchscale.report.reported_kinds import kind_document_results, kind_iterations
 from torchscale.results.figures import (
     ALGBW,
     BUSBW,
@@ -46,23 +51,11 @@ from torchscale.results.figures import (
     THROUGHPUT,
 )
 from torchscale.results.layout import MANIFEST, gpu_document_file
-from torchscale.results.schema import CommResultBase, ResultBase, TrainingResult
+from torchscale.results.schema import ResultBase, TrainingResult
 from torchscale.results.store import atomic_write_bytes
 from torchscale.results.table_scalars import frame_records
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-DOCUMENT_VERSION = 3
-OP_KEYS = {
-    "all_reduce": "allreduce",
-    "all_gather": "allgather",
-    "reduce_scatter": "reducescatter",
-    "broadcast": "broadcast",
-    "all_to_all": "alltoall",
-    "send_recv": "p2p",
-}
-"""torchscale's collective names -> the seed's keys (``allreduce``, ``allgather``...)."""
+DOCUMENT_VERSION = 4
 
 
 class _Strict(BaseModel):
@@ -142,6 +135,14 @@ class TpGemmEntry(_Strict):
     gemm_time_us: Optional[float] = None
     comm_share: Optional[float] = None
     reference_time_us: Optional[float] = Field(None, description="The unsharded GEMM on one GPU.")
+    sharded_time_us: Optional[float] = Field(
+        None,
+        description="Compute only, sharded (tp_gemm.compute_only: [.., sharded]): the GEMM each "
+        "rank does alone on its m / world_size rows, no communication; the ranks' average.",
+    )
+    sharded_tflops: Optional[float] = Field(
+        None, description="2 (m / world_size) n k / sharded_time_us: one rank's GEMM rate."
+    )
     valid: Optional[bool] = None
     status: str
 
@@ -249,7 +250,8 @@ def _clean(row: Dict[str, object]) -> Dict[str, object]:
     return out
 
 
-def _entries(table: Any, model: Any) -> List[Any]:
+def document_entries(table: Any, model: Any) -> List[Any]:
+    """One ``model`` (an entry of the document) per row of ``table``, from the columns it has."""
     fields = set(model.model_fields)
     return [
         model.model_validate({k: v for k, v in _clean(row).items() if k in fields})
@@ -257,45 +259,19 @@ def _entries(table: Any, model: Any) -> List[Any]:
     ]
 
 
-def communication_entries(table: pd.DataFrame) -> Dict[str, List[CollectiveEntry]]:
-    """``results.communication`` from the collectives table (the communication kind's part of
-    the document)."""
-    found: Dict[str, List[CollectiveEntry]] = {}
-    for row, entry in zip(frame_records(table), _entries(table, CollectiveEntry)):
-        found.setdefault(OP_KEYS.get(row["op"], row["op"]), []).append(entry)
-    return found
-
-
-def tp_gemm_entries(table: pd.DataFrame) -> List[TpGemmEntry]:
-    """``results.tp_gemm`` from the TP GEMM table (the communication kind's part too)."""
-    return _entries(table, TpGemmEntry)
-
-
 def _iterations(records: List[ResultBase]) -> Dict[str, Iterations]:
-    """What ran, read from the records: never the config's defaults for a kind that did not
-    run."""
-    training = [r for r in records if isinstance(r, TrainingResult) and r.status == "ok"]
-    comm = [r for r in records if isinstance(r, CommResultBase) and r.status == "ok"]
-
-    def distinct(values: Any) -> List[int]:
-        return sorted({int(v) for v in values if v is not None})
-
-    found: Dict[str, Iterations] = {}
-    if training:
-        found["training"] = Iterations(
-            warmup=distinct(r.warmup_steps for r in training),
-            measured=distinct(r.measure_steps for r in training),
-        )
-    if comm:
-        found["communication"] = Iterations(
-            warmup=distinct(r.warmup for r in comm), measured=distinct(r.iterations for r in comm)
-        )
-    return found
+    """What ran, per kind, read from the records by each kind: never the config's defaults for
+    a kind that did not run."""
+    return {
+        name: Iterations(warmup=ran.warmup, measured=ran.measured)
+        for name, ran in kind_iterations(records).items()
+    }
 
 
 def _first_run(iterations: Dict[str, Iterations], field: str) -> Optional[int]:
-    for kind in ("training", "communication"):
-        values: List[int] = getattr(iterations[kind], field) if kind in iterations else []
+    """The smallest value of the first kind, in plan order, that ran: the seed's one number."""
+    for ran in iterations.values():
+        values: List[int] = getattr(ran, field)
         if values:
             return values[0]
     return None
@@ -360,11 +336,11 @@ def _document(experiment: Experiment, source: Path, world_size: Optional[int]) -
             benchmark=config,
         ),
         results=Results.model_validate(
-            {
-                "training": _entries(training_table(records), TrainingEntry),
-                "memory": _memory(records),
+            dict(
+                training=document_entries(training_table(records), TrainingEntry),
+                memory=_memory(records),
                 **kind_document_results(records),
-            }
+            )
         ),
         profiles=[p for p in profiles if world_size in (None, p.world_size)],
     )

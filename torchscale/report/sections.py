@@ -12,10 +12,8 @@ from torchscale.analysis.scaling import efficiency_band
 from torchscale.report import charts
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
-from torchscale.report.elements import Card, Column, Section, Table, make_table
+from torchscale.report.elements import Column, Section, Table, make_table
 from torchscale.results.figures import (
-    ALGBW,
-    BUSBW,
     GPU_MEMORY_UTILISATION,
     SCALING_EFFICIENCY,
     SYNC_OVERHEAD,
@@ -255,62 +253,6 @@ def sync_section(table: pd.DataFrame, pooled_ranks: pd.DataFrame, ranks: pd.Data
     )
 
 
-REPORT_COLLECTIVE_COLUMNS = [
-    "experiment", "op", "variant", "backend", "scope", "group_size", "dtype", "world_size",
-    "nnodes", "size_bytes",
-    "time_us", "algbw_gbps", "busbw_gbps", "link_peak_gbps", "busbw_peak_fraction", "wrong",
-    "status", "error",
-]  # fmt: skip
-
-
-def report_collectives(collectives: pd.DataFrame) -> pd.DataFrame:
-    """The collectives table (``torchscale.comm.result_tables``, which the communication kind
-    passes in) as the report shows it: its columns, sorted by op, world size, scope and message
-    size."""
-    table = collectives.copy()
-    # Records from before scopes ran over the world: their group is every rank.
-    table["group_size"] = table["group_size"].fillna(table["world_size"])
-    keys = ["op", "world_size", "variant", "scope", "dtype", "size_bytes"]
-    shown = table[REPORT_COLLECTIVE_COLUMNS]
-    return shown.sort_values(keys, kind="stable", ignore_index=True)
-
-
-def communication_section(table: pd.DataFrame) -> Optional[Section]:
-    """Bandwidth per collective, from the collectives table (the communication kind's report
-    section)."""
-    collectives = report_collectives(table)
-    if collectives.empty:
-        return None
-    return Section(
-        "communication",
-        "Communication bandwidth",
-        f"Collective bandwidth as nccl-tests defines it. {ALGBW.explained()} "
-        f"{BUSBW.explained()} On several nodes, 'within nodes' runs each node's ranks alone and "
-        "'across nodes' one rank per node: the network on its own.",
-        charts=charts.bandwidth_charts(collectives),
-        tables=[
-            make_table(
-                "collective-table",
-                collectives,
-                [
-                    Column("op", "Op", fmt.text, numeric=False),
-                    *swept_columns(collectives),
-                    gpus_column(),
-                    Column("scope", "Scope", fmt.text, numeric=False),
-                    Column("dtype", "dtype", fmt.text, numeric=False),
-                    Column("size_bytes", "Size", fmt.human_bytes),
-                    Column("time_us", "Time µs", fmt.significant),
-                    Column("algbw_gbps", "algbw GB/s", fmt.significant),
-                    Column("busbw_gbps", "busbw GB/s", fmt.significant),
-                    Column("busbw_peak_fraction", "of peak", fmt.fraction),
-                    Column("wrong", "Wrong", fmt.text),
-                    Column("status", "Status", fmt.text, numeric=False),
-                ],
-            )
-        ],
-    )
-
-
 def comparison_section(comparison: Comparison, threshold_pct: float, baseline: str) -> Section:
     cells = comparison.cells
     notes = [
@@ -382,25 +324,3 @@ def chart_sections(*sections: Optional[Section]) -> List[Section]:
     """The sections that have something to show (the comparison always does)."""
     return [s for s in sections if s is not None and (s.section_id == "comparison"
                                                       or not s.is_empty)]  # fmt: skip
-
-
-PREFERRED_OP = "all_reduce"
-"""The collective the bandwidth card quotes when it was measured (DDP's gradient sync)."""
-
-
-def bandwidth_card(table: pd.DataFrame) -> Optional[Card]:
-    """The headline card of a collectives table (the communication kind's): the highest bus
-    bandwidth measured (all_reduce's when measured), with its link's share."""
-    collectives = report_collectives(table)
-    ok = collectives[(collectives["status"] == "ok") & collectives["busbw_gbps"].notna()]
-    if ok.empty:
-        return None
-    preferred = ok[ok["op"] == PREFERRED_OP]
-    best = (preferred if len(preferred) else ok).sort_values("busbw_gbps").iloc[-1]
-    detail = (
-        f"{fmt.human_bytes(best['size_bytes'])} messages on {words.device(int(best['world_size']))}"
-    )
-    if not pd.isna(best["busbw_peak_fraction"]):
-        detail += f" · {fmt.fraction(best['busbw_peak_fraction'])} of the link's peak"
-    return Card(f"Peak {BUSBW.name} ({best['op']}, GB/s)", fmt.significant(best["busbw_gbps"]),
-                detail)  # fmt: skip

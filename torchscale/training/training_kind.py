@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from pandas import DataFrame
     from rich.console import Console, RenderableType
 
+    from torchscale.report.elements import Card, Section
+    from torchscale.report.reported_kinds import RanIterations
+
 
 def _settings(cell: Cell) -> CellSettings:
     assert isinstance(cell.settings, CellSettings), cell.kind
@@ -131,6 +134,28 @@ class TrainingKind:
         from torchscale.training.cell_traces import analyze_traces
 
         return analyze_traces(profile_dir, target)
+
+    # The report: its training sections, cards and document entries are the report's own
+    # (every report has them, from the training records); what the cells ran is the kind's.
+
+    def report_sections(self, records: List[ResultBase]) -> List[Optional[Section]]:
+        return []
+
+    def report_cards(self, records: List[ResultBase]) -> List[Card]:
+        return []
+
+    def document_results(self, records: List[ResultBase]) -> Dict[str, object]:
+        return {}
+
+    def document_iterations(self, records: List[ResultBase]) -> Optional[RanIterations]:
+        """The warm-up and measured steps of the measured training records (a script cell's
+        too: it writes training records)."""
+        from torchscale.report.reported_kinds import RanIterations
+
+        ran = [r for r in records if isinstance(r, TrainingResult) and r.status == "ok"]
+        if not ran:
+            return None
+        return RanIterations.of((r.warmup_steps for r in ran), (r.measure_steps for r in ran))
 
 
 KIND = TrainingKind()
