@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 from typer.testing import CliRunner
@@ -204,3 +204,54 @@ def test_resume_refuses_a_script_cell_whose_arguments_changed(tmp_path: Path) ->
     assert "args" in line and "--force" in line, line
     assert (store.root / "results.jsonl").read_bytes() == before
     assert not (store.root / "cells").exists()
+
+
+class _GroupEnds:
+    """A listener that only counts ``group_ends`` (``step_hooks.StepListener``)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def group_ends(self) -> None:
+        self.calls += 1
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args: None
+
+
+WORLD = "group.WORLD"  # resolved once the group exists
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [((), {}), ((None,), {}), ((), {"group": None}), ((WORLD,), {}), ((), {"group": WORLD})],
+    ids=["no-argument", "None", "group=None", "WORLD", "group=WORLD"],
+)
+def test_destroying_the_default_group_gathers_first_however_it_is_spelled(
+    args: Tuple[Any, ...], kwargs: Dict[str, Any]
+) -> None:
+    """A script that ends at the window's end with ``destroy_process_group(...)``: the figures
+    are gathered before the group goes, whichever way the script names the default group; a
+    subgroup's destroy is not the job's end."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from torchscale.script.step_hooks import installed
+
+    listener = _GroupEnds()
+    with installed(listener, {}):  # type: ignore[arg-type]
+        dist.init_process_group(
+            "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=60)
+        )
+        try:
+            dist.destroy_process_group(dist.new_group([0]))
+            assert listener.calls == 0
+        finally:
+            world = dist.group.WORLD
+            dist.destroy_process_group(
+                *(world if a == WORLD else a for a in args),
+                **{k: world if v == WORLD else v for k, v in kwargs.items()},
+            )
+    assert listener.calls == 1
+    assert not dist.is_initialized()
