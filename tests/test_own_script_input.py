@@ -255,3 +255,42 @@ def test_destroying_the_default_group_gathers_first_however_it_is_spelled(
             )
     assert listener.calls == 1
     assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize("command", ["profile", "tune"])
+def test_profile_and_tune_take_the_script_options_benchmark_takes(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--step-at`` and ``--samples-per-step`` reach the script's cells from ``profile`` and
+    ``tune`` as from ``benchmark`` (no ``--set script.step_at=...``); the run itself is cut off
+    where it would launch. Without ``--script`` they are refused, not ignored."""
+    import typer
+
+    from torchscale.app import profile as profile_app
+    from torchscale.tune import tune_runner
+
+    seen: Dict[str, Any] = {}
+
+    def capture(request: Any, *args: Any) -> Any:
+        seen["config"] = profile_app.capture_config(request)
+        raise typer.Exit(7)
+
+    def tune(request: Any, *args: Any) -> Any:
+        seen["config"] = request.config
+        raise typer.Exit(7)
+
+    monkeypatch.setattr(profile_app, "capture_profile", capture)
+    monkeypatch.setattr(tune_runner, "run_tune", tune)
+    args = [command, "--gpus", "2", "-o", str(tmp_path / "out")]
+    script = ["--script", str(CNN), "--step-at", "forward", "--samples-per-step", "12"]
+    result = runner.invoke(app, [*args, *script, "--", "--steps", "300"])
+    assert result.exit_code == 7, result.output
+    section = seen["config"].kind_section("script")
+    assert (section.step_at, section.samples_per_step) == ("forward", 12)
+    assert section.args == ["--steps", "300"]
+    for option, value in (("--step-at", "forward"), ("--samples-per-step", "12")):
+        alone = runner.invoke(app, [*args, "--model", "resnet-tiny", option, value])
+        assert alone.exit_code == 2, alone.output
+        assert (
+            alone.stderr.strip() == f"Error: {option} goes with --script (your own training script)"
+        )
