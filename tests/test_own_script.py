@@ -2,7 +2,8 @@
 
 The scripts are the examples users would write (``examples/scripts/``: argparse, their own model
 and loop, ``init_process_group`` from torchrun's environment, their own samples/s printed) and,
-for faults, small scripts in ``tests/support/scripts/``. One shared experiment (the transformer
+for faults and the bootstrap's other paths (steps at forwards, a given samples-per-step,
+``sys.exit``), small scripts in ``tests/support/scripts/``. One shared experiment (the transformer
 script on 1 and 2 gloo processes, plus all_reduce cells) serves the benchmark, project and report
 checks; the CNN script's slow-rank option is profiled; the many-bucket script is tuned.
 """
@@ -199,14 +200,13 @@ def test_a_script_that_raises_on_one_rank_is_a_recorded_failure(tmp_path: Path) 
     assert record.wall_s is not None and record.wall_s < 120
 
 
-def _wrap(tmp_path: Path, script: Path) -> Dict[str, Any]:
+def _wrap(tmp_path: Path, script: Path, *args: str, **knobs: Any) -> Dict[str, Any]:
     """One rank of a script cell, run directly (no torchrun): its error file."""
     from torchscale.script.script_config import ScriptCellSettings
 
-    settings = ScriptCellSettings(
-        script=str(script), gpus=1, warmup_steps=2, measure_steps=3, sync_probe_steps=0
-    )
-    cell = tmp_path / script.stem
+    window = {"warmup_steps": 2, "measure_steps": 3, "sync_probe_steps": 0, **knobs}
+    settings = ScriptCellSettings(script=str(script), args=list(args), gpus=1, **window)
+    cell = tmp_path / f"{script.stem}-{len(list(tmp_path.iterdir()))}"
     cell.mkdir()
     (cell / "cell.json").write_text(json.dumps({"settings": settings.model_dump(mode="json")}))
     with socket.socket() as probe:
@@ -233,6 +233,51 @@ def test_a_script_without_ddp_or_with_two_is_told_why(tmp_path: Path) -> None:
     two = _wrap(tmp_path, SUPPORT_SCRIPTS / "two_ddp.py")
     assert two["type"] == "NotMeasurable"
     assert "built a second DistributedDataParallel model" in two["message"]
+
+
+HAND_SGD = SUPPORT_SCRIPTS / "hand_sgd.py"
+"""Updates its weights by hand (no torch.optim); its DDP forward takes a 0-d scale first."""
+
+
+@pytest.mark.slow
+def test_steps_at_forwards_with_the_samples_per_step_given(tmp_path: Path) -> None:
+    """``--step-at forward`` marks a step at each DDP forward of a script without torch.optim,
+    and ``--samples-per-step`` stands for a batch torchscale cannot count: each rank's samples
+    are exactly the given count times the measured steps."""
+    args = ["benchmark", "--script", str(HAND_SGD), "--gpus", "2", "--steps", "4"]
+    args += ["--step-at", "forward", "--samples-per-step", "12", "-o", str(tmp_path)]
+    args += ["--set", "warmup_steps=2", "--set", "sync_probe_steps=1"]
+    result = runner.invoke(app, [*args, "--", "--steps", "30", "--batch-size", "5"])
+    assert result.exit_code == 0, result.output
+    (record,) = records(tmp_path / "hand_sgd")
+    assert record.status == "ok", record.error
+    assert record.runtime["step_at"] == "forward"
+    assert record.runtime["samples_per_step"] == "given: samples_per_step"
+    assert (record.batch_size, record.global_batch_size) == (12, 24)  # not the script's 5
+    cell = tmp_path / "hand_sgd" / "cells" / record.cell_id
+    ranks = json.loads((cell / "result.json").read_text(encoding="utf-8"))["per_rank"]
+    assert [rank["samples"] for rank in ranks] == [12 * 4, 12 * 4]
+    assert [len(rank.step_times_ms) for rank in record.per_rank] == [4, 4]
+    # the probe switched sync off on forward-marked steps too
+    assert record.runtime["sync_probe"] == "ran after the measured window"
+    assert all(rank.nosync_step_ms for rank in record.per_rank)
+
+
+@pytest.mark.slow
+def test_sys_exit_mid_window_and_a_script_without_torch_optim_are_told_why(
+    tmp_path: Path,
+) -> None:
+    """A non-zero ``sys.exit`` in the measured window is the rank's recorded error, not a hang;
+    a script without torch.optim, stepped at optimizer steps, is told to pass --step-at."""
+    exited = _wrap(
+        tmp_path, HAND_SGD, "--exit-at", "4", step_at="forward", samples_per_step=12
+    )  # forward 4: the second measured step
+    assert exited["type"] == "ScriptExited" and exited["phase"] == "measure"
+    assert exited["message"] == "the script exited with code 3"
+    unmarked = _wrap(tmp_path, HAND_SGD, "--steps", "8")  # steps at optimizer steps: none
+    assert unmarked["type"] == "NotMeasurable"
+    assert "never stepped a torch.optim optimizer" in unmarked["message"]
+    assert "pass --step-at forward" in unmarked["message"]
 
 
 # --- tune: the script's own DDP, searched, and the gain confirmed --------------------------------
