@@ -294,3 +294,41 @@ def test_profile_and_tune_take_the_script_options_benchmark_takes(
         assert (
             alone.stderr.strip() == f"Error: {option} goes with --script (your own training script)"
         )
+
+
+PATH_PROBE = """\
+import importlib.util, json, sys
+found = importlib.util.find_spec("beside_the_working_dir") is not None
+json.dump({"path0": sys.path[0], "cwd_module": found}, open(sys.argv[1], "w"))
+"""
+
+
+def test_the_script_gets_the_search_path_python_gives_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wrapped script sees ``sys.path`` as under ``python train.py``: its own folder first,
+    and the working directory (which ``python -m torchscale.script.wrap`` put first) not on it,
+    so a module there is not importable, as it is not for python."""
+    import subprocess
+    import sys
+
+    from torchscale.script.wrap import run_script
+
+    work, scripts = tmp_path / "work", tmp_path / "scripts"
+    work.mkdir()
+    scripts.mkdir()
+    (work / "beside_the_working_dir.py").write_text("")
+    script = scripts / "train.py"
+    script.write_text(PATH_PROBE)
+    monkeypatch.chdir(work)
+    python = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "python.json")], cwd=work, timeout=60
+    )
+    assert python.returncode == 0
+    expected = json.loads((tmp_path / "python.json").read_text())
+    assert expected["path0"] == str(scripts) and expected["cwd_module"] is False
+    # as the rank process has it: python -m put the working directory first
+    monkeypatch.setattr(sys, "path", [str(work), *sys.path])
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    run_script(str(script), [str(tmp_path / "wrapped.json")])
+    assert json.loads((tmp_path / "wrapped.json").read_text()) == expected
