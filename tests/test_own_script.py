@@ -290,13 +290,15 @@ cell_timeout_s: 240
 tune:
   search: [ddp.bucket_cap_mb]
   space:
-    ddp.bucket_cap_mb: [100]
+    ddp.bucket_cap_mb: [25, 100]
   pruning: false
   finalists: 1
-  repeats: 1
+  repeats: 2
 """
-"""The script's own 1 MB buckets against 100 MB: two trials, a verdict of one round each, as
-tests/test_tune.py's gain test does for the built-in many-bucket model."""
+"""The script's own 1 MB buckets (32 a step) against 25 MB and 100 MB (2 and 1): three trials,
+then the best re-measured against the baseline in two paired rounds, as tests/test_tune.py's gain
+test does for the built-in many-bucket model (one round's interval is the steps' noise alone,
+narrower than run-to-run drift: docs/tune.md)."""
 
 
 @pytest.mark.slow
@@ -316,23 +318,28 @@ def test_tune_finds_a_gain_in_the_scripts_ddp_that_a_separate_benchmark_confirms
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     print(summary["line"], summary.get("warning"))
+    folder = tmp_path / "out" / "buckets" / "tune"
+    # every candidate ran the script with its DDP argument in place of the script's own 1 MB
+    trials = records(folder)
+    applied = sorted(
+        (r.runtime["ddp_applied"] for r in trials), key=lambda a: a.get("bucket_cap_mb", 0)
+    )
+    assert applied == [{}, {"bucket_cap_mb": 25}, {"bucket_cap_mb": 100}]
+    for trial in trials:
+        expected = trial.runtime["ddp_applied"].get("bucket_cap_mb", 1)
+        assert trial.runtime["ddp"]["bucket_cap_bytes"] == expected * 1024 * 1024
     others = summary["verdict"].get("oversubscribed_wait_share")
     if summary["result"] != "gain" and others is not None:
-        pytest.xfail(summary["warning"])  # other processes held the cores: see test_tune.py
+        # As in test_tune.py: other processes held the cores (measured: run-queue wait and their
+        # CPU time), so the verdict measured them; the ranks' own gloo threads do not count.
+        pytest.xfail(summary["warning"])
     assert summary["result"] == "gain", summary["line"]
     assert summary["model"] == "train_many_buckets.py"
-    assert summary["winner"]["changed"] == {"ddp.bucket_cap_mb": 100}
+    ((knob, mb),) = summary["winner"]["changed"].items()
+    assert knob == "ddp.bucket_cap_mb" and mb in (25, 100)
     # the lines to paste, printed and in ddp.py
-    assert "    bucket_cap_mb=100," in result.stderr.splitlines()
-    folder = tmp_path / "out" / "buckets" / "tune"
-    assert "    bucket_cap_mb=100,\n" in (folder / "ddp.py").read_text()
-    # trials ran the script with the trial's DDP argument in place of its own 1 MB
-    trials = records(folder)
-    applied = sorted((r.runtime["ddp_applied"] for r in trials), key=len)
-    assert applied == [{}, {"bucket_cap_mb": 100}]
-    for trial in trials:
-        expected = 100 if trial.runtime["ddp_applied"] else 1
-        assert trial.runtime["ddp"]["bucket_cap_bytes"] == expected * 1024 * 1024
+    assert f"    bucket_cap_mb={mb!r}," in result.stderr.splitlines()
+    assert f"    bucket_cap_mb={mb!r},\n" in (folder / "ddp.py").read_text()
     # best.yaml is a benchmark config with the script: a separate run of it beats the baseline
     confirm = {}
     for name in ("best", "baseline"):
@@ -342,7 +349,7 @@ def test_tune_finds_a_gain_in_the_scripts_ddp_that_a_separate_benchmark_confirms
         assert run.exit_code == 0, run.output
         (confirm[name],) = records(tmp_path / "confirm" / f"buckets-{name}")
     best, base = confirm["best"], confirm["baseline"]
-    assert best.settings["ddp"]["bucket_cap_mb"] == 100
+    assert best.settings["ddp"]["bucket_cap_mb"] == mb
     assert base.settings["ddp"]["bucket_cap_mb"] is None  # the script's own
     gain, low, high = throughput_interval(
         base.step_times_ms, best.step_times_ms, CompareOptions(resamples=2000)
@@ -350,6 +357,7 @@ def test_tune_finds_a_gain_in_the_scripts_ddp_that_a_separate_benchmark_confirms
     told = f"best.yaml {gain:+.1f}% ({low:+.1f}..{high:+.1f}%) vs the baseline"
     waits = host_waits([base, best])
     print(told, waits)
-    if low <= 0 and waits["oversubscribed_wait_share"] is not None:
-        pytest.xfail(f"{told}, while other processes held the cores")
+    others = waits["oversubscribed_wait_share"]
+    if low <= 0 and others is not None:
+        pytest.xfail(f"{told}, while other processes held the cores ({others:.0%} wait)")
     assert low > 0, told
