@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 from typer.testing import CliRunner
@@ -204,3 +204,131 @@ def test_resume_refuses_a_script_cell_whose_arguments_changed(tmp_path: Path) ->
     assert "args" in line and "--force" in line, line
     assert (store.root / "results.jsonl").read_bytes() == before
     assert not (store.root / "cells").exists()
+
+
+class _GroupEnds:
+    """A listener that only counts ``group_ends`` (``step_hooks.StepListener``)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def group_ends(self) -> None:
+        self.calls += 1
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args: None
+
+
+WORLD = "group.WORLD"  # resolved once the group exists
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [((), {}), ((None,), {}), ((), {"group": None}), ((WORLD,), {}), ((), {"group": WORLD})],
+    ids=["no-argument", "None", "group=None", "WORLD", "group=WORLD"],
+)
+def test_destroying_the_default_group_gathers_first_however_it_is_spelled(
+    args: Tuple[Any, ...], kwargs: Dict[str, Any]
+) -> None:
+    """A script that ends at the window's end with ``destroy_process_group(...)``: the figures
+    are gathered before the group goes, whichever way the script names the default group; a
+    subgroup's destroy is not the job's end."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from torchscale.script.step_hooks import installed
+
+    listener = _GroupEnds()
+    with installed(listener, {}):  # type: ignore[arg-type]
+        dist.init_process_group(
+            "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=60)
+        )
+        try:
+            dist.destroy_process_group(dist.new_group([0]))
+            assert listener.calls == 0
+        finally:
+            world = dist.group.WORLD
+            dist.destroy_process_group(
+                *(world if a == WORLD else a for a in args),
+                **{k: world if v == WORLD else v for k, v in kwargs.items()},
+            )
+    assert listener.calls == 1
+    assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize("command", ["profile", "tune"])
+def test_profile_and_tune_take_the_script_options_benchmark_takes(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--step-at`` and ``--samples-per-step`` reach the script's cells from ``profile`` and
+    ``tune`` as from ``benchmark`` (no ``--set script.step_at=...``); the run itself is cut off
+    where it would launch. Without ``--script`` they are refused, not ignored."""
+    import typer
+
+    from torchscale.app import profile as profile_app
+    from torchscale.tune import tune_runner
+
+    seen: Dict[str, Any] = {}
+
+    def capture(request: Any, *args: Any) -> Any:
+        seen["config"] = profile_app.capture_config(request)
+        raise typer.Exit(7)
+
+    def tune(request: Any, *args: Any) -> Any:
+        seen["config"] = request.config
+        raise typer.Exit(7)
+
+    monkeypatch.setattr(profile_app, "capture_profile", capture)
+    monkeypatch.setattr(tune_runner, "run_tune", tune)
+    args = [command, "--gpus", "2", "-o", str(tmp_path / "out")]
+    script = ["--script", str(CNN), "--step-at", "forward", "--samples-per-step", "12"]
+    result = runner.invoke(app, [*args, *script, "--", "--steps", "300"])
+    assert result.exit_code == 7, result.output
+    section = seen["config"].kind_section("script")
+    assert (section.step_at, section.samples_per_step) == ("forward", 12)
+    assert section.args == ["--steps", "300"]
+    for option, value in (("--step-at", "forward"), ("--samples-per-step", "12")):
+        alone = runner.invoke(app, [*args, "--model", "resnet-tiny", option, value])
+        assert alone.exit_code == 2, alone.output
+        assert (
+            alone.stderr.strip() == f"Error: {option} goes with --script (your own training script)"
+        )
+
+
+PATH_PROBE = """\
+import importlib.util, json, sys
+found = importlib.util.find_spec("beside_the_working_dir") is not None
+json.dump({"path0": sys.path[0], "cwd_module": found}, open(sys.argv[1], "w"))
+"""
+
+
+def test_the_script_gets_the_search_path_python_gives_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wrapped script sees ``sys.path`` as under ``python train.py``: its own folder first,
+    and the working directory (which ``python -m torchscale.script.wrap`` put first) not on it,
+    so a module there is not importable, as it is not for python."""
+    import subprocess
+    import sys
+
+    from torchscale.script.wrap import run_script
+
+    work, scripts = tmp_path / "work", tmp_path / "scripts"
+    work.mkdir()
+    scripts.mkdir()
+    (work / "beside_the_working_dir.py").write_text("")
+    script = scripts / "train.py"
+    script.write_text(PATH_PROBE)
+    monkeypatch.chdir(work)
+    python = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "python.json")], cwd=work, timeout=60
+    )
+    assert python.returncode == 0
+    expected = json.loads((tmp_path / "python.json").read_text())
+    assert expected["path0"] == str(scripts) and expected["cwd_module"] is False
+    # as the rank process has it: python -m put the working directory first
+    monkeypatch.setattr(sys, "path", [str(work), *sys.path])
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    run_script(str(script), [str(tmp_path / "wrapped.json")])
+    assert json.loads((tmp_path / "wrapped.json").read_text()) == expected

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
@@ -12,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.html_tables import html_tables
-from tests.support.shared_runs import Run, projection_run
+from tests.support.shared_runs import SCRIPTS, Run, projection_run
 from torchscale.analysis.alphabeta import (
     AFTER_COMPUTE,
     BACK_TO_BACK,
@@ -357,9 +359,49 @@ def test_cli_refuses_without_all_reduce_cells_and_names_the_config(tmp_path: Pat
     assert result.exit_code == 2 and "Traceback" not in result.stderr
     assert result.stderr.startswith("Error: no all_reduce measured inside a node")
     assert "communication: {collectives: [all_reduce], min_bytes: 1K" in result.stderr
+    # the results folder holds results: only --resume adds cells to it
+    assert "'torchscale benchmark --benchmark comm --resume' into the same" in result.stderr
     with (folder / "results.jsonl").open("a") as handle:
         for doc in _all_reduce_docs("fast", 5.0, 1e-5):
             handle.write(json.dumps(doc) + "\n")
     result = runner.invoke(app, ["project", "-s", str(folder), "--gpus", "4", "8", "--json"])
     assert result.exit_code == 0, result.stderr
     assert [r["world_size"] for r in json.loads(result.stdout)["predictions"]] == [4, 8]
+
+
+def test_a_script_experiment_without_all_reduce_cells_is_told_the_command_that_adds_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``benchmark --script`` has no config to add communication cells to: the refusal names the
+    command that adds them to the same experiment, and that command, as given, plans exactly
+    those cells into it (the script's cells kept)."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(SCRIPTS / "train_cnn.py", tmp_path / "train.py")
+    folder = tmp_path / "results" / "train"
+    folder.mkdir(parents=True)
+    with (folder / "results.jsonl").open("w") as handle:
+        for gpus in (1, 2):
+            doc = _training_doc("train", 10.0)
+            doc.update(
+                cell_id=f"script-train-g{gpus}-r0-0123abcd", model="train.py", world_size=gpus,
+                nproc_per_node=gpus, precision="script",
+                settings={"script": "train.py", "args": ["--steps", "40"], "gpus": gpus},
+            )  # fmt: skip
+            handle.write(json.dumps(doc) + "\n")
+    result = runner.invoke(app, ["project", "--source", str(folder), "--gpus", "4"])
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("Error: no all_reduce measured inside a node")
+    assert "experiment 'train' ran the script train.py without communication cells" in line
+    (command,) = re.findall(r"its script cells kept: (torchscale .*?); next time", line)
+    assert command == (
+        f"torchscale benchmark --script train.py --gpus 2 --benchmark comm --resume "
+        f"-o {tmp_path / 'results'} --set experiment_name=train --set 'communication="
+        "{collectives: [all_reduce], p2p: false, min_bytes: 1K, max_bytes: 64M, "
+        "through_ddp: true}'"
+    )
+    planned = runner.invoke(app, [*shlex.split(command)[1:], "--dry-run", "--json"])
+    assert planned.exit_code == 0, planned.output
+    (cell,) = json.loads(planned.stdout)
+    assert cell["cell_id"].startswith("comm-g2-") and f"{folder}/cells/" in cell["command"]
+    assert cell["settings"]["collectives"] == ["all_reduce"] and cell["settings"]["through_ddp"]

@@ -61,7 +61,8 @@ RUN = {
 DRY_RUN = {
     "torchscale benchmark --config examples/cpu_smoke.yaml --output-dir results",
     "torchscale benchmark --config benchmark_config.yaml --output-dir ./results",
-    "torchscale benchmark --script train.py --gpus 1 --gpus 2 --gpus 4 --steps 50 -- --lr 0.1",
+    "torchscale benchmark --script train.py -c comm.yaml --gpus 1 --gpus 2 --gpus 4 --steps 50 "
+    "-- --lr 0.1",
     "torchscale benchmark --config examples/comm_cpu.yaml --benchmark comm --output-dir results",
     "torchscale benchmark -c scaling.yaml --nnodes 2 --node-rank $R --rdzv-endpoint node0:29500",
     "torchscale benchmark -c scaling.yaml --launcher slurm --submit --dry-run",
@@ -136,6 +137,11 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # a Slurm submission sizes its allocation from the GPUs of one node
     (root / "scaling.yaml").write_text(smoke + "gpus_per_node: 2\n", encoding="utf-8")
     shutil.copy(REPO / "examples" / "scripts" / "train_transformer.py", root / "train.py")
+    (root / "comm.yaml").write_text(  # as README describes it
+        "experiment_name: train\n"
+        "communication: {collectives: [all_reduce], p2p: false, through_ddp: true}\n",
+        encoding="utf-8",
+    )
     results = root / "results"
     write_experiment(results, FixtureSpec(name="old", findings=False))
     write_experiment(results, FixtureSpec(name="new", findings=False, slowdown={"resnet50": 1.3}))

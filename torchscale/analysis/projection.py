@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import pandas as pd
 
@@ -179,12 +180,14 @@ def project(
     gpus_per_node: int = 8,
     holdout: bool = False,
     inter_node_gbps: Optional[float] = None,
+    folders: Optional[Mapping[str, Path]] = None,
 ) -> Projection:
     """Every configuration's prediction at each of ``gpus`` (and, with ``holdout``, at the
-    held-out count, next to what was measured there)."""
+    held-out count, next to what was measured there). ``folders``: each experiment's folder, for
+    the command a refusal names."""
     records = list(records)
     refs = references(records, holdout)
-    fabric = fabric_from(records, gpus_per_node, inter_node_gbps)  # refuses when none
+    fabric = fabric_from(records, gpus_per_node, inter_node_gbps, folders=folders)  # or refuses
     # Each experiment's own all-reduce curves where it has them: another experiment's may have
     # run on other hardware.
     fabrics: Dict[str, Fabric] = {}

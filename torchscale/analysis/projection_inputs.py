@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional
 
 from torchscale.analysis.alphabeta import (
     INTER_NODE,
@@ -20,6 +21,7 @@ from torchscale.analysis.cpu_load import cpu_wait_share
 from torchscale.analysis.scaling import label_variants
 from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
+from torchscale.escaping import shown_command
 from torchscale.hardware.device_noun import CUDA, count_text, record_device_kind
 from torchscale.results.schema import ResultBase, TrainingResult
 from torchscale.results.stats import mean
@@ -31,9 +33,13 @@ if TYPE_CHECKING:
 ADD_ALL_REDUCE = (
     "add 'communication: {collectives: [all_reduce], min_bytes: 1K, max_bytes: 64M, "
     "through_ddp: true}' with "
-    "gpu_counts of 2 or more to the config and run 'torchscale benchmark --benchmark comm' "
-    "into the same results folder"
+    "gpu_counts of 2 or more to the config and run 'torchscale benchmark --benchmark comm "
+    "--resume' into the same results folder"
 )
+SCRIPT_COMM_SECTION = (
+    "{collectives: [all_reduce], p2p: false, min_bytes: 1K, max_bytes: 64M, through_ddp: true}"
+)
+"""The communication cells a script's experiment needs for ``project`` (docs/own-job.md)."""
 ADD_INTER_NODE = (
     "add 'nodes: [2]' and 'communication: {collectives: [all_reduce], scope: [inter_node]}' to a "
     "config, run it on two nodes into the same results folder, or pass --gpus-per-node large "
@@ -199,20 +205,50 @@ def references(records: Iterable[ResultBase], holdout: bool = False) -> List[Ref
     return found
 
 
+def add_all_reduce_to_script(
+    records: Iterable[ResultBase], folders: Mapping[str, Path]
+) -> Optional[str]:
+    """The command that adds all_reduce cells to a script's experiment (run with ``--script``,
+    it has no config to add them to), or None when no experiment ran a script. Its script cells
+    are kept (``--resume``); ``folders``: where each experiment's folder is."""
+    scripts = [  # script records: their settings name a script, not a model (is_script_record)
+        r
+        for r in records
+        if isinstance(r, TrainingResult) and "script" in r.settings and "model" not in r.settings
+    ]
+    if not scripts:
+        return None
+    first = scripts[0]
+    counts = sorted({r.world_size for r in scripts if r.world_size > 1 and r.nnodes == 1}) or [2]
+    folder = folders.get(first.experiment)
+    words = ["torchscale", "benchmark", "--script", str(first.settings["script"])]
+    words += [word for n in counts for word in ("--gpus", str(n))]
+    words += ["--benchmark", "comm", "--resume", "-o", str(folder.parent) if folder else "DIR"]
+    words += ["--set", f"experiment_name={first.experiment}"]
+    words += ["--set", f"communication={SCRIPT_COMM_SECTION}"]
+    where = "" if folder else " (DIR: the folder that holds the experiment's folder)"
+    return (
+        f"experiment {first.experiment!r} ran the script {first.model} without communication "
+        f"cells; add them to it, its script cells kept: {shown_command(words)}{where}; next "
+        "time, pass -c with a communication: section to benchmark --script (docs/own-job.md)"
+    )
+
+
 def fabric_from(
     records: Iterable[ResultBase],
     gpus_per_node: int,
     inter_node_gbps: Optional[float] = None,
     inter_node_latency_us: float = 10.0,
+    folders: Optional[Mapping[str, Path]] = None,
 ) -> Fabric:
-    """Fit the fabric; ``inter_node_gbps`` stands in for an unmeasured network (an assumption)."""
+    """Fit the fabric; ``inter_node_gbps`` stands in for an unmeasured network (an assumption).
+    ``folders`` (experiment -> its folder) makes a refusal's command exact."""
     records = list(records)
     points, timing = all_reduce_points(records, INTRA_NODE)
     intra = fit_all_reduce(points, INTRA_NODE, timing)
     if intra is None:
-        raise ProjectionError(
-            f"no all_reduce measured inside a node at two sizes or more: {ADD_ALL_REDUCE}"
-        )
+        fix = add_all_reduce_to_script(records, folders or {}) or ADD_ALL_REDUCE
+        raise ProjectionError(f"no all_reduce measured inside a node at two sizes or more: {fix}")
     points, timing = all_reduce_points(records, INTER_NODE)
     inter = fit_all_reduce(points, INTER_NODE, timing)
     if inter is None and inter_node_gbps:

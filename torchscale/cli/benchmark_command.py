@@ -20,7 +20,14 @@ from torchscale.cli.console import (
     show_result,
     user_errors,
 )
-from torchscale.cli.script_args import ScriptArgsCommand, script_args
+from torchscale.cli.script_args import (
+    SCRIPT_PANEL,
+    SamplesPerStepOption,
+    ScriptArgsCommand,
+    StepAtOption,
+    script_args,
+    step_at_value,
+)
 from torchscale.errors import TorchscaleError
 from torchscale.integrations.deadline import DEFAULT_TIMEOUT_S
 
@@ -36,17 +43,11 @@ EXIT_TERMINATED = 143  # 128 + SIGTERM
 EXIT_CELLS_FAILED = 1
 NODES_PANEL = "Multi-node"
 INTEGRATIONS_PANEL = "Integrations"
-SCRIPT_PANEL = "Your own training script"
 
 
 class LaunchMode(str, Enum):
     per_group = "per-group"
     per_cell = "per-cell"
-
-
-class StepAt(str, Enum):
-    optimizer = "optimizer"
-    forward = "forward"
 
 
 class Launcher(str, Enum):
@@ -297,25 +298,8 @@ def register(app: typer.Typer) -> None:
                 rich_help_panel=SCRIPT_PANEL,
             ),
         ] = None,
-        samples_per_step: Annotated[
-            Optional[int],
-            typer.Option(
-                "--samples-per-step",
-                min=1,
-                help="With --script: samples one rank trains on per step (default: counted from "
-                "the DDP forward's input; needed without DDP).",
-                rich_help_panel=SCRIPT_PANEL,
-            ),
-        ] = None,
-        step_at: Annotated[
-            Optional[StepAt],
-            typer.Option(
-                "--step-at",
-                help="With --script: what ends a step, each optimizer step (default) or each DDP "
-                "forward (a script without a torch.optim optimizer).",
-                rich_help_panel=SCRIPT_PANEL,
-            ),
-        ] = None,
+        samples_per_step: SamplesPerStepOption = None,
+        step_at: StepAtOption = None,
     ) -> None:
         """Run throughput/latency tests across GPU configs, or your own training script."""
         if verbose:
@@ -351,7 +335,7 @@ def register(app: typer.Typer) -> None:
                 )
             options = ScriptOptions(
                 script, script_args(ctx), gpus or [], steps, samples_per_step,
-                step_at.value if step_at else None,
+                step_at_value(step_at),
             )  # fmt: skip
             loaded = script_config(options, config, overrides)
         else:

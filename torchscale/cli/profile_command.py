@@ -15,7 +15,15 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, print_json, say, show_result, user_errors
-from torchscale.cli.script_args import ScriptArgsGroup, script_args
+from torchscale.cli.script_args import (
+    SCRIPT_PANEL,
+    SamplesPerStepOption,
+    ScriptArgsGroup,
+    StepAtOption,
+    script_args,
+    script_options_alone,
+    step_at_value,
+)
 from torchscale.config.durations import parse_duration
 from torchscale.errors import TorchscaleError
 from torchscale.results.figures import GLOSSARY_DOC, SYNC_OVERHEAD, SYNC_STALL
@@ -206,16 +214,11 @@ def register(app: typer.Typer) -> None:
                 "--script",
                 help="Your own DDP training script to profile, run unmodified (its arguments "
                 "after --; docs/own-job.md).",
+                rich_help_panel=SCRIPT_PANEL,
             ),
         ] = None,
-        samples_per_step: Annotated[
-            Optional[int],
-            typer.Option(
-                "--samples-per-step",
-                min=1,
-                help="With --script: samples one rank trains on per step (default: counted).",
-            ),
-        ] = None,
+        samples_per_step: SamplesPerStepOption = None,
+        step_at: StepAtOption = None,
         json_output: JsonOption = False,
         verbose: VerboseOption = False,
     ) -> None:
@@ -242,7 +245,12 @@ def register(app: typer.Typer) -> None:
         if script is not None:
             from torchscale.app.own_script import ScriptOptions
 
-            own = ScriptOptions(script, script_args(ctx), samples_per_step=samples_per_step)
+            own = ScriptOptions(
+                script, script_args(ctx), samples_per_step=samples_per_step,
+                step_at=step_at_value(step_at),
+            )  # fmt: skip
+        else:
+            script_options_alone(samples_per_step=samples_per_step, step_at=step_at)
         request = CaptureRequest(
             gpus, seconds, target, tool, config, model, batch_size, parse_overrides(set_ or []),
             script=own,

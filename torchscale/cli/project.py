@@ -172,7 +172,10 @@ def register(app: typer.Typer) -> None:
         if inter_node_gbps is not None and inter_node_gbps <= 0:
             raise TorchscaleError("--inter-node-gbps must be a positive bandwidth in GB/s, e.g. 25")
         data = load_report_data(source)
-        result = run_projection(data.records, targets, gpus_per_node, holdout, inter_node_gbps)
+        folders = {e.name: e.path for e in data.experiments}
+        result = run_projection(
+            data.records, targets, gpus_per_node, holdout, inter_node_gbps, folders
+        )
         rows = [_clean(r) for r in result.table.to_dict("records")]
         if json_output:
             print_json(

@@ -10,12 +10,59 @@ with :func:`script_args`. (Typer's commands take the Click context of its own ve
 
 from __future__ import annotations
 
-from typing import Any, List
+from enum import Enum
+from typing import Any, List, Optional
 
+import typer
 from typer.core import TyperCommand, TyperGroup
+from typing_extensions import Annotated
+
+from torchscale.errors import TorchscaleError
 
 SCRIPT_OPTION = "--script"
 _KEY = "torchscale.script_args"
+SCRIPT_PANEL = "Your own training script"
+
+
+class StepAt(str, Enum):
+    """What ends a step of the script (``script.step_at``)."""
+
+    optimizer = "optimizer"
+    forward = "forward"
+
+
+# The script options benchmark, profile and tune share: one definition, one help text.
+SamplesPerStepOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--samples-per-step",
+        min=1,
+        help="With --script: samples one rank trains on per step (default: counted from the DDP "
+        "forward's input; needed without DDP).",
+        rich_help_panel=SCRIPT_PANEL,
+    ),
+]
+StepAtOption = Annotated[
+    Optional[StepAt],
+    typer.Option(
+        "--step-at",
+        help="With --script: what ends a step, each optimizer step (default) or each DDP forward "
+        "(a script without a torch.optim optimizer).",
+        rich_help_panel=SCRIPT_PANEL,
+    ),
+]
+
+
+def step_at_value(step_at: Optional[StepAt]) -> Optional[str]:
+    return step_at.value if step_at is not None else None
+
+
+def script_options_alone(**given: object) -> None:
+    """Refuse a script option without ``--script`` (one line): it would be ignored."""
+    for name, value in given.items():
+        if value:
+            option = "--" + name.replace("_", "-")
+            raise TorchscaleError(f"{option} goes with --script (your own training script)")
 
 
 def _split(ctx: Any, args: List[str]) -> List[str]:

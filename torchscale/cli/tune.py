@@ -10,7 +10,15 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, markup_text, print_json, show_result, user_errors
-from torchscale.cli.script_args import ScriptArgsCommand, script_args
+from torchscale.cli.script_args import (
+    SCRIPT_PANEL,
+    SamplesPerStepOption,
+    ScriptArgsCommand,
+    StepAtOption,
+    script_args,
+    script_options_alone,
+    step_at_value,
+)
 from torchscale.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -331,16 +339,11 @@ def register(app: typer.Typer) -> None:
                 "--script",
                 help="Tune your own DDP training script, run unmodified (its arguments after "
                 "--): its DDP arguments and process settings (docs/own-job.md).",
+                rich_help_panel=SCRIPT_PANEL,
             ),
         ] = None,
-        samples_per_step: Annotated[
-            Optional[int],
-            typer.Option(
-                "--samples-per-step",
-                min=1,
-                help="With --script: samples one rank trains on per step (default: counted).",
-            ),
-        ] = None,
+        samples_per_step: SamplesPerStepOption = None,
+        step_at: StepAtOption = None,
     ) -> None:
         """Find the fastest DDP settings for one model, or your own script, and prove the gain
         (docs/tune.md)."""
@@ -348,7 +351,12 @@ def register(app: typer.Typer) -> None:
         if script is not None:
             from torchscale.app.own_script import ScriptOptions
 
-            own = ScriptOptions(script, script_args(ctx), samples_per_step=samples_per_step)
+            own = ScriptOptions(
+                script, script_args(ctx), samples_per_step=samples_per_step,
+                step_at=step_at_value(step_at),
+            )  # fmt: skip
+        else:
+            script_options_alone(samples_per_step=samples_per_step, step_at=step_at)
         request = _request(
             config, set_ or [], model, batch_size, gpus, allow or [], output_dir, budget,
             trials, finalists, repeats, own,

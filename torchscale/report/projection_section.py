@@ -32,7 +32,8 @@ def report_targets(largest: int, inter_node: bool, gpus_per_node: int = GPUS_PER
 
 def _projection(data: ReportData) -> Projection:
     records = data.records
-    first = project(records, [], GPUS_PER_NODE)
+    folders = {e.name: e.path for e in data.experiments}
+    first = project(records, [], GPUS_PER_NODE, folders=folders)
     largest = max(ref.world_size for ref in first.references)
     return project(records, report_targets(largest, first.fabric.inter is not None))
 

@@ -7,8 +7,9 @@ Installed before the script runs, removed after it (nothing in the script is edi
   forward pre-hook and a forward hook on that DDP module;
 * torch.optim's global step hooks (``register_optimizer_step_pre_hook`` / ``_post_hook``) tell
   the listener where each optimizer step starts and ends;
-* ``torch.distributed.destroy_process_group`` first lets the listener finish collective work
-  (a script that ends right after its last step still gets its figures gathered).
+* ``torch.distributed.destroy_process_group`` of the default group (no argument, ``None`` or
+  ``group.WORLD``) first lets the listener finish collective work (a script that ends right
+  after its last step still gets its figures gathered).
 
 The hooks only observe and call the listener; what they mean is ``script_window``'s.
 """
@@ -85,6 +86,19 @@ def _wrapped_init(listener: StepListener, overrides: Dict[str, Any]) -> Callable
     return init
 
 
+def destroys_default_group(
+    destroy: Callable[..., Any], args: Tuple[Any, ...], kwargs: Dict[str, Any]
+) -> bool:
+    """Whether ``destroy(*args, **kwargs)`` destroys the default group (the job's): no group,
+    ``None`` or ``dist.group.WORLD``, positionally or by name, as torch reads them. A call
+    torch would refuse is left to torch to refuse."""
+    try:
+        group = inspect.signature(destroy).bind(*args, **kwargs).arguments.get("group")
+    except TypeError:
+        return False
+    return group is None or group is dist.group.WORLD
+
+
 @contextlib.contextmanager
 def installed(listener: StepListener, ddp_overrides: Dict[str, Any]) -> Iterator[None]:
     """The hooks, for the duration of the block (the script's run)."""
@@ -94,7 +108,7 @@ def installed(listener: StepListener, ddp_overrides: Dict[str, Any]) -> Iterator
 
     @functools.wraps(original_destroy)
     def destroy(*args: Any, **kwargs: Any) -> Any:
-        if not args and not kwargs.get("group"):  # the default group: the job's
+        if destroys_default_group(original_destroy, args, kwargs):
             listener.group_ends()
         return original_destroy(*args, **kwargs)
 

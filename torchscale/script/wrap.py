@@ -2,12 +2,12 @@
 result.json``.
 
 Runs the user's training script unmodified, in this process, as ``python train.py ARGS`` would
-(``__name__ == "__main__"``, ``sys.argv``, the script's folder first on ``sys.path``), with the
-bootstrap installed around it (``step_hooks``: the DDP model, forwards and optimizer steps;
-``script_window``: the windows). Before the script starts, the cell's process-level settings
-apply: communication environment, intra-op threads, cuDNN autotuning (again when the script
-builds DDP, in case it set them itself). The script's own output goes where torchrun sends each
-rank's output: the cell's log.
+(``__name__ == "__main__"``, ``sys.argv``, the script's folder first on ``sys.path`` where
+``python -m`` put the working directory), with the bootstrap installed around it
+(``step_hooks``: the DDP model, forwards and optimizer steps; ``script_window``: the windows).
+Before the script starts, the cell's process-level settings apply: communication environment,
+intra-op threads, cuDNN autotuning (again when the script builds DDP, in case it set them
+itself). The script's own output goes where torchrun sends each rank's output: the cell's log.
 
 A script that raises, or exits with a non-zero code, on any rank is a failure: this rank's error
 file names what it raised (``runtime.entry.reporting_failures``), and torchrun stops the other
@@ -64,10 +64,19 @@ class _Reapplied(ScriptWindows):
         super().ddp_built(ddp, applied)
 
 
+def script_search_path(path: str, search: List[str], cwd: str, safe_path: bool) -> List[str]:
+    """``sys.path`` as ``python path`` has it: the script's folder (symlinks resolved) first, in
+    place of the working directory that ``python -m`` put there (none under ``-P``), which
+    ``python path`` does not add: a module beside the working directory is not the script's."""
+    rest = search[1:] if search and not safe_path and search[0] == cwd else search
+    return [str(Path(path).resolve().parent), *rest]
+
+
 def run_script(path: str, args: List[str]) -> None:
     """``python path args`` in this process; a non-zero ``sys.exit`` raises ScriptExited."""
     sys.argv = [path, *args]
-    sys.path.insert(0, str(Path(path).resolve().parent))
+    safe_path = bool(getattr(sys.flags, "safe_path", False))  # -P, Python 3.11+
+    sys.path[:] = script_search_path(path, sys.path, os.getcwd(), safe_path)
     try:
         runpy.run_path(path, run_name="__main__")
     except SystemExit as exc:
