@@ -26,7 +26,7 @@ from torchscale.profiling.analyzers.launches import (
 )
 from torchscale.profiling.analyzers.trace_breakdown import temporal_breakdown
 from torchscale.profiling.analyzers.trace_collectives import _op_name
-from torchscale.profiling.traces import kineto
+from torchscale.profiling.traces import kineto, load_traces
 from torchscale.profiling.traces.nsys_sqlite import read_nsys
 
 REFERENCE = DATA / "hta_reference" / "hta_0.5.0.json"
@@ -195,6 +195,45 @@ def test_critical_path_of_a_known_step_is_exact(tmp_path):
                 "host_launch": 15, "idle": 5}  # fmt: skip
     assert {c: step[f"{c}_us"] for c in CATEGORIES} == expected
     assert step["duration_us"] == sum(expected.values()) and step["bound"] == "compute"
+
+
+def _gloo_ranges_per_step(path):
+    """From the raw JSON: per recorded step but the last (the analysed ones), its duration and
+    the time covered by gloo's collective ranges inside it."""
+    events = load_trace_json(path)["traceEvents"]
+    steps = sorted(
+        (e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("ProfilerStep#")
+    )[:-1]
+    gloo = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("gloo:"))
+    out = []
+    for lo, hi in steps:
+        covered, reach = 0.0, lo
+        for start, end in gloo:
+            start, end = max(start, reach), min(end, hi)
+            if end > start:
+                covered, reach = covered + end - start, end
+        out.append((hi - lo, covered))
+    return out
+
+
+def test_critical_path_of_gloo_cpu_ranks_puts_collectives_on_it():
+    """CPU ranks have no GPU rows: gloo's collective ranges are the exposed communication. Rank 0
+    waits ~56 ms a step in them for rank 1, which sleeps 50 ms a step (host time)."""
+    table = critical_path(load_traces([DATA / "gloo_2rank_cpu"]))
+    for rank in (0, 1):
+        mine = table[table["rank"] == rank]
+        expected = _gloo_ranges_per_step(DATA / "gloo_2rank_cpu" / f"rank{rank}.json")
+        assert len(mine) == len(expected) == 2
+        for (_, row), (duration, gloo) in zip(mine.iterrows(), expected):
+            assert row["duration_us"] == pytest.approx(duration, abs=2)
+            assert sum(row[f"{c}_us"] for c in CATEGORIES) == pytest.approx(row["duration_us"])
+            assert row["gpu_other_us"] == row["idle_us"] == 0 and row["compute_us"] > 0
+            assert row["exposed_comm_us"] <= gloo + 2  # never more than the collectives
+            if rank == 0:  # all of it but the little a compute op covers (c10d's hook)
+                assert row["exposed_comm_us"] >= 0.99 * gloo >= 0.9 * row["duration_us"]
+                assert row["bound"] == "exposed_comm"
+            else:
+                assert row["host_launch_us"] >= 50_000 and row["bound"] == "host_launch"
 
 
 def test_memory_timeline_of_a_real_capture():
