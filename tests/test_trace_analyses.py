@@ -122,8 +122,10 @@ def test_launch_statistics_equal_htas(name):
 
 @pytest.mark.parametrize("name", HTA_TRACES)
 def test_queue_length_summary_equals_htas(name):
-    """Equal but at ties: a call and a start in the same microsecond, which HTA orders by an
-    unstable sort and we call first. On these traces that moves a mean by at most 1.1%."""
+    """Ties (a call and a start of one stream in the same microsecond) are ordered by HTA's own
+    sort (numpy's quicksort, whose order of ties depends on the CPU's vector instructions): with
+    AVX-512 equal to HTA's but on one stream of nccl-16rank, whose file order is not time order
+    (0.09%); within 0.23% with numpy held to AVX2 or its baseline; the issue's 1% everywhere."""
     ours = queue_length_summary([trace(name)])
     rows = reference()["traces"][name]["queue_length"]
     assert rows and len(ours) == len(rows)
@@ -132,8 +134,10 @@ def test_queue_length_summary_equals_htas(name):
         for key, theirs in (("count", "count"), ("min", "min"), ("max", "max"), ("p50", "50%")):
             assert mine[key] == row[theirs], (row["stream"], key)
         assert mine["p25"] == row["25%"] and mine["p75"] == row["75%"]
-        assert abs(mine["mean"] - row["mean"]) <= max(0.011 * row["mean"], 0.01), row
-        assert abs(mine["std"] - row["std"]) <= max(0.011 * row["std"], 0.01), row
+        assert abs(mine["mean"] - row["mean"]) <= 0.01 * row["mean"], row
+        assert abs(mine["std"] - row["std"]) <= 0.01 * row["std"], row
+        if name == "nccl-2rank-rank0.json.gz":  # counting calls first at ties made it 1.03%
+            assert mine["mean"] == pytest.approx(row["mean"], rel=0.002)
 
 
 @pytest.mark.parametrize("name", HTA_TRACES[2:])
