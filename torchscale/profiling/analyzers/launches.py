@@ -176,55 +176,66 @@ def _quantile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
     return float(low + frac * (high - low))
 
 
-def queue_length_summary(traces: List[RankTrace]) -> pd.DataFrame:
-    """Per rank and stream: HTA's description of the queue lengths seen (pandas' describe:
-    sample std, linearly interpolated quartiles), from a histogram of them."""
-    rows = []
-    for trace in traces:
-        _, streams, is_call = _queue_events(trace)
-        for stream, _, queue in _stream_queues(streams, is_call):
-            found, times = np.unique(queue, return_counts=True)
-            values, counts = found.astype(np.float64), times.astype(np.float64)
-            n = counts.sum()
-            mean = float((values * counts).sum() / n)
-            var = float((counts * (values - mean) ** 2).sum() / (n - 1)) if n > 1 else np.nan
-            quartiles = [_quantile(values, counts, q) for q in (0.25, 0.5, 0.75)]
-            head = (trace.rank, stream, float(n), mean, float(np.sqrt(var)), float(values[0]))
-            rows.append((*head, *quartiles, float(values[-1])))
-    return pd.DataFrame(rows, columns=QUEUE_SUMMARY_COLUMNS)
+def _summary_row(rank: int, stream: int, queue: np.ndarray) -> Tuple[Any, ...]:
+    """HTA's description of one stream's queue lengths (pandas' describe: sample std, linearly
+    interpolated quartiles), from a histogram of them."""
+    low = int(queue.min())
+    histogram = np.bincount(queue - low)
+    seen = np.flatnonzero(histogram)
+    values, counts = (seen + low).astype(np.float64), histogram[seen].astype(np.float64)
+    n = counts.sum()
+    mean = float((values * counts).sum() / n)
+    var = float((counts * (values - mean) ** 2).sum() / (n - 1)) if n > 1 else np.nan
+    quartiles = [_quantile(values, counts, q) for q in (0.25, 0.5, 0.75)]
+    head = (rank, stream, float(n), mean, float(np.sqrt(var)), float(values[0]))
+    return (*head, *quartiles, float(values[-1]))
 
 
 TIMELINE_COLUMNS = ["rank", "stream", "bucket", "start_us", "queue_length"]
 
 
-def queue_timeline(traces: List[RankTrace], buckets: int = 200) -> pd.DataFrame:
-    """Per rank, stream and time bucket (of the rank's GPU span): the largest queue."""
-    frames = []
+def queue_tables(traces: List[RankTrace], buckets: int = 200) -> Tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`queue_length_summary` and :func:`queue_timeline` of the same traces, each rank's
+    launches sorted once for both."""
+    rows, frames = [], []
     for trace in traces:
-        gpu = trace.gpu_events()
-        if gpu.empty:
+        moments, streams, is_call = _queue_events(trace)
+        if not len(moments):
             continue
+        gpu = trace.gpu_events()
         lo, hi = float(gpu["ts"].iloc[0]), float(gpu["ts"].iloc[-1])
         width = (hi - lo) / buckets if hi > lo else 1.0
-        lowest = np.iinfo(np.int64).min
-        moments, streams, is_call = _queue_events(trace)
         bucket = np.clip((moments - lo) // width, 0, buckets - 1).astype(np.int32)
         del moments
         for stream, mine, queue in _stream_queues(streams, is_call):
-            top = np.full(buckets, lowest)
-            np.maximum.at(top, bucket[mine], queue)
-            seen = np.flatnonzero(top > lowest)
+            rows.append(_summary_row(trace.rank, stream, queue))
+            # in time order, so each bucket's moments are one run: the largest per run
+            where = bucket[mine]
+            first = np.flatnonzero(np.r_[True, where[1:] != where[:-1]])
+            seen = where[first]
             frames.append(
                 pd.DataFrame(
                     {
                         "rank": trace.rank,
                         "stream": stream,
-                        "bucket": seen,
+                        "bucket": seen.astype(np.int64),
                         "start_us": lo + seen * width,
-                        "queue_length": top[seen],
+                        "queue_length": np.maximum.reduceat(queue, first).astype(np.int64),
                     }
                 )
             )
+    summary = pd.DataFrame(rows, columns=QUEUE_SUMMARY_COLUMNS)
     if not frames:
-        return pd.DataFrame(columns=TIMELINE_COLUMNS)
-    return pd.concat(frames, ignore_index=True)
+        return summary, pd.DataFrame(columns=TIMELINE_COLUMNS)
+    return summary, pd.concat(frames, ignore_index=True)
+
+
+def queue_length_summary(traces: List[RankTrace]) -> pd.DataFrame:
+    """Per rank and stream: HTA's description of the queue lengths seen (count, mean, sample
+    std, min, linearly interpolated quartiles, max)."""
+    return queue_tables(traces)[0]
+
+
+def queue_timeline(traces: List[RankTrace], buckets: int = 200) -> pd.DataFrame:
+    """Per rank, stream and time bucket (of the rank's GPU span): the largest queue."""
+    return queue_tables(traces, buckets)[1]
