@@ -10,7 +10,12 @@
 2. Analyses each in a fresh process (read + every analysis + findings), reporting wall time, CPU
    time and peak RSS of the main process and of its largest parse worker; then runs the
    per-rank analyses of issue 28 (``detail_tables``: idle time, kernels, launches, queue,
-   memory, critical path, pace) once more alone, for their own time.
+   memory, critical path, pace) once more alone, for their own time and their own peak memory
+   (the process's peak RSS during them, reset just before, less its RSS then: what the analyses
+   add over the traces held, Linux; memory the process had freed is reused first, so also the
+   peak of what they allocate, traced by ``tracemalloc`` in a third run). Then ``profile diff``
+   of each trace against itself in a fresh process (both captures read whole, every table
+   built): wall, CPU and peak RSS.
 3. With ``--hta``: times HolisticTraceAnalysis 0.5.0 (load + temporal breakdown + overlap) on the
    same Kineto trace, for the speed ratio. HTA loads the whole JSON: expect many GB of memory.
 
@@ -43,27 +48,76 @@ from synthetic_kineto import write_dense_trace, write_kernel_trace, write_kineto
 
 TARGET_KERNELS = 1_000_000
 
-ANALYZE = """
+# Linux: the process's resident memory now and its peak since the last reset; writing 5 to
+# clear_refs resets the peak (Linux >= 4.0), so a step's own peak can be read after it.
+RSS = """
+import re
+def _status(key):
+    with open("/proc/self/status") as fh:
+        return int(re.search(key + r":\\s+(\\d+)", fh.read()).group(1)) / 1024
+def rss_now_mb():
+    return _status("VmRSS")
+def rss_peak_since_reset_mb():
+    return _status("VmHWM")
+def reset_peak():
+    with open("/proc/self/clear_refs", "w") as fh:
+        fh.write("5")
+"""
+
+ANALYZE = (
+    RSS
+    + """
 import json, resource, sys, time
 from pathlib import Path
 t0, c0 = time.perf_counter(), time.process_time()
 from torchscale.profiling.analysis import analyze
 workers = int(sys.argv[2]) if len(sys.argv) > 2 else None
 result = analyze([Path(sys.argv[1])], "all", workers=workers)
-wall = time.perf_counter() - t0
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+rss_main = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 from torchscale.profiling.detail_tables import detail_tables
+held = rss_now_mb()  # the traces and analyze's tables
+reset_peak()
 t1, c1 = time.perf_counter(), time.process_time()
 detail_tables(result.traces)  # again, alone: the issue-28 analyses' own share of the time
 detail_wall, detail_cpu = time.perf_counter() - t1, time.process_time() - c1
+detail_peak = rss_peak_since_reset_mb()
+import tracemalloc  # a third run, traced: the analyses' own allocations (numpy's included)
+tracemalloc.start()
+detail_tables(result.traces)
+traced_peak = tracemalloc.get_traced_memory()[1] / (1 << 20)
+tracemalloc.stop()
 kernels = int(sum((t.gpu["cat"] == "kernel").sum() for t in result.traces))
-print(json.dumps({"wall_s": wall, "cpu_s": time.process_time() - c0 - detail_cpu,
+print(json.dumps({"wall_s": wall, "cpu_s": cpu,
                   "detail_tables_wall_s": detail_wall, "detail_tables_cpu_s": detail_cpu,
+                  "detail_tables_rss_before_mb": held, "detail_tables_peak_rss_mb": detail_peak,
+                  "detail_tables_own_peak_mb": detail_peak - held,
+                  "detail_tables_traced_peak_mb": traced_peak,
                   "kernels_analysed": kernels, "findings": len(result.findings),
                   "events_kept": sum(t.event_count for t in result.traces),
-                  "rss_main_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rss_main_mb": rss_main,
                   "rss_worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
                   "cpu_workers_s": resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
                   + resource.getrusage(resource.RUSAGE_CHILDREN).ru_stime}))
+"""
+)
+
+# ``profile diff`` of a capture against itself: both read whole, every rank diffed.
+DIFF = """
+import json, resource, sys, time
+from pathlib import Path
+t0, c0 = time.perf_counter(), time.process_time()
+from torchscale.profiling.trace_diff import diff_traces
+diff = diff_traces([Path(sys.argv[1])], [Path(sys.argv[1])])
+ops = diff.tables["ops"]
+children = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall_s": time.perf_counter() - t0,
+                  "cpu_s": time.process_time() - c0,
+                  "cpu_workers_s": children.ru_utime + children.ru_stime,
+                  "ops": len(ops), "changed_ops": int((ops["status"] != "same").sum()),
+                  "steps": diff.new_steps,
+                  "rss_main_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rss_worker_mb": children.ru_maxrss / 1024}))
 """
 
 HTA = """
@@ -150,6 +204,7 @@ def main() -> None:
         report["kineto_generated"] = {"kernels": n, "seconds": round(time.perf_counter() - t, 1)}
     report["kineto_bytes"] = trace.stat().st_size
     report["kineto"] = _run(ANALYZE, kineto_dir, timeout=900)
+    report["kineto_diff"] = _run(DIFF, kineto_dir, timeout=900)
 
     if not (nsys_dir / "rank0.sqlite").exists():
         spec = importlib.util.spec_from_file_location(
@@ -165,6 +220,7 @@ def main() -> None:
         report["nsys_generated_s"] = round(time.perf_counter() - t, 1)
     report["nsys_bytes"] = (nsys_dir / "rank0.sqlite").stat().st_size
     report["nsys"] = _run(ANALYZE, nsys_dir, timeout=900)
+    report["nsys_diff"] = _run(DIFF, nsys_dir, timeout=900)
 
     if args.hta:
         report["hta"] = _run(HTA, kineto_dir, timeout=1800)

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.planted_traces import plant_slow_kernel, read
-from tests.support.profile_helpers import DATA, real_traces_dir
+from tests.support.profile_helpers import DATA, load_trace_json, real_traces_dir
 from torchscale.cli.app import app
 from torchscale.profiling.trace_diff import diff_traces
 from torchscale.results.layout import PROFILE_DIFF_FILES
@@ -92,6 +92,25 @@ def test_nsys_captures_diff_rank_by_rank():
     assert sorted(diff.new_steps) == [0, 1]
     assert (diff.tables["ops"]["status"] == "same").all()
     assert (diff.tables["steps"]["delta_us"] == 0).all()
+
+
+def test_step_table_leaves_out_the_last_profiler_step_and_shows_gloo_on_cpu():
+    """The per-step means are over the steps ``analyze`` analyses: ProfilerStep#3, the last of
+    the gloo capture, is left out. On CPU ranks gloo's collectives are the exposed
+    communication: rank 0 waits in them most of each step for rank 1."""
+    folder = DATA / "gloo_2rank_cpu"
+    result = runner.invoke(app, ["profile", "diff", str(folder), str(folder), "--json"])
+    assert result.exit_code == 0, result.stderr
+    phases = {(p["rank"], p["phase"]): p for p in json.loads(result.stdout)["step_phases"]}
+    for rank in (0, 1):
+        events = load_trace_json(folder / f"rank{rank}.json")["traceEvents"]
+        steps = sorted((e["ts"], e["dur"]) for e in events if e["name"].startswith("ProfilerStep"))
+        assert len(steps) == 3
+        analysed = [dur for _, dur in steps[:-1]]
+        step = phases[(rank, "step")]
+        assert step["old_us"] == step["new_us"] == pytest.approx(sum(analysed) / 2, abs=2)
+    assert phases[(0, "exposed_comm")]["old_us"] >= 0.9 * phases[(0, "step")]["old_us"]
+    assert "Δ exposed comm" in result.stderr or "Δ comm" in result.stderr
 
 
 def test_captures_without_a_common_rank_are_one_line_exit_2(tmp_path):

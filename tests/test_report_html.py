@@ -11,7 +11,7 @@ from html import unescape
 
 import pytest
 
-from tests.support.html_tables import displayed_close, html_tables
+from tests.support.html_tables import displayed_close, html_tables, number
 from tests.support.report_fixtures import (
     PROFILE_FINDINGS,
     SCRIPT_NAME,
@@ -19,6 +19,8 @@ from tests.support.report_fixtures import (
     fixture_results,
     session_report,
 )
+from torchscale.analysis.lost_efficiency import CAUSES, lost_efficiency_table
+from torchscale.report.lost_efficiency_section import LABELS
 from torchscale.report.report_data import load_report_data
 from torchscale.results.schema import TrainingResult
 
@@ -153,3 +155,28 @@ def test_environment_is_shown(report) -> None:
         "NV18",
     ):
         assert value in html
+
+
+def test_lost_efficiency_section_splits_each_gap_by_cause(report) -> None:
+    """ "Where the efficiency goes": per configuration and GPU count above its baseline, the
+    measured gap and its causes (docs/report.md), adding up to the gap; the stacked chart names
+    every cause."""
+    html, tables, data = report
+    assert '<section id="lost-efficiency"' in html and "Where the efficiency goes" in html
+    expected = lost_efficiency_table(data.records)
+    measured = _measured(data)
+    counts = {(r.model, r.batch_size): set() for r in measured}
+    for r in measured:
+        counts[(r.model, r.batch_size)].add(r.world_size)
+    rows = tables["lost-efficiency-table"]
+    assert len(rows) == len(expected) == sum(len(c) - 1 for c in counts.values())
+    causes = [f"{LABELS[c].capitalize()} (pts)" for c in (*CAUSES, "other")]
+    for want in expected.to_dict("records"):
+        row = _row(rows, want["model"], int(want["variant"].split()[-1]), want["world_size"])
+        assert displayed_close(row["Gap (pts)"], want["gap_pts"])
+        assert row["Efficiency"] == f"{100 * want['scaling_efficiency']:.1f}%"
+        shown = [number(row[c]) if row[c] != "–" else 0.0 for c in causes]
+        assert sum(shown) == pytest.approx(number(row["Gap (pts)"]), abs=0.05 * len(causes))
+        assert displayed_close(row["Exposed communication (pts)"], want["exposed_comm_pts"])
+    for cause in (*CAUSES, "other"):
+        assert f'"name":"{LABELS[cause]}"' in html

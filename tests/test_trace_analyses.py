@@ -9,24 +9,30 @@ import json
 import sqlite3
 from functools import cache
 
-import numpy as np
 import pytest
 
 from tests.support.profile_helpers import DATA, load_trace_json, real_traces_dir
+from tests.support.synthetic_trace import FETCH, synthetic_trace
 from torchscale.profiling.analysis import analyze
 from torchscale.profiling.analyzers.critical_path import CATEGORIES, critical_path
 from torchscale.profiling.analyzers.idle_time import idle_time_breakdown
-from torchscale.profiling.analyzers.kernel_stats import kernel_type_breakdown, top_kernels
+from torchscale.profiling.analyzers.kernel_stats import (
+    kernel_distribution,
+    kernel_type_breakdown,
+    top_kernels,
+)
 from torchscale.profiling.analyzers.kernels import COMMUNICATION, kernel_class
 from torchscale.profiling.analyzers.launches import (
     KERNEL_LAUNCHES,
     launch_stats,
     launch_table,
     queue_length_summary,
+    queue_timeline,
 )
+from torchscale.profiling.analyzers.pace import step_pace
 from torchscale.profiling.analyzers.trace_breakdown import temporal_breakdown
 from torchscale.profiling.analyzers.trace_collectives import _op_name
-from torchscale.profiling.traces import kineto
+from torchscale.profiling.traces import kineto, load_traces
 from torchscale.profiling.traces.nsys_sqlite import read_nsys
 
 REFERENCE = DATA / "hta_reference" / "hta_0.5.0.json"
@@ -115,8 +121,10 @@ def test_launch_statistics_equal_htas(name):
 
 @pytest.mark.parametrize("name", HTA_TRACES)
 def test_queue_length_summary_equals_htas(name):
-    """Equal but at ties: a call and a start in the same microsecond, which HTA orders by an
-    unstable sort and we call first. On these traces that moves a mean by at most 1.1%."""
+    """Ties (a call and a start of one stream in the same microsecond) are ordered by HTA's own
+    sort (numpy's quicksort, whose order of ties depends on the CPU's vector instructions): with
+    AVX-512 equal to HTA's but on one stream of nccl-16rank, whose file order is not time order
+    (0.09%); within 0.23% with numpy held to AVX2 or its baseline; the issue's 1% everywhere."""
     ours = queue_length_summary([trace(name)])
     rows = reference()["traces"][name]["queue_length"]
     assert rows and len(ours) == len(rows)
@@ -125,8 +133,10 @@ def test_queue_length_summary_equals_htas(name):
         for key, theirs in (("count", "count"), ("min", "min"), ("max", "max"), ("p50", "50%")):
             assert mine[key] == row[theirs], (row["stream"], key)
         assert mine["p25"] == row["25%"] and mine["p75"] == row["75%"]
-        assert abs(mine["mean"] - row["mean"]) <= max(0.011 * row["mean"], 0.01), row
-        assert abs(mine["std"] - row["std"]) <= max(0.011 * row["std"], 0.01), row
+        assert abs(mine["mean"] - row["mean"]) <= 0.01 * row["mean"], row
+        assert abs(mine["std"] - row["std"]) <= 0.01 * row["std"], row
+        if name == "nccl-2rank-rank0.json.gz":  # counting calls first at ties made it 1.03%
+            assert mine["mean"] == pytest.approx(row["mean"], rel=0.002)
 
 
 @pytest.mark.parametrize("name", HTA_TRACES[2:])
@@ -163,38 +173,114 @@ def test_nccl_kernel_names_old_and_new(name, op):
     assert kernel_class(name) == COMMUNICATION and _op_name(name) == op
 
 
-def _kernel(name, ts, dur, launch, stream=7, corr=None):
-    return [
-        {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts, "dur": dur,
-         "args": {"stream": stream, "correlation": corr}},
-        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-         "ts": launch, "dur": 1, "args": {"correlation": corr}},
-    ]  # fmt: skip
-
-
 def test_critical_path_of_a_known_step_is_exact(tmp_path):
-    """Step [0, 100): a batch fetch [0, 10), compute [10, 40), all-reduce [40, 60), a kernel
-    launched late at 65 for 70, compute [70, 80) under an all-reduce [75, 85), a copy at 90
-    launched early (at 50: it waited), and a tail [95, 100)."""
-    events = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 100, "dur": 50},
-        {"ph": "X", "cat": "user_annotation", "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
-         "pid": 1, "tid": 1, "ts": 0, "dur": 10},
-        *_kernel("sgemm", 10, 30, 5, corr=1),
-        *_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 40, 20, 30, stream=20, corr=2),
-        *_kernel("sgemm", 70, 10, 65, corr=3),
-        *_kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 75, 10, 66, stream=20, corr=4),
-        *_kernel("Memcpy DtoD (Device -> Device)", 90, 5, 50, corr=5),
-    ]  # fmt: skip
-    path = tmp_path / "rank0.json"
-    path.write_text(json.dumps({"traceEvents": events}))
-    table = critical_path([kineto.read_kineto(path)])
+    """Step [0, 100) of the synthetic trace (tests/support/synthetic_trace.py): a batch fetch
+    [0, 10), compute [10, 40), all-reduce [40, 60), a kernel launched late at 65 for 70, compute
+    [70, 80) under an all-reduce [75, 85), a copy at 90 launched early (at 50: it waited), and a
+    tail [95, 100)."""
+    table = critical_path([synthetic_trace(tmp_path)])
     step = table[table["step"] == 0].iloc[0]
     expected = {"compute": 40, "exposed_comm": 25, "gpu_other": 5, "data_loading": 10,
                 "host_launch": 15, "idle": 5}  # fmt: skip
     assert {c: step[f"{c}_us"] for c in CATEGORIES} == expected
     assert step["duration_us"] == sum(expected.values()) and step["bound"] == "compute"
+
+
+@pytest.fixture
+def three_steps(tmp_path):
+    """The synthetic step three times; step k lasts 100 + 10 k us, its tail longer each time."""
+    return synthetic_trace(tmp_path, steps=3)
+
+
+def test_step_pace_of_known_steps_is_exact(three_steps):
+    table = step_pace([three_steps], critical_path([three_steps])).set_index("phase")
+    columns = ["steps", "mean_us", "min_us", "p50_us", "p95_us", "max_us", "slowest_step"]
+    # steps of 100, 110, 120 us: population std sqrt(200 / 3); p95 interpolated 110 + 0.9 * 10
+    assert table.loc["step", columns].tolist() == [3, 110, 100, 110, 119, 120, 2]
+    assert table.loc["step", "std_us"] == pytest.approx((200 / 3) ** 0.5)
+    assert table.loc["step", "slowest_over_median"] == pytest.approx(120 / 110)
+    assert table.loc["step_interval", columns].tolist() == [2, 200, 200, 200, 200, 200, 1]
+    # the longer tails are host time: 15, 25, 35 us; every other category is steady
+    assert table.loc["host_launch", columns].tolist() == [3, 25, 15, 25, 34, 35, 2]
+    assert table.loc["host_launch", "cv"] == pytest.approx((200 / 3) ** 0.5 / 25)
+    steady = {"compute": 40, "exposed_comm": 25, "gpu_other": 5, "data_loading": 10, "idle": 5}
+    for phase, value in steady.items():
+        assert table.loc[phase, ["mean_us", "std_us", "max_us"]].tolist() == [value, 0, value]
+    assert table.loc[FETCH, ["steps", "mean_us", "std_us"]].tolist() == [3, 10, 0]  # annotated
+    assert len(table) == 2 + len(CATEGORIES) + 1
+
+
+def test_kernel_distribution_of_known_kernels_is_exact(three_steps):
+    table = kernel_distribution([three_steps]).set_index("kernel_class")
+    columns = ["count", "sum_us", "mean_us", "min_us", "p50_us", "p90_us", "p99_us", "max_us"]
+    # compute: 30 and 10 us a step; communication: 20 and 10; memory: the 5 us copy
+    assert table.loc["compute", columns].tolist() == [6, 120, 20, 10, 20, 30, 30, 30]
+    assert table.loc["communication", columns].tolist() == [6, 90, 15, 10, 15, 20, 20, 20]
+    assert table.loc["memory", columns].tolist() == [3, 15, 5, 5, 5, 5, 5, 5]
+    stds = table["std_us"].tolist()  # sample std: sqrt(6 * 10^2 / 5), sqrt(6 * 5^2 / 5), 0
+    assert stds == pytest.approx([120**0.5, 30**0.5, 0.0])
+
+
+def test_queue_timeline_of_known_launches_is_exact(three_steps):
+    """6 buckets of 80 us over the GPU span [10, 490] (first to last GPU start). Stream 7 per
+    step: calls at 5, 50, 65 and starts at 10, 70, 90, so the queue reads 1 0 1 2 1 0; stream 20:
+    calls at 30, 66 and starts at 40, 75 (1 0 1 0)."""
+    table = queue_timeline([three_steps], buckets=6)
+    seven = table[table["stream"] == 7]
+    assert seven["bucket"].tolist() == [0, 1, 2, 3, 4, 5]
+    assert seven["start_us"].tolist() == [10, 90, 170, 250, 330, 410]
+    assert seven["queue_length"].tolist() == [2, 0, 1, 2, 1, 2]
+    twenty = table[table["stream"] == 20]
+    assert twenty["bucket"].tolist() == [0, 2, 3, 5]  # no event of stream 20 in buckets 1, 4
+    assert twenty["queue_length"].tolist() == [1, 1, 1, 1]
+
+
+def test_short_kernel_share_of_known_launches_is_exact(three_steps):
+    """The copy (5 us) is launched by an 8 us call: 3 short kernels of 15 launches."""
+    row = launch_stats([three_steps]).iloc[0]
+    assert (row["launches"], row["short_kernels"]) == (15, 3)
+    assert row["short_kernel_share"] == pytest.approx(0.2)
+    # kernel start - call end: 4, 9, 4, 8 and 32 us a step
+    assert row["delay_sum_us"] == 3 * 57 and row["delay_us_max"] == 32
+
+
+def _gloo_ranges_per_step(path):
+    """From the raw JSON: per recorded step but the last (the analysed ones), its duration and
+    the time covered by gloo's collective ranges inside it."""
+    events = load_trace_json(path)["traceEvents"]
+    steps = sorted(
+        (e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("ProfilerStep#")
+    )[:-1]
+    gloo = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e["name"].startswith("gloo:"))
+    out = []
+    for lo, hi in steps:
+        covered, reach = 0.0, lo
+        for start, end in gloo:
+            start, end = max(start, reach), min(end, hi)
+            if end > start:
+                covered, reach = covered + end - start, end
+        out.append((hi - lo, covered))
+    return out
+
+
+def test_critical_path_of_gloo_cpu_ranks_puts_collectives_on_it():
+    """CPU ranks have no GPU rows: gloo's collective ranges are the exposed communication. Rank 0
+    waits ~56 ms a step in them for rank 1, which sleeps 50 ms a step (host time)."""
+    table = critical_path(load_traces([DATA / "gloo_2rank_cpu"]))
+    for rank in (0, 1):
+        mine = table[table["rank"] == rank]
+        expected = _gloo_ranges_per_step(DATA / "gloo_2rank_cpu" / f"rank{rank}.json")
+        assert len(mine) == len(expected) == 2
+        for (_, row), (duration, gloo) in zip(mine.iterrows(), expected):
+            assert row["duration_us"] == pytest.approx(duration, abs=2)
+            assert sum(row[f"{c}_us"] for c in CATEGORIES) == pytest.approx(row["duration_us"])
+            assert row["gpu_other_us"] == row["idle_us"] == 0 and row["compute_us"] > 0
+            assert row["exposed_comm_us"] <= gloo + 2  # never more than the collectives
+            if rank == 0:  # all of it but the little a compute op covers (c10d's hook)
+                assert row["exposed_comm_us"] >= 0.99 * gloo >= 0.9 * row["duration_us"]
+                assert row["bound"] == "exposed_comm"
+            else:
+                assert row["host_launch_us"] >= 50_000 and row["bound"] == "host_launch"
 
 
 def test_memory_timeline_of_a_real_capture():
@@ -222,6 +308,18 @@ def test_nsys_launches_and_idle_time_from_sql():
         "SELECT COUNT(*), AVG(MAX(k.start - (r.end), 0)) FROM CUPTI_ACTIVITY_KIND_KERNEL k "
         "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId"
     ).fetchone()
+    # idle time per stream from the integer nanoseconds: each GPU row's start after the
+    # previous row's end, never below 0
+    rows = " UNION ALL ".join(
+        f"SELECT streamId, start, end FROM CUPTI_ACTIVITY_KIND_{t}"
+        for t in ("KERNEL", "MEMCPY", "MEMSET")
+    )
+    idle_ns = dict(
+        con.execute(
+            "SELECT streamId, SUM(MAX(gap, 0)) FROM (SELECT streamId, start - LAG(end) OVER "
+            f"(PARTITION BY streamId ORDER BY start) AS gap FROM ({rows})) GROUP BY streamId"
+        ).fetchall()
+    )
     con.close()
     table = launch_table(rank)
     kernels = table[
@@ -231,8 +329,11 @@ def test_nsys_launches_and_idle_time_from_sql():
     assert len(kernels) == expected[0]
     assert kernels["launch_delay"].mean() == pytest.approx(expected[1] / 1000, abs=1e-3)
     idle = idle_time_breakdown([rank])
-    gpu = rank.gpu_events()
-    for stream, rows in gpu.groupby("stream", observed=True):
-        gaps = rows["ts"].to_numpy()[1:] - (rows["ts"] + rows["dur"]).to_numpy()[:-1]
-        mine = idle[idle["stream"] == stream]["idle_time_us"].sum()
-        assert mine == pytest.approx(float(np.sum(gaps)), abs=1e-6)
+    assert sorted(idle_ns) == sorted(idle["stream"].unique())
+    for stream, ns in idle_ns.items():
+        mine = idle[idle["stream"] == stream]
+        # times are microseconds since 2020 in float64, held to 1/32 us: each gap within that
+        rounding = mine["intervals"].sum() / 32
+        assert mine["idle_time_us"].sum() == pytest.approx(ns / 1000, abs=rounding)
+        # back-to-back all-reduces on stream 20 round into a -0.03 us overlap: no negative idle
+        assert (mine["idle_time_us"] >= 0).all() and (mine["idle_ratio"] <= 1).all()

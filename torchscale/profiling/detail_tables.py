@@ -15,11 +15,7 @@ from torchscale.profiling.analyzers.kernel_stats import (
     kernel_type_breakdown,
     top_kernels,
 )
-from torchscale.profiling.analyzers.launches import (
-    launch_stats,
-    queue_length_summary,
-    queue_timeline,
-)
+from torchscale.profiling.analyzers.launches import launch_stats, queue_tables
 from torchscale.profiling.analyzers.memory_timeline import memory_summary, memory_timeline
 from torchscale.profiling.analyzers.pace import step_pace
 from torchscale.profiling.traces.model import RankTrace
@@ -33,14 +29,15 @@ DETAIL_TABLES = (
 def detail_tables(traces: List[RankTrace]) -> Dict[str, pd.DataFrame]:
     """Every table of ``DETAIL_TABLES``, for the same traces."""
     critical = critical_path(traces)
+    queue_length, queue_timeline = queue_tables(traces)
     return {
         "idle_time": idle_time_breakdown(traces),
         "kernel_types": kernel_type_breakdown(traces),
         "kernel_distribution": kernel_distribution(traces),
         "top_kernels": top_kernels(traces),
         "launch_stats": launch_stats(traces),
-        "queue_length": queue_length_summary(traces),
-        "queue_timeline": queue_timeline(traces),
+        "queue_length": queue_length,
+        "queue_timeline": queue_timeline,
         "memory": memory_summary(traces),
         "memory_timeline": memory_timeline(traces),
         "critical_path": critical,

@@ -7,7 +7,8 @@ Two tables (HTA's ``TraceDiff`` style, beyond it):
   says ``new`` (only in NEW), ``vanished`` (only in OLD), ``changed`` or ``same``. Sorted by the
   change of time per step, largest first: the kernel or op that moved most leads.
 * ``steps``: per rank and phase (the step, then each category of the critical path): mean time per
-  step in each capture and the change.
+  step in each capture and the change, over the steps ``profile analyze`` analyses (a Kineto
+  trace's last ``ProfilerStep``, usually cut short, left out).
 
 Counted as HTA's ``TraceDiff.compare_traces`` counts (checked against its recorded totals):
 the whole capture (the last ProfilerStep included), events inside a step only when the trace
@@ -26,6 +27,7 @@ import pandas as pd
 from torchscale.profiling.analyzers.critical_path import CATEGORIES, critical_path
 from torchscale.profiling.analyzers.steps import assign_steps, step_ranges
 from torchscale.profiling.traces import RankTrace, load_traces
+from torchscale.profiling.traces.kineto_rows import last_step_start
 
 KEY = ["rank", "device", "cat", "name"]
 OP_COLUMNS = [
@@ -106,9 +108,18 @@ def diff_ops(old: RankTrace, new: RankTrace, old_steps: int, new_steps: int) -> 
     return out.loc[order, OP_COLUMNS].reset_index(drop=True)
 
 
+def analysed_steps(trace: RankTrace) -> pd.DataFrame:
+    """The critical path of the steps ``profile analyze`` analyses: a Kineto trace read whole
+    loses its last ``ProfilerStep`` (usually cut short by the profiler stopping), as on load."""
+    table = critical_path([trace])
+    end = last_step_start(trace.cpu_events()) if trace.source == "kineto" else None
+    return table if end is None else table[table["start_us"] < end]
+
+
 def diff_steps(old: RankTrace, new: RankTrace) -> pd.DataFrame:
-    """Mean per step of the step and each critical-path category, old and new."""
-    a, b = critical_path([old]), critical_path([new])
+    """Mean per step of the step and each critical-path category, old and new (the steps
+    ``analysed_steps`` keeps)."""
+    a, b = analysed_steps(old), analysed_steps(new)
     rows = []
     for phase in ("duration", *CATEGORIES):
         column = f"{phase}_us"

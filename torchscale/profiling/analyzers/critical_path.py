@@ -18,17 +18,31 @@ idle            the GPU is idle although the work that ends the gap was launched
 
 ``bound`` names the largest. Far lighter than HTA's critical-path graph (no dependency graph),
 and the same on Kineto and nsys traces.
+
+A rank without GPU rows (gloo on CPU processes) runs its step on the host, so the host's own
+ranges split it, in this order of precedence: **data_loading** (a batch fetch), **compute** (a CPU
+operator runs: ``kernels.cpu_compute_ops``), **exposed_comm** (a collective's CPU range runs, the
+same ranges as the collectives table: ``kernels.cpu_collectives``) and **host_launch** (the rest:
+Python and the framework between operators, c10d's enqueueing of collectives); ``gpu_other`` and
+``idle`` are 0. A gloo collective spans the wait for the other ranks, so a rank waiting on a late
+peer shows it as exposed communication, as an NCCL kernel would.
 """
 
 from __future__ import annotations
 
-from typing import List
+from typing import Any, List, Tuple
 
 import numpy as np
 import pandas as pd
 
 from torchscale.profiling.analyzers import intervals
-from torchscale.profiling.analyzers.kernels import COMMUNICATION, COMPUTE, class_mask
+from torchscale.profiling.analyzers.kernels import (
+    COMMUNICATION,
+    COMPUTE,
+    class_mask,
+    cpu_collectives,
+    cpu_compute_ops,
+)
 from torchscale.profiling.analyzers.steps import DATALOADER_RE, step_ranges
 from torchscale.profiling.traces.model import RankTrace, names_matching
 
@@ -77,12 +91,46 @@ def _step(
     return out
 
 
+def _ends(rows: pd.DataFrame) -> np.ndarray:
+    ends: np.ndarray = rows["ts"].to_numpy(np.float64) + rows["dur"].to_numpy(np.float64)
+    return ends
+
+
+def _cpu_rank(trace: RankTrace, steps: pd.DataFrame) -> List[Tuple[Any, ...]]:
+    """A rank without GPU rows: each step split by the host's ranges (module docstring)."""
+    layers = [
+        trace.cpu_events()[names_matching(trace.cpu_events()["name"], DATALOADER_RE.match)],
+        cpu_compute_ops(trace),
+        cpu_collectives(trace),
+    ]
+    lo, hi = steps["start_us"].to_numpy(float), steps["end_us"].to_numpy(float)
+    starts, ends = np.zeros(0), np.zeros(0)
+    covered = []  # per step: time under the first layer, the first two, all three
+    for rows in layers:
+        starts, ends = np.r_[starts, rows["ts"].to_numpy()], np.r_[ends, _ends(rows)]
+        covered.append(intervals.covered_between(*intervals.merge(starts, ends), lo, hi))
+    loading, with_compute, with_comm = covered
+    span = hi - lo
+    out = []
+    for k, step in enumerate(steps["step"].to_numpy()):
+        parts = [
+            with_compute[k] - loading[k], with_comm[k] - with_compute[k], 0.0, loading[k],
+            max(0.0, span[k] - with_comm[k]), 0.0,
+        ]  # fmt: skip
+        bound = CATEGORIES[int(np.argmax(parts))]
+        out.append((trace.rank, int(step), lo[k], hi[k], span[k], *map(float, parts), bound))
+    return out
+
+
 def critical_path(traces: List[RankTrace]) -> pd.DataFrame:
     """One row per rank and step: the step's time split by category (module docstring)."""
-    rows = []
+    rows: List[Tuple[Any, ...]] = []
     for trace in traces:
         steps = step_ranges(trace)
         gpu = trace.gpu_events()
+        if gpu.empty:
+            rows += _cpu_rank(trace, steps)
+            continue
         ts, dur = gpu["ts"].to_numpy(), gpu["dur"].to_numpy()
         launch = gpu["launch_ts"].to_numpy()
         comp = class_mask(gpu["name"], COMPUTE)

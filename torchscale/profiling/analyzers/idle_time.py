@@ -2,7 +2,8 @@
 
 HTA 0.5.0 (``BreakdownAnalysis.get_idle_time_breakdown``): on each stream, the kernels (rows of a
 kernel, copy or set category) in start order; the idle interval before a kernel is its start
-minus the previous kernel's end (not clipped: HTA sums what it finds), and it is
+minus the previous kernel's end, 0 when they overlap (HTA sums negative gaps as found), and it
+is
 
 * **host wait** when the call that launched the kernel started after the previous kernel ended
   (the host had not enqueued the work yet);
@@ -51,7 +52,10 @@ def _accumulate(
         previous_end = np.r_[last_end.get(int(stream), np.nan), stop[:-1]]
         last_end[int(stream)] = float(stop[-1])
         known = ~np.isnan(previous_end)  # the stream's first kernel has no interval before it
-        gap = (start - previous_end)[known]
+        # Overlapping kernels leave no idle time: a gap is never negative. HTA sums them as found
+        # (-2 us on one stream of nccl-16rank), and nsys's nanosecond clock, in microseconds
+        # since 2020, rounds back-to-back kernels into -0.03 us overlaps.
+        gap = np.maximum(start - previous_end, 0.0)[known]
         with np.errstate(invalid="ignore"):
             host = (launch > previous_end)[known]  # NaN (no launch known) is no host wait
         waiting = ~host & (gap < delay_us)

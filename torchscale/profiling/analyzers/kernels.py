@@ -25,6 +25,9 @@ NOT_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 # e.g. "gloo:all_reduce", spanning the whole operation including the wait for the other ranks
 # (checked with torch 2.14). "c10d::allreduce_" only enqueues the work, so it is not counted.
 CPU_COLLECTIVE_RE = re.compile(r"^gloo:")
+# The host's own calls around a collective (c10d's enqueue, its parameter record): work that
+# launches communication, neither computation nor the collective.
+CPU_COMM_CALL_RE = re.compile(r"^(?:c10d::|record_param_comms|gloo:|nccl:)")
 
 
 def kernel_class(name: str) -> str:
@@ -54,6 +57,15 @@ def cpu_collectives(trace: RankTrace) -> pd.DataFrame:
     """CPU-side collective ranges (gloo)."""
     cpu = trace.cpu_events()
     return cpu[names_matching(cpu["name"], CPU_COLLECTIVE_RE.match)]
+
+
+def cpu_compute_ops(trace: RankTrace) -> pd.DataFrame:
+    """CPU operators (``cpu_op`` rows) that compute: all but the calls around a collective.
+    Annotations and Python frames are left out (they span whole phases, not work)."""
+    cpu = trace.cpu_events()
+    ops = (cpu["cat"] == "cpu_op").to_numpy() & ~names_matching(cpu["name"], CPU_COMM_CALL_RE.match)
+    kept: pd.DataFrame = cpu[ops]
+    return kept
 
 
 def kernel_time_by_class(traces: List[RankTrace]) -> pd.DataFrame:

@@ -9,9 +9,10 @@ costs more than running), calls over ``runtime_cutoff_us`` and delays over
 ``launch_delay_cutoff_us``.
 
 Queue length follows HTA's ``get_queue_length_summary``: on each stream the number of launched
-but not yet started operations, +1 at each launching call, -1 when its GPU row starts; the
-summary describes the values at those moments (count, mean, std, min, quartiles, max), and
-``queue_timeline`` gives each stream's largest queue per time bucket, for plotting.
+but not yet started operations, +1 at each launching call, -1 when its GPU row starts, at ties in
+HTA's order (``_queue_events``); the summary describes the values at those moments (count,
+mean, std, min, quartiles, max), and ``queue_timeline`` gives each stream's largest queue per
+time bucket, for plotting.
 """
 
 from __future__ import annotations
@@ -121,33 +122,48 @@ def launch_stats(
     return pd.DataFrame(rows)
 
 
-def _stream_queues(
-    trace: RankTrace,
-) -> Iterator[Tuple[int, Iterator[Tuple[np.ndarray, np.ndarray]]]]:
-    """Per stream, chunks of (moment, queue length after it): every launching call and every
-    start, without merging the two in one sorted array. A call raises the queue, a start lowers
-    it; at the same microsecond the call counts first. So after the i-th call (in time order)
-    the queue is ``i + 1`` minus the starts before it, and after the j-th start it is the calls
-    up to it minus ``j + 1``: two binary searches per row, a chunk at a time."""
+def _queue_events(trace: RankTrace) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every launching call and every start of the rank in HTA's order: their moments (sorted),
+    streams, and which are calls (a call raises its stream's queue, a start lowers it).
+
+    HTA 0.5.0 puts the launching calls, then the GPU rows, one after the other and sorts the
+    lot by time with numpy's (unstable) quicksort; where a call and a start of one stream fall in
+    the same microsecond, that sort decides which counts first, and so the queue lengths seen.
+    The same sort is run here on the same values, calls then starts, each part in time order
+    (HTA's is the file's order, which the reader does not keep). With HTA's numpy on the same CPU
+    (numpy's order of ties depends on the vector instructions it uses) this gives HTA's figures
+    on the four reference traces exactly, but on one stream of nccl-16rank whose file is not in
+    time order (mean 0.09% off); tests/test_trace_analyses.py says how close elsewhere. Memory:
+    the moments and the sort's order, 32 bytes a launch, while it runs."""
     gpu = trace.gpu_events()
-    queued = gpu["launcher"].isin(QUEUE_LAUNCHES).to_numpy()
-    streams = gpu["stream"].to_numpy()
-    for stream in np.unique(streams[queued]):
-        mine = queued & (streams == stream)
-        calls = np.sort(gpu["launch_ts"].to_numpy()[mine])
-        starts = gpu["ts"].to_numpy()[mine]  # the table is in start order
+    rows = np.flatnonzero(gpu["launcher"].isin(QUEUE_LAUNCHES).to_numpy())
+    n = len(rows)
+    streams = gpu["stream"].to_numpy()[rows]
+    calls = gpu["launch_ts"].to_numpy()[rows]
+    by_call = np.lexsort((gpu["correlation"].to_numpy()[rows], calls))
+    moments = np.empty(2 * n)
+    moments[:n], moments[n:] = calls[by_call], gpu["ts"].to_numpy()[rows]
+    stream_of = np.concatenate([streams[by_call], streams])
+    del rows, streams, calls, by_call
+    order = np.argsort(moments, kind="quicksort")
+    moments.sort(kind="quicksort")  # ties are equal values: the array that order gives
+    is_call = np.empty(2 * n, dtype=bool)
+    sorted_streams = np.empty_like(stream_of)
+    for lo in range(0, 2 * n, CHUNK_ROWS):
+        part = order[lo : lo + CHUNK_ROWS]
+        is_call[lo : lo + CHUNK_ROWS] = part < n  # the calls are the first half
+        sorted_streams[lo : lo + CHUNK_ROWS] = stream_of[part]
+    return moments, sorted_streams, is_call
 
-        def chunks(
-            calls: np.ndarray = calls, starts: np.ndarray = starts
-        ) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
-            for lo in range(0, len(calls), CHUNK_ROWS):
-                rank = np.arange(lo + 1, min(lo + CHUNK_ROWS, len(calls)) + 1)
-                moment = calls[lo : lo + CHUNK_ROWS]
-                yield moment, rank - np.searchsorted(starts, moment, side="left")
-                moment = starts[lo : lo + CHUNK_ROWS]
-                yield moment, np.searchsorted(calls, moment, side="right") - rank
 
-        yield int(stream), chunks()
+def _stream_queues(
+    streams: np.ndarray, is_call: np.ndarray
+) -> Iterator[Tuple[int, np.ndarray, np.ndarray]]:
+    """Per stream (of :func:`_queue_events`): its rows, and the queue length after each."""
+    for stream in np.unique(streams):
+        mine = streams == stream
+        change = is_call[mine].astype(np.int8) * np.int8(2) - np.int8(1)  # +1 call, -1 start
+        yield int(stream), mine, np.cumsum(change, dtype=np.int32)
 
 
 def _quantile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
@@ -160,58 +176,66 @@ def _quantile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
     return float(low + frac * (high - low))
 
 
-def queue_length_summary(traces: List[RankTrace]) -> pd.DataFrame:
-    """Per rank and stream: HTA's description of the queue lengths seen (pandas' describe:
-    sample std, linearly interpolated quartiles), from a histogram of them."""
-    rows = []
-    for trace in traces:
-        for stream, chunks in _stream_queues(trace):
-            seen: Dict[int, int] = {}
-            for _, queue in chunks:
-                values, counts = np.unique(queue, return_counts=True)
-                for value, count in zip(values.tolist(), counts.tolist()):
-                    seen[value] = seen.get(value, 0) + count
-            values = np.array(sorted(seen), dtype=np.float64)
-            counts = np.array([seen[int(v)] for v in values], dtype=np.float64)
-            n = counts.sum()
-            mean = float((values * counts).sum() / n)
-            var = float((counts * (values - mean) ** 2).sum() / (n - 1)) if n > 1 else np.nan
-            quartiles = [_quantile(values, counts, q) for q in (0.25, 0.5, 0.75)]
-            head = (trace.rank, stream, float(n), mean, float(np.sqrt(var)), float(values[0]))
-            rows.append((*head, *quartiles, float(values[-1])))
-    return pd.DataFrame(rows, columns=QUEUE_SUMMARY_COLUMNS)
+def _summary_row(rank: int, stream: int, queue: np.ndarray) -> Tuple[Any, ...]:
+    """HTA's description of one stream's queue lengths (pandas' describe: sample std, linearly
+    interpolated quartiles), from a histogram of them."""
+    low = int(queue.min())
+    histogram = np.bincount(queue - low)
+    seen = np.flatnonzero(histogram)
+    values, counts = (seen + low).astype(np.float64), histogram[seen].astype(np.float64)
+    n = counts.sum()
+    mean = float((values * counts).sum() / n)
+    var = float((counts * (values - mean) ** 2).sum() / (n - 1)) if n > 1 else np.nan
+    quartiles = [_quantile(values, counts, q) for q in (0.25, 0.5, 0.75)]
+    head = (rank, stream, float(n), mean, float(np.sqrt(var)), float(values[0]))
+    return (*head, *quartiles, float(values[-1]))
 
 
 TIMELINE_COLUMNS = ["rank", "stream", "bucket", "start_us", "queue_length"]
 
 
-def queue_timeline(traces: List[RankTrace], buckets: int = 200) -> pd.DataFrame:
-    """Per rank, stream and time bucket (of the rank's GPU span): the largest queue."""
-    frames = []
+def queue_tables(traces: List[RankTrace], buckets: int = 200) -> Tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`queue_length_summary` and :func:`queue_timeline` of the same traces, each rank's
+    launches sorted once for both."""
+    rows, frames = [], []
     for trace in traces:
-        gpu = trace.gpu_events()
-        if gpu.empty:
+        moments, streams, is_call = _queue_events(trace)
+        if not len(moments):
             continue
+        gpu = trace.gpu_events()
         lo, hi = float(gpu["ts"].iloc[0]), float(gpu["ts"].iloc[-1])
         width = (hi - lo) / buckets if hi > lo else 1.0
-        lowest = np.iinfo(np.int64).min
-        for stream, chunks in _stream_queues(trace):
-            top = np.full(buckets, lowest)
-            for moment, queue in chunks:
-                bucket = np.clip((moment - lo) // width, 0, buckets - 1).astype(np.int64)
-                np.maximum.at(top, bucket, queue)
-            seen = np.flatnonzero(top > lowest)
+        bucket = np.clip((moments - lo) // width, 0, buckets - 1).astype(np.int32)
+        del moments
+        for stream, mine, queue in _stream_queues(streams, is_call):
+            rows.append(_summary_row(trace.rank, stream, queue))
+            # in time order, so each bucket's moments are one run: the largest per run
+            where = bucket[mine]
+            first = np.flatnonzero(np.r_[True, where[1:] != where[:-1]])
+            seen = where[first]
             frames.append(
                 pd.DataFrame(
                     {
                         "rank": trace.rank,
                         "stream": stream,
-                        "bucket": seen,
+                        "bucket": seen.astype(np.int64),
                         "start_us": lo + seen * width,
-                        "queue_length": top[seen],
+                        "queue_length": np.maximum.reduceat(queue, first).astype(np.int64),
                     }
                 )
             )
+    summary = pd.DataFrame(rows, columns=QUEUE_SUMMARY_COLUMNS)
     if not frames:
-        return pd.DataFrame(columns=TIMELINE_COLUMNS)
-    return pd.concat(frames, ignore_index=True)
+        return summary, pd.DataFrame(columns=TIMELINE_COLUMNS)
+    return summary, pd.concat(frames, ignore_index=True)
+
+
+def queue_length_summary(traces: List[RankTrace]) -> pd.DataFrame:
+    """Per rank and stream: HTA's description of the queue lengths seen (count, mean, sample
+    std, min, linearly interpolated quartiles, max)."""
+    return queue_tables(traces)[0]
+
+
+def queue_timeline(traces: List[RankTrace], buckets: int = 200) -> pd.DataFrame:
+    """Per rank, stream and time bucket (of the rank's GPU span): the largest queue."""
+    return queue_tables(traces, buckets)[1]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+import pandas as pd
 
 from torchscale.profiling.traces import kineto_decode as dec
 from torchscale.profiling.traces.model import (
@@ -24,6 +25,7 @@ from torchscale.profiling.traces.model import (
     keep_rows,
     link_launches,
     memory_table,
+    names_matching,
     split_rows,
     table,
 )
@@ -90,6 +92,18 @@ def _round_like_hta(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
     return compact_floats(end)
 
 
+PROFILER_STEP = "ProfilerStep"  # torch.profiler's step ranges: ProfilerStep#N
+
+
+def last_step_start(cpu: pd.DataFrame) -> Optional[float]:
+    """Where HTA's rule (applied by :func:`finish`) ends the analysed window of a trace read
+    whole: the start of the last ``ProfilerStep`` when there are two or more, else None."""
+    steps = cpu[names_matching(cpu["name"], lambda name: PROFILER_STEP in name)]
+    if steps["name"].nunique() < 2:
+        return None
+    return float(steps["ts"].max())
+
+
 def finish(path: Path, parts: List[dec.Columns], trim_last_step: bool = True) -> RankTrace:
     """Columns -> a RankTrace with HTA's load-time rules applied; invalid events counted.
 
@@ -125,7 +139,7 @@ def finish(path: Path, parts: List[dec.Columns], trim_last_step: bool = True) ->
         gpu_cols, cpu_cols, api
     )
     del api["correlation"]
-    step_codes = [i for i, n in enumerate(names) if "ProfilerStep" in n]
+    step_codes = [i for i, n in enumerate(names) if PROFILER_STEP in n]
     window_end = None
     if len(step_codes) >= 2 and trim_last_step:
         steps = np.isin(cpu_cols["name"], step_codes)

@@ -3,10 +3,12 @@
 Tables used (Nsight Systems export schema 3.x): ``CUPTI_ACTIVITY_KIND_KERNEL``,
 ``CUPTI_ACTIVITY_KIND_MEMCPY``, ``CUPTI_ACTIVITY_KIND_MEMSET``, ``CUPTI_ACTIVITY_KIND_RUNTIME``
 (launch times, joined on ``correlationId``), ``NVTX_EVENTS`` (push/pop and start/end ranges),
-``StringIds``, ``TARGET_INFO_SESSION_START_TIME`` and ``TARGET_INFO_GPU``. nsys creates
-tables lazily and its column sets change between versions, so every table and every column
-beyond a GPU row's ``start``/``end``/``streamId`` is optional: a missing one degrades what can be
-said (no launch times, no GPU names, one rank per process instead of per GPU), never the file.
+``StringIds``, ``TARGET_INFO_SESSION_START_TIME``, ``TARGET_INFO_GPU`` and
+``CUDA_GPU_MEMORY_USAGE_EVENTS`` (CUDA's allocations, for the memory timeline: ``nsys_memory``).
+nsys creates tables lazily and its column sets change between versions, so every table and every
+column beyond a GPU row's ``start``/``end``/``streamId`` is optional: a missing one degrades what
+can be said (no launch times, no GPU names, one rank per process instead of per GPU), never the
+file.
 
 One export may hold several GPUs and processes (``nsys profile torchrun ...`` records every
 rank): it is split into one :class:`RankTrace` per (process, CUDA device), see ``nsys_ranks``.
@@ -33,6 +35,7 @@ from torchscale.profiling.traces.model import (
     invalid_rows,
     keep_rows,
 )
+from torchscale.profiling.traces.nsys_memory import memory_events, rank_memory
 from torchscale.profiling.traces.nsys_ranks import split_units
 from torchscale.profiling.traces.nsys_runtime import (
     PID_SHIFT,
@@ -262,6 +265,7 @@ def read_nsys(path: Path, budget: Optional[MemoryBudget] = None) -> List[RankTra
                 held = _held(parts) + runtime.nbytes
                 budget.check(held, path, sum(len(p[0]) for _, p in parts if p))
         parts.append(("user_annotation", _nvtx_rows(con, tables, epoch)))
+        memory = memory_events(con, tables)
         gpus = _gpus(con, tables)
         marks = _rank_marks(con, tables)
     finally:
@@ -301,6 +305,7 @@ def read_nsys(path: Path, budget: Optional[MemoryBudget] = None) -> List[RankTra
     flat["launcher"] = recoded(flat["launcher"])
     api_codes = recoded(api_codes)
     api_ts, api_dur = _us(runtime.start, epoch), _dur_us(runtime.start, runtime.end)
+    memory_us = _us(memory.start, epoch) if memory is not None else np.zeros(0)
     traces = []
     for unit in split_units(flat["pid"], flat["device"], flat["stream"], marks, gpus):
         rows = unit.rows
@@ -312,6 +317,7 @@ def read_nsys(path: Path, budget: Optional[MemoryBudget] = None) -> List[RankTra
         mine = (runtime.pid == pid) if pid else slice(None)  # pid 0 or None: the whole export
         api = {"ts": api_ts[mine], "dur": api_dur[mine], "name": api_codes[mine]}
         keep_rows(api, ~invalid_rows(api["ts"], api["dur"])[0])
+        single = isinstance(rows, slice)  # one unit: the whole export is this rank's
         traces.append(
             RankTrace(
                 rank=unit.rank,
@@ -322,6 +328,7 @@ def read_nsys(path: Path, budget: Optional[MemoryBudget] = None) -> List[RankTra
                 metadata={**unit.metadata, "session_start_epoch_ns": epoch},
                 invalid=invalid,
                 api=api_table(api, list(unique_names)),
+                memory=rank_memory(memory, memory_us, None if single else unit.metadata),
             )
         )
     return traces
