@@ -469,6 +469,8 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
     _print_kind_summaries(outcome.records, title)
     if is_cpu(device_kind) and outcome.records:
         _note(f"> [INFO] {CPU_NOTE}.")
+    for line in layout_lines(outcome.records):
+        _note(line)
     if json_output:
         print_json(
             {
@@ -483,6 +485,16 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
         show_result(f"{len(failed)} cell(s) {what}; see their errors above.")
         return EXIT_CELLS_FAILED
     return 0
+
+
+def layout_lines(records: List[ResultBase]) -> List[str]:
+    """The layout findings (a vision model on GPUs in NCHW), one console line each."""
+    from torchscale.analysis.layout_findings import channels_last_findings
+
+    return [
+        f"> [WARN] {f['title']}: {f['message']} {f['recommendation']}"
+        for f in channels_last_findings(records)
+    ]
 
 
 def _follower_summary(outcome: BenchmarkOutcome) -> int:

@@ -20,9 +20,7 @@ from torchscale.cli.script_args import (
     SamplesPerStepOption,
     ScriptArgsGroup,
     StepAtOption,
-    script_args,
-    script_options_alone,
-    step_at_value,
+    script_options,
 )
 from torchscale.config.durations import parse_duration
 from torchscale.errors import TorchscaleError
@@ -241,16 +239,7 @@ def register(app: typer.Typer) -> None:
         from torchscale.cli.benchmark_view import ConsoleEvents
         from torchscale.config.loader import parse_overrides
 
-        own = None
-        if script is not None:
-            from torchscale.app.own_script import ScriptOptions
-
-            own = ScriptOptions(
-                script, script_args(ctx), samples_per_step=samples_per_step,
-                step_at=step_at_value(step_at),
-            )  # fmt: skip
-        else:
-            script_options_alone(samples_per_step=samples_per_step, step_at=step_at)
+        own = script_options(ctx, script, samples_per_step, step_at)
         request = CaptureRequest(
             gpus, seconds, target, tool, config, model, batch_size, parse_overrides(set_ or []),
             script=own,

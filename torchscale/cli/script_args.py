@@ -11,13 +11,16 @@ with :func:`script_args`. (Typer's commands take the Click context of its own ve
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 from typing_extensions import Annotated
 
 from torchscale.errors import TorchscaleError
+
+if TYPE_CHECKING:
+    from torchscale.app.own_script import ScriptOptions
 
 SCRIPT_OPTION = "--script"
 _KEY = "torchscale.script_args"
@@ -63,6 +66,21 @@ def script_options_alone(**given: object) -> None:
         if value:
             option = "--" + name.replace("_", "-")
             raise TorchscaleError(f"{option} goes with --script (your own training script)")
+
+
+def script_options(
+    ctx: Any, script: Optional[str], samples_per_step: Optional[int], step_at: Optional[StepAt]
+) -> Optional[ScriptOptions]:
+    """``profile``'s and ``tune``'s script options: the script run as written (its arguments
+    after ``--``), or None without ``--script``, where a script option alone is refused."""
+    if script is None:
+        script_options_alone(samples_per_step=samples_per_step, step_at=step_at)
+        return None
+    from torchscale.app.own_script import ScriptOptions
+
+    return ScriptOptions(
+        script, script_args(ctx), samples_per_step=samples_per_step, step_at=step_at_value(step_at)
+    )
 
 
 def _split(ctx: Any, args: List[str]) -> List[str]:

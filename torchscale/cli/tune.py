@@ -15,9 +15,7 @@ from torchscale.cli.script_args import (
     SamplesPerStepOption,
     ScriptArgsCommand,
     StepAtOption,
-    script_args,
-    script_options_alone,
-    step_at_value,
+    script_options,
 )
 from torchscale.errors import ConfigError
 
@@ -347,16 +345,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Find the fastest DDP settings for one model, or your own script, and prove the gain
         (docs/tune.md)."""
-        own = None
-        if script is not None:
-            from torchscale.app.own_script import ScriptOptions
-
-            own = ScriptOptions(
-                script, script_args(ctx), samples_per_step=samples_per_step,
-                step_at=step_at_value(step_at),
-            )  # fmt: skip
-        else:
-            script_options_alone(samples_per_step=samples_per_step, step_at=step_at)
+        own = script_options(ctx, script, samples_per_step, step_at)
         request = _request(
             config, set_ or [], model, batch_size, gpus, allow or [], output_dir, budget,
             trials, finalists, repeats, own,

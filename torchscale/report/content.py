@@ -14,6 +14,7 @@ from torchscale.analysis.comparison import Comparison
 from torchscale.analysis.finding import severity_order
 from torchscale.analysis.host_attribution import attribute_findings
 from torchscale.analysis.iteration_breakdown import step_histogram
+from torchscale.analysis.layout_findings import channels_last_findings
 from torchscale.analysis.scaling import (
     efficiency_band,
     label_variants,
@@ -259,6 +260,7 @@ def _content(
             {k: v for e in data.experiments for k, v in load_host_records(e.path.parent).items()},
         )
         + finding_rules.scaling_findings(table)
+        + channels_last_findings(records)
     )
     failures = cell_tables.failure_table(records)
     samples = cell_tables.step_samples(records)

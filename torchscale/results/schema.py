@@ -286,7 +286,8 @@ class TrainingResult(ResultBase):
     profile: Optional[ProfileInfo] = None
     runtime: Dict[str, Any] = Field(
         default_factory=dict,
-        description="What actually ran: optimizer, autocast dtype, GradScaler, channels_last, "
+        description="What actually ran: optimizer, autocast dtype, GradScaler, channels_last (and "
+        "whether the model takes it: channels_last_applies), "
         "compile, threads, data pipeline, sync_cuda (true: the device was synchronised after "
         "every measured step, strict timing), cudnn_benchmark, allow_tf32 (matmul, cudnn), the "
         "peak_precision MFU is scored against, and DDP's own report of its configuration (ddp).",

@@ -226,6 +226,7 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
         "autocast_dtype": str(autocast).replace("torch.", "") if autocast else None,
         "grad_scaler": scaler is not None,
         "channels_last": channels_last,
+        "channels_last_applies": spec.supports_channels_last,  # a layout finding's premise
         "compiled": settings.compile_backend if settings.compile else None,
         "intra_op_threads": torch.get_num_threads(),
         "data": settings.data.source,
