@@ -239,7 +239,7 @@ def wait_for(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
     while time.monotonic() < deadline:
         if predicate():
             return True
-        time.sleep(0.2)
+        time.sleep(0.05)
     return False
 
 
