@@ -258,6 +258,9 @@ def test_ctrl_c_keeps_finished_cells_and_resume_runs_the_rest(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # Python raises KeyboardInterrupt only where SIGINT was not ignored when it started (a
+        # suite run in the background starts everything with SIGINT ignored)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:  # 300 steps: the second cell is still measuring (seconds) when Ctrl-C arrives
         assert wait_for(lambda: len(store.records()) == 1, 120), "first cell never finished"
