@@ -92,3 +92,22 @@ def test_memory_table_without_optional_columns(node, tmp_path):
     assert (len(zero.memory), len(one.memory)) == (4, 2)
     assert set(one.memory["device"]) == {1} and one.memory["allocated"].iloc[-1] == 640 * MIB
     assert [len(t.memory) for t in _without(node, tmp_path, ("deviceId", "globalPid"))] == [0, 0]
+
+
+def test_the_memory_events_count_against_the_memory_budget(node, monkeypatch):
+    """A capture with memory usage on holds millions of these rows: the budget is checked once
+    they are read too, with their bytes and their count."""
+    from torchscale.profiling.traces import nsys_memory
+    from torchscale.profiling.traces.memory_budget import MemoryBudget
+    from torchscale.profiling.traces.nsys_sqlite import _GPU_TABLES
+
+    held = []
+    monkeypatch.setattr(MemoryBudget, "check", lambda self, h, path, events: held.append(events))
+    read_nsys(node, MemoryBudget(limit=1 << 40, base=0))
+    con = sqlite3.connect(node)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    memory = nsys_memory.memory_events(con, tables)
+    con.close()
+    assert memory is not None and len(memory.start) == 6
+    # one check per GPU table, then one more once the memory events are read, counting them
+    assert len(held) == len(_GPU_TABLES) + 1 and held[-1] >= held[-2] + len(memory.start)

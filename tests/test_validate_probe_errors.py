@@ -159,3 +159,31 @@ def test_validate_level_3_out_of_memory_is_fail_rows_exit_1_and_no_traceback(
     assert "Of the allocated memory" not in table
     assert "2 FAIL" in table and "not ready: fix the FAIL rows first" in table
     assert json.loads((out / "validate" / f"host-{report['host']}.json").read_text()) == report
+
+
+def test_a_gpu_load_failure_is_named_and_a_bug_stays_a_bug(monkeypatch) -> None:
+    """Level 3's load threads: the device's own failure (out of memory, a CUDA error) comes back
+    as LoadFailed naming the GPU, for a FAIL row; anything else is raised as it is, never taken
+    for a GPU fault."""
+    from torchscale.config.validate_section import ValidateSection
+    from torchscale.validate import sustained_load
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    settings = ValidateSection()
+
+    def device_oom(device, _settings, _seconds):  # type: ignore[no-untyped-def]
+        out_of_memory()
+
+    monkeypatch.setattr(sustained_load, "_device_loop", device_oom)
+    with pytest.raises(sustained_load.LoadFailed) as failed:
+        sustained_load.torch_load(settings, 0.1)
+    assert failed.value.device in ("GPU 0", "GPU 1")
+    assert isinstance(failed.value.cause, torch.cuda.OutOfMemoryError)
+
+    def device_bug(device, _settings, _seconds):  # type: ignore[no-untyped-def]
+        raise TypeError("a bug in the load loop")
+
+    monkeypatch.setattr(sustained_load, "_device_loop", device_bug)
+    with pytest.raises(TypeError, match="a bug in the load loop"):
+        sustained_load.torch_load(settings, 0.1)

@@ -156,13 +156,15 @@ def torch_load(settings: ValidateSection, seconds: float) -> Slices:
     if not (torch.cuda.is_available() and torch.cuda.device_count() > 0):
         return {"CPU": _device_loop(torch.device("cpu"), settings, seconds)}
     slices: Slices = {}
-    failures: List[LoadFailed] = []
+    failures: List[BaseException] = []  # re-raised in the caller's thread below
 
     def work(index: int) -> None:
         try:
             slices[f"GPU {index}"] = _device_loop(torch.device("cuda", index), settings, seconds)
-        except BaseException as exc:  # re-raised in the caller's thread below, device named
+        except (RuntimeError, MemoryError) as exc:  # the device's own failure: named
             failures.append(LoadFailed(f"GPU {index}", exc))
+        except BaseException as exc:  # a bug, not the device: raised as it is
+            failures.append(exc)
 
     threads = [
         threading.Thread(target=work, args=(i,), name=f"validate-load-{i}", daemon=True)
@@ -173,5 +175,6 @@ def torch_load(settings: ValidateSection, seconds: float) -> Slices:
     for thread in threads:
         thread.join()
     if failures:
-        raise failures[0] from failures[0].cause
+        first = failures[0]
+        raise first from (first.cause if isinstance(first, LoadFailed) else None)
     return {label: slices[label] for label in sorted(slices, key=lambda s: int(s.split()[1]))}

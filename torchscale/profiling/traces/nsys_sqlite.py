@@ -266,6 +266,9 @@ def read_nsys(path: Path, budget: Optional[MemoryBudget] = None) -> List[RankTra
                 budget.check(held, path, sum(len(p[0]) for _, p in parts if p))
         parts.append(("user_annotation", _nvtx_rows(con, tables, epoch)))
         memory = memory_events(con, tables)
+        if budget is not None and memory is not None:  # millions of rows with memory usage on
+            held = _held(parts) + runtime.nbytes + memory.nbytes
+            budget.check(held, path, sum(len(p[0]) for _, p in parts if p) + len(memory.start))
         gpus = _gpus(con, tables)
         marks = _rank_marks(con, tables)
     finally:
