@@ -224,25 +224,26 @@ def _judged(
     repeats = (len(old_cell["throughput"]), len(new_cell["throughput"]))
     cv = noise.rms(old_cell["cv"] + new_cell["cv"])
     waited = max(old_cell["waited"] + new_cell["waited"], default=None)
-    if spreads["throughput"].kind == noise.STATED_FLOOR:
-        waited = None  # a floor the user states covers a busy node too: judged by it
+    # measured while other processes held the cores: not judged, unless the user states the
+    # noise (a stated floor covers a busy node too)
+    unjudged = waited is not None and spreads["throughput"].kind != noise.STATED_FLOOR
     judged: Dict[str, object] = {
         "noise_model": (
             noise.OVERSUBSCRIBED
-            if waited is not None
+            if unjudged
             else noise.cell_model(spreads["throughput"], *repeats, cv)
         ),
         "repeats_old": repeats[0],
         "repeats_new": repeats[1],
         "step_cv": cv,
-        "cpu_wait_share": max(old_cell["waited"] + new_cell["waited"], default=None),
+        "cpu_wait_share": waited,
     }
     statistics: Dict[str, Statistic] = {"throughput": MEAN, "p95": P95}
     verdicts = []
     for figure in FIGURES:
         spread = spreads[figure]
         bootstrap = None
-        if steps[0] and steps[1] and waited is None:
+        if steps[0] and steps[1] and not unjudged:
             point, low, high = bootstrap_ratio(*steps, statistics[figure], options)
             # Throughput is work over the mean step: its ratio is the steps' inverted.
             bootstrap = (1 / point, 1 / high, 1 / low) if figure == "throughput" else (
@@ -253,7 +254,7 @@ def _judged(
         )
         decided = sigma is not None or bootstrap is not None
         beyond = not (low_ratio <= 1 <= high_ratio) if decided else True
-        if waited is not None:
+        if unjudged:
             # Measured while other processes held the cores: the figures say as much about
             # them as about the change. Shown, with no interval, never beyond noise.
             decided = beyond = False

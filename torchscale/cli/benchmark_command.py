@@ -26,6 +26,7 @@ from torchscale.cli.script_args import (
     ScriptArgsCommand,
     StepAtOption,
     script_args,
+    script_options_alone,
     step_at_value,
 )
 from torchscale.errors import TorchscaleError
@@ -339,7 +340,10 @@ def register(app: typer.Typer) -> None:
             )  # fmt: skip
             loaded = script_config(options, config, overrides)
         else:
-            _no_script_options(gpus, steps, samples_per_step, step_at)
+            script_options_alone(
+                "a config gives its own gpu_counts and window",
+                gpus=gpus, steps=steps, samples_per_step=samples_per_step, step_at=step_at,
+            )  # fmt: skip
             if config is None:
                 raise TorchscaleError(
                     "missing --config: pass the benchmark YAML, e.g. --config "
@@ -389,15 +393,6 @@ def register(app: typer.Typer) -> None:
         code = _run(request, json_output)
         if code:
             raise typer.Exit(code)
-
-
-def _no_script_options(*given: object) -> None:
-    names = ("--gpus", "--steps", "--samples-per-step", "--step-at")
-    for name, value in zip(names, given):
-        if value:
-            raise TorchscaleError(
-                f"{name} goes with --script (a config gives its own gpu_counts and window)"
-            )
 
 
 def _list_models(json_output: bool) -> None:

@@ -60,12 +60,12 @@ def step_at_value(step_at: Optional[StepAt]) -> Optional[str]:
     return step_at.value if step_at is not None else None
 
 
-def script_options_alone(**given: object) -> None:
+def script_options_alone(why: str = "your own training script", **given: object) -> None:
     """Refuse a script option without ``--script`` (one line): it would be ignored."""
     for name, value in given.items():
         if value:
             option = "--" + name.replace("_", "-")
-            raise TorchscaleError(f"{option} goes with --script (your own training script)")
+            raise TorchscaleError(f"{option} goes with --script ({why})")
 
 
 def script_options(
