@@ -94,9 +94,8 @@ def worst_target(output_dir: Path, device_kind: str, device_count: int) -> Targe
 
     from torchscale.analysis.scaling import label_variants
     from torchscale.analysis.training_tables import training_table
-    from torchscale.results.schema import TrainingResult
+    from torchscale.results.schema import TrainingResult, is_script_record
     from torchscale.results.store import ExperimentStore, find_experiments
-    from torchscale.script.script_kind import is_script_record
 
     frames: List[pd.DataFrame] = []
     records: Dict[str, TrainingResult] = {}

@@ -53,11 +53,6 @@ def script_label(path: str) -> str:
     return Path(path).name or path
 
 
-def is_script_record(record: ResultBase) -> bool:
-    """Whether ``record`` measured a script (its settings name one) rather than a model."""
-    return "script" in record.settings and "model" not in record.settings
-
-
 def _settings(cell: Cell) -> ScriptCellSettings:
     assert isinstance(cell.settings, ScriptCellSettings), cell.kind
     return cell.settings
