@@ -154,13 +154,11 @@ def attribute_findings(
     out = []
     for row in rows:
         source = str(row.get("source") or "")
-        ordered = sorted(records, key=lambda r: not (r.cell_id and r.cell_id in source))
-        cell = (
-            ordered[0] if ordered and ordered[0].cell_id and ordered[0].cell_id in source else None
-        )
+        cell = next((r for r in records if r.cell_id and r.cell_id in source), None)
         if not _about_straggler(row, cell):
             out.append(row)
             continue
+        ordered = sorted(records, key=lambda r: not (r.cell_id and r.cell_id in source))
         where = attribution(int(row["ranks"][0]), ordered, hosts)
         if where is None:
             out.append(row)

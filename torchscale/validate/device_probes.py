@@ -167,8 +167,12 @@ def p2p_copy(settings: ValidateSection, names: List[str], i: int, j: int, run: P
     )
 
 
-GPU_PROBES = ("gemm_bf16", "gemm_fp16", "gemm_tf32", "memory_copy", "host_to_device",
-              "device_to_host", "launch_latency")  # fmt: skip
+GPU_PROBES = (
+    *(probe for probe, _ in GEMM_DTYPES), "gemm_tf32", "memory_copy", "host_to_device",
+    "device_to_host", "launch_latency",
+)  # fmt: skip
+"""What :func:`gpu_probes` measures on each GPU, in its order (a GPU that cannot be made
+current fails each of them)."""
 
 
 def _use(run: ProbeRun, index: int) -> bool:
