@@ -7,9 +7,6 @@ Writes the job's manifest (or task file) and, with ``--submit``, runs it with th
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
@@ -19,7 +16,6 @@ from torchscale.errors import TorchscaleError
 from torchscale.escaping import for_terminal, yaml_document
 
 CONFIG_PATH = "/tmp/torchscale/config.yaml"
-EXIT_NO_CLUSTER = 2
 
 
 @dataclass(frozen=True)
@@ -163,70 +159,22 @@ def build_job(request: JobRequest) -> JobOutcome:
     return JobOutcome(text, request.emit or path, name, nodes, per_node)
 
 
-Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
-
-
-def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, check=False)
-
-
-def _last_line(done: subprocess.CompletedProcess[str]) -> str:
-    lines = [line for line in (done.stderr or done.stdout or "").splitlines() if line.strip()]
-    return for_terminal(lines[-1].strip()) if lines else f"exit code {done.returncode}"
-
-
-def _ns(namespace: Optional[str]) -> List[str]:
-    return [f"--namespace={namespace}"] if namespace else []
-
-
 def submit_job(request: JobRequest, manifest: Path, name: str, log: Callable[[str], None]) -> Path:
-    """Apply the manifest with the user's kubectl, follow node 0 and copy its results out."""
-    from torchscale.launch import k8s_manifests
-    from torchscale.launch.pod_entry import COPIED_MARK, READY_LINE
+    """Apply the manifest with the user's kubectl, follow node 0 (its lines to ``log``) and copy
+    its results out (unless they are on ``--k8s-results-pvc``); returns the local folder."""
+    from torchscale.launch import k8s_manifests, kubectl
     from torchscale.results.layout import experiment_dirname
 
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        raise TorchscaleError(
-            f"--submit needs kubectl on PATH; the manifest is written: {manifest} "
-            "(kubectl apply -f it yourself)"
-        )
-    ns = _ns(request.namespace)
-    probe = _run([kubectl, "version", "--output=json", "--request-timeout=10s"])
-    if probe.returncode != 0 or '"serverVersion"' not in probe.stdout:
-        raise TorchscaleError(
-            f"no Kubernetes cluster reachable with this kubeconfig ({_last_line(probe)}); the "
-            f"manifest is written: {manifest}"
-        )
-    dry = _run([kubectl, "apply", "--dry-run=server", f"--filename={manifest}", *ns])
-    if dry.returncode != 0:
-        raise TorchscaleError(f"the cluster refused the manifest: {_last_line(dry)} ({manifest})")
-    applied = _run([kubectl, "apply", f"--filename={manifest}", *ns])
-    if applied.returncode != 0:
-        raise TorchscaleError(f"kubectl apply failed: {_last_line(applied)} ({manifest})")
-    log(applied.stdout.strip())
     api = k8s_manifests.APIS[request.api]
-    selector = api.node0_selector(name)
-    wait = [kubectl, "wait", "--for=condition=Ready", "pod", f"--selector={selector}"]
-    waited = _run([*wait, "--timeout=24h", *ns])
-    if waited.returncode != 0:
-        raise TorchscaleError(f"node 0's pod did not start: {_last_line(waited)}")
-    jsonpath = "--output=jsonpath={.items[0].metadata.name}"
-    pod = _run([kubectl, "get", "pod", f"--selector={selector}", jsonpath, *ns]).stdout.strip()
     dirname = experiment_dirname(request.benchmark.config.experiment_name)
-    folder = f"{k8s_manifests.RESULTS_MOUNT}/{dirname}"
     local = request.benchmark.output_dir / dirname
-    follow = [kubectl, "logs", "--follow", pod, f"--container={api.container}", *ns]
-    with subprocess.Popen(follow, stdout=subprocess.PIPE, text=True) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            sys.stderr.write(for_terminal(line.rstrip("\n")) + "\n")
-            if line.startswith(READY_LINE) and not request.results_pvc:
-                source = f"{request.namespace + '/' if request.namespace else ''}{pod}:{folder}"
-                copied = _run([kubectl, "cp", source, str(local), f"--container={api.container}"])
-                if copied.returncode != 0:
-                    raise TorchscaleError(f"kubectl cp failed: {_last_line(copied)}")
-                touch = ["touch", f"{folder}/{COPIED_MARK}"]
-                _run([kubectl, "exec", pod, f"--container={api.container}", *ns, "--", *touch])
-        proc.wait()
+    kubectl.run_manifest(
+        manifest,
+        namespace=request.namespace,
+        selector=api.node0_selector(name),
+        container=api.container,
+        pod_folder=None if request.results_pvc else f"{k8s_manifests.RESULTS_MOUNT}/{dirname}",
+        local=local,
+        log=log,
+    )
     return local
