@@ -361,3 +361,41 @@ def test_submit_applies_follows_node_zero_and_copies_the_results(tmp_path: Path)
         ["cp", f"ml/{pod}:/results/q", str(tmp_path / "out" / "q"), "--container=node"],
         ["exec", pod, "--container=node", "--namespace=ml", "--", "touch", "/results/q/.torchscale-copied"],
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("launcher", ["k8s", "skypilot"])
+def test_a_hostile_script_name_reaches_the_pods_as_one_word(tmp_path: Path, launcher: str) -> None:
+    import shlex
+
+    script = tmp_path / 'tr"ain $(touch pwned):{x}\nü.py'
+    script.write_text("import torch\n")
+    out = tmp_path / "job.yaml"
+    argv = ["benchmark", "--script", str(script), "--gpus", "16", "--set", "gpus_per_node=8"]
+    argv += [
+        "-o",
+        str(tmp_path / "out"),
+        "--launcher",
+        launcher,
+        "--image",
+        "i",
+        "--emit",
+        str(out),
+    ]
+    result = CliRunner().invoke(app, [*argv, "--", "--lr", "$(x) y"])
+    if launcher == "skypilot":  # a shell line cannot hold a line break: refused, nothing written
+        assert result.exit_code == 2 and "contains a line break" in result.stderr
+        assert not out.exists()
+        script = script.rename(tmp_path / 'tr"ain $(touch pwned):{x} ü.py')
+        argv[2] = str(script)
+        result = CliRunner().invoke(app, [*argv, "--", "--lr", "$(x) y"])
+    assert result.exit_code == 0, result.output
+    (doc,) = yaml.safe_load_all(out.read_text())
+    if launcher == "k8s":
+        check_manifest("trainjob", doc)
+        command = doc["spec"]["trainer"]["command"]
+        assert doc["spec"]["trainer"]["numNodes"] == 2
+    else:
+        command = shlex.split(doc["run"])  # what bash runs: the same words
+    tail = ["--script", str(script), "--gpus=16", "--", "--lr", "$(x) y"]
+    assert command[-len(tail) :] == tail
+    assert "--config" not in command and "TORCHSCALE_CONFIG" not in out.read_text()

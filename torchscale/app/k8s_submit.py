@@ -21,7 +21,7 @@ CONFIG_PATH = "/tmp/torchscale/config.yaml"
 @dataclass(frozen=True)
 class JobRequest:
     benchmark: BenchmarkRequest
-    config_path: Path
+    config_path: Optional[Path]  # None: --script without a config
     forwarded: Sequence[str]
     launcher: str  # k8s, skypilot, dstack
     image: str
@@ -67,11 +67,14 @@ def _overlay(path: Optional[Path]) -> Optional[Dict[str, Any]]:
 def pod_argv(request: JobRequest, output_dir: str, hold: Optional[str]) -> List[str]:
     env_from = "k8s" if request.launcher == "k8s" else request.launcher
     argv = ["python", "-m", "torchscale.launch.pod_entry", "--env-from", env_from]
-    argv += ["--config-file", CONFIG_PATH]
+    if request.config_path is not None:
+        argv += ["--config-file", CONFIG_PATH]
     if hold:
         argv += ["--hold-results", hold]
     join = request.benchmark.launch.join_timeout
-    argv += ["--", "benchmark", "--config", CONFIG_PATH, "--output-dir", output_dir]
+    argv += ["--", "benchmark"]
+    argv += ["--config", CONFIG_PATH] if request.config_path is not None else []
+    argv += ["--output-dir", output_dir]
     argv += ["--resume", f"--join-timeout={join:g}", *request.forwarded]
     return argv
 
@@ -113,11 +116,9 @@ def build_job(request: JobRequest) -> JobOutcome:
         )
     config = request.benchmark.config
     nodes, per_node = _size(request)
-    config_text = request.config_path.read_text(encoding="utf-8")
-    env = {
-        k8s_manifests.CONFIG_ENV: config_text,
-        **k8s_manifests.passed_env(request.environ),
-    }
+    config_text = request.config_path.read_text(encoding="utf-8") if request.config_path else ""
+    env = {k8s_manifests.CONFIG_ENV: config_text} if config_text else {}
+    env.update(k8s_manifests.passed_env(request.environ))
     slots = _cpu_slots(request.environ)
     name = k8s_manifests.resource_name(config.experiment_name)
     folder = experiment_dirname(config.experiment_name)

@@ -33,6 +33,7 @@ from torchscale.cli.job_options import (
     ResultsPvcOption,
     ServiceAccountOption,
     run_job,
+    script_words,
 )
 from torchscale.cli.script_args import (
     SCRIPT_PANEL,
@@ -357,10 +358,10 @@ def register(app: typer.Typer) -> None:
         if script is not None:
             from torchscale.app.own_script import ScriptOptions, script_config
 
-            if submit or launcher.value in JOB_LAUNCHERS:
+            if submit and launcher.value not in JOB_LAUNCHERS:
                 raise TorchscaleError(
-                    f"--submit and --launcher {launcher.value} run a config file in the job: put "
-                    "the script in its script: section (docs/own-job.md) and submit that config"
+                    "--submit runs a config file in the job: put the script in its script: "
+                    "section (docs/own-job.md) and submit that config"
                 )
             options = ScriptOptions(
                 script, script_args(ctx), gpus or [], steps, samples_per_step,
@@ -403,7 +404,7 @@ def register(app: typer.Typer) -> None:
             integrations=integrations,
             launch_mode=launch_mode.value.replace("-", "_") if launch_mode else None,
         )
-        if (submit or launcher.value in JOB_LAUNCHERS) and config is not None:
+        if launcher.value in JOB_LAUNCHERS or (submit and config is not None):
             forwarded = [
                 f"--benchmark={benchmark_kind}",
                 *(f"--set={item}" for item in set_ or []),
@@ -412,6 +413,10 @@ def register(app: typer.Typer) -> None:
                 *([f"--iters={iters}"] if iters is not None else []),
             ]
             if launcher.value in JOB_LAUNCHERS:
+                if script is not None:  # the same --script options, the script in the image
+                    forwarded += script_words(
+                        script, gpus, steps, samples_per_step, step_at, script_args(ctx)
+                    )
                 run_job(
                     request, config, forwarded, launcher.value, api=k8s_api, image=image,
                     namespace=namespace, queue=k8s_queue, service_account=k8s_service_account,
@@ -419,8 +424,9 @@ def register(app: typer.Typer) -> None:
                     accelerator=accelerator, submit=submit,
                 )  # fmt: skip
                 return
-            _submit(request, config, forwarded, sbatch_arg or [], dry_run)
-            return
+            if config is not None:
+                _submit(request, config, forwarded, sbatch_arg or [], dry_run)
+                return
         if dry_run:
             from torchscale.cli.plan_view import print_plan
 

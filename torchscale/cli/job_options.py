@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 import typer
 from typing_extensions import Annotated
@@ -94,9 +94,26 @@ AcceleratorOption = Annotated[
 ]
 
 
+def script_words(
+    script: str,
+    gpus: Optional[Sequence[int]],
+    steps: Optional[int],
+    samples_per_step: Optional[int],
+    step_at: Optional[Enum],
+    args: Sequence[str],
+) -> List[str]:
+    """``--script`` and its options as the pods' torchscale repeats them (the script's own
+    arguments last, after ``--``)."""
+    words = ["--script", script, *(f"--gpus={count}" for count in gpus or [])]
+    words += [f"--steps={steps}"] if steps is not None else []
+    words += [f"--samples-per-step={samples_per_step}"] if samples_per_step is not None else []
+    words += [f"--step-at={step_at.value}"] if step_at is not None else []
+    return [*words, "--", *args]
+
+
 def run_job(
     request: BenchmarkRequest,
-    config_path: Path,
+    config_path: Optional[Path],
     forwarded: Sequence[str],
     launcher: str,
     *,

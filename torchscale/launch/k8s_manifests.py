@@ -90,7 +90,8 @@ def _metadata(pod: PodSettings) -> Dict[str, Any]:
 
 
 def _env(pod: PodSettings) -> List[Dict[str, str]]:
-    env = {CONFIG_ENV: pod.config_text, **pod.env}
+    env = {CONFIG_ENV: pod.config_text} if pod.config_text else {}
+    env.update(pod.env)
     if pod.cpu_slots:
         env["TORCHSCALE_CPU_SLOTS"] = str(pod.cpu_slots)
     return [{"name": key, "value": value} for key, value in env.items()]
