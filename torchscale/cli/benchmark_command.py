@@ -32,6 +32,7 @@ from torchscale.cli.job_options import (
     QueueOption,
     ResultsPvcOption,
     ServiceAccountOption,
+    job_settings,
     run_job,
     script_words,
 )
@@ -49,6 +50,7 @@ from torchscale.integrations.deadline import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
     from torchscale.app.benchmark import BenchmarkOutcome, BenchmarkRequest
+    from torchscale.app.k8s_submit import JobSettings
     from torchscale.config.settings import BenchmarkConfig
     from torchscale.results.schema import ResultBase
 
@@ -417,12 +419,12 @@ def register(app: typer.Typer) -> None:
                     forwarded += script_words(
                         script, gpus, steps, samples_per_step, step_at, script_args(ctx)
                     )
-                run_job(
-                    request, config, forwarded, launcher.value, api=k8s_api, image=image,
-                    namespace=namespace, queue=k8s_queue, service_account=k8s_service_account,
+                _job(request, config, forwarded, launcher.value, submit, job_settings(
+                    launcher.value, output_dir, api=k8s_api, image=image, namespace=namespace,
+                    queue=k8s_queue, service_account=k8s_service_account,
                     results_pvc=k8s_results_pvc, overlay=k8s_overlay, emit=emit,
-                    accelerator=accelerator, submit=submit,
-                )  # fmt: skip
+                    accelerator=accelerator,
+                ))  # fmt: skip
                 return
             if config is not None:
                 _submit(request, config, forwarded, sbatch_arg or [], dry_run)
@@ -457,6 +459,19 @@ def _check_models(config: BenchmarkConfig) -> None:
 
 def _note(line: str) -> None:
     say(line)
+
+
+def _job(
+    request: BenchmarkRequest,
+    config_path: Optional[Path],
+    forwarded: List[str],
+    launcher: str,
+    submit: bool,
+    settings: JobSettings,
+) -> None:
+    from torchscale.app.k8s_submit import benchmark_shape
+
+    run_job(settings, benchmark_shape(request, config_path, forwarded, launcher), submit)
 
 
 def _submit(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional, Sequence
@@ -13,10 +12,48 @@ from typing_extensions import Annotated
 from torchscale.cli.console import err_console, say
 
 if TYPE_CHECKING:
-    from torchscale.app.benchmark import BenchmarkRequest
+    from torchscale.app.k8s_submit import JobSettings, JobShape
 
 JOB_PANEL = "Kubernetes, SkyPilot, dstack"
 JOB_LAUNCHERS = ("k8s", "skypilot", "dstack")
+
+
+class JobLauncher(str, Enum):
+    """validate's and profile's --launcher: here (torchrun), or a job for a cluster."""
+
+    torchrun = "torchrun"
+    k8s = "k8s"
+    skypilot = "skypilot"
+    dstack = "dstack"
+
+
+JobLauncherOption = Annotated[
+    JobLauncher,
+    typer.Option(
+        "--launcher",
+        help="torchrun: here; k8s, skypilot, dstack: write (and with --submit run) a job that "
+        "does it on the cluster (docs/kubernetes.md).",
+        rich_help_panel=JOB_PANEL,
+    ),
+]
+SubmitOption = Annotated[
+    bool,
+    typer.Option(
+        "--submit",
+        help="With --launcher k8s: apply the manifest with kubectl, follow node 0, copy the "
+        "results out.",
+        rich_help_panel=JOB_PANEL,
+    ),
+]
+GpusPerNodeOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--gpus-per-node",
+        min=1,
+        help="With --launcher k8s/skypilot/dstack: the GPUs each pod requests.",
+        rich_help_panel=JOB_PANEL,
+    ),
+]
 
 
 class K8sApi(str, Enum):
@@ -111,11 +148,9 @@ def script_words(
     return [*words, "--", *args]
 
 
-def run_job(
-    request: BenchmarkRequest,
-    config_path: Optional[Path],
-    forwarded: Sequence[str],
+def job_settings(
     launcher: str,
+    output_dir: Path,
     *,
     api: K8sApi,
     image: Optional[str],
@@ -126,29 +161,32 @@ def run_job(
     overlay: Optional[Path],
     emit: Optional[Path],
     accelerator: str,
-    submit: bool,
-) -> None:
+) -> JobSettings:
+    from torchscale.app.k8s_submit import JobSettings
+
+    return JobSettings(
+        launcher, image or "", output_dir, api.value, namespace, queue, service_account,
+        results_pvc, overlay, accelerator, emit,
+    )  # fmt: skip
+
+
+def run_job(settings: JobSettings, shape: JobShape, submit: bool) -> None:
     """Write the job's manifest (task file); with ``--submit`` (Kubernetes), run it."""
-    from torchscale.app.k8s_submit import JobRequest, build_job, submit_job
+    from torchscale.app.k8s_submit import build_job, submit_job
     from torchscale.errors import TorchscaleError
     from torchscale.results.store import atomic_write_text
 
-    job = JobRequest(
-        request, config_path, forwarded, launcher, image or "", api.value, namespace, queue,
-        service_account, results_pvc, overlay, accelerator, emit, submit,
-    )  # fmt: skip
-    if submit and launcher != "k8s":
-        raise TorchscaleError(
-            f"--submit runs Kubernetes jobs; submit the task file with "
-            f"{'sky launch' if launcher == 'skypilot' else 'dstack apply -f'} yourself"
-        )
-    built = build_job(job)
+    if submit and settings.launcher != "k8s":
+        tool = "sky launch" if settings.launcher == "skypilot" else "dstack apply -f"
+        raise TorchscaleError(f"--submit runs Kubernetes jobs; submit the task file with {tool}")
+    built = build_job(settings, shape)
     built.path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(built.path, built.text)
-    what = {"k8s": api.value, "skypilot": "SkyPilot task", "dstack": "dstack task"}[launcher]
-    say(f"{what}: {built.nodes} node(s) x {built.gpus_per_node} GPU(s), written to {built.path}")
-    if not submit:
-        return
-    local = submit_job(job, built.path, built.name, say)
-    err_console.print(f"results copied to {local}", markup=False)
-    sys.stderr.flush()
+    what = {"k8s": settings.api, "skypilot": "SkyPilot task", "dstack": "dstack task"}
+    say(
+        f"{what[settings.launcher]}: {built.nodes} node(s) x {built.gpus_per_node} GPU(s), "
+        f"written to {built.path}"
+    )
+    if submit:
+        local = submit_job(settings, shape, built.path, say)
+        err_console.print(f"results copied to {local}", markup=False)
