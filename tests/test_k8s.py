@@ -399,3 +399,53 @@ def test_a_hostile_script_name_reaches_the_pods_as_one_word(tmp_path: Path, laun
     tail = ["--script", str(script), "--gpus=16", "--", "--lr", "$(x) y"]
     assert command[-len(tail) :] == tail
     assert "--config" not in command and "TORCHSCALE_CONFIG" not in out.read_text()
+
+
+@pytest.mark.parametrize("api", sorted(CRD_FILES))
+def test_validate_fleet_as_a_job_gives_every_pod_its_place_in_the_fleet(
+    tmp_path: Path, api: str
+) -> None:
+    from torchscale.validate.fleet_launch import resolve_fleet
+
+    out = tmp_path / "job.yaml"
+    argv = ["validate", "--fleet", "--level", "2", "-o", str(tmp_path / "v"), "--image", "i"]
+    argv += ["--launcher", "k8s", "--k8s-api", api, "--emit", str(out)]
+    refused = CliRunner().invoke(app, [*argv, "--nnodes", "4"])
+    assert (
+        refused.exit_code == 2 and "--nnodes N (2 or more) and --gpus-per-node G" in refused.stderr
+    )
+    result = CliRunner().invoke(app, [*argv, "--nnodes", "4", "--gpus-per-node", "8"])
+    assert result.exit_code == 0, result.output
+    manifest = yaml.safe_load(out.read_text())
+    check_manifest(api, manifest)
+    pods = CONTROLLERS[api](manifest)
+    assert len(pods) == 4
+    for index, pod in enumerate(pods):
+        command = pod.command[pod.command.index("--") + 1 :]
+        assert command[:6] == ["validate", "--output-dir", "/results", "--level", "2", "--timeout"]
+        assert "--fleet" in command
+        member = resolve_fleet(
+            nnodes=None, node_rank=None, endpoint=None, join_timeout_s=600,
+            environ=lockstep_env("k8s", pod.env),
+        )  # fmt: skip
+        assert (member.nnodes, member.node_rank) == (4, index)
+        assert pods[0].hostname.startswith(member.endpoint.rsplit(":", 1)[0])
+
+
+def test_profile_as_a_job_is_one_pod_of_its_gpus(tmp_path: Path) -> None:
+    out = tmp_path / "job.yaml"
+    argv = ["profile", "-o", str(tmp_path / "p"), "--image", "i", "--launcher", "k8s"]
+    argv += ["--emit", str(out), "--model", "gpt2-tiny", "--batch-size", "2"]
+    refused = CliRunner().invoke(app, argv)
+    assert refused.exit_code == 2 and "profile as a job needs --gpus N" in refused.stderr
+    result = CliRunner().invoke(app, [*argv, "--gpus", "8", "--duration", "10s"])
+    assert result.exit_code == 0, result.output
+    manifest = yaml.safe_load(out.read_text())
+    check_manifest("trainjob", manifest)
+    trainer = manifest["spec"]["trainer"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (1, 8)
+    command = trainer["command"][trainer["command"].index("--") + 1 :]
+    assert command == [
+        "profile", "--output-dir", "/results", "--gpus=8", "--duration", "10s", "--target",
+        "sync_stalls", "--tool", "auto", "--model=gpt2-tiny", "--batch-size=2",
+    ]  # fmt: skip
