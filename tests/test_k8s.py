@@ -281,8 +281,8 @@ def test_skypilot_and_dstack_tasks_map_their_variables_to_lock_step(
     assert (launch.nnodes, launch.node_rank, launch.endpoint) == (2, 1, "10.0.0.5:29400")
 
 
-# kubectl's documented flags (kubectl reference, v1.33) for each subcommand torchscale runs,
-# global ones (--namespace, --request-timeout) included.
+# kubectl's documented flags for each subcommand torchscale runs, global ones (--namespace,
+# --request-timeout) included: kubernetes.io/docs/reference/kubectl/generated/kubectl_<command>.
 KUBECTL_FLAGS = {
     "version": {"--output", "--request-timeout"},
     "apply": {"--dry-run", "--filename", "--namespace"},
@@ -335,7 +335,10 @@ def test_submit_without_a_cluster_says_so_in_one_line_and_keeps_the_manifest(
     assert kubectl_calls(tmp_path) == [["version", "--output=json", "--request-timeout=10s"]]
 
 
-def test_submit_applies_follows_node_zero_and_copies_the_results(tmp_path: Path) -> None:
+def test_submit_applies_follows_node_zero_and_copies_the_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("torchscale.launch.kubectl.POLL_S", 0.01)
     pod_root = tmp_path / "pod-results"
     (pod_root / "q").mkdir(parents=True)
     (pod_root / "q" / "results.jsonl").write_text('{"cell_id": "c1"}\n')
@@ -350,13 +353,14 @@ def test_submit_applies_follows_node_zero_and_copies_the_results(tmp_path: Path)
     assert copied.read_text() == '{"cell_id": "c1"}\n'
     manifest = str(tmp_path / "out" / "q" / "trainjob.yaml")
     selector = "jobset.sigs.k8s.io/jobset-name=ts-q,batch.kubernetes.io/job-completion-index=0"
-    pod = "ts-x-node-0-0-abcde"
+    pod = "ts-x-node-0-0-abcde"  # the second time it is asked, the controller has made it
     assert kubectl_calls(tmp_path) == [
         ["version", "--output=json", "--request-timeout=10s"],
         ["apply", "--dry-run=server", f"--filename={manifest}", "--namespace=ml"],
         ["apply", f"--filename={manifest}", "--namespace=ml"],
-        ["wait", "--for=condition=Ready", "pod", f"--selector={selector}", "--timeout=24h", "--namespace=ml"],
-        ["get", "pod", f"--selector={selector}", "--output=jsonpath={.items[0].metadata.name}", "--namespace=ml"],
+        ["get", "pod", f"--selector={selector}", "--output=jsonpath={.items[*].metadata.name}", "--namespace=ml"],
+        ["get", "pod", f"--selector={selector}", "--output=jsonpath={.items[*].metadata.name}", "--namespace=ml"],
+        ["wait", "--for=condition=Ready", f"pod/{pod}", "--timeout=86400s", "--namespace=ml"],
         ["logs", "--follow", pod, "--container=node", "--namespace=ml"],
         ["cp", f"ml/{pod}:/results/q", str(tmp_path / "out" / "q"), "--container=node"],
         ["exec", pod, "--container=node", "--namespace=ml", "--", "touch", "/results/q/.torchscale-copied"],

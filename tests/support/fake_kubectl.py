@@ -38,7 +38,10 @@ elif args[0] == "apply":
 elif args[0] == "wait":
     print("pod/ts-x-node-0-0-abcde condition met")
 elif args[0] == "get":
-    print("ts-x-node-0-0-abcde", end="")
+    # The first time, the controller has not made the pod yet (no output, exit 0, as kubectl).
+    log_lines = Path(os.environ["FAKE_KUBECTL_LOG"]).read_text().splitlines()
+    asked = [line for line in log_lines if line.startswith('["get"')]
+    print("ts-x-node-0-0-abcde ts-x-node-0-0-fghij" if len(asked) > 1 else "", end="")
 elif args[0] == "logs":
     ready = next(root.iterdir())
     print("> Running gpt2-tiny on 16 GPUs x 2 nodes (batch 2, fp32)...", flush=True)

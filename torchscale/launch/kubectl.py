@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
@@ -13,7 +14,23 @@ from torchscale.errors import TorchscaleError
 from torchscale.escaping import for_terminal
 from torchscale.launch.pod_entry import COPIED_MARK, READY_LINE
 
-POD_START_TIMEOUT = "24h"  # a queued job (Kueue) may wait long for its GPUs
+POD_START_S = 24 * 3600  # a queued job (Kueue) may wait long for its GPUs
+POLL_S = 5.0
+
+
+def _node0_pod(kubectl: str, selector: str, ns: List[str]) -> str:
+    """Node 0's pod name, once the controller has made it (``kubectl wait`` on a selector fails
+    at once while no pod matches: a suspended or just-applied job has none yet)."""
+    jsonpath = "--output=jsonpath={.items[*].metadata.name}"
+    deadline = time.monotonic() + POD_START_S
+    while True:
+        found = _run([kubectl, "get", "pod", f"--selector={selector}", jsonpath, *ns])
+        names = found.stdout.split() if found.returncode == 0 else []
+        if names:
+            return names[0]
+        if time.monotonic() > deadline:
+            raise TorchscaleError(f"no pod of node 0 ({selector}) appeared: {_last_line(found)}")
+        time.sleep(POLL_S)
 
 
 def _run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
@@ -57,12 +74,12 @@ def run_manifest(
     if applied.returncode != 0:
         raise TorchscaleError(f"kubectl apply failed: {_last_line(applied)} ({manifest})")
     log(for_terminal(applied.stdout.strip()))
-    wait = [kubectl, "wait", "--for=condition=Ready", "pod", f"--selector={selector}"]
-    waited = _run([*wait, f"--timeout={POD_START_TIMEOUT}", *ns])
+    pod = _node0_pod(kubectl, selector, ns)
+    waited = _run(
+        [kubectl, "wait", "--for=condition=Ready", f"pod/{pod}", f"--timeout={POD_START_S}s", *ns]
+    )
     if waited.returncode != 0:
-        raise TorchscaleError(f"node 0's pod did not start: {_last_line(waited)}")
-    jsonpath = "--output=jsonpath={.items[0].metadata.name}"
-    pod = _run([kubectl, "get", "pod", f"--selector={selector}", jsonpath, *ns]).stdout.strip()
+        raise TorchscaleError(f"node 0's pod {pod} did not start: {_last_line(waited)}")
     follow = [kubectl, "logs", "--follow", pod, f"--container={container}", *ns]
     with subprocess.Popen(follow, stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None
