@@ -453,3 +453,20 @@ def test_profile_as_a_job_is_one_pod_of_its_gpus(tmp_path: Path) -> None:
         "profile", "--output-dir", "/results", "--gpus=8", "--duration", "10s", "--target",
         "sync_stalls", "--tool", "auto", "--model=gpt2-tiny", "--batch-size=2",
     ]  # fmt: skip
+
+
+def test_submit_says_when_node_zero_ends_without_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("torchscale.launch.kubectl.POLL_S", 0.01)
+    env = {**fake_kubectl(tmp_path), "FAKE_KUBECTL_POD_FAILS": "1"}
+    config = write_config(tmp_path, "q", [16], 8)
+    argv = ["benchmark", "-c", str(config), "-o", str(tmp_path / "out"), "--image", "i"]
+    result = CliRunner().invoke(app, [*argv, "--launcher", "k8s", "--submit"], env=env)
+    assert result.exit_code == 2
+    assert "RuntimeError: CUDA error: no kernel image" in result.stderr  # node 0's log, followed
+    error = " ".join(result.stderr[result.stderr.rindex("\nError:") :].split())
+    assert error.startswith(
+        "Error: node 0's pod ts-x-node-0-0-abcde ended before its results were ready"
+    )
+    assert [call[0] for call in kubectl_calls(tmp_path)][-1] == "logs"  # no cp of nothing

@@ -42,6 +42,8 @@ elif args[0] == "get":
     log_lines = Path(os.environ["FAKE_KUBECTL_LOG"]).read_text().splitlines()
     asked = [line for line in log_lines if line.startswith('["get"')]
     print("ts-x-node-0-0-abcde ts-x-node-0-0-fghij" if len(asked) > 1 else "", end="")
+elif args[0] == "logs" and os.environ.get("FAKE_KUBECTL_POD_FAILS"):
+    print("RuntimeError: CUDA error: no kernel image is available for execution on the device")
 elif args[0] == "logs":
     ready = next(root.iterdir())
     print("> Running gpt2-tiny on 16 GPUs x 2 nodes (batch 2, fp32)...", flush=True)

@@ -81,6 +81,7 @@ def run_manifest(
     if waited.returncode != 0:
         raise TorchscaleError(f"node 0's pod {pod} did not start: {_last_line(waited)}")
     follow = [kubectl, "logs", "--follow", pod, f"--container={container}", *ns]
+    copied_out = False
     with subprocess.Popen(follow, stdout=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -93,4 +94,10 @@ def run_manifest(
                 raise TorchscaleError(f"kubectl cp failed: {_last_line(copied)}")
             touch = ["touch", f"{pod_folder}/{COPIED_MARK}"]
             _run([kubectl, "exec", pod, f"--container={container}", *ns, "--", *touch])
+            copied_out = True
         proc.wait()
+    if pod_folder is not None and not copied_out:
+        raise TorchscaleError(
+            f"node 0's pod {pod} ended before its results were ready (its log above; "
+            f"kubectl describe pod {pod} says why)"
+        )
