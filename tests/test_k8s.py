@@ -205,6 +205,12 @@ def test_an_overlay_a_trainjob_cannot_carry_is_refused_in_one_line(tmp_path: Pat
 def test_image_is_required_and_the_size_comes_from_the_config(tmp_path: Path) -> None:
     config = write_config(tmp_path, "q", [16], 8)
     argv = ["benchmark", "-c", str(config), "-o", str(tmp_path / "out"), "--launcher", "k8s"]
+    shown = CliRunner().invoke(app, [*argv, "--image", "i", "--k8s-api", "jobset", "--dry-run"])
+    assert shown.exit_code == 0 and "dry run: nothing was written" in shown.stderr
+    assert (
+        yaml.safe_load(shown.stdout)["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"]
+        == 2
+    )
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 2 and "--launcher k8s needs --image" in result.stderr
     config.write_text(

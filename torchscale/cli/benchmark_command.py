@@ -419,7 +419,7 @@ def register(app: typer.Typer) -> None:
                     forwarded += script_words(
                         script, gpus, steps, samples_per_step, step_at, script_args(ctx)
                     )
-                _job(request, config, forwarded, launcher.value, submit, job_settings(
+                _job(request, config, forwarded, launcher.value, submit, dry_run, job_settings(
                     launcher.value, output_dir, api=k8s_api, image=image, namespace=namespace,
                     queue=k8s_queue, service_account=k8s_service_account,
                     results_pvc=k8s_results_pvc, overlay=k8s_overlay, emit=emit,
@@ -467,11 +467,13 @@ def _job(
     forwarded: List[str],
     launcher: str,
     submit: bool,
+    dry_run: bool,
     settings: JobSettings,
 ) -> None:
     from torchscale.app.k8s_submit import benchmark_shape
 
-    run_job(settings, benchmark_shape(request, config_path, forwarded, launcher), submit)
+    shape = benchmark_shape(request, config_path, forwarded, launcher)
+    run_job(settings, shape, submit, dry_run)
 
 
 def _submit(

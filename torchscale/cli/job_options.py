@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional, Sequence
@@ -170,8 +171,9 @@ def job_settings(
     )  # fmt: skip
 
 
-def run_job(settings: JobSettings, shape: JobShape, submit: bool) -> None:
-    """Write the job's manifest (task file); with ``--submit`` (Kubernetes), run it."""
+def run_job(settings: JobSettings, shape: JobShape, submit: bool, dry_run: bool = False) -> None:
+    """Write the job's manifest (task file); with ``--submit`` (Kubernetes), run it; with
+    ``dry_run``, print it and write nothing."""
     from torchscale.app.k8s_submit import build_job, submit_job
     from torchscale.errors import TorchscaleError
     from torchscale.results.store import atomic_write_text
@@ -180,6 +182,10 @@ def run_job(settings: JobSettings, shape: JobShape, submit: bool) -> None:
         tool = "sky launch" if settings.launcher == "skypilot" else "dstack apply -f"
         raise TorchscaleError(f"--submit runs Kubernetes jobs; submit the task file with {tool}")
     built = build_job(settings, shape)
+    if dry_run:
+        sys.stdout.write(built.text)
+        err_console.print("dry run: nothing was written or submitted")
+        return
     built.path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(built.path, built.text)
     what = {"k8s": settings.api, "skypilot": "SkyPilot task", "dstack": "dstack task"}
