@@ -56,7 +56,8 @@ def _strict(node: Any) -> Any:
 
 @cache
 def crd_validator(api: str) -> jsonschema.Draft7Validator:
-    crd = yaml.safe_load((CRDS / CRD_FILES[api]).read_text())
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the CRDs are 0.5-0.8 MB
+    crd = yaml.load((CRDS / CRD_FILES[api]).read_text(), Loader=loader)
     (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
     schema = _strict(version["schema"]["openAPIV3Schema"])
     return jsonschema.Draft7Validator(schema)
