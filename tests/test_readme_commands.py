@@ -88,6 +88,9 @@ PARSED_ONLY = {
     "torchscale validate --level 3": "sustained load (tests/test_validate_probes.py)",
     "torchscale tune --script train.py --gpus 4 --budget 20m -- --lr 0.1": "a 20-minute search",
     "torchscale benchmark -c scaling.yaml --launcher slurm": "needs a Slurm allocation",
+    "torchscale benchmark -c scaling.yaml --launcher k8s --image registry/bench:1 --submit": (
+        "needs a Kubernetes cluster (tests/test_k8s.py runs it against a recording kubectl)"
+    ),
     "torchscale benchmark -c bench.yaml --tensorboard runs/ --mlflow sqlite:///mlflow.db": (
         "a whole matrix (tests/test_integrations.py runs one)"
     ),

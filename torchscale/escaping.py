@@ -15,12 +15,20 @@ for that sink, here and nowhere else (HTML and SVG use ``html.escape`` / Jinja's
   escaped; a line break or NUL is refused.
 - Python (a snippet we print to paste): a string literal via ``repr``; comments never carry a
   line break.
+- Kubernetes: a resource name is an RFC 1035 label (lower-case letters, digits, ``-``, a letter
+  first, at most the length the API allows), a label value at most 63 of ``[A-Za-z0-9._-]``
+  between alphanumerics; what a name loses is replaced by a short hash of the original, so two
+  names never meet.
+- YAML (a manifest, a task file): one document written by PyYAML's safe dumper, which quotes
+  every string that would read as something else (a key, a second document, a number).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
+import unicodedata
 from typing import Any, Iterable
 
 from torchscale.errors import TorchscaleError
@@ -146,3 +154,41 @@ def python_comment(text: str) -> str:
     """Text for after a ``#``: line breaks (``\u2028`` too: an editor shows it as one) and
     control characters shown escaped."""
     return _LINE_BREAKS.sub(lambda match: _escaped(match.group()), for_terminal(text))
+
+
+def _short_hash(value: str) -> str:
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+def k8s_name(value: str, max_length: int = 63, prefix: str = "ts") -> str:
+    """A Kubernetes resource name (RFC 1035 label: ``[a-z]([-a-z0-9]*[a-z0-9])?``) for
+    ``value``: accents dropped, anything else folded to ``-``; ``prefix`` first when it does not
+    start with a letter; a hash of ``value`` appended when anything was lost, so distinct names
+    stay distinct."""
+    ascii_text = unicodedata.normalize("NFKD", value).encode("ascii", "ignore").decode()
+    slug = re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
+    if not slug[:1].isalpha():
+        slug = f"{prefix}-{slug}".strip("-")
+    if slug == value and len(slug) <= max_length:
+        return slug
+    tail = "-" + _short_hash(value)
+    return slug[: max_length - len(tail)].rstrip("-") + tail
+
+
+def k8s_label_value(value: str) -> str:
+    """A Kubernetes label value: at most 63 of ``[A-Za-z0-9._-]``, alphanumerics at both ends;
+    a hash of ``value`` appended when anything was lost."""
+    clean = re.sub(r"[^A-Za-z0-9._-]+", "-", value).strip("._-")
+    if clean == value and len(clean) <= 63:
+        return clean
+    tail = _short_hash(value)
+    head = clean[: 63 - len(tail) - 1].rstrip("._-")
+    return f"{head}-{tail}" if head else tail
+
+
+def yaml_document(data: Any) -> str:
+    """``data`` (plain dicts, lists, strings, numbers) as one YAML document."""
+    import yaml
+
+    text: str = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=10_000)
+    return text

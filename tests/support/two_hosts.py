@@ -122,6 +122,11 @@ class TwoHosts:
             f"127.0.0.1 localhost\n{self.head.address} head\n{self.compute.address} compute\n"
         )
 
+    def alias(self, host: Host, name: str) -> None:
+        """Resolve ``name`` to ``host`` on both hosts (processes started from now on)."""
+        with open(self.hosts_file, "a") as handle:
+            handle.write(f"{host.address} {name}\n")
+
     def start(
         self, host: Host, argv: Sequence[str], log: Path, env: Optional[Dict[str, str]] = None
     ) -> subprocess.Popen:

@@ -20,6 +20,22 @@ from torchscale.cli.console import (
     show_result,
     user_errors,
 )
+from torchscale.cli.job_options import (
+    JOB_LAUNCHERS,
+    AcceleratorOption,
+    EmitOption,
+    ImageOption,
+    K8sApi,
+    K8sApiOption,
+    NamespaceOption,
+    OverlayOption,
+    QueueOption,
+    ResultsPvcOption,
+    ServiceAccountOption,
+    job_settings,
+    run_job,
+    script_words,
+)
 from torchscale.cli.script_args import (
     SCRIPT_PANEL,
     SamplesPerStepOption,
@@ -34,6 +50,7 @@ from torchscale.integrations.deadline import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
     from torchscale.app.benchmark import BenchmarkOutcome, BenchmarkRequest
+    from torchscale.app.k8s_submit import JobSettings
     from torchscale.config.settings import BenchmarkConfig
     from torchscale.results.schema import ResultBase
 
@@ -55,6 +72,9 @@ class Launcher(str, Enum):
     torchrun = "torchrun"
     slurm = "slurm"
     mpirun = "mpirun"
+    k8s = "k8s"
+    skypilot = "skypilot"
+    dstack = "dstack"
 
 
 def register(app: typer.Typer) -> None:
@@ -155,7 +175,8 @@ def register(app: typer.Typer) -> None:
                 "--launcher",
                 help="torchrun: this node (with --nnodes: one torchscale per node, in lock step); "
                 "slurm: every cell through srun inside an allocation; mpirun: every cell's ranks "
-                "started by Open MPI or MPICH.",
+                "started by Open MPI or MPICH; k8s, skypilot, dstack: write the multi-node job "
+                "(docs/kubernetes.md).",
                 rich_help_panel=NODES_PANEL,
             ),
         ] = Launcher.torchrun,
@@ -164,7 +185,8 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--submit",
                 help="With --launcher slurm: write an sbatch script for the whole matrix and "
-                "submit it (with --dry-run: print it).",
+                "submit it (with --dry-run: print it); with --launcher k8s: apply the manifest "
+                "with kubectl, follow node 0 and copy the results out.",
                 rich_help_panel=NODES_PANEL,
             ),
         ] = False,
@@ -301,6 +323,15 @@ def register(app: typer.Typer) -> None:
         ] = None,
         samples_per_step: SamplesPerStepOption = None,
         step_at: StepAtOption = None,
+        k8s_api: K8sApiOption = K8sApi.trainjob,
+        image: ImageOption = None,
+        namespace: NamespaceOption = None,
+        k8s_queue: QueueOption = None,
+        k8s_service_account: ServiceAccountOption = None,
+        k8s_results_pvc: ResultsPvcOption = None,
+        k8s_overlay: OverlayOption = None,
+        emit: EmitOption = None,
+        accelerator: AcceleratorOption = "H100",
     ) -> None:
         """Run throughput/latency tests across GPU configs, or your own training script."""
         if verbose:
@@ -329,7 +360,7 @@ def register(app: typer.Typer) -> None:
         if script is not None:
             from torchscale.app.own_script import ScriptOptions, script_config
 
-            if submit:
+            if submit and launcher.value not in JOB_LAUNCHERS:
                 raise TorchscaleError(
                     "--submit runs a config file in the job: put the script in its script: "
                     "section (docs/own-job.md) and submit that config"
@@ -375,7 +406,7 @@ def register(app: typer.Typer) -> None:
             integrations=integrations,
             launch_mode=launch_mode.value.replace("-", "_") if launch_mode else None,
         )
-        if submit and config is not None:
+        if launcher.value in JOB_LAUNCHERS or (submit and config is not None):
             forwarded = [
                 f"--benchmark={benchmark_kind}",
                 *(f"--set={item}" for item in set_ or []),
@@ -383,8 +414,21 @@ def register(app: typer.Typer) -> None:
                 *([f"--warmup={warmup}"] if warmup is not None else []),
                 *([f"--iters={iters}"] if iters is not None else []),
             ]
-            _submit(request, config, forwarded, sbatch_arg or [], dry_run)
-            return
+            if launcher.value in JOB_LAUNCHERS:
+                if script is not None:  # the same --script options, the script in the image
+                    forwarded += script_words(
+                        script, gpus, steps, samples_per_step, step_at, script_args(ctx)
+                    )
+                _job(request, config, forwarded, launcher.value, submit, dry_run, job_settings(
+                    launcher.value, output_dir, api=k8s_api, image=image, namespace=namespace,
+                    queue=k8s_queue, service_account=k8s_service_account,
+                    results_pvc=k8s_results_pvc, overlay=k8s_overlay, emit=emit,
+                    accelerator=accelerator,
+                ))  # fmt: skip
+                return
+            if config is not None:
+                _submit(request, config, forwarded, sbatch_arg or [], dry_run)
+                return
         if dry_run:
             from torchscale.cli.plan_view import print_plan
 
@@ -415,6 +459,21 @@ def _check_models(config: BenchmarkConfig) -> None:
 
 def _note(line: str) -> None:
     say(line)
+
+
+def _job(
+    request: BenchmarkRequest,
+    config_path: Optional[Path],
+    forwarded: List[str],
+    launcher: str,
+    submit: bool,
+    dry_run: bool,
+    settings: JobSettings,
+) -> None:
+    from torchscale.app.k8s_submit import benchmark_shape
+
+    shape = benchmark_shape(request, config_path, forwarded, launcher)
+    run_job(settings, shape, submit, dry_run)
 
 
 def _submit(

@@ -15,6 +15,24 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, print_json, say, show_result, user_errors
+from torchscale.cli.job_options import (
+    AcceleratorOption,
+    EmitOption,
+    ImageOption,
+    JobLauncher,
+    JobLauncherOption,
+    K8sApi,
+    K8sApiOption,
+    NamespaceOption,
+    OverlayOption,
+    QueueOption,
+    ResultsPvcOption,
+    ServiceAccountOption,
+    SubmitOption,
+    job_settings,
+    run_job,
+    script_words,
+)
 from torchscale.cli.script_args import (
     SCRIPT_PANEL,
     SamplesPerStepOption,
@@ -219,6 +237,17 @@ def register(app: typer.Typer) -> None:
         step_at: StepAtOption = None,
         json_output: JsonOption = False,
         verbose: VerboseOption = False,
+        launcher: JobLauncherOption = JobLauncher.torchrun,
+        submit: SubmitOption = False,
+        k8s_api: K8sApiOption = K8sApi.trainjob,
+        image: ImageOption = None,
+        namespace: NamespaceOption = None,
+        k8s_queue: QueueOption = None,
+        k8s_service_account: ServiceAccountOption = None,
+        k8s_results_pvc: ResultsPvcOption = None,
+        k8s_overlay: OverlayOption = None,
+        emit: EmitOption = None,
+        accelerator: AcceleratorOption = "H100",
     ) -> None:
         """Profile a DDP run (capture), or use [bold]profile analyze[/bold] on existing traces.
 
@@ -240,6 +269,21 @@ def register(app: typer.Typer) -> None:
         from torchscale.config.loader import parse_overrides
 
         own = script_options(ctx, script, samples_per_step, step_at)
+        if launcher is not JobLauncher.torchrun:
+            from torchscale.app.k8s_submit import profile_shape
+
+            args = ["--duration", duration, "--target", target, "--tool", tool]
+            args += [f"--model={model}"] if model else []
+            args += [f"--batch-size={batch_size}"] if batch_size else []
+            args += [f"--set={item}" for item in set_ or []]
+            if own is not None:
+                args += script_words(own.path, None, None, samples_per_step, step_at, own.args)
+            run_job(shape=profile_shape(gpus, config, args), submit=submit, settings=job_settings(
+                launcher.value, output_dir, api=k8s_api, image=image, namespace=namespace,
+                queue=k8s_queue, service_account=k8s_service_account, results_pvc=k8s_results_pvc,
+                overlay=k8s_overlay, emit=emit, accelerator=accelerator,
+            ))  # fmt: skip
+            return
         request = CaptureRequest(
             gpus, seconds, target, tool, config, model, batch_size, parse_overrides(set_ or []),
             script=own,

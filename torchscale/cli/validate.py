@@ -15,6 +15,24 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, is_quiet, print_json, result_console, user_errors
+from torchscale.cli.job_options import (
+    AcceleratorOption,
+    EmitOption,
+    GpusPerNodeOption,
+    ImageOption,
+    JobLauncher,
+    JobLauncherOption,
+    K8sApi,
+    K8sApiOption,
+    NamespaceOption,
+    OverlayOption,
+    QueueOption,
+    ResultsPvcOption,
+    ServiceAccountOption,
+    SubmitOption,
+    job_settings,
+    run_job,
+)
 from torchscale.errors import TorchscaleError
 
 if TYPE_CHECKING:
@@ -120,6 +138,18 @@ def register(app: typer.Typer) -> None:
                 help="--fleet: how long to wait for the other nodes (600, 10min).",
             ),
         ] = "600",
+        launcher: JobLauncherOption = JobLauncher.torchrun,
+        submit: SubmitOption = False,
+        gpus_per_node: GpusPerNodeOption = None,
+        k8s_api: K8sApiOption = K8sApi.trainjob,
+        image: ImageOption = None,
+        namespace: NamespaceOption = None,
+        k8s_queue: QueueOption = None,
+        k8s_service_account: ServiceAccountOption = None,
+        k8s_results_pvc: ResultsPvcOption = None,
+        k8s_overlay: OverlayOption = None,
+        emit: EmitOption = None,
+        accelerator: AcceleratorOption = "H100",
     ) -> None:
         """Check if current node meets DDP requirements (NCCL, Drivers)."""
         if verbose:
@@ -139,6 +169,22 @@ def register(app: typer.Typer) -> None:
         from torchscale.validate.runner import ValidateOptions
 
         settings = load_validation(config, parse_overrides(set_ or []))
+        if launcher is not JobLauncher.torchrun:
+            from torchscale.app.k8s_submit import validate_shape
+
+            if not fleet:
+                raise TorchscaleError(f"--launcher {launcher.value} goes with --fleet")
+            args = ["--level", str(level), "--timeout", f"{timeout_s:g}", "--fleet"]
+            args += ["--join-timeout", f"{join_timeout_s:g}"]
+            args += [word for value in set_ or [] for word in ("--set", value)]
+            args += [flag for flag, on in _flags(False, skip_smoke, verbose) if on]
+            shape = validate_shape(nnodes, gpus_per_node, config, args)
+            run_job(shape=shape, submit=submit, settings=job_settings(
+                launcher.value, output_dir, api=k8s_api, image=image, namespace=namespace,
+                queue=k8s_queue, service_account=k8s_service_account, results_pvc=k8s_results_pvc,
+                overlay=k8s_overlay, emit=emit, accelerator=accelerator,
+            ))  # fmt: skip
+            return
         member = None
         if fleet:
             flags = _flags(json_output, skip_smoke, verbose)

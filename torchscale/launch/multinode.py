@@ -233,9 +233,12 @@ def _env_int(name: str, environ: Mapping[str, str]) -> Optional[int]:
 
 
 def _master_endpoint(environ: Mapping[str, str]) -> Optional[str]:
-    addr, port = environ.get("MASTER_ADDR"), environ.get("MASTER_PORT")
-    if addr and port:
-        return f"{addr}:{port}"
+    """``MASTER_ADDR:MASTER_PORT``, else torchrun's own ``PET_MASTER_ADDR:PET_MASTER_PORT`` (what
+    Kubeflow Trainer's torch plugin sets)."""
+    for prefix in ("", "PET_"):
+        addr, port = environ.get(f"{prefix}MASTER_ADDR"), environ.get(f"{prefix}MASTER_PORT")
+        if addr and port:
+            return f"{addr}:{port}"
     return None
 
 
@@ -271,7 +274,8 @@ def resolve_launch(
     if not endpoint:
         raise TorchscaleError(
             f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT, node 0's address and a free port "
-            "(also read from PET_RDZV_ENDPOINT or MASTER_ADDR and MASTER_PORT)"
+            "(also read from PET_RDZV_ENDPOINT, MASTER_ADDR and MASTER_PORT, or PET_MASTER_ADDR "
+            "and PET_MASTER_PORT)"
         )
     host, port = split_endpoint(endpoint)
     host = f"[{host}]" if ":" in host else host
