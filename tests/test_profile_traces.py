@@ -300,13 +300,13 @@ def test_real_gloo_capture_names_the_sleeping_rank():
 
 
 def test_findings_and_recommendations_on_real_traces(real_traces):
-    from torchscale.profiling.analysis import trace_rank_table
     from torchscale.profiling.analyzers.kernels import kernel_time_by_class
     from torchscale.profiling.finding_rules import (
         COMM_SIGNIFICANT_PCT,
         LOW_OVERLAP_PCT,
         find_bottlenecks,
     )
+    from torchscale.profiling.trace_tables import trace_rank_table
 
     for name, ref in hta_reference().items():
         traces = [real_traces[name]]
