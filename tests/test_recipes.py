@@ -39,7 +39,7 @@ def toy_events(traces: List[RankTrace]) -> pd.DataFrame:
 
 
 def test_a_trace_analysis_is_one_declaration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    toy = trace_tables.TraceTable("toy_events", lambda tables: toy_events(tables.traces))
+    toy = trace_tables.TraceTable("toy_events", trace_tables.of_traces(toy_events))
     declared = (*trace_tables.TRACE_TABLES, toy)
     trace_tables.check_declarations(declared)
     monkeypatch.setattr(trace_tables, "TRACE_TABLES", declared)  # the recipe's one line

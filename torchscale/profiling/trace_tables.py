@@ -109,7 +109,8 @@ def collective_calls(coll: Dict[str, pd.DataFrame]) -> pd.DataFrame:
     return calls
 
 
-def _of_traces(function: Callable[[List[RankTrace]], pd.DataFrame]) -> Callable[[Tables], Any]:
+def of_traces(function: Callable[[List[RankTrace]], pd.DataFrame]) -> Callable[[Tables], Any]:
+    """A table that is a function of the traces alone."""
     return lambda tables: function(tables.traces)
 
 
@@ -121,20 +122,20 @@ def _ranks(tables: Tables) -> pd.DataFrame:
 TRACE_TABLES: Tuple[TraceTable, ...] = (
     # the breakdown: one row per rank, steps, kernel classes, collective calls
     TraceTable("ranks", _ranks),
-    TraceTable("steps", _of_traces(step_times)),
-    TraceTable("kernel_classes", _of_traces(kernel_time_by_class)),
+    TraceTable("steps", of_traces(step_times)),
+    TraceTable("kernel_classes", of_traces(kernel_time_by_class)),
     TraceTable("collectives", lambda t: collective_calls(t.once(collective_tables))),
     # the per-rank analyses beyond it (analyzers/)
-    TraceTable("idle_time", _of_traces(idle_time_breakdown)),
-    TraceTable("kernel_types", _of_traces(kernel_type_breakdown)),
-    TraceTable("kernel_distribution", _of_traces(kernel_distribution)),
-    TraceTable("top_kernels", _of_traces(top_kernels)),
-    TraceTable("launch_stats", _of_traces(launch_stats)),
+    TraceTable("idle_time", of_traces(idle_time_breakdown)),
+    TraceTable("kernel_types", of_traces(kernel_type_breakdown)),
+    TraceTable("kernel_distribution", of_traces(kernel_distribution)),
+    TraceTable("top_kernels", of_traces(top_kernels)),
+    TraceTable("launch_stats", of_traces(launch_stats)),
     TraceTable("queue_length", lambda t: t.once(queue_tables)[0]),
     TraceTable("queue_timeline", lambda t: t.once(queue_tables)[1]),
-    TraceTable("memory", _of_traces(memory_summary)),
-    TraceTable("memory_timeline", _of_traces(memory_timeline)),
-    TraceTable("critical_path", _of_traces(critical_path)),
+    TraceTable("memory", of_traces(memory_summary)),
+    TraceTable("memory_timeline", of_traces(memory_timeline)),
+    TraceTable("critical_path", of_traces(critical_path)),
     TraceTable("pace", lambda t: step_pace(t.traces, t["critical_path"])),
 )
 """Every table, in the order they are written and listed."""
