@@ -8,14 +8,14 @@
    ProfilerStep ranges; ~1.3 GB of JSON) and an nsys SQLite export with >= 1,000,000 kernel rows
    (``tests/data/make_nsys_fixture.py``, published export schema).
 2. Analyses each in a fresh process (read + every analysis + findings), reporting wall time, CPU
-   time and peak RSS of the main process and of its largest parse worker; then runs the
-   per-rank analyses of issue 28 (``detail_tables``: idle time, kernels, launches, queue,
-   memory, critical path, pace) once more alone, for their own time and their own peak memory
-   (the process's peak RSS during them, reset just before, less its RSS then: what the analyses
-   add over the traces held, Linux; memory the process had freed is reused first, so also the
-   peak of what they allocate, traced by ``tracemalloc`` in a third run). Then ``profile diff``
-   of each trace against itself in a fresh process (both captures read whole, every table
-   built): wall, CPU and peak RSS.
+   time and peak RSS of the main process and of its largest parse worker; then runs the per-rank
+   analyses beyond the breakdown (those of ``trace_tables``: idle time, kernels, launches, queue,
+   memory, critical path, pace) once more alone, for their own time and their own peak memory (the
+   process's peak RSS during them, reset just before, less its RSS then: what the analyses add over
+   the traces held, Linux; memory the process had freed is reused first, so also the peak of what
+   they allocate, traced by ``tracemalloc`` in a third run). Then ``profile diff`` of each trace
+   against itself in a fresh process (both captures read whole, every table built): wall, CPU and
+   peak RSS.
 3. With ``--hta``: times HolisticTraceAnalysis 0.5.0 (load + temporal breakdown + overlap) on the
    same Kineto trace, for the speed ratio. HTA loads the whole JSON: expect many GB of memory.
 
@@ -75,11 +75,15 @@ workers = int(sys.argv[2]) if len(sys.argv) > 2 else None
 result = analyze([Path(sys.argv[1])], "all", workers=workers)
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
 rss_main = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-from torchscale.profiling.detail_tables import detail_tables
+from torchscale.profiling.trace_tables import TRACE_TABLES, compute_tables
+BREAKDOWN = ("ranks", "steps", "kernel_classes", "collectives")
+DETAIL = [t.name for t in TRACE_TABLES if t.name not in BREAKDOWN]
+def detail_tables(traces):
+    return compute_tables(traces, DETAIL)[0]
 held = rss_now_mb()  # the traces and analyze's tables
 reset_peak()
 t1, c1 = time.perf_counter(), time.process_time()
-detail_tables(result.traces)  # again, alone: the issue-28 analyses' own share of the time
+detail_tables(result.traces)  # again, alone: the per-rank analyses' own share of the time
 detail_wall, detail_cpu = time.perf_counter() - t1, time.process_time() - c1
 detail_peak = rss_peak_since_reset_mb()
 import tracemalloc  # a third run, traced: the analyses' own allocations (numpy's included)

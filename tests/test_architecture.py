@@ -1,6 +1,8 @@
 """The package's shape: no import cycle between modules or packages, packages only down the
-pipeline, cell kinds compared only in their registry, one file name per module. Read from the
-source with ``ast``: nothing is imported but the registry."""
+pipeline, cell kinds compared only in their registry, one file name per module, and one
+declaration per trace table and per validate probe. Read from the source with ``ast``: nothing
+is imported but the registry and the two declarations (each check shown to refuse a planted
+violation)."""
 
 from __future__ import annotations
 
@@ -343,3 +345,140 @@ def test_the_stages_never_import_a_kinds_package() -> None:
     graph = _package_graph()
     found = {stage: sorted(graph[stage] & set(KIND_PACKAGES)) for stage in STAGES}
     assert found == {stage: [] for stage in STAGES}
+
+
+# --- one declaration per concept: a trace table, a validate probe -------------------------------
+# (Report sections are already one list: report/content.py's ``_content`` builds every section
+# in one call, and the HTML, the PDF and the page's contents iterate ``ReportContent.sections``.)
+
+
+def test_every_trace_table_is_declared_once_with_its_function_and_its_file() -> None:
+    from torchscale.profiling import trace_tables
+    from torchscale.results.layout import profile_table_file
+
+    assert trace_tables.declaration_problems(trace_tables.TRACE_TABLES) == []
+    names = [t.name for t in trace_tables.TRACE_TABLES]
+    assert trace_tables.table_files() == {name: profile_table_file(name) for name in names}
+    # the CSV names come from the declaration only: no other list of tables in the package
+    for module, path in MODULES.items():
+        if module != "torchscale.profiling.trace_tables":
+            assert "profile_table_file(" not in path.read_text() or path.name == "layout.py"
+
+
+def test_the_trace_table_check_reports_each_missing_or_doubled_piece() -> None:
+    from torchscale.profiling.trace_tables import (
+        TRACE_TABLES,
+        TraceTable,
+        check_declarations,
+        declaration_problems,
+    )
+
+    first = TRACE_TABLES[0]
+    no_file = TraceTable("", first.compute)  # no name, so no CSV
+    no_function = TraceTable("orphan", None)  # type: ignore[arg-type]
+    planted = {
+        "no CSV file": (*TRACE_TABLES, no_file),
+        "no function computes it": (*TRACE_TABLES, no_function),
+        f"trace table {first.name!r} declared 2 times": (*TRACE_TABLES, first),
+        f"CSV file {first.file!r} declared 2 times": (*TRACE_TABLES, first),
+    }
+    for problem, declared in planted.items():
+        assert any(problem in p for p in declaration_problems(declared)), problem
+        try:
+            check_declarations(declared)
+        except TypeError as exc:
+            assert problem in str(exc)
+        else:
+            raise AssertionError(f"not refused: {problem}")
+
+
+VALIDATE = PACKAGE / "validate"
+MEASURING_CALLS = {"Figure": 0, "figure": 0, "of": 0, "gemm": 1}
+"""Calls whose argument at that position is the probe a figure (or a failure) is measured for."""
+
+
+def measured_probes(tree: ast.Module) -> Set[str]:
+    """Every probe a module measures: the literal names passed to a figure, a probe failure or a
+    GEMM, and the first of each pair of ``GEMM_DTYPES``."""
+    found: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+            at = MEASURING_CALLS.get(name)
+            if at is not None and len(node.args) > at:
+                arg = node.args[at]
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    found.add(arg.value)
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "GEMM_DTYPES" for t in node.targets
+        ):
+            for pair in getattr(node.value, "elts", []):
+                first = pair.elts[0] if isinstance(pair, ast.Tuple) else None
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    found.add(first.value)
+    return found
+
+
+def probe_declaration_gaps(trees: List[ast.Module], declared: Set[str]) -> List[str]:
+    measured = set().union(*(measured_probes(tree) for tree in trees))
+    return [f"probe {p!r} is measured but not declared" for p in sorted(measured - declared)] + [
+        f"probe {p!r} is declared but never measured" for p in sorted(declared - measured)
+    ]
+
+
+def _validate_trees() -> List[ast.Module]:
+    return [ast.parse(path.read_text()) for path in sorted(VALIDATE.glob("*.py"))]
+
+
+def test_every_validate_probe_is_declared_once_and_measured() -> None:
+    from torchscale.hardware.expected_figures import EXPECTED, PROBES, probe_problems
+    from torchscale.validate.levels import LEVELS
+
+    assert probe_problems(PROBES, EXPECTED) == []
+    assert {probe.level for probe in PROBES.values()} <= set(LEVELS)
+    assert probe_declaration_gaps(_validate_trees(), set(PROBES)) == []
+    # nothing but the declaration says a probe's fix: no table of fixes left in validate/
+    for path in VALIDATE.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Dict):
+                keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+                assert not keys & set(PROBES), (path.name, keys & set(PROBES))
+
+
+def test_the_probe_checks_report_each_missing_piece() -> None:
+    from dataclasses import replace
+
+    from torchscale.hardware.expected_figures import (
+        EXPECTED,
+        PROBES,
+        Expected,
+        check_probes,
+        probe_problems,
+    )
+
+    gemm = PROBES["gemm_bf16"]
+    unknown_sku = ((("h100",), {"gemm_bf61": Expected(1.0, "a typo")}),)
+    planted = {
+        "probe 'toy' has no fix": ({**PROBES, "toy": replace(gemm, label="Toy", fix=" ")}, ()),
+        "level 7 is not one of": ({**PROBES, "toy": replace(gemm, label="Toy", level=7)}, ()),
+        "share the label 'GEMM bf16'": ({**PROBES, "toy": gemm}, ()),
+        "figure of undeclared probe 'gemm_bf61'": (PROBES, (*EXPECTED, *unknown_sku)),
+    }
+    for problem, (probes, expected) in planted.items():
+        assert any(problem in p for p in probe_problems(probes, expected)), problem
+        try:
+            check_probes(probes, expected)
+        except TypeError as exc:
+            assert problem in str(exc)
+        else:
+            raise AssertionError(f"not refused: {problem}")
+    # a measurement of an undeclared probe, and a declared probe nothing measures
+    planted_source = ast.parse('m.figure("toy_probe", prepare, 1.0, 1e-9)\n')
+    assert probe_declaration_gaps([*_validate_trees(), planted_source], set(PROBES)) == [
+        "probe 'toy_probe' is measured but not declared"
+    ]
+    assert probe_declaration_gaps(_validate_trees(), {*PROBES, "toy"}) == [
+        "probe 'toy' is declared but never measured"
+    ]

@@ -43,7 +43,7 @@ from torchscale.cli.script_args import (
 from torchscale.config.durations import parse_duration
 from torchscale.errors import TorchscaleError
 from torchscale.results.figures import GLOSSARY_DOC, SYNC_OVERHEAD, SYNC_STALL
-from torchscale.results.layout import FINDINGS_FILE, PROFILE_TABLE_FILES
+from torchscale.results.layout import FINDINGS_FILE
 
 if TYPE_CHECKING:
     from torchscale.app.profile import CapturedCell
@@ -131,6 +131,8 @@ def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) 
 
 def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
     """Print each traced cell's analysis; the exit code says whether anything was traced."""
+    from torchscale.profiling.trace_tables import table_files
+
     documents = []
     for cell in cells:
         if cell.not_profiled is not None:
@@ -140,7 +142,7 @@ def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
             show_result(f"> [ANALYSIS] {cell.cell_id}: {cell.no_analysis}")
             continue
         show_result(f"> [ANALYSIS] Profiling complete: {cell.cell_id} ({cell.tool}).")
-        print_document(cell.document, [FINDINGS_FILE, *PROFILE_TABLE_FILES.values()], cell.out_dir)
+        print_document(cell.document, [FINDINGS_FILE, *table_files().values()], cell.out_dir)
         if cell.sync_overhead_pct is not None:
             say(
                 f"> [ANALYSIS] {SYNC_OVERHEAD.title} of this cell (its measured window): "

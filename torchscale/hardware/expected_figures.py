@@ -1,12 +1,19 @@
-"""What a healthy device measures in each ``validate --level 2`` probe: one table per SKU, each
-figure with its source.
+"""Every ``validate`` probe, declared once (``PROBES``), and what a healthy device measures in
+each: one table per SKU (``EXPECTED``), each figure with its source.
 
-The probes (``PROBES``) and what a GPU of a known model should reach in each. A figure is either
-measured and published (a source to check it against) or derived from a vendor peak and a
-stated efficiency (the derivation is the source). ``validate`` judges a measured figure by its
-ratio to the expected one, with the thresholds of the config's ``validate:`` section; a device
-or probe without an entry here is judged against its peers only (on CPU: against the node's own
-median, since CPUs are too varied for a table).
+A probe's declaration is all that is said of it anywhere: its console label and unit, whether
+more is better, the validate level that measures it, what it is measured on (each GPU, each CPU
+slot, each GPU pair, the node) and the fix its row suggests when it falls short; its figures per
+SKU are the entries under its name in ``EXPECTED``. ``validate`` derives the rest from it (which
+probes a GPU that cannot be used fails, the rows' labels, units and fixes). A list with a piece
+missing (a probe without a fix, a SKU figure of an undeclared probe) fails at import
+(``check_probes``), and so in every test, never at judging time on a user's node.
+
+A figure is either measured and published (a source to check it against) or derived from a
+vendor peak and a stated efficiency (the derivation is the source). ``validate`` judges a
+measured figure by its ratio to the expected one, with the thresholds of the config's
+``validate:`` section; a device or probe without an entry here is judged against its peers only
+(on CPU: against the node's own median, since CPUs are too varied for a table).
 
 Devices are recognised by the whole words of their name, as :mod:`~torchscale.hardware.peaks`
 does it (``device_matches``): the first matching row wins, the most specific first.
@@ -15,34 +22,78 @@ does it (``device_matches``): the first matching row wins, the most specific fir
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from torchscale.hardware.links import link_peak_gbps, parse_link, pcie_lane_gbps
 from torchscale.hardware.peaks import device_matches
 
+EACH_GPU = "each GPU"
+EACH_CPU_SLOT = "each CPU slot"
+EACH_DEVICE = "each GPU and each CPU slot"
+EACH_GPU_PAIR = "each GPU pair"
+NODE = "the node"
+MEASURED_ON = (EACH_GPU, EACH_CPU_SLOT, EACH_DEVICE, EACH_GPU_PAIR, NODE)
+VALIDATE_LEVELS = (1, 2, 3)
+
 
 @dataclass(frozen=True)
 class Probe:
-    """One measured quantity: its label on the console and whether more is better."""
+    """One measured quantity: its label on the console, its unit, the ``validate --level`` that
+    measures it, what it is measured on (``MEASURED_ON``), the fix its row gives when it falls
+    short (on a GPU node; on CPU the row gives the CPU's), and whether more is better."""
 
     label: str
     unit: str
+    level: int
+    measured_on: str
+    fix: str
     higher_is_better: bool = True
 
 
+GEMM_FIX = (
+    "GEMM below its expected rate: look for throttling (`nvidia-smi -q -d "
+    "PERFORMANCE,CLOCK,TEMPERATURE,POWER`: clocks-event reasons, SM clock below its peers, a "
+    "lowered power limit), then `dcgmi diag -r 2`; RMA a GPU that stays slow."
+)
+MEMORY_COPY_FIX = (
+    "Memory bandwidth below expected: check ECC and remapped rows (`nvidia-smi -q -d "
+    "ECC,ROW_REMAPPER`) and the memory clock (`nvidia-smi -q -d CLOCK`)."
+)
+HOST_COPY_FIX = (
+    "Host copies below expected: check the PCIe link (`nvidia-smi -q -d PCIE`, `sudo lspci -vv "
+    "| grep LnkSta`), the NUMA placement (`nvidia-smi topo -m`: run on the GPU's CPU affinity) "
+    "and IOMMU settings."
+)
+P2P_FIX = (
+    "P2P below expected: check NVLink (`nvidia-smi nvlink -s`), the fabric manager on NVSwitch "
+    "systems, and peer access (`nvidia-smi topo -p2p r`); ACS on PCIe switches routes P2P "
+    "through the CPU."
+)
+LAUNCH_FIX = (
+    "Launches slower than expected: the host CPU is slow or busy (`top`, the CPU governor row, "
+    "`cpupower frequency-info`)."
+)
+COLLECTIVE_FIX = (
+    "Node collectives below expected: rerun with NCCL_DEBUG=INFO to see the transport "
+    "(NVLink/NVLS vs SHM/sockets), and compare with nccl-tests all_reduce_perf."
+)
+
 PROBES: Dict[str, Probe] = {
-    "gemm_bf16": Probe("GEMM bf16", "TFLOP/s"),
-    "gemm_fp16": Probe("GEMM fp16", "TFLOP/s"),
-    "gemm_tf32": Probe("GEMM tf32", "TFLOP/s"),
-    "gemm_fp32": Probe("GEMM fp32", "TFLOP/s"),
-    "memory_copy": Probe("Memory copy", "GB/s"),
-    "host_to_device": Probe("Host to device (pinned)", "GB/s"),
-    "device_to_host": Probe("Device to host (pinned)", "GB/s"),
-    "p2p": Probe("P2P copy", "GB/s"),
-    "launch_latency": Probe("Kernel launch", "us", higher_is_better=False),
-    "all_reduce": Probe("All-reduce busbw", "GB/s"),
-    "all_gather": Probe("All-gather busbw", "GB/s"),
+    "gemm_bf16": Probe("GEMM bf16", "TFLOP/s", 2, EACH_GPU, GEMM_FIX),
+    "gemm_fp16": Probe("GEMM fp16", "TFLOP/s", 2, EACH_GPU, GEMM_FIX),
+    "gemm_tf32": Probe("GEMM tf32", "TFLOP/s", 2, EACH_GPU, GEMM_FIX),
+    "gemm_fp32": Probe("GEMM fp32", "TFLOP/s", 2, EACH_CPU_SLOT, GEMM_FIX),
+    "memory_copy": Probe("Memory copy", "GB/s", 2, EACH_DEVICE, MEMORY_COPY_FIX),
+    "host_to_device": Probe("Host to device (pinned)", "GB/s", 2, EACH_GPU, HOST_COPY_FIX),
+    "device_to_host": Probe("Device to host (pinned)", "GB/s", 2, EACH_GPU, HOST_COPY_FIX),
+    "p2p": Probe("P2P copy", "GB/s", 2, EACH_GPU_PAIR, P2P_FIX),
+    "launch_latency": Probe(
+        "Kernel launch", "us", 2, EACH_DEVICE, LAUNCH_FIX, higher_is_better=False
+    ),
+    "all_reduce": Probe("All-reduce busbw", "GB/s", 2, NODE, COLLECTIVE_FIX),
+    "all_gather": Probe("All-gather busbw", "GB/s", 2, NODE, COLLECTIVE_FIX),
 }
+"""Every probe, by name (the ``probe`` of its figures), in the order a GPU measures them."""
 
 
 @dataclass(frozen=True)
@@ -184,3 +235,50 @@ def expected_figure(
                 return None
             return figure
     return None
+
+
+def probe_problems(
+    probes: Mapping[str, Probe],
+    expected: Iterable[Tuple[Tuple[str, ...], Mapping[str, Expected]]],
+) -> List[str]:
+    """What is wrong with a list of probes and the SKU tables (nothing: ``[]``)."""
+    problems: List[str] = []
+    for name, probe in probes.items():
+        if not name.isidentifier():
+            problems.append(f"probe {name!r}: its name is not a plain identifier")
+        for piece in ("label", "unit", "fix"):
+            if not str(getattr(probe, piece)).strip():
+                problems.append(f"probe {name!r} has no {piece}")
+        if probe.level not in VALIDATE_LEVELS:
+            problems.append(f"probe {name!r}: level {probe.level} is not one of {VALIDATE_LEVELS}")
+        if probe.measured_on not in MEASURED_ON:
+            problems.append(f"probe {name!r}: measured on {probe.measured_on!r}, not one of ours")
+    labels: Dict[str, List[str]] = {}
+    for name, probe in probes.items():
+        labels.setdefault(probe.label, []).append(name)
+    problems += [f"probes {names} share the label {label!r}" for label, names in labels.items()
+                 if len(names) > 1]  # fmt: skip
+    for words, figures in expected:
+        for name in figures:
+            if name not in probes:
+                problems.append(
+                    f"SKU table {' '.join(words)!r}: figure of undeclared probe {name!r}"
+                )
+    return problems
+
+
+def check_probes(
+    probes: Mapping[str, Probe],
+    expected: Iterable[Tuple[Tuple[str, ...], Mapping[str, Expected]]],
+) -> None:
+    problems = probe_problems(probes, expected)
+    if problems:
+        raise TypeError("; ".join(problems))
+
+
+check_probes(PROBES, EXPECTED)  # at import: in every test, never first on a user's node
+
+
+def probes_measured_on(*places: str) -> Tuple[str, ...]:
+    """The probes measured on any of ``places``, in declaration order."""
+    return tuple(name for name, probe in PROBES.items() if probe.measured_on in places)

@@ -10,12 +10,9 @@ import numpy as np
 import pandas as pd
 
 from torchscale.analysis.finding import Finding
-from torchscale.profiling.analyzers.kernels import MEMORY, kernel_time_by_class
-from torchscale.profiling.analyzers.steps import dataloader_time, step_times
-from torchscale.profiling.analyzers.trace_breakdown import temporal_breakdown
 from torchscale.profiling.analyzers.trace_collectives import collective_tables
-from torchscale.profiling.detail_tables import detail_tables
 from torchscale.profiling.finding_rules import find_bottlenecks
+from torchscale.profiling.trace_tables import compute_tables
 from torchscale.profiling.traces import RankTrace, load_traces
 from torchscale.profiling.traces.memory_budget import TraceMemoryError
 
@@ -23,7 +20,7 @@ from torchscale.profiling.traces.memory_budget import TraceMemoryError
 @dataclass
 class ProfileAnalysis:
     traces: List[RankTrace]
-    tables: Dict[str, pd.DataFrame]  # ranks, steps, kernel_classes, collectives, DETAIL_TABLES
+    tables: Dict[str, pd.DataFrame]  # trace_tables.TRACE_TABLES, by name
     findings: List[Finding]
     target: str
     warnings: List[str] = field(default_factory=list)  # e.g. traces of another job left out
@@ -33,28 +30,6 @@ class ProfileAnalysis:
         """Mean over ranks of the share of step time spent waiting in collectives."""
         values = self.tables["ranks"]["sync_stall_pct"].to_numpy(dtype=float)
         return float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
-
-
-def trace_rank_table(
-    traces: List[RankTrace], steps: pd.DataFrame, classes: pd.DataFrame, stragglers: pd.DataFrame
-) -> pd.DataFrame:
-    """One row per rank: breakdown, overlap, sync stall, step time, data loading, memory share."""
-    table = temporal_breakdown(traces)
-    step_stats = steps.groupby("rank")["duration_us"].agg(steps="count", step_mean_us="mean")
-    memory_rows = classes[(classes["kernel_class"] == MEMORY) & (classes["device"] == "gpu")]
-    memory = memory_rows.set_index("rank")["pct_of_busy"].rename("memory_pct")
-    table = (
-        table.merge(step_stats, left_on="rank", right_index=True, how="left")
-        .merge(stragglers, on="rank", how="left")
-        .merge(dataloader_time(traces), on="rank", how="left")
-        .merge(memory, left_on="rank", right_index=True, how="left")
-    )
-    table["steps"] = table["steps"].fillna(0).astype(int)
-    table["memory_pct"] = table["memory_pct"].fillna(0.0)
-    table.insert(1, "source", [t.source for t in traces])
-    table.insert(2, "rank_source", [t.metadata.get("rank_source") for t in traces])
-    table.insert(3, "device", [t.metadata.get("device") for t in traces])
-    return table
 
 
 def analyze(
@@ -79,25 +54,10 @@ def _analyze(
 ) -> ProfileAnalysis:
     warnings: List[str] = []
     traces = load_traces(paths, workers, warnings, max_memory)
-    steps = step_times(traces)
-    classes = kernel_time_by_class(traces)
-    coll = collective_tables(traces)
-    ranks = trace_rank_table(traces, steps, classes, coll["stragglers"])
-    calls = (
-        coll["calls"].merge(
-            coll["instances"][["rank", "step", "op", "seq", "instance", "wait_us", "is_last"]],
-            on=["rank", "step", "op", "seq"],
-            how="left",
-        )
-        if len(coll["calls"])
-        else coll["calls"]
+    tables, computed = compute_tables(traces)
+    findings = find_bottlenecks(
+        tables["ranks"], computed.once(collective_tables)["instances"], target
     )
-    if len(calls):  # calls without a match on every rank have no instance: keep ints as ints
-        calls["instance"] = calls["instance"].astype("Int64")
-        calls["is_last"] = calls["is_last"].astype("boolean")
-    tables = {"ranks": ranks, "steps": steps, "kernel_classes": classes, "collectives": calls}
-    tables.update(detail_tables(traces))
-    findings = find_bottlenecks(ranks, coll["instances"], target)
     return ProfileAnalysis(traces, tables, findings, target, warnings)
 
 

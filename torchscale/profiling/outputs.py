@@ -12,11 +12,11 @@ from typing import Dict
 
 from torchscale.escaping import csv_text
 from torchscale.profiling.analysis import ProfileAnalysis, to_document
+from torchscale.profiling.trace_tables import table_files
 from torchscale.results.files import check_output_file, dumps
-from torchscale.results.layout import FINDINGS_FILE, PROFILE_TABLE_FILES
+from torchscale.results.layout import FINDINGS_FILE
 from torchscale.results.store import atomic_write_bytes, check_writable
 
-TABLE_FILES = PROFILE_TABLE_FILES
 SCHEMA = "torchscale.profile.findings/1"
 
 
@@ -25,13 +25,14 @@ def write_outputs(result: ProfileAnalysis, out_dir: Path) -> Dict[str, Path]:
     check_writable(out_dir)
     # Render everything first: nothing is written if anything fails to render.
     rendered: Dict[str, bytes] = {}
-    for key, name in TABLE_FILES.items():
+    files = table_files()
+    for key, name in files.items():
         rendered[name] = csv_text(result.tables[key], float_format="%.3f").encode()
     document = {
         "schema": SCHEMA,
         "created_at": datetime.now(timezone.utc).isoformat(),
         **to_document(result),
-        "tables": TABLE_FILES,
+        "tables": files,
     }
     rendered[FINDINGS_FILE] = (dumps(document, indent=2) + "\n").encode()
     inputs = [trace.path for trace in result.traces]

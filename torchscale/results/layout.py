@@ -97,24 +97,13 @@ PROFILE_DIR = "profile"
 
 # --- a profile folder (cells/<cell_id>/profile/, or beside the traces analysed) ----------------
 FINDINGS_FILE = "findings.json"
-PROFILE_TABLE_FILES: Dict[str, str] = {
-    "ranks": "profile_ranks.csv",
-    "steps": "profile_steps.csv",
-    "kernel_classes": "profile_kernel_classes.csv",
-    "collectives": "profile_collectives.csv",
-    # per-rank analyses beyond the breakdown (profiling/detail_tables.py)
-    "idle_time": "profile_idle_time.csv",
-    "kernel_types": "profile_kernel_types.csv",
-    "kernel_distribution": "profile_kernel_distribution.csv",
-    "top_kernels": "profile_top_kernels.csv",
-    "launch_stats": "profile_launch_stats.csv",
-    "queue_length": "profile_queue_length.csv",
-    "queue_timeline": "profile_queue_timeline.csv",
-    "memory": "profile_memory.csv",
-    "memory_timeline": "profile_memory_timeline.csv",
-    "critical_path": "profile_critical_path.csv",
-    "pace": "profile_pace.csv",
-}
+
+
+def profile_table_file(table: str) -> str:
+    """The CSV of one trace-analysis table (``profiling/trace_tables.py`` declares them)."""
+    return f"profile_{table}.csv"
+
+
 PROFILE_DIFF_FILES: Dict[str, str] = {
     "ops": "profile_diff_ops.csv",
     "steps": "profile_diff_steps.csv",

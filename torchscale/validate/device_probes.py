@@ -24,7 +24,7 @@ import torch
 
 from torchscale.config.validate_section import ValidateSection
 from torchscale.hardware.environment import cpu_slots, threads_per_cpu_slot
-from torchscale.hardware.expected_figures import PROBES
+from torchscale.hardware.expected_figures import EACH_DEVICE, EACH_GPU, PROBES, probes_measured_on
 from torchscale.validate.probe_timing import Figure, ProbeError, best, timed_rates
 
 MIB = 1 << 20
@@ -167,12 +167,9 @@ def p2p_copy(settings: ValidateSection, names: List[str], i: int, j: int, run: P
     )
 
 
-GPU_PROBES = (
-    *(probe for probe, _ in GEMM_DTYPES), "gemm_tf32", "memory_copy", "host_to_device",
-    "device_to_host", "launch_latency",
-)  # fmt: skip
-"""What :func:`gpu_probes` measures on each GPU, in its order (a GPU that cannot be made
-current fails each of them)."""
+GPU_PROBES = probes_measured_on(EACH_GPU, EACH_DEVICE)
+"""What :func:`gpu_probes` measures on each GPU (a GPU that cannot be made current fails each
+of them): from the probes' declarations."""
 
 
 def _use(run: ProbeRun, index: int) -> bool:

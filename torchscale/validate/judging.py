@@ -23,23 +23,6 @@ from torchscale.validate.result import CheckResult, Status, worst
 
 NODE_MEDIAN = "the node's own median (no table for CPUs)"
 
-FIXES: Dict[str, str] = {
-    "gemm": "GEMM below its expected rate: look for throttling (`nvidia-smi -q -d "
-    "PERFORMANCE,CLOCK,TEMPERATURE,POWER`: clocks-event reasons, SM clock below its peers, a "
-    "lowered power limit), then `dcgmi diag -r 2`; RMA a GPU that stays slow.",
-    "memory_copy": "Memory bandwidth below expected: check ECC and remapped rows (`nvidia-smi "
-    "-q -d ECC,ROW_REMAPPER`) and the memory clock (`nvidia-smi -q -d CLOCK`).",
-    "host": "Host copies below expected: check the PCIe link (`nvidia-smi -q -d PCIE`, `sudo "
-    "lspci -vv | grep LnkSta`), the NUMA placement (`nvidia-smi topo -m`: run on the GPU's "
-    "CPU affinity) and IOMMU settings.",
-    "p2p": "P2P below expected: check NVLink (`nvidia-smi nvlink -s`), the fabric manager on "
-    "NVSwitch systems, and peer access (`nvidia-smi topo -p2p r`); ACS on PCIe switches routes "
-    "P2P through the CPU.",
-    "launch_latency": "Launches slower than expected: the host CPU is slow or busy (`top`, the "
-    "CPU governor row, `cpupower frequency-info`).",
-    "collective": "Node collectives below expected: rerun with NCCL_DEBUG=INFO to see the "
-    "transport (NVLink/NVLS vs SHM/sockets), and compare with nccl-tests all_reduce_perf.",
-}
 CPU_FIX = (
     "On CPU: look for other processes on the node (`top`), a cgroup CPU quota (`cat "
     "/sys/fs/cgroup/cpu.max` or cpu.cfs_quota_us), and the CPU governor row."
@@ -47,15 +30,7 @@ CPU_FIX = (
 
 
 def _fix(probe: str, cpu: bool) -> str:
-    if cpu:
-        return CPU_FIX
-    if probe.startswith("gemm"):
-        return FIXES["gemm"]
-    if probe in ("host_to_device", "device_to_host"):
-        return FIXES["host"]
-    if probe in ("all_reduce", "all_gather"):
-        return FIXES["collective"]
-    return FIXES[probe]
+    return CPU_FIX if cpu else PROBES[probe].fix
 
 
 def ratio(value: float, reference: Optional[float], higher_is_better: bool) -> Optional[float]:

@@ -96,7 +96,7 @@ def _blocks(fh: io.BufferedIOBase, limit: Optional[int]) -> Iterator[bytes]:
     worker.join()
 
 
-def _decode_until_boundary(buf: bytearray, out: dec.Columns, use_msgspec: bool) -> None:
+def _decode_until_boundary(buf: bytearray, out: dec.Columns) -> None:
     """Decode the complete events at the front of ``buf`` (``buf[0]`` is a ``[`` slot) and drop
     them, keeping the unfinished tail."""
     window = max(1, len(buf) - (1 << 20))
@@ -105,7 +105,7 @@ def _decode_until_boundary(buf: bytearray, out: dec.Columns, use_msgspec: bool) 
         buf[comma] = ord("]")
         try:
             with memoryview(buf) as view:
-                dec.decode_event_list(view[: comma + 1], out, use_msgspec)
+                dec.decode_event_list(view[: comma + 1], out)
         except dec.DecodeError:
             buf[comma] = ord(",")
             continue
@@ -119,7 +119,6 @@ def scan_range(
     end: Optional[int],
     first: bool,
     last: bool,
-    use_msgspec: bool = True,
     budget: Optional[MemoryBudget] = None,
     share: float = 1.0,
 ) -> dec.Columns:
@@ -160,14 +159,12 @@ def scan_range(
                     f'{path}: no "traceEvents" array, so not a PyTorch '
                     "profiler trace; pass Kineto .json/.json.gz or nsys .sqlite"
                 )
-            dec.decode_trace_object(
-                bytes(head[: match.start()]) + b'"traceEvents": []}', out, use_msgspec
-            )
+            dec.decode_trace_object(bytes(head[: match.start()]) + b'"traceEvents": []}', out)
             buf += head[match.end() :]
         for block in blocks:
             buf += block
             if len(buf) > BLOCK_BYTES:
-                _decode_until_boundary(buf, out, use_msgspec)
+                _decode_until_boundary(buf, out)
                 check()
                 if len(buf) > BLOCK_BYTES + MAX_EVENT_BYTES:
                     raise TraceReadError(
@@ -176,10 +173,10 @@ def scan_range(
                         "refused); is it a complete torch.profiler trace?"
                     )
     if last:
-        dec.decode_trace_object(b'{"traceEvents": ' + bytes(buf), out, use_msgspec)
+        dec.decode_trace_object(b'{"traceEvents": ' + bytes(buf), out)
     elif len(buf) > 1 and bytes(buf[1:]).strip():
         buf += b"]"
-        dec.decode_event_list(bytes(buf), out, use_msgspec)
+        dec.decode_event_list(bytes(buf), out)
     if budget is not None:
         budget.check(int(out.nbytes / share), path, out.events)
     return out
@@ -198,7 +195,7 @@ def _split_ranges(path: Path, parts: int) -> List[Tuple[int, Optional[int], bool
                 piece = b"[" + window[here.end() : after.end() - 1] + b"]"
                 try:
                     probe = dec.Columns()
-                    dec.decode_event_list(piece, probe, use_msgspec=True)
+                    dec.decode_event_list(piece, probe)
                 except dec.DecodeError:
                     continue
                 cut = size * i // parts + here.end()
@@ -212,7 +209,7 @@ def _split_ranges(path: Path, parts: int) -> List[Tuple[int, Optional[int], bool
     ]
 
 
-Task = Tuple[Path, int, Optional[int], bool, bool, bool, Optional[MemoryBudget], float]
+Task = Tuple[Path, int, Optional[int], bool, bool, Optional[MemoryBudget], float]
 
 
 def _scan_task(args: Task) -> dec.Columns:
@@ -231,7 +228,7 @@ def plan_tasks(
 
     With a budget, each task counts its share of everything read (files are held together)."""
     tasks: List[Task] = []
-    can_split = dec.HAVE_MSGSPEC and workers > 1
+    can_split = workers > 1
     total = sum(p.stat().st_size for p in paths) or 1
     for path in paths:
         size = path.stat().st_size
@@ -239,11 +236,11 @@ def plan_tasks(
             parts = max(2, workers // max(1, len(paths)))
             ranges = _split_ranges(path, parts)
             tasks += [
-                (path, lo, hi, f, la, True, budget, ((hi or size) - lo) / total)
+                (path, lo, hi, f, la, budget, ((hi or size) - lo) / total)
                 for lo, hi, f, la in ranges
             ]
         else:
-            tasks.append((path, 0, None, True, True, True, budget, max(size, 1) / total))
+            tasks.append((path, 0, None, True, True, budget, max(size, 1) / total))
     return tasks
 
 
@@ -272,6 +269,6 @@ def read_kineto_files(
     return {path: finish(path, by_path.pop(path), trim_last_step) for path in list(by_path)}
 
 
-def read_kineto(path: Path, use_msgspec: bool = True, trim_last_step: bool = True) -> RankTrace:
+def read_kineto(path: Path, trim_last_step: bool = True) -> RankTrace:
     """Read one trace in this process (no pool)."""
-    return finish(path, [scan_range(path, 0, None, True, True, use_msgspec)], trim_last_step)
+    return finish(path, [scan_range(path, 0, None, True, True)], trim_last_step)

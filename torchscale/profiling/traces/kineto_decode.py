@@ -3,29 +3,21 @@
 Decoding dominates the cost of reading a large trace, and almost all of it is the allocation of
 Python objects. msgspec decodes straight into typed structs and skips every field we do not name
 without allocating it; flow (``ph: s/f``), metadata and instant events are tag-dispatched to empty
-structs, so they cost almost nothing. Without msgspec the stdlib ``json`` module is used (same
-result, several times slower).
+structs, so they cost almost nothing.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Dict, List, Optional, Union
 
+import msgspec
 import numpy as np
 import pandas as pd
 
 from torchscale.profiling.traces.growing_array import GrowingArray
 from torchscale.profiling.traces.model import compact_floats, compact_ints
-
-try:  # speed only: the stdlib path below gives identical columns
-    import msgspec
-except ImportError:  # pragma: no cover - exercised by forcing the stdlib path in tests
-    HAVE_MSGSPEC = False
-else:
-    HAVE_MSGSPEC = True
 
 # Events HTA drops on load (no duration, profiler bookkeeping) or that we never analyse.
 SKIPPED_CATEGORIES = frozenset({"Trace", "python_function"})
@@ -163,169 +155,131 @@ def _intern(strings: List[str], table: Dict[str, int]) -> np.ndarray:
     return remap[codes]
 
 
-if HAVE_MSGSPEC:
-
-    class _Args(msgspec.Struct, frozen=True, gc=False):
-        stream: Union[int, str, None] = -1
-        correlation: Union[int, None] = -1
-
-    _NO_ARGS = _Args()
-
-    class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
-        cat: str = ""
-        name: str = ""
-        pid: Union[int, str] = -1
-        tid: Union[int, str] = -1
-        # A string or null start/duration makes the event invalid (counted), not the trace.
-        ts: Union[float, str, None] = float("nan")
-        dur: Union[float, str, None] = float("nan")
-        args: _Args = _NO_ARGS
-
-    _Number = Union[float, str, None]  # strings and nulls become NaN, never a decode error
-
-    class _MemoryArgs(msgspec.Struct, frozen=True, gc=False):
-        device_type: _Number = msgspec.field(default=None, name="Device Type")
-        device: _Number = msgspec.field(default=None, name="Device Id")
-        bytes: _Number = msgspec.field(default=None, name="Bytes")
-        allocated: _Number = msgspec.field(default=None, name="Total Allocated")
-        reserved: _Number = msgspec.field(default=None, name="Total Reserved")
-
-    _NO_MEMORY_ARGS = _MemoryArgs()
-
-    class _Instant(msgspec.Struct, tag_field="ph", tag="i", gc=False):
-        name: str = ""
-        ts: _Number = None
-        args: _MemoryArgs = _NO_MEMORY_ARGS
-
-    # Every other phase decodes to a field-less struct: nothing inside it is allocated.
-    _OTHER_PHASES = (
-        "B",
-        "E",
-        "I",
-        "s",
-        "t",
-        "f",
-        "M",
-        "C",
-        "b",
-        "n",
-        "e",
-        "P",
-        "O",
-        "N",
-        "D",
-        "R",
-        "c",
-    )
-    _Skipped = tuple(
-        msgspec.defstruct(f"_Skip{i}", [], tag_field="ph", tag=p, gc=False)
-        for i, p in enumerate(_OTHER_PHASES)
-    )
-    _EventUnion = Union[(_Complete, _Instant, *_Skipped)]  # type: ignore[valid-type]  # run time
-
-    class _TraceFile(msgspec.Struct, gc=False):
-        traceEvents: List[_EventUnion] = []
-        distributedInfo: Optional[Dict[str, object]] = None
-        baseTimeNanoseconds: Optional[int] = None
-        schemaVersion: Optional[int] = None
-
-    _events_decoder = msgspec.json.Decoder(List[_EventUnion])
-    _file_decoder = msgspec.json.Decoder(_TraceFile)
-    DecodeError: Any = (msgspec.DecodeError, ValueError)
-    _get = {k: attrgetter(k) for k in ("cat", "name", "pid", "tid", "ts", "dur")}
-    _get_stream = attrgetter("args.stream")
-    _get_corr = attrgetter("args.correlation")
-
-    def _ints_of(getter: Any, xs: List[Any]) -> np.ndarray:
-        try:  # fast path: every value an int
-            return np.fromiter(map(getter, xs), np.int64, len(xs))
-        except (TypeError, ValueError, OverflowError):
-            return _ints([-1 if v is None else v for v in map(getter, xs)])
-
-    def _floats_of(getter: Any, xs: List[Any]) -> np.ndarray:
-        try:  # fast path: every value a number
-            return np.fromiter(map(getter, xs), np.float64, len(xs))
-        except (TypeError, ValueError):
-            return _floats([getter(x) for x in xs])
-
-    def _add_structs(events: List[Any], out: Columns) -> None:
-        memory = [e for e in events if e.__class__ is _Instant and e.name == MEMORY_EVENT]
-        if memory:
-            values = {key: [getattr(e.args, key) for e in memory] for key in MEMORY_ARGS}
-            out.add_memory({"ts": [e.ts for e in memory], **values})
-        xs = [e for e in events if e.__class__ is _Complete]
-        if xs:
-            out.add(
-                _floats_of(_get["ts"], xs),
-                _floats_of(_get["dur"], xs),
-                _ints_of(_get["pid"], xs),
-                _ints_of(_get["tid"], xs),
-                _ints_of(_get_stream, xs),
-                _ints_of(_get_corr, xs),
-                list(map(_get["cat"], xs)),
-                list(map(_get["name"], xs)),
-            )
-
-else:  # pragma: no cover
-    DecodeError = (json.JSONDecodeError, ValueError, TypeError)
+class _Args(msgspec.Struct, frozen=True, gc=False):
+    stream: Union[int, str, None] = -1
+    correlation: Union[int, None] = -1
 
 
-def _add_dicts(events: List[Any], out: Columns) -> None:
-    memory = [
-        e
-        for e in events
-        if isinstance(e, dict) and e.get("ph") == "i" and e.get("name") == MEMORY_EVENT
-    ]
+_NO_ARGS = _Args()
+
+
+class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    cat: str = ""
+    name: str = ""
+    pid: Union[int, str] = -1
+    tid: Union[int, str] = -1
+    # A string or null start/duration makes the event invalid (counted), not the trace.
+    ts: Union[float, str, None] = float("nan")
+    dur: Union[float, str, None] = float("nan")
+    args: _Args = _NO_ARGS
+
+
+_Number = Union[float, str, None]  # strings and nulls become NaN, never a decode error
+
+
+class _MemoryArgs(msgspec.Struct, frozen=True, gc=False):
+    device_type: _Number = msgspec.field(default=None, name="Device Type")
+    device: _Number = msgspec.field(default=None, name="Device Id")
+    bytes: _Number = msgspec.field(default=None, name="Bytes")
+    allocated: _Number = msgspec.field(default=None, name="Total Allocated")
+    reserved: _Number = msgspec.field(default=None, name="Total Reserved")
+
+
+_NO_MEMORY_ARGS = _MemoryArgs()
+
+
+class _Instant(msgspec.Struct, tag_field="ph", tag="i", gc=False):
+    name: str = ""
+    ts: _Number = None
+    args: _MemoryArgs = _NO_MEMORY_ARGS
+
+
+# Every other phase decodes to a field-less struct: nothing inside it is allocated.
+_OTHER_PHASES = (
+    "B",
+    "E",
+    "I",
+    "s",
+    "t",
+    "f",
+    "M",
+    "C",
+    "b",
+    "n",
+    "e",
+    "P",
+    "O",
+    "N",
+    "D",
+    "R",
+    "c",
+)
+_Skipped = tuple(
+    msgspec.defstruct(f"_Skip{i}", [], tag_field="ph", tag=p, gc=False)
+    for i, p in enumerate(_OTHER_PHASES)
+)
+_EventUnion = Union[(_Complete, _Instant, *_Skipped)]  # type: ignore[valid-type]  # run time
+
+
+class _TraceFile(msgspec.Struct, gc=False):
+    traceEvents: List[_EventUnion] = []
+    distributedInfo: Optional[Dict[str, object]] = None
+    baseTimeNanoseconds: Optional[int] = None
+    schemaVersion: Optional[int] = None
+
+
+_events_decoder = msgspec.json.Decoder(List[_EventUnion])
+_file_decoder = msgspec.json.Decoder(_TraceFile)
+DecodeError: Any = (msgspec.DecodeError, ValueError)
+_get = {k: attrgetter(k) for k in ("cat", "name", "pid", "tid", "ts", "dur")}
+_get_stream = attrgetter("args.stream")
+_get_corr = attrgetter("args.correlation")
+
+
+def _ints_of(getter: Any, xs: List[Any]) -> np.ndarray:
+    try:  # fast path: every value an int
+        return np.fromiter(map(getter, xs), np.int64, len(xs))
+    except (TypeError, ValueError, OverflowError):
+        return _ints([-1 if v is None else v for v in map(getter, xs)])
+
+
+def _floats_of(getter: Any, xs: List[Any]) -> np.ndarray:
+    try:  # fast path: every value a number
+        return np.fromiter(map(getter, xs), np.float64, len(xs))
+    except (TypeError, ValueError):
+        return _floats([getter(x) for x in xs])
+
+
+def _add_structs(events: List[Any], out: Columns) -> None:
+    memory = [e for e in events if e.__class__ is _Instant and e.name == MEMORY_EVENT]
     if memory:
-        found = [e["args"] if isinstance(e.get("args"), dict) else {} for e in memory]
-        values = {key: [a.get(arg) for a in found] for key, arg in MEMORY_ARGS.items()}
-        out.add_memory({"ts": [e.get("ts") for e in memory], **values})
-    xs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
-    if not xs:
-        return
-    nan = float("nan")
-    args: List[Dict[str, object]] = [
-        e["args"] if isinstance(e.get("args"), dict) else {} for e in xs
-    ]
-    out.add(
-        _floats([e.get("ts", nan) for e in xs]),
-        _floats([e.get("dur", nan) for e in xs]),
-        [e.get("pid", -1) for e in xs],
-        [e.get("tid", -1) for e in xs],
-        [-1 if a.get("stream") is None else a["stream"] for a in args],
-        [-1 if a.get("correlation") is None else a["correlation"] for a in args],
-        [str(e.get("cat", "")) for e in xs],
-        [str(e.get("name", "")) for e in xs],
-    )
+        values = {key: [getattr(e.args, key) for e in memory] for key in MEMORY_ARGS}
+        out.add_memory({"ts": [e.ts for e in memory], **values})
+    xs = [e for e in events if e.__class__ is _Complete]
+    if xs:
+        out.add(
+            _floats_of(_get["ts"], xs),
+            _floats_of(_get["dur"], xs),
+            _ints_of(_get["pid"], xs),
+            _ints_of(_get["tid"], xs),
+            _ints_of(_get_stream, xs),
+            _ints_of(_get_corr, xs),
+            list(map(_get["cat"], xs)),
+            list(map(_get["name"], xs)),
+        )
 
 
-def decode_event_list(buf: Any, out: Columns, use_msgspec: bool = True) -> None:
+def decode_event_list(buf: Any, out: Columns) -> None:
     """Decode ``[ev, ev, ...]`` (bytes-like) and append its complete events to ``out``.
 
     Raises ``DecodeError`` when the text is not a JSON array of objects.
     """
-    if use_msgspec and msgspec is not None:
-        _add_structs(_events_decoder.decode(buf), out)
-    else:
-        events = json.loads(bytes(buf))
-        if not isinstance(events, list):
-            raise ValueError("not a list of events")
-        _add_dicts(events, out)
+    _add_structs(_events_decoder.decode(buf), out)
 
 
-def decode_trace_object(buf: Any, out: Columns, use_msgspec: bool = True) -> None:
+def decode_trace_object(buf: Any, out: Columns) -> None:
     """Decode a whole ``{..., "traceEvents": [...], ...}`` object: its events and metadata."""
-    if use_msgspec and msgspec is not None:
-        doc = _file_decoder.decode(buf)
-        _add_structs(doc.traceEvents, out)
-        meta = {
-            "distributedInfo": doc.distributedInfo,
-            "baseTimeNanoseconds": doc.baseTimeNanoseconds,
-        }
-    else:
-        raw = json.loads(bytes(buf))
-        if not isinstance(raw, dict):
-            raise ValueError("not a JSON object")
-        _add_dicts(raw.get("traceEvents") or [], out)
-        meta = {k: raw.get(k) for k in ("distributedInfo", "baseTimeNanoseconds")}
+    doc = _file_decoder.decode(buf)
+    _add_structs(doc.traceEvents, out)
+    meta = {"distributedInfo": doc.distributedInfo, "baseTimeNanoseconds": doc.baseTimeNanoseconds}
     out.metadata.update({k: v for k, v in meta.items() if v is not None})
