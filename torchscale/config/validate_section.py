@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from torchscale.config.base import StrictModel
 
@@ -67,6 +74,16 @@ class FleetBar(Bar):
     )
 
 
+SECONDS_RANGE = {
+    "window_s": (0.01, 60.0),
+    "sustained_s": (0.1, 86400.0),
+    "sample_interval_s": (0.01, 60.0),
+    "link_s": (0.01, 600.0),
+}
+"""The durations validate accepts, seconds: shorter is below the clock's resolution (a window
+of 1e-12 s times nothing), longer never ends in a run anyone waits for (a window of 1e300 s)."""
+
+
 class ValidateSection(StrictModel):
     """How ``torchscale validate`` measures at levels 2 and 3 (docs/validate.md)."""
 
@@ -116,3 +133,11 @@ class ValidateSection(StrictModel):
         description="Fleet: a link against what its two nodes reach on their best link, and a "
         "node's best link against the fleet median.",
     )
+
+    @field_validator(*SECONDS_RANGE)
+    @classmethod
+    def _seconds_in_range(cls, value: float, info: ValidationInfo) -> float:
+        low, high = SECONDS_RANGE[str(info.field_name)]
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low:g} and {high:g} seconds")
+        return value

@@ -11,7 +11,7 @@ import pandas as pd
 
 from torchscale.analysis.finding import Finding
 from torchscale.profiling.analyzers.kernels import MEMORY, kernel_time_by_class
-from torchscale.profiling.analyzers.steps import dataloader_time, step_times
+from torchscale.profiling.analyzers.steps import dataloader_time, overlapping_steps, step_times
 from torchscale.profiling.analyzers.trace_breakdown import temporal_breakdown
 from torchscale.profiling.analyzers.trace_collectives import collective_tables
 from torchscale.profiling.detail_tables import detail_tables
@@ -80,6 +80,16 @@ def _analyze(
     warnings: List[str] = []
     traces = load_traces(paths, workers, warnings, max_memory)
     steps = step_times(traces)
+    overlaps = overlapping_steps(steps)
+    for trace in traces:
+        count = overlaps.get(trace.rank, 0)
+        trace.metadata["overlapping_steps"] = count
+        if count:
+            warnings.append(
+                f"rank {trace.rank} ({trace.path.name}): {count} profiler step(s) start before "
+                "the step before them ended: their shared time counts twice in the step and "
+                "sync-stall figures (an edited trace, or two profilers at once?)"
+            )
     classes = kernel_time_by_class(traces)
     coll = collective_tables(traces)
     ranks = trace_rank_table(traces, steps, classes, coll["stragglers"])
@@ -152,6 +162,7 @@ def to_document(result: ProfileAnalysis) -> Dict[str, object]:
                 "pid": t.metadata.get("pid"),
                 "events": t.event_count,
                 "invalid_events": dict(t.invalid),
+                "overlapping_steps": t.metadata.get("overlapping_steps", 0),
             }
             for t in result.traces
         ],

@@ -21,6 +21,7 @@ from torchscale.profiling.traces.model import (
     api_table,
     compact_floats,
     compact_ints,
+    invalid_memory_rows,
     invalid_rows,
     keep_rows,
     link_launches,
@@ -121,9 +122,12 @@ def finish(path: Path, parts: List[dec.Columns], trim_last_step: bool = True) ->
         ),
     }
     memory = {key: _joined([p.memory[key].take() for p in parts]) for key in dec.MEMORY_FIELDS}
+    memory_bad, memory_invalid = invalid_memory_rows(memory)
+    keep_rows(memory, ~memory_bad)
     cols, names, cats, meta = _merge(parts)
     cat_names = np.asarray([*cats, ""], dtype=object)
     bad, invalid = invalid_rows(cols["ts"], cols["dur"])
+    invalid.update(memory_invalid)
     keep_rows(cols, ~bad & (cat_names[cols["cat"]] != ""))  # HTA drops events without a category
     api_bad, _ = invalid_rows(api["ts"], api["dur"])
     keep_rows(api, ~api_bad)
