@@ -145,10 +145,13 @@ def finish(path: Path, parts: List[dec.Columns], trim_last_step: bool = True) ->
     del api["correlation"]
     step_codes = [i for i, n in enumerate(names) if PROFILER_STEP in n]
     window_end = None
-    if len(step_codes) >= 2 and trim_last_step:
-        steps = np.isin(cpu_cols["name"], step_codes)
+    steps = np.isin(cpu_cols["name"], step_codes)
+    # Steps counted among the valid events only: a step left out as invalid neither ends the
+    # window nor makes the one valid step the "last" (which would leave nothing before it).
+    if trim_last_step and len(np.unique(cpu_cols["name"][steps])) >= 2:
         window_end = float(cpu_cols["ts"][steps].max())
-        del steps
+    del steps
+    if window_end is not None:
         # a kernel counts by its launch (HTA's rule), anything else by its start
         is_kernel = gpu_cols["correlation"] >= 0
         anchor = np.where(is_kernel, gpu_cols["launch_ts"], gpu_cols["ts"])
