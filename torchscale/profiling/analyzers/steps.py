@@ -81,12 +81,12 @@ def overlapping_steps(steps: pd.DataFrame) -> Dict[int, int]:
     torch.profiler never writes such ranges: they come from an edited trace or two profilers,
     and every per-step figure (and the sync stall) then counts their shared time twice."""
     out: Dict[int, int] = {}
-    for rank, mine in steps.groupby("rank", sort=True):
-        ordered = mine.sort_values("start_us")
+    for rank in sorted(set(steps["rank"].tolist())):
+        ordered = steps[steps["rank"] == rank].sort_values("start_us")
         ends = np.maximum.accumulate(ordered["end_us"].to_numpy(float))
         count = int((ordered["start_us"].to_numpy(float)[1:] < ends[:-1]).sum())
         if count:
-            out[int(rank)] = count  # type: ignore[call-overload]
+            out[int(rank)] = count
     return out
 
 
