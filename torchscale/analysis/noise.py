@@ -85,7 +85,7 @@ class Spread:
 
 def floor_pct(sigma: float) -> float:
     """The change (%) two unchanged single runs stay within 95% of the time, for a sigma."""
-    return 100 * math.expm1(BAND * math.sqrt(2) * sigma)
+    return 100 * (_exp(BAND * math.sqrt(2) * sigma) - 1)
 
 
 def stated(pct: float) -> Spread:
@@ -150,4 +150,14 @@ def change_interval(
     if steps is not None and all(s > 0 and math.isfinite(s) for s in steps):
         point, low, high = (math.log(s) for s in steps)
         below, above = max(below, point - low), max(above, high - point)
-    return math.exp(log_ratio - below), math.exp(log_ratio + above)
+    return _exp(log_ratio - below), _exp(log_ratio + above)
+
+
+def _exp(value: float) -> float:
+    """``exp`` that saturates (0 or infinity) instead of raising: a record with an extreme
+    step-time CV (hundreds) has an interval wider than a float holds, which says only that the
+    change cannot be judged."""
+    try:
+        return math.exp(value)
+    except OverflowError:
+        return math.inf

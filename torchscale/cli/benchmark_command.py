@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
@@ -19,6 +18,7 @@ from torchscale.cli.console import (
     say,
     show_result,
     user_errors,
+    write_stdout,
 )
 from torchscale.cli.job_options import (
     JOB_LAUNCHERS,
@@ -487,7 +487,7 @@ def _submit(
 
     done = submit_matrix(SubmitRequest(request, config_path, forwarded, sbatch_args, dry_run))
     if done.script_path is None:
-        sys.stdout.write(done.script)
+        write_stdout(done.script)
         err_console.print("dry run: nothing was written or submitted")
         return
     err_console.print(

@@ -160,6 +160,15 @@ def register(app: typer.Typer) -> None:
                 "each cell's step-time CV); see docs/report.md.",
             ),
         ] = None,
+        allow_device_change: Annotated[
+            bool,
+            typer.Option(
+                "--allow-device-change",
+                help="Compare cells that ran on different devices or backends (refused "
+                "otherwise: the change would be the hardware's); they are listed as a warning "
+                "and in --json (device_changes).",
+            ),
+        ] = False,
         json_output: Annotated[
             bool, typer.Option("--json", help="Print the comparison as JSON on stdout.")
         ] = False,
@@ -167,6 +176,7 @@ def register(app: typer.Typer) -> None:
         """Compare two result folders; fail (exit 1) on regressions and on cells that ran in
         OLD but failed, timed out or are missing in NEW."""
         from torchscale.analysis.comparison import CompareOptions, compare_runs
+        from torchscale.analysis.device_change import device_changes
         from torchscale.errors import TorchscaleError
         from torchscale.report.report_data import load_report_data
 
@@ -175,6 +185,18 @@ def register(app: typer.Typer) -> None:
         ).checked()
         old_data, new_data = load_report_data(old, "OLD"), load_report_data(new, "NEW")
         old_records, new_records = old_data.records, new_data.records
+        changes = device_changes(old_records, new_records)
+        if changes and not allow_device_change:
+            more = f"; and {len(changes) - 1} more cell(s)" if len(changes) > 1 else ""
+            raise TorchscaleError(
+                f"{old} and {new} ran on different devices or backends ({changes[0]}{more}): "
+                "the change would be the hardware's; compare runs of one device, or pass "
+                "--allow-device-change"
+            )
+        for line in changes:
+            result_console.print(
+                f"> [WARN] compared across devices: {line}", markup=False, soft_wrap=True
+            )
         result = compare_runs(old_records, new_records, options)
         if result.cells.empty or not result.shared:
             raise TorchscaleError(
@@ -200,6 +222,7 @@ def register(app: typer.Typer) -> None:
                     "only_in_baseline": result.only_old.to_dict("records"),
                     "only_in_new": result.only_new.to_dict("records"),
                     "profile_diff_commands": diffs,
+                    "device_changes": changes,
                 }
             )
         from torchscale.hardware.device_noun import records_device_kind

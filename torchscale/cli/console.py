@@ -100,8 +100,29 @@ def print_json(document: object) -> None:
     """
     from torchscale.results.files import dumps
 
-    sys.stdout.write(dumps(document, indent=2) + "\n")
-    sys.stdout.flush()
+    write_stdout(dumps(document, indent=2) + "\n")
+
+
+def write_stdout(text: str) -> None:
+    """Write ``text`` to stdout and flush it; a stdout that cannot take it (a full disk,
+    ``> /dev/full``, a closed pipe) is bad output, one line and exit 2, not a crash."""
+    import errno
+    import os
+
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        # Python flushes stdout again at exit and would print a second error: what is left in
+        # its buffer goes nowhere instead.
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), sys.stdout.fileno())
+        code = errno.errorcode.get(exc.errno or 0, "")
+        reason = f"{exc.strerror or type(exc).__name__}{f' ({code})' if code else ''}"
+        raise TorchscaleError(
+            f"cannot write to stdout: {reason}; the output is incomplete: send it to a file or "
+            "pipe that can take it"
+        ) from None
 
 
 def fail(message: str, code: int = 2) -> typer.Exit:

@@ -4,11 +4,10 @@ one JSON array (stdout), printed as the cells are expanded."""
 from __future__ import annotations
 
 import itertools
-import sys
 import textwrap
 from typing import TYPE_CHECKING, Iterator, List
 
-from torchscale.cli.console import result_console
+from torchscale.cli.console import result_console, write_stdout
 
 if TYPE_CHECKING:
     from torchscale.app.benchmark import BenchmarkRequest
@@ -49,7 +48,7 @@ def print_plan(request: BenchmarkRequest, json_output: bool) -> None:
         _note(f"> [WARN] {warning}")
     if json_output:
         separator = "\n"
-        sys.stdout.write("[")
+        write_stdout("[")
         for planned in stream:
             if planned.visited:
                 document = {
@@ -58,10 +57,9 @@ def print_plan(request: BenchmarkRequest, json_output: bool) -> None:
                     "command": planned.command,
                     "skip_reason": planned.skip_reason,
                 }
-                sys.stdout.write(separator + textwrap.indent(dumps(document, indent=2), "  "))
+                write_stdout(separator + textwrap.indent(dumps(document, indent=2), "  "))
                 separator = ",\n"
-        sys.stdout.write("]\n" if separator == "\n" else "\n]\n")
-        sys.stdout.flush()
+        write_stdout("]\n" if separator == "\n" else "\n]\n")
         return
     swept = preview.swept
     kind = preview.devices.kind

@@ -48,6 +48,8 @@ def to_document(diff: TraceDiff, top: int) -> Dict[str, Any]:
         "new": ops[ops["status"] == "new"]["name"].unique().tolist(),
         "vanished": ops[ops["status"] == "vanished"]["name"].unique().tolist(),
         "warnings": list(diff.warnings),
+        "same_job": not diff.job_differences,
+        "job_differences": list(diff.job_differences),
     }
 
 

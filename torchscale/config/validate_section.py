@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from torchscale.config.base import StrictModel
 
@@ -67,11 +74,26 @@ class FleetBar(Bar):
     )
 
 
+SECONDS_RANGE = {
+    "window_s": (0.01, 60.0),
+    "sustained_s": (0.1, 86400.0),
+    "sample_interval_s": (0.01, 60.0),
+    "link_s": (0.01, 600.0),
+}
+"""The durations validate accepts, seconds: shorter is below the clock's resolution (a window
+of 1e-12 s times nothing), longer never ends in a run anyone waits for (a window of 1e300 s)."""
+
+
+def _range(key: str) -> str:
+    low, high = SECONDS_RANGE[key]
+    return f" ({low:g} to {high:g})"
+
+
 class ValidateSection(StrictModel):
     """How ``torchscale validate`` measures at levels 2 and 3 (docs/validate.md)."""
 
     window_s: PositiveFloat = Field(
-        0.25, description="Length of one timed window of a probe, seconds."
+        0.25, description=f"Length of one timed window of a probe, seconds{_range('window_s')}."
     )
     repeats: PositiveInt = Field(
         3, description="Timed windows per probe; the best counts (interference only slows)."
@@ -86,15 +108,21 @@ class ValidateSection(StrictModel):
         8, description="CPU slots probed, at most (on CPU every slot is a device)."
     )
     sustained_s: PositiveFloat = Field(
-        60.0, description="Level 3: seconds of sustained GEMM and copy load per device."
+        60.0,
+        description="Level 3: seconds of sustained GEMM and copy load per device"
+        f"{_range('sustained_s')}.",
     )
     sample_interval_s: PositiveFloat = Field(
-        0.5, description="Level 3: seconds between clock/temperature/power samples."
+        0.5,
+        description="Level 3: seconds between clock/temperature/power samples"
+        f"{_range('sample_interval_s')}.",
     )
     link_mib: float = Field(
         4.0, gt=0, description="Fleet: message size of the pairwise send/recv, MiB."
     )
-    link_s: PositiveFloat = Field(0.5, description="Fleet: seconds of ping-pong per link.")
+    link_s: PositiveFloat = Field(
+        0.5, description=f"Fleet: seconds of ping-pong per link{_range('link_s')}."
+    )
     expected: ExpectedBar = Field(
         default_factory=ExpectedBar,
         description="A figure against the SKU's expected figure (hardware/expected_figures.py).",
@@ -116,3 +144,11 @@ class ValidateSection(StrictModel):
         description="Fleet: a link against what its two nodes reach on their best link, and a "
         "node's best link against the fleet median.",
     )
+
+    @field_validator(*SECONDS_RANGE)
+    @classmethod
+    def _seconds_in_range(cls, value: float, info: ValidationInfo) -> float:
+        low, high = SECONDS_RANGE[str(info.field_name)]
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low:g} and {high:g} seconds")
+        return value

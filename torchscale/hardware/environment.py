@@ -59,16 +59,25 @@ def unique(values: List[str]) -> List[str]:
     return list(dict.fromkeys(values))
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (``taskset``, a cgroup's cpuset, Slurm's binding), not
+    the host's: under ``taskset -c 0`` that is one, whatever the host has."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def cpu_slots() -> int:
-    """CPU worker processes this node runs side by side: one per core unless overridden."""
+    """CPU worker processes this node runs side by side: one per usable core unless
+    overridden."""
     slots = os.environ.get(CPU_SLOTS_ENV, "")
-    return int(slots) if slots.isdigit() and int(slots) > 0 else (os.cpu_count() or 1)
+    return int(slots) if slots.isdigit() and int(slots) > 0 else usable_cpus()
 
 
 def threads_per_cpu_slot() -> int:
     """Intra-op threads for one CPU rank: the same at every world size, like a GPU's resources,
     so that 1-rank and N-rank cells compare like with like."""
-    return max(1, (os.cpu_count() or 1) // cpu_slots())
+    return max(1, usable_cpus() // cpu_slots())
 
 
 def node_devices() -> NodeDevices:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from torchscale.analysis.finding import Finding
+from torchscale.profiling.analyzers.steps import overlapping_steps
 from torchscale.profiling.analyzers.trace_collectives import collective_tables
 from torchscale.profiling.finding_rules import find_bottlenecks
 from torchscale.profiling.trace_tables import compute_tables
@@ -55,6 +56,16 @@ def _analyze(
     warnings: List[str] = []
     traces = load_traces(paths, workers, warnings, max_memory)
     tables, computed = compute_tables(traces)
+    overlaps = overlapping_steps(tables["steps"])
+    for trace in traces:
+        count = overlaps.get(trace.rank, 0)
+        trace.metadata["overlapping_steps"] = count
+        if count:
+            warnings.append(
+                f"rank {trace.rank} ({trace.path.name}): {count} profiler step(s) start before "
+                "the step before them ended: their shared time counts twice in the step and "
+                "sync-stall figures (an edited trace, or two profilers at once?)"
+            )
     findings = find_bottlenecks(
         tables["ranks"], computed.once(collective_tables)["instances"], target
     )
@@ -112,6 +123,7 @@ def to_document(result: ProfileAnalysis) -> Dict[str, object]:
                 "pid": t.metadata.get("pid"),
                 "events": t.event_count,
                 "invalid_events": dict(t.invalid),
+                "overlapping_steps": t.metadata.get("overlapping_steps", 0),
             }
             for t in result.traces
         ],

@@ -38,12 +38,49 @@ STEP_COLUMNS = ["rank", "phase", "old_us", "new_us", "delta_us", "delta_pct"]
 SAME_SHARE = 0.005  # a change under 0.5% of the op's time (and no change of calls) is "same"
 
 
+SHARED_WORK_MIN = 0.5
+"""Two captures of one job spend most of their time in the same kernels (ops on CPU): under half
+of their time in work both ran, and a diff compares unrelated jobs."""
+
+
 @dataclass
 class TraceDiff:
     tables: Dict[str, pd.DataFrame]
     old_steps: Dict[int, int]
     new_steps: Dict[int, int]
     warnings: List[str] = field(default_factory=list)
+    # How OLD and NEW differ as jobs (world size, backend, device, kernels); empty: one job.
+    job_differences: List[str] = field(default_factory=list)
+
+
+def _device_of(trace: RankTrace) -> str:
+    return "GPU" if len(trace.gpu_events()) else "CPU"
+
+
+def job_differences(old: RankTrace, new: RankTrace, ops: pd.DataFrame) -> List[str]:
+    """What says that ``old`` and ``new`` are not two captures of one job: their declared world
+    size or backend, the device they ran on, or too little work in common (``ops``: their
+    ``diff_ops`` table)."""
+    from torchscale.profiling.traces.discover import job_of
+
+    found: List[str] = []
+    a, b = job_of(old), job_of(new)
+    if a is not None and b is not None:
+        if a[1] != b[1]:
+            found.append(f"world size {a[1]} in OLD, {b[1]} in NEW")
+        if a[0] and b[0] and a[0] != b[0]:
+            found.append(f"backend {a[0]} in OLD, {b[0]} in NEW")
+    if _device_of(old) != _device_of(new):
+        found.append(f"{_device_of(old)} work in OLD, {_device_of(new)} in NEW")
+    device = "gpu" if (ops["device"] == "gpu").any() else "cpu"
+    mine = ops[ops["device"] == device]
+    time = mine["old_us"].abs() + mine["new_us"].abs()
+    total = float(time.sum())
+    shared = float(time[~mine["status"].isin(["new", "vanished"])].sum())
+    if total > 0 and shared / total < SHARED_WORK_MIN:
+        what = "kernels" if device == "gpu" else "operations"
+        found.append(f"only {100 * shared / total:.0f}% of the time is in {what} both ran")
+    return found
 
 
 def _in_steps(times: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
@@ -152,10 +189,19 @@ def diff_traces(
                 f"rank {r}: {old_steps[r]} steps in OLD, {new_steps[r]} in NEW; compare the "
                 "per-step columns"
             )
+    differences: List[str] = []
+    for r, table in zip(ranks, ops):
+        differences += [d for d in job_differences(old[r], new[r], table) if d not in differences]
+    if differences:
+        warnings.insert(
+            0,
+            f"OLD and NEW look like two different jobs ({'; '.join(differences)}): the changes "
+            "below compare unrelated work; diff two captures of the same job",
+        )
     tables = {
         "ops": pd.concat(ops, ignore_index=True) if ops else pd.DataFrame(columns=OP_COLUMNS),
         "steps": pd.concat(steps, ignore_index=True)
         if steps
         else pd.DataFrame(columns=STEP_COLUMNS),
     }
-    return TraceDiff(tables, old_steps, new_steps, warnings)
+    return TraceDiff(tables, old_steps, new_steps, warnings, differences)

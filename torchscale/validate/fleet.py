@@ -32,6 +32,7 @@ from torchscale.validate.fleet_rules import (
 
 Notify = Callable[[str], None]
 MIB = 1 << 20
+JOINED_KEY = "torchscale/fleet/joined/"
 
 
 @dataclass(frozen=True)
@@ -94,11 +95,22 @@ class Fleet:
                 host, port, member.nnodes, member.node_rank == 0, timeout=timeout,
                 wait_for_workers=False,
             )  # fmt: skip
+            # Each node says it came, so that node 0 can name the ones that never did.
+            self.store.set(f"{JOINED_KEY}{member.node_rank}", "1")
             dist.init_process_group(
                 "gloo", store=self.store, rank=member.node_rank, world_size=member.nnodes,
                 timeout=timeout,
             )  # fmt: skip
         except (RuntimeError, ValueError) as exc:
+            missing = self._missing_nodes() if member.node_rank == 0 else []
+            if missing:
+                raise TorchscaleError(
+                    f"node 0 waited {member.join_timeout_s:g} s at {member.endpoint} and "
+                    f"{_nodes_text(missing)} of the fleet of {member.nnodes} never joined: run "
+                    f"`torchscale validate --fleet --nnodes {member.nnodes} --node-rank R "
+                    f"--rdzv-endpoint {member.endpoint}` on each of them (or give them longer: "
+                    "--join-timeout)"
+                ) from None
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             raise TorchscaleError(
                 f"node {member.node_rank} could not join the fleet at {member.endpoint} "
@@ -110,6 +122,21 @@ class Fleet:
         if self.cuda:
             torch.cuda.set_device(self.device)
         self.data_group = dist.new_group(backend="nccl") if self.cuda else None
+
+    def _missing_nodes(self) -> List[int]:
+        """The node ranks that never said they came (node 0 holds the store); [] when the
+        store itself cannot answer, so that the error is the store's own."""
+        store = getattr(self, "store", None)
+        if store is None:
+            return []
+        try:
+            return [
+                rank
+                for rank in range(1, self.member.nnodes)
+                if not store.check([f"{JOINED_KEY}{rank}"])
+            ]
+        except (RuntimeError, ValueError):
+            return []
 
     def gather(self, mine: Any) -> List[Any]:
         import torch.distributed as dist
@@ -160,6 +187,13 @@ class Fleet:
 
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _nodes_text(ranks: Sequence[int]) -> str:
+    shown = ", ".join(str(r) for r in ranks[:10]) + (
+        f" and {len(ranks) - 10} more" if len(ranks) > 10 else ""
+    )
+    return f"node{'s' if len(ranks) > 1 else ''} {shown}"
 
 
 def node_labels(reports: Sequence[Dict[str, Any]]) -> List[str]:

@@ -40,7 +40,8 @@ def _per_device(trace: RankTrace) -> List[Tuple[Any, ...]]:
     for kind, number in keys:
         same_kind = memory["device_type"].to_numpy() == kind
         mine = memory[same_kind & (memory["device"].to_numpy() == number)]
-        out.append((_device(kind, number), mine))
+        if len(mine):  # a key of NaN matches no row (the reader leaves such events out)
+            out.append((_device(kind, number), mine))
     return out
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 import pandas as pd
@@ -74,6 +74,20 @@ def step_times(traces: List[RankTrace]) -> pd.DataFrame:
             idle = np.where(span > 0, 100.0 * (span - inside) / span, np.nan)
         rows += zip([trace.rank] * len(lo), steps["step"].astype(int), lo, hi, span, inside, idle)
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
+
+
+def overlapping_steps(steps: pd.DataFrame) -> Dict[int, int]:
+    """Per rank, the steps that start before the step before them ended (in start order).
+    torch.profiler never writes such ranges: they come from an edited trace or two profilers,
+    and every per-step figure (and the sync stall) then counts their shared time twice."""
+    out: Dict[int, int] = {}
+    for rank in sorted(set(steps["rank"].tolist())):
+        ordered = steps[steps["rank"] == rank].sort_values("start_us")
+        ends = np.maximum.accumulate(ordered["end_us"].to_numpy(float))
+        count = int((ordered["start_us"].to_numpy(float)[1:] < ends[:-1]).sum())
+        if count:
+            out[int(rank)] = count
+    return out
 
 
 # torch.profiler records each batch fetch as "enumerate(DataLoader)#<iterator class>.__next__".

@@ -21,6 +21,7 @@ from torchscale.profiling.traces.model import (
     api_table,
     compact_floats,
     compact_ints,
+    invalid_memory_rows,
     invalid_rows,
     keep_rows,
     link_launches,
@@ -121,9 +122,12 @@ def finish(path: Path, parts: List[dec.Columns], trim_last_step: bool = True) ->
         ),
     }
     memory = {key: _joined([p.memory[key].take() for p in parts]) for key in dec.MEMORY_FIELDS}
+    memory_bad, memory_invalid = invalid_memory_rows(memory)
+    keep_rows(memory, ~memory_bad)
     cols, names, cats, meta = _merge(parts)
     cat_names = np.asarray([*cats, ""], dtype=object)
     bad, invalid = invalid_rows(cols["ts"], cols["dur"])
+    invalid.update(memory_invalid)
     keep_rows(cols, ~bad & (cat_names[cols["cat"]] != ""))  # HTA drops events without a category
     api_bad, _ = invalid_rows(api["ts"], api["dur"])
     keep_rows(api, ~api_bad)
@@ -141,10 +145,13 @@ def finish(path: Path, parts: List[dec.Columns], trim_last_step: bool = True) ->
     del api["correlation"]
     step_codes = [i for i, n in enumerate(names) if PROFILER_STEP in n]
     window_end = None
-    if len(step_codes) >= 2 and trim_last_step:
-        steps = np.isin(cpu_cols["name"], step_codes)
+    steps = np.isin(cpu_cols["name"], step_codes)
+    # Steps counted among the valid events only: a step left out as invalid neither ends the
+    # window nor makes the one valid step the "last" (which would leave nothing before it).
+    if trim_last_step and len(np.unique(cpu_cols["name"][steps])) >= 2:
         window_end = float(cpu_cols["ts"][steps].max())
-        del steps
+    del steps
+    if window_end is not None:
         # a kernel counts by its launch (HTA's rule), anything else by its start
         is_kernel = gpu_cols["correlation"] >= 0
         anchor = np.where(is_kernel, gpu_cols["launch_ts"], gpu_cols["ts"])

@@ -52,7 +52,18 @@ GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 NEGATIVE_DURATION = "negative duration"
 BAD_DURATION = "no or non-finite duration"
 BAD_START = "no or non-finite start"
-INVALID_REASONS = (NEGATIVE_DURATION, BAD_DURATION, BAD_START)
+ABSURD_DURATION = "duration over a week"
+MEMORY_WITHOUT_FIGURES = "memory event without its device or sizes"
+INVALID_REASONS = (
+    NEGATIVE_DURATION,
+    BAD_DURATION,
+    BAD_START,
+    ABSURD_DURATION,
+    MEMORY_WITHOUT_FIGURES,
+)
+MAX_DURATION_US = 7 * 86400 * 1e6
+"""No profiled event lasts a week (a capture is seconds): a longer one (``dur: 1e300``) is a
+damaged or forged event, and kept it would make every share of its rank's time meaningless."""
 
 
 @dataclass
@@ -100,6 +111,7 @@ class RankTrace:
 
 
 MEMORY_COLUMNS = ("ts", "device_type", "device", "bytes", "allocated", "reserved")
+MEMORY_NEEDED = ("ts", "device_type", "allocated")  # without them an event places nothing
 
 
 def empty_api() -> pd.DataFrame:
@@ -137,7 +149,8 @@ def compact_floats(values: Any) -> np.ndarray:
     if isinstance(values, np.ndarray) and values.dtype == np.float32:
         return values
     array = np.asarray(values, dtype=np.float64)
-    narrow = array.astype(np.float32)
+    with np.errstate(over="ignore"):  # a value past float32's range stays float64, below
+        narrow = array.astype(np.float32)
     if np.array_equal(narrow, array, equal_nan=True):
         return narrow
     return array
@@ -149,12 +162,25 @@ def invalid_rows(ts: np.ndarray, dur: np.ndarray) -> Tuple[np.ndarray, Dict[str,
     bad_dur = ~np.isfinite(dur) & ~bad_start
     with np.errstate(invalid="ignore"):
         negative = (dur < 0) & ~bad_start & ~bad_dur
+        absurd = (dur > MAX_DURATION_US) & ~bad_start & ~bad_dur
     counts = {
         NEGATIVE_DURATION: int(negative.sum()),
         BAD_DURATION: int(bad_dur.sum()),
         BAD_START: int(bad_start.sum()),
+        ABSURD_DURATION: int(absurd.sum()),
     }
-    return bad_start | bad_dur | negative, {k: v for k, v in counts.items() if v}
+    return bad_start | bad_dur | negative | absurd, {k: v for k, v in counts.items() if v}
+
+
+def invalid_memory_rows(memory: Dict[str, np.ndarray]) -> Tuple[np.ndarray, Dict[str, int]]:
+    """Mask of the memory events that cannot be placed (no finite start, device type or
+    allocated total: a ``[memory]`` event without its ``args``), and their count."""
+    columns = [np.asarray(memory.get(k, np.zeros(0)), dtype=np.float64) for k in MEMORY_NEEDED]
+    bad = np.zeros(len(columns[0]), dtype=bool)
+    for column in columns:
+        bad |= ~np.isfinite(column)
+    count = int(bad.sum())
+    return bad, ({MEMORY_WITHOUT_FIGURES: count} if count else {})
 
 
 def describe_invalid(invalid: Dict[str, int]) -> str:
