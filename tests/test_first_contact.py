@@ -606,3 +606,64 @@ def test_environment_versions_read_as_versions(tmp_path_factory) -> None:
     text = " ".join(pages_text(session_report(tmp_path_factory.getbasetemp(), "real", "pdf")))
     assert re.search(r"CUDA\s+not available", text) and not re.search(r"cuDNN\s+\d{4,}", text)
     assert "CSV" not in text
+
+
+# --- README's first lines: a user's install and the example; the contributors' apart ----------
+
+
+def _bash_blocks(text: str) -> List[List[str]]:
+    """Each bash block of ``text`` as its command lines, comments dropped."""
+    return [
+        [" ".join(re.sub(r"\s+#.*$", "", line).split()) for line in block.splitlines()]
+        for block in re.findall(r"```bash\n(.*?)```", text, re.S)
+    ]
+
+
+def test_readme_starts_with_a_users_install_and_the_example() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    first, contributors = _bash_blocks(readme)[:2]
+    assert first[0] == "pip install -e ." and ".[dev]" not in " ".join(first)
+    assert first[1] == "torchscale benchmark --config examples/cpu_smoke.yaml --output-dir results"
+    assert not any("pytest" in line for line in first)
+    # The contributors' install and the test command stay, in a block said to be theirs.
+    assert contributors == ['pip install -e ".[dev]"', "python -m pytest"]
+    before = readme[: readme.index('pip install -e ".[dev]"')]
+    assert "For contributors" in before[before.rindex("```bash", 0, len(before) - 1) - 300 :]
+    # CI runs what README says: its install and exactly its test command.
+    ci = [" ".join(line.split()) for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    assert 'pip install -q -e ".[dev]"' in ci
+    test_line = next(i for i, line in enumerate(ci) if line.startswith("# README: test"))
+    assert contributors[1] in ci[test_line : test_line + 4]
+
+
+SEED_NUMBER = re.compile(r"\bseed \d{3}\b", re.I)
+
+
+def test_no_seed_numbers_in_help_or_readme() -> None:
+    """A new user never met the seeds: README's prose and every --help link docs/seeds.md
+    instead of saying "seed 001"."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert SEED_NUMBER.findall(readme) == []
+    assert "docs/seeds.md" in readme
+    commands = [[], ["benchmark"], ["profile"], ["profile", "analyze"], ["profile", "diff"],
+                ["report"], ["report", "generate"], ["compare"], ["project"], ["tune"],
+                ["validate"]]  # fmt: skip
+    for command in commands:
+        shown = runner.invoke(app, [*command, "--help"], terminal_width=200)
+        assert shown.exit_code == 0, (command, shown.output)
+        assert SEED_NUMBER.findall(shown.output) == [], command
+    benchmark = runner.invoke(app, ["benchmark", "--help"], terminal_width=200).output
+    assert "docs/seeds.md" in " ".join(benchmark.replace("│", " ").split())
+
+
+def test_no_run_output_is_tracked_at_the_root() -> None:
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    top = {line.split("/")[0] for line in tracked}
+    outputs = sorted(n for n in top if re.fullmatch(r"slurm-\d+\.out|results|.*\.jsonl", n))
+    assert outputs == []
+    ignored = (REPO / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert "/slurm-*.out" in ignored and "/results/" in ignored

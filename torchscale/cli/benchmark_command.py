@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
             Optional[int],
             typer.Option(
                 "--warmup",
-                help="Warm-up steps of every cell, as seed 001's flag: warmup_steps, and "
+                help="Warm-up steps of every cell (another tool's flag, docs/seeds.md): warmup_steps, and "
                 "communication.warmup when the config has that section.",
                 min=0,
             ),
@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
             Optional[int],
             typer.Option(
                 "--iters",
-                help="Measured steps of every cell, as seed 001's flag: measure_steps, and "
+                help="Measured steps of every cell (another tool's flag, docs/seeds.md): measure_steps, and "
                 "communication.iterations when the config has that section.",
                 min=1,
             ),
