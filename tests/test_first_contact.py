@@ -667,3 +667,23 @@ def test_no_run_output_is_tracked_at_the_root() -> None:
     assert outputs == []
     ignored = (REPO / ".gitignore").read_text(encoding="utf-8").splitlines()
     assert "/slurm-*.out" in ignored and "/results/" in ignored
+
+
+@pytest.mark.slow
+def test_built_in_models_on_cpu_say_the_threads_each_rank_runs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """On CPU every rank of a built-in model runs its slot's share of the cores (the same at every
+    rank count); the console says what was set and why, and each record holds it."""
+    from torchscale.hardware.environment import cpu_slots, threads_per_cpu_slot
+
+    run = healthy_run(tmp_path_factory.getbasetemp())
+    said = " ".join(run.result.stderr.split())
+    threads = threads_per_cpu_slot()
+    assert (
+        f"Threads: each CPU process of a built-in model runs {threads} intra-op thread(s) "
+        f"({os.cpu_count()} core(s) over {cpu_slots()} slot(s)), the same at every rank count"
+    ) in said
+    found = ExperimentStore(run.experiment_dir).records()
+    assert {r.world_size for r in found} == {1, 2}
+    assert {r.runtime["intra_op_threads"] for r in found} == {threads}  # type: ignore[attr-defined]
