@@ -237,7 +237,7 @@ def test_profile_script_names_its_run_for_the_benchmarks_experiment() -> None:
     assert not is_profile_run_of(traced.experiment_name, "train")
 
 
-PROFILED_CONFIG = f"""\
+PROFILED_CONFIG = """\
 experiment_name: own-script
 warmup_steps: 2
 measure_steps: 4

@@ -69,6 +69,8 @@ def _charts(table: pd.DataFrame) -> List[Chart]:
             Series(LABELS[c], x, rows[f"{c}_pts"].fillna(0.0).clip(lower=0.0).tolist(), kind="bar")
             for c in PARTS
         ]
+        # Without the noise below zero the bars may stand above the gap: the gap is marked.
+        series.append(Series("measured gap", x, rows["gap_pts"].tolist(), kind="marker"))
         band = noise_band(rows)
         charts.append(
             Chart(
@@ -101,8 +103,9 @@ def lost_efficiency_section(records: List[ResultBase]) -> Optional[Section]:
         "batches; interference: the same compute running slower), divided by the step time. "
         "Other is what the measured gap leaves: the columns add up to it. A part below zero "
         "(a cause that seems to have given efficiency back) is noise: it is marked so in the "
-        "table and drawn as no bar; the shaded band is the run-to-run noise of a part (95%, from "
-        "the step times' spread at both counts), and a part under it is within noise too.",
+        "table and drawn as no bar, so the bars may stand above the measured gap (the marker); "
+        "the shaded band is the run-to-run noise of a part (95%, from the step times' spread at "
+        "both counts), and a part under it is within noise too.",
         charts=_charts(table),
         tables=[
             make_table(
