@@ -55,7 +55,7 @@ def test_nchw_on_a_gpu_is_told_the_expected_gain() -> None:
     assert (
         "channels_last: true" in finding["recommendation"] and "tune" in finding["recommendation"]
     )
-    assert finding["category"] == "layout" and finding["severity"] == "warning"
+    assert finding["category"] == "layout" and finding["severity"] == "medium"
 
 
 def test_the_same_cell_with_channels_last_gives_the_measured_gain() -> None:

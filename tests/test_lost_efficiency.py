@@ -46,5 +46,9 @@ def test_section_renders_the_table_and_a_stacked_chart():
     headers = [h for h, _ in table.headers]
     assert "Straggler wait (pts)" in headers and "Other (pts)" in headers
     (chart,) = section.charts
-    assert chart.barmode == "stack" and [s.name for s in chart.series][-1] == "other"
+    bars = [s for s in chart.series if s.kind == "bar"]
+    assert chart.barmode == "stack" and bars[-1].name == "other"
+    (gap,) = [s for s in chart.series if s.kind == "marker"]
+    table_rows = lost_efficiency_table([_record(BASE), _record(SCALED)])
+    assert gap.name == "measured gap" and gap.y == table_rows["gap_pts"].tolist()
     assert lost_efficiency_section([_record(BASE)]) is None  # one GPU count: nothing to split

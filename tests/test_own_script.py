@@ -133,6 +133,69 @@ def test_the_report_shows_the_script(own: Run, tmp_path: Path) -> None:
     assert rows, sorted(tables)
 
 
+def plain_torchrun_threads(nproc: int) -> int:
+    """The intra-op threads plain ``torchrun --nproc-per-node nproc`` gives a script here,
+    observed by running it (torchrun sets OMP_NUM_THREADS=1 only with several processes)."""
+    script = SUPPORT_SCRIPTS / "print_threads.py"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += [f"--nproc-per-node={nproc}", str(script)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert ran.returncode == 0, ran.stderr
+    counts = {int(m) for m in re.findall(r"rank \d+ threads (\d+)", ran.stdout)}
+    assert len(counts) == 1, ran.stdout
+    return counts.pop()
+
+
+@pytest.mark.slow
+def test_the_script_keeps_the_threads_plain_torchrun_gives_it(own: Run) -> None:
+    """On CPU, --script runs each rank with what plain torchrun gives the script, and the record
+    and the console say it."""
+    said = " ".join(own.result.stderr.split())
+    for record in records(own.experiment_dir):
+        plain = plain_torchrun_threads(record.world_size)
+        assert record.runtime["intra_op_threads"] == plain, record.world_size
+        assert f"Your script ran {plain} intra-op thread(s) per rank" in said
+    # Said before the cells run, with the reason: torchrun's own rule for 2 processes.
+    assert (
+        "Threads, 2 process(es) per node: 1 intra-op thread(s) per rank, what plain torchrun "
+        "gives your script (torchrun sets OMP_NUM_THREADS=1 with 2 processes per node)"
+    ) in said
+    assert "Threads, 1 process(es) per node:" in said and "--threads N sets it" in said
+
+
+def test_threads_given_are_the_scripts_and_said(tmp_path: Path) -> None:
+    """``--threads N`` reaches every rank (script.threads, torch.set_num_threads before the
+    script starts) and the console's line; the launch leaves the script's OMP_NUM_THREADS alone,
+    where a built-in model's CPU ranks get their slot's share."""
+    import torch
+
+    from torchscale.app.own_script import ScriptOptions, script_config
+    from torchscale.launch.cpu_threads import cell_env, threads_lines
+    from torchscale.plan.matrix import expand
+    from torchscale.script.wrap import apply_process_settings
+
+    options = ScriptOptions(str(CNN), gpus=[2], threads=3)
+    plan = expand(script_config(options, None))
+    (cell,) = plan.cells
+    assert cell.settings.threads == 3  # type: ignore[attr-defined]
+    assert "OMP_NUM_THREADS" not in cell_env(cell, {}, "cpu")
+    (line,) = threads_lines(plan.cells, "cpu", 2)
+    assert line == (
+        "Threads, 2 process(es) per node: 3 intra-op thread(s) per rank, as --threads "
+        "(script.threads) sets"
+    )
+    before = torch.get_num_threads()
+    try:
+        assert apply_process_settings(cell.settings)["threads"] == 3  # type: ignore[arg-type]
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+    assert threads_lines(plan.cells, "cuda", 2) == []
+    shown = runner.invoke(app, ["benchmark", "--threads", "2", "-c", str(tmp_path / "x.yaml")])
+    assert shown.exit_code == 2 and "--threads goes with --script" in shown.output
+
+
 # --- profile: the slow rank is named ----------------------------------------------------------
 
 
@@ -156,6 +219,80 @@ def test_profile_names_the_slow_rank_of_the_script(tmp_path: Path) -> None:
     assert record.runtime["ddp_applied"] == {"forward_sync_buffers": False} or record.runtime[
         "ddp_applied"
     ] == {"broadcast_buffers": False}
+
+
+def test_profile_script_names_its_run_for_the_benchmarks_experiment() -> None:
+    """``profile --script`` names its run for the experiment ``benchmark --script`` writes (the
+    config's experiment_name, else its file name, else the script's), so a report of it finds
+    the profile beside it."""
+    from torchscale.app.own_script import ScriptOptions, script_raw
+    from torchscale.app.profile import CaptureRequest, capture_config
+    from torchscale.results.layout import is_profile_run_of
+
+    options = ScriptOptions(str(CNN))
+    traced = capture_config(CaptureRequest(2, 5.0, "sync_stalls", "torch", script=options))
+    benchmark = str(script_raw(options, None)["experiment_name"])
+    assert benchmark == "train_cnn"
+    assert is_profile_run_of(traced.experiment_name, benchmark)
+    assert not is_profile_run_of(traced.experiment_name, "train")
+
+
+PROFILED_CONFIG = """\
+experiment_name: own-script
+warmup_steps: 2
+measure_steps: 4
+sync_probe_steps: 2
+cell_timeout_s: 240
+"""
+
+
+@pytest.mark.slow
+def test_profile_script_into_the_benchmarks_folder_is_in_its_report_cut_short(
+    own: Run, tmp_path: Path
+) -> None:
+    """``profile --script -o DIR`` beside ``DIR/<experiment>`` of ``benchmark --script``: the
+    report of that one folder shows the profile. The script ends inside its traced window (a
+    30 s window, a script of 24 steps): the steps it traced are analysed, with a note."""
+    import shutil
+
+    from torchscale.report import formatting as fmt
+    from torchscale.results.figures import SYNC_STALL
+
+    results = tmp_path / "results"
+    shutil.copytree(own.experiment_dir, results / own.experiment_dir.name)
+    config = tmp_path / "own-script.yaml"
+    config.write_text(PROFILED_CONFIG, encoding="utf-8")
+    script = SCRIPTS / "train_transformer.py"
+    args = ["profile", "--script", str(script), "-c", str(config), "--gpus", "2"]
+    args += ["--duration", "30s", "-o", str(results), "--json", "--"]
+    args += ["--steps", "24", "--log-every", "100", "--batch-size", str(OWN_SCRIPT_BATCH)]
+    profiled = runner.invoke(app, args)
+    assert profiled.exit_code == 0, profiled.output
+    (run,) = results.glob("profile-own-script-g2-*")
+    (record,) = records(run)
+    assert record.profile is not None and record.profile.profiled
+    note = record.profile.note or ""
+    match = re.fullmatch(
+        r"the script ended (\d+) step\(s\) into its traced window of (\d+) \(after 1 warm-up "
+        r"step\): analysed on the (\d+) step\(s\) captured",
+        note,
+    )
+    assert match, note
+    seen, window, captured = (int(g) for g in match.groups())
+    assert seen < window and captured == seen - 1 == record.profile.steps and captured >= 2
+    said = " ".join(profiled.stderr.split())
+    assert f"> [ANALYSIS] Note: {note}." in said and "not profiled" not in said
+    document = json.loads(profiled.stdout)
+    assert document["sync_stall_pct"] is not None
+    assert all(rank["steps"] == captured for rank in document["ranks"])
+    out = tmp_path / "report.html"
+    built = runner.invoke(
+        app, ["report", "--source", str(results / own.experiment_dir.name), "-o", str(out)]
+    )
+    assert built.exit_code == 0, built.output
+    tables = html_tables(out.read_text(encoding="utf-8"))
+    (row,) = [r for r in tables["profile-table"] if r["Traced by"].startswith("torchscale profile")]
+    assert row[f"{SYNC_STALL.title} %"] == fmt.percent(document["sync_stall_pct"])
 
 
 # --- faults: recorded failures, not hangs -----------------------------------------------------

@@ -188,3 +188,32 @@ def test_folder_search_skips_other_json_files(tmp_path):
     doc = json.loads(result.stdout)
     assert sorted(Path(t["path"]).name for t in doc["traces"]) == ["rank0.json", "rank1.json"]
     assert doc["findings"][0]["ranks"] == [1]
+
+
+def test_cpu_traces_say_once_which_columns_they_cannot_have(tmp_path: Path) -> None:
+    """gloo traces of CPU processes hold no GPU kernels: HTA's idle, compute, overlap and
+    exposed-communication columns are left out and said once, not shown as dashes."""
+    folder = tmp_path / "traces"
+    shutil.copytree(DATA / "gloo_2rank_cpu", folder)
+    result = runner.invoke(app, ["profile", "analyze", str(folder)], terminal_width=200)
+    assert result.exit_code == 0, result.stderr
+    err = " ".join(result.stderr.split())
+    absent = "idle %, compute %, non-compute %, overlap %, exposed comm ms"
+    assert err.count(f"> [ANALYSIS] Not in these traces: {absent}: ") == 1
+    table = result.stderr[: result.stderr.index("[ANALYSIS]")]
+    assert "idle" not in table and "overlap" not in table and "sync stall time %" in table
+    assert " - " not in table  # no column of dashes
+    # GPU traces keep them.
+    nsys = runner.invoke(app, ["profile", "analyze", str(DATA / "nsys_2rank")])
+    assert "Not in these traces" not in nsys.stderr and "overlap" in nsys.stderr
+
+
+def test_stall_and_overhead_agree_or_say_why_they_differ() -> None:
+    from torchscale.results.figures import sync_relation
+
+    part = sync_relation(7.6, 39.0)
+    assert part.startswith("The sync stall time (7.6%) is the part of it spent waiting")
+    larger = sync_relation(14.4, 0.0)
+    assert larger.startswith("The sync stall time (14.4%) is larger here, so it is not a part")
+    assert "different steps" in larger and "part of it spent" not in larger
+    assert "part of it" in sync_relation(None, 5.0)

@@ -70,9 +70,19 @@ def test_html_shows_comm_compute_per_rank(projection: Run, reports: Dict[str, Pa
         rank = expected[(row["Ranks"], row["Rank"])]
         compute = rank.ddp_forward_compute_ms + rank.ddp_backward_compute_ms
         assert row["Compute ms"] == fmt.significant(compute)
-        assert row["Comm ms"] == fmt.significant(rank.ddp_backward_comm_ms)
+        # One rank has no communication (the glossary's none): no figure, though DDP timed one.
+        one = row["Ranks"] == "1"
+        comm = fmt.MISSING if one else fmt.significant(rank.ddp_backward_comm_ms)
+        assert row["Comm ms"] == comm
+        if one:
+            assert row["Exposed communication ms"] == row["Comm / compute"] == fmt.MISSING
+            assert rank.ddp_backward_comm_ms is not None
     assert (
         "Communication vs computation per iteration — gpt2-tiny, batch 16, 2 CPU processes" in html
+    )
+    assert (
+        "Communication vs computation per iteration — gpt2-tiny, batch 16, 1 CPU process"
+        not in (html)
     )
     assert "Step-time histogram — gpt2-tiny, batch 16" in html
 

@@ -79,6 +79,7 @@ class ToyKind:
     selections: Tuple[str, ...] = ("all", "toy")
     profiled = False
     joins_warm_groups = False
+    own_threads = False
 
     def missing(self, config: BenchmarkConfig) -> Optional[str]:
         return None if _section(config) else "a toy: section"

@@ -47,6 +47,17 @@ def severity_order(severity: str) -> int:
     return SEVERITY_ORDER.get(str(severity), UNKNOWN_SEVERITY_ORDER)
 
 
+SHOWN_SEVERITIES = ("high", "medium", "low")
+"""The one severity vocabulary every surface shows (console, HTML, PDF, JSON document): what
+other tools call critical or error is high, a warning is medium, info is low."""
+
+
+def shown_severity(severity: str) -> str:
+    """The word shown for a severity, whoever wrote it (one of ``SHOWN_SEVERITIES``)."""
+    order = severity_order(str(severity).lower())
+    return SHOWN_SEVERITIES[0] if order <= 1 else SHOWN_SEVERITIES[1] if order == 2 else "low"
+
+
 @dataclass
 class Finding:
     """What is wrong, on which ranks and steps, the numbers behind it, and what to do about it.

@@ -11,7 +11,8 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import pandas as pd
 
-from torchscale.analysis.finding import Finding, Severity, severity_order
+from torchscale.analysis.cpu_load import oversubscribed_wait
+from torchscale.analysis.finding import Finding, Severity, severity_order, shown_severity
 from torchscale.analysis.scaling import EFFICIENCY_GOOD
 from torchscale.hardware.device_noun import device_noun, is_cpu, record_device_kind
 from torchscale.results.figures import SYNC_OVERHEAD
@@ -47,6 +48,24 @@ COMPUTE_BOUND_ADVICE = (
 )
 
 
+def busy_host_wait(records: Iterable[ResultBase]) -> Optional[float]:
+    """Whether a busy host explains what ``records`` lost: the largest share of its window a
+    rank waited for a CPU while other processes held the cores (``analysis.cpu_load``), or None.
+    The one check tuning advice asks before it is given (a loss the host explains is no DDP
+    setting's to fix)."""
+    return oversubscribed_wait(records)
+
+
+def busy_host_advice(share: float) -> str:
+    """What to do instead of tuning, when a busy host explains the loss."""
+    return (
+        f"Not a DDP setting: a rank waited for a CPU {share:.0%} of its measured window while "
+        "other processes held the cores (see the CPU-wait finding), so this loss is the busy "
+        "host's. Rerun on a quiet node, or give each rank cores of its own (taskset/numactl, "
+        "the scheduler's CPU binding), before tuning anything."
+    )
+
+
 def _ranks(value: Any) -> List[int]:
     if isinstance(value, (list, tuple)):
         return [int(v) for v in value if isinstance(v, (int, float))]
@@ -59,7 +78,7 @@ def normalize(doc: Mapping[str, Any], source: str, experiment: str = "") -> Dict
     title = doc.get("title") or doc.get("message") or doc.get("category") or "finding"
     message = doc.get("message") if doc.get("title") else doc.get("detail")
     return {
-        "severity": str(doc.get("severity") or "info").lower(),
+        "severity": shown_severity(str(doc.get("severity") or "info")),
         "category": str(doc.get("category") or "general"),
         "title": str(title),
         "message": str(message) if message else "",
@@ -100,7 +119,7 @@ def record_findings(records: Iterable[ResultBase]) -> List[Dict[str, Any]]:
             title = "Erratic gradient sync"
             advice = sync_variance_advice(gpu, PROFILE_NEXT)
         finding = Finding(
-            severity=Severity.WARNING,
+            severity=Severity.MEDIUM,
             category="sync",
             title=f"{title}: {model}",
             message=f"Seen in {_cells(labels)}. {worst.sync.warning if worst.sync else ''}.",
@@ -113,9 +132,14 @@ def record_findings(records: Iterable[ResultBase]) -> List[Dict[str, Any]]:
     return found
 
 
-def scaling_findings(table: pd.DataFrame) -> List[Dict[str, Any]]:
+def scaling_findings(
+    table: pd.DataFrame, records: Iterable[ResultBase] = ()
+) -> List[Dict[str, Any]]:
     """Per model: the configurations whose efficiency at their largest GPU count is below the
-    "good" band, with the worst one's numbers."""
+    "good" band, with the worst one's numbers. Its advice is tuning advice unless a busy host
+    explains the loss (:func:`busy_host_wait` over the worst configuration's cells in
+    ``records``, at both counts)."""
+    by_id = {r.cell_id: r for r in records}
     ok = table[(table["status"] == "ok") & table["scaling_efficiency"].notna()]
     ok = ok[ok["world_size"] > ok["baseline_world_size"]]
     if ok.empty:
@@ -130,6 +154,7 @@ def scaling_findings(table: pd.DataFrame) -> List[Dict[str, Any]]:
             baseline=("baseline_world_size", "first"),
             cell_id=("cell_id", "first"),
             device=("device_name", "first"),
+            config_key=("config_key", "first"),
         )
     )
     found = []
@@ -142,16 +167,27 @@ def scaling_findings(table: pd.DataFrame) -> List[Dict[str, Any]]:
         cpu = str(worst["device"]).lower() == "cpu"
         detail = f"; {SYNC_OVERHEAD.name} {sync:.0f}% of its step" if not pd.isna(sync) else ""
         others = f" ({len(below)} of {len(group)} configurations)" if len(group) > 1 else ""
+        counts = {int(worst["world_size"]), int(worst["baseline"])}
+        same = ok[
+            (ok["experiment"] == experiment)
+            & (ok["config_key"] == worst["config_key"])
+            & ok["world_size"].isin(counts)
+        ]
+        busy = busy_host_wait(by_id[c] for c in same["cell_id"] if c in by_id)
+        if busy is not None:
+            advice = busy_host_advice(busy)
+        elif not pd.isna(sync) and sync >= 10:
+            advice = SYNC_BOUND_ADVICE
+        else:
+            advice = COMPUTE_BOUND_ADVICE
         finding = Finding(
-            severity=Severity.HIGH if efficiency < 0.5 else Severity.WARNING,
+            severity=Severity.HIGH if efficiency < 0.5 else Severity.MEDIUM,
             category="scaling",
             title=f"{model} scales below {EFFICIENCY_GOOD:.0%}{others}",
             message=f"Worst: {worst['variant']} at {efficiency:.0%} on "
             f"{device_noun(cpu, int(worst['world_size']))} against "
             f"{device_noun(cpu, int(worst['baseline']))}{detail}.",
-            recommendation=(
-                SYNC_BOUND_ADVICE if not pd.isna(sync) and sync >= 10 else COMPUTE_BOUND_ADVICE
-            ),
+            recommendation=advice,
             source=str(worst["cell_id"]),
             experiment=str(experiment),
         )
@@ -164,6 +200,8 @@ def findings_table(findings: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     analysed twice, say) is listed once."""
     table = pd.DataFrame(list(findings), columns=COLUMNS)
     table["experiment"] = table["experiment"].fillna("")
+    # One vocabulary on every surface, whoever wrote the finding (another tool's "critical").
+    table["severity"] = table["severity"].map(lambda s: shown_severity(str(s)))
     same = ["experiment", "severity", "category", "title", "message", "recommendation"]
     table = table[~table[same].astype(str).duplicated()]
     order = table["severity"].map(severity_order)

@@ -35,7 +35,8 @@ def comm_compute_table(
 
     ``exposed_comm_ms = comm - overlap`` is the communication compute did not hide;
     ``comm_compute_ratio = comm / compute``; ``exposed_share`` is the exposed part of the rank's
-    step time."""
+    step time. One rank has no communication (the glossary's none): what DDP's logging times
+    there is its own bookkeeping, so a 1-rank cell's communication figures are left empty."""
     rows = []
     for record in records:
         if not isinstance(record, TrainingResult) or record.status != "ok":
@@ -48,6 +49,17 @@ def comm_compute_table(
             overlap = min(rank.ddp_backward_overlap_ms or 0.0, comm)
             compute = forward + backward
             step = rank.step_time_ms.mean
+            if record.world_size == 1:
+                rows.append(
+                    {
+                        "cell_id": record.cell_id, "experiment": record.experiment,
+                        "model": record.model, "variant": (variants or {}).get(record.cell_id, ""),
+                        "batch_size": record.batch_size, "world_size": 1, "rank": rank.rank,
+                        "step_ms": step, "compute_ms": compute, "forward_compute_ms": forward,
+                        "backward_compute_ms": backward,
+                    }
+                )  # fmt: skip
+                continue
             rows.append(
                 {
                     "cell_id": record.cell_id, "experiment": record.experiment,

@@ -78,7 +78,7 @@ def channels_last_findings(records: Iterable[ResultBase]) -> List[Dict[str, Any]
             else f"expected about {EXPECTED_GAIN:.2f}x ({EXPECTED_GAIN_SOURCE})"
         )
         finding = Finding(
-            severity=Severity.WARNING,
+            severity=Severity.MEDIUM,
             category="layout",
             title=f"{model} trained in NCHW on GPUs (channels_last off)",
             message=f"{len(cells)} cell(s) ran without channels_last; {gain}.",

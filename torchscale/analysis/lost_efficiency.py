@@ -18,27 +18,43 @@ what its step is made of (``RankResult``): the wait for input (``data_ms``), the
 Each is turned into points of efficiency (``100 x ms / T_N``); **other** is what the measured
 efficiency gap leaves (timing noise, probe-window differences, figures a record lacks), so the
 columns add up to the gap exactly.
+
+A part below zero (a cause that seems to have given efficiency back) is noise: each part is a
+difference of two cells' figures, and between runs each cell's step time moves by
+``noise.DEFAULT_FACTOR`` x its step-time CV (``analysis/noise.py``, measured), so the **noise
+band** of a row is ``100 x BAND x DEFAULT_FACTOR x sqrt(cv_N^2 + cv_B^2)`` points: the 95% band
+of a part that did not change.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
 
+from torchscale.analysis.noise import BAND, DEFAULT_FACTOR
 from torchscale.analysis.scaling import label_variants
 from torchscale.analysis.training_tables import training_table
 from torchscale.results.schema import ResultBase, TrainingResult
 
 CAUSES = ("exposed_comm", "straggler_wait", "input_pipeline", "interference")
-FIGURES = ("step_ms", "data_ms", "compute_ms", "least_wait_ms", "mean_wait_ms")
+FIGURES = ("step_ms", "data_ms", "compute_ms", "least_wait_ms", "mean_wait_ms", "cv")
 COLUMNS = [
     "experiment", "model", "variant", "world_size", "baseline_world_size",
     "scaling_efficiency", "gap_pts", "step_ms", "baseline_step_ms",
     *[f"{c}_pts" for c in CAUSES], "other_pts", *[f"{c}_ms" for c in CAUSES],
-    "cell_id", "config_key",
+    "cell_id", "config_key", "noise_pts",
 ]  # fmt: skip
+PARTS = (*CAUSES, "other")
+"""The parts of the gap, each a ``<part>_pts`` column."""
+
+
+def noise_pts(cv: float, base_cv: float) -> float:
+    """The 95% noise band, in points, of a part of a row whose cell and baseline have these
+    step-time CVs (module docstring); NaN where either is unknown."""
+    return float(100.0 * BAND * DEFAULT_FACTOR * math.hypot(cv, base_cv))
 
 
 def _mean(values: Sequence[Optional[float]]) -> float:
@@ -56,7 +72,9 @@ def rank_figures(record: TrainingResult) -> Dict[str, float]:
         r.nosync_step_ms - (r.data_ms or 0.0) if r.nosync_step_ms is not None else None
         for r in ranks
     ]
+    steps = record.step_time_ms
     return {
+        "cv": steps.cv if steps is not None else float("nan"),
         "step_ms": _mean([r.step_time_ms.mean for r in ranks]),
         "data_ms": _mean(data),
         "compute_ms": _mean(compute),
@@ -124,6 +142,7 @@ def lost_efficiency_table(records: Iterable[ResultBase]) -> pd.DataFrame:
                 **{f"{k}_ms": v for k, v in causes.items()},
                 "cell_id": cell["cell_id"],
                 "config_key": cell["config_key"],
+                "noise_pts": noise_pts(cell["cv"], base["cv"]),
             }
         )
     return pd.DataFrame(rows, columns=COLUMNS)

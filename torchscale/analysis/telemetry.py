@@ -204,7 +204,7 @@ def _clock_findings(record: TrainingResult) -> List[Finding]:
             evidence += "; the other ranks wait for it at every gradient sync"
         found.append(
             _finding(
-                record, Severity.HIGH if straggler else Severity.WARNING,
+                record, Severity.HIGH if straggler else Severity.MEDIUM,
                 f"{title}: {record.model}", f"In {_where(record)}: {evidence}.", f"{evidence}.",
                 [rank.rank],
                 "Check that GPU's cooling and airflow (thermal), its power cap "
@@ -250,7 +250,7 @@ def _utilisation_finding(record: TrainingResult) -> Optional[Finding]:
             "torch.compile, fewer small kernels."
         )
     return _finding(
-        record, Severity.WARNING, f"GPUs {util:.0f}% utilised, {title}: {record.model}",
+        record, Severity.MEDIUM, f"GPUs {util:.0f}% utilised, {title}: {record.model}",
         f"In {_where(record)}: mean GPU utilisation {util:.0f}% and {detail}.",
         f"Mean GPU utilisation {util:.0f}% and {detail}.", [], advice,
     )  # fmt: skip
@@ -266,7 +266,7 @@ def _pcie_findings(record: TrainingResult) -> List[Finding]:
             continue
         found.append(
             _finding(
-                record, Severity.WARNING,
+                record, Severity.MEDIUM,
                 f"{_gpu_label(rank)} PCIe link below its maximum: {record.model}",
                 f"In {_where(record)}: {_gpu_label(rank)} (rank {rank.rank}, "
                 f"{rank.host}) trained its link at {text} under load.",
@@ -323,7 +323,7 @@ def _cpu_findings(record: TrainingResult) -> List[Finding]:
             )
         found.append(
             _finding(
-                record, Severity.HIGH if straggler else Severity.WARNING,
+                record, Severity.HIGH if straggler else Severity.MEDIUM,
                 title + (", the straggler" if straggler else "")
                 + f": {record.model} on {_ranks(record)}",
                 f"In {_where(record)}: {evidence}", evidence, [rank.rank], advice,

@@ -31,6 +31,7 @@ class ScriptOptions:
     steps: Optional[int] = None  # measure_steps
     samples_per_step: Optional[int] = None
     step_at: Optional[str] = None
+    threads: Optional[int] = None  # script.threads: else what plain torchrun gives
     knobs: Dict[str, Any] = field(default_factory=dict)  # window defaults of the command
 
 
@@ -56,6 +57,8 @@ def script_raw(options: ScriptOptions, config: Optional[Path]) -> Dict[str, Any]
         section["samples_per_step"] = options.samples_per_step
     if options.step_at is not None:
         section["step_at"] = options.step_at
+    if options.threads is not None:
+        section["threads"] = options.threads
     raw[SECTION.key] = section
     if options.gpus:
         raw["gpu_counts"] = list(options.gpus)

@@ -10,7 +10,6 @@ writes ``findings.json`` beside the traces.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -32,7 +31,12 @@ if TYPE_CHECKING:
     from torchscale.results.schema import ResultBase
     from torchscale.results.store import ExperimentStore
 from torchscale.results.host_records import load_host_records
-from torchscale.results.layout import FINDINGS_FILE, experiment_dir, profile_run_name
+from torchscale.results.layout import (
+    FINDINGS_FILE,
+    experiment_dir,
+    profile_run_name,
+    profile_subject,
+)
 
 TOOLS = ("auto", "nsys", "torch")
 log = logging.getLogger("torchscale")
@@ -185,7 +189,8 @@ def capture_config(request: CaptureRequest, now: Optional[datetime] = None) -> B
 
         options = replace(request.script, knobs={**MODEL_DEFAULTS, **request.script.knobs})
         raw: Dict[str, Any] = script_raw(options, request.config)
-        name = Path(request.script.path).stem
+        # The experiment benchmark --script would write, so that a report of it finds this run.
+        name = str(raw["experiment_name"])
     elif request.config is not None:
         raw = read_yaml(request.config)
         name = str(raw.get("experiment_name") or request.config.stem)
@@ -205,10 +210,8 @@ def capture_config(request: CaptureRequest, now: Optional[datetime] = None) -> B
     else:
         raise TorchscaleError("say what to profile: --model M --batch-size B, or --config FILE")
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
-    # A name torchscale makes is a safe folder name as it is (a model path has a colon).
-    name = re.sub(r"[^\w.-]+", "-", name).strip("-.") or "model"
     gpus = request.gpus or DEFAULT_GPUS
-    raw["experiment_name"] = profile_run_name(name, gpus, stamp)
+    raw["experiment_name"] = profile_run_name(profile_subject(name), gpus, stamp)
     raw["gpu_counts"] = [gpus]
     raw["profiling"] = {
         **(raw.get("profiling") or {}),
@@ -252,6 +255,7 @@ class CapturedCell:
     not_profiled: Optional[str] = None  # the cell failed, or its trigger did not trace it
     no_analysis: Optional[str] = None  # traced, but the analysis wrote no findings
     sync_overhead_pct: Optional[float] = None  # the traced run's own measured window
+    note: Optional[str] = None  # said beside the analysis (a window cut short by the script)
 
 
 def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
@@ -275,7 +279,10 @@ def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
     overhead = sync_overhead_pct(record) if isinstance(record, TrainingResult) else None
     hosts = load_host_records(store.root.parent)
     document["findings"] = attribute_findings(document["findings"], [record], hosts, "title")
-    return CapturedCell(record.cell_id, profile.tool, out_dir, document, sync_overhead_pct=overhead)
+    return CapturedCell(
+        record.cell_id, profile.tool, out_dir, document, sync_overhead_pct=overhead,
+        note=profile.note,
+    )  # fmt: skip
 
 
 def fitted_gpus(request: CaptureRequest, devices: NodeDevices) -> Tuple[int, Optional[str]]:
@@ -309,9 +316,11 @@ def capture_profile(
     input (a model that does not exist, more ranks than the node has) fails before anything
     is written or said about where results go."""
     from torchscale.hardware.environment import node_devices
+    from torchscale.launch.cpu_threads import default_threads, threads_lines
     from torchscale.launch.nsys import tool_warning
     from torchscale.models.registry import check_model_factories, check_model_name
     from torchscale.plan.cpu_size import gpu_sized_warnings
+    from torchscale.plan.matrix import expand
     from torchscale.results.store import check_writable
 
     if request.script is not None and request.model is not None:
@@ -341,6 +350,8 @@ def capture_profile(
         notify(f"> [WARN] {warning}")
     for line in gpu_sized_warnings(config, devices.kind):
         notify(f"> [WARN] {line}")
+    for line in threads_lines(expand(config).cells, devices.kind, default_threads()):
+        notify(f"> [INFO] {line}")
     check_writable(output_dir)
     notify(f"> Results go to {experiment_dir(output_dir, config.experiment_name)}")
     return [captured_cell(r, s) for r, s in run_capture(request, output_dir, events, config)]

@@ -41,6 +41,7 @@ from torchscale.cli.script_args import (
     SamplesPerStepOption,
     ScriptArgsCommand,
     StepAtOption,
+    ThreadsOption,
     script_args,
     script_options_alone,
     step_at_value,
@@ -117,8 +118,8 @@ def register(app: typer.Typer) -> None:
             Optional[int],
             typer.Option(
                 "--warmup",
-                help="Warm-up steps of every cell, as seed 001's flag: warmup_steps, and "
-                "communication.warmup when the config has that section.",
+                help="Warm-up steps of every cell (another tool's flag, docs/seeds.md): "
+                "warmup_steps, and communication.warmup when the config has that section.",
                 min=0,
             ),
         ] = None,
@@ -126,8 +127,8 @@ def register(app: typer.Typer) -> None:
             Optional[int],
             typer.Option(
                 "--iters",
-                help="Measured steps of every cell, as seed 001's flag: measure_steps, and "
-                "communication.iterations when the config has that section.",
+                help="Measured steps of every cell (another tool's flag, docs/seeds.md): "
+                "measure_steps, and communication.iterations when the config has that section.",
                 min=1,
             ),
         ] = None,
@@ -332,6 +333,7 @@ def register(app: typer.Typer) -> None:
         k8s_overlay: OverlayOption = None,
         emit: EmitOption = None,
         accelerator: AcceleratorOption = "H100",
+        threads: ThreadsOption = None,
     ) -> None:
         """Run throughput/latency tests across GPU configs, or your own training script."""
         if verbose:
@@ -367,13 +369,14 @@ def register(app: typer.Typer) -> None:
                 )
             options = ScriptOptions(
                 script, script_args(ctx), gpus or [], steps, samples_per_step,
-                step_at_value(step_at),
+                step_at_value(step_at), threads,
             )  # fmt: skip
             loaded = script_config(options, config, overrides)
         else:
             script_options_alone(
                 "a config gives its own gpu_counts and window",
                 gpus=gpus, steps=steps, samples_per_step=samples_per_step, step_at=step_at,
+                threads=threads,
             )  # fmt: skip
             if config is None:
                 raise TorchscaleError(

@@ -38,11 +38,18 @@ from torchscale.cli.script_args import (
     SamplesPerStepOption,
     ScriptArgsGroup,
     StepAtOption,
+    ThreadsOption,
     script_options,
 )
 from torchscale.config.durations import parse_duration
 from torchscale.errors import TorchscaleError
-from torchscale.results.figures import GLOSSARY_DOC, SYNC_OVERHEAD, SYNC_STALL
+from torchscale.results.figures import (
+    GLOSSARY_DOC,
+    NO_DEVICE_KERNELS,
+    SYNC_OVERHEAD,
+    SYNC_STALL,
+    sync_relation,
+)
 from torchscale.results.layout import FINDINGS_FILE
 
 if TYPE_CHECKING:
@@ -64,9 +71,14 @@ def _fmt(value: Any, spec: str) -> str:
     return f"{value / 1000:.2f}" if spec == "ms" else spec.format(value)
 
 
+DEVICE_ONLY = ("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct", "exposed_comm_us")
+"""The per-rank columns HTA computes from a device's kernels."""
+
+
 def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) -> None:
     """The analysis as the seed shows it: per-rank table, sync stall, numbered bottlenecks."""
 
+    from torchscale.analysis.finding import shown_severity
     from torchscale.console_tables import Col, fitted_table
 
     ranks = document["ranks"]
@@ -83,6 +95,10 @@ def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) 
         ("exposed_comm_us", "exposed comm ms", "exposed\ncomm ms", "ms", 0),
         ("sync_stall_pct", "sync stall time %", "sync stall\ntime %", "{:.1f}", 0),
     ]
+    # HTA's breakdown is of a device's kernels: traces without any (CPU processes) have none of
+    # it. Those columns are left out and said once, not shown as dashes without a word.
+    absent = [c for c in columns if c[0] in DEVICE_ONLY and all(r.get(c[0]) is None for r in ranks)]
+    columns = [c for c in columns if c not in absent]
     table = fitted_table(
         err_console,
         "Per-rank breakdown (HTA definitions)",
@@ -100,6 +116,9 @@ def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) 
         left_out="see the CSV tables or --json",
     )
     err_console.print(table)
+    if absent:
+        names = ", ".join(title for _, title, _, _, _ in absent)
+        say(f"> [ANALYSIS] Not in these traces: {names}: {NO_DEVICE_KERNELS}")
     from torchscale.profiling.traces.discover import RANK_SOURCES
 
     sources = dict.fromkeys(r["rank_source"] for r in ranks if r.get("rank_source"))
@@ -123,7 +142,7 @@ def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) 
     # The seed's form: "> [ANALYSIS] Found 2 bottleneck(s):" then ">   1. ..." per finding.
     show_result(f"> [ANALYSIS] Found {len(findings)} bottleneck(s):")
     for i, finding in enumerate(findings, 1):
-        show_result(f">   {i}. {finding['title']} ({finding['severity']})")
+        show_result(f">   {i}. {finding['title']} ({shown_severity(finding['severity'])})")
         show_result(f">      -> {finding['recommendation']}")
     if written:
         say(f"> [ANALYSIS] Wrote {', '.join(written)} to {out_dir}")
@@ -142,12 +161,14 @@ def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
             show_result(f"> [ANALYSIS] {cell.cell_id}: {cell.no_analysis}")
             continue
         show_result(f"> [ANALYSIS] Profiling complete: {cell.cell_id} ({cell.tool}).")
+        if cell.note:
+            show_result(f"> [ANALYSIS] Note: {cell.note}.")
         print_document(cell.document, [FINDINGS_FILE, *table_files().values()], cell.out_dir)
         if cell.sync_overhead_pct is not None:
+            stall = cell.document.get("sync_stall_pct")
             say(
                 f"> [ANALYSIS] {SYNC_OVERHEAD.title} of this cell (its measured window): "
-                f"{cell.sync_overhead_pct:.1f}%. The {SYNC_STALL.name} is the part of it spent "
-                f"waiting for the last rank; the rest is the transfers and DDP's bucketing "
+                f"{cell.sync_overhead_pct:.1f}%. {sync_relation(stall, cell.sync_overhead_pct)} "
                 f"({GLOSSARY_DOC})."
             )
         documents.append({"cell_id": cell.cell_id, "dir": str(cell.out_dir), **cell.document})
@@ -237,6 +258,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         samples_per_step: SamplesPerStepOption = None,
         step_at: StepAtOption = None,
+        threads: ThreadsOption = None,
         json_output: JsonOption = False,
         verbose: VerboseOption = False,
         launcher: JobLauncherOption = JobLauncher.torchrun,
@@ -270,7 +292,7 @@ def register(app: typer.Typer) -> None:
         from torchscale.cli.benchmark_view import ConsoleEvents
         from torchscale.config.loader import parse_overrides
 
-        own = script_options(ctx, script, samples_per_step, step_at)
+        own = script_options(ctx, script, samples_per_step, step_at, threads)
         if launcher is not JobLauncher.torchrun:
             from torchscale.app.k8s_submit import profile_shape
 
@@ -278,6 +300,7 @@ def register(app: typer.Typer) -> None:
             args += [f"--model={model}"] if model else []
             args += [f"--batch-size={batch_size}"] if batch_size else []
             args += [f"--set={item}" for item in set_ or []]
+            args += [f"--threads={threads}"] if threads else []
             if own is not None:
                 args += script_words(own.path, None, None, samples_per_step, step_at, own.args)
             run_job(shape=profile_shape(gpus, config, args), submit=submit, settings=job_settings(

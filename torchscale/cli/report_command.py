@@ -20,7 +20,7 @@ FormatOption = Annotated[
     typer.Option(
         "--format",
         "-f",
-        help="Report format: html, pdf, json (seed 001's document per experiment), tensorboard "
+        help="Report format: html, pdf, json (one document per experiment), tensorboard "
         "(event files) or png (the key charts, latency_histogram.png among them); for the last "
         "two --output is a folder.",
     ),

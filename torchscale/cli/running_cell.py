@@ -66,7 +66,7 @@ class RunningCell:
     def profile_line(self, record: ResultBase) -> Optional[str]:
         """The line a traced cell ends with: which cell, why it was traced (the trigger's
         reason), where its traces are and the most severe finding."""
-        from torchscale.analysis.finding import severity_order
+        from torchscale.analysis.finding import severity_order, shown_severity
         from torchscale.report.report_data import read_findings
 
         profile = getattr(record, "profile", None)
@@ -77,7 +77,7 @@ class RunningCell:
         if findings:
             top = min(findings, key=lambda f: severity_order(str(f.get("severity"))))
             title = top.get("title") or top.get("message")
-            found = f"top finding ({top.get('severity')}): {title}"
+            found = f"top finding ({shown_severity(str(top.get('severity')))}): {title}"
         else:
             found = "no finding" if profile.findings == 0 else "no analysis (see the traces)"
         why = f"traced: {profile.reason}" if profile.reason else "traced"

@@ -55,6 +55,17 @@ StepAtOption = Annotated[
     ),
 ]
 
+ThreadsOption = Annotated[
+    Optional[int],
+    typer.Option(
+        "--threads",
+        min=1,
+        help="With --script: intra-op threads of every rank (torch.set_num_threads; default: "
+        "what plain torchrun gives, OMP_NUM_THREADS=1 with several processes per node).",
+        rich_help_panel=SCRIPT_PANEL,
+    ),
+]
+
 
 def step_at_value(step_at: Optional[StepAt]) -> Optional[str]:
     return step_at.value if step_at is not None else None
@@ -69,18 +80,23 @@ def script_options_alone(why: str = "your own training script", **given: object)
 
 
 def script_options(
-    ctx: Any, script: Optional[str], samples_per_step: Optional[int], step_at: Optional[StepAt]
+    ctx: Any,
+    script: Optional[str],
+    samples_per_step: Optional[int],
+    step_at: Optional[StepAt],
+    threads: Optional[int] = None,
 ) -> Optional[ScriptOptions]:
     """``profile``'s and ``tune``'s script options: the script run as written (its arguments
     after ``--``), or None without ``--script``, where a script option alone is refused."""
     if script is None:
-        script_options_alone(samples_per_step=samples_per_step, step_at=step_at)
+        script_options_alone(samples_per_step=samples_per_step, step_at=step_at, threads=threads)
         return None
     from torchscale.app.own_script import ScriptOptions
 
     return ScriptOptions(
-        script, script_args(ctx), samples_per_step=samples_per_step, step_at=step_at_value(step_at)
-    )
+        script, script_args(ctx), samples_per_step=samples_per_step,
+        step_at=step_at_value(step_at), threads=threads,
+    )  # fmt: skip
 
 
 def _split(ctx: Any, args: List[str]) -> List[str]:

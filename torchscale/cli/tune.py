@@ -15,6 +15,7 @@ from torchscale.cli.script_args import (
     SamplesPerStepOption,
     ScriptArgsCommand,
     StepAtOption,
+    ThreadsOption,
     script_options,
 )
 from torchscale.errors import ConfigError
@@ -342,10 +343,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
         samples_per_step: SamplesPerStepOption = None,
         step_at: StepAtOption = None,
+        threads: ThreadsOption = None,
     ) -> None:
         """Find the fastest DDP settings for one model, or your own script, and prove the gain
         (docs/tune.md)."""
-        own = script_options(ctx, script, samples_per_step, step_at)
+        own = script_options(ctx, script, samples_per_step, step_at, threads)
         request = _request(
             config, set_ or [], model, batch_size, gpus, allow or [], output_dir, budget,
             trials, finalists, repeats, own,

@@ -76,6 +76,7 @@ class CommunicationKind:
     selections: Tuple[str, ...] = ("all", "comm")
     profiled = False
     joins_warm_groups = False  # each launch builds its scope groups and communicators
+    own_threads = False
 
     def missing(self, config: BenchmarkConfig) -> Optional[str]:
         if comm_section(config) is not None:

@@ -27,10 +27,10 @@ from torchscale.hardware.environment import (
     NodeDevices,
     collect_environment,
     node_devices,
-    threads_per_cpu_slot,
 )
 from torchscale.launch.backends import backend_skip_reason
 from torchscale.launch.cell import node_environments, run_cell, skipped_records
+from torchscale.launch.cpu_threads import cell_env
 from torchscale.launch.dataset_fetch import fetch_datasets
 from torchscale.launch.liveness import live_owner
 from torchscale.launch.multinode import Launch, check_node_zero, merge_node_environments
@@ -361,11 +361,7 @@ def _sweep(
         store.write_manifest(manifest)
     records = known if recording else []  # elsewhere: what this node saw fail
     waits = launch.join_waits(remaining)
-    env = dict(options.env or {})
-    if devices.kind == "cpu":
-        # torchrun sets OMP_NUM_THREADS=1 only for multi-process launches; make every cell
-        # use the same per-rank thread count.
-        env.setdefault("OMP_NUM_THREADS", str(threads_per_cpu_slot()))
+    env = dict(options.env or {})  # each cell's threads: launch.cpu_threads.cell_env
     experiment = plan.config.experiment_name
     started = [0]
 
@@ -419,7 +415,8 @@ def _sweep(
     for unit in launch_units(todo, mode, alone):
         if len(unit) > 1:
             run_group(
-                unit, store, experiment, env=env, profile=profile, on_started=start,
+                unit, store, experiment, env=cell_env(unit[0], env, devices.kind),
+                profile=profile, on_started=start,
                 on_poll=polled, on_finished=finish,
             )  # fmt: skip
             continue
@@ -431,7 +428,7 @@ def _sweep(
             continue
         finish(cell, run_cell(
             cell, store, experiment, rendezvous=launch.rendezvous(cell, waits.get(cell.cell_id)),
-            env=env, on_poll=polled,
+            env=cell_env(cell, env, devices.kind), on_poll=polled,
             profile=profile if get_kind(cell.kind).profiled else None, prefix=launch.prefix(cell),
             records_results=recording,
             command=launch.worker_command(cell, store.cell_dir(cell.cell_id)),

@@ -60,6 +60,10 @@ class CellKind(Protocol):
     joins_warm_groups: bool
     """Whether its cells can run back to back in one warm process group (``launch: per_group``);
     a kind that sets per-launch state (communicators per scope) gets a launch per cell."""
+    own_threads: bool
+    """Whether its CPU ranks keep the thread count plain torchrun gives them (a user's own
+    script), instead of their slot's share of the cores that the built-in kinds take so that
+    every rank count compares like with like (``launch.cpu_threads``)."""
 
     def missing(self, config: BenchmarkConfig) -> Optional[str]:
         """Why ``config`` plans none of its cells (a hint on what to add), or None."""

@@ -32,7 +32,9 @@ def _breakdown_charts(table: pd.DataFrame) -> List[Chart]:
     communication and communication hidden behind compute, per iteration."""
     charts = []
     many = table["experiment"].nunique() > 1
-    cells = table.groupby("cell_id", sort=False)["world_size"].first()
+    # One rank has no communication: its cell has no communication chart (compute alone is the
+    # step-time sections' business).
+    cells = table[table["world_size"] > 1].groupby("cell_id", sort=False)["world_size"].first()
     for cell_id in cells.sort_values(ascending=False).index[:MAX_BREAKDOWN_CHARTS]:
         rows = table[table["cell_id"] == cell_id]
         x = [f"rank {int(r)}" for r in rows["rank"]]

@@ -105,11 +105,6 @@ def _cell_cards(records: List[ResultBase]) -> List[Card]:
     ]
 
 
-def _plural(severity: str, count: int) -> str:
-    """``1 warning``, ``4 warnings``; ``4 critical``, ``2 info`` (adjectives, and a mass noun)."""
-    return severity + "s" if count != 1 and severity in ("warning", "error") else severity
-
-
 def _cards(table: pd.DataFrame, findings: pd.DataFrame, records: List[ResultBase]) -> List[Card]:
     ok = table[table["status"] == "ok"]
     cards = _cell_cards(records)
@@ -121,20 +116,30 @@ def _cards(table: pd.DataFrame, findings: pd.DataFrame, records: List[ResultBase
             .groupby(["experiment", "config_key"])["scaling_efficiency"]
             .mean()
         )
-        mean = float(at_largest.mean())
-        band = efficiency_band(mean)
-        detail = f"{band}; mean of {len(at_largest)} configuration(s)"
+        # Each configuration's efficiency is the mean of its own repeats; configurations are
+        # not averaged together (unrelated models' mean is no one's figure): the lowest is shown.
+        worst = float(at_largest.min())
+        band = efficiency_band(worst)
         if len(at_largest) > 1:
-            detail += f", range {fmt.fraction(at_largest.min())} – {fmt.fraction(at_largest.max())}"
+            detail = (
+                f"{band}; the lowest of {len(at_largest)} configurations, range "
+                f"{fmt.fraction(at_largest.min())} – {fmt.fraction(at_largest.max())}"
+            )
+        else:
+            detail = f"{band}; one configuration"
         tone = {"excellent": "good", "good": "good", "poor": "bad"}.get(band, "neutral")
         cards.append(
-            Card(f"Scaling efficiency at {words.device(largest)}", fmt.fraction(mean), detail, tone)
+            Card(
+                f"Scaling efficiency at {words.device(largest)}", fmt.fraction(worst), detail, tone
+            )
         )
-    if not ok.empty:
-        best = ok.sort_values("throughput", ascending=False, kind="stable").iloc[0]
+    # Throughputs compare only within one unit (images, tokens, samples): one card per unit.
+    units = ok.assign(unit=ok["unit"].fillna("samples").replace("", "samples"))
+    for unit, rows in units.groupby("unit", sort=True):
+        best = rows.sort_values("throughput", ascending=False, kind="stable").iloc[0]
         cards.append(
             Card(
-                f"Highest throughput ({best['unit'] or 'samples'}/s)",
+                f"Highest throughput ({unit}/s)",
                 fmt.significant(best["throughput"]),
                 f"{best['model']} · {best['variant']} · {words.device(int(best['world_size']))}",
             )
@@ -147,8 +152,8 @@ def _cards(table: pd.DataFrame, findings: pd.DataFrame, records: List[ResultBase
         Card(
             "Findings",
             str(len(findings)),
-            " · ".join(f"{n} {_plural(str(s), n)}" for s, n in counts.items())
-            or "nothing to report",
+            # "2 high · 1 medium": the severities are adjectives (analysis.finding)
+            " · ".join(f"{n} {s}" for s, n in counts.items()) or "nothing to report",
             "bad" if severe.any() else "warn" if len(findings) else "good",
         )
     )
@@ -259,7 +264,7 @@ def _content(
             records,
             {k: v for e in data.experiments for k, v in load_host_records(e.path.parent).items()},
         )
-        + finding_rules.scaling_findings(table)
+        + finding_rules.scaling_findings(table, records)
         + channels_last_findings(records)
     )
     failures = cell_tables.failure_table(records)

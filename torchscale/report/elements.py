@@ -34,6 +34,7 @@ PALETTE = [
 REFERENCE_COLOR = "#6B7280"
 BAND_EXCELLENT = ("#10B981", 0.14)  # (colour, opacity)
 BAND_GOOD = ("#FACC15", 0.18)
+BAND_NOISE = ("#6B7280", 0.16)  # run-to-run noise: grey, a figure under it is not a signal
 
 
 @dataclass

@@ -24,7 +24,13 @@ from torchscale.analysis.findings import on_cpu
 from torchscale.analysis.training_tables import profiled_config_key
 from torchscale.errors import TorchscaleError
 from torchscale.results.json_input import read_json
-from torchscale.results.layout import CELLS, FINDINGS_FILE, RESULTS, is_profile_run
+from torchscale.results.layout import (
+    CELLS,
+    FINDINGS_FILE,
+    RESULTS,
+    is_profile_run,
+    is_profile_run_of,
+)
 from torchscale.results.schema import ResultBase, TrainingResult
 from torchscale.results.store import ExperimentStore, find_experiments, read_jsonl
 from torchscale.results.validity import INVALID, check_and_parse, latest_runs
@@ -178,6 +184,19 @@ def attach_profiles(experiments: List[Experiment]) -> List[Experiment]:
     return [e for e in experiments if e in kept]
 
 
+def profiles_beside(source: Path, found: List[Experiment]) -> List[Experiment]:
+    """A report of one experiment's folder (``--source DIR/<experiment>``) takes the
+    ``torchscale profile`` runs of that experiment beside it: ``profile -o DIR`` writes them
+    into ``DIR``, named for the experiment (``results.layout.is_profile_run_of``)."""
+    if len(found) != 1 or found[0].path != source or is_profile_run(found[0].name):
+        return []
+    return [
+        load_experiment(path)
+        for path in find_experiments(source.parent)
+        if path != source and is_profile_run_of(path.name, found[0].name)
+    ]
+
+
 def load_report_data(source: Path, what: str = "--source") -> ReportData:
     """All experiments under ``source``; a clear error when there is nothing to report.
 
@@ -187,6 +206,7 @@ def load_report_data(source: Path, what: str = "--source") -> ReportData:
     if not source.exists():
         raise TorchscaleError(f"{what} {source} does not exist; point it at a results folder")
     found = [load_experiment(path) for path in find_experiments(source)]
+    found += profiles_beside(source, found)
     experiments = attach_profiles([e for e in found if e.records])
     for e in experiments:
         log.debug(

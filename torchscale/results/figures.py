@@ -13,7 +13,7 @@ Standard library only: the console imports it without torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from torchscale.results.layout import FINDINGS_FILE, RESULTS
 
@@ -162,6 +162,38 @@ SYNC_RELATION = (
     "too."
 )
 """How the three sync figures of one cell relate: the report and ``profile`` say it."""
+
+NO_DEVICE_KERNELS = (
+    "HTA computes them from a GPU's kernels, and traces of CPU processes (gloo) hold none"
+)
+"""Why a CPU trace has no idle, compute, overlap or exposed-communication figure."""
+
+STALL_ABOVE_OVERHEAD_PTS = 0.5
+"""A sync stall time above the sync overhead by more than this (percentage points) is no longer
+"a part of it" within rounding: the two windows disagree, and ``sync_relation`` says so."""
+
+
+def sync_relation(stall_pct: Optional[float], overhead_pct: float) -> str:
+    """The sentence after a cell's sync overhead that places its trace's sync stall time: a part
+    of it, or, when the stall is the larger, plainly why the two differ."""
+    if stall_pct is None:
+        return (
+            f"The {SYNC_STALL.name}, from traces of 2 or more ranks, is the part of it spent "
+            "waiting for the last rank; the rest is the transfers and DDP's bucketing"
+        )
+    if stall_pct <= overhead_pct + STALL_ABOVE_OVERHEAD_PTS:
+        return (
+            f"The {SYNC_STALL.name} ({stall_pct:.1f}%) is the part of it spent waiting for the "
+            "last rank; the rest is the transfers and DDP's bucketing"
+        )
+    return (
+        f"The {SYNC_STALL.name} ({stall_pct:.1f}%) is larger here, so it is not a part of "
+        "this figure: the two were measured on different steps (the traced window against the "
+        "measured window before it) and in different ways (each rank's wait inside the "
+        "collectives against the step time beyond the no-sync probe's), and they disagree by "
+        "as much as the steps varied between those windows (a busy host, a straggler that came "
+        "and went); read each for its own window"
+    )
 
 
 def glossary_markdown() -> str:

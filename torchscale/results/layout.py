@@ -175,6 +175,20 @@ def profile_run_name(what: str, gpus: int, stamp: str) -> str:
     return f"profile-{what}-g{gpus}-{stamp}"
 
 
+def profile_subject(name: str) -> str:
+    """What a profile run's name says it traced (``profile-<this>-g..``): an experiment's or a
+    model's name as a safe folder name as it is (a model path has a colon)."""
+    return re.sub(r"[^\w.-]+", "-", name).strip("-.") or "model"
+
+
+def is_profile_run_of(profile_name: str, experiment_name: str) -> bool:
+    """Whether ``profile_name`` is a ``torchscale profile`` run of the experiment
+    ``experiment_name`` (``profile --script``, or with a config, names its run for the
+    experiment that ``benchmark`` would write)."""
+    subject = re.escape(profile_subject(experiment_name))
+    return re.fullmatch(rf"profile-{subject}-g\d+-\d{{8}}-\d{{6}}", profile_name) is not None
+
+
 def is_profile_run(experiment_name: str) -> bool:
     """Whether an experiment is a ``torchscale profile`` run (see :func:`profile_run_name`): a
     report shows it as the profile of the benchmark it sits beside, not as an experiment."""

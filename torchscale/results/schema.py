@@ -213,6 +213,11 @@ class ProfileInfo(_Record):
     trace: Optional[str] = Field(None, description="This rank-0 trace file name.")
     findings: Optional[int] = Field(None, description="How many findings the analysis made.")
     findings_file: Optional[str] = Field(None, description=f"{FINDINGS_FILE}, in ``dir``.")
+    note: Optional[str] = Field(
+        None,
+        description="Said beside the analysis: the script ended inside its traced window, and "
+        "the analysis is of the steps captured (``steps``).",
+    )
 
 
 class ResultBase(_Record):

@@ -92,13 +92,7 @@ class Finisher:
         if state.stage == "gather":
             self._gather(can_trace=False)
         elif state.stage == "profile" and self.traced is not None:
-            self.traced.abandon()
-            self.profile_info.update(
-                profiled=False,
-                reason=f"the script ended {self.traced.seen} step(s) into its traced window of "
-                f"{self.traced.steps} (and 1 warm-up step): give it more steps",
-            )
-            self._write_profile()
+            self._traced_short()
         elif state.stage == "profiled":
             self._traced_done()
         state.enter("end")
@@ -180,6 +174,29 @@ class Finisher:
         self.traced = TracedWindow(request, ctx, int(decision["steps"]), self.out_path.parent)
         self.traced.open()
         self.state.enter("profile")
+
+    def _traced_short(self) -> None:
+        """The script ended inside its traced window: the steps it traced are analysed (with a
+        note saying so); with none past the warm-up step there is nothing to analyse."""
+        traced = self.traced
+        assert traced is not None
+        captured = traced.close_short()
+        window = f"the script ended {traced.seen} step(s) into its traced window of {traced.steps}"
+        if captured < 1:
+            self.profile_info.update(
+                profiled=False, reason=f"{window} (and 1 warm-up step): give it more steps"
+            )
+            self._write_profile()
+            return
+        if self.ctx is not None:
+            with contextlib.suppress(Exception):
+                barrier(self.ctx)  # every rank's trace is written (unless it left the group)
+        self.profile_info.update(traced.info())
+        self.profile_info.update(
+            steps=captured,
+            note=f"{window} (after 1 warm-up step): analysed on the {captured} step(s) captured",
+        )
+        self._write_profile()
 
     def _traced_done(self) -> None:
         if self.ctx is not None:

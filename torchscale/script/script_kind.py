@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from torchscale.config.loader import explain
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import ConfigError
-from torchscale.hardware.device_noun import CUDA, count_text
+from torchscale.hardware.device_noun import CPU, CUDA, count_text, record_device_kind
 from torchscale.plan.planned_cell import Cell, KindSettings, node_counts, settings_digest, slug
 from torchscale.results.schema import CellStatus, ResultBase, TrainingResult
 from torchscale.script.script_checks import check_script
@@ -68,6 +68,16 @@ def _windows(config: BenchmarkConfig) -> Iterator[Dict[str, Any]]:
         yield dict(zip(WINDOW_KNOBS, values))
 
 
+def threads_ran_line(record: ResultBase) -> Optional[str]:
+    """The intra-op threads a script cell's ranks ran with (its record's
+    ``runtime.intra_op_threads``), on CPU processes, where they set its speed."""
+    runtime = getattr(record, "runtime", None) or {}
+    threads = runtime.get("intra_op_threads")
+    if record.status != "ok" or threads is None or record_device_kind(record) != CPU:
+        return None
+    return f"> [INFO] Your script ran {threads} intra-op thread(s) per rank"
+
+
 class ScriptKind:
     name = SCRIPT_KIND
     config_section = SECTION
@@ -78,6 +88,7 @@ class ScriptKind:
     selections: Tuple[str, ...] = ("all", "script")
     profiled = True
     joins_warm_groups = False  # the script is the process: one launch each
+    own_threads = True  # the script's threads are its own, as under plain torchrun
 
     def missing(self, config: BenchmarkConfig) -> Optional[str]:
         if script_section(config) is not None:
@@ -164,7 +175,9 @@ class ScriptKind:
         return [script_label(s.script), "-", gpus, PRECISION, *values]
 
     def console_lines(self, records: List[ResultBase]) -> List[str]:
-        return []  # each training record prints its own lines (cli.benchmark_view)
+        # The training record prints its figures (cli.benchmark_view); on CPU, the threads the
+        # script ran with are said here, as its record holds them.
+        return [line for r in records for line in [threads_ran_line(r)] if line]
 
     def console_tables(
         self, records: List[ResultBase], title: str, console: Console

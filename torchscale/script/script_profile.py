@@ -76,13 +76,18 @@ class TracedWindow:
                 self.prof = None
         return done
 
-    def abandon(self) -> None:
-        """The script ended inside the window: stop tracing (what was traced is not analysed)."""
+    def close_short(self) -> int:
+        """The script ended inside the window: stop tracing, writing what was traced; returns
+        the whole steps traced after the warm-up one (the step the script ended in is cut
+        short, and the analysis leaves a capture's last step out)."""
         if self.nsys:
+            torch.cuda.nvtx.range_pop()
+            torch.cuda.synchronize()
             torch.cuda.profiler.stop()
         elif self.prof is not None:
-            self.prof.__exit__(None, None, None)
+            self.prof.__exit__(None, None, None)  # exports the trace of the steps so far
             self.prof = None
+        return max(0, self.seen - 1)
 
     def info(self) -> Dict[str, Any]:
         """The record's ``profile`` fields of a complete window."""

@@ -49,6 +49,7 @@ class TrainingKind:
     selections: Tuple[str, ...] = ("all", "training", "memory")
     profiled = True
     joins_warm_groups = True
+    own_threads = False
 
     def missing(self, config: BenchmarkConfig) -> Optional[str]:
         if config.models:
