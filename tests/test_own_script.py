@@ -278,6 +278,27 @@ def test_sys_exit_mid_window_and_a_script_without_torch_optim_are_told_why(
     assert unmarked["type"] == "NotMeasurable"
     assert "never stepped a torch.optim optimizer" in unmarked["message"]
     assert "pass --step-at forward" in unmarked["message"]
+    # sys.exit(0) before any step (DDP built, no forward yet): named as such, no --step-at
+    quit_early = _wrap(tmp_path, HAND_SGD, "--exit-at", "1", "--exit-code", "0")
+    assert quit_early["type"] == "NotMeasurable"
+    assert quit_early["message"].startswith("the script ended after 0 step(s), in the warmup")
+    assert "--step-at" not in quit_early["message"]
+
+
+def test_warmup_and_iters_count_the_scripts_steps() -> None:
+    """``--warmup``/``--iters`` with ``--script`` are the script's warm-up and measured steps
+    (the planned cell's), and ``--iters`` with ``--steps`` is refused with one line."""
+    args = ["benchmark", "--script", str(CNN), "--gpus", "1", "--dry-run", "--json"]
+    planned = runner.invoke(app, [*args, "--warmup", "3", "--iters", "7"])
+    assert planned.exit_code == 0, planned.output
+    (cell,) = json.loads(planned.stdout)
+    assert (cell["settings"]["warmup_steps"], cell["settings"]["measure_steps"]) == (3, 7)
+    both = runner.invoke(app, [*args, "--steps", "4", "--iters", "7"])
+    assert both.exit_code == 2
+    assert both.output.strip().splitlines() == [
+        "Error: --steps 4 and --iters 7 both set the measured steps of the script: give one of "
+        "them"
+    ]
 
 
 # --- tune: the script's own DDP, searched ------------------------------------------------------

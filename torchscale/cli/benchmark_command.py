@@ -97,8 +97,8 @@ def register(app: typer.Typer) -> None:
             Optional[int],
             typer.Option(
                 "--warmup",
-                help="Warm-up steps of every cell, as seed 001's flag: warmup_steps, and "
-                "communication.warmup when the config has that section.",
+                help="Warm-up steps of every cell (with --script: the script's own steps): "
+                "warmup_steps, and communication.warmup when the config has that section.",
                 min=0,
             ),
         ] = None,
@@ -106,8 +106,8 @@ def register(app: typer.Typer) -> None:
             Optional[int],
             typer.Option(
                 "--iters",
-                help="Measured steps of every cell, as seed 001's flag: measure_steps, and "
-                "communication.iterations when the config has that section.",
+                help="Measured steps of every cell (with --script: the script's own steps): "
+                "measure_steps, and communication.iterations when the config has that section.",
                 min=1,
             ),
         ] = None,
@@ -338,7 +338,8 @@ def register(app: typer.Typer) -> None:
                 script, script_args(ctx), gpus or [], steps, samples_per_step,
                 step_at_value(step_at),
             )  # fmt: skip
-            loaded = script_config(options, config, overrides)
+            flags = SeedFlags(warmup=warmup, iters=iters)
+            loaded = script_config(options, config, overrides, flags)
         else:
             script_options_alone(
                 "a config gives its own gpu_counts and window",
