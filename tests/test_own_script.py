@@ -296,8 +296,7 @@ def test_warmup_and_iters_count_the_scripts_steps() -> None:
     both = runner.invoke(app, [*args, "--steps", "4", "--iters", "7"])
     assert both.exit_code == 2
     assert both.output.strip().splitlines() == [
-        "Error: --steps 4 and --iters 7 both set the measured steps of the script: give one of "
-        "them"
+        "Error: --steps 4 and --iters 7 both set the measured steps of the script: give one of them"
     ]
 
 
@@ -359,3 +358,24 @@ def test_tune_searches_the_scripts_own_ddp_and_writes_a_runnable_best_yaml(
         assert "train_many_buckets.py" in dry.stderr
         text = (folder / f"{name}.yaml").read_text()
         assert ("bucket_cap_mb: 100" in text) == (mb == 100), text
+
+
+@pytest.mark.slow
+def test_tune_of_a_script_whose_trials_all_fail_prints_its_summary(tmp_path: Path) -> None:
+    """A script torchscale cannot measure (no DDP model, no --samples-per-step): every trial
+    fails, and tune still prints its line and its --json document, with the trials' causes,
+    and exits 1 (nothing measured), writing no ddp.py."""
+    config = tmp_path / "nothing.yaml"
+    config.write_text(TUNE_CONFIG.replace("measure_steps: 20", "measure_steps: 3"))
+    script = SUPPORT_SCRIPTS / "no_ddp.py"
+    args = ["tune", "--script", str(script), "--gpus", "1", "-c", str(config), "--trials", "1"]
+    result = runner.invoke(app, [*args, "-o", str(tmp_path / "out"), "--json"])
+    assert result.exit_code == 1, result.output
+    summary = json.loads(result.stdout)
+    assert summary["result"] == "nothing measured"
+    assert summary["line"] in result.stderr and "nothing measured" in summary["line"]
+    assert "built no DistributedDataParallel model" in summary["line"]
+    errors = [t.get("error") or "" for t in summary["trials"]]
+    assert errors and all("built no DistributedDataParallel model" in e for e in errors)
+    folder = tmp_path / "out" / "nothing" / "tune"
+    assert not (folder / "ddp.py").exists() and (folder / "tune.json").exists()
