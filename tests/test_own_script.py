@@ -143,7 +143,8 @@ def test_profile_names_the_slow_rank_of_the_script(tmp_path: Path) -> None:
     # Without the per-forward buffer broadcast, the only collective is the gradient all-reduce,
     # as in tests/test_profile_capture.py: what rank 0 waits for is rank 1's sleep.
     args += ["--set", "sync_probe_steps=2", "--set", "script.ddp.broadcast_buffers=false"]
-    args += ["--", "--steps", "200", "--slow-rank", "1", "--slow-ms", "300"]
+    # DataLoader worker processes (started again each epoch) end cleanly after the trace
+    args += ["--", "--steps", "200", "--slow-rank", "1", "--slow-ms", "300", "--workers", "2"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
@@ -329,6 +330,7 @@ def test_tune_searches_the_scripts_own_ddp_and_writes_a_runnable_best_yaml(
     script = SCRIPTS / "train_many_buckets.py"
     args = ["tune", "--script", str(script), "--gpus", "2", "-c", str(config)]
     args += ["-o", str(tmp_path / "out"), "--json", "--", "--bucket-cap-mb", "1", "--steps", "200"]
+    args += ["--workers", "1"]  # its batches through a DataLoader worker process
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
