@@ -28,6 +28,7 @@ from torchscale.results.store import atomic_write_json
 from torchscale.runtime.entry import exit_now, gather_at
 from torchscale.runtime.job_nodes import gather_node_environments, result_writer
 from torchscale.runtime.process_group import RankContext, shutdown_distributed
+from torchscale.script import output_cap
 from torchscale.script.run_state import RunState
 from torchscale.script.script_config import ScriptCellSettings
 from torchscale.script.script_figures import RankWindows, cell_result, rank_figures
@@ -72,7 +73,8 @@ def end_children() -> None:
     _shut_down_data_loaders()
     with contextlib.suppress(ValueError, OSError):  # not the main thread, or no SIGCHLD
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    children = psutil.Process().children(recursive=True)
+    capper = output_cap.capper_pid()  # ended by output_cap.release, after the last output
+    children = [c for c in psutil.Process().children(recursive=True) if c.pid != capper]
     for child in children:
         with contextlib.suppress(psutil.NoSuchProcess):
             child.kill()
@@ -234,4 +236,5 @@ class Finisher:
                 barrier(self.ctx)
         shutdown_distributed()
         end_children()
+        output_cap.release()
         exit_now()

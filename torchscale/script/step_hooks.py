@@ -167,7 +167,7 @@ def installed(listener: StepListener, ddp_overrides: Dict[str, Any]) -> Iterator
     ]
     for handle in handles:
         shield.add(handle)
-    torch.compile = _wrapped_compile(shield)  # type: ignore[assignment]
+    torch.compile = _wrapped_compile(shield)
     modules = (dist, dist.distributed_c10d)
     for module in modules:
         module.destroy_process_group = destroy  # type: ignore[attr-defined]
