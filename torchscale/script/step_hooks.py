@@ -91,13 +91,11 @@ class _Shield:
     def hide(self) -> None:
         """Wrap each hook not yet wrapped in ``torch.compiler.disable`` (in place, in the dict
         torch calls it from)."""
-        import torch._dynamo
-
         for handle in self.handles:
             hooks = handle.hooks_dict_ref()
             hook = None if hooks is None else hooks.get(handle.id)
             if hook is not None and not getattr(hook, "_torchdynamo_disable", False):
-                hooks[handle.id] = torch._dynamo.disable(hook)  # type: ignore[index]
+                hooks[handle.id] = torch.compiler.disable(hook)  # type: ignore[index]
 
 
 def _wrapped_init(
