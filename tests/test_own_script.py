@@ -206,7 +206,8 @@ def test_profile_names_the_slow_rank_of_the_script(tmp_path: Path) -> None:
     # Without the per-forward buffer broadcast, the only collective is the gradient all-reduce,
     # as in tests/test_profile_capture.py: what rank 0 waits for is rank 1's sleep.
     args += ["--set", "sync_probe_steps=2", "--set", "script.ddp.broadcast_buffers=false"]
-    args += ["--", "--steps", "200", "--slow-rank", "1", "--slow-ms", "300"]
+    # DataLoader worker processes (started again each epoch) end cleanly after the trace
+    args += ["--", "--steps", "200", "--slow-rank", "1", "--slow-ms", "300", "--workers", "2"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
@@ -415,6 +416,26 @@ def test_sys_exit_mid_window_and_a_script_without_torch_optim_are_told_why(
     assert unmarked["type"] == "NotMeasurable"
     assert "never stepped a torch.optim optimizer" in unmarked["message"]
     assert "pass --step-at forward" in unmarked["message"]
+    # sys.exit(0) before any step (DDP built, no forward yet): named as such, no --step-at
+    quit_early = _wrap(tmp_path, HAND_SGD, "--exit-at", "1", "--exit-code", "0")
+    assert quit_early["type"] == "NotMeasurable"
+    assert quit_early["message"].startswith("the script ended after 0 step(s), in the warmup")
+    assert "--step-at" not in quit_early["message"]
+
+
+def test_warmup_and_iters_count_the_scripts_steps() -> None:
+    """``--warmup``/``--iters`` with ``--script`` are the script's warm-up and measured steps
+    (the planned cell's), and ``--iters`` with ``--steps`` is refused with one line."""
+    args = ["benchmark", "--script", str(CNN), "--gpus", "1", "--dry-run", "--json"]
+    planned = runner.invoke(app, [*args, "--warmup", "3", "--iters", "7"])
+    assert planned.exit_code == 0, planned.output
+    (cell,) = json.loads(planned.stdout)
+    assert (cell["settings"]["warmup_steps"], cell["settings"]["measure_steps"]) == (3, 7)
+    both = runner.invoke(app, [*args, "--steps", "4", "--iters", "7"])
+    assert both.exit_code == 2
+    assert both.output.strip().splitlines() == [
+        "Error: --steps 4 and --iters 7 both set the measured steps of the script: give one of them"
+    ]
 
 
 # --- tune: the script's own DDP, searched ------------------------------------------------------
@@ -446,6 +467,7 @@ def test_tune_searches_the_scripts_own_ddp_and_writes_a_runnable_best_yaml(
     script = SCRIPTS / "train_many_buckets.py"
     args = ["tune", "--script", str(script), "--gpus", "2", "-c", str(config)]
     args += ["-o", str(tmp_path / "out"), "--json", "--", "--bucket-cap-mb", "1", "--steps", "200"]
+    args += ["--workers", "1"]  # its batches through a DataLoader worker process
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
@@ -475,3 +497,24 @@ def test_tune_searches_the_scripts_own_ddp_and_writes_a_runnable_best_yaml(
         assert "train_many_buckets.py" in dry.stderr
         text = (folder / f"{name}.yaml").read_text()
         assert ("bucket_cap_mb: 100" in text) == (mb == 100), text
+
+
+@pytest.mark.slow
+def test_tune_of_a_script_whose_trials_all_fail_prints_its_summary(tmp_path: Path) -> None:
+    """A script torchscale cannot measure (no DDP model, no --samples-per-step): every trial
+    fails, and tune still prints its line and its --json document, with the trials' causes,
+    and exits 1 (nothing measured), writing no ddp.py."""
+    config = tmp_path / "nothing.yaml"
+    config.write_text(TUNE_CONFIG.replace("measure_steps: 20", "measure_steps: 3"))
+    script = SUPPORT_SCRIPTS / "no_ddp.py"
+    args = ["tune", "--script", str(script), "--gpus", "1", "-c", str(config), "--trials", "1"]
+    result = runner.invoke(app, [*args, "-o", str(tmp_path / "out"), "--json"])
+    assert result.exit_code == 1, result.output
+    summary = json.loads(result.stdout)
+    assert summary["result"] == "nothing measured"
+    assert summary["line"] in result.stderr and "nothing measured" in summary["line"]
+    assert "built no DistributedDataParallel model" in summary["line"]
+    errors = [t.get("error") or "" for t in summary["trials"]]
+    assert errors and all("built no DistributedDataParallel model" in e for e in errors)
+    folder = tmp_path / "out" / "nothing" / "tune"
+    assert not (folder / "ddp.py").exists() and (folder / "tune.json").exists()

@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
 
 
 def parse_args():
@@ -30,6 +31,7 @@ def parse_args():
     parser.add_argument("--depth", type=int, default=32, help="linear layers")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket size")
     parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     parser.add_argument("--log-every", type=int, default=10, help="print samples/s every N steps")
     return parser.parse_args()
 
@@ -62,9 +64,21 @@ def main():
     generator = torch.Generator().manual_seed(rank)
     inputs = torch.randn(args.batch_size, args.width, generator=generator).to(device)
     targets = torch.randint(0, args.width, (args.batch_size,), generator=generator).to(device)
+    batches = None
+    if args.workers:  # the same kind of batches, through worker processes
+        count = 16 * args.batch_size
+        dataset = TensorDataset(
+            torch.randn(count, args.width, generator=generator),
+            torch.randint(0, args.width, (count,), generator=generator),
+        )
+        loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True, drop_last=True,
+                            num_workers=args.workers, persistent_workers=True)  # fmt: skip
+        batches = (batch for _ in iter(int, 1) for batch in loader)
 
     started = time.perf_counter()
     for step in range(1, args.steps + 1):
+        if batches is not None:
+            inputs, targets = (t.to(device) for t in next(batches))
         loss = F.cross_entropy(model(inputs), targets)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

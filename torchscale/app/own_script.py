@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from torchscale.config.base import clip
+from torchscale.config.foreign_layouts import SeedFlags
 from torchscale.config.loader import Override, load_config, read_yaml
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import ConfigError
@@ -70,8 +71,17 @@ def script_raw(options: ScriptOptions, config: Optional[Path]) -> Dict[str, Any]
 
 
 def script_config(
-    options: ScriptOptions, config: Optional[Path], overrides: Sequence[Override] = ()
+    options: ScriptOptions,
+    config: Optional[Path],
+    overrides: Sequence[Override] = (),
+    flags: Optional[SeedFlags] = None,
 ) -> BenchmarkConfig:
     """The benchmark config that runs the script (bad input raises before anything is
-    written)."""
-    return load_config(None, overrides, base=script_raw(options, config))
+    written). ``flags`` (``--warmup``/``--iters``) count the script's own steps: its warm-up
+    and measured steps, as they do a model's."""
+    if flags is not None and flags.iters is not None and options.steps is not None:
+        raise ConfigError(
+            f"--steps {options.steps} and --iters {flags.iters} both set the measured steps of "
+            "the script: give one of them"
+        )
+    return load_config(None, overrides, base=script_raw(options, config), flags=flags)

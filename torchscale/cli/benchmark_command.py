@@ -118,7 +118,8 @@ def register(app: typer.Typer) -> None:
             Optional[int],
             typer.Option(
                 "--warmup",
-                help="Warm-up steps of every cell (another tool's flag, docs/seeds.md): "
+                help="Warm-up steps of every cell (another tool's flag, docs/seeds.md; with "
+                "--script: the script's own steps): "
                 "warmup_steps, and communication.warmup when the config has that section.",
                 min=0,
             ),
@@ -127,7 +128,8 @@ def register(app: typer.Typer) -> None:
             Optional[int],
             typer.Option(
                 "--iters",
-                help="Measured steps of every cell (another tool's flag, docs/seeds.md): "
+                help="Measured steps of every cell (another tool's flag, docs/seeds.md; with "
+                "--script: the script's own steps): "
                 "measure_steps, and communication.iterations when the config has that section.",
                 min=1,
             ),
@@ -371,7 +373,8 @@ def register(app: typer.Typer) -> None:
                 script, script_args(ctx), gpus or [], steps, samples_per_step,
                 step_at_value(step_at), threads,
             )  # fmt: skip
-            loaded = script_config(options, config, overrides)
+            flags = SeedFlags(warmup=warmup, iters=iters)
+            loaded = script_config(options, config, overrides, flags)
         else:
             script_options_alone(
                 "a config gives its own gpu_counts and window",

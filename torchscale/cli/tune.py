@@ -385,7 +385,7 @@ def register(app: typer.Typer) -> None:
             show_result(table)
         if summary.get("warning"):
             show_result(f"> [WARN] {summary['warning']}")
-        if request.script is not None:  # the lines to paste into the script
+        if request.script is not None and measured:  # the lines to paste into the script
             snippet = (folder / TUNE_DDP_SNIPPET).read_text(encoding="utf-8")
             show_result(snippet.rstrip())
         show_result(summary["line"])

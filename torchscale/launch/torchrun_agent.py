@@ -15,6 +15,12 @@ workers and reports only those that failed before it stopped the rest; a rank ki
 or one that called ``os._exit(0)`` is named here, and the launcher can tell who left first
 (``torchscale.launch.failure_cause``). The end is seen through a pidfd, at once, and read with
 ``WNOWAIT``, so torchrun still reaps its workers as usual. Nothing from torchscale is imported.
+
+The agent is a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): a process a rank started and
+detached (a daemon that forks twice and calls ``setsid``) is re-parented to the agent instead of
+to init, so it stays in the launch's process tree (a timed-out launch's tree is ended whole).
+Once torchrun is done, every process still below the agent is one its ranks left behind: each is
+ended (SIGTERM, then SIGKILL) and named on stderr, before the agent exits.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ import traceback
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 EXITS_ENV = "TORCHSCALE_EXITS"
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+LEFT_GRACE_S = 1.0  # what a left-behind process gets after SIGTERM
 POLL_S = 0.02  # without pidfds (old kernels): how often each worker is checked
 
 
@@ -163,7 +171,43 @@ def record_workers(path: str) -> ExitLog:
     return exits
 
 
+def become_subreaper() -> bool:
+    """Orphans below this process are re-parented to it (Linux); False where that is not so."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def end_left_behind() -> List[str]:
+    """End every process still below this one (torchrun is done: its workers are reaped) and
+    reap it. Returns them as ``pid (name)``."""
+    import psutil
+
+    try:
+        left = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+    named = []
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            named.append(f"{proc.pid} ({proc.name()})")
+            proc.terminate()
+    _, alive = psutil.wait_procs(left, timeout=LEFT_GRACE_S)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=LEFT_GRACE_S)
+    return named
+
+
 def main() -> None:
+    subreaper = become_subreaper()
     path = os.environ.get(EXITS_ENV)
     exits = None
     if path and hasattr(os, "waitid"):  # Linux (not macOS): read an end without reaping it
@@ -185,6 +229,14 @@ def main() -> None:
         code = 1
     if exits is not None:
         exits.close()
+    if subreaper:
+        left = end_left_behind()
+        if left:
+            print(
+                f"torchscale: ended {len(left)} process(es) the ranks left running: "
+                f"{', '.join(left)}",
+                file=sys.stderr,
+            )
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -34,6 +34,7 @@ class RunState:
     settings: ScriptCellSettings
     stage: str = "warmup"
     steps: int = 0  # steps ended so far
+    forwards: int = 0  # DDP forwards with gradients, so far
     stage_steps: int = 0  # steps ended in this stage
     in_step: bool = False
     finished: bool = False  # nothing left to do: the hooks only pass through
@@ -102,7 +103,7 @@ class RunState:
                 "the script ended without building a DistributedDataParallel model or stepping a "
                 "torch.optim optimizer: torchscale measures DDP training scripts (docs/own-job.md)"
             )
-        if self.steps == 0 and self.settings.step_at == "optimizer":
+        if self.steps == 0 and self.forwards > 0 and self.settings.step_at == "optimizer":
             return (
                 "the script built DDP but never stepped a torch.optim optimizer on its "
                 "parameters: to mark steps at DDP forwards instead, pass --step-at forward "

@@ -15,6 +15,8 @@ sync probe's steps left each rank with its own weights; nothing the script would
 from __future__ import annotations
 
 import contextlib
+import gc
+import signal
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -26,6 +28,7 @@ from torchscale.results.store import atomic_write_json
 from torchscale.runtime.entry import exit_now, gather_at
 from torchscale.runtime.job_nodes import gather_node_environments, result_writer
 from torchscale.runtime.process_group import RankContext, shutdown_distributed
+from torchscale.script import output_cap
 from torchscale.script.run_state import RunState
 from torchscale.script.script_config import ScriptCellSettings
 from torchscale.script.script_figures import RankWindows, cell_result, rank_figures
@@ -37,12 +40,41 @@ SAMPLES_COUNTED = "counted: the batch dimension of the DDP forward's first tenso
 SAMPLES_GIVEN = "given: samples_per_step"
 
 
+def _shut_down_data_loaders() -> int:
+    """Shut every live multi-process DataLoader iterator down the way torch does when one is
+    exhausted or collected (``_shutdown_workers``): the pin-memory thread is stopped, each worker
+    is told to exit and joined, and its pid leaves torch's SIGCHLD watch list. Ending a worker
+    any other way while that watch is installed makes torch's SIGCHLD handler raise
+    "DataLoader worker (pid N) is killed by signal" in the rank. Returns how many were shut."""
+    try:
+        from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+    except ImportError:
+        return 0
+    shut = 0
+    for obj in gc.get_objects():
+        # type(), not isinstance(): a dead weak proxy raises on any attribute, __class__ too
+        if issubclass(type(obj), _MultiProcessingDataLoaderIter):
+            shutdown = getattr(obj, "_shutdown_workers", None)
+            if callable(shutdown):
+                with contextlib.suppress(Exception):
+                    shutdown()
+                    shut += 1
+    return shut
+
+
 def end_children() -> None:
-    """End this process's own child processes (the script's DataLoader workers): the process
-    exits without the interpreter's teardown, which would have ended them."""
+    """End this process's own child processes: the script's DataLoader workers first, through
+    torch's own shutdown, then whatever else it started (the process exits without the
+    interpreter's teardown, which would have ended them). torch's SIGCHLD handler, which
+    raises for a DataLoader worker that ends by a signal, is set back to the default first:
+    nothing the script does after this point is watched."""
     import psutil
 
-    children = psutil.Process().children(recursive=True)
+    _shut_down_data_loaders()
+    with contextlib.suppress(ValueError, OSError):  # not the main thread, or no SIGCHLD
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    capper = output_cap.capper_pid()  # ended by output_cap.release, after the last output
+    children = [c for c in psutil.Process().children(recursive=True) if c.pid != capper]
     for child in children:
         with contextlib.suppress(psutil.NoSuchProcess):
             child.kill()
@@ -221,4 +253,5 @@ class Finisher:
                 barrier(self.ctx)
         shutdown_distributed()
         end_children()
+        output_cap.release()
         exit_now()

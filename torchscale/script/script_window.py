@@ -95,6 +95,7 @@ class ScriptWindows:
     def forward_starts(self, ddp: DDP, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
         if ddp is not self.state.ddp or not torch.is_grad_enabled() or self.state.finished:
             return
+        self.state.forwards += 1
         if self.s.step_at == "forward" and self.state.in_step:
             self._step_ended()
         if not self.state.in_step:

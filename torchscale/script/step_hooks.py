@@ -11,6 +11,13 @@ Installed before the script runs, removed after it (nothing in the script is edi
   ``group.WORLD``) first lets the listener finish collective work (a script that ends right
   after its last step still gets its figures gathered).
 
+Every hook is invisible to Dynamo: a script that compiles its model or its DDP module
+(``torch.compile(DDP(model))``) has the hooks traced otherwise, and Dynamo cannot trace the
+listener. Each is wrapped in ``torch.compiler.disable`` (a graph break: it runs eagerly, where it
+belongs, around the compiled graph) as soon as Dynamo is loaded: at once when it already is,
+else by ``torch.compile`` (wrapped while the hooks are installed) before it compiles anything.
+Dynamo is not imported for a script that never compiles (it takes seconds to import).
+
 The hooks only observe and call the listener; what they mean is ``script_window``'s.
 """
 
@@ -19,7 +26,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from typing import Any, Callable, Dict, Iterator, Protocol, Tuple
+import sys
+from typing import Any, Callable, Dict, Iterator, List, Protocol, Tuple
 
 import torch
 import torch.distributed as dist
@@ -28,6 +36,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_post_hook,
     register_optimizer_step_pre_hook,
 )
+from torch.utils.hooks import RemovableHandle
 
 BUFFER_SYNC_NAMES = ("forward_sync_buffers", "broadcast_buffers")
 """DDP's per-forward buffer broadcast: torch 2.15 renamed ``broadcast_buffers`` (see
@@ -68,7 +77,30 @@ def applied_arguments(
     return applied
 
 
-def _wrapped_init(listener: StepListener, overrides: Dict[str, Any]) -> Callable[..., None]:
+class _Shield:
+    """The hooks installed, each hidden from Dynamo once Dynamo is loaded."""
+
+    def __init__(self) -> None:
+        self.handles: List[RemovableHandle] = []
+
+    def add(self, handle: RemovableHandle) -> None:
+        self.handles.append(handle)
+        if "torch._dynamo" in sys.modules:
+            self.hide()
+
+    def hide(self) -> None:
+        """Wrap each hook not yet wrapped in ``torch.compiler.disable`` (in place, in the dict
+        torch calls it from)."""
+        for handle in self.handles:
+            hooks = handle.hooks_dict_ref()
+            hook = None if hooks is None else hooks.get(handle.id)
+            if hook is not None and not getattr(hook, "_torchdynamo_disable", False):
+                hooks[handle.id] = torch.compiler.disable(hook)  # type: ignore[index]
+
+
+def _wrapped_init(
+    listener: StepListener, overrides: Dict[str, Any], shield: _Shield
+) -> Callable[..., None]:
     original = DDP.__init__
     parameters = dict(inspect.signature(original).parameters)
 
@@ -77,13 +109,26 @@ def _wrapped_init(listener: StepListener, overrides: Dict[str, Any]) -> Callable
         bound = inspect.signature(original).bind(self, *args, **kwargs)
         applied = applied_arguments(parameters, bound.arguments, overrides)
         original(*bound.args, **bound.kwargs)
-        self.register_forward_pre_hook(
-            lambda module, a, k: listener.forward_starts(module, a, k), with_kwargs=True
+        shield.add(
+            self.register_forward_pre_hook(
+                lambda module, a, k: listener.forward_starts(module, a, k), with_kwargs=True
+            )
         )
-        self.register_forward_hook(lambda module, a, out: listener.forward_ends(module))
+        shield.add(self.register_forward_hook(lambda module, a, out: listener.forward_ends(module)))
         listener.ddp_built(self, applied)
 
     return init
+
+
+def _wrapped_compile(shield: _Shield) -> Callable[..., Any]:
+    original = torch.compile
+
+    @functools.wraps(original)
+    def compile(*args: Any, **kwargs: Any) -> Any:
+        shield.hide()  # before anything is traced (torch.compile imports Dynamo anyway)
+        return original(*args, **kwargs)
+
+    return compile
 
 
 def destroys_default_group(
@@ -104,7 +149,9 @@ def installed(listener: StepListener, ddp_overrides: Dict[str, Any]) -> Iterator
     """The hooks, for the duration of the block (the script's run)."""
     original_init = DDP.__init__
     original_destroy = dist.destroy_process_group
-    DDP.__init__ = _wrapped_init(listener, ddp_overrides)  # type: ignore[method-assign]
+    original_compile = torch.compile
+    shield = _Shield()
+    DDP.__init__ = _wrapped_init(listener, ddp_overrides, shield)  # type: ignore[method-assign]
 
     @functools.wraps(original_destroy)
     def destroy(*args: Any, **kwargs: Any) -> Any:
@@ -116,6 +163,9 @@ def installed(listener: StepListener, ddp_overrides: Dict[str, Any]) -> Iterator
         register_optimizer_step_pre_hook(lambda opt, a, k: listener.optimizer_starts(opt)),
         register_optimizer_step_post_hook(lambda opt, a, k: listener.optimizer_ends(opt)),
     ]
+    for handle in handles:
+        shield.add(handle)
+    torch.compile = _wrapped_compile(shield)
     modules = (dist, dist.distributed_c10d)
     for module in modules:
         module.destroy_process_group = destroy  # type: ignore[attr-defined]
@@ -123,6 +173,7 @@ def installed(listener: StepListener, ddp_overrides: Dict[str, Any]) -> Iterator
         yield
     finally:
         DDP.__init__ = original_init  # type: ignore[method-assign]
+        torch.compile = original_compile
         for handle in handles:
             handle.remove()
         for module in modules:

@@ -33,6 +33,7 @@ from torchscale.runtime.entry import (
     read_cell,
     reporting_failures,
 )
+from torchscale.script import output_cap
 from torchscale.script.run_state import NotMeasurable
 from torchscale.script.script_config import ScriptCellSettings
 from torchscale.script.script_finish import end_children
@@ -91,6 +92,7 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
     reporter = rank_reporter(out_path)
     with reporting_failures(reporter):
         reporter.phase("init")
+        output_cap.start()  # the script's output, capped per rank (head and tail kept)
         apply_process_settings(settings)
         windows = _Reapplied(settings, request, reporter, out_path)
         reporter.phase("build")  # the script's own start: imports, data, model
@@ -106,8 +108,9 @@ def main(argv: Optional[List[str]] = None) -> None:
         run_cell(args.cell, args.out)
     except NotMeasurable:
         end_children()
-        raise
+        raise  # the capper is released at exit, after Python printed the traceback
     end_children()
+    output_cap.release()
     exit_now()
 
 
