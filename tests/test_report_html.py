@@ -175,7 +175,12 @@ def test_lost_efficiency_section_splits_each_gap_by_cause(report) -> None:
         row = _row(rows, want["model"], int(want["variant"].split()[-1]), want["world_size"])
         assert displayed_close(row["Gap (pts)"], want["gap_pts"])
         assert row["Efficiency"] == f"{100 * want['scaling_efficiency']:.1f}%"
-        shown = [number(row[c]) if row[c] != "–" else 0.0 for c in causes]
+        # a negative part is shown as noise ("-0.18 (noise)"), never as a bare figure
+        cells = [row[c] for c in causes]
+        assert all(
+            cell.endswith(" (noise)") for cell in cells if cell != "–" and cell.startswith("-")
+        ), cells
+        shown = [number(cell.removesuffix(" (noise)")) if cell != "–" else 0.0 for cell in cells]
         assert sum(shown) == pytest.approx(number(row["Gap (pts)"]), abs=0.05 * len(causes))
         assert displayed_close(row["Exposed communication (pts)"], want["exposed_comm_pts"])
     for cause in (*CAUSES, "other"):
