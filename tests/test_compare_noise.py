@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Dict, List
@@ -433,7 +434,10 @@ def _with_busy_cell(source: Path, target: Path, cell: str, slower: float) -> Pat
     """A copy of a one-repeat run whose ``cell`` was measured on a busy host, ``slower`` x."""
     folder = target / "cpu_smoke"
     lines = (folder / "results.jsonl").read_text().splitlines()
-    edited = [_busy(line, slower) if cell in line else line for line in lines]
+    edited = [
+        _busy(line, slower) if json.loads(line)["cell_id"].startswith(cell) else line
+        for line in lines
+    ]
     assert edited != lines
     (folder / "results.jsonl").write_text("\n".join(edited) + "\n")
     return target
@@ -479,3 +483,27 @@ def test_a_busy_cell_is_not_judged_and_the_gate_does_not_pass_on_the_quiet_ones(
     assert stated.exit_code == 1, stated.output
     (regressed,) = [c for c in document["cells"] if c["verdict"] == "regression"]
     assert regressed["cell_id_new"] == cell["cell_id_new"]
+
+
+def test_report_baseline_shows_a_busy_cell_as_not_judged_in_html_and_pdf(tmp_path: Path) -> None:
+    """The report's comparison names the busy cell's verdict "not judged" (its own row class and
+    colour, never "within noise") and how many cells it judged, in the HTML and the PDF."""
+    from tests.support.pdf_pages import pages_text
+
+    old = _first_repeats(DATA / "before", tmp_path / "old")
+    new = _with_busy_cell(
+        old, _first_repeats(DATA / "before", tmp_path / "new"), "resnet-tiny-b8-g2-fp32", 2.0
+    )
+    for fmt in ("html", "pdf"):
+        output = tmp_path / f"report.{fmt}"
+        args = ["report", "-s", str(new), "--baseline", str(old), "-o", str(output), "-f", fmt]
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.stderr
+        if fmt == "html":
+            text = output.read_text(encoding="utf-8")
+            rows = re.findall(r"<tr[^>]*verdict-([\w-]+)", text)
+            assert sorted(rows) == ["not-judged", "unchanged", "unchanged", "unchanged"], rows
+        else:
+            text = " ".join(" ".join(pages_text(output)).split())
+        assert "Judged 3 of 4 cell(s); 1 not judged (busy host)" in text
+        assert "within noise" not in text
