@@ -394,9 +394,7 @@ def test_a_compare_that_could_judge_no_cell_never_passes(
     assert document["passed"] is False  # a CI script reading the document fails too
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("Error: no cell of") and "--noise-floor" in line
-    assert "Not judged: 4 cell(s) measured on a busy host" in " ".join(
-        result.stderr.split()
-    )
+    assert "Not judged: 4 cell(s) measured on a busy host" in " ".join(result.stderr.split())
     stated, document = _compare(str(old), str(new), "--noise-floor", "15")
     assert stated.exit_code == 0, stated.output
     assert {c["noise_model"] for c in document["cells"]} == {noise.STATED_FLOOR}

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol
 
+from torchscale.analysis.busy_host import NOT_JUDGED, verdict_allowed
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.config.tune_section import TuneSection
 from torchscale.launch.sweep import SweepEvents
@@ -80,6 +81,7 @@ class TuneRequest:
     output_dir: Path
     budget_s: float
     trial_cap: Optional[int]
+    noise_floor_pct: Optional[float] = None  # stated: a verdict may rest on a busy host's cells
 
     @property
     def script(self) -> Optional[ScriptCellSettings]:
@@ -278,13 +280,33 @@ def run_tune(request: TuneRequest, events: TuneEvents) -> Dict[str, Any]:
             results = CellRunner(request.config, store, events).run(
                 interleaved(per_candidate), [k.name for k in request.space.knobs]
             )
-            winner = judge(candidates, per_candidate, results, section.min_gain_pct, section.seed)
+            winner = judge(
+                candidates,
+                per_candidate,
+                results,
+                section.min_gain_pct,
+                section.seed,
+                request.noise_floor_pct,
+            )
             verdict["folder"] = str(store.root.relative_to(folder))
+            verdict["noise_floor_pct"] = request.noise_floor_pct
             verdict.update(host_waits(list(results.values())))
+            if _unjudged(verdict, request):
+                # Measured while other processes held the cores: no verdict rests on it.
+                winner = None
+                for candidate in candidates:
+                    candidate.significant = False
+                    candidate.note = NOT_JUDGED
         verdict["finalists"] = [c.as_dict() for c in candidates]
         summary = _summary(request, search, folder, candidates, winner, verdict)
         _write(request, folder, summary, winner)
         return summary
+
+
+def _unjudged(verdict: Dict[str, Any], request: TuneRequest) -> bool:
+    """Whether the verdict was measured on a busy host with no noise stated (no verdict)."""
+    busy = verdict.get("oversubscribed_wait_share") is not None
+    return not verdict_allowed(busy, request.noise_floor_pct is not None)
 
 
 def _contended(verdict: Dict[str, Any]) -> Optional[str]:
@@ -320,14 +342,15 @@ def _summary(
 ) -> Dict[str, Any]:
     space = request.space
     trials = trial_rows(search.study)
-    result = outputs.outcome(winner, candidates)
+    busy = verdict.get("oversubscribed_wait_share") if _unjudged(verdict, request) else None
+    result = outputs.outcome(winner, candidates, busy)
     files = {
         "best": outputs.BEST_FILE,
         "baseline": outputs.BASELINE_FILE,
         "snippet": outputs.SNIPPET_FILE,
         "study": TUNE_STUDY,
     }
-    if result == outputs.NOTHING_MEASURED:  # no verdict: nothing to reproduce or paste
+    if result in outputs.NO_OUTPUTS:  # no verdict: nothing to reproduce or paste
         files = {"study": TUNE_STUDY}
     return {
         "experiment": request.config.experiment_name,
@@ -336,7 +359,7 @@ def _summary(
         "batch_size": getattr(request.baseline, "batch_size", None),
         "gpus": request.baseline.gpus,
         "result": result,
-        "line": outputs.tune_line(winner, candidates, trials),
+        "line": outputs.tune_line(winner, candidates, trials, busy),
         "baseline": space.baseline_params(),
         "winner": winner.as_dict() if winner else None,
         "space": {
