@@ -394,3 +394,32 @@ def test_a_verdict_on_a_busy_host_is_no_verdict(
     assert finalist["note"] == "not judged" and finalist["significant"] is False
     assert (folder / "tune.json").exists() and not (folder / "best.yaml").exists()
     assert not (folder / "ddp.py").exists() and summary["files"] == {"study": "study.db"}
+
+
+def test_the_budget_learns_a_launch_and_a_cell_and_shrinks_the_verdict_to_fit() -> None:
+    """From a run's own wall times (the first cell holds the launch's start-up), what k cells
+    would cost; the verdict keeps the most cells that fit in the time left, else none."""
+    from types import SimpleNamespace
+
+    from torchscale.tune.trials import ESTIMATE_MARGIN, CellRunner
+    from torchscale.tune.tune_runner import _verdict_shape
+
+    runner = CellRunner(None, None, None)  # type: ignore[arg-type]  # only its arithmetic
+    assert runner.estimate(3) is None  # nothing learnt: the first batch teaches it
+    walls = [SimpleNamespace(wall_s=w) for w in (12.0, 3.0, 4.0, 3.0)]
+    runner._learn(walls, spent=24.0)  # type: ignore[arg-type]
+    # slowest cell after the first: 4 s; launch: the first cell's excess over the median cell
+    # (12 - 3) and what the sweep spent beyond the cells (24 - 22)
+    assert (runner.cell_s, runner.launch_s) == (4.0, 11.0)
+    assert runner.estimate(5) == pytest.approx(ESTIMATE_MARGIN * (11.0 + 5 * 4.0))
+
+    def search(left: float) -> SimpleNamespace:
+        return SimpleNamespace(
+            verdict_s=lambda k, r: runner.estimate((k + 1) * r), left=lambda: left
+        )
+
+    needs = {shape: runner.estimate((shape[0] + 1) * shape[1]) for shape in [(2, 3), (1, 1)]}
+    assert _verdict_shape(search(1000), 2, 3) == (2, 3)  # room for what was asked
+    # 6 cells fit, not 9: of (1 finalist x 3 rounds) and (2 x 2), the more rounds
+    assert _verdict_shape(search(runner.estimate(6) or 0.0), 2, 3) == (1, 3)
+    assert _verdict_shape(search((needs[(1, 1)] or 0.0) - 1), 2, 3) is None
