@@ -476,6 +476,12 @@ def test_a_busy_cell_is_not_judged_and_the_gate_does_not_pass_on_the_quiet_ones(
     assert "passed over as --allow-unjudged asks" in text
     assert f"Not judged: {cell['cell_id_new']}" in text
     assert "No regression beyond 5% and the run-to-run noise in the 3 cell(s) judged" in text
+    # The glossary's words for the rule carry the rule's own thresholds.
+    from torchscale.analysis.cpu_load import CPU_WAIT_SHARE, OTHER_PROCESSES_CORES
+    from torchscale.results.figures import BUSY_HOST_RULE
+
+    assert f"at least {CPU_WAIT_SHARE:.0%} of its window" in BUSY_HOST_RULE
+    assert OTHER_PROCESSES_CORES == 0.25 and "at least a quarter of a core" in BUSY_HOST_RULE
     # A stated noise floor judges the busy cell: a 56% drop is then a regression.
     stated, document = _compare(str(old), str(new), "--noise-floor", "10")
     assert stated.exit_code == 1, stated.output

@@ -183,13 +183,14 @@ def compare(
     """Cell-by-cell changes of ``new`` against ``old``, as ``torchscale compare`` computes them.
 
     ``Comparison.cells`` has one row per matched cell (``verdict``: regression, improvement,
-    within noise, unchanged, or not judged when measured on a busy host; intervals over run-to-run noise in ``*_ci_low_pct``/
-    ``*_ci_high_pct``; ``noise_model``: which noise model decided the cell);
-    ``Comparison.regressions`` the regressed ones; ``only_old``/``only_new`` the unmatched cells;
-    ``Comparison.noise()`` what decided (docs/report.md). ``noise_floor_pct`` states the
-    run-to-run noise (as ``--noise-floor``); by default it comes from the runs' repeats, else
-    from each cell's step-time CV. ``Comparison.passed`` is the gate (``allow_unjudged``: pass
-    on the judged cells alone, as ``--allow-unjudged``). Bad options raise ``torchscale.errors.TorchscaleError``.
+    within noise, unchanged, or not judged when measured on a busy host; intervals over
+    run-to-run noise in ``*_ci_low_pct``/``*_ci_high_pct``; ``noise_model``: which noise model
+    decided the cell); ``Comparison.regressions`` the regressed ones; ``only_old``/``only_new``
+    the unmatched cells; ``Comparison.noise()`` what decided (docs/report.md).
+    ``noise_floor_pct`` states the run-to-run noise (as ``--noise-floor``); by default it comes
+    from the runs' repeats, else from each cell's step-time CV. ``Comparison.passed`` is the
+    gate (``allow_unjudged``: pass on the judged cells alone, as ``--allow-unjudged``). Bad
+    options raise ``torchscale.errors.TorchscaleError``.
     """
     from torchscale.analysis.comparison import CompareOptions, compare_runs
 

@@ -252,6 +252,7 @@ class CapturedCell:
     not_profiled: Optional[str] = None  # the cell failed, or its trigger did not trace it
     no_analysis: Optional[str] = None  # traced, but the analysis wrote no findings
     sync_overhead_pct: Optional[float] = None  # the traced run's own measured window
+    busy_wait: Optional[float] = None  # measured on a busy host: a rank's CPU-wait share
 
 
 def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
@@ -275,7 +276,16 @@ def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
     overhead = sync_overhead_pct(record) if isinstance(record, TrainingResult) else None
     hosts = load_host_records(store.root.parent)
     document["findings"] = attribute_findings(document["findings"], [record], hosts, "title")
-    return CapturedCell(record.cell_id, profile.tool, out_dir, document, sync_overhead_pct=overhead)
+    from torchscale.analysis.busy_host import busy_wait
+
+    return CapturedCell(
+        record.cell_id,
+        profile.tool,
+        out_dir,
+        document,
+        sync_overhead_pct=overhead,
+        busy_wait=busy_wait([record]),
+    )
 
 
 def fitted_gpus(request: CaptureRequest, devices: NodeDevices) -> Tuple[int, Optional[str]]:

@@ -173,7 +173,7 @@ BUSY_HOST_RULE = (
     "(schedstat's CPU wait per rank, and the host's busy time minus the job's own). Such a figure "
     "says as much about the other processes as about the job: `benchmark` marks it, `validate` "
     f"warns, and its verdict in `compare`, `report --baseline` and `tune` is **{NOT_JUDGED}** "
-    "(never \"within noise\") unless the noise is stated with `--noise-floor`. A gate with cells "
+    '(never "within noise") unless the noise is stated with `--noise-floor`. A gate with cells '
     "it did not judge says how many it judged and exits 2 unless `--allow-unjudged` is given; "
     "`tune` gives no verdict and writes no best settings."
 )
@@ -207,7 +207,7 @@ def glossary_markdown() -> str:
         "",
         SYNC_RELATION,
         "",
-        "## Busy host and \"not judged\"",
+        '## Busy host and "not judged"',
         "",
         BUSY_HOST_RULE,
         "",
