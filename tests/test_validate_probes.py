@@ -242,16 +242,22 @@ def test_level_1_warns_with_the_load_and_names_the_process_holding_the_cores() -
 
     cores = len(os.sched_getaffinity(0))
     with spinners(min(os.sched_getaffinity(0)), 1) as (pid,):
-        others, consumers = other_processes(0.5)
-        check = check_host_load(0.2 / cores, (others, consumers))  # a fifth of a core
+        sample = other_processes(0.5)
+    others, consumers = sample
     mine = {c.pid: c for c in consumers}[pid]
-    assert mine.cores > 0.2, consumers  # it ran on its core (shared with whatever else runs)
-    assert others >= mine.cores
+    # It ran (its share depends on what else runs on its core), and it is counted.
+    assert mine.cores > 0.05 and others >= mine.cores, consumers
+    check = check_host_load(0.9 * others / cores, sample)  # others just above the share
     assert check.status is Status.WARN, check
     assert f"other processes kept {others:.2f} cores busy" in check.value
-    assert f"(pid {pid}) {mine.cores:.2f}" in check.value or mine not in consumers[:3]
+    top = check.details["top_consumers"]
+    assert [c["pid"] for c in top] == [c.pid for c in consumers[: len(top)]]
+    if mine in consumers[:3]:  # the row names the three largest
+        assert f"(pid {pid}) {mine.cores:.2f}" in check.value
     assert check.value.startswith("load average ") and "Run on a quiet node" in (check.fix or "")
-    assert check.details["top_consumers"][0]["cores"] == consumers[0].cores
+    if others < cores:
+        calm = check_host_load(min(1.0, 1.1 * others / cores), sample)
+        assert calm.status is Status.PASS, calm
     quiet = check_host_load(1.0, (0.1, []))
     assert quiet.status is Status.PASS and "kept 0.10 cores busy" in quiet.value
 

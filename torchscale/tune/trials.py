@@ -93,10 +93,17 @@ slower than the one before it (docs/PERFORMANCE.md, tune --budget)."""
 class CellRunner:
     """Runs lists of cells in one experiment store, each list with one sweep call."""
 
-    def __init__(self, config: BenchmarkConfig, store: ExperimentStore, events: SweepEvents):
+    def __init__(
+        self,
+        config: BenchmarkConfig,
+        store: ExperimentStore,
+        events: SweepEvents,
+        deadline: Optional[float] = None,
+    ):
         self.config = config
         self.store = store
         self.events = events
+        self.deadline = deadline  # monotonic: a cell still running then is ended (BudgetSpent)
         self.seconds_per_cell: Optional[float] = None  # measured, for the budget
         # What a run of k cells costs here, launch_s + k x cell_s (cells of one launch layout
         # share one warm launch): from the records' own wall times, for the budget.
@@ -160,7 +167,7 @@ class CellRunner:
             Plan(self.config, plan_cells, swept),
             self.store,
             SweepOptions(resume=True),
-            _Heard(self.events, finished),
+            _Heard(self.events, finished, self.deadline),
         )
         if todo:
             elapsed = time.monotonic() - started
@@ -211,17 +218,30 @@ class Interrupts:
             raise KeyboardInterrupt
 
 
-class _Heard:
-    """The sweep's events, passed on, with each finished cell also handed to ``finished``."""
+class BudgetSpent(KeyboardInterrupt):
+    """The budget's time ran out while a cell ran: the sweep ends its processes (as on Ctrl-C),
+    keeps what finished, and tune says what the budget could not hold."""
 
-    def __init__(self, events: SweepEvents, finished: Callable[[Cell, List[ResultBase]], None]):
-        self.events, self.finished = events, finished
+
+class _Heard:
+    """The sweep's events, passed on, with each finished cell also handed to ``finished``; past
+    ``deadline`` (monotonic) a running cell is ended."""
+
+    def __init__(
+        self,
+        events: SweepEvents,
+        finished: Callable[[Cell, List[ResultBase]], None],
+        deadline: Optional[float] = None,
+    ):
+        self.events, self.finished, self.deadline = events, finished, deadline
 
     def cell_started(self, cell: Cell, position: int, total: int, cell_dir: Path) -> None:
         Interrupts.check()
         self.events.cell_started(cell, position, total, cell_dir)
 
     def cell_polled(self, elapsed_s: float) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise BudgetSpent
         self.events.cell_polled(elapsed_s)
 
     def cell_finished(

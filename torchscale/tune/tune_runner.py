@@ -39,6 +39,7 @@ from torchscale.tune.study import (
 )
 from torchscale.tune.trials import (
     SCREEN_STEP,
+    BudgetSpent,
     CellRunner,
     Interrupts,
     TrialBatch,
@@ -72,6 +73,9 @@ def process_started() -> float:
 VERDICT_DIR = TUNE_VERDICT_DIR
 SCREEN_DIR = TUNE_SCREEN_DIR
 STALE_BATCHES = 3
+SEARCH_END = 0.95  # of the budget: a search cell still running then is ended
+VERDICT_TOLERANCE = 1.05  # of the budget: a verdict still running then is ended (stopping
+# the launch and writing the outputs take a few seconds more)
 FIRST_BATCH = 2  # the baseline and one trial, before the budget knows what a cell costs
 FAILED_BATCHES = 2  # batches with no trial measured at all before the search gives up
 
@@ -179,18 +183,19 @@ class Search:
             folder, request.space, identity, seed=section.seed, trial_cap=request.trial_cap
         )
         self.grid = request.space.grid()
-        self.runner = CellRunner(request.config, ExperimentStore(folder), events)
+        self.started = request.started
+        end = self.started + request.budget_s * SEARCH_END  # no search cell runs past it
+        self.runner = CellRunner(request.config, ExperimentStore(folder), events, end)
         screen = None
         if section.pruning:
             window = screen_window(request.baseline, section.screen_steps)
             screen = (
-                CellRunner(request.config, ExperimentStore(folder / SCREEN_DIR), events),
+                CellRunner(request.config, ExperimentStore(folder / SCREEN_DIR), events, end),
                 window,
             )
         self.batch = TrialBatch(
             self.study, request.space, request.baseline, self.runner, screen, self._told
         )
-        self.started = request.started
         self.batches = 0  # run by this process
 
     def left(self) -> float:
@@ -307,13 +312,24 @@ def run_tune(request: TuneRequest, events: TuneEvents) -> Dict[str, Any]:
     folder = tune_folder(request.output_dir, request.config.experiment_name)
     with tune_lock(folder), Interrupts.watched():
         search = Search(request, folder, events)
-        search.run()
+        spent = None
+        try:
+            search.run()
+        except BudgetSpent:
+            spent = search.left()
         section = request.section
         candidates = _finalists(search.study, request.space, section.finalists)
         winner = None
         verdict: Dict[str, Any] = {"repeats": section.repeats, "min_gain_pct": section.min_gain_pct}
         shape = _verdict_shape(search, len(candidates), section.repeats) if candidates else None
-        if candidates and shape is None:
+        if spent is not None:
+            verdict["over_budget"] = (
+                f"the budget ({request.budget_s:g} s) ran out during the first trials, before "
+                "one verdict could run; rerun with a larger --budget"
+            )
+            events.phase(f"no verdict: {verdict['over_budget']}")
+            candidates = []
+        elif candidates and shape is None:
             needs, left = search.verdict_s(1, 1) or 0.0, search.left()
             verdict["over_budget"] = (
                 f"the budget ({request.budget_s:g} s) cannot hold one verdict here: the baseline "
@@ -337,9 +353,22 @@ def run_tune(request: TuneRequest, events: TuneEvents) -> Dict[str, Any]:
             )
             store = ExperimentStore(folder / VERDICT_DIR / round_name(per_candidate))
             events.phase(f"verdict: baseline and {len(candidates)} finalist(s) interleaved")
-            results = CellRunner(request.config, store, events).run(
-                interleaved(per_candidate), [k.name for k in request.space.knobs]
-            )
+            # Past the budget's tolerance the verdict is ended rather than finished late.
+            end = request.started + request.budget_s * VERDICT_TOLERANCE
+            try:
+                results = CellRunner(request.config, store, events, end).run(
+                    interleaved(per_candidate), [k.name for k in request.space.knobs]
+                )
+            except BudgetSpent:
+                verdict["over_budget"] = (
+                    f"the verdict ran past the budget ({request.budget_s:g} s) and was ended: "
+                    "its cells ran slower than the trials before it; rerun with a larger --budget"
+                )
+                events.phase(f"no verdict: {verdict['over_budget']}")
+                verdict["finalists"] = []
+                summary = _summary(request, search, folder, [], None, verdict)
+                _write(request, folder, summary, None)
+                return summary
             winner = judge(
                 candidates,
                 per_candidate,
