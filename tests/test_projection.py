@@ -428,8 +428,8 @@ def test_the_band_widens_by_the_fit_error_and_a_poor_fit_is_refused() -> None:
     half_width = (wide["step_ms_high"] - wide["step_ms_low"]) / 2
     assert half_width >= 0.3 * wide["comm_ms"] * 0.999  # at least the fit's miss
     assert half_width > (tight["step_ms_high"] - tight["step_ms_low"]) / 2
-    poor = Fabric(dataclasses.replace(exact, rel_rmse=0.6), None, gpus_per_node=8)
+    poor = Fabric(dataclasses.replace(exact, rel_rmse=1.2), None, gpus_per_node=8)
     with pytest.raises(ProjectionError) as refused:
         check_fit(poor, "e")
-    assert f"off its own {exact.points} points by 60%" in str(refused.value)
+    assert f"off its own {exact.points} points by 120%" in str(refused.value)
     assert f"above the {FIT_ERROR_LIMIT:.0%} a projection can rest on" in str(refused.value)

@@ -50,9 +50,11 @@ __all__ = [  # the model here, and what it reads from projection_inputs
 ]  # fmt: skip
 
 BAND_SIGMAS = 2.0
-FIT_ERROR_LIMIT = 0.5
-"""An all-reduce fit off its own points by more than this (relative RMS) predicts nothing: the
-times it was fit to moved more than the model explains (a busy host, say); ``project`` refuses."""
+FIT_ERROR_LIMIT = 1.0
+"""An all-reduce fit off its own points by more than this (relative RMS: as much as the times
+themselves) predicts nothing: they moved more than the model explains (a busy host, say);
+``project`` refuses. Below it the band is widened by the error (on the 2-core VM under load ~10
+a fit was off by 53%)."""
 COMPUTE_DRIFT_LIMIT = 0.10
 """With --holdout: when the held-out cell's own compute-only step differs from the reference's by
 more than this, the node itself changed between the runs (a busier machine, shared cores), which
