@@ -205,7 +205,8 @@ def results_table(
 
     rows = list(table.itertuples())
     statuses = [
-        BUSY_HOST if r.status == "ok" and str(r.cell_id) in busy else str(r.status) for r in rows
+        BUSY_HOST if r.status == "ok" and str(getattr(r, "cell_id", "")) in busy else str(r.status)
+        for r in rows
     ]
     units = [row.unit if isinstance(row.unit, str) else "" for row in rows]
     numbers = [_fmt(r.throughput, ",.1f") for r in rows]
