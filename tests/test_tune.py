@@ -395,6 +395,12 @@ def test_a_verdict_on_a_busy_host_is_no_verdict(
     assert finalist["note"] == "not judged" and finalist["significant"] is False
     assert (folder / "tune.json").exists() and not (folder / "best.yaml").exists()
     assert not (folder / "ddp.py").exists() and summary["files"] == {"study": "study.db"}
+    # The report's tuning section says it too: the finalist "not judged", the line as printed.
+    html = tmp_path / "tune.html"
+    shown = runner.invoke(app, ["report", "-s", str(folder), "-f", "html", "-o", str(html)])
+    assert shown.exit_code == 0, shown.output
+    text = html.read_text(encoding="utf-8")
+    assert "not judged" in text and "no verdict: the host was busy" in text
 
 
 def test_the_budget_learns_a_launch_and_a_cell_and_shrinks_the_verdict_to_fit() -> None:
