@@ -76,7 +76,8 @@ STALE_BATCHES = 3
 SEARCH_END = 0.95  # of the budget: a search cell still running then is ended
 VERDICT_TOLERANCE = 1.05  # of the budget: a verdict still running then is ended (stopping
 # the launch and writing the outputs take a few seconds more)
-FIRST_BATCH = 2  # the baseline and one trial, before the budget knows what a cell costs
+FIRST_BATCH = 2  # the baseline and one trial, before the budget knows what a cell costs ...
+SHORT_BUDGET_S = 300.0  # ... under a budget shorter than this
 FAILED_BATCHES = 2  # batches with no trial measured at all before the search gives up
 
 
@@ -247,8 +248,10 @@ class Search:
             size = min(size, len(self.grid) - distinct_tried(self.study))
         verdict = self.verdict_s(1, 1)
         if verdict is None or self.batch_s(1) is None:
-            # Nothing measured in this run yet: a small first batch teaches the costs.
-            return max(min(size, FIRST_BATCH if not self.batches else size), 0)
+            # Nothing measured in this run yet: under a short budget a small first batch
+            # teaches the costs; a long one has room for a whole batch first.
+            first = FIRST_BATCH if request.budget_s < SHORT_BUDGET_S else size
+            return max(min(size, first if not self.batches else size), 0)
         fits = 0
         for trials in range(1, size + 1):
             cost = self.batch_s(trials)
