@@ -405,3 +405,31 @@ def test_a_script_experiment_without_all_reduce_cells_is_told_the_command_that_a
     (cell,) = json.loads(planned.stdout)
     assert cell["cell_id"].startswith("comm-g2-") and f"{folder}/cells/" in cell["command"]
     assert cell["settings"]["collectives"] == ["all_reduce"] and cell["settings"]["through_ddp"]
+
+
+def test_the_band_widens_by_the_fit_error_and_a_poor_fit_is_refused() -> None:
+    """The same prediction from a fit off its points by 0% and by 30%: the band grows by the
+    fit's error on the predicted communication (never narrower than what the fit missed by),
+    and a fit off by more than FIT_ERROR_LIMIT is refused with one line saying why."""
+    import dataclasses
+
+    from torchscale.analysis.projection import FIT_ERROR_LIMIT, ProjectionError, check_fit, predict
+
+    exact = _fit(alpha=20.0, beta=1e-4)
+    ref = _reference([4_000_000] * 4, backward_ms=5.0)
+    rows = {}
+    for error in (0.0, 0.3):
+        fabric = Fabric(dataclasses.replace(exact, rel_rmse=error), None, gpus_per_node=8)
+        check_fit(fabric, "e")
+        rows[error] = predict(ref, fabric, 8)
+    tight, wide = rows[0.0], rows[0.3]
+    assert tight["step_ms"] == pytest.approx(wide["step_ms"])  # the same prediction
+    assert wide["fit_error"] == 0.3 and tight["fit_error"] == 0.0
+    half_width = (wide["step_ms_high"] - wide["step_ms_low"]) / 2
+    assert half_width >= 0.3 * wide["comm_ms"] * 0.999  # at least the fit's miss
+    assert half_width > (tight["step_ms_high"] - tight["step_ms_low"]) / 2
+    poor = Fabric(dataclasses.replace(exact, rel_rmse=1.2), None, gpus_per_node=8)
+    with pytest.raises(ProjectionError) as refused:
+        check_fit(poor, "e")
+    assert f"off its own {exact.points} points by 120%" in str(refused.value)
+    assert f"above the {FIT_ERROR_LIMIT:.0%} a projection can rest on" in str(refused.value)

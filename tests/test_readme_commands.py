@@ -173,6 +173,8 @@ def test_readme_commands_run_as_written(
     result = _invoke(command, workdir)
     verdicts = {"compare": (0, 1), "validate": (0, 1)}  # a regression, a failed check: verdicts
     allowed = next((codes for word, codes in verdicts.items() if f" {word} " in command), (0,))
+    if " compare " in command and "not judged (busy host)" in result.stderr:
+        allowed = (2,)  # a cell measured while other processes held the cores: not judged
     assert result.exit_code in allowed, result.output
     assert "Error:" not in result.stderr and "Traceback" not in result.output
     if "--json" in command:

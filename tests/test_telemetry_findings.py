@@ -233,3 +233,24 @@ def test_real_oversubscribed_rank_is_found(tmp_path: Path, monkeypatch: pytest.M
     assert "gloo and DDP threads" in own_threads["recommendation"]
     assert oversubscribed_wait([quiet]) is None  # what tune's verdict warns on
     assert oversubscribed_wait(records) == pytest.approx(share, rel=1e-9)
+    # One rule for a busy host: benchmark's table marks the cell (its footer never "all ok"),
+    # and compare of it against the quiet copy, slowed, calls it "not judged".
+    table_rows = [line for line in result.stderr.splitlines() if "oversubscribed" in line]
+    assert any("busy host" in line for line in table_rows), result.stderr
+    assert "all ok" not in result.stderr
+    assert "1 cell(s) measured on a busy host (a rank waited for a CPU" in " ".join(
+        result.stderr.split()
+    )
+    from torchscale.analysis.comparison import CompareOptions, compare_runs
+
+    faster = quiet.model_copy(
+        update={
+            "step_times_ms": [s / 2 for s in quiet.step_times_ms],
+            "throughput": 2 * (quiet.throughput or 0.0),
+        }
+    )
+    gate = compare_runs([faster], records, CompareOptions())
+    (cell,) = gate.cells.to_dict("records")
+    assert cell["verdict"] == "not judged" and cell["cpu_wait_share"] == pytest.approx(share)
+    assert cell["throughput_change_pct"] == pytest.approx(-50)  # a drop, and still not judged
+    assert gate.judged_nothing and not gate.passed

@@ -178,20 +178,27 @@ def compare(
     resamples: int = 2000,
     seed: int = 0,
     noise_floor_pct: Optional[float] = None,
+    allow_unjudged: bool = False,
 ) -> Comparison:
     """Cell-by-cell changes of ``new`` against ``old``, as ``torchscale compare`` computes them.
 
     ``Comparison.cells`` has one row per matched cell (``verdict``: regression, improvement,
-    within noise, unchanged; intervals over run-to-run noise in ``*_ci_low_pct``/
-    ``*_ci_high_pct``; ``noise_model``: which noise model decided the cell);
-    ``Comparison.regressions`` the regressed ones; ``only_old``/``only_new`` the unmatched cells;
-    ``Comparison.noise()`` what decided (docs/report.md). ``noise_floor_pct`` states the
-    run-to-run noise (as ``--noise-floor``); by default it comes from the runs' repeats, else
-    from each cell's step-time CV. Bad options raise ``torchscale.errors.TorchscaleError``.
+    within noise, unchanged, or not judged when measured on a busy host; intervals over
+    run-to-run noise in ``*_ci_low_pct``/``*_ci_high_pct``; ``noise_model``: which noise model
+    decided the cell); ``Comparison.regressions`` the regressed ones; ``only_old``/``only_new``
+    the unmatched cells; ``Comparison.noise()`` what decided (docs/report.md).
+    ``noise_floor_pct`` states the run-to-run noise (as ``--noise-floor``); by default it comes
+    from the runs' repeats, else from each cell's step-time CV. ``Comparison.passed`` is the
+    gate (``allow_unjudged``: pass on the judged cells alone, as ``--allow-unjudged``). Bad
+    options raise ``torchscale.errors.TorchscaleError``.
     """
     from torchscale.analysis.comparison import CompareOptions, compare_runs
 
     options = CompareOptions(
-        threshold_pct=threshold_pct, resamples=resamples, seed=seed, noise_floor_pct=noise_floor_pct
+        threshold_pct=threshold_pct,
+        resamples=resamples,
+        seed=seed,
+        noise_floor_pct=noise_floor_pct,
+        allow_unjudged=allow_unjudged,
     ).checked()
     return compare_runs(_records(old, "old"), _records(new, "new"), options)

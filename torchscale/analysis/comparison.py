@@ -16,7 +16,9 @@ gate like a regression: its verdict is what happened to it in the new run (``fai
 ``timeout``, ``oom``, ``invalid``, ``skipped``) or ``missing`` when the new run has no record of
 it. (Runs that share no cell at all are not comparable: that is an error, not a list of losses.)
 Records that are invalid (``torchscale.results.validity``: a non-finite figure, a diverged loss)
-are never compared.
+are never compared. A cell measured on a busy host (``analysis.busy_host``) is *not judged* unless
+the noise is stated; a gate with such cells passes only when the user allows it
+(``allow_unjudged``), and says how many cells it judged.
 """
 
 from __future__ import annotations
@@ -31,7 +33,13 @@ import pandas as pd
 
 from torchscale.analysis import noise
 from torchscale.analysis.bootstrap import MEAN, P95, Statistic, bootstrap_ratio
-from torchscale.analysis.cpu_load import oversubscribed_wait
+from torchscale.analysis.busy_host import (
+    NOT_JUDGED,
+    busy_wait,
+    gate_line,
+    verdict_allowed,
+    wait_words,
+)
 from torchscale.analysis.lost_cells import CellKey, lost_rows, statuses
 from torchscale.analysis.scaling import label_variants
 from torchscale.analysis.training_tables import training_table
@@ -58,6 +66,7 @@ class CompareOptions:
     confidence: float = 0.95  # for the set of figures compared, not each
     seed: int = 0
     noise_floor_pct: Optional[float] = None  # stated: overrides repeats and the default
+    allow_unjudged: bool = False  # the gate passes on the judged cells alone (said so)
 
     def checked(self) -> CompareOptions:
         """These options, or a TorchscaleError naming the one a user gave wrong (every caller:
@@ -84,6 +93,7 @@ class Comparison:
     spreads: Dict[str, noise.Spread] = field(default_factory=dict)  # per figure
     confidence: float = 0.95
     figures: int = 0  # figures compared (two per matched cell): the intervals' family
+    allow_unjudged: bool = False
 
     @property
     def regressions(self) -> pd.DataFrame:
@@ -105,9 +115,34 @@ class Comparison:
         return bool((self.cells["noise_model"] == noise.OVERSUBSCRIBED).all())
 
     @property
+    def unjudged(self) -> pd.DataFrame:
+        """Matched cells measured on a busy host with no stated noise: verdict "not judged"."""
+        if "verdict" not in self.cells or self.cells.empty:
+            return self.cells.iloc[0:0]
+        return self.cells[self.cells["verdict"] == NOT_JUDGED]
+
+    @property
+    def judged_count(self) -> int:
+        """Matched cells the gate judged (lost cells count: their loss is the verdict)."""
+        return len(self.cells) - len(self.unjudged)
+
+    @property
+    def partly_unjudged(self) -> bool:
+        """Whether the gate must not pass: some cells were not judged (a regression in one would
+        go unseen) and the user did not allow it."""
+        return bool(len(self.unjudged)) and not self.allow_unjudged
+
+    @property
     def passed(self) -> bool:
-        """Whether the gate passes: nothing regressed or lost, and at least one cell judged."""
-        return not (self.failed or self.judged_nothing)
+        """Whether the gate passes: nothing regressed or lost, at least one cell judged, and every
+        cell judged unless the user allowed otherwise."""
+        return not (self.failed or self.judged_nothing or self.partly_unjudged)
+
+    def gate_line(self) -> Optional[str]:
+        """How many cells the gate judged, when it did not judge them all; None when it did."""
+        if not len(self.unjudged):
+            return None
+        return gate_line(self.judged_count, len(self.cells), self.allow_unjudged)
 
     @property
     def failed(self) -> bool:
@@ -130,6 +165,10 @@ class Comparison:
             "confidence": self.confidence,
             "figures": self.figures,
             "line": self.noise_line(),
+            "judged": self.judged_count,
+            "not_judged": len(self.unjudged),
+            "allow_unjudged": self.allow_unjudged,
+            "gate_line": self.gate_line(),
         }
 
     def noise_line(self) -> str:
@@ -147,9 +186,8 @@ class Comparison:
         if noise.OVERSUBSCRIBED in models:
             waited = float(self.cells["cpu_wait_share"].max())
             line += (
-                f" Not judged: {models[noise.OVERSUBSCRIBED]} cell(s) measured while other "
-                f"processes held the cores (a rank waited for a CPU {waited:.0%} of its window); "
-                "rerun them on a quiet node."
+                f" {NOT_JUDGED.capitalize()}: {models[noise.OVERSUBSCRIBED]} cell(s) measured on "
+                f"a busy host ({wait_words(waited)}); rerun them on a quiet node."
             )
         return line
 
@@ -172,7 +210,7 @@ def _pooled(
         figures["throughput"].append(as_float(row.throughput))
         figures["p95"].append(as_float(row.step_ms_p95))
         figures["cv"].append(as_float(row.step_ms_cv))
-        waited = oversubscribed_wait([record])
+        waited = busy_wait([record])
         if waited is not None:
             figures["waited"].append(waited)
     pooled = table.groupby(KEY, as_index=False).agg(
@@ -226,7 +264,8 @@ def _judged(
     waited = max(old_cell["waited"] + new_cell["waited"], default=None)
     # measured while other processes held the cores: not judged, unless the user states the
     # noise (a stated floor covers a busy node too)
-    unjudged = waited is not None and spreads["throughput"].kind != noise.STATED_FLOOR
+    stated = spreads["throughput"].kind == noise.STATED_FLOOR
+    unjudged = not verdict_allowed(waited is not None, stated)
     judged: Dict[str, object] = {
         "noise_model": (
             noise.OVERSUBSCRIBED
@@ -254,12 +293,13 @@ def _judged(
         )
         decided = sigma is not None or bootstrap is not None
         beyond = not (low_ratio <= 1 <= high_ratio) if decided else True
-        if unjudged:
-            # Measured while other processes held the cores: the figures say as much about
-            # them as about the change. Shown, with no interval, never beyond noise.
-            decided = beyond = False
         worse = _pct(ratios[figure]) * (-1 if figure == "throughput" else 1)
         verdict = _verdict(worse, beyond, options.threshold_pct)
+        if unjudged:
+            # Measured on a busy host: the figures say as much about the other processes as
+            # about the change. Shown, with no interval and a verdict of their own.
+            decided = beyond = False
+            verdict = NOT_JUDGED
         verdicts.append(verdict)
         nan = float("nan")
         judged.update(
@@ -271,7 +311,7 @@ def _judged(
                 f"{figure}_verdict": verdict,
             }
         )
-    order = [REGRESSION, IMPROVEMENT, WITHIN_NOISE, UNCHANGED]
+    order = [REGRESSION, IMPROVEMENT, NOT_JUDGED, WITHIN_NOISE, UNCHANGED]
     judged["beyond_noise"] = bool(judged["throughput_beyond_noise"] or judged["p95_beyond_noise"])
     judged["verdict"] = min(verdicts, key=order.index)
     return judged
@@ -356,4 +396,5 @@ def compare_runs(
         spreads,
         options.confidence,
         figures,
+        options.allow_unjudged,
     )

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Iterable, Optional, Sequence, Tuple
 
+from torchscale.results.figures import BUSY_HOST
 from torchscale.results.stats import t_quantile
 
 REPEATS = "repeats"
@@ -44,7 +45,7 @@ MEASURED_FLOOR = "measured floor"
 STATED_FLOOR = "stated floor"
 DEFAULT_FLOOR = "default floor"
 NO_MODEL = "threshold only"  # no step times: nothing to scale a floor by
-OVERSUBSCRIBED = "oversubscribed host"  # other processes held the cores: not judged
+OVERSUBSCRIBED = BUSY_HOST  # other processes held the cores: not judged (analysis.busy_host)
 DEFAULT_FACTOR = 1.2
 """Between-run sigma of one run's log figure over the cell's step-time CV (see above)."""
 BAND = NormalDist().inv_cdf(0.975)  # a stated floor is a 95% band

@@ -15,8 +15,10 @@ Per configuration (model x settings apart from the GPU count), from the largest 
   alpha-beta fabric (``alphabeta.py``); what ends after backward is exposed. When the reference
   cell ran on two ranks or more, DDP's measured overlap caps what the schedule may hide.
 
-The band is +-2 standard errors of the fit and of the reference step time; it does not cover the
-model's own error (see the docs).
+The band is +-2 standard errors of the fit and of the reference step time, widened by the fit's
+own error (the all-reduce fit's relative RMS error over the points it was fit to, applied to the
+predicted communication time); a fit whose error exceeds FIT_ERROR_LIMIT is refused. It does not
+cover the model's own error (see the docs).
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ __all__ = [  # the model here, and what it reads from projection_inputs
 ]  # fmt: skip
 
 BAND_SIGMAS = 2.0
+FIT_ERROR_LIMIT = 1.0
+"""An all-reduce fit off its own points by more than this (relative RMS: as much as the times
+themselves) predicts nothing: they moved more than the model explains (a busy host, say);
+``project`` refuses. Below it the band is widened by the error (on the 2-core VM under load ~10
+a fit was off by 53%)."""
 COMPUTE_DRIFT_LIMIT = 0.10
 """With --holdout: when the held-out cell's own compute-only step differs from the reference's by
 more than this, the node itself changed between the runs (a busier machine, shared cores), which
@@ -102,7 +109,10 @@ def predict(ref: Reference, fabric: Fabric, gpus: int) -> Dict[str, Any]:
     comm = exposed_comm_ms(fabric, gpus, ref)
     noise = expected_max_excess(ref.step_noise_ms, gpus)
     step = ref.compute_ms + ref.other_ms + noise + comm["exposed_ms"]
-    sigma = math.hypot(comm["sigma_ms"], ref.step_se_ms)
+    # The fit's own error on the points it was fit to, on the communication it predicts: a
+    # band narrower than the fit's misses says more than the fit knows.
+    fit_error = fit_error_of(fabric, nodes)
+    sigma = math.hypot(comm["sigma_ms"], ref.step_se_ms, fit_error * comm["comm_ms"] / BAND_SIGMAS)
     low, high = max(step - BAND_SIGMAS * sigma, 1e-9), step + BAND_SIGMAS * sigma
     throughput = gpus * ref.batch_per_gpu / step * 1e3
     base = min(ref.measured)
@@ -135,7 +145,29 @@ def predict(ref: Reference, fabric: Fabric, gpus: int) -> Dict[str, Any]:
         "measured_comm_ms": ref.measured_comm.get(gpus),
         "reference_cpu_wait_share": ref.cpu_wait.get(ref.world_size),
         "measured_on": ref.device_kind,
+        "fit_error": fit_error,
     }
+
+
+def fit_error_of(fabric: Fabric, nodes: int) -> float:
+    """The relative RMS error of the all-reduce fits a prediction on ``nodes`` nodes uses."""
+    errors = [fabric.intra.rel_rmse]
+    if nodes > 1 and fabric.inter is not None and fabric.inter.points:
+        errors.append(fabric.inter.rel_rmse)
+    return max(errors)
+
+
+def check_fit(fabric: Fabric, experiment: str) -> None:
+    """Refuse a fabric whose fit is off its own points by more than :data:`FIT_ERROR_LIMIT`."""
+    for fit in [fabric.intra, fabric.inter]:
+        if fit is None or not fit.points or fit.rel_rmse <= FIT_ERROR_LIMIT:
+            continue
+        raise ProjectionError(
+            f"{experiment}: the all-reduce fit is off its own {fit.points} points by "
+            f"{fit.rel_rmse:.0%} (relative RMS), above the {FIT_ERROR_LIMIT:.0%} a projection can "
+            "rest on: the times moved more than the alpha-beta model explains (a busy host?); "
+            "rerun the communication cells on a quiet node"
+        )
 
 
 @dataclass
@@ -198,6 +230,8 @@ def project(
         except ProjectionError:
             fabrics[experiment] = fabric
     rows = []
+    for experiment, used in fabrics.items():
+        check_fit(used, experiment)
     for ref in refs:
         calibrate(ref, fabrics[ref.experiment])
         if len(fabrics) > 1:

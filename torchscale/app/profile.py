@@ -256,6 +256,7 @@ class CapturedCell:
     no_analysis: Optional[str] = None  # traced, but the analysis wrote no findings
     sync_overhead_pct: Optional[float] = None  # the traced run's own measured window
     note: Optional[str] = None  # said beside the analysis (a window cut short by the script)
+    busy_wait: Optional[float] = None  # measured on a busy host: a rank's CPU-wait share
 
 
 def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
@@ -279,10 +280,17 @@ def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
     overhead = sync_overhead_pct(record) if isinstance(record, TrainingResult) else None
     hosts = load_host_records(store.root.parent)
     document["findings"] = attribute_findings(document["findings"], [record], hosts, "title")
+    from torchscale.analysis.busy_host import busy_wait
+
     return CapturedCell(
-        record.cell_id, profile.tool, out_dir, document, sync_overhead_pct=overhead,
+        record.cell_id,
+        profile.tool,
+        out_dir,
+        document,
+        sync_overhead_pct=overhead,
         note=profile.note,
-    )  # fmt: skip
+        busy_wait=busy_wait([record]),
+    )
 
 
 def fitted_gpus(request: CaptureRequest, devices: NodeDevices) -> Tuple[int, Optional[str]]:

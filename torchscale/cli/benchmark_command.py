@@ -524,8 +524,18 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
     table = outcome.table
     title = f"{outcome.experiment} ({outcome.store_root})"
     device_kind = records_device_kind(outcome.records)
+    from torchscale.analysis.busy_host import busy_cells, busy_wait, wait_words
+
+    busy = busy_cells(outcome.records)
     if table is not None and not table.empty:
-        show_result(results_table(table, title, device_kind))
+        show_result(results_table(table, title, device_kind, busy))
+    waited = busy_wait(outcome.records)
+    if busy and waited is not None:
+        _note(
+            f"> [WARN] {len(busy)} cell(s) measured on a busy host ({wait_words(waited)}): "
+            "marked 'busy host'; compare and tune judge them only with --noise-floor. Rerun "
+            "them on a quiet node."
+        )
     _print_kind_summaries(outcome.records, title)
     if is_cpu(device_kind) and outcome.records:
         _note(f"> [INFO] {CPU_NOTE}.")
@@ -536,6 +546,7 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
             {
                 "experiment": outcome.experiment,
                 "results_dir": str(outcome.store_root),
+                "busy_host_cells": sorted(busy),
                 "records": [r.model_dump(mode="json") for r in outcome.records],
             }
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, AbstractSet, Any, List, Optional
 
 from rich.progress import (
     BarColumn,
@@ -193,12 +193,21 @@ def _knobs(rows: List[Any]) -> List[List[str]]:
 UNIT_SHORT = {"images": "img", "sequences": "seq", "tokens": "tok", "samples": "smp"}
 
 
-def results_table(table: DataFrame, title: str, device_kind: str = CUDA) -> Table:
+def results_table(
+    table: DataFrame, title: str, device_kind: str = CUDA, busy: AbstractSet[str] = frozenset()
+) -> Table:
     """The final table: every figure in full at any console width (``console_tables.py``);
-    on CPU processes the rank column is ``ranks`` and the note says they are not GPUs."""
+    on CPU processes the rank column is ``ranks`` and the note says they are not GPUs. A cell
+    in ``busy`` (measured while other processes held the cores, ``analysis.busy_host``) has the
+    status ``busy host``: the footer never calls such a table "all ok"."""
     from torchscale.console_tables import Col, fitted_table
+    from torchscale.results.figures import BUSY_HOST
 
     rows = list(table.itertuples())
+    statuses = [
+        BUSY_HOST if r.status == "ok" and str(getattr(r, "cell_id", "")) in busy else str(r.status)
+        for r in rows
+    ]
     units = [row.unit if isinstance(row.unit, str) else "" for row in rows]
     numbers = [_fmt(r.throughput, ",.1f") for r in rows]
     short = [UNIT_SHORT.get(u, u) for u in units]
@@ -215,7 +224,7 @@ def results_table(table: DataFrame, title: str, device_kind: str = CUDA) -> Tabl
         Col("prec", [str(r.precision) for r in rows], numeric=False, same="{}", drop=1),
         # The other swept settings (ddp.bucket_cap_mb=25...): a sweep's rows are never alike.
         *[Col("settings", knobs, numeric=False, wrap=True, same="{}") for knobs in _knobs(rows)],
-        Col("status", [str(r.status) for r in rows], numeric=False, same="all {}"),
+        Col("status", statuses, numeric=False, same="all {}"),
         Col(
             "throughput",
             [n + (f" {u}/s" if u and n != "-" else "") for n, u in zip(numbers, units)],

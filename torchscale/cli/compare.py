@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from torchscale.report.report_data import ReportData
 
 EXIT_REGRESSION = 1
+EXIT_UNJUDGED = 2  # as a gate that judged nothing: a CI step must not pass on it
 
 
 def _clean(row: Mapping[Hashable, object]) -> Dict[str, object]:
@@ -27,7 +28,12 @@ def _clean(row: Mapping[Hashable, object]) -> Dict[str, object]:
     }
 
 
-STYLES = {"regression": "bold red", "improvement": "green", "within noise": "yellow"}
+STYLES = {
+    "regression": "bold red",
+    "improvement": "green",
+    "within noise": "yellow",
+    "not judged": "bold magenta",
+}
 LOST_STYLE = "bold red"
 
 
@@ -169,19 +175,32 @@ def register(app: typer.Typer) -> None:
                 "and in --json (device_changes).",
             ),
         ] = False,
+        allow_unjudged: Annotated[
+            bool,
+            typer.Option(
+                "--allow-unjudged",
+                help="Pass the gate on the judged cells alone when some were measured on a busy "
+                "host (verdict 'not judged'); without it such a gate exits 2.",
+            ),
+        ] = False,
         json_output: Annotated[
             bool, typer.Option("--json", help="Print the comparison as JSON on stdout.")
         ] = False,
     ) -> None:
         """Compare two result folders; fail (exit 1) on regressions and on cells that ran in
-        OLD but failed, timed out or are missing in NEW."""
+        OLD but failed, timed out or are missing in NEW; exit 2 when a cell could not be judged
+        (measured on a busy host) unless --allow-unjudged."""
         from torchscale.analysis.comparison import CompareOptions, compare_runs
         from torchscale.analysis.device_change import device_changes
         from torchscale.errors import TorchscaleError
         from torchscale.report.report_data import load_report_data
 
         options = CompareOptions(
-            threshold_pct=threshold, resamples=resamples, seed=seed, noise_floor_pct=noise_floor
+            threshold_pct=threshold,
+            resamples=resamples,
+            seed=seed,
+            noise_floor_pct=noise_floor,
+            allow_unjudged=allow_unjudged,
         ).checked()
         old_data, new_data = load_report_data(old, "OLD"), load_report_data(new, "NEW")
         old_records, new_records = old_data.records, new_data.records
@@ -214,8 +233,11 @@ def register(app: typer.Typer) -> None:
                     "threshold_pct": threshold,
                     "resamples": resamples,
                     "noise_floor_pct": noise_floor,
+                    "allow_unjudged": allow_unjudged,
                     "noise": result.noise(),
                     "passed": result.passed,
+                    "judged": result.judged_count,
+                    "not_judged": len(result.unjudged),
                     "regressions": regressions,
                     "lost": len(lost),
                     "cells": [_clean(r) for r in result.cells.to_dict("records")],
@@ -252,12 +274,26 @@ def register(app: typer.Typer) -> None:
                 markup=False,
                 soft_wrap=True,
             )
+        gate = result.gate_line()
+        if gate and not result.judged_nothing:
+            unjudged = ", ".join(str(c) for c in result.unjudged["cell_id_new"])
+            result_console.print(
+                f"{gate} Not judged: {unjudged}.",
+                style="bold magenta" if result.partly_unjudged else None,
+                markup=False,
+                soft_wrap=True,
+            )
         if result.failed:
             raise typer.Exit(EXIT_REGRESSION)
         if result.judged_nothing:
             raise TorchscaleError(
-                f"no cell of {new} could be judged: every one ran while other processes held "
-                "the cores (see the noise line); rerun both on a quiet node, or state the noise "
-                "with --noise-floor PCT"
+                f"no cell of {new} could be judged: every one ran on a busy host (other "
+                "processes held the cores; see the noise line); rerun both on a quiet node, or "
+                "state the noise with --noise-floor PCT"
             )
-        result_console.print(f"No regression beyond {threshold:g}% and the run-to-run noise.")
+        if result.partly_unjudged:
+            raise typer.Exit(EXIT_UNJUDGED)
+        judged = f" in the {result.judged_count} cell(s) judged" if gate else ""
+        result_console.print(
+            f"No regression beyond {threshold:g}% and the run-to-run noise{judged}."
+        )

@@ -171,6 +171,14 @@ def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
                 f"{cell.sync_overhead_pct:.1f}%. {sync_relation(stall, cell.sync_overhead_pct)} "
                 f"({GLOSSARY_DOC})."
             )
+        if cell.busy_wait is not None:
+            from torchscale.analysis.busy_host import BUSY_HOST, wait_words
+
+            say(
+                f"> [WARN] Measured on a {BUSY_HOST} ({wait_words(cell.busy_wait)}): its stalls "
+                "and waits say as much about the other processes as about the job; rerun on a "
+                "quiet node before acting on them."
+            )
         documents.append({"cell_id": cell.cell_id, "dir": str(cell.out_dir), **cell.document})
     if json_output and documents:
         print_json(documents[0] if len(documents) == 1 else {"cells": documents})

@@ -101,7 +101,7 @@ def _table(rows: List[Dict[str, Any]], holdout: bool) -> Any:
                 numeric=False,
             )
         )
-    title = f"Projected scaling ({unit}/s; band ±2 standard errors of the fit)"
+    title = f"Projected scaling ({unit}/s; band ±2 standard errors and the fit's own error)"
     left_out = f"see --json; figures: {GLOSSARY_DOC}"  # as benchmark's table says it
     return fitted_table(err_console, title, cols, left_out=left_out)
 

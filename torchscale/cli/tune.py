@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from torchscale.tune.tune_runner import TuneRequest
 
 EXIT_NOTHING_MEASURED = 1
+EXIT_BUSY_HOST = 2  # as compare's gate with cells it could not judge
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
@@ -169,6 +171,7 @@ def _request(
     finalists: Optional[int],
     repeats: Optional[int],
     script: Optional[ScriptOptions] = None,
+    noise_floor: Optional[float] = None,
 ) -> TuneRequest:
     """Everything checked before anything runs (bad input: one line, exit 2)."""
     from torchscale.config.durations import parse_duration
@@ -176,6 +179,11 @@ def _request(
     from torchscale.config.tune_section import TuneSection
 
     budget_s = parse_duration(budget, "--budget", "90s, 20m, 2min or 1h30m")
+    if noise_floor is not None and not (math.isfinite(noise_floor) and 0 <= noise_floor < 1000):
+        raise ConfigError(
+            f"--noise-floor {noise_floor:g} must be a % between 0 and 1000 (leave it out: a "
+            "verdict taken on a busy host is then refused)"
+        )
     overrides = parse_overrides(set_)
     if script is not None:
         import copy
@@ -226,7 +234,9 @@ def _request(
     pinned: Dict[str, Any] = {"gpu_counts": [baseline.gpus]}
     if script is None:
         pinned = {"models": [baseline.model], "batch_sizes": [baseline.batch_size], **pinned}
-    return TuneRequest(loaded, raw, pinned, baseline, space, section, output_dir, budget_s, trials)
+    return TuneRequest(
+        loaded, raw, pinned, baseline, space, section, output_dir, budget_s, trials, noise_floor
+    )
 
 
 def _baseline(config: Any, selection: str) -> Any:
@@ -329,6 +339,14 @@ def register(app: typer.Typer) -> None:
             Optional[List[str]],
             typer.Option("--set", help="Override a config key, e.g. --set measure_steps=40."),
         ] = None,
+        noise_floor: Annotated[
+            Optional[float],
+            typer.Option(
+                "--noise-floor",
+                help="Run-to-run noise in % (as compare --noise-floor): a gain must exceed it. "
+                "Needed for a verdict on a busy host (other processes holding the cores).",
+            ),
+        ] = None,
         json_output: Annotated[
             bool, typer.Option("--json", help="Print the tuning summary as JSON on stdout.")
         ] = False,
@@ -350,7 +368,7 @@ def register(app: typer.Typer) -> None:
         own = script_options(ctx, script, samples_per_step, step_at, threads)
         request = _request(
             config, set_ or [], model, batch_size, gpus, allow or [], output_dir, budget,
-            trials, finalists, repeats, own,
+            trials, finalists, repeats, own, noise_floor,
         )  # fmt: skip
         from torchscale.hardware.environment import node_devices
         from torchscale.launch.process import Terminated
@@ -375,9 +393,9 @@ def register(app: typer.Typer) -> None:
             code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
             raise typer.Exit(code) from None
         from torchscale.results.layout import TUNE_BEST_CONFIG, TUNE_DDP_SNIPPET, TUNE_SUMMARY
-        from torchscale.tune.tune_outputs import NOTHING_MEASURED
+        from torchscale.tune.tune_outputs import BUSY_HOST, NO_OUTPUTS
 
-        measured = summary["result"] != NOTHING_MEASURED
+        measured = summary["result"] not in NO_OUTPUTS
         written = f"{TUNE_BEST_CONFIG}, {TUNE_DDP_SNIPPET} and " if measured else ""
         show_result(f"> {written}{TUNE_SUMMARY} {'are' if measured else 'is'} in {folder}")
         table = finalists_table(summary)
@@ -391,5 +409,7 @@ def register(app: typer.Typer) -> None:
         show_result(summary["line"])
         if json_output:
             print_json(summary)
+        if summary["result"] == BUSY_HOST:  # measured, but nothing a verdict may rest on
+            raise typer.Exit(EXIT_BUSY_HOST)
         if not measured:  # a gate that measured nothing does not pass
             raise typer.Exit(EXIT_NOTHING_MEASURED)

@@ -95,6 +95,13 @@ class ValidateSection(StrictModel):
     window_s: PositiveFloat = Field(
         0.25, description=f"Length of one timed window of a probe, seconds{_range('window_s')}."
     )
+    busy_share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="Level 1: WARN when other processes keep more than this share of the node's "
+        "cores busy (a busy host: its figures are not judged).",
+    )
     repeats: PositiveInt = Field(
         3, description="Timed windows per probe; the best counts (interference only slows)."
     )

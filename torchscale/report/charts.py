@@ -323,9 +323,10 @@ def rank_wait_charts(pooled_ranks: pd.DataFrame) -> List[Chart]:
     return charts
 
 
-VERDICT_ORDER = ["regression", "within noise", "unchanged", "improvement"]
+VERDICT_ORDER = ["regression", "not judged", "within noise", "unchanged", "improvement"]
 VERDICT_COLORS = {
     "regression": "#D55E00",
+    "not judged": "#CC79A7",
     "within noise": "#E69F00",
     "unchanged": "#9CA3AF",
     "improvement": "#009E73",

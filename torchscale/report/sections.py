@@ -260,6 +260,9 @@ def comparison_section(comparison: Comparison, threshold_pct: float, baseline: s
         for side, frame in (("baseline", comparison.only_old), ("new run", comparison.only_new))
         if not frame.empty
     ]
+    gate = comparison.gate_line()
+    if gate:
+        notes.insert(0, gate)
     if cells.empty:
         return Section(
             "comparison",

@@ -15,13 +15,19 @@ from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
 from torchscale.report.elements import Chart, Column, Section, Series, make_table
 from torchscale.report.report_data import Experiment, ReportData
+from torchscale.results.figures import NOT_JUDGED
 from torchscale.results.json_input import read_json
 from torchscale.results.layout import TUNE_SUMMARY
 
 log = logging.getLogger("torchscale")
 SUMMARY_FILE = TUNE_SUMMARY
 MAX_SUMMARY_BYTES = 64 << 20
-GAIN_COLORS = {"baseline": "#9CA3AF", "significant": "#009E73", "not significant": "#E69F00"}
+GAIN_COLORS = {
+    "baseline": "#9CA3AF",
+    "significant": "#009E73",
+    "not significant": "#E69F00",
+    NOT_JUDGED: "#CC79A7",  # measured on a busy host: no verdict (the compare charts' colour)
+}
 
 
 def read_summary(experiment: Experiment) -> Optional[Dict[str, Any]]:
@@ -129,7 +135,8 @@ def _verdict_chart(rows: pd.DataFrame, key: str) -> Chart:
     labels = rows["candidate"].tolist()
     values = rows["samples_per_s"].tolist()
     kinds = ["baseline" if v == "baseline" else "significant" if v == "significant"
-             else "not significant" for v in rows["verdict"]]  # fmt: skip
+             else NOT_JUDGED if v == NOT_JUDGED else "not significant"
+             for v in rows["verdict"]]  # fmt: skip
     lows = rows.get("ci_low_samples_per_s", pd.Series([None] * len(rows))).tolist()
     highs = rows.get("ci_high_samples_per_s", pd.Series([None] * len(rows))).tolist()
 

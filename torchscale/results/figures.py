@@ -196,6 +196,23 @@ def sync_relation(stall_pct: Optional[float], overhead_pct: float) -> str:
     )
 
 
+BUSY_HOST = "busy host"
+"""The mark of a figure measured while other processes held the cores."""
+NOT_JUDGED = "not judged"
+"""The verdict on such a figure (never "within noise"): no verdict rests on it."""
+BUSY_HOST_RULE = (
+    f"A figure is measured on a **{BUSY_HOST}** when a rank of its cell waited for a CPU at least "
+    "15% of its window while other processes kept at least a quarter of a core of its host busy "
+    "(schedstat's CPU wait per rank, and the host's busy time minus the job's own). Such a figure "
+    "says as much about the other processes as about the job: `benchmark` marks it, `validate` "
+    f"warns, and its verdict in `compare`, `report --baseline` and `tune` is **{NOT_JUDGED}** "
+    '(never "within noise") unless the noise is stated with `--noise-floor`. A gate with cells '
+    "it did not judge says how many it judged and exits 2 unless `--allow-unjudged` is given; "
+    "`tune` gives no verdict and writes no best settings."
+)
+"""The busy-host rule in words (the rule itself: ``analysis/busy_host.py``)."""
+
+
 def glossary_markdown() -> str:
     """docs/glossary.md."""
     lines: List[str] = [
@@ -222,6 +239,10 @@ def glossary_markdown() -> str:
         "## Sync overhead, sync stall time and exposed communication",
         "",
         SYNC_RELATION,
+        "",
+        '## Busy host and "not judged"',
+        "",
+        BUSY_HOST_RULE,
         "",
     ]
     return "\n".join(lines)

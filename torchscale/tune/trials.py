@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import statistics
 import threading
 import time
 from dataclasses import dataclass
@@ -84,14 +85,59 @@ def objective(record: Optional[ResultBase]) -> Optional[float]:
     return None
 
 
+ESTIMATE_MARGIN = 1.2
+"""What the budget adds to a run's estimated time: on the shared 2-core VM a cell ran up to 1.6x
+slower than the one before it (docs/PERFORMANCE.md, tune --budget)."""
+
+
 class CellRunner:
     """Runs lists of cells in one experiment store, each list with one sweep call."""
 
-    def __init__(self, config: BenchmarkConfig, store: ExperimentStore, events: SweepEvents):
+    def __init__(
+        self,
+        config: BenchmarkConfig,
+        store: ExperimentStore,
+        events: SweepEvents,
+        deadline: Optional[float] = None,
+    ):
         self.config = config
         self.store = store
         self.events = events
+        self.deadline = deadline  # monotonic: a cell still running then is ended (BudgetSpent)
         self.seconds_per_cell: Optional[float] = None  # measured, for the budget
+        # What a run of k cells costs here, launch_s + k x cell_s (cells of one launch layout
+        # share one warm launch): from the records' own wall times, for the budget.
+        self.launch_s: Optional[float] = None
+        self.cell_s: Optional[float] = None
+
+    def estimate(self, cells: int) -> Optional[float]:
+        """Seconds a run of ``cells`` cells would take here; None before anything ran."""
+        if cells <= 0:
+            return 0.0
+        if self.launch_s is not None and self.cell_s is not None:
+            return ESTIMATE_MARGIN * (self.launch_s + cells * self.cell_s)
+        if self.seconds_per_cell is not None:  # one cell per run so far: launch included
+            return ESTIMATE_MARGIN * cells * self.seconds_per_cell
+        return None
+
+    def _learn(self, ran: List[ResultBase], spent: float) -> None:
+        """Split a run's time into its launch and its cells: the first cell's wall time holds
+        the launch's start-up, the others are cells alone; what the sweep spent beyond the
+        cells' wall times (planning, the records) goes with the launch."""
+        walls = [r.wall_s for r in ran if r.wall_s is not None and r.wall_s > 0]
+        if not walls:
+            return
+        # The slowest seen, not the mean: on a shared host the next run is as likely slower.
+        if len(walls) > 1:
+            self.cell_s = max(self.cell_s or 0.0, *walls[1:])
+        if self.cell_s is None:
+            return
+        if len(walls) > 1:
+            first = max(0.0, walls[0] - statistics.median(walls[1:]))
+            launch = max(0.0, spent - sum(walls)) + first
+        else:
+            launch = max(0.0, spent - self.cell_s)
+        self.launch_s = max(self.launch_s or 0.0, launch)
 
     def run(
         self,
@@ -121,12 +167,15 @@ class CellRunner:
             Plan(self.config, plan_cells, swept),
             self.store,
             SweepOptions(resume=True),
-            _Heard(self.events, finished),
+            _Heard(self.events, finished, self.deadline),
         )
         if todo:
-            spent = (time.monotonic() - started) / len(todo)
+            elapsed = time.monotonic() - started
+            spent = elapsed / len(todo)
             previous = self.seconds_per_cell
             self.seconds_per_cell = spent if previous is None else (previous + spent) / 2
+            ids = {c.cell_id for c in todo}
+            self._learn([r for r in records if r.cell_id in ids], elapsed)
         Interrupts.check()
         by_id = {r.cell_id: r for r in records}
         for cid in wanted:
@@ -169,17 +218,30 @@ class Interrupts:
             raise KeyboardInterrupt
 
 
-class _Heard:
-    """The sweep's events, passed on, with each finished cell also handed to ``finished``."""
+class BudgetSpent(KeyboardInterrupt):
+    """The budget's time ran out while a cell ran: the sweep ends its processes (as on Ctrl-C),
+    keeps what finished, and tune says what the budget could not hold."""
 
-    def __init__(self, events: SweepEvents, finished: Callable[[Cell, List[ResultBase]], None]):
-        self.events, self.finished = events, finished
+
+class _Heard:
+    """The sweep's events, passed on, with each finished cell also handed to ``finished``; past
+    ``deadline`` (monotonic) a running cell is ended."""
+
+    def __init__(
+        self,
+        events: SweepEvents,
+        finished: Callable[[Cell, List[ResultBase]], None],
+        deadline: Optional[float] = None,
+    ):
+        self.events, self.finished, self.deadline = events, finished, deadline
 
     def cell_started(self, cell: Cell, position: int, total: int, cell_dir: Path) -> None:
         Interrupts.check()
         self.events.cell_started(cell, position, total, cell_dir)
 
     def cell_polled(self, elapsed_s: float) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise BudgetSpent
         self.events.cell_polled(elapsed_s)
 
     def cell_finished(

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 
 GAIN, NO_GAIN, NOTHING_MEASURED = "gain", "no significant gain", "nothing measured"
+BUSY_HOST = "busy host"  # measured, but no verdict may rest on it (analysis.busy_host)
+NO_OUTPUTS = (NOTHING_MEASURED, BUSY_HOST)  # no verdict: nothing to reproduce or paste
 ERROR_SHOWN = 160  # characters of a trial's error in the console line
 SUMMARY_FILE = TUNE_SUMMARY
 BEST_FILE = TUNE_BEST_CONFIG
@@ -131,9 +133,14 @@ def ddp_snippet(settings: Dict[str, Any], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def outcome(winner: Optional[Candidate], candidates: List[Candidate]) -> str:
-    """GAIN, NO_GAIN (a finalist measured against the baseline, none beyond noise) or
-    NOTHING_MEASURED (no finalist has an interval: the gate measured nothing, exit 1)."""
+def outcome(
+    winner: Optional[Candidate], candidates: List[Candidate], busy_wait: Optional[float] = None
+) -> str:
+    """GAIN, NO_GAIN (a finalist measured against the baseline, none beyond noise),
+    NOTHING_MEASURED (no finalist has an interval: the gate measured nothing, exit 1) or
+    BUSY_HOST (measured while other processes held the cores, no noise stated: exit 2)."""
+    if busy_wait is not None:
+        return BUSY_HOST
     if winner is not None:
         return GAIN
     return NO_GAIN if any(c.gain_pct is not None for c in candidates) else NOTHING_MEASURED
@@ -171,10 +178,20 @@ def script_snippet(changed: Dict[str, Any], header: str) -> str:
 
 
 def tune_line(
-    winner: Optional[Candidate], candidates: List[Candidate], trials: List[Dict[str, Any]]
+    winner: Optional[Candidate],
+    candidates: List[Candidate],
+    trials: List[Dict[str, Any]],
+    busy_wait: Optional[float] = None,
 ) -> str:
-    """The console's last line: the gain with its interval, why the baseline is kept, or that
-    nothing was measured (never "no significant gain" then)."""
+    """The console's last line: the gain with its interval, why the baseline is kept, that
+    nothing was measured (never "no significant gain" then), or that the host was busy."""
+    from torchscale.analysis.busy_host import NO_VERDICT, NOISE_FLOOR, wait_words
+
+    if busy_wait is not None:
+        return (
+            f"> [TUNE] {NO_VERDICT} ({wait_words(busy_wait)} during the verdict); no {BEST_FILE} "
+            f"written: rerun on a quiet node, or state the noise with {NOISE_FLOOR} PCT"
+        )
     level = f"{CONFIDENCE:.0%}"
     if winner is not None:
         return (
@@ -207,7 +224,7 @@ def write_outputs(
     snippet: str,
 ) -> None:
     """tune.json, and (when a verdict was reached) best.yaml, baseline.yaml and ddp.py."""
-    if summary["result"] == NOTHING_MEASURED:
+    if summary["result"] in NO_OUTPUTS:
         atomic_write_json(folder / SUMMARY_FILE, summary)
         return
     atomic_write_text(folder / BEST_FILE, yaml.safe_dump(best, sort_keys=False))

@@ -6,11 +6,13 @@ ddp.py and tune.json.
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Tuple
 
+from torchscale.analysis.busy_host import NOT_JUDGED, verdict_allowed
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.config.tune_section import TuneSection
 from torchscale.launch.sweep import SweepEvents
@@ -37,6 +39,7 @@ from torchscale.tune.study import (
 )
 from torchscale.tune.trials import (
     SCREEN_STEP,
+    BudgetSpent,
     CellRunner,
     Interrupts,
     TrialBatch,
@@ -55,9 +58,26 @@ if TYPE_CHECKING:
     import optuna
 
 
+def process_started() -> float:
+    """When this process started, on the monotonic clock: the budget counts the start-up
+    (Python, torch, the study) too, as the user's clock does."""
+    import psutil
+
+    try:
+        age = time.time() - psutil.Process().create_time()
+    except (psutil.Error, OSError):  # no /proc: count from now
+        age = 0.0
+    return time.monotonic() - max(0.0, age)
+
+
 VERDICT_DIR = TUNE_VERDICT_DIR
 SCREEN_DIR = TUNE_SCREEN_DIR
 STALE_BATCHES = 3
+SEARCH_END = 0.95  # of the budget: a search cell still running then is ended
+VERDICT_TOLERANCE = 1.05  # of the budget: a verdict still running then is ended (stopping
+# the launch and writing the outputs take a few seconds more)
+FIRST_BATCH = 2  # the baseline and one trial, before the budget knows what a cell costs ...
+SHORT_BUDGET_S = 300.0  # ... under a budget shorter than this
 FAILED_BATCHES = 2  # batches with no trial measured at all before the search gives up
 
 
@@ -80,6 +100,8 @@ class TuneRequest:
     output_dir: Path
     budget_s: float
     trial_cap: Optional[int]
+    noise_floor_pct: Optional[float] = None  # stated: a verdict may rest on a busy host's cells
+    started: float = field(default_factory=lambda: process_started())  # the budget's clock
 
     @property
     def script(self) -> Optional[ScriptCellSettings]:
@@ -162,18 +184,40 @@ class Search:
             folder, request.space, identity, seed=section.seed, trial_cap=request.trial_cap
         )
         self.grid = request.space.grid()
-        self.runner = CellRunner(request.config, ExperimentStore(folder), events)
+        self.started = request.started
+        end = self.started + request.budget_s * SEARCH_END  # no search cell runs past it
+        self.runner = CellRunner(request.config, ExperimentStore(folder), events, end)
         screen = None
         if section.pruning:
             window = screen_window(request.baseline, section.screen_steps)
             screen = (
-                CellRunner(request.config, ExperimentStore(folder / SCREEN_DIR), events),
+                CellRunner(request.config, ExperimentStore(folder / SCREEN_DIR), events, end),
                 window,
             )
         self.batch = TrialBatch(
             self.study, request.space, request.baseline, self.runner, screen, self._told
         )
-        self.started = time.monotonic()
+        self.batches = 0  # run by this process
+
+    def left(self) -> float:
+        """Seconds of the budget left."""
+        return self.request.budget_s - (time.monotonic() - self.started)
+
+    def batch_s(self, size: int) -> Optional[float]:
+        """What a batch of ``size`` trials would cost: its screening run (every trial) and its
+        full-window run (at most all of them promoted: the budget does not bet on pruning)."""
+        full = self.runner.estimate(size)
+        if self.batch.screen is None:
+            return full
+        screen = self.batch.screen[0].estimate(size)
+        if screen is None or full is None:
+            return None
+        return screen + full
+
+    def verdict_s(self, candidates: int, repeats: int) -> Optional[float]:
+        """What a verdict of the baseline and ``candidates`` finalists, ``repeats`` rounds,
+        would cost: one run of full-window cells."""
+        return self.runner.estimate((candidates + 1) * repeats)
 
     def _told(self, number: int) -> None:
         trial = self.study.get_trials(deepcopy=False)[number]
@@ -191,26 +235,32 @@ class Search:
         """Whether a trial was measured on the screening window (and pruned)."""
         return bool(self.study.get_trials(deepcopy=False, states=(states().PRUNED,)))
 
-    def _room(self, verdict_cells: int) -> int:
-        """How many trials the next batch may hold (0: stop)."""
+    def _room(self) -> int:
+        """How many trials the next batch may hold (0: stop): as many as fit in the time left
+        beside the smallest verdict (the baseline and one finalist, one round). Before anything
+        was measured, the baseline and one trial: what a launch and a cell cost here is learnt
+        from them."""
         request = self.request
         size = request.section.batch
         if request.trial_cap is not None:
             size = min(size, request.trial_cap - finished_count(self.study))
         if self.grid is not None:
             size = min(size, len(self.grid) - distinct_tried(self.study))
-        per_cell = self.runner.seconds_per_cell
-        if per_cell is None and self.batch.screen is not None:
-            per_cell = self.batch.screen[0].seconds_per_cell
-        if per_cell is not None:
-            left = request.budget_s - (time.monotonic() - self.started)
-            cells_per_trial = 2 if request.section.pruning else 1
-            size = min(size, int((left / per_cell - verdict_cells) // cells_per_trial))
-        return max(size, 0)
+        verdict = self.verdict_s(1, 1)
+        if verdict is None or self.batch_s(1) is None:
+            # Nothing measured in this run yet: under a short budget a small first batch
+            # teaches the costs; a long one has room for a whole batch first.
+            first = FIRST_BATCH if request.budget_s < SHORT_BUDGET_S else size
+            return max(min(size, first if not self.batches else size), 0)
+        fits = 0
+        for trials in range(1, size + 1):
+            cost = self.batch_s(trials)
+            if cost is None or cost + verdict > self.left():
+                break
+            fits = trials
+        return fits
 
     def run(self) -> None:
-        section = self.request.section
-        verdict_cells = (min(section.finalists, 1) + section.finalists) * section.repeats
         stale = stale_trials(self.study)
         if stale:
             self.events.phase(f"resuming {len(stale)} unfinished trial(s)")
@@ -218,7 +268,7 @@ class Search:
         stale_batches = failed_batches = 0
         while stale_batches < STALE_BATCHES:
             Interrupts.check()
-            size = self._room(verdict_cells)
+            size = self._room()
             if size <= 0:
                 return
             if failed_batches >= FAILED_BATCHES and self.best() is None and not self._pruned():
@@ -231,6 +281,7 @@ class Search:
             self.events.phase(f"trials {finished_count(self.study) + 1}..")
             tried = distinct_tried(self.study)
             self.batch.run([self.study.ask() for _ in range(size)])
+            self.batches += 1
             # A sampler that only proposes settings already tried has nothing new to offer.
             stale_batches = stale_batches + 1 if distinct_tried(self.study) == tried else 0
 
@@ -264,27 +315,103 @@ def run_tune(request: TuneRequest, events: TuneEvents) -> Dict[str, Any]:
     folder = tune_folder(request.output_dir, request.config.experiment_name)
     with tune_lock(folder), Interrupts.watched():
         search = Search(request, folder, events)
-        search.run()
+        spent = None
+        try:
+            search.run()
+        except BudgetSpent:
+            spent = search.left()
         section = request.section
         candidates = _finalists(search.study, request.space, section.finalists)
         winner = None
         verdict: Dict[str, Any] = {"repeats": section.repeats, "min_gain_pct": section.min_gain_pct}
+        shape = _verdict_shape(search, len(candidates), section.repeats) if candidates else None
+        if spent is not None:
+            verdict["over_budget"] = (
+                f"the budget ({request.budget_s:g} s) ran out during the first trials, before "
+                "one verdict could run; rerun with a larger --budget"
+            )
+            events.phase(f"no verdict: {verdict['over_budget']}")
+            candidates = []
+        elif candidates and shape is None:
+            needs, left = search.verdict_s(1, 1) or 0.0, search.left()
+            verdict["over_budget"] = (
+                f"the budget ({request.budget_s:g} s) cannot hold one verdict here: the baseline "
+                f"and one finalist, one round, take about {needs:.0f} s and {max(left, 0):.0f} s "
+                "are left after the first trials; rerun with --budget "
+                f"{math.ceil(request.budget_s - left + needs) + 1}s or more"
+            )
+            events.phase(f"no verdict: {verdict['over_budget']}")
+            candidates = []
+        elif shape is not None and shape != (len(candidates), section.repeats):
+            events.phase(
+                f"the verdict shrunk to fit the budget: {shape[0]} finalist(s), {shape[1]} "
+                f"round(s) (asked: {len(candidates)}, {section.repeats})"
+            )
+            candidates = candidates[: shape[0]]
+            verdict["repeats"] = shape[1]
+            verdict["shrunk_to_fit_budget"] = True
         if candidates:
             per_candidate = verdict_cells(
-                request.baseline, [c.params for c in candidates], section.repeats
+                request.baseline, [c.params for c in candidates], verdict["repeats"]
             )
             store = ExperimentStore(folder / VERDICT_DIR / round_name(per_candidate))
             events.phase(f"verdict: baseline and {len(candidates)} finalist(s) interleaved")
-            results = CellRunner(request.config, store, events).run(
-                interleaved(per_candidate), [k.name for k in request.space.knobs]
+            # Past the budget's tolerance the verdict is ended rather than finished late.
+            end = request.started + request.budget_s * VERDICT_TOLERANCE
+            try:
+                results = CellRunner(request.config, store, events, end).run(
+                    interleaved(per_candidate), [k.name for k in request.space.knobs]
+                )
+            except BudgetSpent:
+                verdict["over_budget"] = (
+                    f"the verdict ran past the budget ({request.budget_s:g} s) and was ended: "
+                    "its cells ran slower than the trials before it; rerun with a larger --budget"
+                )
+                events.phase(f"no verdict: {verdict['over_budget']}")
+                verdict["finalists"] = []
+                summary = _summary(request, search, folder, [], None, verdict)
+                _write(request, folder, summary, None)
+                return summary
+            winner = judge(
+                candidates,
+                per_candidate,
+                results,
+                section.min_gain_pct,
+                section.seed,
+                request.noise_floor_pct,
             )
-            winner = judge(candidates, per_candidate, results, section.min_gain_pct, section.seed)
             verdict["folder"] = str(store.root.relative_to(folder))
+            verdict["noise_floor_pct"] = request.noise_floor_pct
             verdict.update(host_waits(list(results.values())))
+            if _unjudged(verdict, request):
+                # Measured while other processes held the cores: no verdict rests on it.
+                winner = None
+                for candidate in candidates:
+                    candidate.significant = False
+                    candidate.note = NOT_JUDGED
         verdict["finalists"] = [c.as_dict() for c in candidates]
         summary = _summary(request, search, folder, candidates, winner, verdict)
         _write(request, folder, summary, winner)
         return summary
+
+
+def _verdict_shape(search: Search, finalists: int, repeats: int) -> Optional[Tuple[int, int]]:
+    """The largest verdict (finalists, rounds) that fits in the budget's time left, the most
+    cells first, then the most rounds; the one asked for when its cost is not known; None when
+    not even the baseline and one finalist, one round, fit."""
+    if search.verdict_s(finalists, repeats) is None:
+        return finalists, repeats
+    shapes = [(k, r) for k in range(finalists, 0, -1) for r in range(repeats, 0, -1)]
+    fitting = [s for s in shapes if (search.verdict_s(*s) or 0.0) <= search.left()]
+    if not fitting:
+        return None
+    return max(fitting, key=lambda s: ((s[0] + 1) * s[1], s[1]))
+
+
+def _unjudged(verdict: Dict[str, Any], request: TuneRequest) -> bool:
+    """Whether the verdict was measured on a busy host with no noise stated (no verdict)."""
+    busy = verdict.get("oversubscribed_wait_share") is not None
+    return not verdict_allowed(busy, request.noise_floor_pct is not None)
 
 
 def _contended(verdict: Dict[str, Any]) -> Optional[str]:
@@ -320,14 +447,15 @@ def _summary(
 ) -> Dict[str, Any]:
     space = request.space
     trials = trial_rows(search.study)
-    result = outputs.outcome(winner, candidates)
+    busy = verdict.get("oversubscribed_wait_share") if _unjudged(verdict, request) else None
+    result = outputs.outcome(winner, candidates, busy)
     files = {
         "best": outputs.BEST_FILE,
         "baseline": outputs.BASELINE_FILE,
         "snippet": outputs.SNIPPET_FILE,
         "study": TUNE_STUDY,
     }
-    if result == outputs.NOTHING_MEASURED:  # no verdict: nothing to reproduce or paste
+    if result in outputs.NO_OUTPUTS:  # no verdict: nothing to reproduce or paste
         files = {"study": TUNE_STUDY}
     return {
         "experiment": request.config.experiment_name,
@@ -336,7 +464,11 @@ def _summary(
         "batch_size": getattr(request.baseline, "batch_size", None),
         "gpus": request.baseline.gpus,
         "result": result,
-        "line": outputs.tune_line(winner, candidates, trials),
+        "line": (
+            f"> [TUNE] nothing measured: {verdict['over_budget']}; no {outputs.BEST_FILE} written"
+            if verdict.get("over_budget")
+            else outputs.tune_line(winner, candidates, trials, busy)
+        ),
         "baseline": space.baseline_params(),
         "winner": winner.as_dict() if winner else None,
         "space": {

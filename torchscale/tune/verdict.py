@@ -134,8 +134,11 @@ def judge(
     results: Dict[str, ResultBase],
     min_gain_pct: float,
     seed: int,
+    noise_floor_pct: Optional[float] = None,
 ) -> Optional[Candidate]:
-    """Fill in each candidate's gain and interval; return the winner, or None."""
+    """Fill in each candidate's gain and interval; return the winner, or None. A stated noise
+    floor (``--noise-floor PCT``: one run may differ from another by PCT) widens each interval
+    by it on both sides, so a gain counts only beyond the noise the user stated."""
     base_records = _measured([results.get(c.cell_id) for c in per_candidate[0]])
     if base_records is None:
         failed = [results.get(c.cell_id) for c in per_candidate[0]]
@@ -167,6 +170,10 @@ def judge(
             options,
             ratio,
         )
+        if noise_floor_pct is not None:
+            floor = 1 + noise_floor_pct / 100
+            low = 100 * ((1 + low / 100) / floor - 1)
+            high = 100 * ((1 + high / 100) * floor - 1)
         candidate.gain_pct, candidate.ci_low_pct, candidate.ci_high_pct = gain, low, high
         candidate.significant = low > 0 and gain >= min_gain_pct
         if not candidate.significant:

@@ -25,7 +25,7 @@ import torch
 from torchscale.config.validate_section import ValidateSection
 from torchscale.hardware.environment import cpu_slots, threads_per_cpu_slot
 from torchscale.hardware.expected_figures import EACH_DEVICE, EACH_GPU, PROBES, probes_measured_on
-from torchscale.validate.probe_timing import Figure, ProbeError, best, timed_rates
+from torchscale.validate.probe_timing import UNLOADED, Figure, ProbeError, best, timed_rates
 
 MIB = 1 << 20
 LAUNCHES_PER_CALL = 100  # kernel-launch probe: one timed call launches this many kernels
@@ -65,19 +65,31 @@ class Measure:
     ) -> None:
         """Time the call ``prepare()`` returns (``work`` units per call); the figure is
         ``rate x scale``, or with ``per`` the time per unit, ``scale / rate`` (a latency)."""
+        # One thread per CPU slot: the probe's work runs on this thread, so its own CPU time
+        # gives the core's rate while it ran the probe (its unloaded capability).
+        on_cpu: Optional[List[float]] = (
+            [] if self.device.type == "cpu" and threads_per_cpu_slot() == 1 else None
+        )
         try:
             call = prepare()
             window, repeats = self.settings.window_s, self.settings.repeats
             queued = self.device.type == "cuda"
-            rates = timed_rates(call, work, self.sync, window, repeats, queued)
+            rates = timed_rates(call, work, self.sync, window, repeats, queued, on_cpu)
         except (RuntimeError, MemoryError) as exc:  # out of memory, a CUDA error: that row says
             self.run.errors.append(ProbeError.of(probe, self.label, exc))
             return
         samples = [scale / rate if per else rate * scale for rate in rates]
         higher = PROBES[probe].higher_is_better
+        details: Dict[str, object] = {}
+        if on_cpu:
+            unloaded = [scale / rate if per else rate * scale for rate in on_cpu]
+            details[UNLOADED] = best(unloaded, higher)
         self.run.figures.append(
-            Figure(probe, self.label, best(samples, higher), self.name, tuple(samples))
-        )
+            Figure(
+                probe, self.label, best(samples, higher), self.name, tuple(samples),
+                details=details,
+            )
+        )  # fmt: skip
 
 
 def gemm(m: Measure, probe: str, dtype: torch.dtype, n: int) -> None:

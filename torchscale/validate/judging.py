@@ -1,8 +1,11 @@
 """Level 2's verdicts: each measured figure against what its device should reach and against its
 peers on the node, with the thresholds of the config's ``validation:`` section.
 
-* Expected: the SKU's figure (hardware/expected_figures.py, each with its source); on CPU, the
-  node's own median of that probe (CPUs are too varied for a table). ``vs_expected`` is the
+* Expected: the SKU's figure (hardware/expected_figures.py, each with its source); on CPU (too
+  varied for a table), the core's own unloaded rate: the probe's work per second of its thread's
+  CPU time, measured in the same windows (``probe_timing.timed_rates``), so a core that other
+  processes share falls short of it even when every core does (a uniformly slowed node); the
+  node's own median where that is not measured (several threads per slot). ``vs_expected`` is the
   ratio, inverted for a latency so that below 1 is always worse.
 * Peers: the median of the node's other devices in the same probe (``vs_peers``), so one slow
   GPU of eight does not move its own yardstick.
@@ -18,10 +21,14 @@ from typing import Dict, List, Optional, Sequence
 
 from torchscale.config.validate_section import Bar, ValidateSection
 from torchscale.hardware.expected_figures import PROBES, expected_figure
-from torchscale.validate.probe_timing import Figure, ProbeError, format_value
+from torchscale.validate.probe_timing import UNLOADED, Figure, ProbeError, format_value
 from torchscale.validate.result import CheckResult, Status, worst
 
 NODE_MEDIAN = "the node's own median (no table for CPUs)"
+UNLOADED_CORE = (
+    "the core's own unloaded rate: the probe's work per second of its thread's CPU time, "
+    "so a core shared with other processes falls short of it however the node's others fare"
+)
 
 CPU_FIX = (
     "On CPU: look for other processes on the node (`top`), a cgroup CPU quota (`cat "
@@ -74,7 +81,9 @@ class Judged:
     def ratios(self) -> str:
         parts = []
         if self.vs_expected is not None and self.expected is not None:
-            what = "the node's median" if self.expected_source == NODE_MEDIAN else "expected"
+            what = {NODE_MEDIAN: "the node's median", UNLOADED_CORE: "its unloaded rate"}.get(
+                self.expected_source or "", "expected"
+            )
             parts.append(f"{self.vs_expected:.2f} of {what} {format_value(self.expected)}")
         if self.vs_peers is not None:
             parts.append(f"{self.vs_peers:.2f} of its peers")
@@ -91,7 +100,12 @@ def judge_figures(figures: Sequence[Figure], settings: ValidateSection, cpu: boo
         peers = statistics.median(others) if others else None
         expected: Optional[float] = None
         source: Optional[str] = None
-        if cpu:
+        unloaded = figure.details.get(UNLOADED)
+        if cpu and isinstance(unloaded, float):
+            # The core against itself unloaded: a node slowed uniformly (every core shared)
+            # has a median as slow as each core, and only this names it.
+            expected, source = unloaded, UNLOADED_CORE
+        elif cpu:
             expected, source = statistics.median(same), NODE_MEDIAN
         else:
             known = expected_figure(figure.device_name, figure.probe, figure.ranks)
@@ -134,6 +148,8 @@ def probe_checks(judged: Sequence[Judged], cpu: bool) -> List[CheckResult]:
             if known and not cpu:
                 least, expected = min(known)
                 shown += f" (>= {least:.2f} of expected {format_value(expected or 0.0)})"
+            elif known and all(j.expected_source == UNLOADED_CORE for j in mine):
+                shown += f" (>= {min(known)[0]:.2f} of each core's unloaded rate)"
             rows.append(CheckResult(meta.label, status, shown, None, details))
             continue
         bad = [j for j in mine if j.status is status]

@@ -78,6 +78,11 @@ class Figure:
         }
 
 
+UNLOADED = "unloaded"
+"""A CPU figure's detail: the same probe's figure per second of the probe thread's own CPU time
+(``timed_rates``' ``on_cpu``), the core's capability with nothing else on it."""
+
+
 def best(samples: List[float], higher_is_better: bool = True) -> float:
     return max(samples) if higher_is_better else min(samples)
 
@@ -89,6 +94,7 @@ def timed_rates(
     window_s: float,
     repeats: int,
     queued: bool = False,
+    on_cpu: Optional[List[float]] = None,
 ) -> List[float]:
     """``work`` per second in each of ``repeats`` windows of back-to-back ``run()`` calls.
 
@@ -97,6 +103,10 @@ def timed_rates(
     it. Work that is queued (a GPU) cannot be watched call by call: a calibration window counts
     how many calls, each synchronised, fill ``window_s``, and each timed window runs that many
     back to back and synchronises once.
+
+    ``on_cpu`` (work the calling thread does itself, on one core): each window's work per second
+    of this thread's own CPU time is appended to it, i.e. what the core delivers while it runs
+    the probe. A window's wall rate below it is time the core gave to other threads.
     """
     run()  # warm-up: allocations, library heuristics, first touch of the pages
     sync()
@@ -110,7 +120,7 @@ def timed_rates(
     rates = []
     for _ in range(repeats):
         sync()
-        done, start = 0, time.perf_counter()
+        done, start, cpu_start = 0, time.perf_counter(), time.thread_time()
         while True:
             run()
             done += 1
@@ -118,6 +128,8 @@ def timed_rates(
                 break
         sync()
         rates.append(work * done / max(time.perf_counter() - start, 1e-9))
+        if on_cpu is not None:
+            on_cpu.append(work * done / max(time.thread_time() - cpu_start, 1e-9))
     return rates
 
 

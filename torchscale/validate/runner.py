@@ -140,6 +140,7 @@ def run_validation(
                 system.check_master_env(),
                 system.check_nccl_env(),
                 system.check_disk(options.output_dir),
+                system.check_host_load(options.settings.busy_share),
             ]
             notify(SMOKE_NAME)
             checks.append(smoke_check(smoke))

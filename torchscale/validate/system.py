@@ -9,8 +9,9 @@ import os
 import resource
 import shutil
 import socket
+import time
 from pathlib import Path
-from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Set, Tuple
 
 import psutil
 
@@ -271,3 +272,85 @@ def check_disk(output_dir: Path) -> CheckResult:
             "Traces take hundreds of MB per cell: free space or use a larger --output-dir.",
         )
     return passed(name, shown, free_bytes=usage.free)
+
+
+LOAD_SAMPLE_S = 1.0  # long enough to see a busy process, short next to the smoke test
+TOP_CONSUMERS = 3  # named on the row; the details keep a few more
+KEPT_CONSUMERS = 8
+
+
+class Consumer(NamedTuple):
+    pid: int
+    name: str
+    cores: float  # CPU time over the sample, in cores
+
+
+def _cpu_seconds(proc: psutil.Process) -> Optional[float]:
+    try:
+        times = proc.cpu_times()
+    except (psutil.Error, OSError):
+        return None
+    return float(times.user + times.system)
+
+
+def _own_tree() -> Set[int]:
+    """This process and its descendants (the smoke test's torchrun and its ranks)."""
+    me = psutil.Process()
+    try:
+        return {me.pid, *(child.pid for child in me.children(recursive=True))}
+    except psutil.Error:
+        return {me.pid}
+
+
+def other_processes(sample_s: float = LOAD_SAMPLE_S) -> Tuple[float, List[Consumer]]:
+    """Cores kept busy by processes other than this one and its children over ``sample_s``,
+    and those processes by CPU time, largest first."""
+    before = {p.pid: (p, _cpu_seconds(p)) for p in psutil.process_iter(["name"])}
+    time.sleep(sample_s)
+    own = _own_tree()
+    consumers: List[Consumer] = []
+    for pid, (proc, start) in before.items():
+        if pid in own or start is None:
+            continue
+        end = _cpu_seconds(proc)
+        if end is None or end <= start:
+            continue
+        name = str(proc.info.get("name") or "?")
+        consumers.append(Consumer(pid, name, (end - start) / sample_s))
+    consumers.sort(key=lambda c: c.cores, reverse=True)
+    return sum(c.cores for c in consumers), consumers
+
+
+def check_host_load(
+    busy_share: float, sample: Optional[Tuple[float, List[Consumer]]] = None
+) -> CheckResult:
+    """The node's load, and the processes other than torchscale's holding its cores: WARN when
+    they keep more than ``busy_share`` of the cores busy (what a benchmark would then measure is
+    a busy host, whose figures compare and tune do not judge)."""
+    name = "Host load"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
+    load1, load5, _ = os.getloadavg()
+    others, consumers = sample if sample is not None else other_processes()
+    top = consumers[:TOP_CONSUMERS]
+    named = ", ".join(f"{c.name} (pid {c.pid}) {c.cores:.2f}" for c in top)
+    shown = (
+        f"load average {load1:.2f} (5 min {load5:.2f}) on {cores} cores; other processes "
+        f"kept {others:.2f} cores busy ({others / cores:.0%})" + (f": {named}" if named else "")
+    )
+    details = {
+        "load_average": [load1, load5],
+        "cores": cores,
+        "other_processes_cores": others,
+        "top_consumers": [c._asdict() for c in consumers[:KEPT_CONSUMERS]],
+    }
+    if others > busy_share * cores:
+        return warn(
+            name,
+            shown,
+            f"Other processes hold more than {busy_share:.0%} of the cores: a benchmark here "
+            "measures them as much as the job (its cells are marked 'busy host' and not "
+            "judged). Run on a quiet node, or stop them (`top`).",
+            **details,
+        )
+    return passed(name, shown, **details)
