@@ -105,7 +105,7 @@ def lost_efficiency_section(records: List[ResultBase]) -> Optional[Section]:
         "(a cause that seems to have given efficiency back) is noise: it is marked so in the "
         "table and drawn as no bar, so the bars may stand above the measured gap (the marker); "
         "the shaded band is the run-to-run noise of a part (95%, from the step times' spread at "
-        "both counts), and a part under it is within noise too.",
+        "both counts), and a part under it is no larger than that noise.",
         charts=_charts(table),
         tables=[
             make_table(
