@@ -46,6 +46,8 @@ def _precision_alias(value: Any) -> Any:
 
 
 Precision = Annotated[Literal["fp32", "amp", "bf16"], BeforeValidator(_precision_alias)]
+Strategy = Literal["ddp", "replicate", "fsdp2", "fsdp2_hybrid"]
+"""Data-parallel strategies (``worker/strategies.py``; docs/strategies.md)."""
 
 
 class DDPSettings(StrictModel):
@@ -98,6 +100,19 @@ class TrainingSettings(StrictModel):
         "ucc/tl/nccl, ucc/tl/cuda or ucc/tl/ucp (UCC with that transport layer: UCC_TLS and "
         "UCC_CL_BASIC_TLS set for the cell), or mpi (with --launcher mpirun). One this torch or "
         "node lacks makes the cell skipped.",
+    )
+    strategy: Strategy = Field(
+        "ddp",
+        description="Data-parallel strategy: ddp (DistributedDataParallel), replicate (torch's "
+        "FSDP-based replicate: parameters replicated, gradients all-reduced per block), fsdp2 "
+        "(fully_shard per block: parameters, gradients and optimizer state sharded) or "
+        "fsdp2_hybrid (sharded within a node, replicated across nodes; multi-node cells). One "
+        "this torch or cell cannot run makes the cell skipped.",
+    )
+    reshard_after_forward: bool = Field(
+        True,
+        description="fsdp2, fsdp2_hybrid: free each block's gathered parameters after its "
+        "forward (gathered again for backward: less memory, more all-gathers).",
     )
     precision: Precision = Field("fp32", description="fp32, amp (fp16 + GradScaler) or bf16.")
     channels_last: bool = Field(False, description="NHWC memory format for conv models.")

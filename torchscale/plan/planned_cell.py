@@ -59,6 +59,8 @@ LATER_DEFAULTS: Dict[str, Any] = {
     "epochs": None,
     "sync_cuda": False,
     "compute_only": ["unsharded"],
+    "strategy": "ddp",
+    "reshard_after_forward": True,
 }
 """Knobs added after results existed: at their default they are left out of a cell's identity."""
 

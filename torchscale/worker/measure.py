@@ -33,6 +33,7 @@ from torchscale.runtime.process_group import RankContext
 from torchscale.worker.batches import LoaderBatches
 from torchscale.worker.cpu_accounting import CpuSnapshot
 from torchscale.worker.gpu_sampler import GpuSampler, nvml_index
+from torchscale.worker.strategies import local
 from torchscale.worker.training import TrainingRun
 
 # DDP logging keys (nanoseconds, for the previous iteration) -> RankResult fields.
@@ -54,8 +55,9 @@ DDP_CONFIG_KEYS = (
 
 
 def ddp_config(run: TrainingRun) -> Dict[str, Any]:
-    """DDP's own account of its configuration, and what the worker applied around it."""
-    return ddp_report(run.ddp)
+    """DDP's own account of its configuration (nothing for the FSDP-based strategies, whose
+    configuration is the record's ``runtime.strategy``)."""
+    return ddp_report(run.ddp) if run.ddp is not None else {}
 
 
 def ddp_report(ddp: DDP) -> Dict[str, Any]:
@@ -171,6 +173,8 @@ DDP_DEFAULT_LOGGING_SAMPLE_RATE = 100
 
 def _ddp_logging_probe(run: TrainingRun, clock: Clock, steps: int) -> Dict[str, Optional[float]]:
     """Mean per-step DDP timings over ``steps`` steps, from DDP's own logging data."""
+    if run.ddp is None:
+        return {}
     try:
         run.ddp._set_ddp_runtime_logging_sample_rate(1)
     except AttributeError:  # private API: absent in some builds
@@ -222,8 +226,9 @@ def activation_bytes(
 
 
 def _memory(run: TrainingRun, ctx: RankContext) -> Dict[str, Any]:
-    bucket_view = bool(getattr(run.ddp, "gradient_as_bucket_view", False))
-    return memory_stats(list(run.ddp.module.parameters()), run.optimizer, ctx, bucket_view)
+    # Without DDP's buckets a gradient is held once; FSDP2's are this rank's shards.
+    once = run.ddp is None or bool(getattr(run.ddp, "gradient_as_bucket_view", False))
+    return memory_stats(list(run.module.parameters()), run.optimizer, ctx, once)
 
 
 def memory_stats(
@@ -234,10 +239,12 @@ def memory_stats(
 ) -> Dict[str, Any]:
     """This rank's MemoryStats fields: the model state of ``params`` and ``optimizer``, and the
     peak since :func:`reset_peak_memory`."""
-    param_bytes = sum(p.numel() * p.element_size() for p in params)
-    grad_bytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+    # A sharded parameter (FSDP2's DTensor) counts what this rank holds: its local shard.
+    held = [local(p) for p in params]
+    param_bytes = sum(p.numel() * p.element_size() for p in held)
+    grad_bytes = sum(h.numel() * h.element_size() for p, h in zip(params, held) if p.requires_grad)
     optimizer_bytes = sum(
-        t.numel() * t.element_size()
+        local(t).numel() * local(t).element_size()
         for state in (optimizer.state.values() if optimizer is not None else ())
         for t in state.values()
         if torch.is_tensor(t)

@@ -1,8 +1,10 @@
-"""One rank's training setup and step: model, DDP, optimizer, precision, data.
+"""One rank's training setup and step: model, data-parallel wrapper, optimizer, precision, data.
 
-The step is the standard DDP loop, so what is timed is what users run: forward under autocast,
-backward (DDP all-reduces gradient buckets as they become ready), optimizer step, zero_grad.
-With gradient accumulation, all micro-batches but the last run under ``no_sync()``.
+The step is the standard data-parallel loop, so what is timed is what users run: forward under
+autocast, backward (DDP all-reduces gradient buckets as they become ready; FSDP2 reduce-scatters
+each block's), optimizer step, zero_grad. With gradient accumulation, all micro-batches but the
+last run under ``no_sync()`` (FSDP2: gradient sync off). The wrapper is the ``strategy`` knob's
+(``worker/strategies.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torchscale.runtime.clock import Clock, StepMarks
 from torchscale.runtime.process_group import RankContext
 from torchscale.worker.batches import batch_stream
 from torchscale.worker.comm_hooks import register_comm_hook
+from torchscale.worker.strategies import fsdp_no_sync, wrap_fsdp
 
 Annotate = Callable[[str], ContextManager[Any]]
 
@@ -76,8 +79,9 @@ class TrainingRun:
     """Everything one rank needs to run timed steps."""
 
     spec: ModelSpec
-    ddp: DDP
-    forward: Callable[..., Any]  # the DDP model, or its torch.compile wrapper
+    ddp: Optional[DDP]  # None for the FSDP-based strategies
+    model: nn.Module  # the wrapped model: the DDP module, or the model FSDP2 wrapped in place
+    forward: Callable[..., Any]  # the wrapped model, or its torch.compile wrapper
     optimizer: torch.optim.Optimizer
     scaler: Optional[Any]
     autocast_dtype: Optional[torch.dtype]
@@ -88,6 +92,17 @@ class TrainingRun:
     tracker: Optional[StepTracker] = None
     applied: Dict[str, Any] = field(default_factory=dict)  # what ran, for the record
     last_loss: Optional[torch.Tensor] = None  # the last micro-batch's loss, on the device
+
+    @property
+    def module(self) -> nn.Module:
+        """The user's module (parameters, as the optimizer sees them: local shards with FSDP2)."""
+        return self.ddp.module if self.ddp is not None else self.model
+
+    def no_sync(self) -> ContextManager[Any]:
+        """Gradient synchronisation off for the steps run inside (compute only)."""
+        if self.ddp is not None:
+            return self.ddp.no_sync()
+        return fsdp_no_sync(self.model)
 
     def _autocast(self) -> ContextManager[Any]:
         if self.autocast_dtype is None:
@@ -113,7 +128,7 @@ class TrainingRun:
             if tracker:
                 tracker.phase(1)
             skip_sync = not sync or not last
-            with self.ddp.no_sync() if skip_sync else contextlib.nullcontext():
+            with self.no_sync() if skip_sync else contextlib.nullcontext():
                 with phase("forward"), self._autocast():
                     outputs = _call(self.forward, inputs)
                     loss = self.spec.loss(outputs, targets)
@@ -192,26 +207,38 @@ def _buffer_sync(each_forward: bool) -> Dict[str, Any]:
 
 
 def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> TrainingRun:
-    """Build model, DDP wrapper, optimizer and data for this rank."""
+    """Build model, data-parallel wrapper, optimizer and data for this rank."""
     torch.manual_seed(settings.seed)  # same initial weights on every rank (DDP checks shapes)
     model = spec.build().to(ctx.device)
     channels_last = settings.channels_last and spec.supports_channels_last
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
-    ddp_settings = settings.ddp
-    ddp = DDP(
-        model,
-        device_ids=[ctx.device.index] if ctx.is_cuda else None,
-        bucket_cap_mb=ddp_settings.bucket_cap_mb,
-        gradient_as_bucket_view=ddp_settings.gradient_as_bucket_view,
-        static_graph=ddp_settings.static_graph,
-        find_unused_parameters=ddp_settings.find_unused_parameters,
-        **_buffer_sync(ddp_settings.broadcast_buffers),
-    )
-    comm_state = register_comm_hook(ddp, ddp_settings)
-    forward: Callable[..., Any] = ddp
+    ddp: Optional[DDP] = None
+    comm_state = None
+    wrapped: nn.Module = model
+    autocast = AUTOCAST_DTYPES.get(settings.precision)
+    strategy: Dict[str, Any] = {"strategy": settings.strategy}
+    if settings.strategy == "ddp":
+        ddp_settings = settings.ddp
+        ddp = DDP(
+            model,
+            device_ids=[ctx.device.index] if ctx.is_cuda else None,
+            bucket_cap_mb=ddp_settings.bucket_cap_mb,
+            gradient_as_bucket_view=ddp_settings.gradient_as_bucket_view,
+            static_graph=ddp_settings.static_graph,
+            find_unused_parameters=ddp_settings.find_unused_parameters,
+            **_buffer_sync(ddp_settings.broadcast_buffers),
+        )
+        comm_state = register_comm_hook(ddp, ddp_settings)
+        wrapped = ddp
+    else:
+        strategy = wrap_fsdp(model, settings, ctx)
+        autocast = None  # the MixedPrecisionPolicy casts parameters instead
+    forward: Callable[..., Any] = wrapped
     if settings.compile:
-        forward = torch.compile(ddp, backend=settings.compile_backend, mode=settings.compile_mode)
+        forward = torch.compile(
+            wrapped, backend=settings.compile_backend, mode=settings.compile_mode
+        )
     optimizer_name = spec.optimizer if settings.optimizer == "auto" else settings.optimizer
     scaler = None
     if settings.precision == "amp":
@@ -219,8 +246,8 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
     torch.manual_seed(settings.seed + 1000 + ctx.rank)  # different data on every rank
     batches = batch_stream(spec, settings, ctx, channels_last)
     optimizer = _optimizer(optimizer_name, model, ctx.device, settings.optimizer_impl)
-    autocast = AUTOCAST_DTYPES.get(settings.precision)
     applied = {
+        "strategy": strategy,
         "optimizer": type(optimizer).__name__,
         "optimizer_impl": _applied_impl(optimizer),
         "autocast_dtype": str(autocast).replace("torch.", "") if autocast else None,
@@ -237,6 +264,7 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
     return TrainingRun(
         spec=spec,
         ddp=ddp,
+        model=wrapped,
         forward=forward,
         optimizer=optimizer,
         scaler=scaler,
