@@ -33,6 +33,7 @@ from torchscale.runtime.process_group import RankContext
 from torchscale.worker.batches import LoaderBatches
 from torchscale.worker.cpu_accounting import CpuSnapshot
 from torchscale.worker.gpu_sampler import GpuSampler, nvml_index
+from torchscale.worker.gradient_check import check_gradients
 from torchscale.worker.strategies import local
 from torchscale.worker.training import TrainingRun
 
@@ -301,12 +302,18 @@ def measure_rank(
 
     reporter.phase("measure", steps=steps)
     reset_peak_memory(ctx)
+    run.keep_next_batch = True  # the gradient check's batch: the first measured step's
     sampler = GpuSampler(nvml_index(ctx.device.index)) if ctx.is_cuda else contextlib.nullcontext()
     cpu_before = CpuSnapshot.now()
     with sampler:
         measured, wall, epochs = _measured(run, settings, clock, ctx, passes)
     cpu = CpuSnapshot.now().since(cpu_before)
     loss = last_loss(run)  # after the window: reading it waits for the device
+    memory = _memory(run, ctx)  # the window's peak, before the check's reference copy
+    # Before the sync probe, whose no_sync steps let the ranks' parameters drift apart.
+    reporter.phase("gradient_check")
+    check = check_gradients(run, settings, ctx, run.kept_batch)
+    run.kept_batch = None
 
     probe = settings.sync_probe_steps
     ddp_timings: Dict[str, Optional[float]] = {}
@@ -316,6 +323,8 @@ def measure_rank(
         ddp_timings = _ddp_logging_probe(run, clock, probe)
         run.step(clock, sync=False)  # the first no_sync step re-warms the autograd graph
         nosync, _ = _window(run, clock, ctx, probe, sync=False)
+        if run.ddp is None:  # FSDP2 holds no_sync gradients back: reduce them before a profile
+            run.step(clock)
         barrier(ctx)
 
     step_ms = [d["step"] for d in measured]
@@ -346,7 +355,8 @@ def measure_rank(
         "sync_wait_samples_ms": waits,
         **ddp_timings,
         "last_loss": loss,
-        "memory": _memory(run, ctx),
+        "memory": memory,
+        "gradient_check": check,
         "gpu": sampler.summary() if isinstance(sampler, GpuSampler) else None,
         "timeline_s": reporter.timeline(),
         "process_started_at": reporter.process_started_at(),

@@ -92,6 +92,9 @@ class TrainingRun:
     tracker: Optional[StepTracker] = None
     applied: Dict[str, Any] = field(default_factory=dict)  # what ran, for the record
     last_loss: Optional[torch.Tensor] = None  # the last micro-batch's loss, on the device
+    precision_dtype: Optional[torch.dtype] = None  # the low precision's, whatever casts to it
+    keep_next_batch: bool = False  # keep the next step's first micro-batch (gradient check)
+    kept_batch: Optional[Tuple[Any, Any]] = None
 
     @property
     def module(self) -> nn.Module:
@@ -109,6 +112,12 @@ class TrainingRun:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
+    def reference_autocast(self) -> ContextManager[Any]:
+        """The precision's autocast, for an unwrapped copy of the model (the gradient check)."""
+        if self.precision_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.precision_dtype)
+
     def step(
         self, clock: Clock, sync: bool = True, annotate: Optional[Annotate] = None
     ) -> StepMarks:
@@ -124,6 +133,8 @@ class TrainingRun:
         for micro in range(self.accum_steps):
             last = micro == self.accum_steps - 1
             inputs, targets = next(self.batches)
+            if self.keep_next_batch:  # a reference kept, nothing copied
+                self.kept_batch, self.keep_next_batch = (inputs, targets), False
             data_ready = clock.mark()
             if tracker:
                 tracker.phase(1)
@@ -274,4 +285,5 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
         device=ctx.device,
         comm_state=comm_state,
         applied=applied,
+        precision_dtype=AUTOCAST_DTYPES.get(settings.precision),
     )
