@@ -202,3 +202,23 @@ def test_fsdp2_halves_the_model_state_per_rank(memory: List[Dict[str, object]]) 
         assert ratio == pytest.approx(0.5, rel=0.10), field
         # replicate keeps the whole model state on every rank, as DDP does
         assert replicate["memory"][field] == ddp["memory"][field]  # type: ignore[index]
+
+
+@pytest.mark.slow
+def test_each_strategy_issues_its_own_collectives(memory: List[Dict[str, object]]) -> None:
+    issued = {
+        s: {c["op"]: c for c in _cell(memory, GPT2_10M, s, 2)["collectives"]}  # type: ignore[attr-defined]
+        for s in STRATEGIES
+    }
+    for strategy in ("ddp", "replicate"):  # gradients all-reduced, parameters never gathered
+        assert issued[strategy]["all_reduce"]["calls"] >= 1, issued[strategy]
+        assert not {"all_gather", "reduce_scatter"} & set(issued[strategy])
+    fsdp2 = issued["fsdp2"]
+    assert "all_reduce" not in fsdp2, fsdp2
+    ddp = _cell(memory, GPT2_10M, "ddp", 2)
+    whole = ddp["memory"]["params_bytes"]  # type: ignore[index]
+    # every parameter gathered for forward and, resharded after it, again for backward (all but
+    # the root's); every gradient reduce-scattered once, all-reduced once under DDP
+    assert issued["ddp"]["all_reduce"]["bytes"] == pytest.approx(whole, rel=0.01)
+    assert fsdp2["all_gather"]["bytes"] > 1.5 * whole, fsdp2
+    assert fsdp2["reduce_scatter"]["bytes"] == pytest.approx(whole, rel=0.05)

@@ -81,6 +81,16 @@ class GradientCheck(_Record):
     )
 
 
+class IssuedCollective(_Record):
+    """One kind of collective a rank's training step issued (one step after the window)."""
+
+    op: str = Field(description="all_reduce, all_gather, reduce_scatter, broadcast, all_to_all.")
+    calls: int = Field(description="How many the step issued.")
+    bytes: int = Field(
+        description="Their bytes in the step: each call's larger buffer (nccl-tests' size)."
+    )
+
+
 class GpuTelemetry(_Record):
     """NVML samples taken on this rank's GPU during the measured window."""
 
@@ -173,6 +183,9 @@ class RankResult(_Record):
     )
     memory: Optional[MemoryStats] = None
     gradient_check: Optional[GradientCheck] = None
+    collectives: List[IssuedCollective] = Field(
+        default_factory=list, description="The collectives one training step issued."
+    )
     last_loss: Optional[float] = Field(
         None,
         description="The loss of this rank's last measured step (its last micro-batch), read "
@@ -301,6 +314,11 @@ class TrainingResult(ResultBase):
         description="The mean over ranks of each rank's last measured loss (``per_rank``); "
         "null in records made before torchscale measured it. A diverged (NaN or infinite) loss "
         "on any rank makes the record invalid.",
+    )
+    collectives: List[IssuedCollective] = Field(
+        default_factory=list,
+        description="The collectives one training step issued (rank 0's), counted after the "
+        "window: what the strategy communicates.",
     )
     gradient_check: Optional[GradientCheck] = Field(
         None,

@@ -181,6 +181,7 @@ def aggregate(
             if any(r.get("gradient_check") for r in ranks)
             else None
         ),
+        "collectives": ranks[0].get("collectives") or [],  # rank 0's: every rank issues the same
         "flops_per_sample": flops_per_sample,
         "tflops_per_gpu": tflops,
         "peak_tflops": peak,

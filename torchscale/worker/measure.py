@@ -31,6 +31,7 @@ from torchscale.results.stats import mean, time_stats
 from torchscale.runtime.clock import Clock
 from torchscale.runtime.process_group import RankContext
 from torchscale.worker.batches import LoaderBatches
+from torchscale.worker.collective_count import count_collectives
 from torchscale.worker.cpu_accounting import CpuSnapshot
 from torchscale.worker.gpu_sampler import GpuSampler, nvml_index
 from torchscale.worker.gradient_check import check_gradients
@@ -323,9 +324,10 @@ def measure_rank(
         ddp_timings = _ddp_logging_probe(run, clock, probe)
         run.step(clock, sync=False)  # the first no_sync step re-warms the autograd graph
         nosync, _ = _window(run, clock, ctx, probe, sync=False)
-        if run.ddp is None:  # FSDP2 holds no_sync gradients back: reduce them before a profile
-            run.step(clock)
         barrier(ctx)
+    if run.ddp is None:  # FSDP2 holds no_sync gradients back: this synced step reduces them
+        run.step(clock)
+    collectives = count_collectives(run)
 
     step_ms = [d["step"] for d in measured]
     nosync_ms = mean([d["step"] for d in nosync])
@@ -357,6 +359,7 @@ def measure_rank(
         "last_loss": loss,
         "memory": memory,
         "gradient_check": check,
+        "collectives": collectives,
         "gpu": sampler.summary() if isinstance(sampler, GpuSampler) else None,
         "timeline_s": reporter.timeline(),
         "process_started_at": reporter.process_started_at(),
