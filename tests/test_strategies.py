@@ -222,3 +222,29 @@ def test_each_strategy_issues_its_own_collectives(memory: List[Dict[str, object]
     assert issued["ddp"]["all_reduce"]["bytes"] == pytest.approx(whole, rel=0.01)
     assert fsdp2["all_gather"]["bytes"] > 1.5 * whole, fsdp2
     assert fsdp2["reduce_scatter"]["bytes"] == pytest.approx(whole, rel=0.05)
+
+
+@pytest.mark.slow
+def test_console_and_report_recommend_with_the_measured_tradeoff(
+    memory: List[Dict[str, object]], tiny: List[Dict[str, object]]
+) -> None:
+    import re
+
+    from torchscale.results.schema import TrainingResult
+    from torchscale.training.strategy_section import strategy_lines, strategy_section
+
+    records = [TrainingResult.model_validate(r) for r in memory + tiny]
+    lines = strategy_lines(records)  # type: ignore[arg-type]
+    (big,) = [line for line in lines if "gpt2_10m at 2 ranks" in line]
+    fsdp2 = re.search(r"fsdp2 uses (\d\.\d\d)x the memory per rank at (\d\.\d\d)x", big)
+    assert fsdp2 is not None, big
+    ddp, sharded = (_cell(memory, GPT2_10M, s, 2) for s in ("ddp", "fsdp2"))
+    keys = ("params_bytes", "grads_bytes", "optimizer_bytes")
+    state = [sum(c["memory"][k] for k in keys) for c in (ddp, sharded)]  # type: ignore[index]
+    assert float(fsdp2.group(1)) == pytest.approx(state[1] / state[0], abs=0.005)
+    rate = sharded["throughput"] / ddp["throughput"]  # type: ignore[operator]
+    assert float(fsdp2.group(2)) == pytest.approx(rate, abs=0.005)
+    (faulty,) = [line for line in lines if "gpt2_scaled_rank at 2 ranks" in line]
+    assert "ddp, replicate, fsdp2 not ok: no figure" in faulty
+    section = strategy_section(records)  # type: ignore[arg-type]
+    assert section is not None and big.removeprefix("Strategy: ") in section.notes
