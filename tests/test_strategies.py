@@ -248,3 +248,65 @@ def test_console_and_report_recommend_with_the_measured_tradeoff(
     assert "ddp, replicate, fsdp2 not ok: no figure" in faulty
     section = strategy_section(records)  # type: ignore[arg-type]
     assert section is not None and big.removeprefix("Strategy: ") in section.notes
+
+
+def test_compile_modes_read_as_before_and_skip_with_the_reason() -> None:
+    from torchscale.config.settings import CellSettings
+    from torchscale.launch.strategy_support import compile_skip_reason
+
+    base = {"model": "gpt2-tiny", "batch_size": 2, "gpus": 1}
+    assert CellSettings.model_validate({**base, "compile": True}).compile == "ddp_optimizer"
+    assert CellSettings.model_validate({**base, "compile": "off"}).compile is False
+    mode = CellSettings.model_validate({**base, "compile": "compiled_autograd"}).compile
+    assert mode == "compiled_autograd"
+    assert compile_skip_reason("compiled_autograd") is None  # this torch has it
+    assert compile_skip_reason(False) is None
+
+
+@pytest.mark.slow
+def test_a_compiled_autograd_cell_proves_its_gradients(tmp_path: Path) -> None:
+    """In process on one gloo rank (no launch): the backward traced by compiled autograd, with
+    aot_eager, and the gradient check passes on it."""
+    import socket
+    from datetime import timedelta
+
+    import torch._dynamo
+    import torch._dynamo.config as dynamo
+    import torch.distributed as dist
+
+    from torchscale.config.settings import CellSettings
+    from torchscale.models.registry import load_model
+    from torchscale.results.rank_files import RankReporter
+    from torchscale.runtime.process_group import RankContext
+    from torchscale.worker.measure import measure_rank
+    from torchscale.worker.training import build_run
+
+    saved = (dynamo.compiled_autograd, dynamo.optimize_ddp)
+    ctx = RankContext(0, 0, 1, 1, torch.device("cpu"), "gloo", socket.gethostname())
+    dist.init_process_group(
+        "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=60)
+    )
+    try:
+        settings = CellSettings.model_validate(
+            {
+                "model": "gpt2-tiny",
+                "batch_size": 2,
+                "gpus": 1,
+                "compile": "compiled_autograd",
+                "compile_backend": "aot_eager",
+                "warmup_steps": 1,
+                "measure_steps": 2,
+                "sync_probe_steps": 0,
+            }
+        )
+        run = build_run(settings, load_model("gpt2-tiny", seq_len=16), ctx)
+        result = measure_rank(run, settings, ctx, RankReporter(tmp_path, 0))
+        assert run.applied["compile"] == "compiled_autograd" and dynamo.compiled_autograd
+        assert dynamo.optimize_ddp == "python_reducer"
+        check = result["gradient_check"]
+        assert check["passed"] is True and check["relative_error"] < 1e-4, check
+        assert result["collectives"] == []  # not counted around compiled code
+    finally:
+        dist.destroy_process_group()
+        dynamo.compiled_autograd, dynamo.optimize_ddp = saved
+        torch._dynamo.reset()

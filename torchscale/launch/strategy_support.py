@@ -44,3 +44,16 @@ def strategy_skip_reason(strategy: str, nnodes: int) -> Optional[str]:
             "runs on one node (use fsdp2, or nodes: [2])"
         )
     return strategy_available(strategy)
+
+
+def compile_skip_reason(mode: object) -> Optional[str]:
+    """Why this torch cannot run ``compile: <mode>``, or None."""
+    if mode != "compiled_autograd":
+        return None
+    try:
+        dynamo = importlib.import_module("torch._dynamo.config")
+    except ImportError as exc:
+        return f"compile: compiled_autograd needs torch._dynamo, which this torch lacks ({exc})"
+    if not hasattr(dynamo, "compiled_autograd"):
+        return "compile: compiled_autograd needs a torch with compiled autograd (2.4 or later)"
+    return None

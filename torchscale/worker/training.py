@@ -217,6 +217,18 @@ def _buffer_sync(each_forward: bool) -> Dict[str, Any]:
     return {"broadcast_buffers": each_forward}
 
 
+def compile_mode(mode: str, ddp: bool) -> None:
+    """Dynamo's settings for ``compile``: ddp_optimizer splits the graph at DDP's buckets;
+    compiled_autograd traces the backward too (DDP's gradients then through its Python reducer,
+    which compiled autograd can see; the C++ reducer's all-reduce it has been seen to skip).
+    Per process: a compiled cell runs in a launch of its own."""
+    import torch._dynamo.config as dynamo
+
+    dynamo.compiled_autograd = mode == "compiled_autograd"
+    if ddp:
+        dynamo.optimize_ddp = "python_reducer" if mode == "compiled_autograd" else "ddp_optimizer"
+
+
 def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> TrainingRun:
     """Build model, data-parallel wrapper, optimizer and data for this rank."""
     torch.manual_seed(settings.seed)  # same initial weights on every rank (DDP checks shapes)
@@ -247,6 +259,7 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
         autocast = None  # the MixedPrecisionPolicy casts parameters instead
     forward: Callable[..., Any] = wrapped
     if settings.compile:
+        compile_mode(settings.compile, ddp is not None)
         forward = torch.compile(
             wrapped, backend=settings.compile_backend, mode=settings.compile_mode
         )
@@ -266,6 +279,7 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
         "channels_last": channels_last,
         "channels_last_applies": spec.supports_channels_last,  # a layout finding's premise
         "compiled": settings.compile_backend if settings.compile else None,
+        "compile": settings.compile or "off",
         "intra_op_threads": torch.get_num_threads(),
         "data": settings.data.source,
         "data_workers": settings.data.num_workers if settings.data.source != "synthetic" else 0,
