@@ -310,3 +310,55 @@ def test_a_compiled_autograd_cell_proves_its_gradients(tmp_path: Path) -> None:
         dist.destroy_process_group()
         dynamo.compiled_autograd, dynamo.optimize_ddp = saved
         torch._dynamo.reset()
+
+
+NO_SYNC_CONFIG = """\
+experiment_name: no-sync
+warmup_steps: 3
+measure_steps: 5
+sync_probe_steps: 2
+cell_timeout_s: 240
+"""
+
+
+@pytest.mark.slow
+def test_a_script_that_skips_synchronisation_is_invalid_naming_rank_and_factor(
+    tmp_path: Path,
+) -> None:
+    from tests.support.shared_runs import SUPPORT_SCRIPTS
+    from torchscale.cli.app import app
+
+    config = tmp_path / "c.yaml"
+    config.write_text(NO_SYNC_CONFIG, encoding="utf-8")
+    script = SUPPORT_SCRIPTS / "no_sync_always.py"
+    args = ["benchmark", "--script", str(script), "--gpus", "2", "-c", str(config)]
+    result = CliRunner().invoke(app, [*args, "-o", str(tmp_path / "out")])
+    assert result.exit_code != 0  # an invalid cell fails the run
+    (line,) = (tmp_path / "out" / "no-sync" / "results.jsonl").read_text().splitlines()
+    record = json.loads(line)
+    assert record["status"] == "invalid"
+    assert record["error"].endswith(
+        "gradient check failed: rank 0's gradients are its own batch's only (2.00x its share, "
+        "the other ranks' 0.00x): gradient synchronisation was skipped"
+    )
+    assert record["gradient_check"]["shares"] == pytest.approx([2.0, 0.0], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_a_healthy_scripts_gradients_agree_across_ranks(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    from tests.support.shared_runs import own_script_run
+    from torchscale.results.schema import TrainingResult
+    from torchscale.results.store import ExperimentStore
+
+    run = own_script_run(tmp_path_factory.getbasetemp())
+    records = [
+        r for r in ExperimentStore(run.experiment_dir).records() if isinstance(r, TrainingResult)
+    ]
+    two = [r for r in records if r.world_size == 2]
+    assert two and all(r.status == "ok" for r in two)
+    for record in records:
+        check = record.gradient_check
+        assert check is not None and check.passed and check.cause is None
+        assert check.relative_error is not None and check.relative_error <= 1e-5

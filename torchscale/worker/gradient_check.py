@@ -225,3 +225,76 @@ def check_gradients(
         "shares": shares,
         "check_s": time.perf_counter() - started,
     }
+
+
+SCRIPT_SAMPLE = 4096
+"""Gradient elements a script cell keeps per parameter (evenly spaced)."""
+SYNCED_TOLERANCE = 1e-5
+"""Relative spread allowed between ranks' synchronised gradients (an all-reduce gives every rank
+the same result: 0)."""
+
+
+def sample_gradients(params: Sequence[nn.Parameter]) -> torch.Tensor:
+    """Up to :data:`SCRIPT_SAMPLE` evenly spaced elements of each parameter's gradient, float32
+    (zeros where a parameter has none): the same positions on every rank."""
+    parts = []
+    for p in params:
+        numel = p.numel()
+        step = max(1, numel // SCRIPT_SAMPLE)
+        grad = p.grad
+        if grad is None:
+            kept = min(len(range(0, numel, step)), SCRIPT_SAMPLE)
+            parts.append(torch.zeros(kept, device=p.device))
+        else:
+            parts.append(grad.detach().reshape(-1)[::step][:SCRIPT_SAMPLE].float())
+    return torch.cat(parts).clone() if parts else torch.zeros(0)
+
+
+def check_synchronised(
+    sampled: Optional[torch.Tensor],
+    summary: Optional[torch.Tensor],
+    ctx: RankContext,
+    spent_s: float,
+    skipped: Optional[str] = None,
+) -> Dict[str, Any]:
+    """A script cell's check (its loss is the script's own, so there is no reference): the first
+    measured step's gradients (sampled before its optimizer step) must be the same on every rank,
+    as a synchronised all-reduce leaves them, and the parameters at the window's end must agree.
+    A rank whose gradients differ is fitted against every rank's as
+    :func:`check_gradients` fits them against each rank's own, naming rank and factor. Every
+    rank calls it (collectives)."""
+    started = time.perf_counter()
+    n = ctx.world_size
+    if sampled is None:
+        return {"rank": ctx.rank, "passed": True, "skipped": skipped or "no gradient was sampled"}
+    gathered = [torch.empty_like(sampled) for _ in range(n)]
+    dist.all_gather(gathered, sampled)
+    stack = torch.stack(gathered).double()
+    mean = stack.mean(0)
+    scale = float(mean.norm().clamp_min(1e-30))
+    spread = [float((row - mean).norm()) / scale for row in stack]
+    relative = max(spread)
+    problem = None
+    shares: Optional[List[float]] = None
+    if relative > SYNCED_TOLERANCE:
+        shares = fit_shares(stack[ctx.rank], stack)
+        problem = cause(ctx.rank, shares, relative, SYNCED_TOLERANCE, "synchronised")
+        if problem is None:
+            worst = max(range(n), key=lambda r: spread[r])
+            problem = (
+                f"rank {worst}'s gradients differ from the ranks' mean by {spread[worst]:.2g} "
+                "(relative): the ranks' gradients were not synchronised"
+            )
+    if summary is not None:
+        summaries = [torch.empty_like(summary) for _ in range(n)]
+        dist.all_gather(summaries, summary)
+        problem = problem or parameters_disagree(summaries)
+    return {
+        "rank": ctx.rank,
+        "passed": problem is None,
+        "cause": problem,
+        "relative_error": relative,
+        "tolerance": SYNCED_TOLERANCE,
+        "shares": shares,
+        "check_s": spent_s + time.perf_counter() - started,
+    }
