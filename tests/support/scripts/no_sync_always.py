@@ -12,7 +12,7 @@ torch.manual_seed(0)
 model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 torch.manual_seed(1 + dist.get_rank())
-for step in range(200):
+for _step in range(200):
     inputs, targets = torch.randn(8, 32), torch.randn(8, 1)
     with model.no_sync():
         loss = nn.functional.mse_loss(model(inputs), targets)
