@@ -35,8 +35,8 @@ def test_default_space_keeps_the_math_and_leaves_out_what_cannot_act_here() -> N
     space = build_space(baseline(ddp={"bucket_cap_mb": 1}), section(), [], CPU)
     names = [k.name for k in space.knobs]
     assert names == ["ddp.bucket_cap_mb", "ddp.gradient_as_bucket_view", "ddp.static_graph",
-                     "ddp.broadcast_buffers", "channels_last", "compile",
-                     "optimizer_impl"]  # fmt: skip
+                     "ddp.broadcast_buffers", "channels_last", "strategy",
+                     "reshard_after_forward", "compile", "optimizer_impl"]  # fmt: skip
     assert "CUDA" in space.left_out["cudnn_benchmark"]
     assert "synthetic" in space.left_out["data.num_workers"]
     assert space.left_out["precision"] == "changes the numerics: searched with --allow precision"

@@ -30,7 +30,8 @@ TRAINING_COLUMNS = [
     "samples_per_s", "throughput", "step_ms_mean", "step_ms_p50", "step_ms_p95", "step_ms_p99",
     "step_ms_cv", "sync_overhead_pct", "slowest_rank", "peak_memory_bytes", "tflops_per_gpu",
     "mfu", "gpu_util_pct", "gpu_memory_util_pct", "comm_ms_per_step", "comm_compute_ratio",
-    "device_name", "hosts", "config_key",
+    "device_name", "hosts", "config_key", "strategy", "model_state_bytes", "gradient_error",
+    "collective_bytes",
 ]  # fmt: skip
 
 
@@ -97,7 +98,21 @@ def _row(record: TrainingResult) -> Dict[str, object]:
         "device_name": record.device_name,
         "hosts": " ".join(record.hosts),
         "config_key": config_key(record.settings),
+        "strategy": record.settings.get("strategy", "ddp"),
+        "model_state_bytes": model_state_bytes(record),
+        "gradient_error": record.gradient_check.relative_error if record.gradient_check else None,
+        "collective_bytes": sum(c.bytes for c in record.collectives)
+        if record.collectives
+        else None,
     }
+
+
+def model_state_bytes(record: TrainingResult) -> Optional[int]:
+    """Parameters, gradients and optimizer state one rank holds (``docs/glossary.md``)."""
+    memory = record.memory
+    if memory is None:
+        return None
+    return memory.params_bytes + memory.grads_bytes + memory.optimizer_bytes
 
 
 def training_table(records: Iterable[ResultBase]) -> pd.DataFrame:

@@ -51,8 +51,8 @@ def differing(
 
 
 def _value_text(name: str, value: object) -> str:
-    if name == "precision":
-        return str(value)  # ``bf16`` says what it is
+    if name in ("precision", "strategy"):
+        return str(value)  # ``bf16``, ``fsdp2`` say what they are
     if isinstance(value, float):
         text = f"{value:g}"  # 25, as the config said it, not 25.0
     else:

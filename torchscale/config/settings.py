@@ -10,7 +10,7 @@ No torch here: config errors must be reported without importing it.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Literal, Optional, Type
+from typing import Any, Dict, List, Literal, Optional, Type, Union
 
 from annotated_types import Len
 from pydantic import (
@@ -46,6 +46,23 @@ def _precision_alias(value: Any) -> Any:
 
 
 Precision = Annotated[Literal["fp32", "amp", "bf16"], BeforeValidator(_precision_alias)]
+
+
+def _compile_alias(value: Any) -> Any:
+    """``compile: true`` is Dynamo's DDP graph splitting (what torch.compile does around DDP),
+    ``off`` is false: so ``if settings.compile`` reads as it always did."""
+    if value is True:
+        return "ddp_optimizer"
+    return False if value == "off" else value
+
+
+CompileMode = Annotated[
+    Union[Literal[False], Literal["ddp_optimizer", "compiled_autograd"]],
+    BeforeValidator(_compile_alias),
+]
+"""``compile``: off (false), ddp_optimizer (true) or compiled_autograd (``worker/training.py``)."""
+Strategy = Literal["ddp", "replicate", "fsdp2", "fsdp2_hybrid"]
+"""Data-parallel strategies (``worker/strategies.py``; docs/strategies.md)."""
 
 
 class DDPSettings(StrictModel):
@@ -99,6 +116,19 @@ class TrainingSettings(StrictModel):
         "UCC_CL_BASIC_TLS set for the cell), or mpi (with --launcher mpirun). One this torch or "
         "node lacks makes the cell skipped.",
     )
+    strategy: Strategy = Field(
+        "ddp",
+        description="Data-parallel strategy: ddp (DistributedDataParallel), replicate (torch's "
+        "FSDP-based replicate: parameters replicated, gradients all-reduced per block), fsdp2 "
+        "(fully_shard per block: parameters, gradients and optimizer state sharded) or "
+        "fsdp2_hybrid (sharded within a node, replicated across nodes; multi-node cells). One "
+        "this torch or cell cannot run makes the cell skipped.",
+    )
+    reshard_after_forward: bool = Field(
+        True,
+        description="fsdp2, fsdp2_hybrid: free each block's gathered parameters after its "
+        "forward (gathered again for backward: less memory, more all-gathers).",
+    )
     precision: Precision = Field("fp32", description="fp32, amp (fp16 + GradScaler) or bf16.")
     channels_last: bool = Field(False, description="NHWC memory format for conv models.")
     cudnn_benchmark: bool = Field(
@@ -112,7 +142,13 @@ class TrainingSettings(StrictModel):
         "for PyTorch's defaults (convolutions TF32, matmuls not). MFU is scored against the peak "
         "of the math actually used.",
     )
-    compile: bool = Field(False, description="Wrap the DDP model in torch.compile.")
+    compile: CompileMode = Field(
+        False,
+        description="torch.compile around the wrapped model: off (false); ddp_optimizer (true: "
+        "Dynamo splits the graph at DDP's bucket boundaries so the all-reduces still overlap "
+        "backward); compiled_autograd (the backward traced too; DDP's gradients then go through "
+        "its Python reducer). One this torch lacks makes the cell skipped.",
+    )
     compile_backend: str = Field(
         "inductor",
         description="torch.compile backend: inductor, or aot_eager to check graph capture "
@@ -176,7 +212,7 @@ class TrainingSettings(StrictModel):
     @model_validator(mode="after")
     def _compile_buckets(self) -> TrainingSettings:
         # torch.compile's DDPOptimizer asserts the first bucket (1 MiB) is no larger than the rest.
-        if self.compile and self.ddp.bucket_cap_mb < 1.0:
+        if self.compile == "ddp_optimizer" and self.ddp.bucket_cap_mb < 1.0:
             raise ValueError(
                 f"compile: true needs ddp.bucket_cap_mb >= 1 (got {self.ddp.bucket_cap_mb:g}): "
                 "torch.compile's DDP optimizer cannot use buckets smaller than DDP's first, 1 MiB"

@@ -69,6 +69,7 @@ WINDOW_ORDER = (
     "warmup",
     "measure",
     "sync_probe",
+    "gradient_check",
     "profile",
     "gather",
     "done",

@@ -19,6 +19,7 @@ WINDOW_NAMES = {
     "warmup": "warm-up",
     "measure": "measuring",
     "sync_probe": "sync probe",
+    "gradient_check": "checking gradients",
     "gather": "gathering results",
     "profile": "profiling",
     "done": "finishing",

@@ -36,6 +36,7 @@ from torchscale.launch.liveness import live_owner
 from torchscale.launch.multinode import Launch, check_node_zero, merge_node_environments
 from torchscale.launch.nsys import resolve_tool
 from torchscale.launch.process import sigterm_as_interrupt
+from torchscale.launch.strategy_support import compile_skip_reason, strategy_skip_reason
 from torchscale.launch.warm_groups import PER_CELL, launch_units, per_cell_reason, run_group
 from torchscale.plan.kind_protocol import cell_kinds, get_kind
 from torchscale.plan.matrix import Plan
@@ -109,6 +110,11 @@ def skip_reason(cell: Cell, devices: NodeDevices, launch: Launch) -> Optional[st
     s = cell.settings
     reason = launch.skip_reason(cell) or backend_skip_reason(
         getattr(s, "backend", "auto"), devices.kind, launch.launcher
+    )
+    reason = (
+        reason
+        or strategy_skip_reason(getattr(s, "strategy", "ddp"), s.nnodes)
+        or compile_skip_reason(getattr(s, "compile", False))
     )
     if reason:
         return reason

@@ -59,6 +59,8 @@ LATER_DEFAULTS: Dict[str, Any] = {
     "epochs": None,
     "sync_cuda": False,
     "compute_only": ["unsharded"],
+    "strategy": "ddp",
+    "reshard_after_forward": True,
 }
 """Knobs added after results existed: at their default they are left out of a cell's identity."""
 
@@ -82,6 +84,8 @@ def settings_digest(settings: BaseModel) -> str:
     for name, default in LATER_DEFAULTS.items():  # so ids from before the knob stay the same
         if name in identity and identity[name] == default:
             del identity[name]
+    if identity.get("compile") == "ddp_optimizer":
+        identity["compile"] = True  # what compile: true was before it had modes
     blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
     return hashlib.sha1(blob.encode()).hexdigest()[:8]
 

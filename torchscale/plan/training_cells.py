@@ -40,7 +40,10 @@ def cell_id(settings: CellSettings) -> str:
     parts = [slug(settings.model), f"b{settings.batch_size}", f"g{settings.gpus}"]
     if settings.nnodes > 1:
         parts.append(f"n{settings.nnodes}")
-    parts += [settings.precision, f"r{settings.repeat}", settings_digest(settings)]
+    parts.append(settings.precision)
+    if settings.strategy != "ddp":  # ddp ids stay as they were before strategies
+        parts.append(slug(settings.strategy))
+    parts += [f"r{settings.repeat}", settings_digest(settings)]
     return "-".join(parts)
 
 
@@ -140,6 +143,8 @@ def training_settings(
             flat = {**dict(zip(knob_names, knob_values)), **window}
             if not uses_seq_len(model):
                 flat["seq_len"] = None  # a seq_len sweep must not duplicate image-model cells
+            if not str(flat.get("strategy", "ddp")).startswith("fsdp2"):
+                flat["reshard_after_forward"] = True  # only FSDP2 reshards: no duplicate cells
             for nnodes in node_counts(gpus, config, gpus_per_node):
                 raw = _nest(flat)
                 raw.update(

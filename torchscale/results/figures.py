@@ -144,12 +144,36 @@ GPU_MEMORY_UTILISATION = Figure(
     gpu_only=True,
 )  # fmt: skip
 
+MODEL_STATE = Figure(
+    "model-state", "model state per rank", "bytes per rank",
+    "Parameters, gradients and optimizer state one rank holds, from the tensors' sizes (under "
+    "fsdp2 its shards: about 1/N of ddp's on N ranks); the rest of the peak is activations and "
+    "workspace.",
+    "benchmark: after the measured window", "torchscale/worker/measure.py (memory_stats)",
+    "model_state_bytes", "memory.params_bytes + grads_bytes + optimizer_bytes",
+)  # fmt: skip
+GRADIENT_ERROR = Figure(
+    "gradient-error", "gradient error", "relative",
+    "|G - R| / |R|: the gradient the strategy gave a rank for the first measured batch (G) "
+    "against an in-process reference on the whole global batch (R); above the precision's "
+    "tolerance the cell is invalid (docs/strategies.md).",
+    "benchmark: the gradient check after the measured window",
+    "torchscale/worker/gradient_check.py", "gradient_error", "gradient_check.relative_error",
+)  # fmt: skip
+COLLECTIVE_BYTES = Figure(
+    "collective-bytes", "collective bytes per step", "bytes per step, per rank",
+    "What one training step's collectives move, each call's larger buffer (nccl-tests' size), "
+    "all ops together; per op in the record.",
+    "benchmark: one step after the measured window", "torchscale/worker/collective_count.py",
+    "collective_bytes", "collectives[].bytes",
+)  # fmt: skip
+
 FIGURES: Dict[str, Figure] = {
     f.key: f
     for f in (
         THROUGHPUT, STEP_TIME, SCALING_EFFICIENCY, SYNC_OVERHEAD, SYNC_WAIT, SYNC_STALL,
         EXPOSED_COMMUNICATION, COMM_TIME, COMM_COMPUTE_RATIO, MFU, GPU_UTILISATION,
-        GPU_MEMORY_UTILISATION, ALGBW, BUSBW,
+        GPU_MEMORY_UTILISATION, ALGBW, BUSBW, MODEL_STATE, GRADIENT_ERROR, COLLECTIVE_BYTES,
     )
 }  # fmt: skip
 

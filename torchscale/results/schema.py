@@ -59,6 +59,38 @@ class MemoryStats(_Record):
     peak_kind: Literal["cuda_allocated", "rss"]
 
 
+class GradientCheck(_Record):
+    """The gradient check run after the measured window (docs/strategies.md): parameters agree
+    across ranks, and the first measured batch's gradients equal a reference computed in the same
+    process on the whole global batch."""
+
+    passed: bool
+    cause: Optional[str] = Field(
+        None, description="Why it failed, in one line naming the rank and the factor."
+    )
+    skipped: Optional[str] = Field(None, description="Why nothing was checked (passed then).")
+    relative_error: Optional[float] = Field(
+        None, description="|G - R| / |R|: the strategy's gradient against the reference."
+    )
+    tolerance: Optional[float] = Field(None, description="The precision's allowed error.")
+    shares: Optional[List[float]] = Field(
+        None, description="Each rank's fitted share of the gradient (1 each when healthy)."
+    )
+    check_s: Optional[float] = Field(
+        None, description="Seconds the check took (slowest rank), outside the measured window."
+    )
+
+
+class IssuedCollective(_Record):
+    """One kind of collective a rank's training step issued (one step after the window)."""
+
+    op: str = Field(description="all_reduce, all_gather, reduce_scatter, broadcast, all_to_all.")
+    calls: int = Field(description="How many the step issued.")
+    bytes: int = Field(
+        description="Their bytes in the step: each call's larger buffer (nccl-tests' size)."
+    )
+
+
 class GpuTelemetry(_Record):
     """NVML samples taken on this rank's GPU during the measured window."""
 
@@ -150,6 +182,10 @@ class RankResult(_Record):
         None, description="Compute/communication overlap in backward, from DDP's logging data."
     )
     memory: Optional[MemoryStats] = None
+    gradient_check: Optional[GradientCheck] = None
+    collectives: List[IssuedCollective] = Field(
+        default_factory=list, description="The collectives one training step issued."
+    )
     last_loss: Optional[float] = Field(
         None,
         description="The loss of this rank's last measured step (its last micro-batch), read "
@@ -283,6 +319,16 @@ class TrainingResult(ResultBase):
         description="The mean over ranks of each rank's last measured loss (``per_rank``); "
         "null in records made before torchscale measured it. A diverged (NaN or infinite) loss "
         "on any rank makes the record invalid.",
+    )
+    collectives: List[IssuedCollective] = Field(
+        default_factory=list,
+        description="The collectives one training step issued (rank 0's), counted after the "
+        "window: what the strategy communicates.",
+    )
+    gradient_check: Optional[GradientCheck] = Field(
+        None,
+        description="Whether the cell's gradients were right (failed: the record is invalid); "
+        "null in records made before torchscale checked them.",
     )
     flops_per_sample: Optional[float] = None
     tflops_per_gpu: Optional[float] = None

@@ -139,7 +139,15 @@ def problems(doc: Dict[str, Any]) -> List[str]:
             if isinstance(rank, dict):
                 _check_steps(f"rank {rank.get('rank')} ", rank, found)
         _check_loss(doc, found)
+        _check_gradients(doc, found)
     return found
+
+
+def _check_gradients(doc: Dict[str, Any], found: List[str]) -> None:
+    """A failed gradient check (``gradient_check.passed`` false): its cause, one reason."""
+    check = doc.get("gradient_check")
+    if isinstance(check, dict) and check.get("passed") is False:
+        found.append(f"gradient check failed: {check.get('cause') or 'no cause recorded'}")
 
 
 def _not_finite(value: Any) -> bool:

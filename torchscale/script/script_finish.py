@@ -18,7 +18,7 @@ import contextlib
 import gc
 import signal
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -33,6 +33,7 @@ from torchscale.script.run_state import RunState
 from torchscale.script.script_config import ScriptCellSettings
 from torchscale.script.script_figures import RankWindows, cell_result, rank_figures
 from torchscale.script.script_profile import TracedWindow
+from torchscale.worker.gradient_check import check_synchronised
 from torchscale.worker.measure import barrier, ddp_report, memory_stats
 from torchscale.worker.profiler import agree_on_window, should_profile
 
@@ -99,6 +100,12 @@ class Finisher:
         self.result: Optional[Dict[str, Any]] = None
         self.traced: Optional[TracedWindow] = None
         self.profile_info: Dict[str, Any] = {}
+        # the gradient check's input: sampled gradients, parameter summary, seconds spent so far
+        self.check_input: Tuple[Optional[torch.Tensor], Optional[torch.Tensor], float] = (
+            None,
+            None,
+            0.0,
+        )
 
     # --- when -----------------------------------------------------------------------------------
     def at_step_boundary(self) -> None:
@@ -170,6 +177,10 @@ class Finisher:
         assert ctx is not None
         self.reporter.phase("gather")
         figures = rank_figures(self.windows, self._place(ctx))
+        sampled, summary, spent = self.check_input
+        figures["gradient_check"] = check_synchronised(
+            sampled, summary, ctx, spent, skipped="the script has no DDP model to check"
+        )
         writer = result_writer(ctx)
         gathered = gather_at(figures, ctx, writer)
         nodes = gather_node_environments(ctx, writer)

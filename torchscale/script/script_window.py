@@ -42,6 +42,7 @@ from torchscale.script.script_figures import RankWindows
 from torchscale.script.script_finish import Finisher
 from torchscale.worker.cpu_accounting import CpuSnapshot
 from torchscale.worker.gpu_sampler import GpuSampler, nvml_index
+from torchscale.worker.gradient_check import parameter_summary, sample_gradients
 from torchscale.worker.measure import (
     CALIBRATION_STEPS,
     DDP_DEFAULT_LOGGING_SAMPLE_RATE,
@@ -78,6 +79,10 @@ class ScriptWindows:
         self.sampler: Optional[GpuSampler] = None
         self.cpu_before: Optional[CpuSnapshot] = None
         self.logging: Dict[str, List[float]] = {}
+        # the gradient check's: the first measured step's gradients, sampled before its optimizer
+        # step, and the parameters' summary after the window (docs/strategies.md)
+        self.sampled_grads: Optional[torch.Tensor] = None
+        self.check_spent_s = 0.0
 
     # --- the hooks ------------------------------------------------------------------------------
     def ddp_built(self, ddp: DDP, applied: Dict[str, Any]) -> None:
@@ -126,6 +131,11 @@ class ScriptWindows:
             self._close_micro(now)
         elif not self.marks.micro:  # no DDP forward in this step: forward and backward as one
             self.marks.micro.append((self.marks.start, self.marks.start, now))
+        ddp = self.state.ddp
+        if self.state.stage == "measure" and self.sampled_grads is None and ddp is not None:
+            started = time.perf_counter()  # a copy of a few elements, in the first step
+            self.sampled_grads = sample_gradients(list(ddp.module.parameters()))
+            self.check_spent_s += time.perf_counter() - started
         self.reporter.steps.phase(3)
 
     def optimizer_ends(self, optimizer: torch.optim.Optimizer) -> None:
@@ -276,6 +286,13 @@ class ScriptWindows:
         assert self.cpu_before is not None
         self.windows.cpu = CpuSnapshot.now().since(self.cpu_before)
         self.finisher.windows = self.windows
+        if self.state.ddp is not None:  # before the probe's no_sync steps part the ranks
+            started = time.perf_counter()
+            self.finisher.check_input = (
+                self.sampled_grads,
+                parameter_summary(list(self.state.ddp.module.parameters())),
+                self.check_spent_s + time.perf_counter() - started,
+            )
 
     def _start_probe(self) -> None:
         state = self.state

@@ -118,7 +118,10 @@ class TrainingKind:
         return [s.model, str(s.batch_size), gpus_text(s.gpus, s.nnodes), s.precision, *values]
 
     def console_lines(self, records: List[ResultBase]) -> List[str]:
-        return []  # each training record prints its own lines (cli.benchmark_view)
+        # each training record prints its own lines (cli.benchmark_view); strategies compared here
+        from torchscale.training.strategy_section import strategy_lines
+
+        return strategy_lines(records)
 
     def console_tables(
         self, records: List[ResultBase], title: str, console: Console
@@ -140,7 +143,9 @@ class TrainingKind:
     # (every report has them, from the training records); what the cells ran is the kind's.
 
     def report_sections(self, records: List[ResultBase]) -> List[Optional[Section]]:
-        return []
+        from torchscale.training.strategy_section import strategy_section
+
+        return [strategy_section(records)]
 
     def report_cards(self, records: List[ResultBase]) -> List[Card]:
         return []

@@ -83,6 +83,19 @@ KNOBS: Tuple[Knob, ...] = (
         f"{SAME_MATH} up to rounding: cuDNN picks the fastest convolution algorithm per shape",
         cuda_only=True,
     ),
+    Knob(
+        "strategy",
+        ("ddp", "replicate", "fsdp2"),
+        f"{SAME_MATH} up to rounding: the data-parallel wrapper (fsdp2 shards parameters, "
+        "gradients and optimizer state: less memory per rank, more collectives)",
+    ),
+    Knob(
+        "reshard_after_forward",
+        (True, False),
+        f"{SAME_MATH}: fsdp2 frees each block's gathered parameters after its forward (less "
+        "memory) or keeps them for backward (fewer all-gathers)",
+        needs=("strategy", "fsdp2"),
+    ),
     Knob("compile", (False, True), f"{SAME_MATH} up to rounding: torch.compile fuses kernels"),
     Knob(
         "compile_mode",

@@ -115,6 +115,24 @@ def epoch_stats(
     return found
 
 
+def combine_checks(per_rank: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The record's ``gradient_check`` from every rank's: failed when any rank failed (the first
+    failing rank's cause); its cost the slowest rank's."""
+    failed = [r for r in per_rank if not r.get("passed", True)]
+    skipped = next((r["skipped"] for r in per_rank if r.get("skipped")), None)
+    errors = [r["relative_error"] for r in per_rank if r.get("relative_error") is not None]
+    costs = [r["check_s"] for r in per_rank if r.get("check_s") is not None]
+    return {
+        "passed": not failed,
+        "cause": failed[0]["cause"] if failed else None,
+        "skipped": skipped,
+        "relative_error": max(errors) if errors else None,
+        "tolerance": per_rank[0].get("tolerance") if per_rank else None,
+        "shares": per_rank[0].get("shares") if per_rank else None,
+        "check_s": max(costs) if costs else None,
+    }
+
+
 def aggregate(
     ranks: List[Dict[str, Any]],
     *,
@@ -158,6 +176,12 @@ def aggregate(
         "sync": sync_stats(ranks, stats["mean"] if stats else 0.0),
         "memory": memory,
         "last_loss": mean_loss(ranks),
+        "gradient_check": (
+            combine_checks([r["gradient_check"] for r in ranks if r.get("gradient_check")])
+            if any(r.get("gradient_check") for r in ranks)
+            else None
+        ),
+        "collectives": ranks[0].get("collectives") or [],  # rank 0's: every rank issues the same
         "flops_per_sample": flops_per_sample,
         "tflops_per_gpu": tflops,
         "peak_tflops": peak,

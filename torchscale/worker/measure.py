@@ -31,8 +31,11 @@ from torchscale.results.stats import mean, time_stats
 from torchscale.runtime.clock import Clock
 from torchscale.runtime.process_group import RankContext
 from torchscale.worker.batches import LoaderBatches
+from torchscale.worker.collective_count import count_collectives
 from torchscale.worker.cpu_accounting import CpuSnapshot
 from torchscale.worker.gpu_sampler import GpuSampler, nvml_index
+from torchscale.worker.gradient_check import check_gradients
+from torchscale.worker.strategies import local
 from torchscale.worker.training import TrainingRun
 
 # DDP logging keys (nanoseconds, for the previous iteration) -> RankResult fields.
@@ -54,8 +57,9 @@ DDP_CONFIG_KEYS = (
 
 
 def ddp_config(run: TrainingRun) -> Dict[str, Any]:
-    """DDP's own account of its configuration, and what the worker applied around it."""
-    return ddp_report(run.ddp)
+    """DDP's own account of its configuration (nothing for the FSDP-based strategies, whose
+    configuration is the record's ``runtime.strategy``)."""
+    return ddp_report(run.ddp) if run.ddp is not None else {}
 
 
 def ddp_report(ddp: DDP) -> Dict[str, Any]:
@@ -171,6 +175,8 @@ DDP_DEFAULT_LOGGING_SAMPLE_RATE = 100
 
 def _ddp_logging_probe(run: TrainingRun, clock: Clock, steps: int) -> Dict[str, Optional[float]]:
     """Mean per-step DDP timings over ``steps`` steps, from DDP's own logging data."""
+    if run.ddp is None:
+        return {}
     try:
         run.ddp._set_ddp_runtime_logging_sample_rate(1)
     except AttributeError:  # private API: absent in some builds
@@ -222,8 +228,9 @@ def activation_bytes(
 
 
 def _memory(run: TrainingRun, ctx: RankContext) -> Dict[str, Any]:
-    bucket_view = bool(getattr(run.ddp, "gradient_as_bucket_view", False))
-    return memory_stats(list(run.ddp.module.parameters()), run.optimizer, ctx, bucket_view)
+    # Without DDP's buckets a gradient is held once; FSDP2's are this rank's shards.
+    once = run.ddp is None or bool(getattr(run.ddp, "gradient_as_bucket_view", False))
+    return memory_stats(list(run.module.parameters()), run.optimizer, ctx, once)
 
 
 def memory_stats(
@@ -234,10 +241,12 @@ def memory_stats(
 ) -> Dict[str, Any]:
     """This rank's MemoryStats fields: the model state of ``params`` and ``optimizer``, and the
     peak since :func:`reset_peak_memory`."""
-    param_bytes = sum(p.numel() * p.element_size() for p in params)
-    grad_bytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+    # A sharded parameter (FSDP2's DTensor) counts what this rank holds: its local shard.
+    held = [local(p) for p in params]
+    param_bytes = sum(p.numel() * p.element_size() for p in held)
+    grad_bytes = sum(h.numel() * h.element_size() for p, h in zip(params, held) if p.requires_grad)
     optimizer_bytes = sum(
-        t.numel() * t.element_size()
+        local(t).numel() * local(t).element_size()
         for state in (optimizer.state.values() if optimizer is not None else ())
         for t in state.values()
         if torch.is_tensor(t)
@@ -294,12 +303,18 @@ def measure_rank(
 
     reporter.phase("measure", steps=steps)
     reset_peak_memory(ctx)
+    run.keep_next_batch = True  # the gradient check's batch: the first measured step's
     sampler = GpuSampler(nvml_index(ctx.device.index)) if ctx.is_cuda else contextlib.nullcontext()
     cpu_before = CpuSnapshot.now()
     with sampler:
         measured, wall, epochs = _measured(run, settings, clock, ctx, passes)
     cpu = CpuSnapshot.now().since(cpu_before)
     loss = last_loss(run)  # after the window: reading it waits for the device
+    memory = _memory(run, ctx)  # the window's peak, before the check's reference copy
+    # Before the sync probe, whose no_sync steps let the ranks' parameters drift apart.
+    reporter.phase("gradient_check")
+    check = check_gradients(run, settings, ctx, run.kept_batch)
+    run.kept_batch = None
 
     probe = settings.sync_probe_steps
     ddp_timings: Dict[str, Optional[float]] = {}
@@ -310,6 +325,9 @@ def measure_rank(
         run.step(clock, sync=False)  # the first no_sync step re-warms the autograd graph
         nosync, _ = _window(run, clock, ctx, probe, sync=False)
         barrier(ctx)
+    if run.ddp is None:  # FSDP2 holds no_sync gradients back: this synced step reduces them
+        run.step(clock)
+    collectives = count_collectives(run)
 
     step_ms = [d["step"] for d in measured]
     nosync_ms = mean([d["step"] for d in nosync])
@@ -339,7 +357,9 @@ def measure_rank(
         "sync_wait_samples_ms": waits,
         **ddp_timings,
         "last_loss": loss,
-        "memory": _memory(run, ctx),
+        "memory": memory,
+        "gradient_check": check,
+        "collectives": collectives,
         "gpu": sampler.summary() if isinstance(sampler, GpuSampler) else None,
         "timeline_s": reporter.timeline(),
         "process_started_at": reporter.process_started_at(),

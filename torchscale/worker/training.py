@@ -1,8 +1,10 @@
-"""One rank's training setup and step: model, DDP, optimizer, precision, data.
+"""One rank's training setup and step: model, data-parallel wrapper, optimizer, precision, data.
 
-The step is the standard DDP loop, so what is timed is what users run: forward under autocast,
-backward (DDP all-reduces gradient buckets as they become ready), optimizer step, zero_grad.
-With gradient accumulation, all micro-batches but the last run under ``no_sync()``.
+The step is the standard data-parallel loop, so what is timed is what users run: forward under
+autocast, backward (DDP all-reduces gradient buckets as they become ready; FSDP2 reduce-scatters
+each block's), optimizer step, zero_grad. With gradient accumulation, all micro-batches but the
+last run under ``no_sync()`` (FSDP2: gradient sync off). The wrapper is the ``strategy`` knob's
+(``worker/strategies.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torchscale.runtime.clock import Clock, StepMarks
 from torchscale.runtime.process_group import RankContext
 from torchscale.worker.batches import batch_stream
 from torchscale.worker.comm_hooks import register_comm_hook
+from torchscale.worker.strategies import fsdp_no_sync, wrap_fsdp
 
 Annotate = Callable[[str], ContextManager[Any]]
 
@@ -76,8 +79,9 @@ class TrainingRun:
     """Everything one rank needs to run timed steps."""
 
     spec: ModelSpec
-    ddp: DDP
-    forward: Callable[..., Any]  # the DDP model, or its torch.compile wrapper
+    ddp: Optional[DDP]  # None for the FSDP-based strategies
+    model: nn.Module  # the wrapped model: the DDP module, or the model FSDP2 wrapped in place
+    forward: Callable[..., Any]  # the wrapped model, or its torch.compile wrapper
     optimizer: torch.optim.Optimizer
     scaler: Optional[Any]
     autocast_dtype: Optional[torch.dtype]
@@ -88,11 +92,31 @@ class TrainingRun:
     tracker: Optional[StepTracker] = None
     applied: Dict[str, Any] = field(default_factory=dict)  # what ran, for the record
     last_loss: Optional[torch.Tensor] = None  # the last micro-batch's loss, on the device
+    precision_dtype: Optional[torch.dtype] = None  # the low precision's, whatever casts to it
+    keep_next_batch: bool = False  # keep the next step's first micro-batch (gradient check)
+    kept_batch: Optional[Tuple[Any, Any]] = None
+
+    @property
+    def module(self) -> nn.Module:
+        """The user's module (parameters, as the optimizer sees them: local shards with FSDP2)."""
+        return self.ddp.module if self.ddp is not None else self.model
+
+    def no_sync(self) -> ContextManager[Any]:
+        """Gradient synchronisation off for the steps run inside (compute only)."""
+        if self.ddp is not None:
+            return self.ddp.no_sync()
+        return fsdp_no_sync(self.model)
 
     def _autocast(self) -> ContextManager[Any]:
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+    def reference_autocast(self) -> ContextManager[Any]:
+        """The precision's autocast, for an unwrapped copy of the model (the gradient check)."""
+        if self.precision_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.precision_dtype)
 
     def step(
         self, clock: Clock, sync: bool = True, annotate: Optional[Annotate] = None
@@ -109,11 +133,13 @@ class TrainingRun:
         for micro in range(self.accum_steps):
             last = micro == self.accum_steps - 1
             inputs, targets = next(self.batches)
+            if self.keep_next_batch:  # a reference kept, nothing copied
+                self.kept_batch, self.keep_next_batch = (inputs, targets), False
             data_ready = clock.mark()
             if tracker:
                 tracker.phase(1)
             skip_sync = not sync or not last
-            with self.ddp.no_sync() if skip_sync else contextlib.nullcontext():
+            with self.no_sync() if skip_sync else contextlib.nullcontext():
                 with phase("forward"), self._autocast():
                     outputs = _call(self.forward, inputs)
                     loss = self.spec.loss(outputs, targets)
@@ -191,27 +217,52 @@ def _buffer_sync(each_forward: bool) -> Dict[str, Any]:
     return {"broadcast_buffers": each_forward}
 
 
+def compile_mode(mode: str, ddp: bool) -> None:
+    """Dynamo's settings for ``compile``: ddp_optimizer splits the graph at DDP's buckets;
+    compiled_autograd traces the backward too (DDP's gradients then through its Python reducer,
+    which compiled autograd can see; the C++ reducer's all-reduce it has been seen to skip).
+    Per process: a compiled cell runs in a launch of its own."""
+    import torch._dynamo.config as dynamo
+
+    dynamo.compiled_autograd = mode == "compiled_autograd"
+    if ddp:
+        dynamo.optimize_ddp = "python_reducer" if mode == "compiled_autograd" else "ddp_optimizer"
+
+
 def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> TrainingRun:
-    """Build model, DDP wrapper, optimizer and data for this rank."""
+    """Build model, data-parallel wrapper, optimizer and data for this rank."""
     torch.manual_seed(settings.seed)  # same initial weights on every rank (DDP checks shapes)
     model = spec.build().to(ctx.device)
     channels_last = settings.channels_last and spec.supports_channels_last
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
-    ddp_settings = settings.ddp
-    ddp = DDP(
-        model,
-        device_ids=[ctx.device.index] if ctx.is_cuda else None,
-        bucket_cap_mb=ddp_settings.bucket_cap_mb,
-        gradient_as_bucket_view=ddp_settings.gradient_as_bucket_view,
-        static_graph=ddp_settings.static_graph,
-        find_unused_parameters=ddp_settings.find_unused_parameters,
-        **_buffer_sync(ddp_settings.broadcast_buffers),
-    )
-    comm_state = register_comm_hook(ddp, ddp_settings)
-    forward: Callable[..., Any] = ddp
+    ddp: Optional[DDP] = None
+    comm_state = None
+    wrapped: nn.Module = model
+    autocast = AUTOCAST_DTYPES.get(settings.precision)
+    strategy: Dict[str, Any] = {"strategy": settings.strategy}
+    if settings.strategy == "ddp":
+        ddp_settings = settings.ddp
+        ddp = DDP(
+            model,
+            device_ids=[ctx.device.index] if ctx.is_cuda else None,
+            bucket_cap_mb=ddp_settings.bucket_cap_mb,
+            gradient_as_bucket_view=ddp_settings.gradient_as_bucket_view,
+            static_graph=ddp_settings.static_graph,
+            find_unused_parameters=ddp_settings.find_unused_parameters,
+            **_buffer_sync(ddp_settings.broadcast_buffers),
+        )
+        comm_state = register_comm_hook(ddp, ddp_settings)
+        wrapped = ddp
+    else:
+        strategy = wrap_fsdp(model, settings, ctx)
+        autocast = None  # the MixedPrecisionPolicy casts parameters instead
+    forward: Callable[..., Any] = wrapped
     if settings.compile:
-        forward = torch.compile(ddp, backend=settings.compile_backend, mode=settings.compile_mode)
+        compile_mode(settings.compile, ddp is not None)
+        forward = torch.compile(
+            wrapped, backend=settings.compile_backend, mode=settings.compile_mode
+        )
     optimizer_name = spec.optimizer if settings.optimizer == "auto" else settings.optimizer
     scaler = None
     if settings.precision == "amp":
@@ -219,8 +270,8 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
     torch.manual_seed(settings.seed + 1000 + ctx.rank)  # different data on every rank
     batches = batch_stream(spec, settings, ctx, channels_last)
     optimizer = _optimizer(optimizer_name, model, ctx.device, settings.optimizer_impl)
-    autocast = AUTOCAST_DTYPES.get(settings.precision)
     applied = {
+        "strategy": strategy,
         "optimizer": type(optimizer).__name__,
         "optimizer_impl": _applied_impl(optimizer),
         "autocast_dtype": str(autocast).replace("torch.", "") if autocast else None,
@@ -228,6 +279,7 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
         "channels_last": channels_last,
         "channels_last_applies": spec.supports_channels_last,  # a layout finding's premise
         "compiled": settings.compile_backend if settings.compile else None,
+        "compile": settings.compile or "off",
         "intra_op_threads": torch.get_num_threads(),
         "data": settings.data.source,
         "data_workers": settings.data.num_workers if settings.data.source != "synthetic" else 0,
@@ -237,6 +289,7 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
     return TrainingRun(
         spec=spec,
         ddp=ddp,
+        model=wrapped,
         forward=forward,
         optimizer=optimizer,
         scaler=scaler,
@@ -246,4 +299,5 @@ def build_run(settings: CellSettings, spec: ModelSpec, ctx: RankContext) -> Trai
         device=ctx.device,
         comm_state=comm_state,
         applied=applied,
+        precision_dtype=AUTOCAST_DTYPES.get(settings.precision),
     )

@@ -1,0 +1,50 @@
+"""The strategy comparison on the console and in the report: per model and rank count measured
+under several strategies, throughput, model state per rank and sync overhead against ddp's, and
+the recommendation (``analysis/strategy_comparison.py``)."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+from torchscale.analysis.strategy_comparison import strategy_frame, strategy_groups
+from torchscale.report import formatting as fmt
+from torchscale.report.elements import Column, Section, make_table
+from torchscale.results.figures import MODEL_STATE, SYNC_OVERHEAD
+from torchscale.results.schema import ResultBase
+
+
+def strategy_lines(records: List[ResultBase]) -> List[str]:
+    """The console's recommendation lines, one per model and rank count."""
+    return [f"Strategy: {group.recommendation}" for group in strategy_groups(records)]
+
+
+def strategy_section(records: List[ResultBase]) -> Optional[Section]:
+    groups = strategy_groups(records)
+    if not groups:
+        return None
+    frame = strategy_frame(groups)
+    return Section(
+        "strategies",
+        "Data-parallel strategies",
+        "Each strategy ran the same model, batch, precision and window (docs/strategies.md). "
+        f"{MODEL_STATE.explained()} {SYNC_OVERHEAD.explained()} A cell whose gradient check "
+        "failed is invalid and shows no figure.",
+        tables=[
+            make_table(
+                "strategy-table",
+                frame,
+                [
+                    Column("model", "Model", fmt.text, numeric=False),
+                    Column("world_size", "Ranks", fmt.integer),
+                    Column("strategy", "Strategy", fmt.text, numeric=False),
+                    Column("status", "Status", fmt.text, numeric=False),
+                    Column("throughput", "Throughput", fmt.significant),
+                    Column("throughput_vs_baseline", "x ddp", fmt.significant),
+                    Column("model_state_bytes", "Model state per rank", fmt.human_bytes),
+                    Column("memory_vs_baseline", "x ddp", fmt.significant),
+                    Column("sync_overhead_pct", "Sync overhead %", fmt.significant),
+                ],
+            )
+        ],
+        notes=[group.recommendation for group in groups],
+    )
