@@ -1,0 +1,140 @@
+"""Use cases of ``torchscale history`` and the recording of a run at its end.
+
+The history's location is ``--history PATH_OR_URL``, else ``TORCHSCALE_HISTORY``, else the
+config's ``history:`` (a file path or ``sqlite:///...``: SQLite; ``postgresql://...``: a server).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+
+from torchscale.app import Notify
+from torchscale.errors import TorchscaleError
+
+if TYPE_CHECKING:
+    from torchscale.history.database import HistoryStore
+    from torchscale.history.series_changes import ChangePoint
+
+HISTORY_ENV = "TORCHSCALE_HISTORY"
+
+
+def history_location(option: Optional[str], configured: Optional[str] = None) -> Optional[str]:
+    """Where the history is: the option, else the environment variable, else the config's."""
+    return option or os.environ.get(HISTORY_ENV) or configured or None
+
+
+def required_location(option: Optional[str]) -> str:
+    location = history_location(option)
+    if location is None:
+        raise TorchscaleError(f"no history given: pass --history PATH_OR_URL or set {HISTORY_ENV}")
+    return location
+
+
+def open_store(location: str) -> HistoryStore:
+    from torchscale.history.database import HistoryStore
+
+    return HistoryStore(location)
+
+
+@dataclass
+class IngestOutcome:
+    location: str
+    added: List[Path] = field(default_factory=list)
+    already: List[Path] = field(default_factory=list)
+
+
+def ingest(location: str, folders: Sequence[Path]) -> IngestOutcome:
+    """Add ``folders`` (experiment folders, or folders of them) to the history. Every folder is
+    read and checked before anything is written; each run lands in its own transaction."""
+    from torchscale.history.ingest import read_run
+    from torchscale.results.store import find_experiments
+
+    experiments: List[Path] = []
+    for folder in folders:
+        found = [folder] if folder.is_symlink() else find_experiments(folder)
+        experiments += found or [folder]
+    entries = [read_run(folder) for folder in experiments]
+    store = open_store(location)
+    outcome = IngestOutcome(store.shown)
+    try:
+        for folder, entry in zip(experiments, entries):
+            (outcome.added if store.add_run(entry) else outcome.already).append(folder)
+    finally:
+        store.close()
+    return outcome
+
+
+def record_run(location: Optional[str], experiment: Path, notify: Notify) -> None:
+    """At the end of a run: add its folder to the history, when one is configured. A history
+    that cannot take it is a warning: the run's own results are already safe."""
+    if location is None:
+        return
+    try:
+        outcome = ingest(location, [experiment])
+    except TorchscaleError as exc:
+        notify(f"> [WARN] not recorded in the history: {exc}")
+        return
+    notify(f"> Recorded in the history at {outcome.location}")
+
+
+@dataclass
+class ChangesOutcome:
+    location: str
+    metric: str
+    changes: List[ChangePoint]
+    series: int
+
+    @property
+    def open_regressions(self) -> List[ChangePoint]:
+        return [c for c in self.changes if c.open]
+
+
+def since_date(since: Optional[str]) -> Optional[str]:
+    """``30d``, ``12h``, ``2w`` or an ISO date as the ISO timestamp runs are compared with."""
+    from datetime import datetime, timedelta, timezone
+
+    if since is None:
+        return None
+    units = {"h": 3600, "d": 86400, "w": 7 * 86400}
+    text = since.strip().lower()
+    if text[:-1].isdigit() and text[-1:] in units:
+        seconds = int(text[:-1]) * units[text[-1]]
+        return (datetime.now(timezone.utc) - timedelta(seconds=seconds)).isoformat()
+    try:
+        return datetime.fromisoformat(since).isoformat()
+    except ValueError:
+        raise TorchscaleError(
+            f"--since {since!r} is neither a duration (30d, 12h, 2w) nor a date (2026-11-01)"
+        ) from None
+
+
+def changes(location: str, metric: str, since: Optional[str]) -> ChangesOutcome:
+    from torchscale.history.series_changes import find_changes
+
+    store = open_store(location)
+    try:
+        found = find_changes(store, metric, since_date(since))
+        return ChangesOutcome(store.shown, metric, found, len(store.series_ids()))
+    finally:
+        store.close()
+
+
+@dataclass
+class ShowOutcome:
+    location: str
+    runs: List[Dict[str, Any]]
+
+
+def show(location: str, since: Optional[str], experiment: Optional[str]) -> ShowOutcome:
+    """The runs (oldest first), filtered, each with its points' count."""
+    store = open_store(location)
+    try:
+        runs = store.runs(since_date(since))
+    finally:
+        store.close()
+    if experiment is not None:
+        runs = [r for r in runs if r["experiment"] == experiment]
+    return ShowOutcome(store.shown, runs)
