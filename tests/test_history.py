@@ -275,3 +275,28 @@ def test_the_planted_slowdown_is_placed_within_a_run_of_the_change() -> None:
         exact += found == [40]
         near += len(found) == 1 and abs(found[0] - 40) <= 1
     assert exact >= 60 and near >= 85
+
+
+def test_exports_for_bencher_and_otava(tmp_path: Path) -> None:
+    import csv
+
+    location = str(tmp_path / "history.db")
+    store = HistoryStore(location)
+    store.add_runs(nightly_series(seed=1))
+    last = list(store.points("throughput"))[-1]
+    store.close()
+    runner = CliRunner()
+    bmf_file, csv_file = tmp_path / "bmf.json", tmp_path / "otava.csv"
+    args = ["history", "export", "--history", location, "-o"]
+    assert runner.invoke(app, [*args, str(bmf_file), "--format", "bmf"]).exit_code == 0
+    document = json.loads(bmf_file.read_text())
+    assert len(document) == 4  # the four cells' series of the latest run
+    assert {"value": last.value} in [m["throughput"] for m in document.values()]
+    assert runner.invoke(app, [*args, str(csv_file)]).exit_code == 0
+    rows = list(csv.DictReader(csv_file.open()))
+    assert len(rows) == 60
+    assert [r["nccl"] for r in rows[38:40]] == ["2.27.3", "2.28.9"]
+    column = next(c for c in rows[0] if c.startswith("gpt2-tiny b8 x1 fp32") and c.endswith("throughput"))
+    before = np.mean([float(r[column]) for r in rows[:39]])
+    after = np.mean([float(r[column]) for r in rows[39:]])
+    assert 0.86 < after / before < 0.98

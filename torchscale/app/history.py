@@ -111,12 +111,15 @@ def since_date(since: Optional[str]) -> Optional[str]:
         ) from None
 
 
-def changes(location: str, metric: str, since: Optional[str]) -> ChangesOutcome:
+def changes(
+    location: str, metric: str, since: Optional[str], max_pvalue: Optional[float] = None
+) -> ChangesOutcome:
+    from torchscale.history.changes import MAX_PVALUE
     from torchscale.history.series_changes import find_changes
 
     store = open_store(location)
     try:
-        found = find_changes(store, metric, since_date(since))
+        found = find_changes(store, metric, since_date(since), max_pvalue or MAX_PVALUE)
         return ChangesOutcome(store.shown, metric, found, len(store.series_ids()))
     finally:
         store.close()
@@ -138,3 +141,27 @@ def show(location: str, since: Optional[str], experiment: Optional[str]) -> Show
     if experiment is not None:
         runs = [r for r in runs if r["experiment"] == experiment]
     return ShowOutcome(store.shown, runs)
+
+
+def export(location: str, layout: str, output: Path, run_id: Optional[int] = None) -> int:
+    """Write the history as ``layout`` (``bmf``: one run as Bencher's JSON; ``otava-csv``: every
+    run as Otava's CSV) to ``output``, atomically; how many entries were written."""
+    import json
+
+    import pandas as pd
+
+    from torchscale.escaping import csv_text
+    from torchscale.history.exports import bmf, otava_rows
+    from torchscale.results.store import atomic_write_text
+
+    store = open_store(location)
+    try:
+        if layout == "bmf":
+            document = bmf(store, run_id)
+            atomic_write_text(output, json.dumps(document, indent=2) + "\n")
+            return len(document)
+        rows = otava_rows(store)
+    finally:
+        store.close()
+    atomic_write_text(output, csv_text(pd.DataFrame(rows)))
+    return len(rows)

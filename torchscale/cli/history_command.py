@@ -108,6 +108,15 @@ def changes_command(
             "--metric", help="The figure whose series are searched: throughput, p95 or busbw."
         ),
     ] = "throughput",
+    max_pvalue: Annotated[
+        float,
+        typer.Option(
+            "--max-pvalue",
+            help="A split is a change only if the t-test's p-value is below this. The default "
+            "keeps false alarms under 1% of 60-run series; a short history (a few runs each side "
+            "of a change) needs a larger one.",
+        ),
+    ] = 0.0005,
     fail_on_regression: Annotated[
         bool,
         typer.Option(
@@ -125,7 +134,9 @@ def changes_command(
 
     if metric not in METRICS:
         raise TorchscaleError(f"--metric {metric!r} is not one of {', '.join(METRICS)}")
-    outcome = changes(required_location(history), metric, since)
+    if not 0.0 < max_pvalue < 1.0:
+        raise TorchscaleError(f"--max-pvalue {max_pvalue} is not between 0 and 1: give e.g. 0.001")
+    outcome = changes(required_location(history), metric, since, max_pvalue)
     if json_output:
         print_json(
             {
@@ -195,7 +206,35 @@ def show_command(
     show_result(table)
 
 
+@user_errors
+def export_command(
+    output: Annotated[Path, typer.Option("--output", "-o", help="The file to write.")],
+    layout: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="bmf: one run as Bencher's metric format (JSON); otava-csv: every run as "
+            "Apache Otava's CSV layout (time, attributes, one column per series and metric).",
+        ),
+    ] = "otava-csv",
+    run: Annotated[
+        Optional[int], typer.Option("--run", help="The run --format bmf writes (default: latest).")
+    ] = None,
+    history: HistoryOption = None,
+) -> None:
+    """Write the history for other tools: Bencher (BMF JSON) or Apache Otava (CSV)."""
+    from torchscale.app.history import export, required_location
+    from torchscale.errors import TorchscaleError
+
+    if layout not in ("bmf", "otava-csv"):
+        raise TorchscaleError(f"--format {layout!r} is not bmf or otava-csv")
+    count = export(required_location(history), layout, output, run)
+    what = "benchmark(s)" if layout == "bmf" else "run(s)"
+    show_result(f"{count} {what} written to {output}")
+
+
 history_app.command("ingest")(ingest_command)
+history_app.command("export")(export_command)
 history_app.command("changes")(changes_command)
 history_app.command("show")(show_command)
 
