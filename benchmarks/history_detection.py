@@ -49,9 +49,10 @@ def main() -> None:
             (step for step in np.arange(0.02, 0.41, 0.01) if rates(sigma, step, 200, 3)[1] >= 0.9),
             None,
         )
+        shown = f"{100 * smallest:.0f}%" if smallest else "none up to 40%"
         print(f"{label} (noise {100 * sigma:.1f}%): 8% step at run 40 found exactly there in "
               f"{100 * exact:.0f}%, within a run in {100 * near:.0f}%; smallest step found "
-              f"within a run in 90% of series: {100 * smallest:.0f}%" if smallest else "none")  # fmt: skip
+              f"within a run in 90% of series: {shown}")  # fmt: skip
 
 
 if __name__ == "__main__":

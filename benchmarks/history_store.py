@@ -28,7 +28,8 @@ from torchscale.history.database import HistoryStore, PointEntry, RunEntry, Seri
 from torchscale.history.series_changes import find_changes
 location, runs, cells = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rng = np.random.default_rng(0)
-series = [SeriesEntry(f"s{c:04d}", "training", f"model-{c}", 8, 8, 1, "bf16", "d", "H100 x8 x1 nodes")
+hardware = "H100 x8 x1 nodes"
+series = [SeriesEntry(f"s{c:04d}", "training", f"model-{c}", 8, 8, 1, "bf16", "d", hardware)
           for c in range(cells)]
 values = 1000 * np.exp(0.05 * rng.standard_normal((runs, cells)))
 values[7000:, ::5] *= 0.9
@@ -37,10 +38,11 @@ store = HistoryStore(location)
 start = time.perf_counter()
 batch = []
 for r in range(runs):
-    points = [PointEntry(s, "throughput", float(values[r, c]), 0.02, 1) for c, s in enumerate(series)]
+    points = [PointEntry(s, "throughput", float(values[r, c]), 0.02, 1)
+              for c, s in enumerate(series)]
+    nccl = "2.28.9" if r >= 7000 else "2.27.3"
     batch.append(RunEntry(f"run-{r}", "nightly", "benchmark", f"2026-01-01T00:00:00.{r:06d}+00:00",
-                          "H100 x8 x1 nodes", {**attrs, "nccl": "2.28.9" if r >= 7000 else "2.27.3"},
-                          "bench", points))
+                          hardware, {**attrs, "nccl": nccl}, "bench", points))
     if len(batch) == 500:
         store.add_runs(batch); batch = []
 if batch:
