@@ -7,6 +7,7 @@ import json
 import math
 import shutil
 import threading
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Dict, Iterator, List
 
@@ -165,6 +166,7 @@ def _measured_spread() -> float:
     return math.sqrt(squares / sum(len(v) - 1 for v in groups.values()))
 
 
+NIGHT_ONE = datetime(2026, 9, 1, 2, tzinfo=timezone.utc)
 NIGHTLY_REPEATS = 4
 """Repeats per nightly run (``repeats: 4``): a point is their mean, so its noise is the measured
 spread / 2."""
@@ -198,7 +200,7 @@ def nightly_series(
                 identity=f"night-{seed}-{night}",
                 experiment="nightly",
                 kind="benchmark",
-                started_at=f"2026-{9 + night // 31:02d}-{1 + night % 31:02d}T02:00:00+00:00",
+                started_at=(NIGHT_ONE + timedelta(days=night)).isoformat(),
                 hardware=base.hardware,
                 attributes=attributes,
                 source="simulated",

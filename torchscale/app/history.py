@@ -165,3 +165,17 @@ def export(location: str, layout: str, output: Path, run_id: Optional[int] = Non
         store.close()
     atomic_write_text(output, csv_text(pd.DataFrame(rows)))
     return len(rows)
+
+
+def history_report(location: str, output: Path) -> int:
+    """Write the history page to ``output`` (atomically); how many charts it has."""
+    from torchscale.history.page import history_page
+    from torchscale.results.store import atomic_write_text
+
+    store = open_store(location)
+    try:
+        page = history_page(store)
+    finally:
+        store.close()
+    atomic_write_text(output, page)
+    return page.count("data-figure=")

@@ -233,7 +233,23 @@ def export_command(
     show_result(f"{count} {what} written to {output}")
 
 
+@user_errors
+def report_command(
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path(
+        "history.html"
+    ),
+    history: HistoryOption = None,
+) -> None:
+    """A static page of the history: a chart per series with its change points and the runs
+    where the fingerprint changed, filtered by model, GPU count and metric inside the page."""
+    from torchscale.app.history import history_report, required_location
+
+    charts = history_report(required_location(history), output)
+    show_result(f"{charts} chart(s) written to {output}")
+
+
 history_app.command("ingest")(ingest_command)
+history_app.command("report")(report_command)
 history_app.command("export")(export_command)
 history_app.command("changes")(changes_command)
 history_app.command("show")(show_command)

@@ -27,7 +27,7 @@ def bmf(store: HistoryStore, run_id: Optional[int] = None) -> Dict[str, Dict[str
     if not runs:
         return {}
     wanted = runs[-1]["id"] if run_id is None else run_id
-    by_id = {s_id: entry for s_id, entry in _series(store).items()}
+    by_id = {s_id: entry for s_id, entry in series_by_id(store).items()}
     document: Dict[str, Dict[str, Any]] = defaultdict(dict)
     for metric in METRICS:
         for point in store.points(metric):
@@ -41,7 +41,7 @@ def bmf(store: HistoryStore, run_id: Optional[int] = None) -> Dict[str, Dict[str
 def otava_rows(store: HistoryStore) -> List[Dict[str, Any]]:
     """Otava's CSV rows: ``time``, ``run``, ``experiment``, the software attributes, then one
     column per series and metric (``<series> <metric>``), blank where a run lacks it."""
-    by_id = _series(store)
+    by_id = series_by_id(store)
     rows: Dict[int, Dict[str, Any]] = {}
     for run in store.runs():
         row: Dict[str, Any] = {
@@ -57,7 +57,7 @@ def otava_rows(store: HistoryStore) -> List[Dict[str, Any]]:
     return list(rows.values())
 
 
-def _series(store: HistoryStore) -> Dict[int, SeriesEntry]:
+def series_by_id(store: HistoryStore) -> Dict[int, SeriesEntry]:
     keys = store.series_ids()
     entries = {entry.key: entry for entry in store.all_series()}
     return {s_id: entries[key] for s_id, key in keys.items()}
