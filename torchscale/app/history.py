@@ -179,3 +179,56 @@ def history_report(location: str, output: Path) -> int:
         store.close()
     atomic_write_text(output, page)
     return page.count("data-figure=")
+
+
+def record_predictions(
+    location: Optional[str], rows: Sequence[Dict[str, Any]], notify: Notify
+) -> None:
+    """Store ``project``'s predictions (its table's rows) as one run of kind ``project``."""
+    from datetime import datetime, timezone
+
+    from torchscale.history.database import PredictionEntry, RunEntry
+    from torchscale.history.ingest import digest
+    from torchscale.history.predictions import prediction_key
+
+    if location is None:
+        return
+    entries, described = [], {}
+    experiments = sorted({str(r["experiment"]) for r in rows})
+    for row in rows:
+        experiment, model = str(row["experiment"]), str(row["model"])
+        key = prediction_key(experiment, model, row["world_size"], row["nodes"])
+        described[key] = {"model": row["model"], "gpus": row["world_size"], "nodes": row["nodes"]}
+        entries.append(
+            PredictionEntry(
+                key, "throughput", row["throughput"], row.get("throughput_low"),
+                row.get("throughput_high"),
+            )
+        )  # fmt: skip
+    now = datetime.now(timezone.utc).isoformat()
+    run = RunEntry(
+        identity=digest(["project", now, described], 64),
+        experiment=experiments[0] if experiments else "?",
+        kind="project",
+        started_at=now,
+        hardware="",
+        attributes={"predictions": described},
+        source="torchscale project",
+        predictions=entries,
+    )
+    try:
+        open_store(location).add_run(run)
+    except TorchscaleError as exc:
+        notify(f"> [WARN] predictions not recorded in the history: {exc}")
+        return
+    notify(f"> {len(entries)} prediction(s) recorded in the history")
+
+
+def predictions(location: str) -> List[Dict[str, Any]]:
+    from torchscale.history.predictions import checked_predictions
+
+    store = open_store(location)
+    try:
+        return [c.as_json() for c in checked_predictions(store)]
+    finally:
+        store.close()

@@ -248,7 +248,36 @@ def report_command(
     show_result(f"{charts} chart(s) written to {output}")
 
 
+@user_errors
+def predictions_command(history: HistoryOption = None, json_output: JsonOption = False) -> None:
+    """project's predictions against what runs of that scale measured, with the error and a
+    rolling error per experiment."""
+    from torchscale.app.history import predictions, required_location
+
+    found = predictions(required_location(history))
+    if json_output:
+        print_json({"predictions": found})
+        return
+    for row in found:
+        if row["measured"] is None:
+            line = "not measured yet"
+        else:
+            line = (
+                f"measured {_number(row['measured'])}: error {100 * row['error']:+.1f}% "
+                f"(rolling mean |error| {100 * row['rolling_error']:.1f}%)"
+            )
+        result_console.print(
+            f"{row['experiment']} {row['model']} x{row['gpus']} ({row['made_at'][:16]}): "
+            f"predicted {_number(row['predicted'])} [{_number(row['low'] or math.nan)}-"
+            f"{_number(row['high'] or math.nan)}], {line}",
+            soft_wrap=True,
+            markup=False,
+        )
+    show_result(f"{len(found)} prediction(s)")
+
+
 history_app.command("ingest")(ingest_command)
+history_app.command("predictions")(predictions_command)
 history_app.command("report")(report_command)
 history_app.command("export")(export_command)
 history_app.command("changes")(changes_command)
