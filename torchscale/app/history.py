@@ -232,3 +232,33 @@ def predictions(location: str) -> List[Dict[str, Any]]:
         return [c.as_json() for c in checked_predictions(store)]
     finally:
         store.close()
+
+
+def past_prediction_error(experiments: Sequence[str]) -> Optional[str]:
+    """The line the report's projection section quotes: how far the checked past predictions
+    of ``experiments`` were off (from the history in TORCHSCALE_HISTORY), or None."""
+    location = history_location(None)
+    if location is None:
+        return None
+    from torchscale.history.database import database_url
+
+    try:
+        url = database_url(location)
+        if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).is_file():
+            return None  # a report never creates a history
+        checked = [
+            row for row in predictions(location)
+            if row["experiment"] in experiments and row["error"] is not None
+        ]  # fmt: skip
+    except TorchscaleError:
+        return None
+    if not checked:
+        return None
+    errors = [abs(row["error"]) for row in checked]
+    worst = max(checked, key=lambda row: abs(row["error"]))
+    return (
+        f"Past predictions (the history, {len(checked)} checked against the runs that measured "
+        f"that scale) were off by {100 * sum(errors) / len(errors):.1f}% on average, at most "
+        f"{100 * worst['error']:+.1f}% ({worst['model']} at {worst['gpus']}); see "
+        "`torchscale history predictions`."
+    )
