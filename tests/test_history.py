@@ -40,11 +40,12 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "history.db")
     import psycopg
+    from psycopg import sql
 
     server: Server = request.getfixturevalue("postgres")
     name = f"h{next(_DATABASES)}"
     with psycopg.connect(server.url, autocommit=True) as connection:
-        connection.execute(f"CREATE DATABASE {name}")  # a fixed, generated name
+        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     return server.url.rsplit("/", 1)[0] + "/" + name
 
 

@@ -57,7 +57,9 @@ def _figure(
              "y1": 1, "line": {"color": "#999", "dash": "dot", "width": 1}}
         )  # fmt: skip
         annotations.append(
-            {"x": date, "y": 0.02, "xref": "x", "yref": "paper", "text": text, "showarrow": False,
+            # plotly reads tags in text (<a href>, <br>): a host's name is shown as written
+            {"x": date, "y": 0.02, "xref": "x", "yref": "paper", "text": html.escape(text),
+             "showarrow": False,
              "font": {"size": 10, "color": "#666"}, "textangle": -90, "xanchor": "left"}
         )  # fmt: skip
     for change in changes:
