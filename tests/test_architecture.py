@@ -284,7 +284,7 @@ package takes its place here without an edit."""
 PIPELINE = [
     "errors", "version", "escaping", "console_tables", "kinds", "results", "hardware", "models", "config", "plan",
     "launch", "runtime", "worker", "analysis", "profiling", "report", *KIND_PACKAGES,
-    "integrations", "validate", "tune", "app", "api", "cli", "__main__",
+    "integrations", "history", "validate", "tune", "app", "api", "cli", "__main__",
 ]  # fmt: skip
 """Sub-packages from the bottom up: each imports only those before it (config -> plan -> launch ->
 worker -> results -> analysis -> report, read as data flow; the record schema and the device

@@ -70,6 +70,7 @@ class BenchmarkRequest:
     force: bool = False
     integrations: Optional[Integrations] = None
     launch_mode: Optional[str] = None  # per_group / per_cell; None: the config's ``launch:``
+    history: Optional[str] = None  # --history; else TORCHSCALE_HISTORY, else the config's
 
 
 @dataclass
@@ -239,6 +240,9 @@ def run_benchmark(
         store.check_owned()
         write_documents(store.root)
         forwarded.close(outcome.records, outcome.table)
+        from torchscale.app.history import history_location, record_run
+
+        record_run(history_location(request.history, plan.config.history), store.root, notify)
     return outcome
 
 

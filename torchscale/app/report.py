@@ -126,6 +126,9 @@ def write_report(request: ReportRequest) -> WrittenReport:
             + ", ".join((*FORMATS, *EXPORT_FORMATS))
         )
     data = load_report_data(request.source)
+    from torchscale.app.history import past_prediction_error
+
+    data.past_prediction_error = past_prediction_error([e.name for e in data.experiments])
     if fmt == "tensorboard":
         return WrittenReport(_tensorboard(data, request.output or data.source / TENSORBOARD_DIR))
     if fmt == "png":

@@ -14,6 +14,7 @@ from typing_extensions import Annotated
 from torchscale.cli import (
     benchmark_command,
     compare,
+    history_command,
     profile_command,
     project,
     report_command,
@@ -78,6 +79,7 @@ validate.register(app)
 compare.register(app)
 project.register(app)
 tune.register(app)
+history_command.register(app)
 
 
 def main() -> None:

@@ -285,6 +285,15 @@ def register(app: typer.Typer) -> None:
                 "launch: key (per_group).",
             ),
         ] = None,
+        history: Annotated[
+            Optional[str],
+            typer.Option(
+                "--history",
+                help="Record the run in this history at its end: a file path or sqlite:///PATH, "
+                "or postgresql://... Default: TORCHSCALE_HISTORY, else the config's history: key.",
+                show_default=False,
+            ),
+        ] = None,
         sbatch_arg: Annotated[
             Optional[List[str]],
             typer.Option(
@@ -411,6 +420,7 @@ def register(app: typer.Typer) -> None:
             force=force,
             integrations=integrations,
             launch_mode=launch_mode.value.replace("-", "_") if launch_mode else None,
+            history=history,
         )
         if launcher.value in JOB_LAUNCHERS or (submit and config is not None):
             forwarded = [

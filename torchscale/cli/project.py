@@ -157,6 +157,15 @@ def register(app: typer.Typer) -> None:
         json_output: Annotated[
             bool, typer.Option("--json", help="Print the projection as JSON on stdout.")
         ] = False,
+        history: Annotated[
+            Optional[str],
+            typer.Option(
+                "--history",
+                help="Record the predictions in this history (file path or postgresql://...), "
+                "to check them against later runs. Default: TORCHSCALE_HISTORY.",
+                show_default=False,
+            ),
+        ] = None,
     ) -> None:
         """Predict step time, throughput and scaling efficiency at larger GPU counts."""
         from torchscale.analysis.projection import project as run_projection
@@ -177,6 +186,9 @@ def register(app: typer.Typer) -> None:
             data.records, targets, gpus_per_node, holdout, inter_node_gbps, folders
         )
         rows = [_clean(r) for r in result.table.to_dict("records")]
+        from torchscale.app.history import history_location, record_predictions
+
+        record_predictions(history_location(history), rows, say)
         if json_output:
             print_json(
                 {

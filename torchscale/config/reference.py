@@ -102,7 +102,7 @@ def _table(title: str, rows: List[str]) -> str:
 
 MATRIX_KEYS = (
     "experiment_name", "models", "batch_sizes", "gpu_counts", "gpus_per_node", "nodes", "repeats",
-    "launch",
+    "launch", "history",
 )  # fmt: skip
 
 

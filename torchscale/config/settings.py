@@ -339,6 +339,12 @@ class BenchmarkConfig(TrainingSweep):  # type: ignore[misc,valid-type]
         "torchrun launch per cell. Cells that need a process of their own run per cell anyway.",
     )
     profiling: ProfilingSettings = Field(default_factory=ProfilingSettings)
+    history: Optional[str] = Field(
+        None,
+        description="Record every run in this history at its end: a file path or sqlite:///PATH "
+        "(SQLite), or postgresql://... (a server); --history and TORCHSCALE_HISTORY come first "
+        "(docs/history.md).",
+    )
     tune: Optional[TuneSection] = Field(
         None, description="What `torchscale tune` searches (section; ignored by benchmark)."
     )

@@ -224,9 +224,12 @@ def figure(chart: Chart) -> Dict[str, object]:
 
 def figures_json(charts: List[Chart]) -> str:
     """Every figure keyed by chart id, safe to place inside a ``<script>`` element."""
-    document = json.dumps(
-        {c.chart_id: figure(c) for c in charts}, separators=(",", ":"), allow_nan=False
-    )
+    return script_json({c.chart_id: figure(c) for c in charts})
+
+
+def script_json(value: object) -> str:
+    """``value`` as JSON safe to place inside a ``<script>`` element."""
+    document = json.dumps(value, separators=(",", ":"), allow_nan=False)
     # "</script>" or "<!--" in a name must not end or alter the script element.
     return (
         document.replace("<", "\\u003c")

@@ -111,6 +111,8 @@ def projection_section(data: ReportData) -> Optional[Section]:
         "to the measured all_reduce curves (docs/projection.md). Bands are ±2 standard errors of "
         "the fit and of the reference step; they do not cover the model's own error."
     )
+    if data.past_prediction_error:
+        intro += f" {data.past_prediction_error}"
     try:
         result = _projection(data)
         if result.table.empty:

@@ -68,6 +68,9 @@ class Experiment:
 class ReportData:
     source: Path
     experiments: List[Experiment]
+    past_prediction_error: Optional[str] = None
+    """How far past predictions for these experiments were off, from the history (one line), when
+    a history is configured; the projection section quotes it."""
 
     @property
     def title(self) -> str:

@@ -105,3 +105,10 @@ def t_quantile(probability: float, df: Optional[float]) -> float:
         middle = (low + high) / 2.0
         low, high = (middle, high) if beyond(middle) > tail else (low, middle)
     return (low + high) / 2.0
+
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """P(|T| >= |t|) for Student's t with ``df`` degrees of freedom (a two-sided test)."""
+    if not math.isfinite(t):
+        return 0.0
+    return _beta_regularized(df / 2.0, 0.5, df / (df + t * t))

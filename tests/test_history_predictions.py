@@ -1,0 +1,52 @@
+"""The closed prediction loop: a prediction made from 1 rank (project --holdout on the shared
+projection run) and measured at 2 ranks shows its error in the history."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.support.shared_runs import projection_run
+from torchscale.cli.app import app
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_prediction_from_one_rank_shows_its_error_at_two(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    source = projection_run(tmp_path_factory.getbasetemp()).experiment_dir
+    history = str(tmp_path / "history.db")
+    runner = CliRunner()
+    ingested = runner.invoke(app, ["history", "ingest", str(source), "--history", history])
+    assert ingested.exit_code == 0, ingested.output
+    projected = runner.invoke(
+        app, ["project", "-s", str(source), "--holdout", "--json", "--history", history]
+    )
+    assert projected.exit_code == 0, projected.output
+    assert "prediction(s) recorded in the history" in projected.output
+    rows = json.loads(projected.stdout)["predictions"]
+    (row,) = [r for r in rows if r["world_size"] == 2]
+    checked = json.loads(
+        runner.invoke(app, ["history", "predictions", "--history", history, "--json"]).stdout
+    )["predictions"]
+    (mine,) = [c for c in checked if c["gpus"] == 2]
+    assert mine["model"] == "gpt2-tiny" and mine["predicted"] == pytest.approx(row["throughput"])
+    # measured: the 2-rank cell's throughput in the ingested run, which project's table quotes
+    assert mine["measured"] == pytest.approx(row["measured_throughput"], rel=1e-9)
+    assert mine["error"] == pytest.approx(row["throughput"] / row["measured_throughput"] - 1)
+    assert mine["rolling_error"] == pytest.approx(abs(mine["error"]))
+    shown = runner.invoke(app, ["history", "predictions", "--history", history])
+    assert f"error {100 * mine['error']:+.1f}%" in shown.output
+    # the report's projection section quotes how far past predictions were off
+    page = tmp_path / "report.html"
+    reported = runner.invoke(
+        app, ["report", "-s", str(source), "-o", str(page)], env={"TORCHSCALE_HISTORY": history}
+    )
+    assert reported.exit_code == 0, reported.output
+    errors = [abs(c["error"]) for c in checked if c["error"] is not None]
+    quoted = f"were off by {100 * sum(errors) / len(errors):.1f}% on average"
+    assert quoted in page.read_text(encoding="utf-8")

@@ -1,0 +1,77 @@
+"""Six real CPU runs recorded in a history as they end (the config's ``history:``, --history and
+TORCHSCALE_HISTORY), the last three slowed by a planted sleep (30%): ``history changes`` names
+the fourth run as the change, and ``--fail-on-regression`` fails while it is open."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.support.sleepy_model import BASE_MS, EXTRA_ENV
+from torchscale.cli.app import app
+from torchscale.history.database import HistoryStore
+
+pytestmark = pytest.mark.slow
+
+CONFIG = """\
+experiment_name: nightly
+models: ["tests.support.sleepy_model:sleepy"]
+batch_sizes: [2]
+gpu_counts: [1]
+warmup_steps: 2
+measure_steps: 10
+sync_probe_steps: 2
+cell_timeout_s: 120
+"""
+
+
+def test_six_real_runs_name_the_fourth_as_the_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = tmp_path / "history.db"
+    plain = tmp_path / "bench.yaml"
+    plain.write_text(CONFIG)
+    configured = tmp_path / "configured.yaml"
+    configured.write_text(CONFIG + f"history: {json.dumps(str(history))}\n")
+    runner = CliRunner()
+    for night in range(1, 7):
+        if night >= 4:
+            monkeypatch.setenv(EXTRA_ENV, str(0.3 * BASE_MS))
+        args = ["benchmark", "-o", str(tmp_path / f"night{night}")]
+        if night <= 2:
+            args += ["-c", str(configured)]
+        elif night <= 4:
+            args += ["-c", str(plain), "--history", str(history)]
+        else:
+            args += ["-c", str(plain)]
+            monkeypatch.setenv("TORCHSCALE_HISTORY", str(history))
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert "Recorded in the history" in result.output
+    # three runs each side: the default p-value (for 60-run series) would need a step of about
+    # nine times the run-to-run spread (Student's t, 4 degrees of freedom), and this machine's
+    # runs moved by up to 13% under other jobs' load; a short history states a larger one
+    args = ["history", "changes", "--history", str(history), "--max-pvalue", "0.05"]
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    store = HistoryStore(str(history))
+    measured = [round(p.value, 1) for p in store.points("throughput")]
+    store.close()
+    assert len(document["changes"]) == 1, measured
+    (change,) = document["changes"]
+    assert change["position"] == 4 and change["experiment"] == "nightly"
+    assert change["regression"] and change["open"]
+    assert -0.3 < change["magnitude"] < -0.15  # 30% more step time: about 23% less throughput
+    gate = runner.invoke(
+        app, ["history", "changes", "--max-pvalue", "0.05", "--fail-on-regression"]
+    )
+    assert gate.exit_code == 1
+    assert "regression, open at run 4" in gate.output
+    # the same folder again: still six runs
+    again = runner.invoke(app, ["history", "ingest", str(tmp_path / "night6"), "--json"])
+    assert json.loads(again.stdout)["already"] == [str(tmp_path / "night6" / "nightly")]
+    assert len(json.loads(runner.invoke(app, ["history", "show", "--json"]).stdout)["runs"]) == 6

@@ -1,0 +1,460 @@
+"""The history database: one schema, one code path for SQLite (a file) and PostgreSQL (a server).
+
+SQLAlchemy Core builds every statement, so values always travel as bound parameters and the two
+dialects differ only where they must (``INSERT ... ON CONFLICT``, SQLite's WAL set-up).
+
+Tables (see docs/history.md):
+
+- ``runs``: one row per run, keyed by its identity (from the manifest, so a folder ingested twice
+  is one run); its software versions and hosts as attributes (JSON text), its hardware.
+- ``series``: one row per series key (a cell's identity on one hardware fingerprint).
+- ``points``: one figure of one series in one run (``metric``, ``value``, ``spread``: the cell's
+  step-time CV, the noise the change detection is confirmed against, and how many repeats).
+- ``predictions``: what ``project`` predicted for a scale, with its interval.
+- ``schema_version``: the migrations applied (:data:`MIGRATIONS`, in order).
+
+A run lands in one transaction or not at all: two ingests at once both land (SQLite: WAL, a busy
+timeout and ``BEGIN IMMEDIATE``; PostgreSQL: unique keys and ``ON CONFLICT DO NOTHING``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from torchscale.errors import TorchscaleError
+
+SQLITE_BUSY_TIMEOUT_S = 60.0
+"""How long an SQLite writer waits for another's transaction (nightly jobs ingest together)."""
+
+metadata = sa.MetaData()
+
+schema_version = sa.Table(
+    "schema_version",
+    metadata,
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("applied_at", sa.String(40), nullable=False),
+)
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("identity", sa.String(64), nullable=False, unique=True),
+    sa.Column("experiment", sa.Text, nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("started_at", sa.String(40), nullable=False),
+    sa.Column("hardware", sa.Text, nullable=False),
+    sa.Column("attributes", sa.Text, nullable=False),
+    sa.Column("source", sa.Text, nullable=False),
+    sa.Column("ingested_at", sa.String(40), nullable=False),
+)
+series = sa.Table(
+    "series",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("key", sa.String(64), nullable=False, unique=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("batch", sa.Integer),
+    sa.Column("gpus", sa.Integer, nullable=False),
+    sa.Column("nnodes", sa.Integer, nullable=False),
+    sa.Column("precision", sa.String(32), nullable=False),
+    sa.Column("digest", sa.String(16), nullable=False),
+    sa.Column("hardware", sa.Text, nullable=False),
+)
+points = sa.Table(
+    "points",
+    metadata,
+    sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id"), primary_key=True),
+    sa.Column("series_id", sa.Integer, sa.ForeignKey("series.id"), primary_key=True),
+    sa.Column("metric", sa.String(32), primary_key=True),
+    sa.Column("value", sa.Float, nullable=False),
+    sa.Column("spread", sa.Float),
+    sa.Column("repeats", sa.Integer, nullable=False),
+    sa.Index("points_series", "series_id", "metric"),
+)
+predictions = sa.Table(
+    "predictions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id"), nullable=False),
+    sa.Column("series_key", sa.String(64), nullable=False),
+    sa.Column("metric", sa.String(32), nullable=False),
+    sa.Column("predicted", sa.Float, nullable=False),
+    sa.Column("low", sa.Float),
+    sa.Column("high", sa.Float),
+    sa.UniqueConstraint("run_id", "series_key", "metric"),
+)
+
+
+def _create_v1(connection: Connection) -> None:
+    metadata.create_all(connection, tables=[runs, series, points, predictions])
+
+
+MIGRATIONS: List[Tuple[int, Callable[[Connection], None]]] = [(1, _create_v1)]
+"""Ordered schema steps: a later schema change is one more ``(version, step)`` here, applied once
+to every existing store (never edit a step that has shipped)."""
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+MIGRATION_LOCK = 0x7473_6869_7374  # PostgreSQL advisory lock key held while migrating
+
+
+class HistoryError(TorchscaleError):
+    """The history location cannot be used (one line, exit 2)."""
+
+
+@dataclass(frozen=True)
+class SeriesEntry:
+    key: str
+    kind: str
+    name: str
+    batch: Optional[int]
+    gpus: int
+    nnodes: int
+    precision: str
+    digest: str
+    hardware: str
+
+
+@dataclass(frozen=True)
+class PointEntry:
+    series: SeriesEntry
+    metric: str
+    value: float
+    spread: Optional[float]
+    repeats: int
+
+
+@dataclass(frozen=True)
+class PredictionEntry:
+    series_key: str
+    metric: str
+    predicted: float
+    low: Optional[float]
+    high: Optional[float]
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """One run as it goes into the store."""
+
+    identity: str
+    experiment: str
+    kind: str
+    started_at: str
+    hardware: str
+    attributes: Dict[str, Any]
+    source: str
+    points: List[PointEntry] = field(default_factory=list)
+    predictions: List[PredictionEntry] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StoredPoint:
+    """A point as read back, with its run's date and attributes."""
+
+    run_id: int
+    started_at: str
+    series_id: int
+    metric: str
+    value: float
+    spread: Optional[float]
+    repeats: int
+
+
+def database_url(location: str) -> str:
+    """A history location (a file path, ``sqlite:///...`` or ``postgresql://...``) as an
+    SQLAlchemy URL; PostgreSQL is reached through psycopg 3."""
+    if location.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + location.split("://", 1)[1]
+    if location.startswith("postgresql+psycopg://") or location.startswith("sqlite:///"):
+        return location
+    if "://" in location:
+        raise HistoryError(
+            f"history location {location!r} is neither a file path, sqlite:///PATH nor "
+            "postgresql://...: give one of those"
+        )
+    return "sqlite:///" + str(Path(location).expanduser().absolute())
+
+
+def _sqlite_file(url: str) -> Optional[Path]:
+    rest = url[len("sqlite:///") :]
+    return Path(rest) if url.startswith("sqlite:///") and rest not in ("", ":memory:") else None
+
+
+def _engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        path = _sqlite_file(url)
+        if path is not None:
+            if path.is_symlink():
+                raise HistoryError(f"history file {path} is a symbolic link: give the file itself")
+            if not path.parent.is_dir():
+                raise HistoryError(
+                    f"history file {path}: folder {path.parent} does not exist; create it first"
+                )
+        engine = sa.create_engine(
+            url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "isolation_level": None}
+        )
+
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _on_begin(connection: Connection) -> None:
+            # Take the write lock up front: two writers never deadlock upgrading a read lock.
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        raise HistoryError(
+            "a PostgreSQL history needs psycopg 3: pip install 'torchscale[history]'"
+        ) from None
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+def _now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class HistoryStore:
+    """The store at one location, its schema brought up to :data:`SCHEMA_VERSION` on open."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self.url = database_url(location)
+        self.dialect = "sqlite" if self.url.startswith("sqlite") else "postgresql"
+        try:
+            self.engine = _engine(self.url)
+            self._migrate()
+        except sa.exc.OperationalError as exc:
+            first = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            raise HistoryError(
+                f"cannot open the history at {self.shown}: {first}; check the path or URL"
+            ) from None
+        except sa.exc.DatabaseError as exc:
+            raise HistoryError(
+                f"{self.shown} is not a torchscale history ({type(exc.orig).__name__}); give "
+                "a new file or the history's own"
+            ) from None
+
+    @property
+    def shown(self) -> str:
+        """The location without a password."""
+        return sa.engine.make_url(self.url).render_as_string(hide_password=True)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def _migrate(self) -> None:
+        with self.engine.begin() as connection:
+            if self.dialect == "postgresql":
+                # Two first opens at once: one migrates, the other waits and finds it done.
+                lock = sa.text("SELECT pg_advisory_xact_lock(:key)")
+                connection.execute(lock, {"key": MIGRATION_LOCK})
+            schema_version.create(connection, checkfirst=True)
+            done = {row[0] for row in connection.execute(sa.select(schema_version.c.version))}
+            if done and max(done) > SCHEMA_VERSION:
+                raise HistoryError(
+                    f"the history at {self.shown} has schema {max(done)}, newer than this "
+                    f"torchscale's {SCHEMA_VERSION}: upgrade torchscale"
+                )
+            for version, step in MIGRATIONS:
+                if version in done:
+                    continue
+                step(connection)
+                insert = self._insert(schema_version).on_conflict_do_nothing()
+                connection.execute(insert.values(version=version, applied_at=_now()))
+
+    def _insert(self, table: sa.Table) -> Any:
+        if self.dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            return sqlite_insert(table)
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table)
+
+    def add_run(self, run: RunEntry) -> bool:
+        """Store ``run`` in one transaction; False when it was already there (idempotent)."""
+        return self.add_runs([run]) == 1
+
+    def add_runs(self, many: Sequence[RunEntry]) -> int:
+        """Store ``many`` in one transaction (a night's folders, a bulk import); how many were
+        new. A few statements whatever the count: the runs (their ids returned), the series
+        they name, then every point."""
+        if not many:
+            return 0
+        with self.engine.begin() as connection:
+            return self._add_runs(connection, many)
+
+    def _add_runs(self, connection: Connection, many: Sequence[RunEntry]) -> int:
+        now = _now()
+        rows = [
+            {
+                "identity": run.identity,
+                "experiment": run.experiment,
+                "kind": run.kind,
+                "started_at": run.started_at,
+                "hardware": run.hardware,
+                "attributes": json.dumps(run.attributes, sort_keys=True),
+                "source": run.source,
+                "ingested_at": now,
+            }
+            for run in many
+        ]
+        statement = (
+            self._insert(runs)
+            .on_conflict_do_nothing(index_elements=["identity"])
+            .returning(runs.c.identity, runs.c.id)
+        )
+        new: Dict[str, int] = {}
+        for start in range(0, len(rows), 1000):
+            result = connection.execute(statement, rows[start : start + 1000])
+            new.update({str(identity): int(run_id) for identity, run_id in result})
+        fresh = [run for run in many if run.identity in new]
+        ids = self._series_ids(
+            connection, {p.series.key: p.series for run in fresh for p in run.points}
+        )
+        point_rows = [
+            {
+                "run_id": new[run.identity],
+                "series_id": ids[p.series.key],
+                "metric": p.metric,
+                "value": p.value,
+                "spread": p.spread,
+                "repeats": p.repeats,
+            }
+            for run in fresh
+            for p in run.points
+        ]
+        if point_rows:
+            connection.execute(points.insert(), point_rows)
+        prediction_rows = [
+            {
+                "run_id": new[run.identity],
+                "series_key": p.series_key,
+                "metric": p.metric,
+                "predicted": p.predicted,
+                "low": p.low,
+                "high": p.high,
+            }
+            for run in fresh
+            for p in run.predictions
+        ]
+        if prediction_rows:
+            connection.execute(predictions.insert(), prediction_rows)
+        return len(fresh)
+
+    def _series_ids(self, connection: Connection, wanted: Dict[str, SeriesEntry]) -> Dict[str, int]:
+        if not wanted:
+            return {}
+        keys = sorted(wanted)
+        rows = [
+            {
+                "key": s.key,
+                "kind": s.kind,
+                "name": s.name,
+                "batch": s.batch,
+                "gpus": s.gpus,
+                "nnodes": s.nnodes,
+                "precision": s.precision,
+                "digest": s.digest,
+                "hardware": s.hardware,
+            }
+            for s in (wanted[key] for key in keys)
+        ]
+        connection.execute(
+            self._insert(series).on_conflict_do_nothing(index_elements=["key"]), rows
+        )
+        found: Dict[str, int] = {}
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            query = sa.select(series.c.key, series.c.id).where(series.c.key.in_(chunk))
+            found.update({str(k): int(i) for k, i in connection.execute(query)})
+        return found
+
+    # --- reading -------------------------------------------------------------------------------
+    def run_count(self) -> int:
+        with self.engine.connect() as connection:
+            count = sa.select(sa.func.count()).select_from(runs)
+            return int(connection.execute(count).scalar_one())
+
+    def runs(self, since: Optional[str] = None) -> List[Dict[str, Any]]:
+        """Every run (oldest first), its attributes parsed."""
+        query = sa.select(runs).order_by(runs.c.started_at, runs.c.id)
+        if since is not None:
+            query = query.where(runs.c.started_at >= since)
+        with self.engine.connect() as connection:
+            found = [dict(row._mapping) for row in connection.execute(query)]
+        for row in found:
+            row["attributes"] = json.loads(row["attributes"])
+        return found
+
+    def all_series(self) -> List[SeriesEntry]:
+        query = sa.select(series).order_by(series.c.id)
+        with self.engine.connect() as connection:
+            return [
+                SeriesEntry(
+                    key=r.key,
+                    kind=r.kind,
+                    name=r.name,
+                    batch=r.batch,
+                    gpus=r.gpus,
+                    nnodes=r.nnodes,
+                    precision=r.precision,
+                    digest=r.digest,
+                    hardware=r.hardware,
+                )
+                for r in connection.execute(query)
+            ]
+
+    def series_ids(self) -> Dict[int, str]:
+        with self.engine.connect() as connection:
+            query = sa.select(series.c.id, series.c.key)
+            return {int(i): str(k) for i, k in connection.execute(query)}
+
+    def points(self, metric: str, since: Optional[str] = None) -> Iterator[StoredPoint]:
+        """Every point of ``metric``, by series then by run date (oldest first)."""
+        query = (
+            sa.select(
+                points.c.run_id,
+                runs.c.started_at,
+                points.c.series_id,
+                points.c.metric,
+                points.c.value,
+                points.c.spread,
+                points.c.repeats,
+            )
+            .join(runs, runs.c.id == points.c.run_id)
+            .where(points.c.metric == metric)
+            .order_by(points.c.series_id, runs.c.started_at, runs.c.id)
+        )
+        if since is not None:
+            query = query.where(runs.c.started_at >= since)
+        with self.engine.connect() as connection:
+            # the driver's own fetchall: SQLAlchemy's row objects cost more than the query
+            rows = connection.execute(query).cursor.fetchall()
+        for row in rows:
+            yield StoredPoint(*row)
+
+    def predictions(self) -> List[Dict[str, Any]]:
+        query = (
+            sa.select(predictions, runs.c.started_at, runs.c.experiment)
+            .join(runs, runs.c.id == predictions.c.run_id)
+            .order_by(runs.c.started_at, predictions.c.id)
+        )
+        with self.engine.connect() as connection:
+            return [dict(row._mapping) for row in connection.execute(query)]

@@ -1,0 +1,167 @@
+"""Change points of every series in a store, each with what changed in the runs' fingerprint.
+
+A change's cause is the difference between the attributes of the last run before it and the
+first run after it: a software version (``NCCL 2.27.3 -> 2.28.9``) or a host that joined or
+left. A regression is a change for the worse (throughput or busbw down, p95 step time up); it is
+*open* while it is the series' latest change (no recovery after it), and it is only reported
+once :data:`~torchscale.history.changes.MIN_SIZE` runs after it agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Any, Dict, List, Optional, Sequence
+
+from torchscale.history.changes import MAX_PVALUE, WINDOW, change_points
+from torchscale.history.database import HistoryStore, SeriesEntry
+
+HIGHER_IS_BETTER = {"throughput": True, "busbw": True, "p95": False}
+"""Which way each metric improves."""
+SOFTWARE_LABELS = {
+    "torch": "torch",
+    "cuda": "CUDA",
+    "nccl": "NCCL",
+    "driver": "driver",
+    "torchscale": "torchscale",
+    "python": "Python",
+}
+
+
+def fingerprint_changes(before: Dict[str, Any], after: Dict[str, Any]) -> List[str]:
+    """What differs between two runs' attributes, in words."""
+    found = []
+    for key, label in SOFTWARE_LABELS.items():
+        old, new = before.get(key), after.get(key)
+        if old != new:
+            shown = ["none" if value is None else str(value) for value in (old, new)]
+            found.append(f"{label} {shown[0]} → {shown[1]}")
+    old_hosts, new_hosts = set(before.get("hosts") or []), set(after.get("hosts") or [])
+    found += [f"node {host} joined" for host in sorted(new_hosts - old_hosts)]
+    found += [f"node {host} left" for host in sorted(old_hosts - new_hosts)]
+    return found
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    series: SeriesEntry
+    metric: str
+    run_id: int
+    experiment: str
+    started_at: str
+    position: int  # the first run after the change, counted from 1 in the series
+    runs_after: int
+    before: float
+    after: float
+    before_half_width: float
+    after_half_width: float
+    magnitude: float  # after / before - 1
+    pvalue: float
+    regression: bool
+    cause: List[str]
+    open: bool = False  # a regression that is the series' latest change
+
+    def as_json(self) -> Dict[str, Any]:
+        return {
+            "series": self.series.key,
+            "name": self.series.name,
+            "kind": self.series.kind,
+            "batch": self.series.batch,
+            "gpus": self.series.gpus,
+            "nnodes": self.series.nnodes,
+            "precision": self.series.precision,
+            "hardware": self.series.hardware,
+            "metric": self.metric,
+            "run": self.run_id,
+            "experiment": self.experiment,
+            "started_at": self.started_at,
+            "position": self.position,
+            "runs_after": self.runs_after,
+            "before": self.before,
+            "before_interval": [
+                self.before - self.before_half_width,
+                self.before + self.before_half_width,
+            ],
+            "after": self.after,
+            "after_interval": [
+                self.after - self.after_half_width,
+                self.after + self.after_half_width,
+            ],
+            "magnitude": self.magnitude,
+            "pvalue": self.pvalue,
+            "regression": self.regression,
+            "open": self.open,
+            "cause": self.cause,
+        }
+
+
+def find_changes(
+    store: HistoryStore,
+    metric: str,
+    since: Optional[str] = None,
+    max_pvalue: float = MAX_PVALUE,
+    window: int = WINDOW,
+) -> List[ChangePoint]:
+    """Every change point of ``metric`` in every series of ``store`` (runs from ``since`` on)."""
+    series = {s_id: entry for s_id, entry in zip(*_series_by_id(store))}
+    runs = {row["id"]: row for row in store.runs(since)}
+    found: List[ChangePoint] = []
+    for series_id, group in groupby(store.points(metric, since), key=lambda p: p.series_id):
+        rows = list(group)
+        values = [p.value for p in rows]
+        splits = change_points(values, max_pvalue=max_pvalue, window=window)
+        series_found = []
+        for split in splits:
+            first = rows[split.at]
+            better_up = HIGHER_IS_BETTER.get(metric, True)
+            worse = split.after < split.before if better_up else split.after > split.before
+            run = runs.get(first.run_id, {})
+            series_found.append(
+                ChangePoint(
+                    series=series[series_id],
+                    metric=metric,
+                    run_id=first.run_id,
+                    experiment=str(run.get("experiment", "")),
+                    started_at=first.started_at,
+                    position=split.at + 1,
+                    runs_after=len(rows) - split.at,
+                    before=split.before,
+                    after=split.after,
+                    before_half_width=split.before_half_width,
+                    after_half_width=split.after_half_width,
+                    magnitude=split.magnitude,
+                    pvalue=split.pvalue,
+                    regression=worse,
+                    cause=_causes(rows, runs, split.at),
+                )
+            )
+        if series_found and series_found[-1].regression:
+            last = series_found[-1]
+            series_found[-1] = ChangePoint(**{**last.__dict__, "open": True})
+        found += series_found
+    return found
+
+
+def _causes(rows: Sequence[Any], runs: Dict[int, Dict[str, Any]], at: int) -> List[str]:
+    """What changed in the fingerprint at the change (between runs ``at - 1`` and ``at``), and
+    at the boundaries next to it, which name their run: at the runs' noise a change is placed
+    one run early or late about a quarter of the time (docs/history.md)."""
+
+    def attributes(index: int) -> Dict[str, Any]:
+        found: Dict[str, Any] = runs.get(rows[index].run_id, {}).get("attributes", {})
+        return found
+
+    found = fingerprint_changes(attributes(at - 1), attributes(at))
+    for boundary in (at - 1, at + 1):
+        if 1 <= boundary < len(rows):
+            found += [
+                f"{change} (at run {boundary + 1})"
+                for change in fingerprint_changes(attributes(boundary - 1), attributes(boundary))
+            ]
+    return found
+
+
+def _series_by_id(store: HistoryStore) -> Sequence[Sequence[Any]]:
+    ids = {key: s_id for s_id, key in store.series_ids().items()}
+    entries = store.all_series()
+    return [ids[e.key] for e in entries], entries
