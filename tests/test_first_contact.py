@@ -20,7 +20,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from tests.support.environ import REPO, repo_pythonpath
-from tests.support.shared_runs import healthy_run
+from tests.support.report_fixtures import SessionReport
+from tests.support.shared_runs import Run
 from torchscale.cli.app import app
 from torchscale.errors import ConfigError
 from torchscale.models.registry import check_model_factory
@@ -57,10 +58,8 @@ def test_validate_verbose_logs_each_checks_details(tmp_path: Path) -> None:
     assert "DEBUG" not in quiet.stderr
 
 
-def test_report_verbose(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
-    from tests.support.report_fixtures import fixture_results
-
-    source = fixture_results(tmp_path_factory.getbasetemp())
+def test_report_verbose(fixture_results: Path, tmp_path: Path) -> None:
+    source = fixture_results
     for args in (["report", "-v"], ["report", "generate", "--verbose"]):
         result = runner.invoke(app, [*args, "-s", str(source), "-o", str(tmp_path / "r.html")])
         assert result.exit_code == 0, result.output
@@ -299,10 +298,10 @@ def test_worst_target_is_the_lowest_efficiency_at_the_largest_count_that_fits(
 
 @pytest.mark.slow
 def test_profile_without_a_model_profiles_what_scaled_worst(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, healthy_run: Run
 ) -> None:
     """``benchmark`` then ``profile`` into the same folder, as the seed's Use Case does."""
-    run = healthy_run(tmp_path_factory.getbasetemp())
+    run = healthy_run
     folder = tmp_path_factory.mktemp("use-case") / "scaling_results"
     shutil.copytree(run.experiment_dir, folder / run.experiment_dir.name)
     _slow_sweep(folder, ExperimentStore(run.experiment_dir).records())
@@ -378,13 +377,11 @@ def test_benchmark_table_at_80_columns_shows_every_figure_in_full(monkeypatch) -
 
 
 @pytest.mark.slow  # a real CPU benchmark (torchrun launches)
-def test_real_results_table_at_80_columns(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch
-) -> None:
+def test_real_results_table_at_80_columns(healthy_run: Run, monkeypatch) -> None:
     import torchscale.cli.benchmark_view as view
     from torchscale.analysis.training_tables import training_table
 
-    records = ExperimentStore(healthy_run(tmp_path_factory.getbasetemp()).experiment_dir).records()
+    records = ExperimentStore(healthy_run.experiment_dir).records()
     console = _console()
     monkeypatch.setattr(view, "err_console", console)
     console.print(view.results_table(training_table(records), "healthy"))
@@ -461,9 +458,7 @@ GPU_ADVICE = re.compile(r"nvlink|infiniband|\bIB\b|nccl-tests|nvidia-smi|NCCL_DE
 
 
 @pytest.mark.slow  # a real CPU benchmark (torchrun launches)
-def test_a_gloo_cpu_run_gets_no_gpu_interconnect_advice(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
+def test_a_gloo_cpu_run_gets_no_gpu_interconnect_advice(healthy_run: Run) -> None:
     from torchscale.analysis.findings import record_findings
     from torchscale.profiling.analysis import analyze, to_document
 
@@ -474,7 +469,7 @@ def test_a_gloo_cpu_run_gets_no_gpu_interconnect_advice(
     gpu = to_document(analyze([REPO / "tests" / "data" / "nsys_2rank"], "all"))
     assert any("nccl-tests" in f["recommendation"] for f in gpu["findings"])
 
-    folder = healthy_run(tmp_path_factory.getbasetemp()).experiment_dir
+    folder = healthy_run.experiment_dir
     record = next(r for r in ExperimentStore(folder).records() if r.sync is not None)
     assert record.backend == "gloo"
     for slowest in (1, None):
@@ -491,24 +486,21 @@ def test_a_gloo_cpu_run_gets_no_gpu_interconnect_advice(
 # --- report polish -------------------------------------------------------------------------
 
 
-def _fixture_content(tmp_root: Path) -> Any:
-    from tests.support.report_fixtures import fixture_results
+def _fixture_content(fixture_results: Path) -> Any:
     from torchscale.report.content import build_content
     from torchscale.report.report_data import load_report_data
 
-    return build_content(load_report_data(fixture_results(tmp_root)))
+    return build_content(load_report_data(fixture_results))
 
 
-def test_band_labels_and_the_ideal_line_are_legend_entries(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
+def test_band_labels_and_the_ideal_line_are_legend_entries(fixture_results: Path) -> None:
     import xml.etree.ElementTree as ET
 
     from torchscale.report.charts import ideal_throughput_label
     from torchscale.report.plotly_charts import figure
     from torchscale.report.svg_charts import WIDTH, _Frame, svg
 
-    content = _fixture_content(tmp_path_factory.getbasetemp())
+    content = _fixture_content(fixture_results)
     banded = [c for c in content.charts if c.bands]
     assert banded
     for chart in banded:
@@ -528,12 +520,11 @@ def test_band_labels_and_the_ideal_line_are_legend_entries(
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
 def test_in_chromium_no_band_label_is_inside_a_plot(
-    tmp_path_factory: pytest.TempPathFactory,
+    fixture_results: Path, session_report: SessionReport
 ) -> None:
     from tests.support.chromium_cdp import Chromium
-    from tests.support.report_fixtures import session_report
 
-    path = session_report(tmp_path_factory.getbasetemp(), "fixture", "html")
+    path = session_report(fixture_results, "html")
     ready = (
         "document.querySelectorAll('[data-figure]').length === "
         "document.querySelectorAll('[data-drawn=\"true\"]').length"
@@ -586,9 +577,10 @@ def test_two_experiments_are_both_named_and_label_their_findings(tmp_path: Path)
     assert "exp-a and exp-b" in text and "experiment exp-a" in text
 
 
-def test_environment_versions_read_as_versions(tmp_path_factory) -> None:
+def test_environment_versions_read_as_versions(
+    request: pytest.FixtureRequest, session_report: SessionReport
+) -> None:
     from tests.support.pdf_pages import needs_poppler, pages_text
-    from tests.support.report_fixtures import session_report
     from torchscale.report.environment_block import cudnn_version, environment_block
     from torchscale.report.report_data import Experiment
 
@@ -603,6 +595,7 @@ def test_environment_versions_read_as_versions(tmp_path_factory) -> None:
     assert facts["CUDA"] == "12.4" and facts["cuDNN"] == "9.10.2"
     if needs_poppler.args[0]:
         return
-    text = " ".join(pages_text(session_report(tmp_path_factory.getbasetemp(), "real", "pdf")))
+    real = request.getfixturevalue("healthy_run").output_dir  # launches only where poppler is
+    text = " ".join(pages_text(session_report(real, "pdf")))
     assert re.search(r"CUDA\s+not available", text) and not re.search(r"cuDNN\s+\d{4,}", text)
     assert "CSV" not in text
