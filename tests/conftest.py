@@ -47,7 +47,18 @@ def _nvml_gpu_count() -> int:
 NVML_GPUS = _nvml_gpu_count()
 
 
+LAUNCHING_FIXTURES = frozenset(
+    {"healthy_run", "projection_run", "own_script_run", "comm_sweep_run"}
+)
+"""The session fixtures below that launch torchrun: a test that takes one, even through another
+fixture, is ``slow`` whether or not it says so, so ``-m "not slow"`` never launches."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
 def pytest_collection_modifyitems(items: list) -> None:
+    for item in items:
+        if LAUNCHING_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     skip = pytest.mark.skip(
         reason=f"asserts a CPU-only node's answers; NVML sees {NVML_GPUS} GPU(s) here"
     )

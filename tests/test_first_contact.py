@@ -577,6 +577,7 @@ def test_two_experiments_are_both_named_and_label_their_findings(tmp_path: Path)
     assert "exp-a and exp-b" in text and "experiment exp-a" in text
 
 
+@pytest.mark.slow  # the real run's PDF, where poppler is (a torchrun launch)
 def test_environment_versions_read_as_versions(
     request: pytest.FixtureRequest, session_report: SessionReport
 ) -> None:
