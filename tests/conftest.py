@@ -20,7 +20,7 @@ import pytest
 from typer import rich_utils
 
 if TYPE_CHECKING:  # the support modules import torchscale: loaded when a fixture is first used
-    from tests.support.shared_runs import Run
+    from tests.support.shared_runs import ProfileRun, Run
     from tests.support.sweep_records import SweepRun
 
 
@@ -79,6 +79,31 @@ def healthy_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     from tests.support.shared_runs import launch_healthy_run
 
     return launch_healthy_run(tmp_path_factory.mktemp("healthy-run"))
+
+
+@pytest.fixture(scope="session")
+def use_case_profile(healthy_run: Run, tmp_path_factory: pytest.TempPathFactory) -> ProfileRun:
+    """The seed's Use Case: ``profile`` with no model into a copy of :func:`healthy_run`'s folder
+    (2 ranks, 1 s, sync stalls): it profiles what scaled worst there. One launch, read by the
+    profile command's tests and the report's."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from tests.support.environ import repo_pythonpath, restored_environ
+    from tests.support.shared_runs import ProfileRun
+    from torchscale.cli.app import app
+
+    folder = tmp_path_factory.mktemp("use-case") / "scaling_results"
+    shutil.copytree(healthy_run.experiment_dir, folder / healthy_run.experiment_dir.name)
+    args = ["profile", "--gpus", "2", "--duration", "1s", "--target", "sync_stalls"]
+    with restored_environ("TORCHSCALE_CPU_SLOTS", "PYTHONPATH"):
+        os.environ["TORCHSCALE_CPU_SLOTS"] = "2"
+        os.environ["PYTHONPATH"] = repo_pythonpath()
+        result = CliRunner().invoke(app, [*args, "--output-dir", str(folder), "-v", "--json"])
+    if result.exit_code != 0:
+        raise RuntimeError(f"use-case profile failed ({result.exit_code}):\n{result.output}")
+    return ProfileRun(result, folder)
 
 
 @pytest.fixture(scope="session")
@@ -155,16 +180,26 @@ def session_report(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path, 
 
 
 def _launch_folders(base: Path) -> Dict[str, int]:
-    """Launches under ``base``, by the top-level tmp folder (a test's or a fixture's name)."""
+    """Launches under ``base``, by the top-level tmp folder (a test's or a fixture's name).
+
+    A test that copies a run's folder copies its exits files too: a copy (the same bytes) counts
+    once, where its ctime is oldest (copies get a new ctime, not a new content)."""
     from torchscale.results.layout import EXITS_GLOB
 
-    counts: Dict[str, int] = {}
-    seen = set()
+    folders: Dict[Path, bytes] = {}
     for path in base.rglob(EXITS_GLOB):
-        if path.parent in seen:
-            continue
-        seen.add(path.parent)
-        top = path.relative_to(base).parts[0]
+        folders[path.parent] = (
+            folders.get(path.parent, b"") + path.name.encode() + path.read_bytes()
+        )
+    first: Dict[bytes, Tuple[float, Path]] = {}
+    for folder, content in folders.items():
+        key = content if content.strip() else str(folder).encode()  # an empty file: no twin known
+        made = folder.stat().st_ctime
+        if key not in first or made < first[key][0]:
+            first[key] = (made, folder)
+    counts: Dict[str, int] = {}
+    for _, folder in first.values():
+        top = folder.relative_to(base).parts[0]
         counts[top] = counts.get(top, 0) + 1
     return counts
 

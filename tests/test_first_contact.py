@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from tests.support.environ import REPO, repo_pythonpath
 from tests.support.report_fixtures import SessionReport
-from tests.support.shared_runs import Run
+from tests.support.shared_runs import ProfileRun, Run
 from torchscale.cli.app import app
 from torchscale.errors import ConfigError
 from torchscale.models.registry import check_model_factory
@@ -298,25 +298,31 @@ def test_worst_target_is_the_lowest_efficiency_at_the_largest_count_that_fits(
 
 @pytest.mark.slow
 def test_profile_without_a_model_profiles_what_scaled_worst(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, healthy_run: Run
+    use_case_profile: ProfileRun, healthy_run: Run, tmp_path: Path
 ) -> None:
-    """``benchmark`` then ``profile`` into the same folder, as the seed's Use Case does."""
-    run = healthy_run
-    folder = tmp_path_factory.mktemp("use-case") / "scaling_results"
-    shutil.copytree(run.experiment_dir, folder / run.experiment_dir.name)
-    _slow_sweep(folder, ExperimentStore(run.experiment_dir).records())
-    monkeypatch.setenv("TORCHSCALE_CPU_SLOTS", "2")
-    monkeypatch.setenv("PYTHONPATH", repo_pythonpath())
-    args = ["profile", "--gpus", "2", "--duration", "1s", "--target", "sync_stalls"]
-    result = runner.invoke(app, [*args, "--output-dir", str(folder), "-v", "--json"])
-    assert result.exit_code == 0, result.output
+    """``benchmark`` then ``profile`` into the same folder, as the seed's Use Case does (the
+    shared profile run); which configuration it picks among experiments, on the same records."""
+    from torchscale.app.profile import worst_target
+    from torchscale.escaping import for_terminal
+
+    # The pick among two experiments: a second one whose batch-2 configuration barely scales.
+    both = tmp_path / "scaling_results"
+    shutil.copytree(healthy_run.experiment_dir, both / healthy_run.experiment_dir.name)
+    picked = worst_target(both, "cpu", 2)  # the benchmark alone, as the shared run saw it
+    _slow_sweep(both, ExperimentStore(healthy_run.experiment_dir).records())
+    worst = worst_target(both, "cpu", 2)
+    assert (worst.model, worst.batch_size) == ("gpt2-tiny", 2)
+    assert "gpt2-tiny (batch 2" in worst.reason and "from sweep" in worst.reason
+    assert "1% scaling efficiency on 2 CPU processes against 1" in worst.reason
+    assert "the lowest of 2" in worst.reason
+    # The command says what it picked, and profiles that.
+    result, folder = use_case_profile.result, use_case_profile.folder
     said = next(line for line in result.stderr.splitlines() if "No --model or --config" in line)
-    assert "gpt2-tiny (batch 2" in said and "from sweep" in said
-    assert "1% scaling efficiency on 2 CPU processes against 1" in said
-    assert "the lowest of 2" in said
+    assert for_terminal(picked.reason) in said and "gpt2-tiny (batch 4" in said
     profiled = [p for p in folder.iterdir() if p.name.startswith("profile-gpt2-tiny-g2-")]
     (record,) = ExperimentStore(profiled[0]).records()
-    assert (record.model, record.batch_size, record.world_size) == ("gpt2-tiny", 2, 2)
+    assert (record.model, record.batch_size, record.world_size) == ("gpt2-tiny", 4, 2)
+    assert (record.model, record.batch_size) == (picked.model, picked.batch_size)
     assert record.profile and record.profile.profiled
     assert json.loads(result.stdout)["findings"] is not None
 

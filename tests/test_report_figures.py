@@ -37,7 +37,7 @@ from tests.support.report_fixtures import (
     write_experiment,
     write_profile_run,
 )
-from tests.support.shared_runs import Run
+from tests.support.shared_runs import ProfileRun, Run
 from tests.support.step_records import parts_record as _parts
 from torchscale.analysis.training_tables import training_table
 from torchscale.cli.app import app
@@ -208,17 +208,15 @@ def test_a_profile_run_beside_its_benchmark_is_that_experiments_profile(tmp_path
 
 @pytest.mark.slow
 def test_the_use_case_benchmark_then_profile_into_its_folder_then_report(
-    healthy_run: Run, tmp_path: Path
+    healthy_run: Run, use_case_profile: ProfileRun, tmp_path: Path
 ) -> None:
     """The seed's Use Case on real launches: the shared benchmark (1 and 2 ranks), a real
-    ``torchscale profile`` with no model into the same folder, then ``report generate``."""
+    ``torchscale profile`` with no model into the same folder (shared), then ``report
+    generate``."""
     benchmark = healthy_run
     results = tmp_path / "scaling_results"
-    shutil.copytree(benchmark.experiment_dir, results / benchmark.experiment_dir.name)
-    profiled = runner.invoke(
-        app, ["profile", "--gpus", "2", "--duration", "1s", "--target", "sync_stalls",
-              "--output-dir", str(results)],
-    )  # fmt: skip
+    shutil.copytree(use_case_profile.folder, results)
+    profiled = use_case_profile.result
     assert profiled.exit_code == 0, profiled.output
     (run,) = [p for p in results.iterdir() if p.name.startswith("profile-")]
     (findings_file,) = run.rglob(FINDINGS_FILE)

@@ -37,6 +37,14 @@ class Run:
     experiment_dir: Path
 
 
+@dataclass(frozen=True)
+class ProfileRun:
+    """``profile`` with no model into a copy of the healthy run's folder (``use_case_profile``)."""
+
+    result: Any  # the CliRunner result of ``profile ... -v --json``
+    folder: Path  # the benchmark's experiment copied in, and the profile run beside it
+
+
 def launch_healthy_run(root: Path) -> Run:
     """``torchscale benchmark --json`` on gpt2-tiny with 1 and 2 gloo processes."""
     from torchscale.cli.app import app
