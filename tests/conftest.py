@@ -48,7 +48,7 @@ NVML_GPUS = _nvml_gpu_count()
 
 
 LAUNCHING_FIXTURES = frozenset(
-    {"healthy_run", "projection_run", "own_script_run", "comm_sweep_run"}
+    {"healthy_run", "projection_run", "own_script_run", "comm_sweep_run", "use_case_profile"}
 )
 """The session fixtures below that launch torchrun: a test that takes one, even through another
 fixture, is ``slow`` whether or not it says so, so ``-m "not slow"`` never launches."""
