@@ -14,7 +14,7 @@ os.environ.setdefault("NO_COLOR", "1")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
 
 import pytest
 from typer import rich_utils
@@ -55,7 +55,7 @@ fixture, is ``slow`` whether or not it says so, so ``-m "not slow"`` never launc
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
-def pytest_collection_modifyitems(items: list) -> None:
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
     for item in items:
         if LAUNCHING_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
