@@ -1,4 +1,5 @@
-"""Shared test setup: a wide, plain console so CLI output is stable to assert on."""
+"""Shared test setup: a wide, plain console so CLI output is stable to assert on, and the real
+runs and fixture experiments that several test modules read, each made once per session."""
 
 from __future__ import annotations
 
@@ -12,8 +13,15 @@ os.environ.setdefault("NO_COLOR", "1")
 # So torch in this process and in every process it launches sees no GPU, even on a GPU node.
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
+
 import pytest
 from typer import rich_utils
+
+if TYPE_CHECKING:  # the support modules import torchscale: loaded when a fixture is first used
+    from tests.support.shared_runs import ProfileRun, Run
+    from tests.support.sweep_records import SweepRun
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -39,10 +47,174 @@ def _nvml_gpu_count() -> int:
 NVML_GPUS = _nvml_gpu_count()
 
 
-def pytest_collection_modifyitems(items: list) -> None:
+LAUNCHING_FIXTURES = frozenset(
+    {"healthy_run", "projection_run", "own_script_run", "comm_sweep_run", "use_case_profile"}
+)
+"""The session fixtures below that launch torchrun: a test that takes one, even through another
+fixture, is ``slow`` whether or not it says so, so ``-m "not slow"`` never launches."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    for item in items:
+        if LAUNCHING_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     skip = pytest.mark.skip(
         reason=f"asserts a CPU-only node's answers; NVML sees {NVML_GPUS} GPU(s) here"
     )
     for item in items:
         if NVML_GPUS and item.get_closest_marker("cpu_only_node"):
             item.add_marker(skip)
+
+
+# --- shared real runs: one torchrun launch each per session, whichever test asks first ----------
+# A test that only needs "a real CPU run's records" asks for one of these instead of launching
+# its own (docs/PERFORMANCE.md, "How a new test joins an existing launch"). Tests that use them
+# are marked slow.
+
+
+@pytest.fixture(scope="session")
+def healthy_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """``benchmark --json``: gpt2-tiny on 1 and 2 gloo processes (one warm-group launch each)."""
+    from tests.support.shared_runs import launch_healthy_run
+
+    return launch_healthy_run(tmp_path_factory.mktemp("healthy-run"))
+
+
+@pytest.fixture(scope="session")
+def use_case_profile(healthy_run: Run, tmp_path_factory: pytest.TempPathFactory) -> ProfileRun:
+    """The seed's Use Case: ``profile`` with no model into a copy of :func:`healthy_run`'s folder
+    (2 ranks, 1 s, sync stalls): it profiles what scaled worst there. One launch, read by the
+    profile command's tests and the report's."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from tests.support.environ import repo_pythonpath, restored_environ
+    from tests.support.shared_runs import ProfileRun
+    from torchscale.cli.app import app
+
+    folder = tmp_path_factory.mktemp("use-case") / "scaling_results"
+    shutil.copytree(healthy_run.experiment_dir, folder / healthy_run.experiment_dir.name)
+    args = ["profile", "--gpus", "2", "--duration", "1s", "--target", "sync_stalls"]
+    with restored_environ("TORCHSCALE_CPU_SLOTS", "PYTHONPATH"):
+        os.environ["TORCHSCALE_CPU_SLOTS"] = "2"
+        os.environ["PYTHONPATH"] = repo_pythonpath()
+        result = CliRunner().invoke(app, [*args, "--output-dir", str(folder), "-v", "--json"])
+    if result.exit_code != 0:
+        raise RuntimeError(f"use-case profile failed ({result.exit_code}):\n{result.output}")
+    return ProfileRun(result, folder)
+
+
+@pytest.fixture(scope="session")
+def projection_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """Training cells on 1 and 2 gloo ranks plus communication cells: what ``project`` needs."""
+    from tests.support.shared_runs import launch_projection_run
+
+    return launch_projection_run(tmp_path_factory.mktemp("projection-run"))
+
+
+@pytest.fixture(scope="session")
+def own_script_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """``benchmark --script``: the user's own script on 1 and 2 gloo processes."""
+    from tests.support.shared_runs import launch_own_script_run
+
+    return launch_own_script_run(tmp_path_factory.mktemp("own-script-run"))
+
+
+@pytest.fixture(scope="session")
+def comm_sweep_run(tmp_path_factory: pytest.TempPathFactory) -> SweepRun:
+    """``--quiet benchmark`` of a communication sweep: one real 2-rank gloo launch."""
+    from tests.support.sweep_records import launch_comm_sweep
+
+    return launch_comm_sweep(tmp_path_factory.mktemp("sweep-run"))
+
+
+# --- fixture experiments (written in-process, no launch) -----------------------------------------
+
+
+@pytest.fixture(scope="session")
+def fixture_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default fixture experiment folder."""
+    from tests.support.report_fixtures import write_fixture_results
+
+    return write_fixture_results(tmp_path_factory.mktemp("fixture-results"))
+
+
+@pytest.fixture(scope="session")
+def node_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One fixture experiment with cells on 1, 2 and 4 nodes."""
+    from tests.support.report_fixtures import write_node_results
+
+    return write_node_results(tmp_path_factory.mktemp("node-results"))
+
+
+@pytest.fixture(scope="session")
+def session_report(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path, str], Path]:
+    """``session_report(folder, fmt)``: the report of a results folder in ``fmt`` (html, pdf...),
+    generated once per session for each pair."""
+    from torchscale.app.report import ReportRequest, generate_report
+
+    root = tmp_path_factory.mktemp("reports")
+    built: Dict[Tuple[Path, str], Path] = {}
+    sources: Dict[Path, int] = {}
+
+    def report(folder: Path, fmt: str) -> Path:
+        if (folder, fmt) not in built:
+            index = sources.setdefault(folder, len(sources))
+            output = root / f"source{index}-report.{fmt}"
+            built[(folder, fmt)] = generate_report(ReportRequest(folder, fmt, output))
+        return built[(folder, fmt)]
+
+    return report
+
+
+# --- the launch count: what the suite's time is made of ------------------------------------------
+# Every torchrun launch costs ~4.5 s before its first step (docs/PERFORMANCE.md, "Test time"), so
+# the suite's time budget is kept in launches. Each torchrun agent writes its workers' exits file
+# (results/layout.py's EXITS_GLOB) in its cell's or warm group's folder under the session's tmp
+# folder: one folder is one launch (a multi-node launch has one file per host). Counted at the
+# end of the session, without touching torchscale's code; runs that delete their folder are not
+# counted, nor launches that go around torchrun (mpirun, srun without torchrun, validate's
+# smoke test).
+
+
+def _launch_folders(base: Path) -> Dict[str, int]:
+    """Launches under ``base``, by the top-level tmp folder (a test's or a fixture's name).
+
+    A test that copies a run's folder copies its exits files too: a copy (the same bytes) counts
+    once, where its ctime is oldest (copies get a new ctime, not a new content)."""
+    from torchscale.results.layout import EXITS_GLOB
+
+    folders: Dict[Path, bytes] = {}
+    for path in base.rglob(EXITS_GLOB):
+        folders[path.parent] = (
+            folders.get(path.parent, b"") + path.name.encode() + path.read_bytes()
+        )
+    first: Dict[bytes, Tuple[float, Path]] = {}
+    for folder, content in folders.items():
+        key = content if content.strip() else str(folder).encode()  # an empty file: no twin known
+        made = folder.stat().st_ctime
+        if key not in first or made < first[key][0]:
+            first[key] = (made, folder)
+    counts: Dict[str, int] = {}
+    for _, folder in first.values():
+        top = folder.relative_to(base).parts[0]
+        counts[top] = counts.get(top, 0) + 1
+    return counts
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is None or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    try:
+        counts = _launch_folders(factory.getbasetemp())
+    except OSError:  # a folder removed while walking: the count is a guide, never a failure
+        return
+    if not counts:
+        return
+    total = sum(counts.values())
+    top = sorted(counts.items(), key=lambda item: -item[1])[:10]
+    terminalreporter.write_sep("-", f"torchrun launches: {total} (budget: docs/PERFORMANCE.md)")
+    terminalreporter.write_line("  " + ", ".join(f"{name} {n}" for name, n in top))

@@ -12,7 +12,7 @@ import pytest
 
 import torchscale
 from tests.support.python_probe import python_prints
-from tests.support.shared_runs import healthy_run
+from tests.support.shared_runs import Run
 from torchscale.analysis.scaling import label_variants, scaling_curves
 from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.slow  # the shared healthy run launches torchrun
 
 
 @pytest.fixture(scope="module")
-def healthy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return healthy_run(tmp_path_factory.getbasetemp()).experiment_dir
+def healthy(healthy_run: Run) -> Path:
+    return healthy_run.experiment_dir
 
 
 def test_load_is_summary_csv(healthy: Path) -> None:

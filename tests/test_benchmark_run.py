@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.environ import repo_pythonpath, restored_environ
-from tests.support.shared_runs import SCRIPT_NAME, healthy_run
+from tests.support.shared_runs import SCRIPT_NAME, Run
 from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
@@ -64,9 +64,9 @@ def run_benchmark(tmp: Path, config_text: str, *extra: str) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def healthy(tmp_path_factory: pytest.TempPathFactory) -> Dict:
+def healthy(healthy_run: Run) -> Dict:
     """gpt2-tiny on 1 and 2 gloo processes, shared with the report's tests."""
-    run = healthy_run(tmp_path_factory.getbasetemp())
+    run = healthy_run
     store = ExperimentStore(run.experiment_dir)
     return {"result": run.result, "store": store, "records": store.records(), "run": run}
 

@@ -17,7 +17,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from tests.support.report_fixtures import MODELS, FixtureSpec, write_experiment
-from tests.support.shared_runs import projection_run
+from tests.support.shared_runs import Run
 from tests.test_escaping import HOSTILE
 from torchscale.cli import console as console_module
 from torchscale.cli.app import app
@@ -106,10 +106,8 @@ def test_project_at_80_columns_keeps_every_prediction_whole(
 
 
 @pytest.mark.slow  # the shared projection run (training and all_reduce cells on CPU processes)
-def test_project_from_cpu_processes_says_so_on_every_row(
-    tmp_path_factory: pytest.TempPathFactory, narrow: None
-) -> None:
-    source = projection_run(tmp_path_factory.getbasetemp()).experiment_dir
+def test_project_from_cpu_processes_says_so_on_every_row(projection_run: Run, narrow: None) -> None:
+    source = projection_run.experiment_dir
     result = runner.invoke(
         app, ["project", "-s", str(source), "--gpus", "64", "256", "--inter-node-gbps", "25"]
     )

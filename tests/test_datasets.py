@@ -1,19 +1,18 @@
 """``data.source: cifar100`` and ``imagenet`` read from local files in their published layouts
 (tiny files written here in those formats); a missing ImageNet is one line, never a download
-(CIFAR-100's download: test_cifar100_download.py)."""
+(CIFAR-100's download: test_cifar100_download.py). A real cell training on CIFAR-100 files is
+tests/test_seed_runs.py's seed 004 run (one launch for both)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 from typer.testing import CliRunner
 
 from tests.support.cifar100_files import SAMPLES, write_cifar100
 from torchscale.cli.app import app
-from torchscale.results.store import ExperimentStore
 from torchscale.worker.dataset_readers import CIFAR_MEAN, CIFAR_STD, Cifar100, imagenet
 
 runner = CliRunner()
@@ -67,21 +66,3 @@ def test_a_missing_imagenet_is_one_line_before_any_launch(tmp_path: Path) -> Non
     message = f"no ImageNet at {root}; put the ILSVRC training images there as {root}/train/<wnid>/<image>.JPEG"
     assert message in result.output.replace("\n", "")
     assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.slow
-def test_a_cell_trains_on_cifar100(tmp_path: Path) -> None:
-    write_cifar100(tmp_path / "data")
-    config = tmp_path / "bench.yaml"
-    config.write_text(
-        "experiment_name: cifar\nmodels: [resnet-tiny]\nbatch_sizes: [4]\ngpu_counts: [1]\n"
-        "warmup_steps: 1\nmeasure_steps: 3\nsync_probe_steps: 0\ncell_timeout_s: 180\n"
-        f"data: {{source: cifar100, path: {tmp_path / 'data'}, num_workers: 0}}\n",
-        encoding="utf-8",
-    )
-    result = runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(tmp_path / "out")])
-    assert result.exit_code == 0, result.output
-    (record,) = ExperimentStore(tmp_path / "out" / "cifar").records()
-    assert record.status == "ok" and record.throughput > 0
-    assert record.runtime["data"] == "cifar100"
-    assert record.per_rank[0].data_ms is not None  # batches came through the DataLoader

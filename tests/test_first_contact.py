@@ -20,7 +20,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from tests.support.environ import REPO, repo_pythonpath
-from tests.support.shared_runs import healthy_run
+from tests.support.report_fixtures import SessionReport
+from tests.support.shared_runs import ProfileRun, Run
 from torchscale.cli.app import app
 from torchscale.errors import ConfigError
 from torchscale.models.registry import check_model_factory
@@ -57,10 +58,8 @@ def test_validate_verbose_logs_each_checks_details(tmp_path: Path) -> None:
     assert "DEBUG" not in quiet.stderr
 
 
-def test_report_verbose(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> None:
-    from tests.support.report_fixtures import fixture_results
-
-    source = fixture_results(tmp_path_factory.getbasetemp())
+def test_report_verbose(fixture_results: Path, tmp_path: Path) -> None:
+    source = fixture_results
     for args in (["report", "-v"], ["report", "generate", "--verbose"]):
         result = runner.invoke(app, [*args, "-s", str(source), "-o", str(tmp_path / "r.html")])
         assert result.exit_code == 0, result.output
@@ -299,25 +298,31 @@ def test_worst_target_is_the_lowest_efficiency_at_the_largest_count_that_fits(
 
 @pytest.mark.slow
 def test_profile_without_a_model_profiles_what_scaled_worst(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+    use_case_profile: ProfileRun, healthy_run: Run, tmp_path: Path
 ) -> None:
-    """``benchmark`` then ``profile`` into the same folder, as the seed's Use Case does."""
-    run = healthy_run(tmp_path_factory.getbasetemp())
-    folder = tmp_path_factory.mktemp("use-case") / "scaling_results"
-    shutil.copytree(run.experiment_dir, folder / run.experiment_dir.name)
-    _slow_sweep(folder, ExperimentStore(run.experiment_dir).records())
-    monkeypatch.setenv("TORCHSCALE_CPU_SLOTS", "2")
-    monkeypatch.setenv("PYTHONPATH", repo_pythonpath())
-    args = ["profile", "--gpus", "2", "--duration", "1s", "--target", "sync_stalls"]
-    result = runner.invoke(app, [*args, "--output-dir", str(folder), "-v", "--json"])
-    assert result.exit_code == 0, result.output
+    """``benchmark`` then ``profile`` into the same folder, as the seed's Use Case does (the
+    shared profile run); which configuration it picks among experiments, on the same records."""
+    from torchscale.app.profile import worst_target
+    from torchscale.escaping import for_terminal
+
+    # The pick among two experiments: a second one whose batch-2 configuration barely scales.
+    both = tmp_path / "scaling_results"
+    shutil.copytree(healthy_run.experiment_dir, both / healthy_run.experiment_dir.name)
+    picked = worst_target(both, "cpu", 2)  # the benchmark alone, as the shared run saw it
+    _slow_sweep(both, ExperimentStore(healthy_run.experiment_dir).records())
+    worst = worst_target(both, "cpu", 2)
+    assert (worst.model, worst.batch_size) == ("gpt2-tiny", 2)
+    assert "gpt2-tiny (batch 2" in worst.reason and "from sweep" in worst.reason
+    assert "1% scaling efficiency on 2 CPU processes against 1" in worst.reason
+    assert "the lowest of 2" in worst.reason
+    # The command says what it picked, and profiles that.
+    result, folder = use_case_profile.result, use_case_profile.folder
     said = next(line for line in result.stderr.splitlines() if "No --model or --config" in line)
-    assert "gpt2-tiny (batch 2" in said and "from sweep" in said
-    assert "1% scaling efficiency on 2 CPU processes against 1" in said
-    assert "the lowest of 2" in said
+    assert for_terminal(picked.reason) in said and "gpt2-tiny (batch 4" in said
     profiled = [p for p in folder.iterdir() if p.name.startswith("profile-gpt2-tiny-g2-")]
     (record,) = ExperimentStore(profiled[0]).records()
-    assert (record.model, record.batch_size, record.world_size) == ("gpt2-tiny", 2, 2)
+    assert (record.model, record.batch_size, record.world_size) == ("gpt2-tiny", 4, 2)
+    assert (record.model, record.batch_size) == (picked.model, picked.batch_size)
     assert record.profile and record.profile.profiled
     assert json.loads(result.stdout)["findings"] is not None
 
@@ -378,13 +383,11 @@ def test_benchmark_table_at_80_columns_shows_every_figure_in_full(monkeypatch) -
 
 
 @pytest.mark.slow  # a real CPU benchmark (torchrun launches)
-def test_real_results_table_at_80_columns(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch
-) -> None:
+def test_real_results_table_at_80_columns(healthy_run: Run, monkeypatch) -> None:
     import torchscale.cli.benchmark_view as view
     from torchscale.analysis.training_tables import training_table
 
-    records = ExperimentStore(healthy_run(tmp_path_factory.getbasetemp()).experiment_dir).records()
+    records = ExperimentStore(healthy_run.experiment_dir).records()
     console = _console()
     monkeypatch.setattr(view, "err_console", console)
     console.print(view.results_table(training_table(records), "healthy"))
@@ -461,9 +464,7 @@ GPU_ADVICE = re.compile(r"nvlink|infiniband|\bIB\b|nccl-tests|nvidia-smi|NCCL_DE
 
 
 @pytest.mark.slow  # a real CPU benchmark (torchrun launches)
-def test_a_gloo_cpu_run_gets_no_gpu_interconnect_advice(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
+def test_a_gloo_cpu_run_gets_no_gpu_interconnect_advice(healthy_run: Run) -> None:
     from torchscale.analysis.findings import record_findings
     from torchscale.profiling.analysis import analyze, to_document
 
@@ -474,7 +475,7 @@ def test_a_gloo_cpu_run_gets_no_gpu_interconnect_advice(
     gpu = to_document(analyze([REPO / "tests" / "data" / "nsys_2rank"], "all"))
     assert any("nccl-tests" in f["recommendation"] for f in gpu["findings"])
 
-    folder = healthy_run(tmp_path_factory.getbasetemp()).experiment_dir
+    folder = healthy_run.experiment_dir
     record = next(r for r in ExperimentStore(folder).records() if r.sync is not None)
     assert record.backend == "gloo"
     for slowest in (1, None):
@@ -491,24 +492,21 @@ def test_a_gloo_cpu_run_gets_no_gpu_interconnect_advice(
 # --- report polish -------------------------------------------------------------------------
 
 
-def _fixture_content(tmp_root: Path) -> Any:
-    from tests.support.report_fixtures import fixture_results
+def _fixture_content(fixture_results: Path) -> Any:
     from torchscale.report.content import build_content
     from torchscale.report.report_data import load_report_data
 
-    return build_content(load_report_data(fixture_results(tmp_root)))
+    return build_content(load_report_data(fixture_results))
 
 
-def test_band_labels_and_the_ideal_line_are_legend_entries(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
+def test_band_labels_and_the_ideal_line_are_legend_entries(fixture_results: Path) -> None:
     import xml.etree.ElementTree as ET
 
     from torchscale.report.charts import ideal_throughput_label
     from torchscale.report.plotly_charts import figure
     from torchscale.report.svg_charts import WIDTH, _Frame, svg
 
-    content = _fixture_content(tmp_path_factory.getbasetemp())
+    content = _fixture_content(fixture_results)
     banded = [c for c in content.charts if c.bands]
     assert banded
     for chart in banded:
@@ -534,12 +532,11 @@ def test_band_labels_and_the_ideal_line_are_legend_entries(
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
 def test_in_chromium_no_band_label_is_inside_a_plot(
-    tmp_path_factory: pytest.TempPathFactory,
+    fixture_results: Path, session_report: SessionReport
 ) -> None:
     from tests.support.chromium_cdp import Chromium
-    from tests.support.report_fixtures import session_report
 
-    path = session_report(tmp_path_factory.getbasetemp(), "fixture", "html")
+    path = session_report(fixture_results, "html")
     ready = (
         "document.querySelectorAll('[data-figure]').length === "
         "document.querySelectorAll('[data-drawn=\"true\"]').length"
@@ -592,9 +589,11 @@ def test_two_experiments_are_both_named_and_label_their_findings(tmp_path: Path)
     assert "exp-a and exp-b" in text and "experiment exp-a" in text
 
 
-def test_environment_versions_read_as_versions(tmp_path_factory) -> None:
+@pytest.mark.slow  # the real run's PDF, where poppler is (a torchrun launch)
+def test_environment_versions_read_as_versions(
+    request: pytest.FixtureRequest, session_report: SessionReport
+) -> None:
     from tests.support.pdf_pages import needs_poppler, pages_text
-    from tests.support.report_fixtures import session_report
     from torchscale.report.environment_block import cudnn_version, environment_block
     from torchscale.report.report_data import Experiment
 
@@ -609,7 +608,8 @@ def test_environment_versions_read_as_versions(tmp_path_factory) -> None:
     assert facts["CUDA"] == "12.4" and facts["cuDNN"] == "9.10.2"
     if needs_poppler.args[0]:
         return
-    text = " ".join(pages_text(session_report(tmp_path_factory.getbasetemp(), "real", "pdf")))
+    real = request.getfixturevalue("healthy_run").output_dir  # launches only where poppler is
+    text = " ".join(pages_text(session_report(real, "pdf")))
     assert re.search(r"CUDA\s+not available", text) and not re.search(r"cuDNN\s+\d{4,}", text)
     assert "CSV" not in text
 

@@ -29,7 +29,6 @@ from tests.support.shared_runs import (
     SCRIPTS,
     SUPPORT_SCRIPTS,
     Run,
-    own_script_run,
 )
 from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
@@ -43,8 +42,8 @@ PRINTED = re.compile(
 
 
 @pytest.fixture(scope="session")
-def own(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return own_script_run(tmp_path_factory.mktemp("shared"))
+def own(own_script_run: Run) -> Run:
+    return own_script_run
 
 
 def records(folder: Path) -> List[TrainingResult]:

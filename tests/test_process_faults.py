@@ -25,6 +25,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 
 from tests.support.environ import repo_pythonpath
+from tests.support.shared_runs import Run
 from tests.test_faults import env_with_repo, one_error_line, pids_of, torchscale_cmd, wait_for
 from torchscale.integrations.deadline import call_with_deadline, unreachable
 from torchscale.integrations.sinks import Integrations, SinkEvents
@@ -171,13 +172,9 @@ def test_no_process_of_the_sweep_is_left(sweep: Dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-def test_a_healthy_run_records_each_rank_s_last_loss(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
+def test_a_healthy_run_records_each_rank_s_last_loss(healthy_run: Run) -> None:
     """The shared healthy run (gpt2-tiny, 1 and 2 ranks): a finite loss per rank."""
-    from tests.support.shared_runs import healthy_run
-
-    store = ExperimentStore(healthy_run(tmp_path_factory.getbasetemp()).experiment_dir)
+    store = ExperimentStore(healthy_run.experiment_dir)
     for record in store.records():
         losses = [rank.last_loss for rank in record.per_rank]
         assert all(loss is not None and 0 < loss < 100 for loss in losses), losses

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.html_tables import html_tables
-from tests.support.shared_runs import SCRIPTS, Run, projection_run
+from tests.support.shared_runs import SCRIPTS, Run
 from torchscale.analysis.alphabeta import (
     AFTER_COMPUTE,
     BACK_TO_BACK,
@@ -149,8 +149,8 @@ def test_expected_max_of_draws() -> None:
 
 
 @pytest.fixture(scope="session")
-def projection(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return projection_run(tmp_path_factory.mktemp("shared"))
+def projection(projection_run: Run) -> Run:
+    return projection_run
 
 
 def _project(folder: Path, *args: str) -> Tuple[Any, Dict[str, Any]]:

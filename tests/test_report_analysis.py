@@ -15,7 +15,6 @@ from tests.support.report_fixtures import (
     MODELS,
     SCRIPT_NAME,
     FixtureSpec,
-    fixture_results,
     training_record,
     write_experiment,
 )
@@ -47,8 +46,8 @@ from torchscale.results.schema import TrainingResult, parse_record
 
 
 @pytest.fixture(scope="module")
-def fixture_data(tmp_path_factory: pytest.TempPathFactory):
-    return load_report_data(fixture_results(tmp_path_factory.getbasetemp()))
+def fixture_data(fixture_results: Path):
+    return load_report_data(fixture_results)
 
 
 def _ok(records):

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.html_tables import html_tables
-from tests.support.shared_runs import Run, projection_run
+from tests.support.shared_runs import Run
 from torchscale.cli.app import app
 from torchscale.report import formatting as fmt
 from torchscale.report.report_data import load_report_data
@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
-def projection(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return projection_run(tmp_path_factory.mktemp("shared"))
+def projection(projection_run: Run) -> Run:
+    return projection_run
 
 
 @pytest.fixture(scope="module")

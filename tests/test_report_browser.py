@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.chromium_cdp import CHROMIUM, Chromium
-from tests.support.report_fixtures import NODE_SPEC, SCRIPT_NAME, FixtureSpec, session_report
+from tests.support.report_fixtures import NODE_SPEC, SCRIPT_NAME, FixtureSpec, SessionReport
+from tests.support.shared_runs import Run
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium)"
@@ -57,21 +58,27 @@ def _check(browser: Chromium, path: Path, title: str, shot: Path) -> list:
     return charts
 
 
-def test_fixture_report_in_chromium(browser: Chromium, tmp_path_factory) -> None:
-    path = session_report(tmp_path_factory.getbasetemp(), "fixture", "html")
+def test_fixture_report_in_chromium(
+    browser: Chromium, fixture_results: Path, session_report: SessionReport
+) -> None:
+    path = session_report(fixture_results, "html")
     charts = _check(browser, path, FixtureSpec().name, path.with_suffix(".png"))
     assert len(charts) >= 14
 
 
-def test_node_report_in_chromium(browser: Chromium, tmp_path_factory) -> None:
-    path = session_report(tmp_path_factory.getbasetemp(), "nodes", "html")
+def test_node_report_in_chromium(
+    browser: Chromium, node_results: Path, session_report: SessionReport
+) -> None:
+    path = session_report(node_results, "html")
     charts = _check(browser, path, NODE_SPEC.name, path.with_suffix(".png"))
     across = [c for c in charts if c["id"].startswith("nodes-")]
     # total, intra, inter; and the two efficiency bands, named in the legend
     assert len(across) == 2 and all(c["traces"] == 3 + 2 for c in across)
 
 
-def test_real_report_in_chromium(browser: Chromium, tmp_path_factory) -> None:
-    path = session_report(tmp_path_factory.getbasetemp(), "real", "html")
+def test_real_report_in_chromium(
+    browser: Chromium, healthy_run: Run, session_report: SessionReport
+) -> None:
+    path = session_report(healthy_run.output_dir, "html")
     charts = _check(browser, path, SCRIPT_NAME, path.with_suffix(".png"))
     assert {c["id"].split("-")[0] for c in charts} >= {"efficiency", "throughput", "steps"}

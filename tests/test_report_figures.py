@@ -30,15 +30,14 @@ from tests.support.report_fixtures import (
     MODELS,
     SCRIPT_NAME,
     FixtureSpec,
-    fixture_results,
-    session_report,
+    SessionReport,
     stall_findings,
     training_record,
     write_cell_findings,
     write_experiment,
     write_profile_run,
 )
-from tests.support.shared_runs import healthy_run
+from tests.support.shared_runs import ProfileRun, Run
 from tests.support.step_records import parts_record as _parts
 from torchscale.analysis.lost_efficiency import lost_efficiency_table
 from torchscale.analysis.training_tables import training_table
@@ -85,7 +84,7 @@ def _finding_titles(html: str) -> List[str]:
 
 
 def test_the_glossary_is_current_and_every_surface_links_it(
-    tmp_path_factory: pytest.TempPathFactory,
+    fixture_results: Path, session_report: SessionReport
 ) -> None:
     doc = (ROOT / GLOSSARY_DOC).read_text(encoding="utf-8")
     assert doc == glossary_markdown(), (
@@ -97,7 +96,7 @@ def test_the_glossary_is_current_and_every_surface_links_it(
     assert GLOSSARY_DOC in (ROOT / "README.md").read_text(encoding="utf-8")
     for args in (["--help"], ["report", "--help"]):
         assert GLOSSARY_DOC in " ".join(runner.invoke(app, args).output.split())
-    html = session_report(tmp_path_factory.getbasetemp(), "fixture", "html").read_text("utf-8")
+    html = session_report(fixture_results, "html").read_text("utf-8")
     glossary = html[html.index('id="glossary"') : html.index('id="environment"')]
     for shown in FIGURES.values():
         assert f'id="glossary-{shown.key}"' in glossary
@@ -210,17 +209,15 @@ def test_a_profile_run_beside_its_benchmark_is_that_experiments_profile(tmp_path
 
 @pytest.mark.slow
 def test_the_use_case_benchmark_then_profile_into_its_folder_then_report(
-    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+    healthy_run: Run, use_case_profile: ProfileRun, tmp_path: Path
 ) -> None:
     """The seed's Use Case on real launches: the shared benchmark (1 and 2 ranks), a real
-    ``torchscale profile`` with no model into the same folder, then ``report generate``."""
-    benchmark = healthy_run(tmp_path_factory.getbasetemp())
+    ``torchscale profile`` with no model into the same folder (shared), then ``report
+    generate``."""
+    benchmark = healthy_run
     results = tmp_path / "scaling_results"
-    shutil.copytree(benchmark.experiment_dir, results / benchmark.experiment_dir.name)
-    profiled = runner.invoke(
-        app, ["profile", "--gpus", "2", "--duration", "1s", "--target", "sync_stalls",
-              "--output-dir", str(results)],
-    )  # fmt: skip
+    shutil.copytree(use_case_profile.folder, results)
+    profiled = use_case_profile.result
     assert profiled.exit_code == 0, profiled.output
     (run,) = [p for p in results.iterdir() if p.name.startswith("profile-")]
     (findings_file,) = run.rglob(FINDINGS_FILE)
@@ -271,18 +268,18 @@ def _gpu_words(text: str) -> List[str]:
 @pytest.mark.slow
 @needs_poppler
 def test_a_cpu_runs_first_screen_and_first_pdf_page_say_cpu_processes(
-    tmp_path_factory: pytest.TempPathFactory,
+    healthy_run: Run, session_report: SessionReport
 ) -> None:
-    root = tmp_path_factory.getbasetemp()
-    html = session_report(root, "real", "html").read_text(encoding="utf-8")
+    real = healthy_run.output_dir
+    html = session_report(real, "html").read_text(encoding="utf-8")
     first_screen = _text(html[: html.index('id="scaling"')])
     assert "used gloo on CPU processes" in first_screen and "not GPU figures" in first_screen
     assert "Scaling efficiency at 2 CPU processes" in first_screen
-    first_page = " ".join(pages_text(session_report(root, "real", "pdf"))[0].split())
+    first_page = " ".join(pages_text(session_report(real, "pdf"))[0].split())
     assert "gloo on CPU processes" in first_page and "not GPU figures" in first_page
     assert "SCALING EFFICIENCY AT 2 CPU PROCESSES" in first_page
     # Past the first screen too: every section, table, chart and page says CPU process or rank.
-    data = load_report_data(healthy_run(root).experiment_dir)
+    data = load_report_data(healthy_run.experiment_dir)
     content = build_content(data)
     shown = {s.section_id for s in content.sections if not s.is_empty}
     assert {"memory", "lost-efficiency", "scaling", "latency"} <= shown  # the sections scanned
@@ -295,7 +292,7 @@ def test_a_cpu_runs_first_screen_and_first_pdf_page_say_cpu_processes(
     ]
     assert "batch 4, 2 CPU processes" in drawn  # the lost-efficiency chart's bar
     assert _gpu_words(" | ".join(drawn)) == []  # plotly draws these from its script
-    every_page = " ".join(pages_text(session_report(root, "real", "pdf")))
+    every_page = " ".join(pages_text(session_report(real, "pdf")))
     assert "Memory per rank" in every_page and "batch 4, 2 CPU processes" in every_page
     assert _gpu_words(every_page) == []
     # NVML's figures are never measured on CPU processes: no column of "–", no glossary line.
@@ -311,12 +308,11 @@ def test_a_cpu_runs_first_screen_and_first_pdf_page_say_cpu_processes(
 
 
 def test_glossary_names_are_the_same_on_console_html_and_json_for_one_cell(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+    healthy_run: Run, session_report: SessionReport, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import torchscale.cli.benchmark_view as view
 
-    root = tmp_path_factory.getbasetemp()
-    folder = healthy_run(root).experiment_dir
+    folder = healthy_run.experiment_dir
     records = {r.world_size: r for r in ExperimentStore(folder).records()}
     two = records[2]
     assert isinstance(two, TrainingResult) and two.sync and two.sync.exposed_fraction is not None
@@ -326,7 +322,9 @@ def test_glossary_names_are_the_same_on_console_html_and_json_for_one_cell(
     (row,) = [r for r in rows if r["GPUs"] == "2"]
     assert row[f"{SYNC_OVERHEAD.name} %"] == f"{overhead:.1f}"
     assert row[SCALING_EFFICIENCY.name] == f"{efficiency:.0%}"
-    scaling = html_tables(session_report(root, "real", "html").read_text("utf-8"))["scaling-table"]
+    scaling = html_tables(session_report(healthy_run.output_dir, "html").read_text("utf-8"))[
+        "scaling-table"
+    ]
     (cell,) = [r for r in scaling if r["Ranks"] == "2"]
     assert cell[f"{SYNC_OVERHEAD.title} %"] == fmt.percent(overhead)
     assert cell[SCALING_EFFICIENCY.title] == fmt.fraction(efficiency)
@@ -346,11 +344,11 @@ CAUSES_WITH_A_GAIN = [
 ]
 
 
-def _stacked_charts(root: Path) -> List[Chart]:
+def _stacked_charts(fixture_results: Path) -> List[Chart]:
     """Every kind of stacked chart, from fixed inputs: the fixture's memory and lost-efficiency
     charts, a lost-efficiency chart with a negative cause, DDP's comm-vs-compute bars, and the
     parts 60, 55 and -40 whose net total (75) is below the stack's top (115)."""
-    content = build_content(load_report_data(fixture_results(root)))
+    content = build_content(load_report_data(fixture_results))
     lost = lost_efficiency_section(CAUSES_WITH_A_GAIN)
     ddp = {"ddp_forward_compute_ms": 30.0, "ddp_backward_compute_ms": 60.0,
            "ddp_backward_comm_ms": 25.0, "ddp_backward_overlap_ms": 18.0}  # fmt: skip
@@ -385,9 +383,9 @@ def _relative_stacks(chart: Chart) -> List[Tuple[float, float]]:
 
 
 def test_stacked_bars_with_negative_parts_fit_their_axis_in_the_pdf_and_the_html(
-    tmp_path_factory: pytest.TempPathFactory,
+    fixture_results: Path,
 ) -> None:
-    charts = _stacked_charts(tmp_path_factory.getbasetemp())
+    charts = _stacked_charts(fixture_results)
     kinds = {c.chart_id.split("-")[0] for c in charts}
     assert kinds == {"memory", "comm", "lost", "planted"}, kinds  # every kind of stacked chart
     negative = [c.chart_id for c in charts if any(lo > hi for lo, hi in _relative_stacks(c))]
@@ -430,13 +428,12 @@ def test_stacked_bars_with_negative_parts_fit_their_axis_in_the_pdf_and_the_html
 
 @needs_poppler
 def test_the_pdf_draws_every_stacked_chart_with_its_title(
-    tmp_path_factory: pytest.TempPathFactory,
+    fixture_results: Path, session_report: SessionReport
 ) -> None:
-    root = tmp_path_factory.getbasetemp()
-    content = build_content(load_report_data(fixture_results(root)))
+    content = build_content(load_report_data(fixture_results))
     stacked = [c for c in content.charts if c.barmode == "stack"]
     assert stacked
-    text = " ".join(" ".join(pages_text(session_report(root, "fixture", "pdf"))).split())
+    text = " ".join(" ".join(pages_text(session_report(fixture_results, "pdf"))).split())
     for chart in stacked:
         assert chart.title in text
 

@@ -8,6 +8,7 @@ import io
 import json
 import re
 from html import unescape
+from pathlib import Path
 
 import pytest
 
@@ -15,9 +16,8 @@ from tests.support.html_tables import displayed_close, html_tables, number
 from tests.support.report_fixtures import (
     PROFILE_FINDINGS,
     SCRIPT_NAME,
+    SessionReport,
     environment,
-    fixture_results,
-    session_report,
 )
 from torchscale.analysis.lost_efficiency import CAUSES, lost_efficiency_table
 from torchscale.report.lost_efficiency_section import LABELS
@@ -26,10 +26,9 @@ from torchscale.results.schema import TrainingResult
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.getbasetemp()
-    html = session_report(root, "fixture", "html").read_text(encoding="utf-8")
-    return html, html_tables(html), load_report_data(fixture_results(root))
+def report(fixture_results: Path, session_report: SessionReport):
+    html = session_report(fixture_results, "html").read_text(encoding="utf-8")
+    return html, html_tables(html), load_report_data(fixture_results)
 
 
 def _measured(data):

@@ -13,8 +13,8 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from tests.support.report_fixtures import FixtureSpec, fixture_results, write_experiment
-from tests.support.shared_runs import healthy_run
+from tests.support.report_fixtures import FixtureSpec, write_experiment
+from tests.support.shared_runs import Run
 from torchscale.cli.app import app
 from torchscale.report import formatting as fmt
 from torchscale.report.document import document_schema
@@ -36,10 +36,8 @@ def test_the_documented_schema_is_the_one_shipped() -> None:
 
 
 @pytest.mark.slow
-def test_real_run_document_has_the_records_figures(
-    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
-) -> None:
-    folder = healthy_run(tmp_path_factory.getbasetemp()).experiment_dir
+def test_real_run_document_has_the_records_figures(healthy_run: Run, tmp_path: Path) -> None:
+    folder = healthy_run.experiment_dir
     document = report_json(folder, tmp_path / "run.json")
     jsonschema.validate(document, document_schema())
     store = ExperimentStore(folder)
@@ -62,8 +60,8 @@ def test_real_run_document_has_the_records_figures(
     assert document["results"]["communication"] == {}
 
 
-def test_communication_is_keyed_like_the_seed(tmp_path_factory: pytest.TempPathFactory) -> None:
-    folder = fixture_results(tmp_path_factory.getbasetemp())
+def test_communication_is_keyed_like_the_seed(fixture_results: Path) -> None:
+    folder = fixture_results
     document = report_json(folder, folder.parent / "fixture.json")
     jsonschema.validate(document, document_schema())
     comm = document["results"]["communication"]
@@ -96,8 +94,8 @@ def test_a_folder_of_experiments_gives_an_array(tmp_path: Path) -> None:
         assert len(document["results"]["training"]) == 2 * len(small.models)
 
 
-def test_unknown_format_names_the_choices(tmp_path_factory: pytest.TempPathFactory) -> None:
-    folder = fixture_results(tmp_path_factory.getbasetemp())
+def test_unknown_format_names_the_choices(fixture_results: Path) -> None:
+    folder = fixture_results
     result = runner.invoke(app, ["report", "-s", str(folder), "-f", "xml"])
     assert result.exit_code == 2
     assert "unknown report format 'xml': use --format html, pdf, json, tensorboard" in result.output

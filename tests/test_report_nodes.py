@@ -20,8 +20,7 @@ from tests.support.report_fixtures import (
     NODE_SPEC,
     SCRIPT_NAME,
     FixtureSpec,
-    node_results,
-    session_report,
+    SessionReport,
     write_experiment,
 )
 from torchscale.analysis.node_scaling import node_scaling
@@ -48,10 +47,9 @@ def percent(value: float) -> str:
 
 
 @pytest.fixture(scope="module")
-def nodes(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.getbasetemp()
-    html = session_report(root, "nodes", "html").read_text(encoding="utf-8")
-    data = load_report_data(node_results(root))
+def nodes(node_results: Path, session_report: SessionReport):
+    html = session_report(node_results, "html").read_text(encoding="utf-8")
+    data = load_report_data(node_results)
     expected = node_scaling(training_table(data.records))
     figures = json.loads(re.search(r'id="report-figures">(.*?)</script>', html, re.S).group(1))
     return html, html_tables(html), expected, figures, data
@@ -158,8 +156,10 @@ def test_summary_headline_splits_the_largest_multi_node_count(nodes) -> None:
     assert f'<p class="headline">{line}</p>' in summary
 
 
-def test_single_node_results_have_no_node_section(tmp_path_factory) -> None:
-    html = session_report(tmp_path_factory.getbasetemp(), "fixture", "html").read_text("utf-8")
+def test_single_node_results_have_no_node_section(
+    fixture_results: Path, session_report: SessionReport
+) -> None:
+    html = session_report(fixture_results, "html").read_text("utf-8")
     assert 'id="nodes"' not in html and "nodes-table" not in html
     assert "Across nodes" not in html and 'data-figure="nodes-' not in html
     assert 'id="scaling"' in html  # the single-node sections are there
@@ -196,9 +196,10 @@ def test_node_rows_stay_within_each_experiment(tmp_path: Path) -> None:
 
 
 @needs_poppler
-def test_node_section_in_the_pdf(nodes, tmp_path_factory) -> None:
-    root = tmp_path_factory.getbasetemp()
-    pdf = session_report(root, "nodes", "pdf")
+def test_node_section_in_the_pdf(
+    nodes, node_results: Path, fixture_results: Path, session_report: SessionReport
+) -> None:
+    pdf = session_report(node_results, "pdf")
     texts, pngs = pages_text(pdf), pages_png(pdf)
     assert len(pngs) == len(texts)
     assert [i for i, t in enumerate(texts) if "Scaling across nodes" in t]
@@ -213,6 +214,6 @@ def test_node_section_in_the_pdf(nodes, tmp_path_factory) -> None:
         needed = {percent(cell.scaling_efficiency), percent(cell.intra_node_efficiency),
                   percent(cell.inter_node_efficiency), *cell.hosts.split()}  # fmt: skip
         assert any(needed <= page for page in words), cell
-    single = pages_text(session_report(root, "fixture", "pdf"))
+    single = pages_text(session_report(fixture_results, "pdf"))
     assert not any("Scaling across nodes" in t or "Across nodes" in t for t in single)
     assert NODE_SPEC.name in texts[0]

@@ -10,17 +10,16 @@ from pathlib import Path
 import pytest
 
 from tests.support.pdf_pages import ink, needs_poppler, pages_png, pages_text
-from tests.support.report_fixtures import SCRIPT_NAME, fixture_results, session_report
+from tests.support.report_fixtures import SCRIPT_NAME, SessionReport
 from torchscale.report.report_data import load_report_data
 
 pytestmark = needs_poppler
 
 
 @pytest.fixture(scope="module")
-def fixture_pdf(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.getbasetemp()
-    pdf = session_report(root, "fixture", "pdf")
-    html = session_report(root, "fixture", "html").read_text(encoding="utf-8")
+def fixture_pdf(fixture_results: Path, session_report: SessionReport):
+    pdf = session_report(fixture_results, "pdf")
+    html = session_report(fixture_results, "html").read_text(encoding="utf-8")
     figures = json.loads(re.search(r'id="report-figures">(.*?)</script>', html, re.S).group(1))
     titles = [unescape(f["layout"]["title"]["text"]) for f in figures.values()]
     return pdf, pages_text(pdf), pages_png(pdf), titles
@@ -47,9 +46,9 @@ def test_every_chart_is_on_one_page_and_drawn(fixture_pdf) -> None:
         assert coloured > 0.001, (index, coloured)
 
 
-def test_table_rows_are_never_split(fixture_pdf) -> None:
+def test_table_rows_are_never_split(fixture_pdf, fixture_results: Path) -> None:
     _, texts, _, _ = fixture_pdf
-    data = load_report_data(fixture_results(Path(fixture_pdf[0]).parents[1]))
+    data = load_report_data(fixture_results)
     words_per_page = [set(text.split()) for text in texts]
     for record in data.records:
         if record.status == "ok":

@@ -11,11 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.html_tables import displayed_close, html_tables
-from tests.support.report_fixtures import (
-    SCRIPT_NAME,
-    real_results,
-    session_report,
-)
+from tests.support.report_fixtures import SCRIPT_NAME, SessionReport
+from tests.support.shared_runs import Run
 from torchscale.cli.app import app
 from torchscale.report.report_data import load_report_data
 from torchscale.results.schema import TrainingResult
@@ -24,13 +21,12 @@ pytestmark = pytest.mark.slow  # every test here reports on a real CPU benchmark
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.getbasetemp()
-    results = real_results(root)
+def real(healthy_run: Run, session_report: SessionReport):
+    results = healthy_run.output_dir
     records = {
         r.world_size: r for r in load_report_data(results).records if isinstance(r, TrainingResult)
     }
-    html = session_report(root, "real", "html").read_text(encoding="utf-8")
+    html = session_report(results, "html").read_text(encoding="utf-8")
     return results, records, html, html_tables(html)
 
 

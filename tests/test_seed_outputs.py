@@ -20,7 +20,6 @@ from tests.support.sweep_records import (
     COMM_CONFIG,
     NVML_FIXTURE,
     SweepRun,
-    run_comm_sweep,
     training_sweep,
 )
 from torchscale.cli.app import app
@@ -173,10 +172,8 @@ def test_gpu_memory_utilisation_and_tensorboard_tags(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_benchmark_writes_seed_001s_document_of_what_ran(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
-    sweep: SweepRun = run_comm_sweep(tmp_path_factory.getbasetemp())
+def test_the_benchmark_writes_seed_001s_document_of_what_ran(comm_sweep_run: SweepRun) -> None:
+    sweep = comm_sweep_run
     path = sweep.experiment_dir / gpu_document_file(2)
     document = json.loads(path.read_text(encoding="utf-8"))
     records = ExperimentStore(sweep.experiment_dir).records()

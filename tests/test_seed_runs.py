@@ -100,7 +100,11 @@ def test_seed_004_yaml_downloads_cifar100_and_measures_epochs(
     assert result.exit_code == 0, result.output
     assert (data / "cifar-100-python" / "train").is_file()
     (record,) = ExperimentStore(tmp_path / "out" / "cifar100_resnet").records()
-    assert isinstance(record, TrainingResult) and record.status == "ok"
+    assert isinstance(record, TrainingResult) and record.status == "ok" and record.throughput > 0
+    # The cell trained on the CIFAR-100 files (the reader: tests/test_datasets.py), its batches
+    # through the DataLoader.
+    assert record.runtime["data"] == "cifar100"
+    assert record.per_rank[0].data_ms is not None
     steps = SAMPLES // 4  # one rank, batch 4: a pass is every sample once
     assert [(e.epoch, e.steps, e.samples) for e in record.epochs] == [
         (1, steps, SAMPLES),

@@ -23,7 +23,6 @@ from tests.support.sweep_records import (
     PRECISIONS,
     TWIN_SLOWDOWN,
     SweepRun,
-    run_comm_sweep,
     write_swept_experiment,
 )
 from torchscale.analysis.iteration_breakdown import tp_gemm_cases
@@ -43,8 +42,8 @@ pytestmark = pytest.mark.slow  # one real launch, shared by the module
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory: pytest.TempPathFactory) -> SweepRun:
-    return run_comm_sweep(tmp_path_factory.getbasetemp())
+def sweep(comm_sweep_run: SweepRun) -> SweepRun:
+    return comm_sweep_run
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tests.support.shared_runs import SCRIPT_NAME, healthy_run
+from tests.support.shared_runs import SCRIPT_NAME
 from torchscale.config.settings import CellSettings
 from torchscale.plan.training_cells import cell_id
 from torchscale.results.layout import (
@@ -389,14 +389,13 @@ def write_profile_run(
     return store.root
 
 
-_SESSION: Dict[str, Path] = {}  # built once per test session, whichever module asks first
+SessionReport = Callable[[Path, str], Path]
+"""The session fixture ``session_report(folder, fmt)``: a results folder's report, built once."""
 
 
-def fixture_results(tmp_root: Path) -> Path:
-    """The default fixture experiment, written once per test session."""
-    if "fixture" not in _SESSION:
-        _SESSION["fixture"] = write_experiment(tmp_root / "fixture-results", FixtureSpec())
-    return _SESSION["fixture"]
+def write_fixture_results(root: Path) -> Path:
+    """The default fixture experiment (the session fixture ``fixture_results``)."""
+    return write_experiment(root, FixtureSpec())
 
 
 NODE_SPEC = FixtureSpec(
@@ -415,32 +414,7 @@ UNSPLIT_SPEC = replace(
 """A second configuration of the same experiment: its 2 x 4 cell has no 1 x 4 cell to split by."""
 
 
-def node_results(tmp_root: Path) -> Path:
-    """One experiment with cells on 1, 2 and 4 nodes, written once per test session."""
-    if "nodes" not in _SESSION:
-        write_experiment(tmp_root / "node-results", NODE_SPEC)
-        _SESSION["nodes"] = write_experiment(tmp_root / "node-results", UNSPLIT_SPEC)
-    return _SESSION["nodes"]
-
-
-def session_report(tmp_root: Path, source: str, fmt: str) -> Path:
-    """The report of ``source`` ("fixture", "nodes" or "real") in ``fmt``, built once per
-    session."""
-    key = f"{source}.{fmt}"
-    if key not in _SESSION:
-        from torchscale.app.report import ReportRequest, generate_report
-
-        sources = {"fixture": fixture_results, "nodes": node_results, "real": real_results}
-        folder = sources[source](tmp_root)
-        output = tmp_root / "reports" / f"{source}-report.{fmt}"
-        output.parent.mkdir(exist_ok=True)
-        _SESSION[key] = generate_report(ReportRequest(folder, fmt, output))
-    return _SESSION[key]
-
-
-def real_results(tmp_root: Path) -> Path:
-    """One real CPU benchmark (1 and 2 gloo processes), shared with the engine's tests.
-
-    Returns the output dir holding the experiment folder.
-    """
-    return healthy_run(tmp_root).output_dir
+def write_node_results(root: Path) -> Path:
+    """One experiment with cells on 1, 2 and 4 nodes (the session fixture ``node_results``)."""
+    write_experiment(root, NODE_SPEC)
+    return write_experiment(root, UNSPLIT_SPEC)

@@ -1,14 +1,16 @@
 """Real benchmark runs shared by several test modules, each run once per test session.
 
 A launch costs seconds (every torchrun agent and worker imports torch), so the engine's tests
-and the report's tests read the same real results instead of producing their own.
+and the report's tests read the same real results instead of producing their own. The functions
+here launch; ``tests/conftest.py`` holds each as a session-scoped fixture of the same name
+(``healthy_run``, ``projection_run``, ``own_script_run``): a test asks for the fixture.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any
 
 from typer.testing import CliRunner
 
@@ -35,28 +37,27 @@ class Run:
     experiment_dir: Path
 
 
-_RUNS: Dict[str, Run] = {}
+@dataclass(frozen=True)
+class ProfileRun:
+    """``profile`` with no model into a copy of the healthy run's folder (``use_case_profile``)."""
+
+    result: Any  # the CliRunner result of ``profile ... -v --json``
+    folder: Path  # the benchmark's experiment copied in, and the profile run beside it
 
 
-def healthy_run(tmp_root: Path) -> Run:
+def launch_healthy_run(root: Path) -> Run:
     """``torchscale benchmark --json`` on gpt2-tiny with 1 and 2 gloo processes."""
-    if "healthy" not in _RUNS:
-        from torchscale.cli.app import app
-        from torchscale.results.layout import experiment_dirname
+    from torchscale.cli.app import app
+    from torchscale.results.layout import experiment_dirname
 
-        root = tmp_root / "healthy-run"
-        root.mkdir(parents=True, exist_ok=True)
-        config = root / "bench.yaml"
-        config.write_text(HEALTHY_CONFIG, encoding="utf-8")
-        output = root / "results"
-        result = CliRunner().invoke(
-            app, ["benchmark", "-c", str(config), "-o", str(output), "--json"]
-        )
-        if result.exit_code != 0:
-            raise RuntimeError(f"healthy benchmark failed ({result.exit_code}):\n{result.output}")
-        folder = output / experiment_dirname(SCRIPT_NAME)
-        _RUNS["healthy"] = Run(result, config, output, folder)
-    return _RUNS["healthy"]
+    root.mkdir(parents=True, exist_ok=True)
+    config = root / "bench.yaml"
+    config.write_text(HEALTHY_CONFIG, encoding="utf-8")
+    output = root / "results"
+    result = CliRunner().invoke(app, ["benchmark", "-c", str(config), "-o", str(output), "--json"])
+    if result.exit_code != 0:
+        raise RuntimeError(f"healthy benchmark failed ({result.exit_code}):\n{result.output}")
+    return Run(result, config, output, output / experiment_dirname(SCRIPT_NAME))
 
 
 PROJECTION_CONFIG = """\
@@ -92,23 +93,18 @@ two ranks on this VM's two cores compute 16-23% slower than one: memory bandwidt
 launch measures P2P pairs and two TP GEMM cases for the report's tests."""
 
 
-def projection_run(tmp_root: Path) -> Run:
+def launch_projection_run(root: Path) -> Run:
     """``torchscale benchmark`` of :data:`PROJECTION_CONFIG` (training and communication cells)."""
-    if "projection" not in _RUNS:
-        from torchscale.cli.app import app
+    from torchscale.cli.app import app
 
-        root = tmp_root / "projection-run"
-        root.mkdir(parents=True, exist_ok=True)
-        config = root / "bench.yaml"
-        config.write_text(PROJECTION_CONFIG, encoding="utf-8")
-        output = root / "results"
-        result = CliRunner().invoke(app, ["benchmark", "-c", str(config), "-o", str(output)])
-        if result.exit_code != 0:
-            raise RuntimeError(
-                f"projection benchmark failed ({result.exit_code}):\n{result.output}"
-            )
-        _RUNS["projection"] = Run(result, config, output, output / "projection")
-    return _RUNS["projection"]
+    root.mkdir(parents=True, exist_ok=True)
+    config = root / "bench.yaml"
+    config.write_text(PROJECTION_CONFIG, encoding="utf-8")
+    output = root / "results"
+    result = CliRunner().invoke(app, ["benchmark", "-c", str(config), "-o", str(output)])
+    if result.exit_code != 0:
+        raise RuntimeError(f"projection benchmark failed ({result.exit_code}):\n{result.output}")
+    return Run(result, config, output, output / "projection")
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -137,25 +133,22 @@ communication:
 """``benchmark --script``'s config: the window, and all_reduce cells for ``project``."""
 
 
-def own_script_run(tmp_root: Path) -> Run:
+def launch_own_script_run(root: Path) -> Run:
     """``torchscale benchmark --script examples/scripts/train_transformer.py --gpus 1 --gpus 2
     -c ...``: the user's own script, unmodified, on 1 and 2 gloo processes, with all_reduce
     cells."""
-    if "own-script" not in _RUNS:
-        from torchscale.cli.app import app
+    from torchscale.cli.app import app
 
-        root = tmp_root / "own-script-run"
-        root.mkdir(parents=True, exist_ok=True)
-        config = root / "comm.yaml"
-        config.write_text(OWN_SCRIPT_CONFIG, encoding="utf-8")
-        output = root / "results"
-        script = SCRIPTS / "train_transformer.py"
-        args = ["benchmark", "--script", str(script), "--gpus", "1", "--gpus"]
-        args += ["2", "-c", str(config), "-o", str(output), "--json", "--"]
-        args += ["--steps", "60", "--log-every", str(OWN_SCRIPT_WINDOW)]
-        args += ["--batch-size", str(OWN_SCRIPT_BATCH)]
-        result = CliRunner().invoke(app, args)
-        if result.exit_code != 0:
-            raise RuntimeError(f"script benchmark failed ({result.exit_code}):\n{result.output}")
-        _RUNS["own-script"] = Run(result, config, output, output / "own-script")
-    return _RUNS["own-script"]
+    root.mkdir(parents=True, exist_ok=True)
+    config = root / "comm.yaml"
+    config.write_text(OWN_SCRIPT_CONFIG, encoding="utf-8")
+    output = root / "results"
+    script = SCRIPTS / "train_transformer.py"
+    args = ["benchmark", "--script", str(script), "--gpus", "1", "--gpus"]
+    args += ["2", "-c", str(config), "-o", str(output), "--json", "--"]
+    args += ["--steps", "60", "--log-every", str(OWN_SCRIPT_WINDOW)]
+    args += ["--batch-size", str(OWN_SCRIPT_BATCH)]
+    result = CliRunner().invoke(app, args)
+    if result.exit_code != 0:
+        raise RuntimeError(f"script benchmark failed ({result.exit_code}):\n{result.output}")
+    return Run(result, config, output, output / "own-script")

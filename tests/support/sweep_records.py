@@ -64,17 +64,9 @@ class SweepRun:
     experiment_dir: Path
 
 
-_RUNS: Dict[str, SweepRun] = {}  # one launch per test session, whichever module asks first
-
-
-def run_comm_sweep(tmp_root: Path) -> SweepRun:
-    """``torchscale --quiet benchmark`` of :data:`COMM_CONFIG`: one real 2-rank gloo launch."""
-    if "sweep" not in _RUNS:
-        _RUNS["sweep"] = _run(tmp_root / "sweep-run")
-    return _RUNS["sweep"]
-
-
-def _run(root: Path) -> SweepRun:
+def launch_comm_sweep(root: Path) -> SweepRun:
+    """``torchscale --quiet benchmark`` of :data:`COMM_CONFIG`: one real 2-rank gloo launch
+    (the session fixture ``comm_sweep_run`` in ``tests/conftest.py``)."""
     from typer.testing import CliRunner
 
     from torchscale.cli.app import app
