@@ -676,14 +676,12 @@ def test_no_run_output_is_tracked_at_the_root() -> None:
 
 
 @pytest.mark.slow
-def test_built_in_models_on_cpu_say_the_threads_each_rank_runs(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
+def test_built_in_models_on_cpu_say_the_threads_each_rank_runs(healthy_run: Run) -> None:
     """On CPU every rank of a built-in model runs its slot's share of the cores (the same at every
     rank count); the console says what was set and why, and each record holds it."""
     from torchscale.hardware.environment import cpu_slots, threads_per_cpu_slot
 
-    run = healthy_run(tmp_path_factory.getbasetemp())
+    run = healthy_run
     said = " ".join(run.result.stderr.split())
     threads = threads_per_cpu_slot()
     assert (

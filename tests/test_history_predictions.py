@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tests.support.shared_runs import projection_run
+from tests.support.shared_runs import Run
 from torchscale.cli.app import app
 
 pytestmark = pytest.mark.slow
 
 
 def test_a_prediction_from_one_rank_shows_its_error_at_two(
-    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+    projection_run: Run, tmp_path: Path
 ) -> None:
-    source = projection_run(tmp_path_factory.getbasetemp()).experiment_dir
+    source = projection_run.experiment_dir
     history = str(tmp_path / "history.db")
     runner = CliRunner()
     ingested = runner.invoke(app, ["history", "ingest", str(source), "--history", history])

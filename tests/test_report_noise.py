@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.html_tables import html_tables
 from tests.support.pdf_pages import needs_poppler, pages_text
-from tests.support.shared_runs import healthy_run
+from tests.support.shared_runs import Run
 from torchscale.analysis.finding import SHOWN_SEVERITIES
 from torchscale.analysis.findings import SYNC_BOUND_ADVICE
 from torchscale.analysis.noise import BAND, DEFAULT_FACTOR
@@ -53,8 +53,8 @@ def _noisy_busy(line: Dict[str, Any], base_data_ms: float) -> Dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def noisy(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
-    run = healthy_run(tmp_path_factory.getbasetemp())
+def noisy(healthy_run: Run, tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
+    run = healthy_run
     root = tmp_path_factory.mktemp("noisy-report")
     folder = root / "results" / run.experiment_dir.name
     shutil.copytree(run.experiment_dir, folder)

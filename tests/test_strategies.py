@@ -16,6 +16,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from tests.support.shared_runs import Run
 from torchscale.config.loader import load_config
 from torchscale.launch.strategy_support import strategy_skip_reason
 from torchscale.plan.matrix import expand
@@ -345,14 +346,11 @@ def test_a_script_that_skips_synchronisation_is_invalid_naming_rank_and_factor(
 
 
 @pytest.mark.slow
-def test_a_healthy_scripts_gradients_agree_across_ranks(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
-    from tests.support.shared_runs import own_script_run
+def test_a_healthy_scripts_gradients_agree_across_ranks(own_script_run: Run) -> None:
     from torchscale.results.schema import TrainingResult
     from torchscale.results.store import ExperimentStore
 
-    run = own_script_run(tmp_path_factory.getbasetemp())
+    run = own_script_run
     records = [
         r for r in ExperimentStore(run.experiment_dir).records() if isinstance(r, TrainingResult)
     ]
