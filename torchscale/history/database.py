@@ -186,6 +186,26 @@ def _sqlite_file(url: str) -> Optional[Path]:
     return Path(rest) if url.startswith("sqlite:///") and rest not in ("", ":memory:") else None
 
 
+def _wal(cursor: Any) -> None:
+    """Switch to WAL. The switch takes the file's lock without SQLite's busy handler on some
+    builds, so several first opens at once can see "database is locked": wait as the busy
+    timeout would."""
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    delay = 0.01
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+
 def _engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         path = _sqlite_file(url)
@@ -203,7 +223,7 @@ def _engine(url: str) -> Engine:
         @sa.event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
+            _wal(cursor)
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()
