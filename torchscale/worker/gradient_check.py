@@ -100,6 +100,10 @@ def parameters_disagree(
     return None
 
 
+NOT_FINITE = "the gradients were not finite (a diverged loss or an overflow): not checked"
+"""Why a check fitted nothing: a factor fitted to NaN or infinite gradients means nothing."""
+
+
 def fit_shares(observed: torch.Tensor, own: torch.Tensor) -> List[float]:
     """Least-squares ``c`` with ``observed = own.T @ c / n`` (``own``: one row per rank)."""
     n = own.shape[0]
@@ -212,6 +216,16 @@ def check_gradients(
         own.append(local[::stride].clone())
         reference.zero_grad(set_to_none=True)
     expected = total / n
+    if not (bool(torch.isfinite(observed).all()) and bool(torch.isfinite(total).all())):
+        # A diverged loss (the record is invalid for it already) or an overflow in reduced
+        # precision: no factor can be fitted, and none is claimed.
+        return {
+            "rank": ctx.rank,
+            "passed": problem is None,
+            "cause": problem,
+            "skipped": NOT_FINITE,
+            "check_s": time.perf_counter() - started,
+        }
     relative = float((observed.double() - expected).norm() / expected.norm().clamp_min(1e-30))
     shares = fit_shares(observed[::stride], torch.stack(own))
     problem = problem or cause(ctx.rank, shares, relative, tolerance, precision)
@@ -270,6 +284,13 @@ def check_synchronised(
     gathered = [torch.empty_like(sampled) for _ in range(n)]
     dist.all_gather(gathered, sampled)
     stack = torch.stack(gathered).double()
+    if not bool(torch.isfinite(stack).all()):
+        return {
+            "rank": ctx.rank,
+            "passed": True,
+            "skipped": NOT_FINITE,
+            "check_s": spent_s + time.perf_counter() - started,
+        }
     mean = stack.mean(0)
     scale = float(mean.norm().clamp_min(1e-30))
     spread = [float((row - mean).norm()) / scale for row in stack]
