@@ -7,10 +7,11 @@ two-host set-up of test_multinode.py), node 0's address (``PET_MASTER_ADDR``, a 
 resolving to head. Only what a pod's volumes change is changed: ``/results`` (an emptyDir per pod)
 and the config path are folders of their own per pod, and ``python`` is this interpreter.
 
-Node 1's pod starts late: node 0 waits for it at the cell, as lock-step mode waits for a late
-node. A pod that dies mid-cell is lock-step mode's dead node (the pods run lock-step torchscale
-unchanged): test_multinode.py kills a node mid-cell and checks that the cell fails and the sweep
-goes on; it is not repeated here to keep the suite's time. The JobSet and PyTorchJob pods give
+Node 1's pod starts late: node 0 waits for it at the first cell, as lock-step mode waits for a
+late node. Node 1's pod dies (every process of it SIGKILLed, as when its node is lost) in the
+middle of the second cell: node 0 records that cell failed as lock-step mode records a dead node
+(test_multinode.py), then ends, holds its results until they are copied and exits with the run's
+code, and nothing of either pod is left running. The JobSet and PyTorchJob pods give
 the same lock-step inputs (test_k8s.py checks them in-process), and so do SkyPilot's and dstack's
 variables through the same entry, so one real run covers the command all of them run.
 """
@@ -18,33 +19,40 @@ variables through the same entry, so one real run covers the command all of them
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
-from typing import Dict, Iterator
+from pathlib import Path
+from typing import Dict, Iterator, List
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from tests.support.k8s_controllers import trainjob_pods
-from tests.support.two_hosts import torchscale_env, two_hosts
+from tests.support.two_hosts import kill_tree, torchscale_env, two_hosts
 from torchscale.cli.app import app
+from torchscale.launch.failure_cause import PEER_LOST
 from torchscale.results.store import ExperimentStore
 
 pytestmark = pytest.mark.slow
 
-CONFIG = """\
+CELL_TIMEOUT_S = 120
+CONFIG = f"""\
 experiment_name: k8s-pods
 models: [gpt2-tiny]
-batch_sizes: [2]
+batch_sizes: [2, 4]
 gpu_counts: [2]
 gpus_per_node: 1
 warmup_steps: 2
 measure_steps: 4
 sync_probe_steps: 2
-cell_timeout_s: 120
+cell_timeout_s: {CELL_TIMEOUT_S}
 """
 LATE_S = 2.0
+KILLED_CELL = "gpt2-tiny-b4-g2-n2-*"
+JOINED_PHASES = {"build", "warmup", "measure", "gradient_check", "sync_probe"}
+"""A rank in these has joined the process group: its peers lose it in a collective."""
 
 
 def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -54,6 +62,37 @@ def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def _joined(node1: Path, cell_pattern: str) -> bool:
+    """Whether node 1's ranks of the cell have joined the process group (past start-up)."""
+    for path in node1.glob(f"cells/{cell_pattern}/node1/ranks/rank*.progress.json"):
+        try:
+            if json.loads(path.read_text())["phase"] in JOINED_PHASES:
+                return True
+        except (OSError, ValueError):
+            pass
+    return False
+
+
+def _left_running(namespaces: List[str], wait_s: float = 10.0) -> Dict[str, List[str]]:
+    """The processes still running in each host's network namespace (none, once the pods have
+    ended), given a few seconds for the kernel to reap the last ones."""
+
+    def pids() -> Dict[str, List[str]]:
+        found = {}
+        for ns in namespaces:
+            listed = subprocess.run(
+                ["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=30
+            ).stdout.split()
+            if listed:
+                found[ns] = listed
+        return found
+
+    deadline = time.monotonic() + wait_s
+    while (left := pids()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
 
 
 @pytest.fixture(scope="module")
@@ -85,29 +124,44 @@ def pods_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
             procs.append(hosts.start(host, command, tmp / f"pod{index}.log", env))
         head, compute = procs
         store = ExperimentStore(tmp / "pod0" / "results" / "k8s-pods")
-        compute_code = compute.wait(timeout=300)
+        node1 = tmp / "pod1" / "results" / "k8s-pods"
+
+        def in_second_cell() -> bool:
+            return _joined(node1, KILLED_CELL) or compute.poll() is not None
+
+        _wait_for(in_second_cell, 300, "node 1 in the second cell")
+        assert compute.poll() is None, "node 1's pod ended before the second cell"
+        before_kill = store.results_path.read_bytes()
+        namespaces = [hosts.head.netns, hosts.compute.netns]
+        running = _left_running(namespaces, wait_s=0)
+        kill_tree(compute.pid)  # node 1's pod dies: every process in it at once (and reaped)
         log = tmp / "pod0.log"
-        _wait_for(lambda: "torchscale-pod: results ready in " in log.read_text(), 120, "node 0")
+        _wait_for(lambda: "torchscale-pod: results ready in " in log.read_text(), 300, "node 0")
         time.sleep(1.0)
         held = head.poll() is None  # node 0's pod waits for the copy
         (store.root / ".torchscale-copied").touch()  # what --submit's kubectl exec does
         head_code = head.wait(timeout=30)
+        left = _left_running(namespaces)
         yield {
             "manifest": manifest,
             "master": master,
             "store": store,
-            "node1": tmp / "pod1" / "results" / "k8s-pods",
-            "codes": (head_code, compute_code),
+            "node1": node1,
+            "node1_address": hosts.compute.address,
+            "before_kill": before_kill,
+            "namespaces": namespaces,
+            "running": running,
+            "left": left,
+            "head_code": head_code,
             "held": held,
             "logs": [log.read_text(), (tmp / "pod1.log").read_text()],
         }
 
 
 def test_the_pods_run_the_matrix_in_lock_step(pods_run: Dict) -> None:
-    assert pods_run["codes"] == (0, 0), pods_run["logs"]
-    records = {(r.world_size, r.nnodes): r for r in pods_run["store"].records()}
-    assert sorted(records) == [(2, 2)]
-    two = records[(2, 2)]
+    records = {(r.batch_size, r.world_size, r.nnodes): r for r in pods_run["store"].records()}
+    assert sorted(records) == [(2, 2, 2), (4, 2, 2)]
+    two = records[(2, 2, 2)]
     assert two.status == "ok", two.error
     assert two.hosts == ["compute", "head"] and two.nproc_per_node == 1
     assert sorted(rank.host for rank in two.per_rank) == ["compute", "head"]
@@ -129,7 +183,7 @@ def test_the_pods_run_the_matrix_in_lock_step(pods_run: Dict) -> None:
 def test_node_zero_waits_for_the_late_pod_and_keeps_its_results_until_copied(
     pods_run: Dict,
 ) -> None:
-    two = next(r for r in pods_run["store"].records() if r.nnodes == 2)
+    two = pods_run["store"].records()[0]
     # The late pod joined within the join timeout; the cell waited, it did not fail.
     assert two.status == "ok"
     assert pods_run["held"] is True
@@ -140,3 +194,29 @@ def test_node_zero_waits_for_the_late_pod_and_keeps_its_results_until_copied(
     assert "torchscale-pod:" not in pods_run["logs"][1]  # node 1 holds nothing
     summary = json.loads(json.dumps(pods_run["manifest"]["spec"]["trainer"]["resourcesPerNode"]))
     assert summary == {"requests": {"cpu": "1"}}  # CPU processes stand in for GPUs here
+
+
+def test_a_pod_that_dies_fails_its_cell_as_a_dead_node_and_node_zero_ends(
+    pods_run: Dict,
+) -> None:
+    records = pods_run["store"].records()
+    assert [(r.batch_size, r.status) for r in records] == [(2, "ok"), (4, "failed")]
+    killed = records[1]
+    # As in lock step: node 0's rank lost its peer in a collective (compute holds rank 0).
+    assert killed.error.startswith("rank 1 on head failed in "), killed.error
+    # ... to the dead node, which gloo names by its address.
+    assert PEER_LOST.search(killed.error) and pods_run["node1_address"] in killed.error
+    assert killed.wall_s is not None and killed.wall_s < CELL_TIMEOUT_S
+    head_log, node1_log = pods_run["logs"]
+    running = "> Running gpt2-tiny on 2 CPU processes x 2 nodes (batch 4, fp32)..."
+    assert running in head_log and running in node1_log  # node 1 died inside that cell
+    assert f"> [FAIL] failed: {killed.error.splitlines()[0][:60]}" in head_log
+    # What was recorded before the pod died stays as it was.
+    final = pods_run["store"].results_path.read_bytes()
+    assert len(pods_run["before_kill"].splitlines()) == 1
+    assert final.startswith(pods_run["before_kill"])
+    # Node 0's pod still holds its results until they are copied, then ends with the run's code
+    # (a failed cell), and nothing of either pod is left running.
+    assert pods_run["held"] is True and pods_run["head_code"] == 1, head_log
+    assert sorted(pods_run["running"]) == sorted(pods_run["namespaces"])  # the probe sees pods
+    assert pods_run["left"] == {}
