@@ -141,6 +141,11 @@ def test_manifests_for_1_2_4_nodes_by_1_and_8_gpus_fit_the_crd_and_core_schemas(
                 assert pod.command == pods[0].command  # the same command on every pod
             spec = json.dumps(manifest)
             assert f'"nvidia.com/gpu": {per_node}' in spec
+            if api == "jobset":
+                # a dead pod fails its own index only: node 0's pod goes on, as in lock step
+                job = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]
+                assert job["backoffLimitPerIndex"] == 0 and "backoffLimit" not in job
+                assert job.get("maxFailedIndexes") == (nodes - 1 if nodes > 1 else None)
 
 
 def test_trainjob_sizes_queues_and_patches_the_pods(tmp_path: Path) -> None:

@@ -272,13 +272,18 @@ def jobset(pod: PodSettings) -> Manifest:
         {"name": "MASTER_PORT", "value": str(JOBSET_PORT)},
     ]
     spec["containers"][0]["env"] = lockstep_env + spec["containers"][0]["env"]
-    job_spec = {
+    job_spec: Dict[str, Any] = {
         "parallelism": pod.nodes,
         "completions": pod.nodes,
-        "backoffLimit": 0,  # a failed pod is a failed run: lock step does not restart nodes
+        # A failed pod is never restarted (lock step does not rerun a node), and it fails only
+        # its own index: with one Job-wide backoffLimit the Job controller would terminate node
+        # 0's pod too, and with it the cells node 0 still runs and the results it holds.
+        "backoffLimitPerIndex": 0,
         "completionMode": "Indexed",
         "template": {"spec": spec},
     }
+    if pod.nodes > 1:
+        job_spec["maxFailedIndexes"] = pod.nodes - 1
     meta = _metadata(pod)
     jobset_spec: Dict[str, Any] = {
         "network": {"enableDNSHostnames": True},
