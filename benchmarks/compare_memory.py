@@ -1,4 +1,4 @@
-"""Peak memory and time of ``torchscale compare`` on records of many steps (issue 32).
+"""Peak memory and time of ``torchscale compare`` on records of many steps.
 
     PYTHONPATH=. python benchmarks/compare_memory.py [--steps 10000 100000 1000000]
         [--checkout DIR] [--workdir DIR]

@@ -1,4 +1,4 @@
-"""GPU truth (issue 14): torchscale's bf16 figures on one GPU against a plain loop and a clock.
+"""GPU truth: torchscale's bf16 figures on one GPU against a plain loop and a clock.
 
 Three parts, each selectable with ``--parts``:
 

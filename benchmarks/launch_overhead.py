@@ -11,7 +11,7 @@ window, sync probes, and the rest (gather, teardown, exit).
 Most of that is torch's own start-up, which any torchrun launch pays. So the same cells also run
 as a plain hand-written DDP script under torchrun (``plain_ddp_loop.py``, same warm-up and
 measured steps, no probes), interleaved with nothing else, and the summary gives the difference
-of the medians: what torchscale adds per cell. Goal (issue 2): under 2 s of overhead per cell.
+of the medians: what torchscale adds per cell. Goal: under 2 s of overhead per cell.
 """
 
 from __future__ import annotations

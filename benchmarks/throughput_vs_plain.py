@@ -1,4 +1,5 @@
-"""Does torchscale report the throughput a plain DDP loop gets? (issue 2's acceptance benchmark)
+"""Does torchscale report the throughput a plain DDP loop gets? (The training path's acceptance
+benchmark.)
 
 For each model and world size, runs a torchscale cell and ``plain_ddp_loop.py`` (same model,
 batch, warm-up and steps, same torchrun, same threads per rank) for several rounds, the order

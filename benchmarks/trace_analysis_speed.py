@@ -19,9 +19,9 @@
 3. With ``--hta``: times HolisticTraceAnalysis 0.5.0 (load + temporal breakdown + overlap) on the
    same Kineto trace, for the speed ratio. HTA loads the whole JSON: expect many GB of memory.
 
-Goal (issue 3): under 10 s and under 1 GB for each format on the 2-core dev machine.
+Goal: under 10 s and under 1 GB for each format on the 2-core dev machine.
 
-``--memory`` (issue 32, item 8) instead writes dense ``.json.gz`` traces of 1M and 10M events
+``--memory`` instead writes dense ``.json.gz`` traces of 1M and 10M events
 (``synthetic_kineto.write_dense_trace``: per kernel a cpu_op, its launch and the kernel; short
 repetitive lines, 10M events in ~60 MB) and one of 10M kernel events alone (every event kept:
 the worst case per event), and reports each analysis's peak RSS, wall and CPU seconds (one
@@ -157,7 +157,7 @@ def _run(code: str, arg: Path, timeout: float, *more: str) -> dict:
 
 
 def memory(work: Path) -> dict:
-    """Peak RSS against event count (issue 32, item 8)."""
+    """Peak RSS against event count."""
     report: dict = {"machine": f"{os.cpu_count()} cores", "load_avg": os.getloadavg()}
     cases = (
         ("dense-1M", 1_000_000, write_dense_trace),

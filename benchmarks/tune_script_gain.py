@@ -1,5 +1,5 @@
 """Benchmark (run by hand, not a test): does `tune --script` find a gain in a user's own DDP
-script that a separate `benchmark` of its winner confirms? (issue 26)
+script that a separate `benchmark` of its winner confirms?
 
 The script is examples/scripts/train_many_buckets.py, run with its own `--bucket-cap-mb 1` (32
 all-reduces a step); tune searches bucket_cap_mb over 25 and 100 MB (2 and 1 buckets), re-measures

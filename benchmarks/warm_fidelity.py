@@ -13,7 +13,7 @@ For every cell it prints group / alone of the median throughput over the rounds,
 floor it is judged against: the same ratio between the two halves of the rounds *within* each
 mode (what this host does to one mode between rounds). Step-time distributions: the two-sample
 Kolmogorov-Smirnov distance between the modes' pooled step times, against the same distance
-between the halves of one mode. Issue 16's fidelity goal holds for a cell when its group/alone
+between the halves of one mode. The warm groups' fidelity goal holds for a cell when its group/alone
 ratio lies within the within-mode spread, and the KS distance across modes is no larger than
 within one.
 """

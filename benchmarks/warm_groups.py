@@ -4,7 +4,7 @@
 
 Runs the 12-cell CPU matrix (gpt2-tiny, resnet-tiny, bert-tiny x batch 4, 8 x 1, 2 processes;
 3 warm-up and 20 measured steps) twice, as ``--launch per-group`` and ``--launch per-cell``, in an
-order drawn from ``--seed``, timing each ``torchscale benchmark`` end to end. Goal (issue 16):
+order drawn from ``--seed``, timing each ``torchscale benchmark`` end to end. Goal:
 per_group / per_cell wall time 0.4 or less.
 
 Fidelity: for every cell, per_group's throughput, median step time and peak RSS over

@@ -1,4 +1,4 @@
-"""``compare``'s gate knows run-to-run noise (issue 24 item 2), in bounded memory (issue 32).
+"""``compare``'s gate knows run-to-run noise, in bounded memory.
 
 The unchanged pair is recorded: two back-to-back runs of examples/cpu_smoke.yaml with
 ``repeats: 2`` on the 2-core VM (tests/data/compare_unchanged, 2026-11-25). Before the noise

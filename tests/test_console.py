@@ -1,4 +1,4 @@
-"""What a user reads on the console (issue 24 items 4, 5, 7, 8; issue 32's terminal sink): every
+"""What a user reads on the console, escaped for the terminal: every
 table at 80 columns through the one renderer with every number whole, "CPU process" where the
 ranks are CPU processes, defaults that fit the node, the small ones, and no control character
 from a name ever reaching the terminal."""

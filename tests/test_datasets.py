@@ -1,7 +1,7 @@
 """``data.source: cifar100`` and ``imagenet`` read from local files in their published layouts
 (tiny files written here in those formats); a missing ImageNet is one line, never a download
 (CIFAR-100's download: test_cifar100_download.py). A real cell training on CIFAR-100 files is
-tests/test_seed_runs.py's seed 004 run (one launch for both)."""
+tests/test_seed_runs.py's GPU Training Benchmark Suite run (one launch for both)."""
 
 from __future__ import annotations
 

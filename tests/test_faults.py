@@ -1,4 +1,4 @@
-"""A hostile world (issue 12): each fault is made for real and torchscale must keep its word.
+"""A hostile world: each fault is made for real and torchscale must keep its word.
 
 Planted links, a real SIGKILL of a real sweep, runs whose cells failed, a billion-laughs YAML, a
 tmpfs that fills in the middle of a sweep, impossible figures in results, duplicate keys, a FIFO

@@ -1,4 +1,4 @@
-"""The seed's workflow as a new user runs it (issue 11): the CLI reference's options, the Use
+"""The seed's workflow as a new user runs it: the CLI reference's options, the Use
 Case's ``profile`` with no model, the seed YAML on a node without nsys or eight GPUs, the names
 the user chose, plugin models checked before anything launches, and tables at 80 columns."""
 
@@ -647,7 +647,7 @@ SEED_NUMBER = re.compile(r"\bseed \d{3}\b", re.I)
 
 def test_no_seed_numbers_in_help_or_readme() -> None:
     """A new user never met the seeds: README's prose and every --help link docs/seeds.md
-    instead of saying "seed 001"."""
+    instead of saying which seed."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert SEED_NUMBER.findall(readme) == []
     assert "docs/seeds.md" in readme

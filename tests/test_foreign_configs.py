@@ -1,6 +1,7 @@
-"""Other tools' config files as written (no launches): DDLB's config.json (seed 002, copied
-verbatim into tests/data/ddlb), seed 004's YAML layout and ``--key.subkey=value`` overrides, seed
-001's ``--warmup/--iters``, UCC transport-layer backends; every alias said in one line."""
+"""Other tools' config files as written (no launches): DDLB's config.json (copied verbatim into
+tests/data/ddlb), the GPU Training Benchmark Suite's YAML layout and ``--key.subkey=value``
+overrides, distributed_benchmarks.py's ``--warmup/--iters``, UCC transport-layer backends; every
+alias said in one line (docs/seeds.md names each tool)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from torchscale.plan.matrix import expand
 runner = CliRunner()
 DDLB_CONFIG = Path(__file__).parent / "data" / "ddlb" / "config.json"
 
-SEED_004_YAML = """\
+GPU_SUITE_YAML = """\
 model:
   name: resnet-tiny
   channels_last: true
@@ -187,9 +188,9 @@ def test_json_configs_parse_as_json(tmp_path: Path) -> None:
         load_config(broken)
 
 
-def test_seed_004_layout_and_overrides(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_gpu_suite_layout_and_overrides(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "cifar100_resnet50.yaml"
-    path.write_text(SEED_004_YAML.format(data=tmp_path / "data"))
+    path.write_text(GPU_SUITE_YAML.format(data=tmp_path / "data"))
     overrides = parse_overrides(
         [], ["--training.precision=bf16", "--data.batch_size=512", "--training.epochs=5"]
     )
@@ -209,41 +210,54 @@ def test_seed_004_layout_and_overrides(tmp_path: Path, caplog: pytest.LogCapture
         ("model.channels_last", "channels_last"), ("benchmark.warmup_steps", "warmup_steps"),
         ("benchmark.measure_steps", "measure_steps"), ("benchmark.sync_cuda", "sync_cuda"),
     ]:  # fmt: skip
-        assert notes.count(f"seed 004's {theirs} is torchscale's {ours}") == 1
+        assert notes.count(f"GPU Training Benchmark Suite's {theirs} is torchscale's {ours}") == 1
     for same in ("data.source", "data.path"):
-        assert notes.count(f"seed 004's {same} is torchscale's {same} (the same key)") == 1
-    assert any(n.startswith("seed 004's benchmark.log_step_times is not used") for n in notes)
+        assert (
+            notes.count(
+                f"GPU Training Benchmark Suite's {same} is torchscale's {same} (the same key)"
+            )
+            == 1
+        )
+    assert any(
+        n.startswith("GPU Training Benchmark Suite's benchmark.log_step_times is not used")
+        for n in notes
+    )
     (cell,) = expand(config).cells
     assert (cell.settings.epochs, cell.settings.measure_steps) == (5, 200)
-    # the time window, under its seed-004 name
+    # the time window, under its GPU Training Benchmark Suite name
     caplog.clear()
     timed_path = tmp_path / "timed.yaml"
     timed_path.write_text(
-        SEED_004_YAML.format(data=tmp_path).replace("measure_steps: 200", "measure_seconds: 30")
+        GPU_SUITE_YAML.format(data=tmp_path).replace("measure_steps: 200", "measure_seconds: 30")
     )
     with caplog.at_level(logging.INFO, logger="torchscale"):
         timed = load_config(timed_path)
     assert timed.measure_seconds == [30.0] and timed.measure_steps == [None]
     notes = _notes(caplog)
-    assert notes.count("seed 004's benchmark.measure_seconds is torchscale's measure_seconds") == 1
+    assert (
+        notes.count(
+            "GPU Training Benchmark Suite's benchmark.measure_seconds is torchscale's measure_seconds"
+        )
+        == 1
+    )
     # a file in torchscale's own layout has a data section too: nothing said about it
     caplog.clear()
     own = tmp_path / "own.yaml"
     own.write_text(f"models: [resnet-tiny]\ndata: {{source: cifar100, path: {tmp_path}}}\n")
     with caplog.at_level(logging.INFO, logger="torchscale"):
         load_config(own)
-    assert not [n for n in _notes(caplog) if n.startswith("seed 004's")]
-    # torchscale's own spelling as an override replaces the file's seed-004 value
+    assert not [n for n in _notes(caplog) if n.startswith("GPU Training Benchmark Suite's")]
+    # torchscale's own spelling as an override replaces the file's GPU Training Benchmark Suite value
     plain = load_config(path, parse_overrides(["precision=fp32", "measure_seconds=3"]))
     assert plain.precision == ["fp32"]
     with pytest.raises(ConfigError, match="not both"):  # measure_steps stays: both given
         expand(plain)
 
 
-def test_seed_004_yaml_dry_run(tmp_path: Path) -> None:
+def test_gpu_suite_yaml_dry_run(tmp_path: Path) -> None:
     data = tmp_path / "data"  # no CIFAR-100 yet: the run would download it, the dry run says so
     path = tmp_path / "cifar100_resnet50.yaml"
-    path.write_text(SEED_004_YAML.format(data=data))
+    path.write_text(GPU_SUITE_YAML.format(data=data))
     args = ["benchmark", "-c", str(path), "-o", str(tmp_path / "out"), "--dry-run", "--json"]
     result = runner.invoke(
         app, [*args, "--benchmark.warmup_steps=3", "--training.precision", "bf16"]
@@ -267,11 +281,11 @@ def test_seed_004_yaml_dry_run(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("training: {precision: bf16, lr: 0.1}\nmodel: {name: gpt2}\n", "unknown key 'training.lr' (seed 004's layout: torchscale reads training.precision, training.epochs, training.seed, training.cudnn_benchmark"),
-        ("model: {name: gpt2}\nprecision: fp32\ntraining: {precision: bf16}\n", "training.precision (seed 004's name for precision) and precision are both given: keep one"),
+        ("training: {precision: bf16, lr: 0.1}\nmodel: {name: gpt2}\n", "unknown key 'training.lr' (GPU Training Benchmark Suite's layout: torchscale reads training.precision, training.epochs, training.seed, training.cudnn_benchmark"),
+        ("model: {name: gpt2}\nprecision: fp32\ntraining: {precision: bf16}\n", "training.precision (GPU Training Benchmark Suite's name for precision) and precision are both given: keep one"),
     ],
 )  # fmt: skip
-def test_seed_004_mistakes_are_one_line(tmp_path: Path, text: str, message: str) -> None:
+def test_gpu_suite_mistakes_are_one_line(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "bench.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError) as info:
@@ -287,10 +301,10 @@ def test_epochs_on_synthetic_data_are_measured_windows(tmp_path: Path) -> None:
     path.write_text("model: {name: resnet-tiny}\ndata: {source: cifar100}\ntraining: {epochs: 3}\n")
     (cell,) = expand(load_config(path)).cells  # a dataset's pass has its own length
     assert (cell.settings.epochs, cell.settings.measure_steps) == (3, None)
-    assert cell.settings.data.path == "data"  # seed 004's default folder
+    assert cell.settings.data.path == "data"  # GPU Training Benchmark Suite's default folder
 
 
-def test_seed_001_warmup_and_iters_flags(tmp_path: Path) -> None:
+def test_distributed_benchmarks_warmup_and_iters_flags(tmp_path: Path) -> None:
     path = tmp_path / "bench.yaml"
     path.write_text(
         "models: [gpt2-tiny]\nbatch_sizes: [2]\ngpu_counts: [2]\nmeasure_seconds: 5\n"
@@ -305,11 +319,16 @@ def test_seed_001_warmup_and_iters_flags(tmp_path: Path) -> None:
     assert by_kind["train"]["measure_seconds"] is None
     assert (by_kind["comm"]["warmup"], by_kind["comm"]["iterations"]) == (20, 200)
     said = " ".join(result.stderr.split())
-    assert said.count("--warmup 20 is warmup_steps and communication.warmup (seed 001's flag)") == 1
+    assert (
+        said.count(
+            "--warmup 20 is warmup_steps and communication.warmup (distributed_benchmarks' flag)"
+        )
+        == 1
+    )
     assert (
         said.count(
             "--iters 200 is measure_steps (replacing measure_seconds) and communication.iterations "
-            "(seed 001's flag)"
+            "(distributed_benchmarks' flag)"
         )
         == 1
     )
@@ -348,6 +367,6 @@ def test_seed_flags_without_a_communication_section_add_none() -> None:
     notes = SeedFlags(warmup=3, iters=4).apply(raw)
     assert raw == {"models": ["gpt2"], "warmup_steps": 3, "measure_steps": 4}
     assert notes == [
-        "--warmup 3 is warmup_steps (seed 001's flag)",
-        "--iters 4 is measure_steps (seed 001's flag)",
+        "--warmup 3 is warmup_steps (distributed_benchmarks' flag)",
+        "--iters 4 is measure_steps (distributed_benchmarks' flag)",
     ]

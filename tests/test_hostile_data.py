@@ -1,4 +1,4 @@
-"""Data stays data (issue 32, items 2, 7 and 9): nothing a results folder, a trace or a dataset
+"""Data stays data: nothing a results folder, a trace or a dataset
 holds is imported, called or unpickled; an output never replaces an input or a non-regular file;
 every JSON reader survives any line; impossible records are invalid and out of every figure; a
 cell recorded twice counts once; a crash is never exit 1."""

@@ -1,5 +1,5 @@
 """A vision model trained on GPUs without channels_last carries a finding, with the gain measured
-beside it or the H100 figure (issue 29, item 6). The records are built from docs/perf-gpu.md's
+beside it or the H100 figure. The records are built from docs/perf-gpu.md's
 H100 run: ResNet-50, bf16, batch 256, 2,207.8 img/s in NCHW and 3,900.5 in channels_last."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The report's lost-efficiency decomposition (issue 28, item 3) on records whose step parts are
+"""The report's lost-efficiency decomposition on records whose step parts are
 known: each cause is recomputed here from the ranks' own figures, and the causes add up to the
 measured efficiency gap."""
 

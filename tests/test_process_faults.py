@@ -1,4 +1,4 @@
-"""Faults that are processes (issue 32): made for real, and what torchscale records of them.
+"""Faults that are processes: made for real, and what torchscale records of them.
 
 One warm-group sweep of four 2-rank cells makes most of them at once: a model whose loss is NaN,
 a rank killed with SIGKILL (after starting a child process of its own), a rank that calls

@@ -1,4 +1,4 @@
-"""README's example commands, as a new user copies them (issue 24): every ``torchscale`` line of
+"""README's example commands, as a new user copies them: every ``torchscale`` line of
 its shell blocks parses as written, and each one a CPU node can run is run as written, in a folder
 holding what the line names (``results/``, ``train.py``, ``path/to/traces/``...); those that
 launch a whole matrix run with ``--dry-run`` added, and those that need more GPUs than the node

@@ -1,4 +1,4 @@
-"""One story across surfaces (issue 24): one name and definition per figure, experiments as the
+"""One story across surfaces: one name and definition per figure, experiments as the
 user ran them, CPU runs that say so, and charts that fit their data.
 
 The real runs are the session's shared ones (``tests/support/shared_runs.py``) plus one real
@@ -504,7 +504,7 @@ def _tune_folder(tmp_path: Path) -> Path:
 def test_comparison_bars_take_the_colour_of_their_own_metrics_verdict() -> None:
     cells = pd.DataFrame(
         [
-            # a p95 regression with throughput inside the threshold (issue 24's -2.4% red bar)
+            # a p95 regression with throughput inside the threshold (a -2.4% bar drawn red)
             {"model": "m", "variant": "batch 8", "world_size": 2, "nnodes": 1,
              "throughput_change_pct": -2.4, "throughput_ci_low_pct": -4.0,
              "throughput_ci_high_pct": -0.8, "p95_change_pct": 14.2, "p95_ci_low_pct": 2.3,

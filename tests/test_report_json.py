@@ -1,4 +1,4 @@
-"""``torchscale report --format json``: seed 001's document per experiment, valid against its
+"""``torchscale report --format json``: distributed_benchmarks' document per experiment, valid against its
 JSON Schema, with the records' own figures."""
 
 from __future__ import annotations

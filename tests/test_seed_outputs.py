@@ -1,6 +1,6 @@
-"""Each seed's own outputs (issue 25): seed 003's PNG charts, TensorBoard tags and GPU memory
-utilisation; seed 001's ``benchmark_<N>gpu.json`` written by the benchmark; seed 000's
-``--quiet``, ``> [ANALYSIS]`` lines and ``requirements.txt``."""
+"""Each seed's own outputs (docs/seeds.md): the Distributed Training Profiler's PNG charts,
+TensorBoard tags and GPU memory utilisation; distributed_benchmarks' ``benchmark_<N>gpu.json``
+written by the benchmark; the TorchScale README's ``--quiet``, ``> [ANALYSIS]`` lines and ``requirements.txt``."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_a_backend_sweep_counts_every_cell(tmp_path: Path) -> None:
     assert count_comm(loaded, 8) == (len(cells), [f"communication {len(cells)}"])
 
 
-# --- seed 003 ---------------------------------------------------------------------------------
+# --- Distributed Training Profiler ---------------------------------------------------------------------------------
 
 
 def test_report_format_png_writes_the_key_charts(tmp_path: Path) -> None:
@@ -124,7 +124,7 @@ def test_png_charts_keep_every_configurations_panel(
 
 def test_gpu_memory_utilisation_and_tensorboard_tags(tmp_path: Path) -> None:
     """GPU memory utilisation from NVML (recorded H100 answers through the real sampler), "–" on
-    CPU; TensorBoard's own reader finds seed 003's tags with the records' values."""
+    CPU; TensorBoard's own reader finds the Distributed Training Profiler's tags with the records' values."""
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -168,11 +168,11 @@ def test_gpu_memory_utilisation_and_tensorboard_tags(tmp_path: Path) -> None:
     assert "comm/time_per_step_ms" in tags and not {t for t in tags if t.startswith("gpu/")}
 
 
-# --- seed 001 ---------------------------------------------------------------------------------
+# --- distributed_benchmarks ---------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
-def test_the_benchmark_writes_seed_001s_document_of_what_ran(comm_sweep_run: SweepRun) -> None:
+def test_the_benchmark_writes_the_json_document_of_what_ran(comm_sweep_run: SweepRun) -> None:
     sweep = comm_sweep_run
     path = sweep.experiment_dir / gpu_document_file(2)
     document = json.loads(path.read_text(encoding="utf-8"))
@@ -187,7 +187,7 @@ def test_the_benchmark_writes_seed_001s_document_of_what_ran(comm_sweep_run: Swe
     assert document["results"]["training"] == []
 
 
-# --- seed 000 ---------------------------------------------------------------------------------
+# --- TorchScale README ---------------------------------------------------------------------------------
 
 
 def test_quiet_report_and_validate_print_only_results(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """Other tools' files run for real, tiny, on gloo: DDLB's config.json as written (with small
-m/n/k and the backends this machine has, through overrides) and a seed-004-style YAML that
+m/n/k and the backends this machine has, through overrides) and a GPU-Training-Benchmark-Suite-style YAML that
 downloads CIFAR-100 from a local server and measures epochs with strict timing."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_ddlb_config_runs_with_small_sizes_on_gloo(tmp_path: Path) -> None:
     assert "sharded_time_us" in header.split(",")
 
 
-SEED_004_YAML = """\
+GPU_SUITE_YAML = """\
 model:
   name: resnet-tiny
   channels_last: false
@@ -83,13 +83,13 @@ cell_timeout_s: 180
 
 
 @pytest.mark.slow
-def test_seed_004_yaml_downloads_cifar100_and_measures_epochs(
+def test_gpu_suite_yaml_downloads_cifar100_and_measures_epochs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     archive = cifar100_archive(tmp_path / "served")
     data = tmp_path / "data"
     config = tmp_path / "cifar100_resnet.yaml"
-    config.write_text(SEED_004_YAML.format(data=data))
+    config.write_text(GPU_SUITE_YAML.format(data=data))
     with http_server(archive.parent) as base:
         monkeypatch.setattr(dataset_paths, "CIFAR100_URL", f"{base}/{archive.name}")
         monkeypatch.setattr(dataset_paths, "CIFAR100_MD5", md5(archive))
@@ -122,4 +122,6 @@ def test_seed_004_yaml_downloads_cifar100_and_measures_epochs(
     assert summary["status"] == "ok" and summary["epochs"] == 2 and summary["sync_cuda"] is True
     assert summary["samples_per_s"] == pytest.approx(record.samples_per_s)
     assert summary["epoch_samples_per_s"] == pytest.approx([e["samples_per_s"] for e in lines])
-    assert "seed 004's training.epochs is torchscale's epochs" in " ".join(result.output.split())
+    assert "GPU Training Benchmark Suite's training.epochs is torchscale's epochs" in " ".join(
+        result.output.split()
+    )

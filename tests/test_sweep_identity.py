@@ -1,4 +1,4 @@
-"""Sweeps stay apart everywhere (issue 25, item 1): two values of each swept axis (backend, dtype,
+"""Sweeps stay apart everywhere: two values of each swept axis (backend, dtype,
 precision, a DDP knob) are two rows in every table, two lines or bars in every chart, two lines of
 the console summary and two entries of every JSON document.
 

@@ -1,4 +1,4 @@
-"""The per-rank analyses of issue 28, checked against Holistic Trace Analysis 0.5.0's own output
+"""The per-rank trace analyses (critical path, idle time, communication overlap...), checked against Holistic Trace Analysis 0.5.0's own output
 (recorded in tests/data/hta_reference by record_hta.py) on real traces: NCCL training on A100s,
 ROCm on an MI250, MTIA inference; a synthetic trace whose critical path is known exactly; memory
 events of a real capture; nsys exports against SQL."""

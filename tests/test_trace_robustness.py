@@ -1,4 +1,4 @@
-"""Traces that attack their reader (issue 32, items 7 and 8): empty traces, invalid events, any
+"""Traces that attack their reader: empty traces, invalid events, any
 event order, and the memory budget. Everything in-process on small files."""
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def test_event_order_in_the_file_does_not_matter(tmp_path, real_doc):
 
 
 def test_tables_hold_compact_columns(real_doc):
-    """What bounds memory (issue 32): the kept columns, ~40 bytes an event at most."""
+    """What bounds memory: the kept columns, ~40 bytes an event at most."""
     trace = kineto.read_kineto(real_traces_dir() / TRACE)
     held = sum(t.memory_usage(deep=False, index=False).sum() for t in (trace.gpu, trace.cpu))
     assert held / trace.event_count <= 40

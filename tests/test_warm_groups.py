@@ -1,4 +1,4 @@
-"""Warm process groups (issue 16): which cells share a launch, and whether a cell's figures in a
+"""Warm process groups: which cells share a launch, and whether a cell's figures in a
 group are its own. The faults inside a group (OOM contained, crash and hang relaunched) and
 Ctrl-C then ``--resume`` are run in tests/test_benchmark_run.py, whose sweeps are warm groups."""
 

@@ -168,7 +168,7 @@ class ToyKind:
                         tables=[make_table("toy-table", table, columns)])]  # fmt: skip
 
     def document_results(self, records: List[ResultBase]) -> Dict[str, object]:
-        return {}  # the JSON document (seed 001's format) has no place for toy echoes
+        return {}  # the JSON document (distributed_benchmarks' format) has no place for toy echoes
 
     def report_cards(self, records: List[ResultBase]) -> List[Card]:
         from torchscale.report.elements import Card

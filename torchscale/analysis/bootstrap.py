@@ -8,8 +8,8 @@ steps share (drift within a run) and which a bootstrap of single steps would hid
 mean then comes from its blocks' sums, and its p95 from its blocks' histograms (HISTOGRAM_BINS
 log-spaced bins from the sample's median to its slowest step, one more for the steps below: a
 bin is 0.45% wide when the slowest step is 10 times the median). So a million steps cost
-MAX_BLOCKS x HISTOGRAM_BINS counts, not resamples x steps draws (issue 32: 14.9 GiB asked for at
-a million steps, and a crash).
+MAX_BLOCKS x HISTOGRAM_BINS counts, not resamples x steps draws (a draw per
+resample and step asked for 14.9 GiB at a million steps, and crashed).
 """
 
 from __future__ import annotations

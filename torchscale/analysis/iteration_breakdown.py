@@ -2,9 +2,10 @@
 
 * communication vs computation per iteration, per rank and cell, from DDP's own logging data
   (forward and backward compute, backward communication and its overlap with compute);
-* the step-time histogram of each configuration (seed 003's ``latency_histogram``);
+* the step-time histogram of each configuration (the Distributed Training Profiler's
+  ``latency_histogram``);
 * the tensor-parallel GEMM cases side by side: AG_before, AG_after and the compute-only reference
-  (seed 002);
+  (as DDLB shows them);
 * point-to-point bandwidth as a source x destination matrix.
 """
 
@@ -78,8 +79,8 @@ def comm_compute_table(
 
 def cell_comm_compute(record: TrainingResult) -> Tuple[Optional[float], Optional[float]]:
     """A cell's communication time per step (DDP's gradient communication, mean over ranks, ms)
-    and its comm/compute ratio (all ranks' communication over their compute): seed 003's
-    ``communication_time_per_step`` and communication vs computation ratio."""
+    and its comm/compute ratio (all ranks' communication over their compute): the Distributed
+    Training Profiler's ``communication_time_per_step`` and communication vs computation ratio."""
     table = comm_compute_table([record])
     if table.empty:
         return None, None

@@ -22,7 +22,8 @@ EXPECTED_GAIN = 3900.5 / 2207.8
 EXPECTED_GAIN_SOURCE = "ResNet-50, bf16, batch 256 on one H100: 2,208 -> 3,901 img/s"
 
 ADVICE = (
-    "Set channels_last: true (model.channels_last in seed 004's layout) for this model, or let "
+    "Set channels_last: true (model.channels_last in the GPU Training Benchmark Suite's layout) "
+    "for this model, or let "
     "`torchscale tune` try it (its channels_last knob); the math is the same, only the memory "
     "layout of activations and weights changes."
 )

@@ -247,8 +247,8 @@ def run_benchmark(
 
 
 def write_documents(experiment: Path) -> List[Path]:
-    """Seed 001's JSON document of each GPU count (``benchmark_4gpu.json``), built as
-    ``report --format json`` builds the experiment's."""
+    """The JSON document of each GPU count in distributed_benchmarks' format
+    (``benchmark_4gpu.json``), built as ``report --format json`` builds the experiment's."""
     from torchscale.report.document import write_gpu_documents
     from torchscale.report.report_data import load_experiment
 

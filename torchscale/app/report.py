@@ -97,8 +97,8 @@ def _tensorboard(data: ReportData, root: Path) -> Path:
 
 
 def _png_charts(data: ReportData, output: Optional[Path]) -> WrittenReport:
-    """``--format png``: the report's key charts as PNG files in a folder (seed 003's
-    ``latency_histogram.png`` among them)."""
+    """``--format png``: the report's key charts as PNG files in a folder (the Distributed
+    Training Profiler's ``latency_histogram.png`` among them)."""
     from torchscale.report.content import build_content
     from torchscale.report.png_charts import require_matplotlib, write_png_charts
     from torchscale.results.store import check_writable

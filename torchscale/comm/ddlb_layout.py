@@ -1,4 +1,4 @@
-"""DDLB's ``config.json`` (seed 002), read as a ``communication:`` section with a ``tp_gemm:``.
+"""DDLB's ``config.json``, read as a ``communication:`` section with a ``tp_gemm:``.
 
 DDLB benchmarks one primitive per file, ``tp_columnwise`` (torchscale's TP GEMM, see
 ``torchscale.comm.tp_gemm``), over the implementations it lists, every option a value or a list

@@ -153,7 +153,8 @@ class CommunicationKind:
         return [card] if card is not None else []
 
     def document_results(self, records: List[ResultBase]) -> Dict[str, object]:
-        """Seed 001's ``results.communication`` (per collective, per size) and ``tp_gemm``."""
+        """distributed_benchmarks' ``results.communication`` (per collective, per size) and
+        ``tp_gemm``."""
         from torchscale.comm.report_document import communication_entries, tp_gemm_entries
         from torchscale.comm.result_tables import collective_table, tp_gemm_table
 

@@ -1,6 +1,7 @@
-"""The communication kind's part of seed 001's JSON document (``report.document``):
-``results.communication`` keyed as the seed keys it, ``results.tp_gemm``, and what its cells ran
-(``config.iterations``). Reached only through the kind (``ReportedKind``)."""
+"""The communication kind's part of the JSON document in distributed_benchmarks' format
+(``report.document``): ``results.communication`` keyed as distributed_benchmarks keys it,
+``results.tp_gemm``, and what its cells ran (``config.iterations``). Reached only through the kind
+(``ReportedKind``)."""
 
 from __future__ import annotations
 

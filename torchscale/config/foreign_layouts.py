@@ -1,10 +1,11 @@
 """Other tools' config files, read as torchscale configs: their keys are aliases of ours.
 
-A user coming from another benchmark keeps their file and their habits: seed 004's nested
-``training:`` / ``data:`` / ``model:`` / ``benchmark:`` layout and its ``--training.precision=bf16``
-overrides, DDLB's ``config.json`` (``torchscale.comm.ddlb_layout``, the communication kind's own
-layout), seed 001's ``--warmup 20 --iters 200``. A :class:`ForeignLayout` names each of their keys
-by its torchscale name (:class:`Alias`); the loader moves every alias found to its torchscale key
+A user coming from another benchmark keeps their file and their habits: the GPU Training Benchmark
+Suite's nested ``training:`` / ``data:`` / ``model:`` / ``benchmark:`` layout and its
+``--training.precision=bf16`` overrides, DDLB's ``config.json`` (``torchscale.comm.ddlb_layout``,
+the communication kind's own layout), distributed_benchmarks.py's ``--warmup 20 --iters 200``
+(docs/seeds.md names each tool). A :class:`ForeignLayout` names each of their keys by its
+torchscale name (:class:`Alias`); the loader moves every alias found to its torchscale key
 before validation and says each move in one line, so the user learns the torchscale names.
 
 A key given both ways in one file is an error; an override (``--set`` or ``--key=value``) in
@@ -40,7 +41,7 @@ class ForeignLayout:
     """Another tool's layout of a config file."""
 
     name: str
-    """Who writes it, for the notes: ``seed 004``, ``DDLB``."""
+    """Who writes it, for the notes: ``GPU Training Benchmark Suite``, ``DDLB``."""
     aliases: Tuple[Alias, ...]
     """Keys moved one to one (and the override spellings that work)."""
     roots: Tuple[str, ...] = ()
@@ -157,8 +158,8 @@ def adopt_layouts(raw: Raw, layouts: Sequence[ForeignLayout]) -> List[str]:
     return notes
 
 
-SEED_004 = ForeignLayout(
-    "seed 004",
+GPU_SUITE_LAYOUT = ForeignLayout(
+    "GPU Training Benchmark Suite",
     (
         Alias("training.precision", "precision"),
         Alias("training.epochs", "epochs"),
@@ -190,7 +191,7 @@ SEED_004 = ForeignLayout(
 
 @dataclass(frozen=True)
 class SeedFlags:
-    """Seed 001's ``--warmup N --iters N`` (distributed_benchmarks.py): one number for every
+    """distributed_benchmarks.py's ``--warmup N --iters N``: one number for every
     kind of cell."""
 
     warmup: Optional[int] = None
@@ -207,7 +208,7 @@ class SeedFlags:
             if comm is not None:
                 comm["warmup"] = self.warmup
                 keys += " and communication.warmup"
-            notes.append(f"--warmup {self.warmup} is {keys} (seed 001's flag)")
+            notes.append(f"--warmup {self.warmup} is {keys} (distributed_benchmarks' flag)")
         if self.iters is not None:
             raw["measure_steps"] = self.iters
             keys = "measure_steps"
@@ -216,5 +217,5 @@ class SeedFlags:
             if comm is not None:
                 comm["iterations"] = self.iters
                 keys += " and communication.iterations"
-            notes.append(f"--iters {self.iters} is {keys} (seed 001's flag)")
+            notes.append(f"--iters {self.iters} is {keys} (distributed_benchmarks' flag)")
         return notes

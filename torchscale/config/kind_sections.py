@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple, Type
 
 from pydantic import BaseModel, Field, create_model
 
-from torchscale.config.foreign_layouts import SEED_004, ForeignLayout
+from torchscale.config.foreign_layouts import GPU_SUITE_LAYOUT, ForeignLayout
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import TorchscaleError
 from torchscale.kinds.kind_registry import registered_kinds
@@ -57,8 +57,11 @@ def kind_sections() -> Tuple[ConfigSection, ...]:
 
 def foreign_layouts() -> Tuple[ForeignLayout, ...]:
     """Every other tool's layout the loader reads: the kinds' own first (they claim their files
-    by content), then seed 004's, which spells the top-level knobs."""
-    return (*(layout for section in kind_sections() for layout in section.layouts), SEED_004)
+    by content), then the GPU Training Benchmark Suite's, which spells the top-level knobs."""
+    return (
+        *(layout for section in kind_sections() for layout in section.layouts),
+        GPU_SUITE_LAYOUT,
+    )
 
 
 def config_model() -> Type[BenchmarkConfig]:

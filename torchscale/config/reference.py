@@ -142,18 +142,19 @@ def _nested_rows(model: Type[BaseModel], prefix: str) -> List[str]:
 
 LAYOUTS_INTRO = """\
 Other tools' config files work as written: their keys are read as the torchscale keys below, and
-each one found is said in one line when the config loads (`seed 004's training.precision is
-torchscale's precision`). Overrides work in either spelling (`--training.precision=bf16`,
-`--set benchmark.num_iterations=5`) and replace the file's value in the other. A key given both
-ways in one file is an error. DDLB's JSON config is recognised by its `benchmark` block with a
-`primitive`; its lists expand to every combination, as DDLB runs them."""
+each one found is said in one line when the config loads (`GPU Training Benchmark Suite's
+training.precision is torchscale's precision`; [seeds.md](seeds.md) names each tool). Overrides
+work in either spelling (`--training.precision=bf16`, `--set benchmark.num_iterations=5`) and
+replace the file's value in the other. A key given both ways in one file is an error. DDLB's
+JSON config is recognised by its `benchmark` block with a `primitive`; its lists expand to every
+combination, as DDLB runs them."""
 
 FLAG_ROWS = (
     "| `--warmup N` | `warmup_steps`, and `communication.warmup` when the config has that "
-    "section | seed 001 | a `benchmark` option |",
+    "section | distributed_benchmarks | a `benchmark` option |",
     "| `--iters N` | `measure_steps` (replacing `measure_seconds`), and "
-    "`communication.iterations` when the config has that section | seed 001 | a `benchmark` "
-    "option |",
+    "`communication.iterations` when the config has that section | distributed_benchmarks | "
+    "a `benchmark` option |",
 )
 
 

@@ -100,7 +100,9 @@ class DataSettings(StrictModel):
     @model_validator(mode="after")
     def _path_needed(self) -> DataSettings:
         if self.source == "cifar100" and not self.path:
-            self.path = DEFAULT_DATA_PATH  # seed 004: CIFAR-100 goes to data/ by default
+            self.path = (
+                DEFAULT_DATA_PATH  # as the GPU Training Benchmark Suite: CIFAR-100 goes to data/
+            )
         if self.source != "synthetic" and not self.path:
             raise ValueError(f"data.source '{self.source}' needs data.path")
         return self

@@ -5,7 +5,7 @@ MLflow experiment named like the torchscale experiment. A child run has the cell
 parameters, its figures as metrics (``step_time_ms`` as a history over the measured steps),
 its status (FAILED for failed/oom/timeout cells, KILLED for skipped ones, the reason in the
 ``torchscale.error`` tag) and its ``result.json``/``cell.json`` as artifacts. The parent run gets
-the swept knobs as parameters and, at the end, ``summary.csv``, ``manifest.json`` and seed 001's
+the swept knobs as parameters and, at the end, ``summary.csv``, ``manifest.json`` and the
 JSON document (``report.json``) as artifacts.
 
 URI: a local folder or its ``file:///path`` form (MLflow's file store, which MLflow 3 keeps in
@@ -206,7 +206,7 @@ class MlflowSink:
         self.client.set_terminated(self.parent_id, "KILLED")
 
     def _log_document(self) -> None:
-        """Seed 001's JSON document of the experiment, as ``report.json``."""
+        """The experiment's JSON document (distributed_benchmarks' format), as ``report.json``."""
         import tempfile
 
         from torchscale.report.document import build_document

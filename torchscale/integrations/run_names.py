@@ -67,8 +67,8 @@ def cell_figures(record: TrainingResult, row: Optional[Dict[str, Any]]) -> Dict[
         "memory/peak_bytes": record.memory.peak_bytes if record.memory else None,
         "tflops_per_gpu": record.tflops_per_gpu,
         "mfu": record.mfu,
-        # Seed 003's metrics: communication per step and against compute (DDP's logging), GPU
-        # and GPU memory utilisation (NVML; absent on CPU processes).
+        # The Distributed Training Profiler's metrics: communication per step and against compute
+        # (DDP's logging), GPU and GPU memory utilisation (NVML; absent on CPU processes).
         "comm/time_per_step_ms": row.get("comm_ms_per_step"),
         "comm/compute_ratio": row.get("comm_compute_ratio"),
         "gpu/util_pct": row.get("gpu_util_pct"),

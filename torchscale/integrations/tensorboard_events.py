@@ -9,9 +9,9 @@ so TensorBoard's own run comparison lines cells up. Per cell:
 - the cell's single figures at step 0 (``integrations.sinks.cell_figures``, the same names as
   the MLflow metrics): ``throughput`` (unit/s, all ranks), ``samples_per_s``,
   ``step_time_ms_mean``/``p50``/``p95``/``p99``, ``sync_overhead_pct``, ``scaling_efficiency``,
-  ``memory/peak_bytes``, ``tflops_per_gpu``, ``mfu``, and seed 003's ``comm/time_per_step_ms``
-  (DDP's gradient communication per step), ``comm/compute_ratio``, ``gpu/util_pct`` and
-  ``gpu/memory_util_pct`` (NVML: GPU cells only).
+  ``memory/peak_bytes``, ``tflops_per_gpu``, ``mfu``, and the Distributed Training Profiler's
+  ``comm/time_per_step_ms`` (DDP's gradient communication per step), ``comm/compute_ratio``,
+  ``gpu/util_pct`` and ``gpu/memory_util_pct`` (NVML: GPU cells only).
 
 And one ``.../scaling`` run per configuration: ``scaling/throughput`` and
 ``scaling/efficiency`` with the GPU count as the step, so the scaling curve is a TensorBoard plot.

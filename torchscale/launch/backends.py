@@ -2,7 +2,7 @@
 this node, and this launcher) can run it at all.
 
 A backend the installed torch lacks makes the cell ``skipped`` with the reason, decided here before
-any launch (seed 002: "remove backends that are not supported"; torchscale does it for the user).
+any launch (DDLB: "remove backends that are not supported"; torchscale does it for the user).
 
 ``ucc/tl/<tl>`` (DDLB's names: ``ucc/tl/nccl``, ``ucc/tl/cuda``, ``ucc/tl/ucp``) is the UCC
 backend with its transport layer chosen: each rank of the cell sets ``UCC_CL_BASIC_TLS=<tl>`` (the

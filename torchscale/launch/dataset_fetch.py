@@ -1,5 +1,5 @@
-"""Fetch the datasets a run needs before its first launch: CIFAR-100 (seed 004: "auto-downloaded
-to data/ by default").
+"""Fetch the datasets a run needs before its first launch: CIFAR-100 (the GPU Training Benchmark
+Suite: "auto-downloaded to data/ by default").
 
 A missing CIFAR-100 is downloaded from its published URL into ``data.path``, its MD5 checked
 against the published one (torchvision's), and its archive extracted into place:

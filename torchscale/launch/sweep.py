@@ -391,7 +391,9 @@ def _sweep(
             store.release_reserve()
         progress["lost"] = cell.cell_id
         new = _append(store, new)
-        write_cell_files(store, new)  # run_summary.json, metrics_epoch.jsonl (seed 004)
+        write_cell_files(
+            store, new
+        )  # run_summary.json, metrics_epoch.jsonl (GPU Training Benchmark Suite)
         records.extend(new)
         progress["lost"] = None
         progress["recorded"] += 1

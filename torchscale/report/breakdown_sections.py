@@ -1,6 +1,6 @@
 """Report sections: communication vs computation per iteration and the step-time histogram
-(seed 003). The communication kind's TP GEMM cases and P2P heatmaps are its own
-(``torchscale.comm.report_sections``)."""
+(the Distributed Training Profiler's). The communication kind's TP GEMM cases and P2P heatmaps
+are its own (``torchscale.comm.report_sections``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Seed 001's JSON document: one per experiment (``torchscale report --format json``) and one per
-GPU count, ``benchmark_<N>gpu.json``, that the benchmark writes beside its results: one builder,
-two callers.
+"""The JSON document, in distributed_benchmarks' format: one per experiment (``torchscale report
+--format json``) and one per GPU count, ``benchmark_<N>gpu.json``, that the benchmark writes
+beside its results: one builder, two callers.
 
 ``{name, world_size, timestamp, backend, config, results: {communication, tp_gemm, training,
 memory}, profiles}``.
@@ -219,7 +219,7 @@ class ProfileEntry(_Strict):
 
 
 class BenchmarkDocument(_Strict):
-    """One experiment, in seed 001's output format."""
+    """One experiment, in distributed_benchmarks' output format."""
 
     name: str = Field(
         description="The experiment's name, or benchmark_<N>gpu for the benchmark's document of "

@@ -1,6 +1,6 @@
 """The report's key charts as PNG files (``torchscale report --format png``), drawn with
-Matplotlib from the same chart specs as the HTML (Plotly) and PDF (SVG) reports: seed 003's
-``latency_histogram.png`` and its siblings.
+Matplotlib from the same chart specs as the HTML (Plotly) and PDF (SVG) reports: the Distributed
+Training Profiler's ``latency_histogram.png`` and its siblings.
 
 One file per kind of chart (``results.layout.PNG_CHARTS``), one panel per chart of that kind (per
 model, configuration or op), so a sweep's configurations stay side by side; past

@@ -1,7 +1,7 @@
-"""A training cell's own summary files, for tools that read one folder per run (seed 004's
-``results/<exp>/<run>/run_summary.json`` and ``metrics_epoch.jsonl``), written into the cell's
-folder from its record once the record is safe in ``results.jsonl`` (the source of truth; these
-are views of it, rewritten whole and atomically).
+"""A training cell's own summary files, for tools that read one folder per run (the GPU Training
+Benchmark Suite's ``results/<exp>/<run>/run_summary.json`` and ``metrics_epoch.jsonl``), written
+into the cell's folder from its record once the record is safe in ``results.jsonl`` (the source
+of truth; these are views of it, rewritten whole and atomically).
 
 - ``run_summary.json``: what ran (model, ranks, batch, precision, backend, settings, timing
   mode), how it went (status, error) and the headline figures (throughput, step time, MFU, peak

@@ -55,9 +55,11 @@ PNG_CHARTS: Dict[str, str] = {
     "bandwidth": "bandwidth.png",
     "tp-gemm": "tp_gemm.png",
 }
-"""Each key chart kind (the start of its chart id) -> its PNG file (seed 003's names)."""
+"""Each key chart kind (the start of its chart id) -> its PNG file (the Distributed Training
+Profiler's names)."""
 GPU_DOCUMENT = "benchmark_{gpus}gpu.json"
-"""Seed 001's document of one GPU count, written by the benchmark (``report.document``)."""
+"""The JSON document of one GPU count (distributed_benchmarks' format), written by the benchmark
+(``report.document``)."""
 
 # --- a cell's folder (cells/<cell_id>/) --------------------------------------------------------
 CELL_FILE = "cell.json"
@@ -69,8 +71,12 @@ EXITS_FILE = "exits.{host}.jsonl"
 """How each worker of a launch ended, by the agent on each host (``launch/torchrun_agent.py``):
 in the cell's folder, or a warm group's."""
 EXITS_GLOB = "exits.*.jsonl"
-RUN_SUMMARY = "run_summary.json"  # a training cell's summary, as seed 004 names it
-METRICS_EPOCH = "metrics_epoch.jsonl"  # with epochs: one line per measured pass (seed 004)
+RUN_SUMMARY = (
+    "run_summary.json"  # a training cell's summary, as the GPU Training Benchmark Suite names it
+)
+METRICS_EPOCH = (
+    "metrics_epoch.jsonl"  # with epochs: one line per measured pass (GPU Training Benchmark Suite)
+)
 # torchscale tune (torchscale.tune): <experiment>/tune/ holds the trials like any experiment, and:
 TUNE_DIR = "tune"
 TUNE_SUMMARY = "tune.json"  # what the console, --json and the report's Tuning section read
@@ -252,7 +258,7 @@ def cell_output_dir(cell_folder: Path) -> Path:
 
 
 def gpu_document_file(gpus: int) -> str:
-    """``benchmark_4gpu.json``: seed 001's name for the document of one GPU count."""
+    """``benchmark_4gpu.json``: distributed_benchmarks' name for the document of one GPU count."""
     return GPU_DOCUMENT.format(gpus=int(gpus))
 
 
@@ -262,8 +268,9 @@ def charts_dir(name: str) -> str:
 
 
 def png_chart_file(kind: str, part: int = 1) -> str:
-    """A chart kind's PNG file: seed 003's name for the first, ``latency_histogram_2.png`` and so
-    on for the panels past the first file's (``report.png_charts``)."""
+    """A chart kind's PNG file: the Distributed Training Profiler's name for the first,
+    ``latency_histogram_2.png`` and so on for the panels past the first file's
+    (``report.png_charts``)."""
     name = PNG_CHARTS[kind]
     if part == 1:
         return name

@@ -6,7 +6,7 @@ when it is not empty (everything before ``running_end[i-1]`` from ``start[i]`` o
 already: the interval reaching it started no later). Those segments are disjoint, sorted, and
 their union is the union of the intervals; :func:`coverage_segments` yields them a chunk at a
 time, so a union's length or its share of many windows costs memory of one chunk, not of the
-trace (issue 32: analysis memory grows with the tables it produces, not with the events).
+trace (analysis memory grows with the tables it produces, not with the events).
 """
 
 from __future__ import annotations

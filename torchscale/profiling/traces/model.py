@@ -22,8 +22,8 @@ launcher    category  ... that call's name (cudaLaunchKernel, hipLaunchKernel, .
 =========== ========= ============================================================================
 
 Integer columns take the smallest type that holds their values (a stream id needs one byte, a
-correlation id four): memory is what bounds the largest trace that can be analysed (issue 32:
-about 40 bytes an event kept, nothing per event dropped). CUDA API calls (``cuda_runtime`` /
+correlation id four): memory is what bounds the largest trace that can be analysed (about
+40 bytes an event kept, nothing per event dropped). CUDA API calls (``cuda_runtime`` /
 ``cuda_driver``) are as many as the kernels: they are kept apart, in ``RankTrace.api`` (start,
 duration, name), to count them.
 
