@@ -16,8 +16,19 @@ from typing import Any, Dict, List, Optional, Sequence
 from torchscale.history.changes import MAX_PVALUE, WINDOW, change_points
 from torchscale.history.database import HistoryStore, SeriesEntry
 
-HIGHER_IS_BETTER = {"throughput": True, "busbw": True, "p95": False}
-"""Which way each metric improves."""
+HIGHER_IS_BETTER = {"throughput": True, "busbw": True, "p95": False, "sync_stall": False}
+"""Which way each benchmark and profile metric improves (a validate probe's way is its own,
+``hardware.expected_figures.PROBES``)."""
+
+
+def higher_is_better(metric: str) -> bool:
+    from torchscale.hardware.expected_figures import PROBES
+
+    if metric in PROBES:
+        return PROBES[metric].higher_is_better
+    return HIGHER_IS_BETTER.get(metric, True)
+
+
 SOFTWARE_LABELS = {
     "torch": "torch",
     "cuda": "CUDA",
@@ -113,7 +124,7 @@ def find_changes(
         series_found = []
         for split in splits:
             first = rows[split.at]
-            better_up = HIGHER_IS_BETTER.get(metric, True)
+            better_up = higher_is_better(metric)
             worse = split.after < split.before if better_up else split.after > split.before
             run = runs.get(first.run_id, {})
             series_found.append(
