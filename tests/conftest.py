@@ -96,14 +96,16 @@ def use_case_profile(healthy_run: Run, tmp_path_factory: pytest.TempPathFactory)
 
     folder = tmp_path_factory.mktemp("use-case") / "scaling_results"
     shutil.copytree(healthy_run.experiment_dir, folder / healthy_run.experiment_dir.name)
+    history = folder.parent / "history.db"
     args = ["profile", "--gpus", "2", "--duration", "1s", "--target", "sync_stalls"]
+    args += ["--history", str(history)]
     with restored_environ("TORCHSCALE_CPU_SLOTS", "PYTHONPATH"):
         os.environ["TORCHSCALE_CPU_SLOTS"] = "2"
         os.environ["PYTHONPATH"] = repo_pythonpath()
         result = CliRunner().invoke(app, [*args, "--output-dir", str(folder), "-v", "--json"])
     if result.exit_code != 0:
         raise RuntimeError(f"use-case profile failed ({result.exit_code}):\n{result.output}")
-    return ProfileRun(result, folder)
+    return ProfileRun(result, folder, history)
 
 
 @pytest.fixture(scope="session")

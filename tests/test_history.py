@@ -332,3 +332,98 @@ def test_the_change_points_agree_with_apache_otava() -> None:
     assert all(
         len(ours[n]) == len(theirs[n]) == 1 and abs(ours[n][0] - theirs[n][0]) <= 1 for n in planted
     )
+
+
+# --- validate's figures: a series per node and device, a probe a metric ----------------------
+
+NODE_B_SLOWS_AT = 8
+
+
+def validate_nights(root: Path, nights: int = 12, seed: int = 3) -> List[Path]:
+    """``nights`` output folders, each with what ``validate --level 2`` keeps on two nodes
+    (``validate/host-<host>.json``, written by validate's own ``save_record`` from its own
+    figures); the last night's fleet check also wrote ``fleet.json`` holding both reports.
+    From night 8 node-b copies memory 20% slower and launches kernels 30% slower."""
+    from torchscale.results.layout import FLEET_REPORT, VALIDATE_DIR
+    from torchscale.results.store import atomic_write_json
+    from torchscale.validate.levels import save_record
+    from torchscale.validate.probe_timing import Figure
+
+    rng = np.random.default_rng(seed)
+    base = {"gemm_fp32": 60.0, "memory_copy": 9.0, "launch_latency": 4.0}
+    folders = []
+    for night in range(1, nights + 1):
+        folder = root / f"night-{night:02d}"
+        reports = []
+        for offset, host in enumerate(("node-a", "node-b")):
+            slow = host == "node-b" and night >= NODE_B_SLOWS_AT
+            scale = {"memory_copy": 0.8, "launch_latency": 1.3} if slow else {}
+            figures = []
+            for probe, value in base.items():
+                samples = tuple(
+                    value * scale.get(probe, 1.0) * math.exp(0.01 * rng.standard_normal())
+                    for _ in range(3)
+                )
+                figures.append(Figure(probe, "CPU 0", float(np.mean(samples)), "cpu", samples))
+            when = NIGHT_ONE + timedelta(days=night, minutes=5 * offset)
+            report = {"host": host, "time": when.isoformat(timespec="seconds"), "level": 2,
+                      "torchscale": "0.1.0", "probes": [f.to_dict() for f in figures]}  # fmt: skip
+            save_record(report, folder)
+            reports.append(report)
+        if night == nights:
+            atomic_write_json(folder / VALIDATE_DIR / FLEET_REPORT, {"reports": reports})
+        folders.append(folder)
+    return folders
+
+
+def test_validate_figures_are_series_per_node_and_a_probe_is_a_metric(
+    location: str, tmp_path: Path
+) -> None:
+    folders = validate_nights(tmp_path / "out")
+    runner = CliRunner()
+    args = ["history", "ingest", *map(str, folders), "--history", location, "--json"]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    # 12 nights x 2 nodes; the fleet report's copies of the last night's records are no more
+    assert len(json.loads(first.stdout)["added"]) == 24
+    again = json.loads(runner.invoke(app, args).stdout)
+    assert (len(again["added"]), len(again["already"])) == (0, 24)
+    store = HistoryStore(location)
+    validate = [s for s in store.all_series() if s.kind == "validate"]
+    assert sorted(s.name for s in validate) == ["node-a CPU 0", "node-b CPU 0"]
+    assert store.metrics("validate") == ["gemm_fp32", "launch_latency", "memory_copy"]
+    store.close()
+
+    def changes(metric: str) -> List[Dict[str, object]]:
+        result = runner.invoke(
+            app, ["history", "changes", "--history", location, "--metric", metric, "--json",
+                  "--max-pvalue", "0.001"]
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        found: List[Dict[str, object]] = json.loads(result.stdout)["changes"]
+        return found
+
+    # node-b's memory copy slowed (higher is better) and its launch latency grew (lower is
+    # better): each one regression at night 8, on node-b only; its GEMM did not change
+    for metric, magnitude in (("memory_copy", -0.2), ("launch_latency", 0.3)):
+        (change,) = changes(metric)
+        assert change["name"] == "node-b CPU 0" and change["position"] == NODE_B_SLOWS_AT
+        assert change["regression"] is True and change["open"] is True
+        assert change["magnitude"] == pytest.approx(magnitude, abs=0.03)
+    assert changes("gemm_fp32") == []
+    wrong = runner.invoke(app, ["history", "changes", "--history", location, "--metric", "gemm"])
+    assert wrong.exit_code == 2
+    assert "'gemm' is not one of" in wrong.output and "memory_copy" in wrong.output
+
+
+def test_a_damaged_validate_record_is_refused_and_nothing_written(tmp_path: Path) -> None:
+    from torchscale.results.layout import VALIDATE_DIR
+
+    location = str(tmp_path / "history.db")
+    (folder,) = validate_nights(tmp_path / "out", nights=1)
+    (folder / VALIDATE_DIR / "host-node-c.json").write_text('{"host": "node-c", "probes": [')
+    result = CliRunner().invoke(app, ["history", "ingest", str(folder), "--history", location])
+    assert result.exit_code == 2
+    assert "host-node-c.json" in result.output and "is not a torchscale" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not Path(location).exists()  # everything read and checked before the store opens

@@ -41,12 +41,20 @@ def test_a_prediction_from_one_rank_shows_its_error_at_two(
     assert mine["rolling_error"] == pytest.approx(abs(mine["error"]))
     shown = runner.invoke(app, ["history", "predictions", "--history", history])
     assert f"error {100 * mine['error']:+.1f}%" in shown.output
-    # the report's projection section quotes how far past predictions were off
-    page = tmp_path / "report.html"
-    reported = runner.invoke(
-        app, ["report", "-s", str(source), "-o", str(page)], env={"TORCHSCALE_HISTORY": history}
-    )
-    assert reported.exit_code == 0, reported.output
+    # the report's projection section quotes how far past predictions were off: the history
+    # given by --history, as by TORCHSCALE_HISTORY
     errors = [abs(c["error"]) for c in checked if c["error"] is not None]
     quoted = f"were off by {100 * sum(errors) / len(errors):.1f}% on average"
-    assert quoted in page.read_text(encoding="utf-8")
+    page = tmp_path / "report.html"
+    plain = runner.invoke(app, ["report", "-s", str(source), "-o", str(page)])
+    assert plain.exit_code == 0, plain.output
+    assert quoted not in page.read_text(encoding="utf-8")
+    for extra, env in (
+        (["--history", history], {}),
+        ([], {"TORCHSCALE_HISTORY": history}),
+    ):
+        reported = runner.invoke(
+            app, ["report", "-s", str(source), "-o", str(page), *extra], env=env
+        )
+        assert reported.exit_code == 0, reported.output
+        assert quoted in page.read_text(encoding="utf-8")

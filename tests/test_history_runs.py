@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.shared_runs import ProfileRun
 from tests.support.sleepy_model import BASE_MS, EXTRA_ENV
 from torchscale.cli.app import app
 from torchscale.history.database import HistoryStore
@@ -75,3 +76,21 @@ def test_six_real_runs_name_the_fourth_as_the_change(
     again = runner.invoke(app, ["history", "ingest", str(tmp_path / "night6"), "--json"])
     assert json.loads(again.stdout)["already"] == [str(tmp_path / "night6" / "nightly")]
     assert len(json.loads(runner.invoke(app, ["history", "show", "--json"]).stdout)["runs"]) == 6
+
+
+def test_profile_records_its_run_with_the_sync_stall_time(use_case_profile: ProfileRun) -> None:
+    """The shared profile run (``profile --history``): its run is in the history, kind
+    ``profile``, with the traced cell's sync stall time as findings.json gives it."""
+    from torchscale.results.layout import FINDINGS_FILE
+
+    assert "Recorded in the history" in use_case_profile.result.stderr
+    (profiled,) = [p for p in use_case_profile.folder.iterdir() if p.name.startswith("profile-")]
+    (findings,) = profiled.rglob(FINDINGS_FILE)
+    stall = json.loads(findings.read_text(encoding="utf-8"))["sync_stall_pct"]
+    store = HistoryStore(str(use_case_profile.history))
+    (run,) = store.runs()
+    assert run["kind"] == "profile" and run["experiment"].startswith("profile-gpt2-tiny-g2-")
+    (point,) = store.points("sync_stall")
+    assert point.value == pytest.approx(stall)
+    assert [p.metric for p in store.points("throughput")] == ["throughput"]
+    store.close()

@@ -33,10 +33,11 @@ HANG_TIMEOUT_S = 10  # must exceed torchrun's own start-up (~4 s here) so the wo
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory: pytest.TempPathFactory):
     """One real `torchscale validate --level 2 --json` here, real 2-process gloo smoke test
-    included (its all-gather too), probes kept short."""
+    included (its all-gather too), probes kept short, recorded in a history beside ``out``."""
     out = tmp_path_factory.mktemp("validate") / "results"
     short = ["--set", "validation.window_s=0.05", "--set", "validation.max_cpu_devices=1"]
     args = ["validate", "--json", "--level", "2", "--output-dir", str(out), *short]
+    args += ["--history", str(out.parent / "history.db")]
     result = CliRunner().invoke(app, args)
     return result, json.loads(result.stdout), out
 
@@ -134,6 +135,32 @@ def test_the_table_on_stderr(real_run):
     others = load["details"]["other_processes_cores"]
     assert load["status"] == ("WARN" if others > 0.25 * load["details"]["cores"] else "PASS")
     assert "{" not in result.stderr.splitlines()[0]  # the JSON went to stdout only
+
+
+@pytest.mark.slow
+@pytest.mark.cpu_only_node
+def test_level_2_records_its_figures_in_the_history(real_run):
+    """``--history``: the run is in the history at its end, a point per device and probe with
+    the record's own figure, in a series of this host's device."""
+    from torchscale.history.database import HistoryStore
+
+    result, report, out = real_run
+    assert "Recorded in the history" in result.stderr
+    store = HistoryStore(str(out.parent / "history.db"))
+    (run,) = store.runs()
+    assert (run["kind"], run["started_at"]) == ("validate", report["time"])
+    assert run["attributes"]["hosts"] == [report["host"]]
+    names = {s_id: key for s_id, key in store.series_ids().items()}
+    series = {s.key: s for s in store.all_series()}
+    measured = {(f["probe"], f["device"]): f["value"] for f in report["probes"]}
+    assert measured
+    stored = {
+        (point.metric, series[names[point.series_id]].name): point.value
+        for metric in {probe for probe, _ in measured}
+        for point in store.points(metric)
+    }
+    assert stored == {(p, f"{report['host']} {d}"): v for (p, d), v in measured.items()}
+    store.close()
 
 
 @pytest.mark.slow

@@ -43,6 +43,7 @@ class ProfileRun:
 
     result: Any  # the CliRunner result of ``profile ... -v --json``
     folder: Path  # the benchmark's experiment copied in, and the profile run beside it
+    history: Path  # the SQLite history it recorded itself in (--history)
 
 
 def launch_healthy_run(root: Path) -> Run:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from torchscale.app import Notify
 from torchscale.errors import TorchscaleError
@@ -47,20 +47,26 @@ class IngestOutcome:
 
 
 def ingest(location: str, folders: Sequence[Path]) -> IngestOutcome:
-    """Add ``folders`` (experiment folders, or folders of them) to the history. Every folder is
-    read and checked before anything is written; each run lands in its own transaction."""
-    from torchscale.history.ingest import read_run
+    """Add ``folders`` (experiment folders, folders of them, validate's records folder or the
+    output folder that holds it) to the history. Every folder is read and checked before
+    anything is written; each run lands in its own transaction."""
+    from torchscale.history.database import RunEntry
+    from torchscale.history.ingest import read_run, read_validate, validate_folder
     from torchscale.results.store import find_experiments
 
-    experiments: List[Path] = []
+    entries: List[Tuple[Path, RunEntry]] = []
     for folder in folders:
+        records = None if folder.is_symlink() else validate_folder(folder)
         found = [folder] if folder.is_symlink() else find_experiments(folder)
-        experiments += found or [folder]
-    entries = [read_run(folder) for folder in experiments]
+        if not found and records is None:
+            found = [folder]  # refused by read_run with the reason
+        entries += [(experiment, read_run(experiment)) for experiment in found]
+        if records is not None:
+            entries += [(Path(run.source), run) for run in read_validate(records)]
     store = open_store(location)
     outcome = IngestOutcome(store.shown)
     try:
-        for folder, entry in zip(experiments, entries):
+        for folder, entry in entries:
             (outcome.added if store.add_run(entry) else outcome.already).append(folder)
     finally:
         store.close()
@@ -234,10 +240,13 @@ def predictions(location: str) -> List[Dict[str, Any]]:
         store.close()
 
 
-def past_prediction_error(experiments: Sequence[str]) -> Optional[str]:
+def past_prediction_error(
+    experiments: Sequence[str], option: Optional[str] = None
+) -> Optional[str]:
     """The line the report's projection section quotes: how far the checked past predictions
-    of ``experiments`` were off (from the history in TORCHSCALE_HISTORY), or None."""
-    location = history_location(None)
+    of ``experiments`` were off (from the history given by ``option``, else TORCHSCALE_HISTORY),
+    or None."""
+    location = history_location(option)
     if location is None:
         return None
     from torchscale.history.database import database_url

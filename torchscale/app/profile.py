@@ -73,6 +73,7 @@ class CaptureRequest:
     overrides: Sequence[Override] = ()
     knobs: Mapping[str, Any] = field(default_factory=dict)  # other settings, with ``model``
     script: Optional[ScriptOptions] = None  # --script: the user's training script
+    history: Optional[str] = None  # --history; else TORCHSCALE_HISTORY, else the config's
 
 
 @dataclass(frozen=True)
@@ -362,4 +363,9 @@ def capture_profile(
         notify(f"> [INFO] {line}")
     check_writable(output_dir)
     notify(f"> Results go to {experiment_dir(output_dir, config.experiment_name)}")
-    return [captured_cell(r, s) for r, s in run_capture(request, output_dir, events, config)]
+    cells = [captured_cell(r, s) for r, s in run_capture(request, output_dir, events, config)]
+    from torchscale.app.history import history_location, record_run
+
+    location = history_location(request.history, config.history)
+    record_run(location, experiment_dir(output_dir, config.experiment_name), notify)
+    return cells

@@ -34,6 +34,7 @@ class ReportRequest:
     baseline: Optional[Path] = None
     threshold_pct: float = 5.0
     noise_floor_pct: Optional[float] = None  # with a baseline: as ``compare --noise-floor``
+    history: Optional[str] = None  # --history (else TORCHSCALE_HISTORY): past predictions' error
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,8 @@ def write_report(request: ReportRequest) -> WrittenReport:
     data = load_report_data(request.source)
     from torchscale.app.history import past_prediction_error
 
-    data.past_prediction_error = past_prediction_error([e.name for e in data.experiments])
+    names = [e.name for e in data.experiments]
+    data.past_prediction_error = past_prediction_error(names, request.history)
     if fmt == "tensorboard":
         return WrittenReport(_tensorboard(data, request.output or data.source / TENSORBOARD_DIR))
     if fmt == "png":

@@ -30,6 +30,15 @@ HistoryOption = Annotated[
         show_default=False,
     ),
 ]
+RecordHistoryOption = Annotated[
+    Optional[str],
+    typer.Option(
+        "--history",
+        help="Record the run in this history at its end: a file path or sqlite:///PATH, or "
+        "postgresql://... Default: the TORCHSCALE_HISTORY environment variable.",
+        show_default=False,
+    ),
+]
 SinceOption = Annotated[
     Optional[str],
     typer.Option(
@@ -105,7 +114,9 @@ def changes_command(
     metric: Annotated[
         str,
         typer.Option(
-            "--metric", help="The figure whose series are searched: throughput, p95 or busbw."
+            "--metric",
+            help="The figure whose series are searched: throughput, p95, busbw, sync_stall "
+            "(profile) or a validate probe (gemm_bf16, memory_copy, ...).",
         ),
     ] = "throughput",
     max_pvalue: Annotated[
@@ -131,9 +142,14 @@ def changes_command(
     in the runs' fingerprint then."""
     from torchscale.app.history import changes, required_location
     from torchscale.errors import TorchscaleError
+    from torchscale.hardware.expected_figures import PROBES
+    from torchscale.history.ingest import PROFILE_METRICS
 
-    if metric not in METRICS:
-        raise TorchscaleError(f"--metric {metric!r} is not one of {', '.join(METRICS)}")
+    if metric not in (*METRICS, *PROFILE_METRICS, *PROBES):
+        raise TorchscaleError(
+            f"--metric {metric!r} is not one of {', '.join(METRICS)}, "
+            f"{', '.join(PROFILE_METRICS)} or a validate probe ({', '.join(PROBES)})"
+        )
     if not 0.0 < max_pvalue < 1.0:
         raise TorchscaleError(f"--max-pvalue {max_pvalue} is not between 0 and 1: give e.g. 0.001")
     outcome = changes(required_location(history), metric, since, max_pvalue)

@@ -15,6 +15,7 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, print_json, say, show_result, user_errors
+from torchscale.cli.history_command import RecordHistoryOption
 from torchscale.cli.job_options import (
     AcceleratorOption,
     EmitOption,
@@ -280,6 +281,7 @@ def register(app: typer.Typer) -> None:
         k8s_overlay: OverlayOption = None,
         emit: EmitOption = None,
         accelerator: AcceleratorOption = "H100",
+        history: RecordHistoryOption = None,
     ) -> None:
         """Profile a DDP run (capture), or use [bold]profile analyze[/bold] on existing traces.
 
@@ -319,7 +321,7 @@ def register(app: typer.Typer) -> None:
             return
         request = CaptureRequest(
             gpus, seconds, target, tool, config, model, batch_size, parse_overrides(set_ or []),
-            script=own,
+            script=own, history=history,
         )  # fmt: skip
         events = ConsoleEvents(profile_lines=False)  # the analysis below says it all
         cells = capture_profile(request, output_dir, events, say)

@@ -58,11 +58,13 @@ def _generate(
     baseline: Optional[Path],
     threshold: float,
     noise_floor: Optional[float] = None,
+    history: Optional[str] = None,
 ) -> None:
     from torchscale.app.report import ReportRequest, write_report
 
+    request = ReportRequest(source, fmt, output, baseline, threshold, noise_floor, history)
     with err_console.status(f"Building the {markup_text(fmt)} report of {markup_text(source)}..."):
-        written = write_report(ReportRequest(source, fmt, output, baseline, threshold, noise_floor))
+        written = write_report(request)
     path = written.path
     if fmt.lower() == "tensorboard":
         message = f"> TensorBoard runs written to {path} (view: tensorboard --logdir {path})"
@@ -84,6 +86,15 @@ def report(
     baseline: BaselineOption = None,
     threshold: ThresholdOption = 5.0,
     noise_floor: NoiseFloorOption = None,
+    history: Annotated[
+        Optional[str],
+        typer.Option(
+            "--history",
+            help="The history whose checked past predictions the projection section quotes: a "
+            "file path or sqlite:///PATH, or postgresql://... Default: TORCHSCALE_HISTORY.",
+            show_default=False,
+        ),
+    ] = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Generate visual HTML/PDF performance reports."""
@@ -93,7 +104,7 @@ def report(
         import logging
 
         logging.getLogger("torchscale").setLevel(logging.DEBUG)
-    _generate(source, fmt, output, baseline, threshold, noise_floor)
+    _generate(source, fmt, output, baseline, threshold, noise_floor, history)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,7 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, is_quiet, print_json, result_console, user_errors
+from torchscale.cli.history_command import RecordHistoryOption
 from torchscale.cli.job_options import (
     AcceleratorOption,
     EmitOption,
@@ -150,6 +151,7 @@ def register(app: typer.Typer) -> None:
         k8s_overlay: OverlayOption = None,
         emit: EmitOption = None,
         accelerator: AcceleratorOption = "H100",
+        history: RecordHistoryOption = None,
     ) -> None:
         """Check if current node meets DDP requirements (NCCL, Drivers)."""
         if verbose:
@@ -194,6 +196,7 @@ def register(app: typer.Typer) -> None:
             again += ["--config", str(config.resolve())] if config else []
             again += [word for value in set_ or [] for word in ("--set", value)]
             again += [flag for flag, on in flags if on]
+            again += ["--history", history] if history else []
             member = _fleet_member(nnodes, node_rank, rdzv_endpoint, join_timeout_s, again)
         options = ValidateOptions(
             timeout_s=timeout_s,
@@ -203,7 +206,7 @@ def register(app: typer.Typer) -> None:
             settings=settings,
         )
         if member is None:
-            report = _check_node(options)
+            report = _check_node(options, history)
             if json_output:
                 print_json(report)
             raise typer.Exit(0 if report["summary"]["ok"] else 1)
@@ -213,8 +216,9 @@ def register(app: typer.Typer) -> None:
             err_console.print(f"> {step}")
 
         with joined(member, settings, say) as group:
-            report = _check_node(replace(options, before_probes=lambda: group.start_together(say)))
-            raise typer.Exit(_fleet(group, report, output_dir, json_output))
+            together = replace(options, before_probes=lambda: group.start_together(say))
+            report = _check_node(together, history)
+            raise typer.Exit(_fleet(group, report, output_dir, json_output, history))
 
 
 def _fleet_member(
@@ -244,8 +248,20 @@ def _fleet_member(
     return role
 
 
-def _check_node(options: ValidateOptions) -> Dict[str, Any]:
-    """This node's checks at its level: the table on stderr, a level-2+ record kept."""
+def _record(history: Optional[str], output_dir: Path) -> None:
+    """Add the validate records of ``output_dir`` to the history, when one is given."""
+    from torchscale.app.history import history_location, record_run
+    from torchscale.results.layout import VALIDATE_DIR
+
+    def notify(line: str) -> None:
+        err_console.print(line, markup=False, highlight=False)
+
+    record_run(history_location(history), output_dir / VALIDATE_DIR, notify)
+
+
+def _check_node(options: ValidateOptions, history: Optional[str] = None) -> Dict[str, Any]:
+    """This node's checks at its level: the table on stderr, a level-2+ record kept (and added
+    to the history, when one is given: a level-1 check measures no figure to keep)."""
     from torchscale.validate.runner import run_validation
 
     with err_console.status("Checking this node...") as status:
@@ -259,6 +275,7 @@ def _check_node(options: ValidateOptions) -> Dict[str, Any]:
         from torchscale.validate.levels import save_record
 
         err_console.print(f"> Record: {save_record(report, options.output_dir)}")
+        _record(history, options.output_dir)
     return report
 
 
@@ -266,8 +283,15 @@ def _flags(json_output: bool, skip_smoke: bool, verbose: bool) -> List[Tuple[str
     return [("--json", json_output), ("--skip-smoke", skip_smoke), ("--verbose", verbose)]
 
 
-def _fleet(group: Fleet, report: Dict[str, Any], output_dir: Path, json_output: bool) -> int:
-    """Node 0: the fleet report (table, files, --json); other nodes: their own verdict."""
+def _fleet(
+    group: Fleet,
+    report: Dict[str, Any],
+    output_dir: Path,
+    json_output: bool,
+    history: Optional[str] = None,
+) -> int:
+    """Node 0: the fleet report (table, files, --json, every node's figures into the history);
+    other nodes: their own verdict."""
     from torchscale.validate.fleet import fleet_check
     from torchscale.validate.fleet_document import fleet_exit_code, save_fleet
     from torchscale.validate.fleet_view import render_fleet
@@ -281,6 +305,7 @@ def _fleet(group: Fleet, report: Dict[str, Any], output_dir: Path, json_output: 
     render_fleet(document, err_console)
     json_path, page = save_fleet(document, output_dir)
     err_console.print(f"> Fleet report: {json_path} and {page}")
+    _record(history, output_dir)
     if json_output:
         print_json(document)
     return fleet_exit_code(document)

@@ -348,35 +348,48 @@ class HistoryStore:
         ids = self._series_ids(
             connection, {p.series.key: p.series for run in fresh for p in run.points}
         )
+        columns = ("run_id", "series_id", "metric", "value", "spread", "repeats")
         point_rows = [
-            {
-                "run_id": new[run.identity],
-                "series_id": ids[p.series.key],
-                "metric": p.metric,
-                "value": p.value,
-                "spread": p.spread,
-                "repeats": p.repeats,
-            }
+            (new[run.identity], ids[p.series.key], p.metric, p.value, p.spread, p.repeats)
             for run in fresh
             for p in run.points
         ]
-        if point_rows:
-            connection.execute(points.insert(), point_rows)
+        self._bulk_insert(connection, points, columns, point_rows)
+        columns = ("run_id", "series_key", "metric", "predicted", "low", "high")
         prediction_rows = [
-            {
-                "run_id": new[run.identity],
-                "series_key": p.series_key,
-                "metric": p.metric,
-                "predicted": p.predicted,
-                "low": p.low,
-                "high": p.high,
-            }
+            (new[run.identity], p.series_key, p.metric, p.predicted, p.low, p.high)
             for run in fresh
             for p in run.predictions
         ]
-        if prediction_rows:
-            connection.execute(predictions.insert(), prediction_rows)
+        self._bulk_insert(connection, predictions, columns, prediction_rows)
         return len(fresh)
+
+    def _bulk_insert(
+        self,
+        connection: Connection,
+        table: sa.Table,
+        columns: Sequence[str],
+        rows: Sequence[Tuple[Any, ...]],
+    ) -> None:
+        """Many rows at the driver's speed, in ``connection``'s transaction: SQLite's
+        ``executemany`` of one prepared statement over plain tuples, PostgreSQL's ``COPY``. The
+        table and column names are this module's own; every value is a bound parameter (or a
+        COPY field) as with SQLAlchemy's statements, only without its per-row work."""
+        if not rows:
+            return
+        names = ", ".join(table.c[column].name for column in columns)
+        raw: Any = connection.connection.dbapi_connection
+        cursor = raw.cursor()
+        try:
+            if self.dialect == "postgresql":
+                with cursor.copy(f"COPY {table.name} ({names}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            else:
+                marks = ", ".join("?" for _ in columns)
+                cursor.executemany(f"INSERT INTO {table.name} ({names}) VALUES ({marks})", rows)
+        finally:
+            cursor.close()
 
     def _series_ids(self, connection: Connection, wanted: Dict[str, SeriesEntry]) -> Dict[str, int]:
         if not wanted:
@@ -445,6 +458,35 @@ class HistoryStore:
         with self.engine.connect() as connection:
             query = sa.select(series.c.id, series.c.key)
             return {int(i): str(k) for i, k in connection.execute(query)}
+
+    def metrics(self, kind: str) -> List[str]:
+        """The metrics that series of ``kind`` hold points of (validate: its probes)."""
+        query = (
+            sa.select(points.c.metric)
+            .distinct()
+            .join(series, series.c.id == points.c.series_id)
+            .where(series.c.kind == kind)
+            .order_by(points.c.metric)
+        )
+        with self.engine.connect() as connection:
+            return [str(row[0]) for row in connection.execute(query)]
+
+    def point_columns(self, metric: str) -> Tuple[Any, Any, Any]:
+        """Every point of ``metric`` as three numpy columns (series id, run id, value), in no
+        order: one plain query, no join or sort in the database (change detection orders them
+        by run date with numpy, from :meth:`runs`)."""
+        import numpy as np
+
+        query = sa.select(points.c.series_id, points.c.run_id, points.c.value).where(
+            points.c.metric == metric
+        )
+        with self.engine.connect() as connection:
+            rows = connection.execute(query).cursor.fetchall()
+        if not rows:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, np.zeros(0)
+        table = np.array(rows, dtype=np.float64)
+        return table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), table[:, 2]
 
     def points(self, metric: str, since: Optional[str] = None) -> Iterator[StoredPoint]:
         """Every point of ``metric``, by series then by run date (oldest first)."""

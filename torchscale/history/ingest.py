@@ -16,13 +16,29 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from torchscale.errors import TorchscaleError
 from torchscale.history.database import HistoryError, PointEntry, RunEntry, SeriesEntry
-from torchscale.results.layout import MANIFEST, RESULTS
+from torchscale.results.layout import (
+    CELLS,
+    FINDINGS_FILE,
+    FLEET_REPORT,
+    MANIFEST,
+    RESULTS,
+    VALIDATE_DIR,
+    VALIDATE_RECORD_GLOB,
+    is_profile_run,
+)
 from torchscale.results.schema import ResultBase
 
 METRICS = ("throughput", "p95", "busbw")
-"""The figures a point can hold: throughput (training, in the record's unit per second), p95
-step time (ms), busbw (GB/s, a collective). Efficiency is derived at read time."""
+"""The figures a benchmark cell's point can hold: throughput (training, in the record's unit per
+second), p95 step time (ms), busbw (GB/s, a collective). Efficiency is derived at read time."""
+PROFILE_METRICS = {"sync_stall": "sync_stall_pct"}
+"""A profiled cell's figures from its findings file: the metric -> the document's key
+(sync stall time, % of the traced step, the mean over ranks)."""
+VALIDATE_KIND = "validate"
+"""The series kind of validate's figures: one series per node and device, its probe the metric
+(``gemm_bf16``, ``memory_copy``, ... as ``hardware.expected_figures.PROBES`` names them)."""
 SOFTWARE = ("torch", "cuda", "nccl", "driver", "torchscale", "python")
 """The versions a run carries as attributes (the manifest's environment)."""
 _SETTINGS_LEFT_OUT = ("repeat", "gpus", "nnodes", "cell_timeout_s", "stall_timeout_s")
@@ -114,8 +130,36 @@ def _points(records: List[ResultBase], environment: Dict[str, Any]) -> List[Poin
 def _refuse(folder: Path, why: str) -> HistoryError:
     return HistoryError(
         f"{folder} is not a torchscale experiment folder ({why}); give a folder that "
-        "`torchscale benchmark` wrote"
+        "`torchscale benchmark`, `profile` or `validate --level 2` wrote"
     )
+
+
+def _profile_points(
+    folder: Path, records: List[ResultBase], environment: Dict[str, Any]
+) -> List[PointEntry]:
+    """The profiled cells' figures (``cells/<cell>/<profile dir>/findings.json``), one point per
+    cell and figure, in the cell's own series. A findings file that does not parse refuses the
+    run: it is part of what the run measured."""
+    from torchscale.results.json_input import read_object
+
+    found = []
+    for record in records:
+        profile = getattr(record, "profile", None)
+        if record.status != "ok" or profile is None or not profile.profiled:
+            continue
+        path = folder / CELLS / record.cell_id / (profile.dir or "") / FINDINGS_FILE
+        if not path.is_file() or path.is_symlink():
+            continue
+        try:
+            document = read_object(path, "findings file")
+        except (OSError, TorchscaleError) as exc:
+            raise _refuse(folder, str(exc).splitlines()[0]) from None
+        entry = _series(record, environment)
+        for metric, key in PROFILE_METRICS.items():
+            value = document.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0:
+                found.append(PointEntry(entry, metric, float(value), None, 1))
+    return found
 
 
 def read_run(folder: Path) -> RunEntry:
@@ -158,13 +202,108 @@ def read_run(folder: Path) -> RunEntry:
     first = records[0]
     hardware = hardware_fingerprint(environment, first.nproc_per_node, first.nnodes)
     identity = digest([experiment, created, environment.get("host")], 64)
+    profiled = _profile_points(folder, records, environment)
     return RunEntry(
         identity=identity,
         experiment=experiment,
-        kind="benchmark",
+        kind="profile" if profiled or is_profile_run(experiment) else "benchmark",
         started_at=started,
         hardware=hardware,
         attributes=attributes,
         source=str(folder.absolute()),
-        points=_points(records, environment),
+        points=_points(records, environment) + profiled,
     )
+
+
+def validate_folder(folder: Path) -> Optional[Path]:
+    """``folder``'s validate records folder: the folder itself (``.../validate``) or its
+    ``validate/``; None when it has none."""
+    for candidate in (folder, folder / VALIDATE_DIR):
+        if candidate.name != VALIDATE_DIR or not candidate.is_dir() or candidate.is_symlink():
+            continue
+        if any(candidate.glob(VALIDATE_RECORD_GLOB)) or (candidate / FLEET_REPORT).is_file():
+            return candidate
+    return None
+
+
+def _validate_run(report: Any, source: Path) -> Optional[RunEntry]:
+    """One host's validate report (level 2+) as a run: a point per device and probe."""
+    if not isinstance(report, dict):
+        return None
+    host, time, probes = report.get("host"), report.get("time"), report.get("probes")
+    if not isinstance(host, str) or not isinstance(time, str) or not isinstance(probes, list):
+        return None
+    names = sorted({str(p.get("device_name")) for p in probes if isinstance(p, dict)} - {"None"})
+    hardware = f"{'+'.join(names) or 'unknown device'} on {host}"
+    found: Dict[Tuple[str, str], PointEntry] = {}  # a figure listed twice: the later one
+    for figure in probes:
+        if not isinstance(figure, dict):
+            continue
+        probe, device, value = figure.get("probe"), figure.get("device"), figure.get("value")
+        if not isinstance(probe, str) or not isinstance(device, str):
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not math.isfinite(value):
+            continue
+        samples = [v for v in figure.get("samples") or [] if isinstance(v, (int, float))]
+        mean = sum(samples) / len(samples) if samples else 0.0
+        spread = None
+        if len(samples) > 1 and mean > 0:
+            var = sum((v - mean) ** 2 for v in samples) / (len(samples) - 1)
+            spread = math.sqrt(var) / mean
+        # the device's own name is its hardware: a probe missing one night moves no series
+        sku = str(figure.get("device_name") or "unknown device")
+        series = SeriesEntry(
+            key=digest([VALIDATE_KIND, host, device, sku], 32),
+            kind=VALIDATE_KIND,
+            name=f"{host} {device}",
+            batch=None,
+            gpus=1,
+            nnodes=1,
+            precision="",
+            digest=digest(device, 8),
+            hardware=f"{sku} on {host}",
+        )
+        point = PointEntry(series, probe, float(value), spread, max(len(samples), 1))
+        found[(series.key, probe)] = point
+    if not found:
+        return None
+    attributes: Dict[str, Any] = {"torchscale": report.get("torchscale"), "hosts": [host]}
+    attributes["level"] = report.get("level")
+    return RunEntry(
+        identity=digest([VALIDATE_KIND, host, time], 64),
+        experiment=VALIDATE_KIND,
+        kind=VALIDATE_KIND,
+        started_at=time,
+        hardware=hardware,
+        attributes=attributes,
+        source=str(source.absolute()),
+        points=list(found.values()),
+    )
+
+
+def read_validate(folder: Path) -> List[RunEntry]:
+    """validate's records in ``folder`` (``host-<host>.json`` per node, ``fleet.json``'s every
+    node): one run per host and time, so a node's own record and the fleet report that holds it
+    too are one run. A record that does not parse refuses the folder (one line)."""
+    from torchscale.results.json_input import read_object
+
+    runs: Dict[str, RunEntry] = {}
+    paths = sorted(folder.glob(VALIDATE_RECORD_GLOB))
+    fleet = folder / FLEET_REPORT
+    for path in [*paths, *([fleet] if fleet.is_file() else [])]:
+        if path.is_symlink():
+            raise _refuse(folder, f"{path.name} is a symbolic link")
+        try:
+            document = read_object(path, "validate record")
+        except (OSError, TorchscaleError) as exc:
+            raise _refuse(folder, f"{path.name}: {str(exc).splitlines()[0]}") from None
+        reports = document.get("reports") if path == fleet else [document]
+        for report in reports if isinstance(reports, list) else []:
+            run = _validate_run(report, path)
+            if run is not None:
+                runs.setdefault(run.identity, run)
+    if not runs:
+        raise _refuse(folder, "no validate record with probe figures")
+    return sorted(runs.values(), key=lambda run: (run.started_at, run.identity))

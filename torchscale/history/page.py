@@ -10,11 +10,16 @@ from typing import Any, Dict, List
 
 from torchscale.history.database import HistoryStore
 from torchscale.history.exports import series_by_id, series_label
-from torchscale.history.ingest import METRICS
+from torchscale.history.ingest import METRICS, PROFILE_METRICS, VALIDATE_KIND
 from torchscale.history.series_changes import ChangePoint, find_changes, fingerprint_changes
 from torchscale.report.plotly_charts import plotly_js, script_json
 
-UNITS = {"throughput": "per second", "p95": "p95 step time (ms)", "busbw": "busbw (GB/s)"}
+UNITS = {
+    "throughput": "per second",
+    "p95": "p95 step time (ms)",
+    "busbw": "busbw (GB/s)",
+    "sync_stall": "sync stall time (% of step)",
+}
 
 _SCRIPT = """
 const figures = JSON.parse(document.getElementById('history-figures').textContent);
@@ -44,7 +49,55 @@ body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
 .series { border-top: 1px solid #ddd; padding-top: .5em; margin-top: 1em; }
 .changes { font-size: .9em; color: #a00; }
 .chart { height: 320px; }
+.fleet .chart { height: 360px; }
 """
+FLEET_BUCKET = 13
+"""A fleet column is the hour a node's validate ran in (``YYYY-MM-DDTHH``): the nodes of one
+fleet check, or one nightly job, land in one column; a node checked twice in the hour shows
+its later figure."""
+
+
+def _fleet_sections(
+    store: HistoryStore, series: Dict[int, Any], figures: Dict[str, Any]
+) -> List[str]:
+    """The fleet view: per validate probe, a heatmap of each node's (and device's) figure over
+    time, so a node that slowed down, or joined slow, stands out in its row."""
+    from torchscale.hardware.expected_figures import PROBES
+
+    sections = []
+    for metric in store.metrics(VALIDATE_KIND):
+        cells: Dict[Any, float] = {}
+        for point in store.points(metric):
+            entry = series[point.series_id]
+            if entry.kind == VALIDATE_KIND:
+                cells[(entry.name, point.started_at[:FLEET_BUCKET])] = point.value
+        if not cells:
+            continue
+        nodes = sorted({node for node, _ in cells})
+        columns = sorted({column for _, column in cells})
+        z = [[cells.get((node, column)) for column in columns] for node in nodes]
+        probe = PROBES.get(metric)
+        label = probe.label if probe else metric
+        unit = probe.unit if probe else ""
+        chart_id = f"fleet-{metric}"
+        figures[chart_id] = {
+            "data": [
+                {"type": "heatmap", "x": [f"{c}:00" for c in columns],
+                 "y": [html.escape(n) for n in nodes], "z": z, "colorscale": "Viridis",
+                 "reversescale": bool(probe and not probe.higher_is_better),
+                 "colorbar": {"title": {"text": html.escape(unit)}},
+                 "hovertemplate": "%{y}<br>%{x}<br>%{z:.4g} " + html.escape(unit)
+                 + "<extra></extra>"}
+            ],
+            "layout": {"margin": {"l": 160, "r": 20, "t": 20, "b": 60},
+                       "xaxis": {"type": "category"}, "yaxis": {"type": "category"}},
+        }  # fmt: skip
+        sections.append(
+            f'<div class="fleet" data-metric="{html.escape(metric, quote=True)}">'
+            f"<h3>{html.escape(label)} ({html.escape(unit)}), per node and device</h3>"
+            f'<div class="chart" data-figure="{chart_id}"></div></div>'
+        )
+    return sections
 
 
 def _figure(
@@ -90,7 +143,8 @@ def history_page(store: HistoryStore, title: str = "Performance history") -> str
     runs = {row["id"]: row for row in store.runs()}
     figures: Dict[str, Any] = {}
     sections: List[str] = []
-    for metric in METRICS:
+    charted = (*METRICS, *PROFILE_METRICS)
+    for metric in charted:
         changes = find_changes(store, metric)
         for series_id, group in groupby(store.points(metric), key=lambda p: p.series_id):
             rows = list(group)
@@ -120,21 +174,29 @@ def history_page(store: HistoryStore, title: str = "Performance history") -> str
                 f'<ul class="changes">{lines}</ul>'
                 f'<div class="chart" data-figure="{chart_id}"></div></div>'
             )
+    fleet = _fleet_sections(store, series, figures)
+    fleet_view = (
+        "<h2 class='fleet-title'>Fleet: validate figures per node over time</h2>" + "".join(fleet)
+        if fleet
+        else ""
+    )
+    cells = [s for s in series.values() if s.kind != VALIDATE_KIND]
+    shown = [m for m in charted if any(f.startswith(f"{m}-") for f in figures)]
     filters = "".join(
         _select(key, label, values)
         for key, label, values in (
-            ("model", "model", sorted({s.name for s in series.values()})),
-            ("gpus", "GPUs", sorted({str(s.gpus) for s in series.values()}, key=int)),
-            ("metric", "metric", [m for m in METRICS if any(f.startswith(m) for f in figures)]),
+            ("model", "model", sorted({s.name for s in cells})),
+            ("gpus", "GPUs", sorted({str(s.gpus) for s in cells}, key=int)),
+            ("metric", "metric", shown),
         )
     )
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>"
         f"<h1 class='history-title'>{html.escape(title)}</h1>"
-        f"<p>{len(runs)} runs, {len(figures)} series. Red dashed: a change point; grey dotted: "
+        f"<p>{len(runs)} runs, {len(sections)} series. Red dashed: a change point; grey dotted: "
         "a run where the versions or hosts changed.</p>"
-        f"<form class='filters'>{filters}</form>{''.join(sections)}"
+        f"<form class='filters'>{filters}</form>{''.join(sections)}{fleet_view}"
         f"<script id='history-figures' type='application/json'>{script_json(figures)}</script>"
         f"<script>{plotly_js()}</script><script>{_SCRIPT}</script></body></html>"
     )

@@ -10,14 +10,26 @@ once :data:`~torchscale.history.changes.MIN_SIZE` runs after it agree.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import groupby
 from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
 
 from torchscale.history.changes import MAX_PVALUE, WINDOW, change_points
 from torchscale.history.database import HistoryStore, SeriesEntry
 
-HIGHER_IS_BETTER = {"throughput": True, "busbw": True, "p95": False}
-"""Which way each metric improves."""
+HIGHER_IS_BETTER = {"throughput": True, "busbw": True, "p95": False, "sync_stall": False}
+"""Which way each benchmark and profile metric improves (a validate probe's way is its own,
+``hardware.expected_figures.PROBES``)."""
+
+
+def higher_is_better(metric: str) -> bool:
+    from torchscale.hardware.expected_figures import PROBES
+
+    if metric in PROBES:
+        return PROBES[metric].higher_is_better
+    return HIGHER_IS_BETTER.get(metric, True)
+
+
 SOFTWARE_LABELS = {
     "torch": "torch",
     "cuda": "CUDA",
@@ -102,29 +114,42 @@ def find_changes(
     max_pvalue: float = MAX_PVALUE,
     window: int = WINDOW,
 ) -> List[ChangePoint]:
-    """Every change point of ``metric`` in every series of ``store`` (runs from ``since`` on)."""
+    """Every change point of ``metric`` in every series of ``store`` (runs from ``since`` on).
+    The points come in one query; numpy orders them by series and run date (the runs' order,
+    oldest first) and cuts them into series."""
     series = {s_id: entry for s_id, entry in zip(*_series_by_id(store))}
-    runs = {row["id"]: row for row in store.runs(since)}
+    ordered_runs = store.runs(since)
+    runs = {row["id"]: row for row in ordered_runs}
+    series_col, run_col, value_col = store.point_columns(metric)
+    if not len(value_col) or not runs:
+        return []
+    rank = np.full(max(int(run_col.max()), max(runs)) + 1, -1, dtype=np.int64)
+    rank[np.fromiter(runs, dtype=np.int64, count=len(runs))] = np.arange(len(ordered_runs))
+    ranks = rank[run_col]
+    kept = ranks >= 0  # runs before ``since`` are left out
+    order = np.lexsort((ranks[kept], series_col[kept]))
+    series_col, run_col = series_col[kept][order], run_col[kept][order]
+    value_col = value_col[kept][order]
+    cuts = (np.flatnonzero(np.diff(series_col)) + 1).tolist()
+    better_up = higher_is_better(metric)
     found: List[ChangePoint] = []
-    for series_id, group in groupby(store.points(metric, since), key=lambda p: p.series_id):
-        rows = list(group)
-        values = [p.value for p in rows]
-        splits = change_points(values, max_pvalue=max_pvalue, window=window)
+    for start, end in zip([0, *cuts], [*cuts, len(series_col)]):
+        series_id = int(series_col[start])
+        run_ids: List[int] = run_col[start:end].tolist()
+        splits = change_points(value_col[start:end], max_pvalue=max_pvalue, window=window)
         series_found = []
         for split in splits:
-            first = rows[split.at]
-            better_up = HIGHER_IS_BETTER.get(metric, True)
+            run = runs[run_ids[split.at]]
             worse = split.after < split.before if better_up else split.after > split.before
-            run = runs.get(first.run_id, {})
             series_found.append(
                 ChangePoint(
                     series=series[series_id],
                     metric=metric,
-                    run_id=first.run_id,
+                    run_id=run_ids[split.at],
                     experiment=str(run.get("experiment", "")),
-                    started_at=first.started_at,
+                    started_at=str(run["started_at"]),
                     position=split.at + 1,
-                    runs_after=len(rows) - split.at,
+                    runs_after=len(run_ids) - split.at,
                     before=split.before,
                     after=split.after,
                     before_half_width=split.before_half_width,
@@ -132,7 +157,7 @@ def find_changes(
                     magnitude=split.magnitude,
                     pvalue=split.pvalue,
                     regression=worse,
-                    cause=_causes(rows, runs, split.at),
+                    cause=_causes(run_ids, runs, split.at),
                 )
             )
         if series_found and series_found[-1].regression:
@@ -142,18 +167,18 @@ def find_changes(
     return found
 
 
-def _causes(rows: Sequence[Any], runs: Dict[int, Dict[str, Any]], at: int) -> List[str]:
+def _causes(run_ids: Sequence[int], runs: Dict[int, Dict[str, Any]], at: int) -> List[str]:
     """What changed in the fingerprint at the change (between runs ``at - 1`` and ``at``), and
     at the boundaries next to it, which name their run: at the runs' noise a change is placed
     one run early or late about a quarter of the time (docs/history.md)."""
 
     def attributes(index: int) -> Dict[str, Any]:
-        found: Dict[str, Any] = runs.get(rows[index].run_id, {}).get("attributes", {})
+        found: Dict[str, Any] = runs.get(run_ids[index], {}).get("attributes", {})
         return found
 
     found = fingerprint_changes(attributes(at - 1), attributes(at))
     for boundary in (at - 1, at + 1):
-        if 1 <= boundary < len(rows):
+        if 1 <= boundary < len(run_ids):
             found += [
                 f"{change} (at run {boundary + 1})"
                 for change in fingerprint_changes(attributes(boundary - 1), attributes(boundary))
