@@ -160,6 +160,9 @@ def _reference(
     ddp = record.runtime.get("ddp") or {}
     buckets = [int(b) for b in ddp.get("bucket_sizes") or [] if b]
     grads = record.memory.grads_bytes if record.memory else None
+    issued = _issued(record)
+    if not buckets and issued:  # the strategy's gradient reduction
+        buckets = [issued[op][2] for op in ("all_reduce", "reduce_scatter") if op in issued]
     if not buckets and grads:
         buckets = [grads]
     if not buckets:
@@ -203,7 +206,7 @@ def _reference(
         device_kind=device_kind,
         strategy=str(record.settings.get("strategy", "ddp")),
         forward_ms=_rank_mean(record, "forward_ms") or 0.0,
-        issued=_issued(record),
+        issued=issued,
     )
 
 
