@@ -11,7 +11,7 @@ reported without it).
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, ClassVar, Dict, List, Literal, Optional, Tuple
 
 from pydantic import (
     BeforeValidator,
@@ -157,6 +157,10 @@ class ScriptCellSettings(ScriptProcessSettings):
     reshard_after_forward: bool = Field(
         True, description="fsdp2, fsdp2_hybrid: the config's reshard_after_forward."
     )
+
+    UNTUNED: ClassVar[Tuple[str, ...]] = ("strategy", "reshard_after_forward")
+    """Not tune's knobs for a script: its best settings are written as its DDP call's arguments
+    (a strategy is compared by the config's strategy list instead)."""
 
     @property
     def nproc_per_node(self) -> int:
