@@ -326,9 +326,10 @@ class ScriptWindows:
         self.finisher.probe_note = "ran after the measured window"
         self.logging = {field: [] for field in DDP_LOGGING_FIELDS.values()}
         if self.s.strategy != "ddp":
+            gathered = ", parameters are still gathered" if self.s.strategy != "replicate" else ""
             self.finisher.probe_note = (
                 f"no_sync only ({self.s.strategy} has no DDP runtime logging; its no_sync turns "
-                "gradient reduction off, parameters are still gathered)"
+                f"gradient reduction off{gathered})"
             )
             state.enter("nosync_warm")
             return
