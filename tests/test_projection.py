@@ -433,3 +433,96 @@ def test_the_band_widens_by_the_fit_error_and_a_poor_fit_is_refused() -> None:
         check_fit(poor, "e")
     assert f"off its own {exact.points} points by 120%" in str(refused.value)
     assert f"above the {FIT_ERROR_LIMIT:.0%} a projection can rest on" in str(refused.value)
+
+
+def _half_us(alpha: float, beta: float, p: int, n: float) -> float:
+    return (p - 1) * alpha + (p - 1) / p * n * beta
+
+
+def _all_reduce_us(alpha: float, beta: float, p: int, n: float) -> float:
+    """The faster of ring and tree (8 ranks: the tree's 2 log2(p) steps)."""
+    return min(_ring_us(alpha, beta, p, n), 2 * math.ceil(math.log2(p)) * alpha + 2 * n * beta)
+
+
+def _strategy_docs(experiment: str) -> List[Dict[str, Any]]:
+    """A ddp and an fsdp2 cell of the same model (3 blocks and the root; 4 MB of parameters):
+    fsdp2 all-gathers each block's parameters for forward and again for backward, and
+    reduce-scatters its gradients, as its record's collectives say."""
+    ddp = _training_doc(experiment, 10.0)
+    fsdp2 = _training_doc(experiment, 12.0)
+    fsdp2["cell_id"] = f"{experiment}-fsdp2-g1"
+    fsdp2["settings"] = {"model": "m", "batch_size": 8, "strategy": "fsdp2"}
+    applied = {"strategy": "fsdp2", "blocks": 3, "reshard_after_forward": True}
+    fsdp2["runtime"] = {"strategy": applied}
+    fsdp2["collectives"] = [
+        {"op": "all_gather", "calls": 7, "bytes": 7_000_000},
+        {"op": "reduce_scatter", "calls": 4, "bytes": 4_000_000},
+    ]
+    return [ddp, fsdp2]
+
+
+def _gather_scatter_docs(experiment: str, alpha: float, beta: float) -> List[Dict[str, Any]]:
+    return [
+        {"kind": "collective", "experiment": experiment, "op": op, "status": "ok",
+         "cell_id": f"comm-{op}-g{p}", "nproc_per_node": p, "dtype": "float32",
+         "scope": "world", "world_size": p, "group_size": p, "nnodes": 1, "size_bytes": n,
+         "time_us": _half_us(alpha, beta, p, n)}
+        for op in ("all_gather", "reduce_scatter") for p in (2, 4) for n in (1e4, 1e6, 1e8)
+    ]  # fmt: skip
+
+
+def test_each_strategy_is_projected_with_its_own_collectives() -> None:
+    from torchscale.analysis.projection import project
+    from torchscale.results.schema import parse_record
+
+    alpha, beta = 5.0, 1e-5
+    docs = _strategy_docs("e") + _all_reduce_docs("e", alpha, beta)
+    result = project([parse_record(d) for d in docs], [8])
+    rows = result.table.set_index("strategy")
+    ddp, fsdp2 = rows.loc["ddp"], rows.loc["fsdp2"]
+    # ddp: its two gradient buckets all-reduced (ring or tree, the faster); fsdp2: 7 all-gathers
+    # of 1 MB and 4 reduce-scatters of 1 MB, each half a ring all-reduce (no gather/scatter cells)
+    assert ddp["comm_ms"] * 1e3 == pytest.approx(
+        _all_reduce_us(alpha, beta, 8, 1e6) + _all_reduce_us(alpha, beta, 8, 3e6), rel=1e-3
+    )
+    assert fsdp2["comm_ms"] * 1e3 == pytest.approx(11 * _half_us(alpha, beta, 8, 1e6), rel=1e-3)
+    # exposed: ddp's last bucket (ready as backward ends); fsdp2's first all-gather and last
+    # reduce-scatter (the rest hides under 3 ms of forward and 6 ms of backward compute)
+    last = _all_reduce_us(alpha, beta, 8, 3e6)
+    assert ddp["exposed_comm_ms"] * 1e3 == pytest.approx(last, rel=1e-3)
+    assert fsdp2["exposed_comm_ms"] * 1e3 == pytest.approx(
+        2 * _half_us(alpha, beta, 8, 1e6), rel=1e-3
+    )
+    # 4 forward (3 blocks and the root), 3 backward (the blocks: the root is not resharded)
+    assert fsdp2["collectives"] == (
+        "4 forward + 3 backward all_gather (7,000,000 B), 4 reduce_scatter (4,000,000 B)"
+    )
+    (said,) = [line for line in result.basis if "not measured, taken as half" in line]
+    assert said.startswith("all_gather and reduce_scatter: not measured")
+    assert "communication: {collectives: [all_gather, reduce_scatter]" in said
+    assert any(line.startswith("fsdp2: a step issues") for line in result.basis)
+
+    # measured all-gather and reduce-scatter cells: their own fits (a slower link here)
+    slow = _gather_scatter_docs("e", 40.0, 4e-5)
+    result = project([parse_record(d) for d in docs + slow], [8])
+    fsdp2 = result.table.set_index("strategy").loc["fsdp2"]
+    assert fsdp2["comm_ms"] * 1e3 == pytest.approx(11 * _half_us(40.0, 4e-5, 8, 1e6), rel=1e-3)
+    assert not any("not measured, taken as half" in line for line in result.basis)
+    assert any(line.startswith("all_gather intra-node: alpha 40.0 us") for line in result.basis)
+
+
+def test_project_shows_a_row_per_strategy(tmp_path: Path) -> None:
+    folder = tmp_path / "e"
+    folder.mkdir()
+    docs = _strategy_docs("e") + _all_reduce_docs("e", 5.0, 1e-5)
+    (folder / "results.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    result = runner.invoke(app, ["project", "-s", str(folder), "--gpus", "8", "--json"])
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)["predictions"]
+    assert sorted(r["strategy"] for r in rows) == ["ddp", "fsdp2"]
+    by = {r["strategy"]: r for r in rows}
+    assert by["fsdp2"]["exposed_comm_ms"] > 0 and by["ddp"]["exposed_comm_ms"] > 0
+    assert by["fsdp2"]["collectives"].startswith("4 forward + 3 backward all_gather")
+    table = result.stderr[result.stderr.index("Projected scaling") :]
+    assert "strategy" in table or "strat-" in table
+    assert "fsdp2" in table and "ddp" in table

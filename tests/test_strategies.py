@@ -360,3 +360,81 @@ def test_a_healthy_scripts_gradients_agree_across_ranks(own_script_run: Run) -> 
         check = record.gradient_check
         assert check is not None and check.passed and check.cause is None
         assert check.relative_error is not None and check.relative_error <= 1e-5
+
+
+def test_a_scripts_cells_are_one_per_strategy(tmp_path: Path) -> None:
+    from tests.support.shared_runs import SCRIPTS
+    from torchscale.script.script_kind import KIND
+
+    script = SCRIPTS / "train_transformer.py"
+    head = f"experiment_name: s\ngpu_counts: [2]\nscript:\n  path: {script}\n"
+    cells = _plan(tmp_path, head + "strategy: [ddp, replicate, fsdp2]\n"
+                  "reshard_after_forward: [true, false]\n")  # fmt: skip
+    settings = [c.settings for c in cells]  # type: ignore[attr-defined]
+    # fsdp2 once per reshard_after_forward value, the others once: each its own cell
+    assert [(s.strategy, s.reshard_after_forward) for s in settings] == [
+        ("ddp", True), ("replicate", True), ("fsdp2", True), ("fsdp2", False),
+    ]  # fmt: skip
+    ids = [c.cell_id for c in cells]  # type: ignore[attr-defined]
+    assert len(set(ids)) == 4 and "-fsdp2-g2-" in ids[2] and "-replicate-g2-" in ids[1]
+    (before,) = _plan(tmp_path, head)
+    assert before.cell_id == ids[0]  # type: ignore[attr-defined]  # ddp: the id it had before
+    assert KIND.describe(cells[3]).endswith(  # type: ignore[arg-type]
+        "(your script under fsdp2, no reshard after forward)"
+    )
+
+
+SCRIPT_FSDP2_CONFIG = """\
+experiment_name: script-fsdp2
+strategy: [fsdp2]
+warmup_steps: 3
+measure_steps: 4
+sync_probe_steps: 2
+cell_timeout_s: 240
+"""
+
+
+@pytest.mark.slow
+def test_a_scripts_ddp_call_runs_fsdp2_in_its_place(tmp_path: Path, own_script_run: Run) -> None:
+    """One launch: the example script under fsdp2 at 2 ranks, against the shared run's ddp cell
+    of the same script (same model: its state and collectives are DDP's)."""
+    from tests.support.shared_runs import SCRIPTS
+    from torchscale.cli.app import app
+    from torchscale.results.schema import TrainingResult
+    from torchscale.results.store import ExperimentStore
+
+    config = tmp_path / "c.yaml"
+    config.write_text(SCRIPT_FSDP2_CONFIG, encoding="utf-8")
+    script = SCRIPTS / "train_transformer.py"
+    args = ["benchmark", "--script", str(script), "--gpus", "2", "-c", str(config)]
+    # --clip 0: the script's own gradient clipping all-reduces the norm under fsdp2
+    args += ["-o", str(tmp_path / "out"), "--", "--steps", "30", "--clip", "0"]
+    result = CliRunner().invoke(app, args)
+    (line,) = (tmp_path / "out" / "script-fsdp2" / "results.jsonl").read_text().splitlines()
+    fsdp2 = json.loads(line)
+    assert fsdp2["status"] == "ok", (fsdp2.get("error"), result.output)
+    (ddp,) = [
+        r
+        for r in ExperimentStore(own_script_run.experiment_dir).records()
+        if isinstance(r, TrainingResult) and r.world_size == 2
+    ]
+    assert ddp.status == "ok" and ddp.memory is not None
+    assert fsdp2["settings"]["strategy"] == "fsdp2"
+    applied = fsdp2["runtime"]["strategy"]
+    # the model's blocks: the two layers of its TransformerEncoder's ModuleList, then the root
+    assert applied["strategy"] == "fsdp2" and applied["blocks"] == 2 and applied["mesh"] == [2]
+    assert fsdp2["runtime"]["ddp"] == {}  # no DDP was built
+    assert fsdp2["gradient_check"]["passed"] is True
+    # model state per rank: half of DDP's (the same model), within 10%
+    for field in ("params_bytes", "grads_bytes", "optimizer_bytes"):
+        ratio = fsdp2["memory"][field] / getattr(ddp.memory, field)
+        assert ratio == pytest.approx(0.5, rel=0.10), field
+    # fsdp2's collectives: parameters all-gathered, gradients reduce-scattered, no all-reduce
+    issued = {c["op"]: c for c in fsdp2["collectives"]}
+    whole = ddp.memory.params_bytes
+    assert "all_reduce" not in issued, issued
+    assert issued["all_gather"]["bytes"] > 1.5 * whole, issued  # forward, and again backward
+    assert issued["reduce_scatter"]["bytes"] == pytest.approx(whole, rel=0.05)
+    ddp_issued = {c.op: c for c in ddp.collectives}
+    assert ddp_issued["all_reduce"].bytes == pytest.approx(whole, rel=0.01)
+    assert not {"all_gather", "reduce_scatter"} & set(ddp_issued)

@@ -23,8 +23,8 @@ faster, as they aim to. Pure numpy: no torch here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Iterable, List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -37,6 +37,10 @@ BACK_TO_BACK = "back to back"
 AFTER_COMPUTE = "after compute"
 THROUGH_DDP = "through DDP"
 Point = Tuple[int, float, float]  # group size, bytes, time us
+RING_STEPS = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0}
+"""Ring steps per ``p - 1`` of each collective: an all-reduce is a reduce-scatter then an
+all-gather, each ``(p-1) alpha + (p-1)/p * n * beta`` (``n``: the larger buffer, nccl-tests'
+size: the gathered output, the scattered input)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class AllReduceFit:
     sizes: Tuple[int, int]  # smallest and largest message measured, bytes
     rel_rmse: float  # root mean square of (fit - measured) / measured
     timing: str = BACK_TO_BACK  # how the fitted times were taken
+    op: str = "all_reduce"  # the collective fitted (RING_STEPS)
 
     @property
     def busbw_gbps(self) -> float:
@@ -71,14 +76,17 @@ class AllReduceFit:
             THROUGH_DDP: ", each timed through DDP's reducer",
         }.get(self.timing, "")
         return (
-            f"all_reduce {self.scope.replace('_', '-')}{timing}: alpha {self.alpha_us:.1f} us, "
+            f"{self.op} {self.scope.replace('_', '-')}{timing}: alpha {self.alpha_us:.1f} us, "
             f"link {self.busbw_gbps:.3g} GB/s (fit to {self.points} points on {groups} ranks, "
             f"{self.sizes[0]:,}-{self.sizes[1]:,} B, error {self.rel_rmse:.0%})"
         )
 
 
 def all_reduce_points(
-    records: Iterable[ResultBase], scope: str, exclude_groups: Iterable[int] = ()
+    records: Iterable[ResultBase],
+    scope: str,
+    exclude_groups: Iterable[int] = (),
+    op: str = "all_reduce",
 ) -> Tuple[List[Point], str]:
     """(group size, bytes, time us) of every measured all-reduce over ``scope``, and how they were
     timed: after compute where any record has those times (only those records), else back to back.
@@ -91,7 +99,7 @@ def all_reduce_points(
     after_compute: List[Point] = []
     through_ddp: List[Point] = []
     for record in records:
-        if not isinstance(record, CollectiveResult) or record.op != "all_reduce":
+        if not isinstance(record, CollectiveResult) or record.op != op:
             continue
         if record.status != "ok":
             continue
@@ -120,15 +128,16 @@ def all_reduce_points(
 
 
 def fit_all_reduce(
-    points: List[Point], scope: str, timing: str = BACK_TO_BACK
+    points: List[Point], scope: str, timing: str = BACK_TO_BACK, op: str = "all_reduce"
 ) -> Optional[AllReduceFit]:
-    """Fit the ring equation to ``points``; None with fewer than two message sizes."""
+    """Fit the ring equation of ``op`` to ``points``; None with fewer than two message sizes."""
     if len({size for _, size, _ in points}) < 2:
         return None
+    k = RING_STEPS[op]
     p = np.array([g for g, _, _ in points], dtype=float)
     n = np.array([s for _, s, _ in points], dtype=float)
     t = np.array([us for _, _, us in points], dtype=float)
-    design = np.column_stack([2 * (p - 1), 2 * (p - 1) / p * n])
+    design = np.column_stack([k * (p - 1), k * (p - 1) / p * n])
     weights = 1.0 / t
     theta, *_ = np.linalg.lstsq(design * weights[:, None], t * weights, rcond=None)
     alpha, beta = (max(float(v), 0.0) for v in theta)
@@ -154,6 +163,7 @@ def fit_all_reduce(
         sizes=(int(n.min()), int(n.max())),
         rel_rmse=math.sqrt(float(np.mean(rel**2))),
         timing=timing,
+        op=op,
     )
 
 
@@ -164,6 +174,26 @@ class Fabric:
     intra: AllReduceFit
     inter: Optional[AllReduceFit]
     gpus_per_node: int
+    halves: Dict[str, AllReduceFit] = field(default_factory=dict)
+    """all_gather and reduce_scatter fitted inside a node, where communication cells measured
+    them (else :meth:`half_us` takes half a ring all-reduce)."""
+
+    def half_us(self, op: str, ranks: int, nbytes: float) -> Tuple[float, float, str]:
+        """(time us, standard error us, what it rests on) of one all-gather or reduce-scatter of
+        ``nbytes`` (the larger buffer): its own fit inside a node, else half a ring all-reduce
+        (a ring all-reduce is a reduce-scatter then an all-gather)."""
+        if ranks < 2 or nbytes <= 0:
+            return 0.0, 0.0, "none"
+        nodes = math.ceil(ranks / self.gpus_per_node)
+        fit = self.halves.get(op)
+        if fit is not None and nodes == 1:
+            steps, byte_terms = ranks - 1, (ranks - 1) / ranks * nbytes
+            time = steps * fit.alpha_us + byte_terms * fit.beta_us_per_byte
+            return time, fit.sigma_us(steps, byte_terms), "measured"
+        if nodes > 1 and self.inter is None:
+            raise ValueError(f"{ranks} ranks span {nodes} nodes and no inter-node fit is known")
+        ring, sigma = self._ring(ranks, nodes, nbytes)
+        return ring / 2, sigma / 2, "half an all-reduce"
 
     def all_reduce_us(self, ranks: int, nbytes: float) -> Tuple[float, float, str]:
         """(time us, standard error us, "ring" or "tree") of one all-reduce of ``nbytes``."""

@@ -33,6 +33,7 @@ import pandas as pd
 from torchscale.analysis.alphabeta import Fabric
 from torchscale.analysis.projection_inputs import (
     ADD_ALL_REDUCE,
+    ADD_GATHER_SCATTER,
     ADD_INTER_NODE,
     ASSUME_INTER_NODE,
     ProjectionError,
@@ -44,9 +45,9 @@ from torchscale.hardware.device_noun import count_text
 from torchscale.results.schema import ResultBase
 
 __all__ = [  # the model here, and what it reads from projection_inputs
-    "ADD_ALL_REDUCE", "ADD_INTER_NODE", "COMPUTE_DRIFT_LIMIT", "CPU_WAIT_LIMIT", "Projection",
-    "ProjectionError", "Reference", "calibrate", "expected_max_excess", "exposed_comm_ms",
-    "predict", "project",
+    "ADD_ALL_REDUCE", "ADD_GATHER_SCATTER", "ADD_INTER_NODE", "COMPUTE_DRIFT_LIMIT",
+    "CPU_WAIT_LIMIT", "Projection", "ProjectionError", "Reference", "calibrate",
+    "expected_max_excess", "exposed_comm_ms", "predict", "project", "strategy_comm_ms",
 ]  # fmt: skip
 
 BAND_SIGMAS = 2.0
@@ -97,6 +98,61 @@ def exposed_comm_ms(fabric: Fabric, ranks: int, ref: Reference) -> Dict[str, Any
     }
 
 
+def sharded_comm_ms(fabric: Fabric, ranks: int, ref: Reference) -> Dict[str, Any]:
+    """FSDP2's collectives against the compute they overlap: the forward's all-gathers under
+    forward compute, the backward's all-gathers and reduce-scatters under backward compute, each
+    phase's in a row. The first all-gather (nothing computes before it) and the last
+    reduce-scatter (nothing computes after it) are exposed, and what a phase's collectives take
+    beyond its compute."""
+    # per phase: [its collectives' time, its compute, the part nothing can hide]
+    phases = {"forward": [0.0, ref.forward_ms, 0.0], "backward": [0.0, ref.backward_ms, 0.0]}
+    var, sources = 0.0, set()
+    for op, (forward, backward, total) in ref.issued.items():
+        calls = forward + backward
+        us, sigma, source = fabric.half_us(op, ranks, total / calls if calls else 0.0)
+        sources.add(f"{op}: {source}")
+        phases["forward"][0] += forward * us / 1e3
+        phases["backward"][0] += backward * us / 1e3
+        var += calls * (sigma / 1e3) ** 2
+        if op == "all_gather" and forward:
+            phases["forward"][2] = us / 1e3  # the first gather: nothing computes before it
+        if op == "reduce_scatter" and backward:
+            phases["backward"][2] = us / 1e3  # the last scatter: nothing computes after it
+    comm = sum(c for c, _, _ in phases.values())
+    exposed = sum(edge + max(0.0, c - edge - t) for c, t, edge in phases.values())
+    return {
+        "comm_ms": comm,
+        "exposed_ms": exposed,
+        "sigma_ms": math.sqrt(var) * (exposed / comm if comm > 0 else 0.0),
+        "algorithm": "ring" if comm > 0 else "none",
+        "sources": sorted(sources),
+    }
+
+
+def strategy_comm_ms(fabric: Fabric, ranks: int, ref: Reference) -> Dict[str, Any]:
+    """The collectives ``ref``'s strategy issues at ``ranks``, scheduled against its compute:
+    DDP's gradient buckets all-reduced during backward; replicate's blocks all-reduced the same
+    way, one per block; fsdp2's all-gathers and reduce-scatters (:func:`sharded_comm_ms`)."""
+    if ref.strategy.startswith("fsdp2") and ref.issued:
+        return sharded_comm_ms(fabric, ranks, ref)
+    if ref.strategy == "replicate" and ref.issued.get("all_reduce"):
+        _, calls, total = ref.issued["all_reduce"]
+        per_block = Reference(**{**ref.__dict__, "buckets": [total // calls] * calls})
+        return exposed_comm_ms(fabric, ranks, per_block)
+    return exposed_comm_ms(fabric, ranks, ref)
+
+
+def issued_text(ref: Reference) -> str:
+    """What a step of ``ref``'s strategy issues, in words."""
+    if not ref.issued:
+        return f"{len(ref.buckets)} gradient all-reduce(s)"
+    parts = []
+    for op, (forward, backward, total) in sorted(ref.issued.items()):
+        where = f"{forward} forward + {backward} backward" if forward else f"{backward}"
+        parts.append(f"{where} {op} ({total:,} B)")
+    return ", ".join(parts)
+
+
 def predict(ref: Reference, fabric: Fabric, gpus: int) -> Dict[str, Any]:
     """One target size: step time, throughput and efficiency with their band."""
     nodes = math.ceil(gpus / fabric.gpus_per_node)
@@ -106,7 +162,7 @@ def predict(ref: Reference, fabric: Fabric, gpus: int) -> Dict[str, Any]:
             "(--gpus-per-node) and no "
             f"all-reduce across nodes was measured: {ASSUME_INTER_NODE}"
         )
-    comm = exposed_comm_ms(fabric, gpus, ref)
+    comm = strategy_comm_ms(fabric, gpus, ref)
     noise = expected_max_excess(ref.step_noise_ms, gpus)
     step = ref.compute_ms + ref.other_ms + noise + comm["exposed_ms"]
     # The fit's own error on the points it was fit to, on the communication it predicts: a
@@ -121,6 +177,8 @@ def predict(ref: Reference, fabric: Fabric, gpus: int) -> Dict[str, Any]:
         "experiment": ref.experiment,
         "model": ref.model,
         "variant": ref.variant,
+        "strategy": ref.strategy,
+        "collectives": issued_text(ref),
         "unit": ref.unit,
         "world_size": gpus,
         "nodes": nodes,
@@ -180,7 +238,7 @@ class Projection:
 
 def calibrate(ref: Reference, fabric: Fabric) -> Reference:
     """Set ``other_ms`` so that the model reproduces the reference cell's own step time."""
-    comm = exposed_comm_ms(fabric, ref.world_size, ref)
+    comm = strategy_comm_ms(fabric, ref.world_size, ref)
     noise = expected_max_excess(ref.step_noise_ms, ref.world_size)
     ref.other_ms = max(0.0, ref.step_ms - ref.compute_ms - noise - comm["exposed_ms"])
     overlap = (
@@ -196,6 +254,17 @@ def calibrate(ref: Reference, fabric: Fabric) -> Reference:
         f"{len(ref.buckets)} gradient bucket(s), {sum(ref.buckets):,} B; "
         f"measured overlap {overlap}",
     ]
+    if ref.issued:
+        ref.basis[1] = ref.basis[1].replace("DDP backward", "backward")
+        ref.basis[2] = f"{ref.strategy}: a step issues {issued_text(ref)}"
+        if ref.strategy.startswith("fsdp2"):
+            ref.basis[2] += f" (forward compute {ref.forward_ms:.3g} ms)"
+            missing = [op for op in ref.issued if op not in fabric.halves]
+            if missing:
+                ref.basis.append(
+                    f"{' and '.join(missing)}: not measured, taken as half a ring all-reduce of "
+                    f"the same bytes; to measure them, {ADD_GATHER_SCATTER}"
+                )
     wait = ref.cpu_wait.get(ref.world_size)
     if wait is not None and wait > CPU_WAIT_LIMIT:
         ref.basis.append(
@@ -244,6 +313,7 @@ def project(
     for experiment, used in fabrics.items():
         prefix = f"{experiment}: " if len(fabrics) > 1 else ""
         basis.append(prefix + used.intra.describe())
+        basis += [prefix + fit.describe() for _, fit in sorted(used.halves.items())]
         if used.inter is not None:
             basis.append(
                 prefix

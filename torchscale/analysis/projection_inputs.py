@@ -53,6 +53,16 @@ ASSUME_INTER_NODE = (
 )
 
 
+ADD_GATHER_SCATTER = (
+    "add 'communication: {collectives: [all_gather, reduce_scatter], min_bytes: 1K, "
+    "max_bytes: 64M}' with gpu_counts of 2 or more to the config and run 'torchscale benchmark "
+    "--benchmark comm --resume' into the same results folder"
+)
+"""The communication cells that measure what FSDP2's steps issue (``project`` takes half a ring
+all-reduce for each without them)."""
+HALVES = ("all_gather", "reduce_scatter")
+
+
 class ProjectionError(TorchscaleError):
     """A measurement the projection rests on is missing: the message names the config to add."""
 
@@ -82,6 +92,44 @@ class Reference:
     other_ms: float = 0.0
     basis: List[str] = field(default_factory=list)
     device_kind: str = CUDA  # what the reference ran on (cpu: gloo processes, not GPUs)
+    strategy: str = "ddp"
+    forward_ms: float = 0.0  # forward compute per step (fsdp2's all-gathers hide under it)
+    issued: Dict[str, List[int]] = field(default_factory=dict)
+    """What one step of the strategy issues, per collective: [calls forward, calls backward,
+    bytes per call] (fsdp2: all_gather, reduce_scatter; replicate: all_reduce)."""
+
+
+def _issued(record: TrainingResult) -> Dict[str, List[int]]:
+    """The collectives ``record``'s strategy issues in a step: the counted ones
+    (``collectives``) where the record has them, else the strategy's own from its blocks and the
+    model's bytes (a cell at one rank may issue none)."""
+    strategy = str(record.settings.get("strategy", "ddp"))
+    if strategy == "ddp":
+        return {}
+    applied = record.runtime.get("strategy") or {}
+    calls = int(applied.get("blocks") or 0) + 1  # every block, then the root
+    memory = record.memory
+    grads = memory.grads_bytes if memory else 0
+    counted = {c.op: c for c in record.collectives}
+    if strategy == "replicate":
+        ar = counted.get("all_reduce")
+        if ar and ar.calls:
+            return {"all_reduce": [0, ar.calls, ar.bytes]}
+        return {"all_reduce": [0, calls, grads]}
+    ag, rs = counted.get("all_gather"), counted.get("reduce_scatter")
+    if ag and ag.calls and rs and rs.calls:
+        forward = min(calls, ag.calls)
+        return {
+            "all_gather": [forward, ag.calls - forward, ag.bytes],
+            "reduce_scatter": [0, rs.calls, rs.bytes],
+        }
+    world = max(record.world_size, 1)  # a rank holds 1/N: the model is N shards
+    params = (memory.params_bytes if memory else 0) * world
+    backward = calls - 1 if applied.get("reshard_after_forward", True) else 0  # not the root
+    return {
+        "all_gather": [calls, backward, params * (calls + backward) // calls],
+        "reduce_scatter": [0, calls, grads * world],
+    }
 
 
 def _rank_mean(record: TrainingResult, name: str) -> Optional[float]:
@@ -112,6 +160,9 @@ def _reference(
     ddp = record.runtime.get("ddp") or {}
     buckets = [int(b) for b in ddp.get("bucket_sizes") or [] if b]
     grads = record.memory.grads_bytes if record.memory else None
+    issued = _issued(record)
+    if not buckets and issued:  # the strategy's gradient reduction
+        buckets = [issued[op][2] for op in ("all_reduce", "reduce_scatter") if op in issued]
     if not buckets and grads:
         buckets = [grads]
     if not buckets:
@@ -153,6 +204,9 @@ def _reference(
         step_noise_ms=noise,
         step_se_ms=std / math.sqrt(steps),
         device_kind=device_kind,
+        strategy=str(record.settings.get("strategy", "ddp")),
+        forward_ms=_rank_mean(record, "forward_ms") or 0.0,
+        issued=issued,
     )
 
 
@@ -258,4 +312,10 @@ def fabric_from(
             (0, 0),
             0.0,
         )
-    return Fabric(intra, inter, gpus_per_node)
+    halves = {}
+    for op in HALVES:
+        points, timing = all_reduce_points(records, INTRA_NODE, op=op)
+        fit = fit_all_reduce(points, INTRA_NODE, timing, op=op)
+        if fit is not None:
+            halves[op] = fit
+    return Fabric(intra, inter, gpus_per_node, halves)

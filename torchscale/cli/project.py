@@ -77,11 +77,14 @@ def _table(rows: List[Dict[str, Any]], holdout: bool) -> Any:
             "algo",
             [str(row["algorithm"]) for row in rows],
             numeric=False,
-            same="{} all-reduce",
+            same="{} collectives",
             drop=2,
-            name="all-reduce algorithm",
+            name="collective algorithm",
         ),
     ]
+    strategies = [str(row.get("strategy") or "ddp") for row in rows]
+    if any(strategy != "ddp" for strategy in strategies):  # each its own collectives
+        cols.insert(2, Col("strategy", strategies, numeric=False, compact="strat-\negy"))
     if holdout:
         cols += [
             Col(

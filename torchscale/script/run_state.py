@@ -10,6 +10,7 @@ from typing import Any, Dict, Optional, Set, Tuple
 
 import torch
 import torch.distributed as dist
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from torchscale.runtime.process_group import RankContext
@@ -129,8 +130,8 @@ def first_batch_size(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> int:
     return 0
 
 
-def rank_context(ddp: Optional[DDP]) -> RankContext:
-    """Who this rank is, from the process group the script joined; its device is the DDP
+def rank_context(model: Optional[nn.Module]) -> RankContext:
+    """Who this rank is, from the process group the script joined; its device is the (DDP)
     model's (else this process's current CUDA device under NCCL, else the CPU)."""
     if not dist.is_available() or not dist.is_initialized():
         raise NotMeasurable(
@@ -138,7 +139,7 @@ def rank_context(ddp: Optional[DDP]) -> RankContext:
             "(torch.distributed.init_process_group): torchscale measures distributed scripts"
         )
     backend = str(dist.get_backend())
-    param = next(ddp.module.parameters(), None) if ddp is not None else None
+    param = next(model.parameters(), None) if model is not None else None
     if param is not None:
         device = param.device
     elif backend == "nccl" and torch.cuda.is_available():

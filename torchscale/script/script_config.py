@@ -11,7 +11,7 @@ reported without it).
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, ClassVar, Dict, List, Literal, Optional, Tuple
 
 from pydantic import (
     BeforeValidator,
@@ -26,6 +26,7 @@ from typing_extensions import Annotated
 
 from torchscale.config.base import StrictModel
 from torchscale.config.kind_sections import ConfigSection
+from torchscale.config.settings import Strategy
 
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "UCC_", "TORCH_UCC_", "TORCH_DISTRIBUTED_")
 """Environment variables ``script.env`` may set: the communication libraries' own."""
@@ -123,7 +124,10 @@ SECTION = ConfigSection(
     "script",
     ScriptSection,
     "A training script of your own, run unmodified on each GPU count (section; docs/own-job.md).",
-    notes={"": "not swept: one cell per GPU count and repeat; see docs/own-job.md"},
+    notes={
+        "": "not swept: one cell per GPU count, repeat and the config's strategy; see "
+        "docs/own-job.md"
+    },
 )
 """The ``script:`` section, registered by the kind (``script.script_kind``)."""
 
@@ -145,6 +149,18 @@ class ScriptCellSettings(ScriptProcessSettings):
     backend: Literal["auto"] = Field(
         "auto", description="The script joins its own process group (its own backend)."
     )
+    strategy: Strategy = Field(
+        "ddp",
+        description="The config's strategy: what the script's DDP(model, ...) call applies "
+        "instead (docs/strategies.md, 'A script under a strategy').",
+    )
+    reshard_after_forward: bool = Field(
+        True, description="fsdp2, fsdp2_hybrid: the config's reshard_after_forward."
+    )
+
+    UNTUNED: ClassVar[Tuple[str, ...]] = ("strategy", "reshard_after_forward")
+    """Not tune's knobs for a script: its best settings are written as its DDP call's arguments
+    (a strategy is compared by the config's strategy list instead)."""
 
     @property
     def nproc_per_node(self) -> int:

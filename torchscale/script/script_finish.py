@@ -100,6 +100,7 @@ class Finisher:
         self.result: Optional[Dict[str, Any]] = None
         self.traced: Optional[TracedWindow] = None
         self.profile_info: Dict[str, Any] = {}
+        self.collectives: List[Dict[str, Any]] = []  # counted in the last warm-up step
         # the gradient check's input: sampled gradients, parameter summary, seconds spent so far
         self.check_input: Tuple[Optional[torch.Tensor], Optional[torch.Tensor], float] = (
             None,
@@ -144,7 +145,10 @@ class Finisher:
             params: List[torch.Tensor] = list(ddp.module.parameters())
         else:
             params = [p for g in (optimizer.param_groups if optimizer else []) for p in g["params"]]
-        bucket_view = bool(getattr(ddp, "gradient_as_bucket_view", False))
+        # Without DDP's buckets (another strategy) a gradient is held once
+        bucket_view = self.s.strategy != "ddp" or bool(
+            getattr(ddp, "gradient_as_bucket_view", False)
+        )
         return {
             "rank": ctx.rank,
             "local_rank": ctx.local_rank,
@@ -154,6 +158,7 @@ class Finisher:
             "gpu": self.gpu,
             "timeline_s": self.reporter.timeline(),
             "process_started_at": self.reporter.process_started_at(),
+            "collectives": self.collectives,
         }
 
     def _runtime(self, ctx: RankContext) -> Dict[str, Any]:
@@ -163,8 +168,9 @@ class Finisher:
             "args": s.args,
             "step_at": s.step_at,
             "samples_per_step": SAMPLES_GIVEN if s.samples_per_step else SAMPLES_COUNTED,
-            "ddp_applied": self.state.applied,
-            "ddp": ddp_report(ddp) if ddp is not None else {},
+            "ddp_applied": self.state.applied if s.strategy == "ddp" else {},
+            "strategy": {"strategy": "ddp"} if s.strategy == "ddp" else self.state.applied,
+            "ddp": ddp_report(ddp) if ddp is not None and s.strategy == "ddp" else {},
             "sync_probe": self.probe_note,
             "intra_op_threads": torch.get_num_threads(),
             "cudnn_benchmark": bool(torch.backends.cudnn.benchmark) if ctx.is_cuda else None,

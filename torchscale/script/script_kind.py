@@ -1,7 +1,8 @@
 """The script cell kind: a user's own training script, one torchrun launch per GPU count.
 
 Planned from the ``script:`` section (``script_config``): one cell per GPU count (the section's
-or the config's), node count and repeat, with the config's measured window. Every rank runs
+or the config's), node count, repeat and ``strategy`` (which the script's DDP call applies), with
+the config's measured window. Every rank runs
 ``python -m torchscale.script.wrap``, which runs the script unmodified with the bootstrap
 installed. A cell writes one ``training`` record (``TrainingResult``), its ``model`` the script's
 file name and its ``batch_size`` the samples one rank trained on per step, so summary.csv,
@@ -68,6 +69,25 @@ def _windows(config: BenchmarkConfig) -> Iterator[Dict[str, Any]]:
         yield dict(zip(WINDOW_KNOBS, values))
 
 
+def _strategies(config: BenchmarkConfig) -> List[Dict[str, Any]]:
+    """The config's ``strategy`` list, one cell each (fsdp2's once per ``reshard_after_forward``
+    value), as training cells take it: the script's DDP call applies it."""
+    cells = []
+    for strategy in config.strategy:
+        reshards = config.reshard_after_forward if str(strategy).startswith("fsdp2") else [True]
+        cells += [{"strategy": strategy, "reshard_after_forward": r} for r in reshards]
+    return cells
+
+
+def strategy_label(settings: ScriptCellSettings) -> str:
+    """The strategy as a cell's line says it (nothing for ddp, the script's own)."""
+    if settings.strategy == "ddp":
+        return ""
+    if settings.strategy.startswith("fsdp2") and not settings.reshard_after_forward:
+        return f" under {settings.strategy}, no reshard after forward"
+    return f" under {settings.strategy}"
+
+
 def threads_ran_line(record: ResultBase) -> Optional[str]:
     """The intra-op threads a script cell's ranks ran with (its record's
     ``runtime.intra_op_threads``), on CPU processes, where they set its speed."""
@@ -105,7 +125,7 @@ class ScriptKind:
         per_gpu = sum(
             len(node_counts(g, config, gpus_per_node)) for g in _gpu_counts(config, section)
         )
-        total = config.repeats * windows * per_gpu
+        total = config.repeats * windows * len(_strategies(config)) * per_gpu
         return total, [f"script {total}"]
 
     def plan(
@@ -116,11 +136,12 @@ class ScriptKind:
         check_script(section.path)  # before any cell: a missing script is bad input
         process = section.model_dump(exclude={"path", "args", "gpu_counts"})
         for repeat in range(config.repeats):
-            for window in _windows(config):
+            for window, strategy in itertools.product(_windows(config), _strategies(config)):
                 for gpus in _gpu_counts(config, section):
                     for nnodes in node_counts(gpus, config, gpus_per_node):
-                        raw = {**process, **window, "script": section.path, "args": section.args,
-                               "gpus": gpus, "nnodes": nnodes, "repeat": repeat}  # fmt: skip
+                        raw = {**process, **window, **strategy, "script": section.path,
+                               "args": section.args, "gpus": gpus, "nnodes": nnodes,
+                               "repeat": repeat}  # fmt: skip
                         try:
                             yield ScriptCellSettings.model_validate(raw)
                         except ValidationError as exc:
@@ -131,10 +152,16 @@ class ScriptKind:
         nodes = f"-n{settings.nnodes}" if settings.nnodes > 1 else ""
         name = slug(Path(settings.script).stem)
         digest = settings_digest(settings)
-        return f"script-{name}-g{settings.gpus}{nodes}-r{settings.repeat}-{digest}"
+        strategy = f"-{slug(settings.strategy)}" if settings.strategy != "ddp" else ""
+        return f"script-{name}{strategy}-g{settings.gpus}{nodes}-r{settings.repeat}-{digest}"
 
     def swept(self, config: BenchmarkConfig, benchmark: str) -> List[str]:
-        return [name for name in WINDOW_KNOBS if len(getattr(config, name)) > 1]
+        swept = [name for name in WINDOW_KNOBS if len(getattr(config, name)) > 1]
+        strategies = _strategies(config)
+        for knob in ("strategy", "reshard_after_forward"):
+            if len({cell[knob] for cell in strategies}) > 1:
+                swept.append(knob)
+        return swept
 
     @staticmethod
     def _fields(cell: Cell) -> Dict[str, Any]:
@@ -166,7 +193,8 @@ class ScriptKind:
     def describe(self, cell: Cell, device_kind: str = CUDA) -> str:
         s = _settings(cell)
         nodes = f" x {s.nnodes} nodes" if s.nnodes > 1 else ""
-        return f"{script_label(s.script)} on {count_text(s.gpus, device_kind)}{nodes} (your script)"
+        where = f"{count_text(s.gpus, device_kind)}{nodes}"
+        return f"{script_label(s.script)} on {where} (your script{strategy_label(s)})"
 
     def plan_row(self, cell: Cell, knobs: List[str]) -> List[str]:
         s = _settings(cell)

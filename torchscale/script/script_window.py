@@ -40,6 +40,7 @@ from torchscale.script.run_state import NotMeasurable, RunState, first_batch_siz
 from torchscale.script.script_config import ScriptCellSettings
 from torchscale.script.script_figures import RankWindows
 from torchscale.script.script_finish import Finisher
+from torchscale.worker.collective_count import collective_counter
 from torchscale.worker.cpu_accounting import CpuSnapshot
 from torchscale.worker.gpu_sampler import GpuSampler, nvml_index
 from torchscale.worker.gradient_check import parameter_summary, sample_gradients
@@ -83,6 +84,8 @@ class ScriptWindows:
         # step, and the parameters' summary after the window (docs/strategies.md)
         self.sampled_grads: Optional[torch.Tensor] = None
         self.check_spent_s = 0.0
+        self.counter: Optional[Any] = None
+        self.compiled = False
 
     # --- the hooks ------------------------------------------------------------------------------
     def ddp_built(self, ddp: DDP, applied: Dict[str, Any]) -> None:
@@ -150,6 +153,11 @@ class ScriptWindows:
             self.finisher.probe_note = "not run: the script ended right after the measured window"
         self.finisher.before_exit(self._stepping_done())
 
+    def compiles(self) -> None:
+        """The script compiles: its collectives are not counted (a dispatch mode around compiled
+        code would recompile it)."""
+        self.compiled = True
+
     def script_ended(self) -> None:
         """The script returned: finish, or say why it could not be measured."""
         if self.s.step_at == "forward" and self.state.in_step and not self.state.finished:
@@ -201,6 +209,12 @@ class ScriptWindows:
         if state.stage in ("nosync_warm", "nosync") and ddp is not None:
             ddp.require_backward_grad_sync = False  # what no_sync() sets, for this step
             self.sync_off = True
+        last_warmup = state.stage == "warmup" and state.steps == max(self.s.warmup_steps, 1) - 1
+        if last_warmup and not self.compiled:
+            # The collectives a step issues, counted in the last warm-up step (outside the
+            # window; a dispatch mode costs microseconds per operator)
+            self.counter = collective_counter()
+            self.counter.__enter__()
 
     def _step_ended(self) -> None:
         state = self.state
@@ -208,6 +222,11 @@ class ScriptWindows:
         if self.open_micro is not None:
             self._close_micro(self._mark())
         self.marks.end = self._mark()
+        if self.counter is not None:
+            self.counter.__exit__(None, None, None)
+            found = self.counter.found
+            self.finisher.collectives = [found[op] for op in sorted(found)]
+            self.counter = None
         state.in_step = False
         state.steps += 1
         state.stage_steps += 1
@@ -306,6 +325,14 @@ class ScriptWindows:
         assert ddp is not None
         self.finisher.probe_note = "ran after the measured window"
         self.logging = {field: [] for field in DDP_LOGGING_FIELDS.values()}
+        if self.s.strategy != "ddp":
+            gathered = ", parameters are still gathered" if self.s.strategy != "replicate" else ""
+            self.finisher.probe_note = (
+                f"no_sync only ({self.s.strategy} has no DDP runtime logging; its no_sync turns "
+                f"gradient reduction off{gathered})"
+            )
+            state.enter("nosync_warm")
+            return
         try:
             ddp._set_ddp_runtime_logging_sample_rate(1)
         except AttributeError:  # private API: absent in some builds

@@ -3,8 +3,9 @@
 Installed before the script runs, removed after it (nothing in the script is edited):
 
 * ``DistributedDataParallel.__init__`` is wrapped: the cell's DDP arguments replace the
-  script's own (only those the cell sets), then the listener gets the model, and with it a
-  forward pre-hook and a forward hook on that DDP module;
+  script's own (only those the cell sets), or, under another strategy, that strategy is applied
+  in DDP's place (``script_strategy``); then the listener gets the model, and with it a forward
+  pre-hook and a forward hook on that module;
 * torch.optim's global step hooks (``register_optimizer_step_pre_hook`` / ``_post_hook``) tell
   the listener where each optimizer step starts and ends;
 * ``torch.distributed.destroy_process_group`` of the default group (no argument, ``None`` or
@@ -27,7 +28,7 @@ import contextlib
 import functools
 import inspect
 import sys
-from typing import Any, Callable, Dict, Iterator, List, Protocol, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple
 
 import torch
 import torch.distributed as dist
@@ -57,6 +58,8 @@ class StepListener(Protocol):
     def optimizer_ends(self, optimizer: torch.optim.Optimizer) -> None: ...
 
     def group_ends(self) -> None: ...
+
+    def compiles(self) -> None: ...
 
 
 def applied_arguments(
@@ -98,8 +101,13 @@ class _Shield:
                 hooks[handle.id] = torch.compiler.disable(hook)  # type: ignore[index]
 
 
+Instead = Callable[[DDP, Dict[str, Any]], Dict[str, Any]]
+"""In place of DDP's constructor: builds the module (another strategy) from the call's bound
+arguments; returns what it applied."""
+
+
 def _wrapped_init(
-    listener: StepListener, overrides: Dict[str, Any], shield: _Shield
+    listener: StepListener, overrides: Dict[str, Any], shield: _Shield, instead: Optional[Instead]
 ) -> Callable[..., None]:
     original = DDP.__init__
     parameters = dict(inspect.signature(original).parameters)
@@ -107,8 +115,11 @@ def _wrapped_init(
     @functools.wraps(original)
     def init(self: DDP, *args: Any, **kwargs: Any) -> None:
         bound = inspect.signature(original).bind(self, *args, **kwargs)
-        applied = applied_arguments(parameters, bound.arguments, overrides)
-        original(*bound.args, **bound.kwargs)
+        if instead is not None:
+            applied = instead(self, dict(bound.arguments))
+        else:
+            applied = applied_arguments(parameters, bound.arguments, overrides)
+            original(*bound.args, **bound.kwargs)
         shield.add(
             self.register_forward_pre_hook(
                 lambda module, a, k: listener.forward_starts(module, a, k), with_kwargs=True
@@ -120,12 +131,13 @@ def _wrapped_init(
     return init
 
 
-def _wrapped_compile(shield: _Shield) -> Callable[..., Any]:
+def _wrapped_compile(shield: _Shield, listener: StepListener) -> Callable[..., Any]:
     original = torch.compile
 
     @functools.wraps(original)
     def compile(*args: Any, **kwargs: Any) -> Any:
         shield.hide()  # before anything is traced (torch.compile imports Dynamo anyway)
+        listener.compiles()
         return original(*args, **kwargs)
 
     return compile
@@ -145,13 +157,16 @@ def destroys_default_group(
 
 
 @contextlib.contextmanager
-def installed(listener: StepListener, ddp_overrides: Dict[str, Any]) -> Iterator[None]:
-    """The hooks, for the duration of the block (the script's run)."""
+def installed(
+    listener: StepListener, ddp_overrides: Dict[str, Any], instead: Optional[Instead] = None
+) -> Iterator[None]:
+    """The hooks, for the duration of the block (the script's run). ``instead``: what a DDP
+    call builds in place of DDP (another strategy; ``script_strategy``)."""
     original_init = DDP.__init__
     original_destroy = dist.destroy_process_group
     original_compile = torch.compile
     shield = _Shield()
-    DDP.__init__ = _wrapped_init(listener, ddp_overrides, shield)  # type: ignore[method-assign]
+    DDP.__init__ = _wrapped_init(listener, ddp_overrides, shield, instead)  # type: ignore[method-assign]
 
     @functools.wraps(original_destroy)
     def destroy(*args: Any, **kwargs: Any) -> Any:
@@ -165,7 +180,7 @@ def installed(listener: StepListener, ddp_overrides: Dict[str, Any]) -> Iterator
     ]
     for handle in handles:
         shield.add(handle)
-    torch.compile = _wrapped_compile(shield)
+    torch.compile = _wrapped_compile(shield, listener)
     modules = (dist, dist.distributed_c10d)
     for module in modules:
         module.destroy_process_group = destroy  # type: ignore[attr-defined]

@@ -17,6 +17,7 @@ never built DDP, built two) fails the same way with the reason.
 
 from __future__ import annotations
 
+import functools
 import os
 import runpy
 import sys
@@ -37,8 +38,9 @@ from torchscale.script import output_cap
 from torchscale.script.run_state import NotMeasurable
 from torchscale.script.script_config import ScriptCellSettings
 from torchscale.script.script_finish import end_children
+from torchscale.script.script_strategy import become_strategy_module
 from torchscale.script.script_window import ScriptWindows
-from torchscale.script.step_hooks import installed
+from torchscale.script.step_hooks import Instead, installed
 
 
 class ScriptExited(Exception):
@@ -85,6 +87,13 @@ def run_script(path: str, args: List[str]) -> None:
             raise ScriptExited(f"the script exited with code {exc.code!r}") from None
 
 
+def strategy_instead(settings: ScriptCellSettings) -> Optional[Instead]:
+    """What the script's DDP call builds under the cell's strategy (None: DDP itself)."""
+    if settings.strategy == "ddp":
+        return None
+    return functools.partial(become_strategy_module, settings=settings)
+
+
 def run_cell(cell_path: Path, out_path: Path) -> None:
     cell = read_cell(cell_path)
     settings = ScriptCellSettings.model_validate(cell["settings"])
@@ -96,7 +105,7 @@ def run_cell(cell_path: Path, out_path: Path) -> None:
         apply_process_settings(settings)
         windows = _Reapplied(settings, request, reporter, out_path)
         reporter.phase("build")  # the script's own start: imports, data, model
-        with installed(windows, settings.ddp_overrides()):
+        with installed(windows, settings.ddp_overrides(), strategy_instead(settings)):
             run_script(settings.script, settings.args)
             windows.script_ended()
 

@@ -317,6 +317,8 @@ def build_space(
     check_section(section, allow)
     allowed = set(_allowed([*allow, *section.allow]))
     settings = dict(flatten_settings(baseline.model_dump(mode="json")))
+    for name in getattr(baseline, "UNTUNED", ()):  # settings tune leaves to the config
+        settings.pop(name, None)
     wanted = section.search
     knobs: List[Knob] = []
     left_out: Dict[str, str] = {}

@@ -74,3 +74,9 @@ def count_collectives(run: Any) -> List[Dict[str, Any]]:
         run.step(clock)
     clock.synchronize()
     return [counter.found[op] for op in sorted(counter.found)]
+
+
+def collective_counter() -> TorchDispatchMode:
+    """A counter to enter around a span that is not one ``run.step`` (a user's script's step,
+    entered and left from its hooks); its ``found`` holds, per collective, calls and bytes."""
+    return _Counter()

@@ -260,7 +260,8 @@ def sample_gradients(params: Sequence[nn.Parameter]) -> torch.Tensor:
             kept = min(len(range(0, numel, step)), SCRIPT_SAMPLE)
             parts.append(torch.zeros(kept, device=p.device))
         else:
-            parts.append(grad.detach().reshape(-1)[::step][:SCRIPT_SAMPLE].float())
+            # FSDP2's gradient is this rank's shard: gathered (a collective, on every rank)
+            parts.append(full(grad.detach()).reshape(-1)[::step][:SCRIPT_SAMPLE].float())
     return torch.cat(parts).clone() if parts else torch.zeros(0)
 
 

@@ -75,9 +75,29 @@ def _dtype_name(dtype: Any) -> Any:
 
 def wrap_fsdp(model: nn.Module, settings: CellSettings, ctx: RankContext) -> Dict[str, Any]:
     """Apply replicate / fully_shard per block, then to the root, in place; what was applied."""
-    strategy = settings.strategy
-    policy = mixed_precision(settings.precision)
-    mesh = _mesh(ctx, settings.nnodes, strategy == "fsdp2_hybrid")
+    return apply_strategy(
+        model,
+        settings.strategy,
+        ctx,
+        precision=settings.precision,
+        nnodes=settings.nnodes,
+        reshard_after_forward=settings.reshard_after_forward,
+    )
+
+
+def apply_strategy(
+    model: nn.Module,
+    strategy: str,
+    ctx: RankContext,
+    precision: str = "fp32",
+    nnodes: int = 1,
+    reshard_after_forward: bool = True,
+) -> Dict[str, Any]:
+    """``strategy`` (not ddp) applied to ``model`` in place, per block then the root; what was
+    applied. A user's script applies it too (``script/script_strategy.py``), at fp32: its
+    precision is its own autocast."""
+    policy = mixed_precision(precision)
+    mesh = _mesh(ctx, nnodes, strategy == "fsdp2_hybrid")
     options: Dict[str, Any] = {"mesh": mesh, "mp_policy": policy}
     apply: Any
     if strategy == "replicate":  # each imported only when used: a torch may have one only
@@ -85,7 +105,7 @@ def wrap_fsdp(model: nn.Module, settings: CellSettings, ctx: RankContext) -> Dic
     else:
         from torch.distributed.fsdp import fully_shard as apply
     if strategy in SHARDED:
-        options["reshard_after_forward"] = settings.reshard_after_forward
+        options["reshard_after_forward"] = reshard_after_forward
     wrapped = blocks(model)
     for block in wrapped:
         apply(block, **options)
@@ -98,7 +118,7 @@ def wrap_fsdp(model: nn.Module, settings: CellSettings, ctx: RankContext) -> Dic
         "mesh": list(mesh.shape),
         "param_dtype": _dtype_name(policy.param_dtype),
         "reduce_dtype": _dtype_name(policy.reduce_dtype),
-        "reshard_after_forward": settings.reshard_after_forward if strategy in SHARDED else None,
+        "reshard_after_forward": reshard_after_forward if strategy in SHARDED else None,
     }
 
 
