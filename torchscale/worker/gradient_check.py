@@ -210,8 +210,8 @@ def _global_mean(local: torch.Tensor, n: int) -> torch.Tensor:
         dist.all_gather(parts, chunk)
         segment = total[begin : begin + GATHER_ELEMENTS]
         for part in parts:
-            segment += part.double()
-    return total / n
+            segment.add_(part)  # float32 into float64, no float64 copy of the part
+    return total.div_(n)
 
 
 def _backward(model: Any, inputs: Any, targets: Any, run: Any, autocast: Any) -> None:
@@ -252,7 +252,9 @@ def check_gradients(
     local = _flat_grads([p for p in reference.parameters() if p.requires_grad])
     del reference
     expected = _global_mean(local, n)
-    relative = float((observed.double() - expected).norm() / expected.norm().clamp_min(1e-30))
+    error = observed.double().sub_(expected)
+    relative = float(error.norm() / expected.norm().clamp_min(1e-30))
+    del error
     stride = max(1, math.ceil(observed.numel() / SAMPLE_ELEMENTS))
     sample = local[::stride].contiguous()
     own = [torch.empty_like(sample) for _ in range(n)]
