@@ -223,6 +223,14 @@ def test_each_strategy_issues_its_own_collectives(memory: List[Dict[str, object]
     assert issued["ddp"]["all_reduce"]["bytes"] == pytest.approx(whole, rel=0.01)
     assert fsdp2["all_gather"]["bytes"] > 1.5 * whole, fsdp2
     assert fsdp2["reduce_scatter"]["bytes"] == pytest.approx(whole, rel=0.05)
+    # each issued op timed alone: a positive busbw, bytes / time x nccl-tests' factor at 2 ranks
+    factors = {"all_reduce": 1.0, "all_gather": 0.5, "reduce_scatter": 0.5, "broadcast": 1.0}
+    for strategy, ops in issued.items():
+        for op, c in ops.items():
+            assert c["time_s"] > 0 and c["busbw_gbps"] > 0, (strategy, c)
+            algbw = c["bytes"] / c["time_s"] / 1e9
+            assert c["algbw_gbps"] == pytest.approx(algbw, rel=1e-6), (strategy, c)
+            assert c["busbw_gbps"] == pytest.approx(algbw * factors[op], rel=1e-6), (strategy, c)
 
 
 @pytest.mark.slow
@@ -249,6 +257,13 @@ def test_console_and_report_recommend_with_the_measured_tradeoff(
     assert "ddp, replicate, fsdp2 not ok: no figure" in faulty
     section = strategy_section(records)  # type: ignore[arg-type]
     assert section is not None and big.removeprefix("Strategy: ") in section.notes
+    # each strategy's collectives with their busbw, on the console and in the section's table
+    busbw = sharded["collectives"][0]["busbw_gbps"]  # type: ignore[index]
+    shown = f"all_gather {sharded['collectives'][0]['calls']} x "  # type: ignore[index]
+    (line,) = [x for x in lines if x.startswith("  fsdp2's collectives per step: ") and shown in x]
+    assert f"busbw {busbw:.3g} GB/s" in line, line
+    cells = [text for row in section.tables[0].rows for text, _ in row]
+    assert line.split(": ", 1)[1] in cells
 
 
 def test_compile_modes_read_as_before_and_skip_with_the_reason() -> None:

@@ -8,12 +8,12 @@ A cell whose gradient check failed (``invalid``) is never a figure: it is named 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 import pandas as pd
 
 from torchscale.analysis.training_tables import training_table
-from torchscale.results.schema import ResultBase
+from torchscale.results.schema import IssuedCollective, ResultBase, TrainingResult
 
 BASELINE = "ddp"
 SAME_SPEED = 0.95
@@ -33,6 +33,7 @@ class StrategyRow:
     sync_overhead_pct: Optional[float]
     throughput_ratio: Optional[float]  # against the baseline's (ddp's, else the first measured)
     memory_ratio: Optional[float]
+    collectives: str = ""  # what one step issued, with each op's busbw (collectives_text)
 
 
 @dataclass(frozen=True)
@@ -94,9 +95,27 @@ def recommend(model: str, world: int, rows: List[StrategyRow], baseline: str) ->
     return f"{where}: use {pick.strategy} ({why}){tail}{note}."
 
 
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.3g} MB"
+
+
+def collectives_text(issued: List[IssuedCollective]) -> str:
+    """One step's collectives, per op: ``all_reduce 2 x 44.9 MB, busbw 1.2 GB/s``."""
+    parts = []
+    for c in issued:
+        busbw = f", busbw {c.busbw_gbps:.3g} GB/s" if c.busbw_gbps is not None else ""
+        parts.append(f"{c.op} {c.calls} x {_megabytes(c.bytes)}{busbw}")
+    return "; ".join(parts)
+
+
 def strategy_groups(records: Iterable[ResultBase]) -> List[StrategyGroup]:
     """Every (model, batch, precision, rank count) measured under more than one strategy."""
-    table = training_table(list(records))
+    records = list(records)
+    issued: Dict[str, str] = {}
+    for record in records:
+        if isinstance(record, TrainingResult) and record.collectives:
+            issued.setdefault(record.cell_id, collectives_text(record.collectives))
+    table = training_table(records)
     if table.empty or "strategy" not in table:
         return []
     groups = []
@@ -117,12 +136,14 @@ def strategy_groups(records: Iterable[ResultBase]) -> List[StrategyGroup]:
             rate = _float(measured["throughput"].mean()) if not measured.empty else None
             state = _float(measured["model_state_bytes"].mean()) if not measured.empty else None
             overhead = _float(measured["sync_overhead_pct"].mean()) if not measured.empty else None
+            texts = [issued[c] for c in measured["cell_id"] if c in issued]
             rows.append(
                 StrategyRow(
                     str(cells["model"].iloc[0]), int(cells["world_size"].iloc[0]), str(strategy),
                     status, rate, str(cells["unit"].iloc[0] or ""),
                     int(state) if state is not None else None, overhead,
                     _ratio(rate, base_rate), _ratio(state, base_state),
+                    texts[0] if texts else "",
                 )
             )  # fmt: skip
         model, world = rows[0].model, rows[0].world_size
@@ -147,6 +168,7 @@ def strategy_frame(groups: List[StrategyGroup]) -> pd.DataFrame:
                 "sync_overhead_pct": r.sync_overhead_pct,
                 "throughput_vs_baseline": r.throughput_ratio,
                 "memory_vs_baseline": r.memory_ratio,
+                "collectives": r.collectives,
             }
             for g in groups
             for r in g.rows

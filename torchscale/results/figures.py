@@ -104,14 +104,18 @@ MFU = Figure(
 ALGBW = Figure(
     "algbw", "algbw", "GB/s",
     "Algorithm bandwidth of a collective: bytes / time (nccl-tests' definition).",
-    "benchmark: communication cells", "torchscale/comm/busbw.py", "algbw_gbps", "algbw_gbps",
+    "benchmark: communication cells; training cells: each collective of one step after the "
+    "window, timed alone", "torchscale/results/bus_bandwidth.py", "algbw_gbps",
+    "algbw_gbps; collectives[].algbw_gbps",
 )  # fmt: skip
 BUSBW = Figure(
     "busbw", "busbw", "GB/s",
     "Bus bandwidth: algbw x the op's factor (2(n-1)/n for all-reduce, (n-1)/n for all-gather, "
     "reduce-scatter and all-to-all, 1 for broadcast and send/recv), comparable with the link's "
     "peak.",
-    "benchmark: communication cells", "torchscale/comm/busbw.py", "busbw_gbps", "busbw_gbps",
+    "benchmark: communication cells; training cells: each collective of one step after the "
+    "window, timed alone", "torchscale/results/bus_bandwidth.py", "busbw_gbps",
+    "busbw_gbps; collectives[].busbw_gbps",
 )  # fmt: skip
 
 COMM_TIME = Figure(

@@ -89,6 +89,13 @@ class IssuedCollective(_Record):
     bytes: int = Field(
         description="Their bytes in the step: each call's larger buffer (nccl-tests' size)."
     )
+    time_s: Optional[float] = Field(
+        None, description="Their seconds, each call timed alone from issue to completion."
+    )
+    algbw_gbps: Optional[float] = Field(None, description="bytes / time_s, GB/s.")
+    busbw_gbps: Optional[float] = Field(
+        None, description="algbw x the op's bus factor (its process group's size), GB/s."
+    )
 
 
 class GpuTelemetry(_Record):

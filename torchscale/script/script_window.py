@@ -213,8 +213,8 @@ class ScriptWindows:
         if last_warmup and not self.compiled:
             # The collectives a step issues, counted in the last warm-up step (outside the
             # window; a dispatch mode costs microseconds per operator)
-            self.counter = collective_counter()
-            self.counter.__enter__()
+            self.counter = collective_counter(self.clock)
+            self.counter.__enter__()  # type: ignore[no-untyped-call]  # torch's is unannotated
 
     def _step_ended(self) -> None:
         state = self.state
@@ -224,8 +224,7 @@ class ScriptWindows:
         self.marks.end = self._mark()
         if self.counter is not None:
             self.counter.__exit__(None, None, None)
-            found = self.counter.found
-            self.finisher.collectives = [found[op] for op in sorted(found)]
+            self.finisher.collectives = self.counter.issued()
             self.counter = None
         state.in_step = False
         state.steps += 1

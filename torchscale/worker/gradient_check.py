@@ -5,9 +5,13 @@
 2. **Gradients equal a reference.** The first measured step's micro-batch (each rank kept its own)
    goes through the wrapped model again, forward and backward with gradient synchronisation on, as
    the strategy runs it: that is the gradient ``G`` the strategy gives each rank. An unwrapped copy
-   of the model in the same process, with the same parameters, takes every rank's batch (gathered
-   from all ranks) in turn: their mean gradient ``R`` is the gradient of the whole global batch's
-   loss. ``G`` must equal ``R`` within the precision's tolerance.
+   of the model, with the same parameters (built on the meta device, so nothing is initialised
+   only to be overwritten), takes the same batch: that is the rank's own gradient ``L_r``. Every
+   rank's ``L_r`` is gathered (a collective that moves bytes and adds nothing) and summed here in
+   float64: their mean ``R`` is the gradient of the whole global batch's loss, since each rank's
+   loss is a mean over an equal micro-batch. ``G`` must equal ``R`` within the precision's
+   tolerance. Each rank runs one reference pass, not one per rank, so the check costs about two
+   steps at any rank count.
 3. **Naming the fault.** ``G`` is fitted as a mix of each rank's own gradient ``L_r`` (least squares
    over a fixed sample of elements): ``G = sum_r c_r L_r / n``. A healthy reduction gives every
    ``c_r = 1``; a reduction that sums instead of averaging gives every ``c_r = n``; a rank that
@@ -42,6 +46,8 @@ FACTOR_TOLERANCE = 0.05
 """How far a fitted share ``c_r`` may sit from 1 before a rank is named."""
 SAMPLE_ELEMENTS = 1 << 18
 """Gradient elements used to fit the shares (evenly spaced over the whole gradient)."""
+GATHER_ELEMENTS = 1 << 22
+"""Gradient elements gathered from every rank at a time (bounds the gather's memory)."""
 SEED_OFFSET = 7919
 
 
@@ -153,9 +159,36 @@ def cause(
     )
 
 
+def _empty_build(run: Any, module: nn.Module, device: torch.device) -> Optional[nn.Module]:
+    """The model built on the meta device and given uninitialised storage on ``device``, or None
+    where that cannot stand in for a real build: a build that fails on meta, a tensor left on
+    meta (not a parameter or buffer), or parameters and buffers that ``module``'s do not cover
+    (a tie broken by ``to_empty``, a buffer the copy would leave uninitialised)."""
+    try:
+        with torch.device("meta"):
+            built: nn.Module = run.spec.build()
+        built = built.to_empty(device=device)
+    except Exception:  # a user's build may not run on meta: build it for real
+        return None
+    left_on_meta = any(
+        torch.is_tensor(value) and value.is_meta
+        for sub in built.modules()
+        for value in vars(sub).values()
+    )
+    params = {name for name, _ in built.named_parameters()}
+    buffers = {name for name, _ in built.named_buffers()}
+    if (
+        left_on_meta
+        or params != {name for name, _ in module.named_parameters()}
+        or not buffers <= {name for name, _ in module.named_buffers()}
+    ):
+        return None
+    return built
+
+
 def _reference_model(run: Any, module: nn.Module, device: torch.device) -> nn.Module:
     """An unwrapped copy of ``module`` with its current (whole) parameters and buffers."""
-    reference: nn.Module = run.spec.build().to(device)
+    reference = _empty_build(run, module, device) or run.spec.build().to(device)
     if run.applied.get("channels_last"):
         reference = reference.to(memory_format=torch.channels_last)
     own = dict(module.named_parameters())
@@ -168,6 +201,21 @@ def _reference_model(run: Any, module: nn.Module, device: torch.device) -> nn.Mo
                 buffer.copy_(buffers[name])
     reference.train(module.training)
     return reference
+
+
+def _global_mean(local: torch.Tensor, n: int) -> torch.Tensor:
+    """The mean over ranks of every rank's ``local`` (same size everywhere), summed here in
+    float64 from gathered chunks: the gather moves bytes only, so no reduction but this one
+    enters the reference."""
+    total = torch.zeros_like(local, dtype=torch.float64)
+    for begin in range(0, local.numel(), GATHER_ELEMENTS):
+        chunk = local[begin : begin + GATHER_ELEMENTS].contiguous()
+        parts = [torch.empty_like(chunk) for _ in range(n)]
+        dist.all_gather(parts, chunk)
+        segment = total[begin : begin + GATHER_ELEMENTS]
+        for part in parts:
+            segment.add_(part)  # float32 into float64, no float64 copy of the part
+    return total.div_(n)
 
 
 def _backward(model: Any, inputs: Any, targets: Any, run: Any, autocast: Any) -> None:
@@ -192,31 +240,34 @@ def check_gradients(
     dist.all_gather(gathered, summary)
     problem = parameters_disagree(gathered)
     # 2. this rank's kept batch through the wrapped model (synchronised), then the reference
-    batches: List[Any] = [None] * n
-    dist.all_gather_object(batches, _to(batch, torch.device("cpu")))
-    if any(b is None for b in batches):
+    kept: List[Any] = [None] * n
+    dist.all_gather_object(kept, batch is not None)
+    if not all(kept) or batch is None:
         return {"rank": ctx.rank, "passed": True, "skipped": "no measured batch was kept"}
+    inputs, targets = _to(batch, ctx.device)
     run.optimizer.zero_grad(set_to_none=True)
     torch.manual_seed(settings.seed + SEED_OFFSET + ctx.rank)
-    inputs, targets = _to(batches[ctx.rank], ctx.device)
     _backward(run.forward, inputs, targets, run, run._autocast)
     observed = _flat_grads(params)
     run.optimizer.zero_grad(set_to_none=True)
     reference = _reference_model(run, module, ctx.device)
-    reference_params = [p for p in reference.parameters() if p.requires_grad]
-    total = torch.zeros_like(observed, dtype=torch.float64)
+    torch.manual_seed(settings.seed + SEED_OFFSET + ctx.rank)  # the replay's dropout masks
+    _backward(reference, inputs, targets, run, run.reference_autocast)
+    local = _flat_grads([p for p in reference.parameters() if p.requires_grad])
+    del reference
+    expected = _global_mean(local, n)
+    error = observed.double().sub_(expected)
+    relative = float(error.norm() / expected.norm().clamp_min(1e-30))
+    del error
     stride = max(1, math.ceil(observed.numel() / SAMPLE_ELEMENTS))
-    own = []
-    for r in range(n):
-        torch.manual_seed(settings.seed + SEED_OFFSET + r)
-        inputs, targets = _to(batches[r], ctx.device)
-        _backward(reference, inputs, targets, run, run.reference_autocast)
-        local = _flat_grads(reference_params)
-        total += local.double()
-        own.append(local[::stride].clone())
-        reference.zero_grad(set_to_none=True)
-    expected = total / n
-    if not (bool(torch.isfinite(observed).all()) and bool(torch.isfinite(total).all())):
+    sample = local[::stride].contiguous()
+    own = [torch.empty_like(sample) for _ in range(n)]
+    dist.all_gather(own, sample)
+    if not (
+        bool(torch.isfinite(observed).all())
+        and bool(torch.isfinite(expected).all())
+        and all(bool(torch.isfinite(o).all()) for o in own)
+    ):
         # A diverged loss (the record is invalid for it already) or an overflow in reduced
         # precision: no factor can be fitted, and none is claimed.
         return {
@@ -226,10 +277,9 @@ def check_gradients(
             "skipped": NOT_FINITE,
             "check_s": time.perf_counter() - started,
         }
-    relative = float((observed.double() - expected).norm() / expected.norm().clamp_min(1e-30))
     shares = fit_shares(observed[::stride], torch.stack(own))
     problem = problem or cause(ctx.rank, shares, relative, tolerance, precision)
-    del reference, total, own
+    del local, expected, own
     return {
         "rank": ctx.rank,
         "passed": problem is None,
