@@ -642,6 +642,41 @@ def test_readme_starts_with_a_users_install_and_the_example() -> None:
     assert contributors[1] in ci[test_line : test_line + 4]
 
 
+def test_highest_throughput_per_unit_and_efficiency_never_averaged_across_models() -> None:
+    """A run of two models with different units (resnet-tiny in images, gpt2-tiny in tokens),
+    two repeats each, on 1 and 2 CPU processes: one "Highest throughput" card per unit, each the
+    best of that unit's cells only; the efficiency card is the lowest configuration's (each the
+    mean of its own repeats), never a mean over the two models."""
+    import statistics
+
+    from torchscale.report.content import build_content
+    from torchscale.report.report_data import load_report_data
+
+    folder = REPO / "tests" / "data" / "compare_unchanged" / "before" / "cpu_smoke"
+    records = [r for r in ExperimentStore(folder).records() if isinstance(r, TrainingResult)]
+    cards = {c.label: c for c in build_content(load_report_data(folder)).cards}
+    highest = {label: card for label, card in cards.items() if label.startswith("Highest")}
+    units = {r.unit for r in records}
+    assert units == {"images", "tokens"}
+    assert set(highest) == {f"Highest throughput ({unit}/s)" for unit in units}
+    for unit in units:
+        best = max(r.throughput or 0.0 for r in records if r.unit == unit)
+        shown = float(highest[f"Highest throughput ({unit}/s)"].value.replace(",", ""))
+        assert shown == pytest.approx(best, rel=0.01), unit
+
+    def efficiency(model: str) -> float:  # mean of its repeats' 2-rank rate over twice 1-rank's
+        rates = {n: [r.throughput or 0.0 for r in records if (r.model, r.world_size) == (model, n)]
+                 for n in (1, 2)}  # fmt: skip
+        return statistics.mean(rates[2]) / (2 * statistics.mean(rates[1]))
+
+    each = {m: efficiency(m) for m in ("resnet-tiny", "gpt2-tiny")}
+    assert abs(each["resnet-tiny"] - each["gpt2-tiny"]) > 0.1  # their mean is neither
+    (card,) = [c for label, c in cards.items() if label.startswith("Scaling efficiency at")]
+    value = float(card.value.rstrip("%")) / (100 if card.value.endswith("%") else 1)
+    assert value == pytest.approx(min(each.values()), rel=0.03), (card.value, each)
+    assert "the lowest of 2 configurations" in card.detail
+
+
 SEED_NUMBER = re.compile(r"\bseed \d{3}\b", re.I)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import List
 
 import pytest
 from typer.testing import CliRunner
@@ -15,6 +16,7 @@ from torchscale.config.durations import parse_duration
 from torchscale.profiling.outputs import FINDINGS_FILE
 from torchscale.profiling.trace_tables import table_files
 from torchscale.results.figures import SYNC_STALL
+from torchscale.results.schema import ProfileInfo, TrainingResult
 
 runner = CliRunner()
 
@@ -219,3 +221,63 @@ def test_stall_and_overhead_agree_or_say_why_they_differ() -> None:
     assert larger.startswith("The sync stall time (14.4%) is larger here, so it is not a part")
     assert "different steps" in larger and "part of it spent" not in larger
     assert "part of it" in sync_relation(None, 5.0)
+
+
+def _busy_profiled(record: TrainingResult, busy: bool) -> TrainingResult:
+    """A recorded cell, traced, as measured on a busy host when ``busy``: each rank waited for a
+    CPU 40% of its window while other processes kept one more core busy (what schedstat and
+    /proc/stat record beside ranks that share their cores with a spinner)."""
+    ranks = [
+        rank.model_copy(
+            update={
+                "cpu_wait_s": 0.4 * rank.window_s,
+                "host_busy_cpu_s": sum(r.process_cpu_s or 0.0 for r in record.per_rank)
+                + rank.window_s,
+            }
+        )
+        for rank in record.per_rank
+    ]
+    profile = ProfileInfo(tool="torch", profiled=True, reason="traced", dir="profile")
+    return record.model_copy(update={"per_rank": ranks if busy else record.per_rank,
+                                     "profile": profile})  # fmt: skip
+
+
+def test_profile_of_a_cell_measured_on_a_busy_host_warns_with_the_evidence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The busy host's one rule reaches profile: a traced cell whose ranks waited for a CPU
+    while other processes held the cores gets a WARN with the wait share beside its analysis;
+    the same cell measured quietly gets none."""
+    from torchscale.analysis.busy_host import BUSY_HOST, wait_words
+    from torchscale.app.profile import captured_cell
+    from torchscale.cli import profile_command
+    from torchscale.results.store import ExperimentStore
+
+    source = DATA / "compare_unchanged" / "before" / "cpu_smoke" / "results.jsonl"
+    lines = source.read_text(encoding="utf-8").splitlines()
+    record = next(
+        r
+        for r in (TrainingResult.model_validate_json(x) for x in lines if '"training"' in x)
+        if r.world_size == 2 and r.status == "ok"
+    )
+    store = ExperimentStore(tmp_path / "exp")
+    traces = store.cell_dir(record.cell_id) / "profile"
+    shutil.copytree(DATA / "nsys_2rank", traces)
+    analysed = runner.invoke(app, ["profile", "analyze", str(traces)])
+    assert analysed.exit_code == 0, analysed.output
+    said: List[str] = []
+    monkeypatch.setattr(profile_command, "say", lambda line: said.append(str(line)))
+    monkeypatch.setattr(profile_command, "show_result", lambda line: said.append(str(line)))
+    warnings = {}
+    for busy in (True, False):
+        cell = captured_cell(_busy_profiled(record, busy), store)
+        assert cell.document is not None, cell
+        said.clear()
+        assert profile_command._report_capture([cell], json_output=False) == 0
+        warnings[busy] = [line for line in said if line.startswith("> [WARN] Measured on a")]
+        if busy:
+            assert cell.busy_wait == pytest.approx(0.4)
+    (line,) = warnings[True]
+    assert line.startswith(f"> [WARN] Measured on a {BUSY_HOST} ({wait_words(0.4)}): ")
+    assert "rerun on a quiet node before acting on them" in line
+    assert warnings[False] == []

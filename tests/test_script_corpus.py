@@ -9,7 +9,8 @@ Each script runs at 1 and 2 gloo processes in one ``benchmark --script`` (two la
 every record is ``ok`` and within 5% of the samples/s the script printed itself over the same
 steps, and nothing the script started is left running once the cell is over. The scripts
 compile with Dynamo's ``aot_eager`` backend (their own ``--compile-backend`` option): inductor's
-C++ compile takes ~30 s a rank on this machine; what torchscale does differs in nothing.
+C++ compile takes ~30 s a rank on this machine; what torchscale does differs in nothing. The
+compiled AMP script is also profiled at 2 ranks (one launch): its traced window is analysed.
 """
 
 from __future__ import annotations
@@ -140,3 +141,34 @@ def test_compiled_ddp_two_optimizers_and_activation_checkpointing(compiled: Path
         assert record.runtime["ddp"]["bucket_sizes"]
         log = (compiled / "cells" / record.cell_id / "launch.log").read_text(encoding="utf-8")
         assert "UnsafeScriptObjectError" not in log and "Traceback" not in log
+
+
+def test_profile_traces_the_compiled_amp_script_with_workers_and_analyses_it(
+    tmp_path: Path,
+) -> None:
+    """``profile --script`` of the compiled AMP script with persistent DataLoader workers at 2
+    ranks: the traced window is analysed (a sync stall per rank, findings), the cell is not
+    "not profiled" (the workers end after the trace, not in the rank's face), and nothing the
+    script started is left."""
+    config = tmp_path / "corpus.yaml"
+    config.write_text(CONFIG.replace(f"measure_steps: {WINDOW}", "measure_steps: 4"))
+    out = tmp_path / "results"
+    command = ["profile", "--script", str(CORPUS / "train_amp_accumulate.py"), "--gpus", "2"]
+    command += ["-c", str(config), "-o", str(out), "--duration", "2s", "--json", "--"]
+    command += ["--steps", "400", "--compile", "--compile-backend", "aot_eager", "--workers", "2"]
+    command += ["--batch-size", "32", "--checkpoint-dir", str(tmp_path / "checkpoints")]
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 0, result.output
+    assert "not profiled" not in result.stderr
+    document = json.loads(result.stdout)
+    ranks = document["ranks"]
+    assert sorted(r["rank"] for r in ranks) == [0, 1]
+    assert all(r["steps"] >= 2 and r["sync_stall_pct"] is not None for r in ranks), ranks
+    assert document["sync_stall_pct"] is not None and document["findings"]
+    (folder,) = out.glob("profile-corpus-g2-*")
+    (record,) = _records(folder)
+    assert record.status == "ok" and record.profile is not None and record.profile.profiled
+    assert record.profile.note is None  # the script ran past its traced window
+    log = (folder / "cells" / record.cell_id / "launch.log").read_text(encoding="utf-8")
+    assert "Traceback" not in log and "UnsafeScriptObjectError" not in log
+    assert _left_running(str(folder)) == [] and _left_running(str(tmp_path)) == []
