@@ -72,23 +72,101 @@ def pod_templates(manifest: Dict[str, Any]) -> List[Dict[str, Any]]:
     return []
 
 
+# Every CEL rule (x-kubernetes-validations) of the vendored CRDs, which JSON schema skips, and
+# what becomes of it: "checked" (by check_manifest), "update" (compares with the old object: a
+# create never fails it) or "unset" (on a field torchscale never writes; test_cel_rules_...
+# checks it stays unset). A CRD update with a new rule fails that test until it is placed here.
+CEL_RULES = {
+    "trainjob": {
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')": "checked",
+        "size(self.metadata.name) <= 63": "checked",
+        "self == oldSelf": "update",
+        "self == '' || self.matches('^[A-Za-z][A-Za-z0-9+.-]*://.+$')": "unset:initializer",
+        "self in ['trainer.kubeflow.org/trainjob-controller', 'kueue.x-k8s.io/multikueue']":
+            "unset:managedBy",
+        "has(self.lastUpdatedTime)": "unset:status",
+    },
+    "jobset": {
+        "self == oldSelf": "update",
+        "!(has(self.startupPolicy) && self.startupPolicy.startupPolicyOrder == 'InOrder' && "
+        "self.replicatedJobs.exists(x, has(x.dependsOn)))": "unset:startupPolicy",
+        "self.templates.all(t, !has(t.metadata.namespace) || size(t.metadata.namespace) == 0)":
+            "unset:volumeClaimPolicies",
+    },
+    "pytorchjob": {"self == oldSelf": "update"},
+}  # fmt: skip
+# torchrun's variables the Trainer's torch plugin sets itself, which its webhook refuses in
+# spec.trainer.env (trainer v2.3.0 pkg/constants/constants.go TorchRunReservedEnvNames).
+TRAINJOB_RESERVED_ENV = {
+    "PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+}  # fmt: skip
+
+
 def check_manifest(api: str, manifest: Dict[str, Any]) -> None:
     errors = sorted(crd_validator(api).iter_errors(manifest), key=str)
     assert not errors, [f"{list(e.absolute_path)}: {e.message}" for e in errors]
     # The CEL rules and webhooks that the JSON schema does not express, that matter here:
     name = manifest["metadata"]["name"]
     assert DNS1035.match(name) and len(name) <= 63, name  # TrainJob CEL, PyTorchJob webhook
-    if api == "jobset":  # jobset webhook: the longest pod name is a DNS-1035 label
-        rjob = manifest["spec"]["replicatedJobs"][0]
-        longest = f"{name}-{rjob['name']}-{rjob['replicas'] - 1}-{rjob['template']['spec']['completions'] - 1}"
-        assert DNS1035.match(longest) and len(longest) <= 63, longest
-    if api == "pytorchjob":  # webhook: one Master, a container named pytorch with an image
-        assert manifest["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] == 1
+    spec = manifest["spec"]
+    for field in ("initializer", "managedBy", "startupPolicy", "volumeClaimPolicies"):
+        assert field not in spec, field  # the "unset" CEL rules stay out of reach
+    assert "status" not in manifest
+    if api == "trainjob":  # the torch plugin's webhook: no reserved torchrun variable
+        names = {item["name"] for item in spec["trainer"].get("env", [])}
+        assert not names & TRAINJOB_RESERVED_ENV, names & TRAINJOB_RESERVED_ENV
+    if api == "jobset":
+        # jobset v0.12.0 pkg/webhooks/jobset_webhook.go: the longest Job name and the longest
+        # pod name, GenPodName(...) + "-abcde" (the Job controller's suffix), are DNS-1035 labels
+        for rjob in spec["replicatedJobs"]:
+            job = rjob["template"]["spec"]
+            longest_job = f"{name}-{rjob['name']}-{rjob['replicas'] - 1}"
+            longest = f"{longest_job}-{job['completions'] - 1}-abcde"
+            for label in (longest_job, longest, rjob.get("groupName", "default")):
+                assert DNS1035.match(label) and len(label) <= 63, label
+    if api == "pytorchjob":
+        # training operator v1.9.4 pkg/webhooks/pytorch/pytorchjob_webhook.go: Master and
+        # Worker only, one Master, Workers at least 1, a container named pytorch, every
+        # container an image
+        replicas = spec["pytorchReplicaSpecs"]
+        assert set(replicas) <= {"Master", "Worker"} and replicas["Master"]["replicas"] == 1
+        assert replicas.get("Worker", {"replicas": 1})["replicas"] >= 1
+        for replica in replicas.values():
+            containers = replica["template"]["spec"]["containers"]
+            assert "pytorch" in [c["name"] for c in containers]
+            assert all(c.get("image") for c in containers)
     for value in manifest["metadata"]["labels"].values():
         assert LABEL_VALUE.match(value) and len(value) <= 63, value
     for template in pod_templates(manifest):
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, **template}
         kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+def test_cel_rules_json_schema_skips_are_each_checked_or_out_of_reach() -> None:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    for api, known in CEL_RULES.items():
+        crd = yaml.load((CRDS / CRD_FILES[api]).read_text(), Loader=loader)
+        (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+        found, stack = set(), [version["schema"]["openAPIV3Schema"]]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                for rule in node.get("x-kubernetes-validations", []):
+                    found.add(" ".join(rule["rule"].split()))
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+        assert found == set(known), (api, found ^ set(known))
+    # docs/kubernetes.md names every one of them
+    docs = (REPO / "docs" / "kubernetes.md").read_text()
+    for field in (
+        "initializer",
+        "managedBy",
+        "startupPolicy",
+        "volumeClaimPolicies",
+        "schedulingPolicy.queue",
+    ):
+        assert f"`{field}`" in docs, field
 
 
 def write_config(tmp_path: Path, name: str, gpus: List[int], per_node: int) -> Path:
