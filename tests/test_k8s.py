@@ -263,6 +263,45 @@ def test_trainjob_sizes_queues_and_patches_the_pods(tmp_path: Path) -> None:
     assert "--hold-results" in trainer["command"]
 
 
+@pytest.mark.parametrize("api", ["jobset", "pytorchjob"])
+def test_every_pod_template_gets_the_queue_shm_and_communication_variables(
+    tmp_path: Path, api: str
+) -> None:
+    overlay = tmp_path / "patch.yaml"
+    overlay.write_text(
+        "volumes: [{name: dshm, emptyDir: {medium: Memory, sizeLimit: 32Gi}}]\n"
+        "tolerations: [{key: a, operator: Exists}]\n"
+        "containers: [{env: [{name: NCCL_IB_HCA, value: mlx5_1}, {name: EXTRA, value: '1'}]}]\n"
+    )
+    config = write_config(tmp_path, "q", [16], 8)
+    manifest, _, _ = emit(
+        tmp_path, config, "--launcher", "k8s", "--k8s-api", api, "--k8s-queue", "team-a",
+        "--k8s-overlay", str(overlay),
+        env={"NCCL_IB_HCA": "mlx5", "GLOO_SOCKET_IFNAME": "eth0", "UCC_TLS": "ucp", "HOME": "/r"},
+    )  # fmt: skip
+    check_manifest(api, manifest)
+    assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    suspended = manifest["spec"] if api == "jobset" else manifest["spec"]["runPolicy"]
+    assert suspended["suspend"] is True  # Kueue admits it
+    for template in pod_templates(manifest):
+        spec = template["spec"]
+        # The overlay merged by name: dshm keeps Memory and gains its size; the env entry of the
+        # same name replaced, a new one added; tolerations appended.
+        assert spec["volumes"][0] == {
+            "name": "dshm",
+            "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"},
+        }
+        assert spec["tolerations"] == [{"key": "a", "operator": "Exists"}]
+        (container,) = spec["containers"]
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+        env = {item["name"]: item.get("value") for item in container["env"]}
+        assert [item["name"] for item in container["env"]].count("NCCL_IB_HCA") == 1
+        assert env["NCCL_IB_HCA"] == "mlx5_1" and env["EXTRA"] == "1"
+        assert env["GLOO_SOCKET_IFNAME"] == "eth0" and env["UCC_TLS"] == "ucp"
+        assert "HOME" not in env
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
+
+
 def test_an_overlay_a_trainjob_cannot_carry_is_refused_in_one_line(tmp_path: Path) -> None:
     overlay = tmp_path / "patch.yaml"
     overlay.write_text("hostNetwork: true\n")
@@ -457,7 +496,7 @@ def test_submit_applies_follows_node_zero_and_copies_the_results(
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("launcher", ["k8s", "skypilot"])
+@pytest.mark.parametrize("launcher", ["k8s", "skypilot", "dstack"])
 def test_a_hostile_script_name_reaches_the_pods_as_one_word(tmp_path: Path, launcher: str) -> None:
     import shlex
 
@@ -476,7 +515,7 @@ def test_a_hostile_script_name_reaches_the_pods_as_one_word(tmp_path: Path, laun
         str(out),
     ]
     result = CliRunner().invoke(app, [*argv, "--", "--lr", "$(x) y"])
-    if launcher == "skypilot":  # a shell line cannot hold a line break: refused, nothing written
+    if launcher != "k8s":  # a shell line cannot hold a line break: refused, nothing written
         assert result.exit_code == 2 and "contains a line break" in result.stderr
         assert not out.exists()
         script = script.rename(tmp_path / 'tr"ain $(touch pwned):{x} ü.py')
@@ -488,8 +527,8 @@ def test_a_hostile_script_name_reaches_the_pods_as_one_word(tmp_path: Path, laun
         check_manifest("trainjob", doc)
         command = doc["spec"]["trainer"]["command"]
         assert doc["spec"]["trainer"]["numNodes"] == 2
-    else:
-        command = shlex.split(doc["run"])  # what bash runs: the same words
+    else:  # what bash runs: the same words
+        command = shlex.split(doc["run"] if launcher == "skypilot" else doc["commands"][0])
     tail = ["--script", str(script), "--gpus=16", "--", "--lr", "$(x) y"]
     assert command[-len(tail) :] == tail
     assert "--config" not in command and "TORCHSCALE_CONFIG" not in out.read_text()
