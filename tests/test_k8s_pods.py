@@ -11,9 +11,10 @@ Node 1's pod starts late: node 0 waits for it at the first cell, as lock-step mo
 late node. Node 1's pod dies (every process of it SIGKILLed, as when its node is lost) in the
 middle of the second cell: node 0 records that cell failed as lock-step mode records a dead node
 (test_multinode.py), then ends, holds its results until they are copied and exits with the run's
-code, and nothing of either pod is left running. The JobSet and PyTorchJob pods give
-the same lock-step inputs (test_k8s.py checks them in-process), and so do SkyPilot's and dstack's
-variables through the same entry, so one real run covers the command all of them run.
+code, and nothing of either pod is left running. The two pods' folders together equal what the
+two-host lock-step run of test_multinode.py writes (its sweep, shared in the session). Node 1 of
+a JobSet, a PyTorchJob, a SkyPilot and a dstack task runs on compute with its controller's or
+platform's variables up to node 0's store (not started): each looks where its variables say.
 """
 
 from __future__ import annotations
