@@ -142,6 +142,15 @@ def check_manifest(api: str, manifest: Dict[str, Any]) -> None:
         kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
 
 
+def test_the_vendored_crds_are_the_files_their_readme_names() -> None:
+    import hashlib
+
+    readme = (CRDS / "README.md").read_text()
+    for name in CRD_FILES.values():
+        digest = hashlib.sha256((CRDS / name).read_bytes()).hexdigest()
+        assert f"| `{name}` | {digest} |" in readme, name  # unchanged since copied from the tag
+
+
 def test_cel_rules_json_schema_skips_are_each_checked_or_out_of_reach() -> None:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     for api, known in CEL_RULES.items():
