@@ -48,7 +48,14 @@ NVML_GPUS = _nvml_gpu_count()
 
 
 LAUNCHING_FIXTURES = frozenset(
-    {"healthy_run", "projection_run", "own_script_run", "comm_sweep_run", "use_case_profile"}
+    {
+        "healthy_run",
+        "projection_run",
+        "own_script_run",
+        "comm_sweep_run",
+        "use_case_profile",
+        "two_host_lockstep",
+    }
 )
 """The session fixtures below that launch torchrun: a test that takes one, even through another
 fixture, is ``slow`` whether or not it says so, so ``-m "not slow"`` never launches."""
@@ -122,6 +129,15 @@ def own_script_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     from tests.support.shared_runs import launch_own_script_run
 
     return launch_own_script_run(tmp_path_factory.mktemp("own-script-run"))
+
+
+@pytest.fixture(scope="session")
+def two_host_lockstep(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
+    """The two-host lock-step sweep (two network namespaces): test_multinode's, which
+    test_k8s_pods compares its pods' folder with."""
+    from tests.support.multinode_run import run_lockstep
+
+    return run_lockstep(tmp_path_factory.mktemp("two_hosts"))
 
 
 @pytest.fixture(scope="session")

@@ -72,23 +72,110 @@ def pod_templates(manifest: Dict[str, Any]) -> List[Dict[str, Any]]:
     return []
 
 
+# Every CEL rule (x-kubernetes-validations) of the vendored CRDs, which JSON schema skips, and
+# what becomes of it: "checked" (by check_manifest), "update" (compares with the old object: a
+# create never fails it) or "unset" (on a field torchscale never writes; test_cel_rules_...
+# checks it stays unset). A CRD update with a new rule fails that test until it is placed here.
+CEL_RULES = {
+    "trainjob": {
+        "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')": "checked",
+        "size(self.metadata.name) <= 63": "checked",
+        "self == oldSelf": "update",
+        "self == '' || self.matches('^[A-Za-z][A-Za-z0-9+.-]*://.+$')": "unset:initializer",
+        "self in ['trainer.kubeflow.org/trainjob-controller', 'kueue.x-k8s.io/multikueue']":
+            "unset:managedBy",
+        "has(self.lastUpdatedTime)": "unset:status",
+    },
+    "jobset": {
+        "self == oldSelf": "update",
+        "!(has(self.startupPolicy) && self.startupPolicy.startupPolicyOrder == 'InOrder' && "
+        "self.replicatedJobs.exists(x, has(x.dependsOn)))": "unset:startupPolicy",
+        "self.templates.all(t, !has(t.metadata.namespace) || size(t.metadata.namespace) == 0)":
+            "unset:volumeClaimPolicies",
+    },
+    "pytorchjob": {"self == oldSelf": "update"},
+}  # fmt: skip
+# torchrun's variables the Trainer's torch plugin sets itself, which its webhook refuses in
+# spec.trainer.env (trainer v2.3.0 pkg/constants/constants.go TorchRunReservedEnvNames).
+TRAINJOB_RESERVED_ENV = {
+    "PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+}  # fmt: skip
+
+
 def check_manifest(api: str, manifest: Dict[str, Any]) -> None:
     errors = sorted(crd_validator(api).iter_errors(manifest), key=str)
     assert not errors, [f"{list(e.absolute_path)}: {e.message}" for e in errors]
     # The CEL rules and webhooks that the JSON schema does not express, that matter here:
     name = manifest["metadata"]["name"]
     assert DNS1035.match(name) and len(name) <= 63, name  # TrainJob CEL, PyTorchJob webhook
-    if api == "jobset":  # jobset webhook: the longest pod name is a DNS-1035 label
-        rjob = manifest["spec"]["replicatedJobs"][0]
-        longest = f"{name}-{rjob['name']}-{rjob['replicas'] - 1}-{rjob['template']['spec']['completions'] - 1}"
-        assert DNS1035.match(longest) and len(longest) <= 63, longest
-    if api == "pytorchjob":  # webhook: one Master, a container named pytorch with an image
-        assert manifest["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] == 1
+    spec = manifest["spec"]
+    for field in ("initializer", "managedBy", "startupPolicy", "volumeClaimPolicies"):
+        assert field not in spec, field  # the "unset" CEL rules stay out of reach
+    assert "status" not in manifest
+    if api == "trainjob":  # the torch plugin's webhook: no reserved torchrun variable
+        names = {item["name"] for item in spec["trainer"].get("env", [])}
+        assert not names & TRAINJOB_RESERVED_ENV, names & TRAINJOB_RESERVED_ENV
+    if api == "jobset":
+        # jobset v0.12.0 pkg/webhooks/jobset_webhook.go: the longest Job name and the longest
+        # pod name, GenPodName(...) + "-abcde" (the Job controller's suffix), are DNS-1035 labels
+        for rjob in spec["replicatedJobs"]:
+            job = rjob["template"]["spec"]
+            longest_job = f"{name}-{rjob['name']}-{rjob['replicas'] - 1}"
+            longest = f"{longest_job}-{job['completions'] - 1}-abcde"
+            for label in (longest_job, longest, rjob.get("groupName", "default")):
+                assert DNS1035.match(label) and len(label) <= 63, label
+    if api == "pytorchjob":
+        # training operator v1.9.4 pkg/webhooks/pytorch/pytorchjob_webhook.go: Master and
+        # Worker only, one Master, Workers at least 1, a container named pytorch, every
+        # container an image
+        replicas = spec["pytorchReplicaSpecs"]
+        assert set(replicas) <= {"Master", "Worker"} and replicas["Master"]["replicas"] == 1
+        assert replicas.get("Worker", {"replicas": 1})["replicas"] >= 1
+        for replica in replicas.values():
+            containers = replica["template"]["spec"]["containers"]
+            assert "pytorch" in [c["name"] for c in containers]
+            assert all(c.get("image") for c in containers)
     for value in manifest["metadata"]["labels"].values():
         assert LABEL_VALUE.match(value) and len(value) <= 63, value
     for template in pod_templates(manifest):
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, **template}
         kubernetes_validate.validate(pod, K8S_VERSION, strict=True)
+
+
+def test_the_vendored_crds_are_the_files_their_readme_names() -> None:
+    import hashlib
+
+    readme = (CRDS / "README.md").read_text()
+    for name in CRD_FILES.values():
+        digest = hashlib.sha256((CRDS / name).read_bytes()).hexdigest()
+        assert f"| `{name}` | {digest} |" in readme, name  # unchanged since copied from the tag
+
+
+def test_cel_rules_json_schema_skips_are_each_checked_or_out_of_reach() -> None:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    for api, known in CEL_RULES.items():
+        crd = yaml.load((CRDS / CRD_FILES[api]).read_text(), Loader=loader)
+        (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+        found, stack = set(), [version["schema"]["openAPIV3Schema"]]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                for rule in node.get("x-kubernetes-validations", []):
+                    found.add(" ".join(rule["rule"].split()))
+                stack.extend(node.values())
+            elif isinstance(node, list):
+                stack.extend(node)
+        assert found == set(known), (api, found ^ set(known))
+    # docs/kubernetes.md names every one of them
+    docs = (REPO / "docs" / "kubernetes.md").read_text()
+    for field in (
+        "initializer",
+        "managedBy",
+        "startupPolicy",
+        "volumeClaimPolicies",
+        "schedulingPolicy.queue",
+    ):
+        assert f"`{field}`" in docs, field
 
 
 def write_config(tmp_path: Path, name: str, gpus: List[int], per_node: int) -> Path:
@@ -183,6 +270,45 @@ def test_trainjob_sizes_queues_and_patches_the_pods(tmp_path: Path) -> None:
     assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
     # Without a results volume node 0 holds the folder until --submit copies it out.
     assert "--hold-results" in trainer["command"]
+
+
+@pytest.mark.parametrize("api", ["jobset", "pytorchjob"])
+def test_every_pod_template_gets_the_queue_shm_and_communication_variables(
+    tmp_path: Path, api: str
+) -> None:
+    overlay = tmp_path / "patch.yaml"
+    overlay.write_text(
+        "volumes: [{name: dshm, emptyDir: {medium: Memory, sizeLimit: 32Gi}}]\n"
+        "tolerations: [{key: a, operator: Exists}]\n"
+        "containers: [{env: [{name: NCCL_IB_HCA, value: mlx5_1}, {name: EXTRA, value: '1'}]}]\n"
+    )
+    config = write_config(tmp_path, "q", [16], 8)
+    manifest, _, _ = emit(
+        tmp_path, config, "--launcher", "k8s", "--k8s-api", api, "--k8s-queue", "team-a",
+        "--k8s-overlay", str(overlay),
+        env={"NCCL_IB_HCA": "mlx5", "GLOO_SOCKET_IFNAME": "eth0", "UCC_TLS": "ucp", "HOME": "/r"},
+    )  # fmt: skip
+    check_manifest(api, manifest)
+    assert manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    suspended = manifest["spec"] if api == "jobset" else manifest["spec"]["runPolicy"]
+    assert suspended["suspend"] is True  # Kueue admits it
+    for template in pod_templates(manifest):
+        spec = template["spec"]
+        # The overlay merged by name: dshm keeps Memory and gains its size; the env entry of the
+        # same name replaced, a new one added; tolerations appended.
+        assert spec["volumes"][0] == {
+            "name": "dshm",
+            "emptyDir": {"medium": "Memory", "sizeLimit": "32Gi"},
+        }
+        assert spec["tolerations"] == [{"key": "a", "operator": "Exists"}]
+        (container,) = spec["containers"]
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+        env = {item["name"]: item.get("value") for item in container["env"]}
+        assert [item["name"] for item in container["env"]].count("NCCL_IB_HCA") == 1
+        assert env["NCCL_IB_HCA"] == "mlx5_1" and env["EXTRA"] == "1"
+        assert env["GLOO_SOCKET_IFNAME"] == "eth0" and env["UCC_TLS"] == "ucp"
+        assert "HOME" not in env
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
 
 
 def test_an_overlay_a_trainjob_cannot_carry_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -379,7 +505,7 @@ def test_submit_applies_follows_node_zero_and_copies_the_results(
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("launcher", ["k8s", "skypilot"])
+@pytest.mark.parametrize("launcher", ["k8s", "skypilot", "dstack"])
 def test_a_hostile_script_name_reaches_the_pods_as_one_word(tmp_path: Path, launcher: str) -> None:
     import shlex
 
@@ -398,7 +524,7 @@ def test_a_hostile_script_name_reaches_the_pods_as_one_word(tmp_path: Path, laun
         str(out),
     ]
     result = CliRunner().invoke(app, [*argv, "--", "--lr", "$(x) y"])
-    if launcher == "skypilot":  # a shell line cannot hold a line break: refused, nothing written
+    if launcher != "k8s":  # a shell line cannot hold a line break: refused, nothing written
         assert result.exit_code == 2 and "contains a line break" in result.stderr
         assert not out.exists()
         script = script.rename(tmp_path / 'tr"ain $(touch pwned):{x} ü.py')
@@ -410,8 +536,8 @@ def test_a_hostile_script_name_reaches_the_pods_as_one_word(tmp_path: Path, laun
         check_manifest("trainjob", doc)
         command = doc["spec"]["trainer"]["command"]
         assert doc["spec"]["trainer"]["numNodes"] == 2
-    else:
-        command = shlex.split(doc["run"])  # what bash runs: the same words
+    else:  # what bash runs: the same words
+        command = shlex.split(doc["run"] if launcher == "skypilot" else doc["commands"][0])
     tail = ["--script", str(script), "--gpus=16", "--", "--lr", "$(x) y"]
     assert command[-len(tail) :] == tail
     assert "--config" not in command and "TORCHSCALE_CONFIG" not in out.read_text()

@@ -11,25 +11,29 @@ Node 1's pod starts late: node 0 waits for it at the first cell, as lock-step mo
 late node. Node 1's pod dies (every process of it SIGKILLed, as when its node is lost) in the
 middle of the second cell: node 0 records that cell failed as lock-step mode records a dead node
 (test_multinode.py), then ends, holds its results until they are copied and exits with the run's
-code, and nothing of either pod is left running. The JobSet and PyTorchJob pods give
-the same lock-step inputs (test_k8s.py checks them in-process), and so do SkyPilot's and dstack's
-variables through the same entry, so one real run covers the command all of them run.
+code, and nothing of either pod is left running. The two pods' folders together equal what the
+two-host lock-step run of test_multinode.py writes (its sweep, shared in the session). Node 1 of
+a JobSet, a PyTorchJob, a SkyPilot and a dstack task runs on compute with its controller's or
+platform's variables up to node 0's store (not started): each looks where its variables say.
 """
 
 from __future__ import annotations
 
+import csv
 import json
+import re
+import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Set
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
-from tests.support.k8s_controllers import trainjob_pods
+from tests.support.k8s_controllers import CONTROLLERS, trainjob_pods
 from tests.support.two_hosts import kill_tree, torchscale_env, two_hosts
 from torchscale.cli.app import app
 from torchscale.launch.failure_cause import PEER_LOST
@@ -95,6 +99,68 @@ def _left_running(namespaces: List[str], wait_s: float = 10.0) -> Dict[str, List
     return left
 
 
+TASK_JOIN_S = 3
+TASK_ENV = {  # each platform's variables on node 1 of a 2-node task (node 0 is head)
+    "skypilot": {"SKYPILOT_NUM_NODES": "2", "SKYPILOT_NODE_RANK": "1"},
+    "dstack": {"DSTACK_NODES_NUM": "2", "DSTACK_NODE_RANK": "1"},
+}
+NODE1_PORTS = {"skypilot": 29400, "dstack": 29400, "jobset": 29400, "pytorchjob": 23456}
+"""Where node 1 of each looks for node 0's store: the task's port, the JobSet's MASTER_PORT
+(set by torchscale), the training operator's pytorchjob-port."""
+
+
+def _node1_runs(tmp: Path, hosts: Any) -> Dict[str, Dict[str, Any]]:
+    """Node 1 of the SkyPilot task, the dstack task, the JobSet and the PyTorchJob, each on
+    compute with the environment its platform or controller gives it (a task's command line run
+    by bash; a pod's command as a list), node 0's address head's. Node 0 is not started (it would
+    be a second launch): node 1 runs the entry and lock-step torchscale up to node 0's store,
+    which does not answer, and says where it looked (its torchrun agent fails to reach the
+    store; no worker starts)."""
+    runs: Dict[str, Dict[str, Any]] = {}
+    for what in NODE1_PORTS:
+        out = tmp / f"node1-{what}"
+        config = tmp / "config.yaml"
+        argv = ["benchmark", "-c", str(config), "-o", str(out / "results"), "--image", "img:1"]
+        argv += ["--emit", str(out / "job.yaml"), "--join-timeout", str(TASK_JOIN_S)]
+        argv += (
+            ["--launcher", what] if what in TASK_ENV else ["--launcher", "k8s", "--k8s-api", what]
+        )
+        emitted = CliRunner().invoke(app, argv, env={"TORCHSCALE_CPU_SLOTS": "1"})
+        assert emitted.exit_code == 0, emitted.output
+        job = yaml.safe_load((out / "job.yaml").read_text())
+        # Only what the node's file system changes: the config path, /results and which python.
+        if what in TASK_ENV:
+            line = job["run"] if what == "skypilot" else job["commands"][0]
+            line = line.replace("/tmp/torchscale", str(out / "cfg"))
+            assert line.startswith("python ")
+            command = ["bash", "-c", f"{shlex.quote(sys.executable)}{line[len('python') :]}"]
+            env = {**(job["envs"] if what == "skypilot" else job["env"]), **TASK_ENV[what]}
+            env.update(  # node 0 first, as each platform gives it
+                {"SKYPILOT_NODE_IPS": f"{hosts.head.address}\n{hosts.compute.address}\n"}
+                if what == "skypilot"
+                else {"DSTACK_MASTER_NODE_IP": hosts.head.address}
+            )
+        else:
+            pod = CONTROLLERS[what](job)[1]
+            hosts.alias(hosts.head, pod.env["MASTER_ADDR"])  # node 0's Service / DNS name
+            command = [
+                sys.executable
+                if word == "python"
+                else word.replace("/tmp/torchscale", str(out / "cfg")).replace(
+                    "/results", str(out / "results")
+                )
+                for word in pod.command
+            ]
+            env = pod.env
+        log = out / "node1.log"
+        started = hosts.start(hosts.compute, command, log, {**torchscale_env(cpu_slots=1), **env})
+        runs[what] = {"proc": started, "log_path": log}
+    for run in runs.values():
+        run["code"] = run.pop("proc").wait(timeout=120)
+        run["log"] = run.pop("log_path").read_text()
+    return runs
+
+
 @pytest.fixture(scope="module")
 def pods_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
     tmp = tmp_path_factory.mktemp("k8s_pods")
@@ -142,6 +208,7 @@ def pods_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
         (store.root / ".torchscale-copied").touch()  # what --submit's kubectl exec does
         head_code = head.wait(timeout=30)
         left = _left_running(namespaces)
+        node1_runs = _node1_runs(tmp, hosts)
         yield {
             "manifest": manifest,
             "master": master,
@@ -155,6 +222,8 @@ def pods_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
             "head_code": head_code,
             "held": held,
             "logs": [log.read_text(), (tmp / "pod1.log").read_text()],
+            "head_address": hosts.head.address,
+            "node1_runs": node1_runs,
         }
 
 
@@ -220,3 +289,91 @@ def test_a_pod_that_dies_fails_its_cell_as_a_dead_node_and_node_zero_ends(
     assert pods_run["held"] is True and pods_run["head_code"] == 1, head_log
     assert sorted(pods_run["running"]) == sorted(pods_run["namespaces"])  # the probe sees pods
     assert pods_run["left"] == {}
+
+
+@pytest.mark.parametrize("what", sorted(NODE1_PORTS))
+def test_node_one_of_every_other_api_and_task_finds_node_zero_from_its_variables(
+    pods_run: Dict, what: str
+) -> None:
+    run = pods_run["node1_runs"][what]
+    log = " ".join(run["log"].split())
+    # Its command ran the entry, which read its platform's or controller's variables as lock-step
+    # mode's: node 1 of 2, looking for node 0's store at node 0's address on its port.
+    assert run["code"] == 2, run["log"]
+    endpoint = f"{pods_run['head_address']}:{NODE1_PORTS[what]}"
+    if what == "jobset":
+        endpoint = f"{pods_run['master']}:{NODE1_PORTS[what]}"  # JobSet's DNS host name
+    if what == "pytorchjob":
+        endpoint = f"ts-k8s-pods-master-0:{NODE1_PORTS[what]}"  # the Master's Service
+    assert f"node 0's rendezvous store at {endpoint} did not answer" in log, run["log"]
+    assert "node 1 stops" in log and "Traceback" not in log
+
+
+COMPARED_CELLS = re.compile(r"^gpt2-tiny-(b2-g2-n2|b4-g2-n2)-fp32-r0-[0-9a-f]+$")
+"""The 2 x 1 cells both runs make: batch 2 (ok) and batch 4 (its node 1 killed mid-cell)."""
+
+
+def _layout(root: Path) -> Set[str]:
+    """The files of a results folder, the compared cells' names without their settings hash,
+    torchrun's run folder (a random suffix) as ``*``; other cells, the hold mark left out."""
+    files = set()
+    for path in root.rglob("*"):
+        parts = list(path.relative_to(root).parts)
+        if not path.is_file() or parts == [".torchscale-copied"]:
+            continue
+        if parts[0] == "cells":
+            match = COMPARED_CELLS.match(parts[1])
+            if match is None:
+                continue
+            parts[1] = match.group(1)
+            if "torchrun" in parts:
+                parts[parts.index("torchrun") + 1] = "*"
+        if re.fullmatch(r"benchmark_\d+gpu\.json", parts[0]):
+            parts[0] = "benchmark_<n>gpu.json"
+        files.add("/".join(parts))
+    return files
+
+
+def _compared_records(root: Path) -> Dict[str, Dict[str, Any]]:
+    records = {}
+    for line in (root / "results.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        match = COMPARED_CELLS.match(record["cell_id"])
+        if match:
+            records[match.group(1)] = record
+    return records
+
+
+def test_the_pods_folders_together_equal_a_two_node_lock_step_runs(
+    pods_run: Dict, two_host_lockstep: Dict
+) -> None:
+    """Node 0's emptyDir and node 1's together hold what test_multinode's two hosts write on
+    their shared folder: the same files for the same cells, records with the same fields and
+    outcomes, the same summary columns and manifest sections (no new launch: its sweep is the
+    session's)."""
+    pod0, node1 = pods_run["store"].root, pods_run["node1"]
+    shared = two_host_lockstep["store"].root
+    node1_parts = {f for f in _layout(shared) if "/node1/" in f or f == ".lock-node1"}
+    assert _layout(pod0) == _layout(shared) - node1_parts  # nothing of node 1 on node 0's pod
+    assert _layout(node1) == node1_parts  # node 1's pod: its own sub-folders only
+    assert {"results.jsonl", "summary.csv", "manifest.json", "b2-g2-n2"} <= {
+        f.split("/")[0] if not f.startswith("cells/") else f.split("/")[1] for f in _layout(pod0)
+    }
+    ours, theirs = _compared_records(pod0), _compared_records(shared)
+    assert sorted(ours) == sorted(theirs) == ["b2-g2-n2", "b4-g2-n2"]
+    for cell in ours:
+        assert sorted(ours[cell]) == sorted(theirs[cell]), cell  # the same record fields
+        for key in ("status", "hosts", "nnodes", "nproc_per_node", "world_size", "batch_size"):
+            assert ours[cell][key] == theirs[cell][key], (cell, key)
+    for record in (ours["b4-g2-n2"], theirs["b4-g2-n2"]):
+        assert record["error"].startswith("rank 1 on head failed in "), record["error"]
+    with open(pod0 / "summary.csv") as mine, open(shared / "summary.csv") as other:
+        assert next(csv.reader(mine)) == next(csv.reader(other))
+    ours_manifest, theirs_manifest = (
+        json.loads((root / "manifest.json").read_text()) for root in (pod0, shared)
+    )
+    assert sorted(ours_manifest) == sorted(theirs_manifest)
+    assert sorted(ours_manifest["launch"]) == sorted(theirs_manifest["launch"])
+    assert [sorted(n) for n in ours_manifest["nodes"]] == [
+        sorted(n) for n in theirs_manifest["nodes"]
+    ]

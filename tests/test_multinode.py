@@ -13,94 +13,30 @@ still be written on ``head``, the node that records results.
 from __future__ import annotations
 
 import csv
-import json
 import socket
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List
+from typing import Dict, List
 
 import pytest
 
-from tests.support.two_hosts import IFNAME, kill_tree, torchscale_env, two_hosts
+from tests.support.multinode_run import (
+    CELL_TIMEOUT_S,
+    CONFIG,
+    ENDPOINT,
+    HEAD_JOIN_TIMEOUT_S,
+)
+from tests.support.two_hosts import IFNAME
 from torchscale.results.schema import TrainingResult
-from torchscale.results.store import ExperimentStore
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-PORT = 29561
-ENDPOINT = f"10.213.77.2:{PORT}"
-CELL_TIMEOUT_S = 120
-HEAD_JOIN_TIMEOUT_S = 8  # covers the two torchruns of a cell starting a few seconds apart
-CONFIG = f"""\
-experiment_name: two-hosts
-models: [gpt2-tiny]
-batch_sizes: [2, 4]
-gpu_counts: [2, 4]
-nodes: [2, 1]
-warmup_steps: 2
-measure_steps: 8
-sync_probe_steps: 2
-cell_timeout_s: {CELL_TIMEOUT_S}
-"""
-COLLECTIVE_PHASES = {"warmup", "measure", "sync_probe"}
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
-def in_collectives(cell_pattern: str, store: ExperimentStore) -> bool:
-    """Whether compute's ranks of the cell are past start-up, exchanging gradients with head."""
-    for path in store.root.glob(f"cells/{cell_pattern}/node1/ranks/rank*.progress.json"):
-        try:
-            if json.loads(path.read_text())["phase"] in COLLECTIVE_PHASES:
-                return True
-        except (OSError, ValueError):
-            pass
-    return False
 
 
 @pytest.fixture(scope="module")
-def lockstep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
-    tmp = tmp_path_factory.mktemp("two_hosts")
-    with two_hosts(tmp, "two-host test") as hosts:
-        store = ExperimentStore(tmp / "out" / "two-hosts")
-        env = torchscale_env()
-        # compute starts first, so a short join timeout on head only bites when compute is gone.
-        head, compute = hosts.lockstep(
-            CONFIG,
-            tmp,
-            env,
-            PORT,
-            head_args=["--join-timeout", str(HEAD_JOIN_TIMEOUT_S)],
-        )
-
-        kill_cell = "gpt2-tiny-b4-g2-n2-*"
-        wait_for(lambda: in_collectives(kill_cell, store), 300, "the 2 x 1 cell of batch 4")
-        before_kill = store.results_path.read_bytes()
-        kill_tree(compute.pid)
-        killed_at = time.monotonic()
-
-        def kill_cell_recorded() -> bool:
-            return any(r.batch_size == 4 and r.nnodes == 2 for r in store.records())
-
-        wait_for(kill_cell_recorded, CELL_TIMEOUT_S + 30, "head to record the killed cell")
-        recorded_after_s = time.monotonic() - killed_at
-        head_code = head.wait(timeout=300)
-        yield {
-            "store": store,
-            "records": store.records(),
-            "before_kill": before_kill,
-            "recorded_after_s": recorded_after_s,
-            "head_code": head_code,
-            "logs": {name: (tmp / f"{name}.log").read_text() for name in ("head", "compute")},
-        }
+def lockstep(two_host_lockstep: Dict) -> Dict:
+    return two_host_lockstep  # one sweep per session (tests/support/multinode_run.py)
 
 
 def cells(records: List[TrainingResult]) -> Dict[tuple, TrainingResult]:
