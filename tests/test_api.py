@@ -56,7 +56,11 @@ def test_compare_same_run_is_unchanged(healthy: Path) -> None:
     assert isinstance(comparison, torchscale.Comparison)
     assert sorted(comparison.cells["world_size"]) == [1, 2]
     assert (comparison.cells["throughput_change_pct"] == 0).all()
-    assert set(comparison.cells["verdict"]) == {"unchanged"}
+    # A cell measured on a busy host is "not judged", even against itself (one rule for it).
+    busy = comparison.cells["noise_model"] == "busy host"
+    assert set(comparison.cells.loc[~busy, "verdict"]) <= {"unchanged"}
+    assert set(comparison.cells.loc[busy, "verdict"]) <= {"not judged"}
+    assert len(comparison.cells) == 2
     assert comparison.regressions.empty
 
 
