@@ -80,6 +80,33 @@ def test_the_same_folder_twice_is_one_run(location: str) -> None:
     recorded = [json.loads(line) for line in (BEFORE / "results.jsonl").read_text().splitlines()]
     gpt2 = [r["throughput"] for r in recorded if r["cell_id"].startswith("gpt2-tiny-b8-g1")]
     assert any(math.isclose(p.value, sum(gpt2) / 2) for p in points)
+
+    # scaling efficiency, the report's figure: the 2-rank cell against its 1-rank baseline
+    def mean(model: str, ranks: int) -> float:
+        rates = [
+            r["throughput"] for r in recorded if r["cell_id"].startswith(f"{model}-b8-g{ranks}")
+        ]
+        return sum(rates) / len(rates)
+
+    (before,) = [r["id"] for r in store.runs() if r["source"] == str(BEFORE)]
+    entries = {e.key: e for e in store.all_series()}
+    named = {
+        s_id: (entries[key].name, entries[key].gpus) for s_id, key in store.series_ids().items()
+    }
+    efficiency = {
+        named[p.series_id]: p.value for p in store.points("efficiency") if p.run_id == before
+    }
+    assert efficiency == {
+        ("gpt2-tiny", 1): pytest.approx(1.0),
+        ("gpt2-tiny", 2): pytest.approx(mean("gpt2-tiny", 2) / (2 * mean("gpt2-tiny", 1))),
+        ("resnet-tiny", 1): pytest.approx(1.0),
+        ("resnet-tiny", 2): pytest.approx(mean("resnet-tiny", 2) / (2 * mean("resnet-tiny", 1))),
+    }
+    searched = runner.invoke(
+        app, ["history", "changes", "--metric", "efficiency", "--history", location, "--json"]
+    )
+    assert searched.exit_code == 0, searched.output
+    assert json.loads(searched.stdout)["metric"] == "efficiency"
     runs = store.runs()
     assert runs[0]["attributes"]["torch"] == "2.14.1+cu130"
     assert runs[0]["hardware"] == "CPU process (x86_64) x1 x1 nodes"

@@ -49,8 +49,6 @@ SinceOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 
-METRICS = ("throughput", "p95", "busbw")
-
 history_app = typer.Typer(
     name="history",
     help="Every run in a database; change points with their cause (docs/history.md).",
@@ -115,8 +113,8 @@ def changes_command(
         str,
         typer.Option(
             "--metric",
-            help="The figure whose series are searched: throughput, p95, busbw, sync_stall "
-            "(profile) or a validate probe (gemm_bf16, memory_copy, ...).",
+            help="The figure whose series are searched: throughput, p95, busbw, efficiency, "
+            "sync_stall (profile) or a validate probe (gemm_bf16, memory_copy, ...).",
         ),
     ] = "throughput",
     max_pvalue: Annotated[
@@ -143,7 +141,7 @@ def changes_command(
     from torchscale.app.history import changes, required_location
     from torchscale.errors import TorchscaleError
     from torchscale.hardware.expected_figures import PROBES
-    from torchscale.history.ingest import PROFILE_METRICS
+    from torchscale.history.ingest import METRICS, PROFILE_METRICS
 
     if metric not in (*METRICS, *PROFILE_METRICS, *PROBES):
         raise TorchscaleError(

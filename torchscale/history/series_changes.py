@@ -17,7 +17,13 @@ import numpy as np
 from torchscale.history.changes import MAX_PVALUE, WINDOW, change_points
 from torchscale.history.database import HistoryStore, SeriesEntry
 
-HIGHER_IS_BETTER = {"throughput": True, "busbw": True, "p95": False, "sync_stall": False}
+HIGHER_IS_BETTER = {
+    "throughput": True,
+    "busbw": True,
+    "efficiency": True,
+    "p95": False,
+    "sync_stall": False,
+}
 """Which way each benchmark and profile metric improves (a validate probe's way is its own,
 ``hardware.expected_figures.PROBES``)."""
 
