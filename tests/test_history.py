@@ -454,3 +454,78 @@ def test_a_damaged_validate_record_is_refused_and_nothing_written(tmp_path: Path
     assert "host-node-c.json" in result.output and "is not a torchscale" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not Path(location).exists()  # everything read and checked before the store opens
+
+
+def test_a_schema_1_store_is_migrated_with_its_points_kept(location: str) -> None:
+    """Schema 2 drops the points' foreign keys (a trigger per point on bulk ingest): a store
+    made by schema 1, with a run in it, opens at schema 2 with every point kept."""
+    import sqlalchemy as sa
+
+    from torchscale.history import database
+
+    engine = sa.create_engine(database.database_url(location))
+    with engine.begin() as connection:
+        database.schema_version.create(connection)
+        database._create_v1(connection)
+        connection.execute(database.schema_version.insert().values(version=1, applied_at="x"))
+        run_id = connection.execute(
+            database.runs.insert().values(
+                identity="r1", experiment="nightly", kind="benchmark",
+                started_at="2026-11-01T00:00:00+00:00", hardware="h", attributes="{}",
+                source="s", ingested_at="2026-11-01T00:00:00+00:00",
+            )
+        ).inserted_primary_key[0]  # fmt: skip
+        series_id = connection.execute(
+            database.series.insert().values(
+                key="k", kind="training", name="m", batch=8, gpus=2, nnodes=1,
+                precision="fp32", digest="d", hardware="h",
+            )
+        ).inserted_primary_key[0]  # fmt: skip
+        connection.execute(
+            database.points.insert().values(
+                run_id=run_id,
+                series_id=series_id,
+                metric="throughput",
+                value=123.5,
+                spread=0.02,
+                repeats=2,
+            )
+        )
+    assert sa.inspect(engine).get_foreign_keys("points")  # schema 1 had them
+    engine.dispose()
+    store = HistoryStore(location)
+    with store.engine.connect() as connection:
+        versions = connection.execute(sa.select(database.schema_version.c.version)).scalars()
+        assert sorted(versions) == [1, 2]
+    assert sa.inspect(store.engine).get_foreign_keys("points") == []
+    (point,) = store.points("throughput")
+    assert (point.run_id, point.series_id, point.value, point.spread, point.repeats) == (
+        run_id, series_id, 123.5, 0.02, 2,
+    )  # fmt: skip
+    # the migrated store takes new runs as a fresh one does
+    assert store.add_run(read_run(BEFORE))
+    assert len(list(store.points("throughput"))) == 1 + 4
+    store.close()
+
+
+def test_names_with_tabs_newlines_and_backslashes_round_trip(location: str) -> None:
+    """PostgreSQL's bulk path writes COPY's text format itself: a name with its special
+    characters, a missing spread and a numpy figure come back as they went in."""
+    from torchscale.history.database import SeriesEntry
+
+    odd = "exp\tone\\two\nthree\r\\N"
+    series = SeriesEntry("k" * 32, "training", odd, None, 2, 1, "fp32", "d", "h")
+    run = RunEntry(
+        identity="odd", experiment=odd, kind="benchmark", started_at="2026-11-01T00:00:00+00:00",
+        hardware="h", attributes={"torch": odd}, source=odd,
+        points=[PointEntry(series, "throughput", float(np.float64(0.1) * 3), None, 1)],
+    )  # fmt: skip
+    store = HistoryStore(location)
+    assert store.add_runs([run, run]) == 1
+    (stored,) = store.runs()
+    assert (stored["experiment"], stored["source"], stored["attributes"]["torch"]) == (odd,) * 3
+    (point,) = store.points("throughput")
+    assert point.value == 0.1 * 3 and point.spread is None
+    (entry,) = store.all_series()
+    assert entry.name == odd and entry.batch is None
+    store.close()
