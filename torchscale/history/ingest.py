@@ -89,7 +89,7 @@ def _efficiencies(records: List[ResultBase]) -> List[Tuple[ResultBase, float]]:
     from torchscale.analysis.training_tables import training_table
 
     table = training_table(training)
-    found = []
+    found: List[Tuple[ResultBase, float]] = []
     for record, value in zip(training, table["scaling_efficiency"].tolist()):
         if record.status == "ok" and isinstance(value, float) and math.isfinite(value):
             found.append((record, value))
