@@ -272,6 +272,29 @@ def test_unchanged_series_rarely_raise_a_false_alarm() -> None:
     assert alarms <= 2
 
 
+def test_a_short_history_finds_a_large_step_by_default_and_rarely_a_false_one() -> None:
+    """Six runs, three each side: the default tests the one possible split at 1% (not the
+    0.05% long series need), so unchanged six-run series alarm at most about 1% of the time and
+    a 23% drop (a 30% slower step) at 5% run-to-run noise is found at the fourth run."""
+    from torchscale.history.changes import MAX_PVALUE, default_pvalue
+
+    assert default_pvalue(6) == 0.01 and default_pvalue(60) == MAX_PVALUE
+    assert default_pvalue(40) == MAX_PVALUE and MAX_PVALUE < default_pvalue(12) < 0.01
+    rng = np.random.default_rng(5)
+    alarms = sum(bool(change_points(np.exp(0.05 * rng.standard_normal(6)))) for _ in range(2000))
+    assert alarms <= 30  # 1% of 2000 is 20, with room for the draw (sd about 4.5)
+    found = 0
+    for _ in range(200):
+        x = np.exp(0.05 * rng.standard_normal(6))
+        x[3:] *= 1 / 1.3
+        found += [split.at + 1 for split in change_points(x)] == [4]
+    assert found >= 150
+    # a p-value the caller gives is used as it is
+    x = np.exp(0.05 * rng.standard_normal(6))
+    x[3:] *= 1 / 1.3
+    assert change_points(x, max_pvalue=1e-9) == []
+
+
 def test_the_show_table_reads_at_80_columns(location: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from torchscale.cli import console
 
