@@ -67,9 +67,7 @@ def test_six_real_runs_name_the_fourth_as_the_change(
     assert change["position"] == 4 and change["experiment"] == "nightly"
     assert change["regression"] and change["open"]
     assert -0.3 < change["magnitude"] < -0.15  # 30% more step time: about 23% less throughput
-    gate = runner.invoke(
-        app, ["history", "changes", "--fail-on-regression"]
-    )
+    gate = runner.invoke(app, ["history", "changes", "--fail-on-regression"])
     assert gate.exit_code == 1
     assert "regression, open at run 4" in gate.output
     # the same folder again: still six runs

@@ -50,7 +50,7 @@ Array = NDArray[np.float64]
 
 
 def default_pvalue(n: int, window: int = WINDOW) -> float:
-    """The p-value a split of an ``n``-run series must pass by default (:data:`FALSE_ALARM_GOAL`)."""
+    """The p-value a split of an ``n``-run series must pass by default (see FALSE_ALARM_GOAL)."""
     if n > window:
         return MAX_PVALUE
     splits = max(n - 2 * MIN_SIZE + 1, 1)
