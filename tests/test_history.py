@@ -261,6 +261,25 @@ def test_a_planted_slowdown_is_one_change_naming_the_nccl_upgrade(location: str)
     assert all(
         c["position"] == 40 and c["cause"] == ["NCCL 2.27.3 → 2.28.9"] for c in document["changes"]
     )
+    # --since: from a date, the series start there (night 30), so the change is their 11th run
+    runner = CliRunner()
+    since = ["history", "changes", "--history", location, "--json", "--since"]
+    dated = json.loads(runner.invoke(app, [*since, "2026-10-01"]).stdout)["changes"]
+    assert len(dated) == 4 and {c["position"] for c in dated} == {11}
+    # a duration back from now: only the nights of the last 30 days are searched and shown
+    recent = sum(
+        NIGHT_ONE + timedelta(days=night) >= datetime.now(timezone.utc) - timedelta(days=30)
+        for night in range(1, 61)
+    )
+    shown = runner.invoke(
+        app, ["history", "show", "--history", location, "--json", "--since", "30d"]
+    )
+    assert len(json.loads(shown.stdout)["runs"]) == recent
+    assert json.loads(runner.invoke(app, [*since, "30d"]).stdout)["changes"] == []
+    refused = runner.invoke(app, [*since, "a month"])
+    assert (
+        refused.exit_code == 2 and "neither a duration (30d, 12h, 2w) nor a date" in refused.output
+    )
 
 
 def test_unchanged_series_rarely_raise_a_false_alarm() -> None:
