@@ -80,6 +80,33 @@ def test_the_same_folder_twice_is_one_run(location: str) -> None:
     recorded = [json.loads(line) for line in (BEFORE / "results.jsonl").read_text().splitlines()]
     gpt2 = [r["throughput"] for r in recorded if r["cell_id"].startswith("gpt2-tiny-b8-g1")]
     assert any(math.isclose(p.value, sum(gpt2) / 2) for p in points)
+
+    # scaling efficiency, the report's figure: the 2-rank cell against its 1-rank baseline
+    def mean(model: str, ranks: int) -> float:
+        rates = [
+            r["throughput"] for r in recorded if r["cell_id"].startswith(f"{model}-b8-g{ranks}")
+        ]
+        return sum(rates) / len(rates)
+
+    (before,) = [r["id"] for r in store.runs() if r["source"] == str(BEFORE)]
+    entries = {e.key: e for e in store.all_series()}
+    named = {
+        s_id: (entries[key].name, entries[key].gpus) for s_id, key in store.series_ids().items()
+    }
+    efficiency = {
+        named[p.series_id]: p.value for p in store.points("efficiency") if p.run_id == before
+    }
+    assert efficiency == {
+        ("gpt2-tiny", 1): pytest.approx(1.0),
+        ("gpt2-tiny", 2): pytest.approx(mean("gpt2-tiny", 2) / (2 * mean("gpt2-tiny", 1))),
+        ("resnet-tiny", 1): pytest.approx(1.0),
+        ("resnet-tiny", 2): pytest.approx(mean("resnet-tiny", 2) / (2 * mean("resnet-tiny", 1))),
+    }
+    searched = runner.invoke(
+        app, ["history", "changes", "--metric", "efficiency", "--history", location, "--json"]
+    )
+    assert searched.exit_code == 0, searched.output
+    assert json.loads(searched.stdout)["metric"] == "efficiency"
     runs = store.runs()
     assert runs[0]["attributes"]["torch"] == "2.14.1+cu130"
     assert runs[0]["hardware"] == "CPU process (x86_64) x1 x1 nodes"
@@ -234,6 +261,25 @@ def test_a_planted_slowdown_is_one_change_naming_the_nccl_upgrade(location: str)
     assert all(
         c["position"] == 40 and c["cause"] == ["NCCL 2.27.3 → 2.28.9"] for c in document["changes"]
     )
+    # --since: from a date, the series start there (night 30), so the change is their 11th run
+    runner = CliRunner()
+    since = ["history", "changes", "--history", location, "--json", "--since"]
+    dated = json.loads(runner.invoke(app, [*since, "2026-10-01"]).stdout)["changes"]
+    assert len(dated) == 4 and {c["position"] for c in dated} == {11}
+    # a duration back from now: only the nights of the last 30 days are searched and shown
+    recent = sum(
+        NIGHT_ONE + timedelta(days=night) >= datetime.now(timezone.utc) - timedelta(days=30)
+        for night in range(1, 61)
+    )
+    shown = runner.invoke(
+        app, ["history", "show", "--history", location, "--json", "--since", "30d"]
+    )
+    assert len(json.loads(shown.stdout)["runs"]) == recent
+    assert json.loads(runner.invoke(app, [*since, "30d"]).stdout)["changes"] == []
+    refused = runner.invoke(app, [*since, "a month"])
+    assert (
+        refused.exit_code == 2 and "neither a duration (30d, 12h, 2w) nor a date" in refused.output
+    )
 
 
 def test_unchanged_series_rarely_raise_a_false_alarm() -> None:
@@ -243,6 +289,29 @@ def test_unchanged_series_rarely_raise_a_false_alarm() -> None:
     rng = np.random.default_rng(11)
     alarms = sum(bool(change_points(np.exp(sigma * rng.standard_normal(60)))) for _ in range(200))
     assert alarms <= 2
+
+
+def test_a_short_history_finds_a_large_step_by_default_and_rarely_a_false_one() -> None:
+    """Six runs, three each side: the default tests the one possible split at 1% (not the
+    0.05% long series need), so unchanged six-run series alarm at most about 1% of the time and
+    a 23% drop (a 30% slower step) at 5% run-to-run noise is found at the fourth run."""
+    from torchscale.history.changes import MAX_PVALUE, default_pvalue
+
+    assert default_pvalue(6) == 0.01 and default_pvalue(60) == MAX_PVALUE
+    assert default_pvalue(40) == MAX_PVALUE and MAX_PVALUE < default_pvalue(12) < 0.01
+    rng = np.random.default_rng(5)
+    alarms = sum(bool(change_points(np.exp(0.05 * rng.standard_normal(6)))) for _ in range(2000))
+    assert alarms <= 30  # 1% of 2000 is 20, with room for the draw (sd about 4.5)
+    found = 0
+    for _ in range(200):
+        x = np.exp(0.05 * rng.standard_normal(6))
+        x[3:] *= 1 / 1.3
+        found += [split.at + 1 for split in change_points(x)] == [4]
+    assert found >= 150
+    # a p-value the caller gives is used as it is
+    x = np.exp(0.05 * rng.standard_normal(6))
+    x[3:] *= 1 / 1.3
+    assert change_points(x, max_pvalue=1e-9) == []
 
 
 def test_the_show_table_reads_at_80_columns(location: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -427,3 +496,78 @@ def test_a_damaged_validate_record_is_refused_and_nothing_written(tmp_path: Path
     assert "host-node-c.json" in result.output and "is not a torchscale" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not Path(location).exists()  # everything read and checked before the store opens
+
+
+def test_a_schema_1_store_is_migrated_with_its_points_kept(location: str) -> None:
+    """Schema 2 drops the points' foreign keys (a trigger per point on bulk ingest): a store
+    made by schema 1, with a run in it, opens at schema 2 with every point kept."""
+    import sqlalchemy as sa
+
+    from torchscale.history import database
+
+    engine = sa.create_engine(database.database_url(location))
+    with engine.begin() as connection:
+        database.schema_version.create(connection)
+        database._create_v1(connection)
+        connection.execute(database.schema_version.insert().values(version=1, applied_at="x"))
+        run_id = connection.execute(
+            database.runs.insert().values(
+                identity="r1", experiment="nightly", kind="benchmark",
+                started_at="2026-11-01T00:00:00+00:00", hardware="h", attributes="{}",
+                source="s", ingested_at="2026-11-01T00:00:00+00:00",
+            )
+        ).inserted_primary_key[0]  # fmt: skip
+        series_id = connection.execute(
+            database.series.insert().values(
+                key="k", kind="training", name="m", batch=8, gpus=2, nnodes=1,
+                precision="fp32", digest="d", hardware="h",
+            )
+        ).inserted_primary_key[0]  # fmt: skip
+        connection.execute(
+            database.points.insert().values(
+                run_id=run_id,
+                series_id=series_id,
+                metric="throughput",
+                value=123.5,
+                spread=0.02,
+                repeats=2,
+            )
+        )
+    assert sa.inspect(engine).get_foreign_keys("points")  # schema 1 had them
+    engine.dispose()
+    store = HistoryStore(location)
+    with store.engine.connect() as connection:
+        versions = connection.execute(sa.select(database.schema_version.c.version)).scalars()
+        assert sorted(versions) == [1, 2]
+    assert sa.inspect(store.engine).get_foreign_keys("points") == []
+    (point,) = store.points("throughput")
+    assert (point.run_id, point.series_id, point.value, point.spread, point.repeats) == (
+        run_id, series_id, 123.5, 0.02, 2,
+    )  # fmt: skip
+    # the migrated store takes new runs as a fresh one does
+    assert store.add_run(read_run(BEFORE))
+    assert len(list(store.points("throughput"))) == 1 + 4
+    store.close()
+
+
+def test_names_with_tabs_newlines_and_backslashes_round_trip(location: str) -> None:
+    """PostgreSQL's bulk path writes COPY's text format itself: a name with its special
+    characters, a missing spread and a numpy figure come back as they went in."""
+    from torchscale.history.database import SeriesEntry
+
+    odd = "exp\tone\\two\nthree\r\\N"
+    series = SeriesEntry("k" * 32, "training", odd, None, 2, 1, "fp32", "d", "h")
+    run = RunEntry(
+        identity="odd", experiment=odd, kind="benchmark", started_at="2026-11-01T00:00:00+00:00",
+        hardware="h", attributes={"torch": odd}, source=odd,
+        points=[PointEntry(series, "throughput", float(np.float64(0.1) * 3), None, 1)],
+    )  # fmt: skip
+    store = HistoryStore(location)
+    assert store.add_runs([run, run]) == 1
+    (stored,) = store.runs()
+    assert (stored["experiment"], stored["source"], stored["attributes"]["torch"]) == (odd,) * 3
+    (point,) = store.points("throughput")
+    assert point.value == 0.1 * 3 and point.spread is None
+    (entry,) = store.all_series()
+    assert entry.name == odd and entry.batch is None
+    store.close()

@@ -23,6 +23,29 @@ def test_a_prediction_from_one_rank_shows_its_error_at_two(
     runner = CliRunner()
     ingested = runner.invoke(app, ["history", "ingest", str(source), "--history", history])
     assert ingested.exit_code == 0, ingested.output
+    # the run's communication cells are series with their busbw, its training cells on 2 ranks
+    # have a scaling efficiency
+    from torchscale.history.database import HistoryStore
+
+    store = HistoryStore(history)
+    kinds = {s_id: key for s_id, key in store.series_ids().items()}
+    entries = {e.key: e for e in store.all_series()}
+    busbw = [p for p in store.points("busbw") if entries[kinds[p.series_id]].kind == "collective"]
+    recorded = [
+        json.loads(line)
+        for line in (source / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    comm = [r for r in recorded if r.get("busbw_gbps") and r["status"] == "ok"]
+    names = {
+        f"{r['op']} {r.get('scope') or 'world'} {r.get('size_bytes') or r.get('requested_bytes')} B"
+        for r in comm
+    }
+    assert {entries[kinds[p.series_id]].name for p in busbw} == names
+    low, high = min(r["busbw_gbps"] for r in comm), max(r["busbw_gbps"] for r in comm)
+    assert all(low <= p.value <= high for p in busbw)
+    (two,) = [p for p in store.points("efficiency") if entries[kinds[p.series_id]].gpus == 2]
+    assert 0.0 < two.value < 2.0
+    store.close()
     projected = runner.invoke(
         app, ["project", "-s", str(source), "--holdout", "--json", "--history", history]
     )

@@ -120,12 +120,11 @@ def since_date(since: Optional[str]) -> Optional[str]:
 def changes(
     location: str, metric: str, since: Optional[str], max_pvalue: Optional[float] = None
 ) -> ChangesOutcome:
-    from torchscale.history.changes import MAX_PVALUE
     from torchscale.history.series_changes import find_changes
 
     store = open_store(location)
     try:
-        found = find_changes(store, metric, since_date(since), max_pvalue or MAX_PVALUE)
+        found = find_changes(store, metric, since_date(since), max_pvalue)
         return ChangesOutcome(store.shown, metric, found, len(store.series_ids()))
     finally:
         store.close()

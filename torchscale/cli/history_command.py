@@ -49,8 +49,6 @@ SinceOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 
-METRICS = ("throughput", "p95", "busbw")
-
 history_app = typer.Typer(
     name="history",
     help="Every run in a database; change points with their cause (docs/history.md).",
@@ -115,19 +113,20 @@ def changes_command(
         str,
         typer.Option(
             "--metric",
-            help="The figure whose series are searched: throughput, p95, busbw, sync_stall "
-            "(profile) or a validate probe (gemm_bf16, memory_copy, ...).",
+            help="The figure whose series are searched: throughput, p95, busbw, efficiency, "
+            "sync_stall (profile) or a validate probe (gemm_bf16, memory_copy, ...).",
         ),
     ] = "throughput",
     max_pvalue: Annotated[
-        float,
+        Optional[float],
         typer.Option(
             "--max-pvalue",
-            help="A split is a change only if the t-test's p-value is below this. The default "
-            "keeps false alarms under 1% of 60-run series; a short history (a few runs each side "
-            "of a change) needs a larger one.",
+            help="A split is a change only if the t-test's p-value is below this. Default: "
+            "0.0005, which keeps false alarms under 1% of 60-run series, and for a series "
+            "shorter than 26 runs 1% shared among its possible splits (0.01 at six runs).",
+            show_default=False,
         ),
-    ] = 0.0005,
+    ] = None,
     fail_on_regression: Annotated[
         bool,
         typer.Option(
@@ -143,14 +142,14 @@ def changes_command(
     from torchscale.app.history import changes, required_location
     from torchscale.errors import TorchscaleError
     from torchscale.hardware.expected_figures import PROBES
-    from torchscale.history.ingest import PROFILE_METRICS
+    from torchscale.history.ingest import METRICS, PROFILE_METRICS
 
     if metric not in (*METRICS, *PROFILE_METRICS, *PROBES):
         raise TorchscaleError(
             f"--metric {metric!r} is not one of {', '.join(METRICS)}, "
             f"{', '.join(PROFILE_METRICS)} or a validate probe ({', '.join(PROBES)})"
         )
-    if not 0.0 < max_pvalue < 1.0:
+    if max_pvalue is not None and not 0.0 < max_pvalue < 1.0:
         raise TorchscaleError(f"--max-pvalue {max_pvalue} is not between 0 and 1: give e.g. 0.001")
     outcome = changes(required_location(history), metric, since, max_pvalue)
     if json_output:

@@ -38,7 +38,23 @@ MIN_SIZE = 3
 agree (HUD calls a regression after two trailing violations; the t-test needs a third to judge
 the new level's spread)."""
 
+FALSE_ALARM_GOAL = 0.01
+"""At most this share of unchanged series may show a change. A series shorter than a window has
+few places to split: the first split is one of ``n - 2 * MIN_SIZE + 1`` t-tests, so testing each
+at ``FALSE_ALARM_GOAL`` over that count keeps its false alarms under the goal whichever split the
+energy distance picks (Bonferroni), and six runs (three each side) are tested at 1%, not at the
+0.05% long series need. Only where that is looser than :data:`MAX_PVALUE` (series under 26
+runs); a p-value given by the caller is used as it is."""
+
 Array = NDArray[np.float64]
+
+
+def default_pvalue(n: int, window: int = WINDOW) -> float:
+    """The p-value a split of an ``n``-run series must pass by default (see FALSE_ALARM_GOAL)."""
+    if n > window:
+        return MAX_PVALUE
+    splits = max(n - 2 * MIN_SIZE + 1, 1)
+    return max(MAX_PVALUE, FALSE_ALARM_GOAL / splits)
 
 
 @dataclass(frozen=True)
@@ -167,14 +183,17 @@ def _may_split(x: Array, starts: Sequence[int], window: int, max_pvalue: float) 
 
 
 def change_points(
-    values: Sequence[float], max_pvalue: float = MAX_PVALUE, window: int = WINDOW
+    values: Sequence[float], max_pvalue: Optional[float] = None, window: int = WINDOW
 ) -> List[Split]:
-    """The change points of ``values`` (oldest first), each tested against its neighbours."""
+    """The change points of ``values`` (oldest first), each tested against its neighbours;
+    ``max_pvalue`` None: :func:`default_pvalue` for the series' length."""
     x = np.asarray(values, dtype=float)
     n = len(x)
     if n < 2 * MIN_SIZE:
         return []
     window = max(window, 2 * MIN_SIZE)
+    if max_pvalue is None:
+        max_pvalue = default_pvalue(n, window)
     candidates: List[int] = []
     for start in _may_split(x, _windows(n, window), min(window, n), max_pvalue):
         for at in _divide(x[start : start + window], max_pvalue):

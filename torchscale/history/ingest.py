@@ -30,9 +30,11 @@ from torchscale.results.layout import (
 )
 from torchscale.results.schema import ResultBase
 
-METRICS = ("throughput", "p95", "busbw")
+METRICS = ("throughput", "p95", "busbw", "efficiency")
 """The figures a benchmark cell's point can hold: throughput (training, in the record's unit per
-second), p95 step time (ms), busbw (GB/s, a collective). Efficiency is derived at read time."""
+second), p95 step time (ms), busbw (GB/s, a collective), and scaling efficiency (a fraction of
+linear, the report's figure: a training cell against the smallest rank count of its
+configuration in the same run; none where the run measured one rank count only)."""
 PROFILE_METRICS = {"sync_stall": "sync_stall_pct"}
 """A profiled cell's figures from its findings file: the metric -> the document's key
 (sync stall time, % of the traced step, the mean over ranks)."""
@@ -73,6 +75,24 @@ def _figures(record: ResultBase) -> Dict[str, float]:
         found["p95"] = float(p95)
     if isinstance(busbw, (int, float)) and math.isfinite(busbw) and busbw > 0:
         found["busbw"] = float(busbw)
+    return found
+
+
+def _efficiencies(records: List[ResultBase]) -> List[Tuple[ResultBase, float]]:
+    """Each training cell's scaling efficiency, as the report computes it
+    (``analysis.training_tables``); none for a run that measured one rank count."""
+    from torchscale.results.schema import TrainingResult
+
+    training = [r for r in records if isinstance(r, TrainingResult)]
+    if len({(r.world_size, r.nnodes) for r in training if r.status == "ok"}) < 2:
+        return []
+    from torchscale.analysis.training_tables import training_table
+
+    table = training_table(training)
+    found: List[Tuple[ResultBase, float]] = []
+    for record, value in zip(training, table["scaling_efficiency"].tolist()):
+        if record.status == "ok" and isinstance(value, float) and math.isfinite(value):
+            found.append((record, value))
     return found
 
 
@@ -118,6 +138,10 @@ def _points(records: List[ResultBase], environment: Dict[str, Any]) -> List[Poin
         cv = getattr(step, "cv", None)
         for metric, value in _figures(record).items():
             grouped[(entry.key, metric)].append((value, cv if isinstance(cv, float) else None))
+    for record, value in _efficiencies(records):
+        entry = _series(record, environment)
+        entries[entry.key] = entry
+        grouped[(entry.key, "efficiency")].append((value, None))
     found = []
     for (key, metric), values in sorted(grouped.items()):
         cvs = [cv for _, cv in values if cv is not None and math.isfinite(cv)]

@@ -14,10 +14,16 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from torchscale.history.changes import MAX_PVALUE, WINDOW, change_points
+from torchscale.history.changes import WINDOW, change_points
 from torchscale.history.database import HistoryStore, SeriesEntry
 
-HIGHER_IS_BETTER = {"throughput": True, "busbw": True, "p95": False, "sync_stall": False}
+HIGHER_IS_BETTER = {
+    "throughput": True,
+    "busbw": True,
+    "efficiency": True,
+    "p95": False,
+    "sync_stall": False,
+}
 """Which way each benchmark and profile metric improves (a validate probe's way is its own,
 ``hardware.expected_figures.PROBES``)."""
 
@@ -111,7 +117,7 @@ def find_changes(
     store: HistoryStore,
     metric: str,
     since: Optional[str] = None,
-    max_pvalue: float = MAX_PVALUE,
+    max_pvalue: Optional[float] = None,
     window: int = WINDOW,
 ) -> List[ChangePoint]:
     """Every change point of ``metric`` in every series of ``store`` (runs from ``since`` on).
