@@ -401,7 +401,7 @@ def test_a_scripts_cells_are_one_per_strategy(tmp_path: Path) -> None:
 
 SCRIPT_FSDP2_CONFIG = """\
 experiment_name: script-fsdp2
-strategy: [fsdp2]
+strategy: [replicate, fsdp2]
 warmup_steps: 3
 measure_steps: 4
 sync_probe_steps: 2
@@ -411,8 +411,9 @@ cell_timeout_s: 240
 
 @pytest.mark.slow
 def test_a_scripts_ddp_call_runs_fsdp2_in_its_place(tmp_path: Path, own_script_run: Run) -> None:
-    """One launch: the example script under fsdp2 at 2 ranks, against the shared run's ddp cell
-    of the same script (same model: its state and collectives are DDP's)."""
+    """The example script under replicate and fsdp2 at 1 and 2 ranks (a script cell is a launch
+    of its own), against the shared run's ddp cells of the same script (same model: its state
+    and collectives are DDP's)."""
     from tests.support.shared_runs import SCRIPTS
     from torchscale.cli.app import app
     from torchscale.results.schema import TrainingResult
@@ -421,13 +422,18 @@ def test_a_scripts_ddp_call_runs_fsdp2_in_its_place(tmp_path: Path, own_script_r
     config = tmp_path / "c.yaml"
     config.write_text(SCRIPT_FSDP2_CONFIG, encoding="utf-8")
     script = SCRIPTS / "train_transformer.py"
-    args = ["benchmark", "--script", str(script), "--gpus", "2", "-c", str(config)]
+    args = ["benchmark", "--script", str(script), "--gpus", "1", "--gpus", "2", "-c", str(config)]
     # --clip 0: the script's own gradient clipping all-reduces the norm under fsdp2
     args += ["-o", str(tmp_path / "out"), "--", "--steps", "30", "--clip", "0"]
     result = CliRunner().invoke(app, args)
-    (line,) = (tmp_path / "out" / "script-fsdp2" / "results.jsonl").read_text().splitlines()
-    fsdp2 = json.loads(line)
-    assert fsdp2["status"] == "ok", (fsdp2.get("error"), result.output)
+    lines = (tmp_path / "out" / "script-fsdp2" / "results.jsonl").read_text().splitlines()
+    cells = {(r["settings"]["strategy"], r["world_size"]): r for r in map(json.loads, lines)}
+    assert sorted(cells) == [("fsdp2", 1), ("fsdp2", 2), ("replicate", 1), ("replicate", 2)]
+    for (strategy, ranks), cell in cells.items():
+        assert cell["status"] == "ok", (strategy, ranks, cell.get("error"), result.output)
+        assert cell["runtime"]["strategy"]["strategy"] == strategy
+        assert cell["gradient_check"]["passed"] is True, cell["gradient_check"]
+    fsdp2 = cells[("fsdp2", 2)]
     (ddp,) = [
         r
         for r in ExperimentStore(own_script_run.experiment_dir).records()
@@ -453,3 +459,9 @@ def test_a_scripts_ddp_call_runs_fsdp2_in_its_place(tmp_path: Path, own_script_r
     ddp_issued = {c.op: c for c in ddp.collectives}
     assert ddp_issued["all_reduce"].bytes == pytest.approx(whole, rel=0.01)
     assert not {"all_gather", "reduce_scatter"} & set(ddp_issued)
+    # replicate: every rank keeps the whole model, its gradients all-reduced block by block
+    replicate = cells[("replicate", 2)]
+    replicated = {c["op"]: c for c in replicate["collectives"]}
+    assert not {"all_gather", "reduce_scatter"} & set(replicated), replicated
+    assert replicated["all_reduce"]["bytes"] == pytest.approx(whole, rel=0.05)
+    assert replicate["memory"]["params_bytes"] == pytest.approx(whole, rel=0.05)
