@@ -12,9 +12,10 @@ late node. Node 1's pod dies (every process of it SIGKILLed, as when its node is
 middle of the second cell: node 0 records that cell failed as lock-step mode records a dead node
 (test_multinode.py), then ends, holds its results until they are copied and exits with the run's
 code, and nothing of either pod is left running. The two pods' folders together equal what the
-two-host lock-step run of test_multinode.py writes (its sweep, shared in the session). Node 1 of
-a JobSet, a PyTorchJob, a SkyPilot and a dstack task runs on compute with its controller's or
-platform's variables up to node 0's store (not started): each looks where its variables say.
+two-host lock-step run of test_multinode.py writes (its sweep, shared in the session). Then both
+pods of a JobSet and a PyTorchJob, and both nodes of a SkyPilot and a dstack task, each with only
+its controller's or platform's variables, run one 2 x 1 cell whole, one after another: each finds
+node 0 where its variables say, and its folders equal the two-host run's for that cell.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from tests.support.k8s_controllers import CONTROLLERS, trainjob_pods
 from tests.support.two_hosts import kill_tree, torchscale_env, two_hosts
 from torchscale.cli.app import app
 from torchscale.launch.failure_cause import PEER_LOST
+from torchscale.launch.pod_entry import COPIED_MARK, READY_LINE
 from torchscale.results.store import ExperimentStore
 
 pytestmark = pytest.mark.slow
@@ -99,65 +101,89 @@ def _left_running(namespaces: List[str], wait_s: float = 10.0) -> Dict[str, List
     return left
 
 
-TASK_JOIN_S = 3
-TASK_ENV = {  # each platform's variables on node 1 of a 2-node task (node 0 is head)
-    "skypilot": {"SKYPILOT_NUM_NODES": "2", "SKYPILOT_NODE_RANK": "1"},
-    "dstack": {"DSTACK_NODES_NUM": "2", "DSTACK_NODE_RANK": "1"},
+OTHER_CONFIG = CONFIG.replace("batch_sizes: [2, 4]", "batch_sizes: [2]")
+"""The other APIs' and tasks' run: one 2 x 1 cell, the one both pods of each run whole."""
+TASK_ENV = {  # each platform's variables on node N of a 2-node task (node 0 is head)
+    "skypilot": lambda rank: {"SKYPILOT_NUM_NODES": "2", "SKYPILOT_NODE_RANK": str(rank)},
+    "dstack": lambda rank: {"DSTACK_NODES_NUM": "2", "DSTACK_NODE_RANK": str(rank)},
 }
-NODE1_PORTS = {"skypilot": 29400, "dstack": 29400, "jobset": 29400, "pytorchjob": 23456}
-"""Where node 1 of each looks for node 0's store: the task's port, the JobSet's MASTER_PORT
-(set by torchscale), the training operator's pytorchjob-port."""
+OTHER_PORTS = {"skypilot": 29400, "dstack": 29400, "jobset": 29400, "pytorchjob": 23456}
+"""Where each looks for node 0's store: the task's port, the JobSet's MASTER_PORT (set by
+torchscale), the training operator's pytorchjob-port."""
 
 
-def _node1_runs(tmp: Path, hosts: Any) -> Dict[str, Dict[str, Any]]:
-    """Node 1 of the SkyPilot task, the dstack task, the JobSet and the PyTorchJob, each on
-    compute with the environment its platform or controller gives it (a task's command line run
-    by bash; a pod's command as a list), node 0's address head's. Node 0 is not started (it would
-    be a second launch): node 1 runs the entry and lock-step torchscale up to node 0's store,
-    which does not answer, and says where it looked (its torchrun agent fails to reach the
-    store; no worker starts)."""
-    runs: Dict[str, Dict[str, Any]] = {}
-    for what in NODE1_PORTS:
-        out = tmp / f"node1-{what}"
-        config = tmp / "config.yaml"
-        argv = ["benchmark", "-c", str(config), "-o", str(out / "results"), "--image", "img:1"]
-        argv += ["--emit", str(out / "job.yaml"), "--join-timeout", str(TASK_JOIN_S)]
-        argv += (
-            ["--launcher", what] if what in TASK_ENV else ["--launcher", "k8s", "--k8s-api", what]
-        )
-        emitted = CliRunner().invoke(app, argv, env={"TORCHSCALE_CPU_SLOTS": "1"})
-        assert emitted.exit_code == 0, emitted.output
-        job = yaml.safe_load((out / "job.yaml").read_text())
-        # Only what the node's file system changes: the config path, /results and which python.
+def _other_pods(what: str, job: Dict[str, Any], hosts: Any, out: Path) -> List[List[Any]]:
+    """Node 0's and node 1's command and environment, as the platform or controller gives them
+    (a task's command line run by bash; a pod's command as a list). Only what a node's file
+    system changes is changed: the config path, the results folder and which python."""
+    nodes: List[List[Any]] = []
+    for rank in range(2):
+        root = out / f"pod{rank}"
         if what in TASK_ENV:
             line = job["run"] if what == "skypilot" else job["commands"][0]
-            line = line.replace("/tmp/torchscale", str(out / "cfg"))
+            line = line.replace("/tmp/torchscale", str(root / "cfg"))
+            line = line.replace(str(out / "OUTPUT"), str(root / "results"))
             assert line.startswith("python ")
             command = ["bash", "-c", f"{shlex.quote(sys.executable)}{line[len('python') :]}"]
-            env = {**(job["envs"] if what == "skypilot" else job["env"]), **TASK_ENV[what]}
+            env = {**(job["envs"] if what == "skypilot" else job["env"]), **TASK_ENV[what](rank)}
             env.update(  # node 0 first, as each platform gives it
                 {"SKYPILOT_NODE_IPS": f"{hosts.head.address}\n{hosts.compute.address}\n"}
                 if what == "skypilot"
                 else {"DSTACK_MASTER_NODE_IP": hosts.head.address}
             )
         else:
-            pod = CONTROLLERS[what](job)[1]
-            hosts.alias(hosts.head, pod.env["MASTER_ADDR"])  # node 0's Service / DNS name
+            pod = CONTROLLERS[what](job)[rank]
             command = [
                 sys.executable
                 if word == "python"
-                else word.replace("/tmp/torchscale", str(out / "cfg")).replace(
-                    "/results", str(out / "results")
+                else word.replace("/tmp/torchscale", str(root / "cfg")).replace(
+                    "/results", str(root / "results")
                 )
                 for word in pod.command
             ]
-            env = pod.env
-        log = out / "node1.log"
-        started = hosts.start(hosts.compute, command, log, {**torchscale_env(cpu_slots=1), **env})
-        runs[what] = {"proc": started, "log_path": log}
-    for run in runs.values():
-        run["code"] = run.pop("proc").wait(timeout=120)
-        run["log"] = run.pop("log_path").read_text()
+            env = dict(pod.env)
+        nodes.append([command, env])
+    return nodes
+
+
+def _other_runs(tmp: Path, hosts: Any) -> Dict[str, Dict[str, Any]]:
+    """Both nodes of the JobSet, the PyTorchJob, the SkyPilot task and the dstack task, one after
+    another, each a whole lock-step run of one 2 x 1 cell: node 0 on head, node 1 on compute,
+    each with the environment its platform or controller gives it, node 0's address head's."""
+    runs: Dict[str, Dict[str, Any]] = {}
+    config = tmp / "other-config.yaml"
+    config.write_text(OTHER_CONFIG)
+    for what in OTHER_PORTS:
+        out = tmp / f"other-{what}"
+        argv = ["benchmark", "-c", str(config), "-o", str(out / "OUTPUT"), "--image", "img:1"]
+        argv += ["--emit", str(out / "job.yaml"), "--join-timeout", "120"]
+        argv += (
+            ["--launcher", what] if what in TASK_ENV else ["--launcher", "k8s", "--k8s-api", what]
+        )
+        emitted = CliRunner().invoke(app, argv, env={"TORCHSCALE_CPU_SLOTS": "1"})
+        assert emitted.exit_code == 0, emitted.output
+        job = yaml.safe_load((out / "job.yaml").read_text())
+        nodes = _other_pods(what, job, hosts, out)
+        if what not in TASK_ENV:
+            hosts.alias(hosts.head, nodes[0][1]["MASTER_ADDR"])  # node 0's Service / DNS name
+        procs = [
+            hosts.start(host, command, out / f"pod{rank}.log", {**torchscale_env(1), **env})
+            for rank, ((command, env), host) in enumerate(zip(nodes, (hosts.head, hosts.compute)))
+        ]
+        store = out / "pod0" / "results" / "k8s-pods"
+        deadline = time.monotonic() + 300
+        while procs[0].poll() is None and time.monotonic() < deadline:
+            if READY_LINE in (out / "pod0.log").read_text():
+                (store / COPIED_MARK).touch()  # what --submit's kubectl exec does (pods only)
+            time.sleep(0.2)
+        codes = [proc.wait(timeout=60) for proc in procs]
+        runs[what] = {
+            "codes": codes,
+            "logs": [(out / f"pod{rank}.log").read_text() for rank in range(2)],
+            "pod0": store,
+            "node1": out / "pod1" / "results" / "k8s-pods",
+            "master": nodes[0][1].get("MASTER_ADDR", hosts.head.address),
+        }
     return runs
 
 
@@ -208,7 +234,10 @@ def pods_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
         (store.root / ".torchscale-copied").touch()  # what --submit's kubectl exec does
         head_code = head.wait(timeout=30)
         left = _left_running(namespaces)
-        node1_runs = _node1_runs(tmp, hosts)
+        started = time.monotonic()
+        other_runs = _other_runs(tmp, hosts)
+        other_s = time.monotonic() - started
+        print(f"\nthe other APIs' and tasks' two-pod runs: {other_s:.1f} s", file=sys.stderr)
         yield {
             "manifest": manifest,
             "master": master,
@@ -223,7 +252,7 @@ def pods_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
             "held": held,
             "logs": [log.read_text(), (tmp / "pod1.log").read_text()],
             "head_address": hosts.head.address,
-            "node1_runs": node1_runs,
+            "other_runs": other_runs,
         }
 
 
@@ -291,29 +320,11 @@ def test_a_pod_that_dies_fails_its_cell_as_a_dead_node_and_node_zero_ends(
     assert pods_run["left"] == {}
 
 
-@pytest.mark.parametrize("what", sorted(NODE1_PORTS))
-def test_node_one_of_every_other_api_and_task_finds_node_zero_from_its_variables(
-    pods_run: Dict, what: str
-) -> None:
-    run = pods_run["node1_runs"][what]
-    log = " ".join(run["log"].split())
-    # Its command ran the entry, which read its platform's or controller's variables as lock-step
-    # mode's: node 1 of 2, looking for node 0's store at node 0's address on its port.
-    assert run["code"] == 2, run["log"]
-    endpoint = f"{pods_run['head_address']}:{NODE1_PORTS[what]}"
-    if what == "jobset":
-        endpoint = f"{pods_run['master']}:{NODE1_PORTS[what]}"  # JobSet's DNS host name
-    if what == "pytorchjob":
-        endpoint = f"ts-k8s-pods-master-0:{NODE1_PORTS[what]}"  # the Master's Service
-    assert f"node 0's rendezvous store at {endpoint} did not answer" in log, run["log"]
-    assert "node 1 stops" in log and "Traceback" not in log
-
-
 COMPARED_CELLS = re.compile(r"^gpt2-tiny-(b2-g2-n2|b4-g2-n2)-fp32-r0-[0-9a-f]+$")
 """The 2 x 1 cells both runs make: batch 2 (ok) and batch 4 (its node 1 killed mid-cell)."""
 
 
-def _layout(root: Path) -> Set[str]:
+def _layout(root: Path, cells: re.Pattern[str] = COMPARED_CELLS) -> Set[str]:
     """The files of a results folder, the compared cells' names without their settings hash,
     torchrun's run folder (a random suffix) as ``*``; other cells, the hold mark left out."""
     files = set()
@@ -322,7 +333,7 @@ def _layout(root: Path) -> Set[str]:
         if not path.is_file() or parts == [".torchscale-copied"]:
             continue
         if parts[0] == "cells":
-            match = COMPARED_CELLS.match(parts[1])
+            match = cells.match(parts[1])
             if match is None:
                 continue
             parts[1] = match.group(1)
@@ -334,39 +345,37 @@ def _layout(root: Path) -> Set[str]:
     return files
 
 
-def _compared_records(root: Path) -> Dict[str, Dict[str, Any]]:
+def _compared_records(
+    root: Path, cells: re.Pattern[str] = COMPARED_CELLS
+) -> Dict[str, Dict[str, Any]]:
     records = {}
     for line in (root / "results.jsonl").read_text().splitlines():
         record = json.loads(line)
-        match = COMPARED_CELLS.match(record["cell_id"])
+        match = cells.match(record["cell_id"])
         if match:
             records[match.group(1)] = record
     return records
 
 
-def test_the_pods_folders_together_equal_a_two_node_lock_step_runs(
-    pods_run: Dict, two_host_lockstep: Dict
-) -> None:
-    """Node 0's emptyDir and node 1's together hold what test_multinode's two hosts write on
-    their shared folder: the same files for the same cells, records with the same fields and
-    outcomes, the same summary columns and manifest sections (no new launch: its sweep is the
-    session's)."""
-    pod0, node1 = pods_run["store"].root, pods_run["node1"]
-    shared = two_host_lockstep["store"].root
-    node1_parts = {f for f in _layout(shared) if "/node1/" in f or f == ".lock-node1"}
-    assert _layout(pod0) == _layout(shared) - node1_parts  # nothing of node 1 on node 0's pod
-    assert _layout(node1) == node1_parts  # node 1's pod: its own sub-folders only
+def _assert_equal_to_lockstep(
+    pod0: Path, node1: Path, shared: Path, cells: re.Pattern[str], names: List[str]
+) -> Dict[str, Dict[str, Any]]:
+    """Node 0's folder and node 1's together hold what the two hosts write on their shared
+    folder for ``cells``: the same files, records with the same fields and outcomes, the same
+    summary columns and manifest sections. Returns the pods' compared records."""
+    node1_parts = {f for f in _layout(shared, cells) if "/node1/" in f or f == ".lock-node1"}
+    assert _layout(pod0, cells) == _layout(shared, cells) - node1_parts  # nothing of node 1
+    assert _layout(node1, cells) == node1_parts  # node 1's pod: its own sub-folders only
     assert {"results.jsonl", "summary.csv", "manifest.json", "b2-g2-n2"} <= {
-        f.split("/")[0] if not f.startswith("cells/") else f.split("/")[1] for f in _layout(pod0)
+        f.split("/")[0] if not f.startswith("cells/") else f.split("/")[1]
+        for f in _layout(pod0, cells)
     }
-    ours, theirs = _compared_records(pod0), _compared_records(shared)
-    assert sorted(ours) == sorted(theirs) == ["b2-g2-n2", "b4-g2-n2"]
+    ours, theirs = _compared_records(pod0, cells), _compared_records(shared, cells)
+    assert sorted(ours) == sorted(theirs) == names
     for cell in ours:
         assert sorted(ours[cell]) == sorted(theirs[cell]), cell  # the same record fields
         for key in ("status", "hosts", "nnodes", "nproc_per_node", "world_size", "batch_size"):
             assert ours[cell][key] == theirs[cell][key], (cell, key)
-    for record in (ours["b4-g2-n2"], theirs["b4-g2-n2"]):
-        assert record["error"].startswith("rank 1 on head failed in "), record["error"]
     with open(pod0 / "summary.csv") as mine, open(shared / "summary.csv") as other:
         assert next(csv.reader(mine)) == next(csv.reader(other))
     ours_manifest, theirs_manifest = (
@@ -377,3 +386,47 @@ def test_the_pods_folders_together_equal_a_two_node_lock_step_runs(
     assert [sorted(n) for n in ours_manifest["nodes"]] == [
         sorted(n) for n in theirs_manifest["nodes"]
     ]
+    return ours
+
+
+def test_the_pods_folders_together_equal_a_two_node_lock_step_runs(
+    pods_run: Dict, two_host_lockstep: Dict
+) -> None:
+    """Node 0's emptyDir and node 1's together hold what test_multinode's two hosts write on
+    their shared folder (no new launch: its sweep is the session's)."""
+    shared = two_host_lockstep["store"].root
+    ours = _assert_equal_to_lockstep(
+        pods_run["store"].root, pods_run["node1"], shared, COMPARED_CELLS, ["b2-g2-n2", "b4-g2-n2"]
+    )
+    theirs = _compared_records(shared)
+    for record in (ours["b4-g2-n2"], theirs["b4-g2-n2"]):
+        assert record["error"].startswith("rank 1 on head failed in "), record["error"]
+
+
+OTHER_CELL = re.compile(r"^gpt2-tiny-(b2-g2-n2)-fp32-r0-[0-9a-f]+$")
+
+
+@pytest.mark.parametrize("what", sorted(OTHER_PORTS))
+def test_both_pods_of_every_other_api_and_task_equal_a_two_node_lock_step_run(
+    pods_run: Dict, two_host_lockstep: Dict, what: str
+) -> None:
+    """Both nodes of a JobSet, a PyTorchJob, a SkyPilot and a dstack task, each with only its
+    controller's or platform's variables, find node 0 where those say and run the cell in lock
+    step; their two folders together equal the two-host run's for that cell."""
+    run = pods_run["other_runs"][what]
+    assert run["codes"] == [0, 0], run["logs"]
+    shared = two_host_lockstep["store"].root
+    ours = _assert_equal_to_lockstep(run["pod0"], run["node1"], shared, OTHER_CELL, ["b2-g2-n2"])
+    record = ours["b2-g2-n2"]
+    assert record["status"] == "ok", record.get("error")
+    assert record["hosts"] == ["compute", "head"] and record["nnodes"] == 2
+    assert sorted(rank["host"] for rank in record["per_rank"]) == ["compute", "head"]
+    endpoint = json.loads((run["pod0"] / "manifest.json").read_text())["launch"]["endpoint"]
+    assert endpoint == f"{run['master']}:{OTHER_PORTS[what]}"  # node 0 where its variables say
+    if what == "pytorchjob":
+        assert run["master"] == "ts-k8s-pods-master-0"  # the Master's Service
+    if what == "jobset":
+        assert run["master"].endswith(".ts-k8s-pods")  # node 0's JobSet DNS host name
+    ready = [line for line in run["logs"][0].splitlines() if line.startswith(READY_LINE)]
+    assert ready == ([] if what in TASK_ENV else [f"{READY_LINE}{run['pod0']}"])
+    assert "Traceback" not in run["logs"][0] + run["logs"][1]
