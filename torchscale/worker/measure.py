@@ -233,6 +233,14 @@ def _memory(run: TrainingRun, ctx: RankContext) -> Dict[str, Any]:
     return memory_stats(list(run.module.parameters()), run.optimizer, ctx, once)
 
 
+def _window_memory(window: Dict[str, Any], end: Dict[str, Any]) -> Dict[str, Any]:
+    """The window's peak (and what of it was activations) with the model state as the run ends.
+    State is made lazily (Adam's moments at the first optimizer step taken): a window whose steps
+    a GradScaler all skipped has none yet, though the run holds it as soon as a step is taken."""
+    peak = ("peak_bytes", "peak_kind", "activations_peak_bytes")
+    return {**end, **{key: window[key] for key in peak}}
+
+
 def memory_stats(
     params: List[torch.Tensor],
     optimizer: Optional[torch.optim.Optimizer],
@@ -310,7 +318,7 @@ def measure_rank(
         measured, wall, epochs = _measured(run, settings, clock, ctx, passes)
     cpu = CpuSnapshot.now().since(cpu_before)
     loss = last_loss(run)  # after the window: reading it waits for the device
-    memory = _memory(run, ctx)  # the window's peak, before the check's reference copy
+    window = _memory(run, ctx)  # the window's peak, before the check's reference copy
     # Before the sync probe, whose no_sync steps let the ranks' parameters drift apart.
     reporter.phase("gradient_check")
     check = check_gradients(run, settings, ctx, run.kept_batch)
@@ -328,6 +336,7 @@ def measure_rank(
     if run.ddp is None:  # FSDP2 holds no_sync gradients back: this synced step reduces them
         run.step(clock)
     collectives = count_collectives(run)
+    memory = _window_memory(window, _memory(run, ctx))
 
     step_ms = [d["step"] for d in measured]
     nosync_ms = mean([d["step"] for d in nosync])
