@@ -8,6 +8,9 @@ timeout.
 
 c10d orders the nodes of a rendezvous by name, so ``compute`` holds worker rank 0: the result must
 still be written on ``head``, the node that records results.
+
+``fsdp2_hybrid`` needs two nodes: one 2 x 2 cell of it runs on the two hosts in a launch of its
+own (the sweep's cell order and killed cells are what the tests above assert).
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from tests.support.multinode_run import (
     ENDPOINT,
     HEAD_JOIN_TIMEOUT_S,
 )
-from tests.support.two_hosts import IFNAME
+from tests.support.two_hosts import IFNAME, torchscale_env, two_hosts
+from torchscale.models.registry import load_model
 from torchscale.results.schema import TrainingResult
+from torchscale.results.store import ExperimentStore
 
 pytestmark = pytest.mark.slow
 
@@ -192,3 +197,54 @@ def test_a_node_stops_when_node_zero_is_not_there(tmp_path: Path) -> None:
     assert written and all(
         p.parts[:2] == ("two-hosts", ".lock-node1") or "node1" in p.parts for p in written
     ), written
+
+
+HYBRID_CONFIG = """\
+experiment_name: hybrid
+models: [gpt2-tiny]
+batch_sizes: [2]
+gpu_counts: [4]
+nodes: [2]
+strategy: [fsdp2_hybrid]
+warmup_steps: 2
+measure_steps: 3
+sync_probe_steps: 1
+cell_timeout_s: 240
+"""
+
+
+def test_fsdp2_hybrid_shards_within_a_node_and_replicates_across_nodes(tmp_path: Path) -> None:
+    """One 2 x 2 fsdp2_hybrid cell on the two hosts: mesh (nodes, ranks per node) = (2, 2)."""
+    with two_hosts(tmp_path, "fsdp2_hybrid two-host test") as hosts:
+        head, compute = hosts.lockstep(HYBRID_CONFIG, tmp_path, torchscale_env(), 29563)
+        head_code = head.wait(timeout=300)
+        compute.wait(timeout=60)
+    (record,) = ExperimentStore(tmp_path / "out" / "hybrid").records()
+    logs = (tmp_path / "head.log").read_text() + (tmp_path / "compute.log").read_text()
+    assert head_code == 0 and record.status == "ok", (record.error, logs[-3000:])
+    assert isinstance(record, TrainingResult)
+    assert record.nnodes == 2 and record.world_size == 4 and record.hosts == ["compute", "head"]
+    applied = record.runtime["strategy"]
+    assert applied["strategy"] == "fsdp2_hybrid" and applied["mesh"] == [2, 2], applied
+    assert record.gradient_check is not None and record.gradient_check.passed, record.gradient_check
+    # Model state per rank: the whole fp32 model (what ddp keeps) halved by the 2 ranks of a node,
+    # not quartered (the 2 nodes hold a replica each).
+    whole = 4 * sum(p.numel() for p in load_model("gpt2-tiny").build().parameters())
+    assert record.memory is not None
+    for field in ("params_bytes", "grads_bytes"):
+        assert getattr(record.memory, field) / whole == pytest.approx(0.5, rel=0.10), field
+    # gpt2's optimizer is AdamW: two moments per parameter, sharded as the parameters are.
+    assert load_model("gpt2-tiny").optimizer == "adamw"
+    assert record.memory.optimizer_bytes / (2 * whole) == pytest.approx(0.5, rel=0.10)
+    issued = {c.op: c for c in record.collectives}
+    # Within a node: each block's whole parameters gathered (forward, again for backward), its
+    # gradients reduce-scattered; across nodes: the shard's gradients all-reduced.
+    assert issued["all_gather"].bytes > 1.5 * whole, issued
+    assert issued["reduce_scatter"].bytes == pytest.approx(whole, rel=0.05), issued
+    assert issued["all_reduce"].bytes == pytest.approx(whole / 2, rel=0.05), issued
+    # Each op ran in a group of 2, not 4 (busbw / algbw is the op's bus factor at its group's
+    # size): all_gather and reduce_scatter (n-1)/n = 0.5, all_reduce 2(n-1)/n = 1.0.
+    factors = {op: c.busbw_gbps / c.algbw_gbps for op, c in issued.items() if c.algbw_gbps}
+    assert factors == pytest.approx(
+        {"all_gather": 0.5, "reduce_scatter": 0.5, "all_reduce": 1.0}, rel=1e-6
+    ), issued
