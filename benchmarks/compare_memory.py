@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.support.report_fixtures import MODELS, FixtureSpec, training_record  # noqa: E402
+from torchscale.measures.stats import time_stats  # noqa: E402
 from torchscale.results.layout import experiment_dirname  # noqa: E402
 from torchscale.results.schema import TimeStats, TrainingResult  # noqa: E402
-from torchscale.results.stats import time_stats  # noqa: E402
 from torchscale.results.store import ExperimentStore  # noqa: E402
 
 

@@ -282,7 +282,7 @@ KIND_PACKAGES = _kind_packages()
 package takes its place here without an edit."""
 
 PIPELINE = [
-    "errors", "version", "escaping", "console_tables", "kinds", "results", "hardware", "models", "config", "plan",
+    "errors", "version", "escaping", "console_tables", "kinds", "results", "measures", "hardware", "models", "config", "plan",
     "launch", "runtime", "worker", "analysis", "profiling", "report", *KIND_PACKAGES,
     "integrations", "history", "validate", "tune", "app", "api", "cli", "__main__",
 ]  # fmt: skip
@@ -482,3 +482,134 @@ def test_the_probe_checks_report_each_missing_piece() -> None:
     assert probe_declaration_gaps(_validate_trees(), {*PROBES, "toy"}) == [
         "probe 'toy' is declared but never measured"
     ]
+
+
+# --- storage apart from measures: results/ holds records, the store, the layout and safe I/O ----
+
+STATISTICS_LIBRARIES = ("numpy", "pandas", "scipy", "statistics")
+"""What a statistic is computed with; storage needs none of them."""
+
+
+def _package_modules(package: str) -> Dict[str, Path]:
+    prefix = f"torchscale.{package}"
+    return {m: p for m, p in MODULES.items() if m == prefix or m.startswith(prefix + ".")}
+
+
+def _defined_names(tree: ast.Module) -> Set[str]:
+    """The public names a module defines at its top level (functions, classes, assignments)."""
+    names: Set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {name for name in names if not name.startswith("_")}
+
+
+def measures_in_storage(storage: Dict[str, Path], measures: Dict[str, Path]) -> List[str]:
+    """Where a storage module holds a measure: it defines a name a measures module defines (a
+    statistic, the straggler rule, a figure), imports the measures package, or imports a
+    statistics library."""
+    owners = {
+        name: module for module, path in measures.items() for name in _defined_names(_tree(path))
+    }
+    found = []
+    for module, path in sorted(storage.items()):
+        for name in sorted(_defined_names(_tree(path)) & set(owners)):
+            found.append(f"{module} defines {name}, which {owners[name]} owns")
+        for target, line in _imported(module, path):
+            if _package(target) == "measures":
+                found.append(f"{module}:{line} imports {target}")
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            found.extend(
+                f"{module}:{node.lineno} imports {name}, a statistics library"
+                for name in names
+                if name.split(".")[0] in STATISTICS_LIBRARIES
+            )
+    return found
+
+
+def test_results_holds_storage_not_measures() -> None:
+    storage, measures = _package_modules("results"), _package_modules("measures")
+    assert {"torchscale.results.store", "torchscale.results.files"} <= set(storage)
+    assert {"torchscale.measures.stats", "torchscale.measures.figures"} <= set(measures)
+    assert measures_in_storage(storage, measures) == []
+
+
+def test_the_storage_check_refuses_a_measure_planted_in_results(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "import numpy as np\n"
+        "from torchscale.measures.figures import Figure\n"
+        "from ..measures import straggler\n"
+        "STRAGGLER_SPREAD = 0.2\n"
+        "def t_quantile(probability, df):\n"
+        "    return 2.0\n",
+        encoding="utf-8",
+    )
+    storage = {**_package_modules("results"), "torchscale.results.planted": planted}
+    assert measures_in_storage(storage, _package_modules("measures")) == [
+        "torchscale.results.planted defines STRAGGLER_SPREAD, which torchscale.measures.straggler "
+        "owns",
+        "torchscale.results.planted defines t_quantile, which torchscale.measures.stats owns",
+        "torchscale.results.planted:2 imports torchscale.measures.figures",
+        "torchscale.results.planted:3 imports torchscale.measures.straggler",
+        "torchscale.results.planted:1 imports numpy, a statistics library",
+    ]
+
+
+ATOMIC_WRITE_OWNER = "torchscale.results.files"
+"""The one module that replaces a file (temporary file, fsync, rename, the folder's fsync, no
+link followed): everything else calls its ``atomic_write_bytes``."""
+
+
+def own_atomic_writes(modules: Dict[str, Path]) -> List[str]:
+    """Where a module other than :data:`ATOMIC_WRITE_OWNER` renames a file over another itself."""
+    found = []
+    for module, path in sorted(modules.items()):
+        if module == ATOMIC_WRITE_OWNER:
+            continue
+        for node in ast.walk(_tree(path)):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "replace"
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "os"
+            ) or (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "os"
+                and any(alias.name == "replace" for alias in node.names)
+            ):
+                found.append(f"{module}:{node.lineno} replaces a file itself (os.replace)")
+    return found
+
+
+def test_one_module_owns_the_atomic_write() -> None:
+    assert own_atomic_writes(MODULES) == []
+    assert own_atomic_writes({ATOMIC_WRITE_OWNER: MODULES[ATOMIC_WRITE_OWNER]}) == []
+
+
+def test_the_atomic_write_check_refuses_a_module_renaming_by_itself(tmp_path: Path) -> None:
+    planted = tmp_path / "own_write.py"
+    planted.write_text(
+        "import os\nfrom os import replace\n\ndef save(tmp, path):\n    os.replace(tmp, path)\n",
+        encoding="utf-8",
+    )
+    assert own_atomic_writes({**MODULES, "torchscale.report.own_write": planted}) == [
+        "torchscale.report.own_write:2 replaces a file itself (os.replace)",
+        "torchscale.report.own_write:5 replaces a file itself (os.replace)",
+    ]
+    # the owner's own rename is the one allowed
+    owner_source = _tree(MODULES[ATOMIC_WRITE_OWNER])
+    assert any(
+        isinstance(node, ast.Attribute) and node.attr == "replace"
+        for node in ast.walk(owner_source)
+    )

@@ -25,9 +25,9 @@ from torchscale.analysis import noise
 from torchscale.analysis.bootstrap import CHUNK_ELEMENTS, MAX_BLOCKS
 from torchscale.analysis.comparison import REGRESSION, CompareOptions, compare_runs
 from torchscale.cli.app import app
+from torchscale.measures.stats import t_quantile, time_stats
 from torchscale.report.report_data import load_report_data
 from torchscale.results.schema import TimeStats, TrainingResult
-from torchscale.results.stats import t_quantile, time_stats
 from torchscale.results.store import ExperimentStore
 
 DATA = Path(__file__).parent / "data" / "compare_unchanged"
@@ -478,7 +478,7 @@ def test_a_busy_cell_is_not_judged_and_the_gate_does_not_pass_on_the_quiet_ones(
     assert "No regression beyond 5% and the run-to-run noise in the 3 cell(s) judged" in text
     # The glossary's words for the rule carry the rule's own thresholds.
     from torchscale.analysis.cpu_load import CPU_WAIT_SHARE, OTHER_PROCESSES_CORES
-    from torchscale.results.figures import BUSY_HOST_RULE
+    from torchscale.measures.figures import BUSY_HOST_RULE
 
     assert f"at least {CPU_WAIT_SHARE:.0%} of its window" in BUSY_HOST_RULE
     assert OTHER_PROCESSES_CORES == 0.25 and "at least a quarter of a core" in BUSY_HOST_RULE

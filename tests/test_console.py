@@ -22,7 +22,7 @@ from tests.test_escaping import HOSTILE
 from torchscale.cli import console as console_module
 from torchscale.cli.app import app
 from torchscale.escaping import for_terminal
-from torchscale.results.figures import GLOSSARY_DOC
+from torchscale.measures.figures import GLOSSARY_DOC
 
 runner = CliRunner()
 WIDTH = 80

@@ -413,8 +413,8 @@ def validate_nights(root: Path, nights: int = 12, seed: int = 3) -> List[Path]:
     (``validate/host-<host>.json``, written by validate's own ``save_record`` from its own
     figures); the last night's fleet check also wrote ``fleet.json`` holding both reports.
     From night 8 node-b copies memory 20% slower and launches kernels 30% slower."""
+    from torchscale.results.files import atomic_write_json
     from torchscale.results.layout import FLEET_REPORT, VALIDATE_DIR
-    from torchscale.results.store import atomic_write_json
     from torchscale.validate.levels import save_record
     from torchscale.validate.probe_timing import Figure
 

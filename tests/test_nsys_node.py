@@ -237,7 +237,7 @@ def test_single_rank_analysis_prints_no_numpy_warnings(tmp_path):
 
 
 def test_profiling_doc_states_the_straggler_rule_the_code_applies():
-    from torchscale.results import straggler as findings
+    from torchscale.measures import straggler as findings
 
     doc = (Path(__file__).parents[1] / "docs" / "profiling.md").read_text()
     rule = doc[doc.index("**Straggler rule**") :]

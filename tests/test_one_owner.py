@@ -135,7 +135,7 @@ def _definitions(pattern: str) -> List[str]:
 
 
 def test_one_straggler_rule_one_finding_type_one_severity_scale() -> None:
-    rule = "results/straggler.py"
+    rule = "measures/straggler.py"
     for constant in ("STRAGGLER_SPREAD", "STRAGGLER_MIN_CAUSED_SHARE", "STRAGGLER_MIN_INSTANCES",
                      "STRAGGLER_MIN_STALL_PCT"):  # fmt: skip
         assert _definitions(rf"{constant}\s*(:[^=]*)?=") == [rule], constant
@@ -192,8 +192,8 @@ def test_worker_profiler_and_report_name_the_same_straggler(
     waits: List[float], step: float, expected: object
 ) -> None:
     from torchscale.analysis.telemetry import _straggler
+    from torchscale.measures.straggler import RankWait, find_straggler, record_straggler
     from torchscale.profiling.finding_rules import straggler_findings
-    from torchscale.results.straggler import RankWait, find_straggler, record_straggler
     from torchscale.worker.aggregate import sync_stats
 
     rule = find_straggler([RankWait(r, w) for r, w in enumerate(waits)], step)

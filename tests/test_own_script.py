@@ -255,8 +255,8 @@ def test_profile_script_into_the_benchmarks_folder_is_in_its_report_cut_short(
     30 s window, a script of 24 steps): the steps it traced are analysed, with a note."""
     import shutil
 
+    from torchscale.measures.figures import SYNC_STALL
     from torchscale.report import formatting as fmt
-    from torchscale.results.figures import SYNC_STALL
 
     results = tmp_path / "results"
     shutil.copytree(own.experiment_dir, results / own.experiment_dir.name)

@@ -18,9 +18,10 @@ from typer.testing import CliRunner
 
 from tests.support.environ import repo_pythonpath, restored_environ
 from torchscale.cli.app import app
-from torchscale.results.figures import SYNC_STALL
+from torchscale.measures.figures import SYNC_STALL
+from torchscale.results.files import atomic_write_json
 from torchscale.results.layout import validate_record_path
-from torchscale.results.store import ExperimentStore, atomic_write_json
+from torchscale.results.store import ExperimentStore
 
 pytestmark = pytest.mark.slow  # every test here captures real profiled cells (torchrun launches)
 

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from tests.support.profile_helpers import DATA, hta_reference, real_traces_dir
 from torchscale.cli.app import app
 from torchscale.config.durations import parse_duration
+from torchscale.measures.figures import SYNC_STALL
 from torchscale.profiling.outputs import FINDINGS_FILE
 from torchscale.profiling.trace_tables import table_files
-from torchscale.results.figures import SYNC_STALL
 from torchscale.results.schema import ProfileInfo, TrainingResult
 
 runner = CliRunner()
@@ -213,7 +213,7 @@ def test_cpu_traces_say_once_which_columns_they_cannot_have(tmp_path: Path) -> N
 
 
 def test_stall_and_overhead_agree_or_say_why_they_differ() -> None:
-    from torchscale.results.figures import sync_relation
+    from torchscale.measures.figures import sync_relation
 
     part = sync_relation(7.6, 39.0)
     assert part.startswith("The sync stall time (7.6%) is the part of it spent waiting")

@@ -43,6 +43,14 @@ from torchscale.analysis.lost_efficiency import lost_efficiency_table
 from torchscale.analysis.training_tables import training_table
 from torchscale.cli.app import app
 from torchscale.hardware.device_noun import cpu_run_note
+from torchscale.measures.figures import (
+    FIGURES,
+    GLOSSARY_DOC,
+    SCALING_EFFICIENCY,
+    SYNC_OVERHEAD,
+    SYNC_STALL,
+    glossary_markdown,
+)
 from torchscale.report import formatting as fmt
 from torchscale.report.breakdown_sections import comm_compute_section
 from torchscale.report.charts import VERDICT_COLORS, comparison_charts
@@ -53,17 +61,10 @@ from torchscale.report.lost_efficiency_section import lost_efficiency_section
 from torchscale.report.plotly_charts import figure
 from torchscale.report.report_data import load_report_data
 from torchscale.report.svg_charts import LABEL_LINE, _Frame, svg, wrap_label
-from torchscale.results.figures import (
-    FIGURES,
-    GLOSSARY_DOC,
-    SCALING_EFFICIENCY,
-    SYNC_OVERHEAD,
-    SYNC_STALL,
-    glossary_markdown,
-)
+from torchscale.results.files import append_jsonl
 from torchscale.results.layout import FINDINGS_FILE
 from torchscale.results.schema import TrainingResult
-from torchscale.results.store import ExperimentStore, append_jsonl
+from torchscale.results.store import ExperimentStore
 
 ROOT = Path(__file__).resolve().parents[1]
 SVG = "{http://www.w3.org/2000/svg}"
@@ -88,7 +89,7 @@ def test_the_glossary_is_current_and_every_surface_links_it(
 ) -> None:
     doc = (ROOT / GLOSSARY_DOC).read_text(encoding="utf-8")
     assert doc == glossary_markdown(), (
-        "docs/glossary.md is stale: python -m torchscale.results.figures > docs/glossary.md"
+        "docs/glossary.md is stale: python -m torchscale.measures.figures > docs/glossary.md"
     )
     names = [shown.name for shown in FIGURES.values()]
     assert len(set(names)) == len(names)  # two quantities never share a name

@@ -11,8 +11,8 @@ import pytest
 
 from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
+from torchscale.measures.stats import time_stats
 from torchscale.results.schema import TrainingResult
-from torchscale.results.stats import time_stats
 from torchscale.results.store import ExperimentStore, check_writable, read_jsonl
 from torchscale.worker.aggregate import aggregate
 

@@ -23,7 +23,7 @@ from tests.support.sweep_records import (
     training_sweep,
 )
 from torchscale.cli.app import app
-from torchscale.results.figures import SYNC_STALL
+from torchscale.measures.figures import SYNC_STALL
 from torchscale.results.layout import PNG_CHARTS, gpu_document_file
 from torchscale.results.schema import TpGemmResult
 from torchscale.results.store import ExperimentStore

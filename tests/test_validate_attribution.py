@@ -26,10 +26,11 @@ from torchscale.analysis.host_attribution import (
 from torchscale.analysis.telemetry import telemetry_findings
 from torchscale.config.validate_section import ValidateSection
 from torchscale.hardware.expected_figures import expected_figure
+from torchscale.results.files import atomic_write_json
 from torchscale.results.host_records import load_host_records
 from torchscale.results.layout import FLEET_REPORT, VALIDATE_DIR, validate_record_path
 from torchscale.results.schema import GpuTelemetry, TrainingResult
-from torchscale.results.store import ExperimentStore, atomic_write_json
+from torchscale.results.store import ExperimentStore
 from torchscale.validate.judging import judge_figures
 from torchscale.validate.probe_timing import Figure
 

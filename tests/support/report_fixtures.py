@@ -18,7 +18,9 @@ import numpy as np
 
 from tests.support.shared_runs import SCRIPT_NAME
 from torchscale.config.settings import CellSettings
+from torchscale.measures.stats import time_stats
 from torchscale.plan.training_cells import cell_id
+from torchscale.results.files import append_jsonl
 from torchscale.results.layout import (
     FINDINGS_FILE,
     PROFILE_DIR,
@@ -26,8 +28,7 @@ from torchscale.results.layout import (
     profile_run_name,
 )
 from torchscale.results.schema import ProfileInfo, TrainingResult
-from torchscale.results.stats import time_stats
-from torchscale.results.store import ExperimentStore, append_jsonl
+from torchscale.results.store import ExperimentStore
 from torchscale.worker.aggregate import aggregate
 
 DEVICE = "NVIDIA H100 80GB HBM3"

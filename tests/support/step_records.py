@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import List, Tuple
 
 from tests.support.report_fixtures import _identity, _settings
+from torchscale.measures.stats import time_stats
 from torchscale.results.schema import TrainingResult
-from torchscale.results.stats import time_stats
 from torchscale.worker.aggregate import aggregate
 
 STEPS = 20

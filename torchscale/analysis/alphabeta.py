@@ -28,8 +28,8 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
+from torchscale.measures.stats import finite_number
 from torchscale.results.schema import CollectiveResult, ResultBase
-from torchscale.results.stats import finite_number
 
 INTRA_NODE = "intra_node"
 INTER_NODE = "inter_node"

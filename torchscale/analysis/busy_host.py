@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Iterable, Optional, Set
 
 from torchscale.analysis.cpu_load import oversubscribed_wait
-from torchscale.results.figures import BUSY_HOST, NOT_JUDGED
+from torchscale.measures.figures import BUSY_HOST, NOT_JUDGED
 from torchscale.results.schema import ResultBase, TrainingResult
 
 __all__ = [

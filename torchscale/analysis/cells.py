@@ -11,8 +11,8 @@ from typing import Iterable, List, Optional
 import numpy as np
 import pandas as pd
 
+from torchscale.measures.stats import time_stats
 from torchscale.results.schema import CollectiveResult, ResultBase, TrainingResult
-from torchscale.results.stats import time_stats
 
 LATENCY_COLUMNS = ["cell_id", "steps", "mean", "p50", "p95", "p99", "min", "max", "std", "cv"]
 MEMORY_PARTS = ["params_bytes", "grads_bytes", "optimizer_bytes", "activations_peak_bytes"]

@@ -44,8 +44,8 @@ from torchscale.analysis.lost_cells import CellKey, lost_rows, statuses
 from torchscale.analysis.scaling import label_variants
 from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
+from torchscale.measures.table_scalars import as_float, as_int
 from torchscale.results.schema import ResultBase, TrainingResult
-from torchscale.results.table_scalars import as_float, as_int
 
 REGRESSION = "regression"
 IMPROVEMENT = "improvement"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Dict, List, Sequence, Tuple
 
 from torchscale.analysis.training_tables import training_table
+from torchscale.measures.table_scalars import as_int
 from torchscale.results.schema import ResultBase, TrainingResult
-from torchscale.results.table_scalars import as_int
 
 Where = Tuple[str, str, str, int]  # device, backend, model, world size
 

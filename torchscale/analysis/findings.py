@@ -15,9 +15,9 @@ from torchscale.analysis.cpu_load import oversubscribed_wait
 from torchscale.analysis.finding import Finding, Severity, severity_order, shown_severity
 from torchscale.analysis.scaling import EFFICIENCY_GOOD
 from torchscale.hardware.device_noun import device_noun, is_cpu, record_device_kind
-from torchscale.results.figures import SYNC_OVERHEAD
+from torchscale.measures.figures import SYNC_OVERHEAD
+from torchscale.measures.straggler import PROFILE_NEXT, straggler_advice, sync_variance_advice
 from torchscale.results.schema import ResultBase, TrainingResult
-from torchscale.results.straggler import PROFILE_NEXT, straggler_advice, sync_variance_advice
 
 COLUMNS = [
     "severity",

@@ -1,7 +1,7 @@
 """Where a straggler runs, and what validate measured there: "rank 5 is on node-3 GPU 5, whose
 GEMM bf16 ran at 0.81 of its peers at level 2".
 
-Who the straggler is stays results/straggler.py's rule; this module only places a named rank
+Who the straggler is stays measures/straggler.py's rule; this module only places a named rank
 on its host and device (the records' per-rank ``host`` and ``local_rank``) and quotes the
 host's validate record (results/host_records.py) when one exists: the figure of that device,
 or of the whole node, furthest below its yardstick (its peers on the node, the fleet median,
@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
+from torchscale.measures.straggler import record_straggler
 from torchscale.results.host_records import HostRecord, ProbeFigure
 from torchscale.results.schema import ResultBase, TrainingResult
-from torchscale.results.straggler import record_straggler
 
 YARDSTICKS = (
     ("vs_peers", "of its peers"),
@@ -27,7 +27,7 @@ STRAGGLER_CATEGORIES = ("straggler", "sync")
 """A finding of these categories that names one rank names the straggler."""
 RANK_CATEGORIES = ("telemetry",)
 """Findings about one rank's device (a throttled GPU, a preempted CPU process): attributed when
-that rank is its cell's straggler (results/straggler.py's rule), as the straggler findings are."""
+that rank is its cell's straggler (measures/straggler.py's rule), as the straggler findings are."""
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from torchscale.analysis.scaling import configuration_variants
+from torchscale.measures.table_scalars import as_int
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult, TrainingResult
-from torchscale.results.table_scalars import as_int
 
 BREAKDOWN_COLUMNS = [
     "cell_id", "experiment", "model", "variant", "batch_size", "world_size", "rank", "step_ms",

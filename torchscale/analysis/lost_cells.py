@@ -12,8 +12,8 @@ from typing import Dict, List, Sequence, Set, Tuple
 import pandas as pd
 
 from torchscale.analysis.training_tables import training_table
+from torchscale.measures.table_scalars import as_int
 from torchscale.results.schema import ResultBase
-from torchscale.results.table_scalars import as_int
 
 MISSING = "missing"
 LOST_ORDER = ("failed", "timeout", "oom", "invalid", "skipped")

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Iterable, Optional, Sequence, Tuple
 
-from torchscale.results.figures import BUSY_HOST
-from torchscale.results.stats import t_quantile
+from torchscale.measures.figures import BUSY_HOST
+from torchscale.measures.stats import t_quantile
 
 REPEATS = "repeats"
 MEASURED_FLOOR = "measured floor"

@@ -23,9 +23,9 @@ from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
 from torchscale.escaping import shown_command
 from torchscale.hardware.device_noun import CUDA, count_text, record_device_kind
+from torchscale.measures.stats import mean
+from torchscale.measures.table_scalars import as_float, as_int
 from torchscale.results.schema import ResultBase, TrainingResult, is_script_record
-from torchscale.results.stats import mean
-from torchscale.results.table_scalars import as_float, as_int
 
 if TYPE_CHECKING:
     import pandas as pd

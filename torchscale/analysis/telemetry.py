@@ -24,8 +24,8 @@ from torchscale.analysis.findings import on_cpu
 from torchscale.analysis.training_tables import sync_overhead_pct
 from torchscale.hardware.device_noun import device_noun
 from torchscale.hardware.nvml import reason_label
+from torchscale.measures.straggler import record_straggler
 from torchscale.results.schema import GpuTelemetry, RankResult, ResultBase, TrainingResult
-from torchscale.results.straggler import record_straggler
 
 CLOCK_DEFICIT = 0.10
 """A GPU whose mean SM clock is this much below its peers' median ran slower."""

@@ -157,7 +157,7 @@ def export(location: str, layout: str, output: Path, run_id: Optional[int] = Non
 
     from torchscale.escaping import csv_text
     from torchscale.history.exports import bmf, otava_rows
-    from torchscale.results.store import atomic_write_text
+    from torchscale.results.files import atomic_write_text
 
     store = open_store(location)
     try:
@@ -175,7 +175,7 @@ def export(location: str, layout: str, output: Path, run_id: Optional[int] = Non
 def history_report(location: str, output: Path) -> int:
     """Write the history page to ``output`` (atomically); how many charts it has."""
     from torchscale.history.page import history_page
-    from torchscale.results.store import atomic_write_text
+    from torchscale.results.files import atomic_write_text
 
     store = open_store(location)
     try:

@@ -10,7 +10,7 @@ from typing import List, Optional, Sequence, Tuple
 from torchscale.errors import TorchscaleError
 from torchscale.report.render import FORMATS, render
 from torchscale.report.report_data import ReportData, load_report_data
-from torchscale.results.files import check_output_file
+from torchscale.results.files import atomic_write_bytes, check_output_file
 from torchscale.results.layout import (
     CELLS,
     EXPERIMENT_FILES,
@@ -19,7 +19,6 @@ from torchscale.results.layout import (
     charts_dir,
     report_file,
 )
-from torchscale.results.store import atomic_write_bytes
 
 EXPORT_FORMATS = ("json", "tensorboard", "png")
 """Formats that export the results for other tools (the seed's JSON document, TensorBoard) or as

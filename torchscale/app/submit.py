@@ -78,7 +78,8 @@ def submit_matrix(request: SubmitRequest) -> SubmitOutcome:
     from torchscale.launch.slurm import submit
     from torchscale.launch.sweep import check_resumable
     from torchscale.plan.matrix import DEFAULT_MAX_CELLS, expand
-    from torchscale.results.store import ExperimentStore, atomic_write_text, check_writable
+    from torchscale.results.files import atomic_write_text
+    from torchscale.results.store import ExperimentStore, check_writable
 
     bench = request.benchmark
     config = bench.config

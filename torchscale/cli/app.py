@@ -22,7 +22,7 @@ from torchscale.cli import (
     validate,
 )
 from torchscale.cli.console import set_quiet, setup_logging
-from torchscale.results.figures import GLOSSARY_DOC
+from torchscale.measures.figures import GLOSSARY_DOC
 from torchscale.version import __version__
 
 app = typer.Typer(

@@ -20,14 +20,14 @@ from rich.table import Table
 from torchscale.cli.console import err_console, markup_text, say
 from torchscale.cli.running_cell import RunningCell, say_progress
 from torchscale.hardware.device_noun import CUDA, count_header, count_text, record_device_kind
+from torchscale.measures.figures import GLOSSARY_DOC, SCALING_EFFICIENCY, STEP_TIME, SYNC_OVERHEAD
+from torchscale.measures.straggler import record_straggler
+from torchscale.measures.table_scalars import as_float, as_int
 from torchscale.plan.kind_protocol import get_kind
 from torchscale.plan.matrix import Plan
 from torchscale.plan.planned_cell import Cell
-from torchscale.results.figures import GLOSSARY_DOC, SCALING_EFFICIENCY, STEP_TIME, SYNC_OVERHEAD
 from torchscale.results.layout import MANIFEST, RESULTS, SUMMARY, cell_output_dir
 from torchscale.results.schema import ResultBase, TrainingResult
-from torchscale.results.straggler import record_straggler
-from torchscale.results.table_scalars import as_float, as_int
 from torchscale.training.training_kind import gpus_text
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ def results_table(
     in ``busy`` (measured while other processes held the cores, ``analysis.busy_host``) has the
     status ``busy host``: the footer never calls such a table "all ok"."""
     from torchscale.console_tables import Col, fitted_table
-    from torchscale.results.figures import BUSY_HOST
+    from torchscale.measures.figures import BUSY_HOST
 
     rows = list(table.itertuples())
     statuses = [

@@ -10,7 +10,7 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, print_json, result_console, user_errors
-from torchscale.results.figures import GLOSSARY_DOC
+from torchscale.measures.figures import GLOSSARY_DOC
 
 if TYPE_CHECKING:
     from rich.table import Table

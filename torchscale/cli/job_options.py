@@ -176,7 +176,7 @@ def run_job(settings: JobSettings, shape: JobShape, submit: bool, dry_run: bool 
     ``dry_run``, print it and write nothing."""
     from torchscale.app.k8s_submit import build_job, submit_job
     from torchscale.errors import TorchscaleError
-    from torchscale.results.store import atomic_write_text
+    from torchscale.results.files import atomic_write_text
 
     if submit and settings.launcher != "k8s":
         tool = "sky launch" if settings.launcher == "skypilot" else "dstack apply -f"

@@ -44,7 +44,7 @@ from torchscale.cli.script_args import (
 )
 from torchscale.config.durations import parse_duration
 from torchscale.errors import TorchscaleError
-from torchscale.results.figures import (
+from torchscale.measures.figures import (
     GLOSSARY_DOC,
     NO_DEVICE_KERNELS,
     SYNC_OVERHEAD,

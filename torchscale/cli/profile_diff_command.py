@@ -124,7 +124,8 @@ def print_diff(diff: TraceDiff, top: int) -> None:
 
 def write_tables(diff: TraceDiff, out_dir: Path) -> List[str]:
     from torchscale.escaping import csv_text
-    from torchscale.results.store import atomic_write_bytes, check_writable
+    from torchscale.results.files import atomic_write_bytes
+    from torchscale.results.store import check_writable
 
     check_writable(out_dir)
     # Kernel and op names come from the traces: a name a spreadsheet would run stays text.

@@ -16,7 +16,7 @@ from torchscale.cli.console import (
     show_result,
     user_errors,
 )
-from torchscale.results.figures import GLOSSARY_DOC
+from torchscale.measures.figures import GLOSSARY_DOC
 
 DEFAULT_TARGETS = [16, 64, 256, 1024]
 

@@ -9,7 +9,7 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, markup_text, show_result, user_errors
-from torchscale.results.figures import GLOSSARY_DOC
+from torchscale.measures.figures import GLOSSARY_DOC
 
 SourceOption = Annotated[
     Path,

@@ -8,7 +8,7 @@ down to a multiple of 16 bytes. The reported ``size`` is the larger of the send 
 all_to_all) and the reported ``count`` is the per-rank ``count``.
 
 Bandwidth (algbw, busbw and each op's bus factor) is defined in
-``torchscale.results.bus_bandwidth``, a leaf the training worker's collective count reads too; it
+``torchscale.measures.bus_bandwidth``, a leaf the training worker's collective count reads too; it
 is re-exported here.
 No torch here: the planner and the config loader use it too.
 """
@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import List
 
 # re-exported: comm, validate and the planner read bandwidth from here
-from torchscale.results.bus_bandwidth import BUSBW_FACTORS as BUSBW_FACTORS
-from torchscale.results.bus_bandwidth import BYTES_PER_GB as BYTES_PER_GB
-from torchscale.results.bus_bandwidth import SEND_RECV as SEND_RECV
-from torchscale.results.bus_bandwidth import algbw_gbps as algbw_gbps
-from torchscale.results.bus_bandwidth import busbw_factor as busbw_factor
-from torchscale.results.bus_bandwidth import busbw_gbps as busbw_gbps
+from torchscale.measures.bus_bandwidth import BUSBW_FACTORS as BUSBW_FACTORS
+from torchscale.measures.bus_bandwidth import BYTES_PER_GB as BYTES_PER_GB
+from torchscale.measures.bus_bandwidth import SEND_RECV as SEND_RECV
+from torchscale.measures.bus_bandwidth import algbw_gbps as algbw_gbps
+from torchscale.measures.bus_bandwidth import busbw_factor as busbw_factor
+from torchscale.measures.bus_bandwidth import busbw_gbps as busbw_gbps
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 # Ops whose requested size is split across the ranks (per-rank count = count / n).

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, List, Optional
 
+from torchscale.measures.table_scalars import frame_records
 from torchscale.report.document import CollectiveEntry, TpGemmEntry, document_entries
 from torchscale.report.reported_kinds import RanIterations
 from torchscale.results.schema import CommResultBase, ResultBase
-from torchscale.results.table_scalars import frame_records
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -12,6 +12,8 @@ from typing import List, Optional
 import pandas as pd
 
 from torchscale.analysis import iteration_breakdown as breakdown
+from torchscale.measures.figures import ALGBW, BUSBW
+from torchscale.measures.table_scalars import as_float, as_int
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
@@ -26,9 +28,7 @@ from torchscale.report.elements import (
     make_table,
 )
 from torchscale.report.sections import gpus_column, swept_columns
-from torchscale.results.figures import ALGBW, BUSBW
 from torchscale.results.schema import ResultBase
-from torchscale.results.table_scalars import as_float, as_int
 
 HEAT_LEVELS = 10
 

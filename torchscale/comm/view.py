@@ -15,9 +15,9 @@ from rich.table import Table
 from torchscale.comm.config import CommCellSettings
 from torchscale.config.sizes import format_size
 from torchscale.hardware.device_noun import CUDA, count_header, count_text
+from torchscale.measures.table_scalars import as_int
 from torchscale.results.layout import SUMMARY_COMM
 from torchscale.results.schema import CollectiveResult, ResultBase, TpGemmResult
-from torchscale.results.table_scalars import as_int
 
 REDOP = {"all_reduce": "sum", "reduce_scatter": "sum"}
 SCOPE_TITLES = {

@@ -36,8 +36,8 @@ from torchscale.comm.op_timing import compute_stretch, idle, time_after_compute,
 from torchscale.comm.p2p import measure_pairs
 from torchscale.comm.scopes import scope_groups
 from torchscale.comm.tp_gemm import run_case
+from torchscale.results.files import atomic_write_json
 from torchscale.results.rank_files import RankReporter
-from torchscale.results.store import atomic_write_json
 from torchscale.runtime import entry as cell_entry
 from torchscale.runtime.clock import Clock
 from torchscale.runtime.job_nodes import result_writer

@@ -25,7 +25,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 from numpy.typing import NDArray
 
-from torchscale.results.stats import t_quantile, t_two_sided_p
+from torchscale.measures.stats import t_quantile, t_two_sided_p
 
 MAX_PVALUE = 0.0005
 """A split is a change only if the t-test's p-value is below it. Otava's default is 0.001; on

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
+from torchscale.measures.stats import finite_number
 from torchscale.results.schema import ResultBase, TrainingResult
-from torchscale.results.stats import finite_number
 
 if TYPE_CHECKING:
     from pandas import DataFrame

@@ -31,8 +31,8 @@ from torchscale.integrations.run_names import (
     row_for,
     training_records,
 )
+from torchscale.measures.stats import finite_number
 from torchscale.results.schema import ResultBase, TrainingResult
-from torchscale.results.stats import finite_number
 
 if TYPE_CHECKING:
     import pandas as pd

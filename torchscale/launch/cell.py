@@ -41,6 +41,7 @@ from torchscale.launch.torchrun import (
 from torchscale.plan.kind_protocol import common_identity, get_kind
 from torchscale.plan.planned_cell import Cell
 from torchscale.plan.profile_request import ProfileRequest
+from torchscale.results.files import atomic_write_json
 from torchscale.results.layout import (
     CELL_FILE,
     FLIGHT_RECORDER_DIR,
@@ -58,7 +59,7 @@ from torchscale.results.rank_files import (
     steps_path,
 )
 from torchscale.results.schema import CellStatus, ResultBase
-from torchscale.results.store import ExperimentStore, atomic_write_json, storage_problem
+from torchscale.results.store import ExperimentStore, storage_problem
 
 log = logging.getLogger("torchscale")
 

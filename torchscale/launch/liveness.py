@@ -226,7 +226,7 @@ def watch_parent(poll_s: float = 0.5, on_orphaned: Callable[[], None] = _kill_se
 
 def write_owner(cell_dir: Path, pid: int, what: str) -> None:
     """Record in ``cell_dir`` that process ``pid`` (``what``: torchrun, srun...) runs the cell."""
-    from torchscale.results.store import atomic_write_json
+    from torchscale.results.files import atomic_write_json
 
     identity = ProcessIdentity.of(pid)
     if identity is None:

@@ -43,15 +43,10 @@ from torchscale.plan.matrix import Plan
 from torchscale.plan.planned_cell import NON_IDENTITY_FIELDS, Cell
 from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.cell_files import write_cell_files
-from torchscale.results.files import StorageError, storage_cause
+from torchscale.results.files import StorageError, atomic_write_text, storage_cause
 from torchscale.results.layout import SUMMARY
 from torchscale.results.schema import SCHEMA_VERSION, ResultBase
-from torchscale.results.store import (
-    ExperimentStore,
-    FolderLostError,
-    atomic_write_text,
-    storage_problem,
-)
+from torchscale.results.store import ExperimentStore, FolderLostError, storage_problem
 from torchscale.results.validity import INVALID, checked_record, latest_runs
 from torchscale.version import __version__
 

@@ -35,7 +35,8 @@ from torchscale.launch.torchrun import SINGLE_NODE, torchrun_command
 from torchscale.plan.kind_protocol import common_identity, get_kind
 from torchscale.plan.planned_cell import Cell
 from torchscale.plan.profile_request import ProfileRequest
-from torchscale.results.files import open_for_read
+from torchscale.results.files import atomic_write_json, atomic_write_text, open_for_read
+from torchscale.results.files import ensure_dir as make_dir
 from torchscale.results.json_input import parse_json
 from torchscale.results.layout import (
     CELL_FILE,
@@ -49,8 +50,7 @@ from torchscale.results.layout import (
 )
 from torchscale.results.rank_files import WRITES_RESULT_ENV, read_json
 from torchscale.results.schema import CellStatus, ResultBase
-from torchscale.results.store import ExperimentStore, atomic_write_json, atomic_write_text
-from torchscale.results.store import ensure_dir as make_dir
+from torchscale.results.store import ExperimentStore
 
 PER_GROUP, PER_CELL = "per_group", "per_cell"
 LAUNCH_MODES = (PER_GROUP, PER_CELL)

@@ -9,16 +9,16 @@ import numpy as np
 import pandas as pd
 
 from torchscale.analysis.finding import Finding, Severity
-from torchscale.results.straggler import (
+from torchscale.measures.straggler import (
     RankWait,
     find_straggler,
     straggler_advice,
     sync_variance_advice,
 )
-from torchscale.results.table_scalars import as_float
+from torchscale.measures.table_scalars import as_float
 
 # --- thresholds (percentages are of step time unless said otherwise) -------------------------
-# Who is a straggler: torchscale.results.straggler, the one rule.
+# Who is a straggler: torchscale.measures.straggler, the one rule.
 # Sync stall that no single rank explains (ranks take turns being late): report from 5%.
 SYNC_STALL_PCT = 5.0
 # Sync time varying by more than 25% (coefficient of variation) across ranks or steps, when

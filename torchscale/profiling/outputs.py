@@ -13,9 +13,9 @@ from typing import Dict
 from torchscale.escaping import csv_text
 from torchscale.profiling.analysis import ProfileAnalysis, to_document
 from torchscale.profiling.trace_tables import table_files
-from torchscale.results.files import check_output_file, dumps
+from torchscale.results.files import atomic_write_bytes, check_output_file, dumps
 from torchscale.results.layout import FINDINGS_FILE
-from torchscale.results.store import atomic_write_bytes, check_writable
+from torchscale.results.store import check_writable
 
 SCHEMA = "torchscale.profile.findings/1"
 

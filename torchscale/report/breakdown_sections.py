@@ -10,6 +10,8 @@ import pandas as pd
 
 from torchscale.analysis import iteration_breakdown as breakdown
 from torchscale.analysis.training_tables import training_table
+from torchscale.measures.figures import EXPOSED_COMMUNICATION
+from torchscale.measures.table_scalars import as_int
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
@@ -20,9 +22,7 @@ from torchscale.report.elements import (
     Series,
     make_table,
 )
-from torchscale.results.figures import EXPOSED_COMMUNICATION
 from torchscale.results.schema import ResultBase
-from torchscale.results.table_scalars import as_int
 
 MAX_BREAKDOWN_CHARTS = 6
 

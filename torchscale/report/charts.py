@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from torchscale.analysis.scaling import EFFICIENCY_EXCELLENT, EFFICIENCY_GOOD
+from torchscale.measures.figures import SYNC_OVERHEAD
 from torchscale.report import device_words as words
 from torchscale.report.elements import (
     BAND_EXCELLENT,
@@ -20,7 +21,6 @@ from torchscale.report.elements import (
     Chart,
     Series,
 )
-from torchscale.results.figures import SYNC_OVERHEAD
 
 MAX_BOXES = 24
 """Step-time boxes per chart; past this a model's chart is split per variant."""

@@ -24,6 +24,8 @@ from torchscale.analysis.scaling import (
 from torchscale.analysis.telemetry import telemetry_findings
 from torchscale.analysis.training_tables import training_table
 from torchscale.hardware.device_noun import cpu_run_note
+from torchscale.measures.figures import FIGURES, GLOSSARY_DOC, SCALING_EFFICIENCY
+from torchscale.measures.table_scalars import frame_records
 from torchscale.plan.kind_protocol import cell_kinds, record_kinds
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
@@ -39,10 +41,8 @@ from torchscale.report.report_data import ReportData
 from torchscale.report.reported_kinds import kind_cards, kind_sections
 from torchscale.report.telemetry_section import telemetry_section
 from torchscale.report.tuning import tuning_sections
-from torchscale.results.figures import FIGURES, GLOSSARY_DOC, SCALING_EFFICIENCY
 from torchscale.results.host_records import load_host_records
 from torchscale.results.schema import ResultBase
-from torchscale.results.table_scalars import frame_records
 
 TOP_FINDINGS = 5
 

@@ -6,7 +6,7 @@ beside its results: one builder, two callers.
 memory}, profiles}``.
 The models below are the document's definition; ``document_schema()`` is its JSON Schema (also in
 docs/report-json.schema.json). Figures come from the same tables as summary.csv and the report and
-carry the glossary's names (``torchscale.results.figures``, docs/glossary.md); NaN becomes null,
+carry the glossary's names (``torchscale.measures.figures``, docs/glossary.md); NaN becomes null,
 so the file is strict JSON. Version 2 renamed ``sync_exposed_pct`` to ``sync_overhead_pct`` and
 added ``config.ranks``, ``config.note`` and ``profiles``. Version 3 added ``experiment``,
 ``backend``, ``config.iterations`` (what ran, per kind of cell: ``warmup_iters`` and
@@ -31,11 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from torchscale.analysis.training_tables import training_table
 from torchscale.hardware.device_noun import cpu_run_note
-from torchscale.report import device_words as words
-from torchscale.report.profile_section import profile_table
-from torchscale.report.report_data import Experiment, ReportData
-from torchscale.report.reported_kinds import kind_document_results, kind_iterations
-from torchscale.results.figures import (
+from torchscale.measures.figures import (
     ALGBW,
     BUSBW,
     COMM_COMPUTE_RATIO,
@@ -50,10 +46,14 @@ from torchscale.results.figures import (
     SYNC_STALL,
     THROUGHPUT,
 )
+from torchscale.measures.table_scalars import frame_records
+from torchscale.report import device_words as words
+from torchscale.report.profile_section import profile_table
+from torchscale.report.report_data import Experiment, ReportData
+from torchscale.report.reported_kinds import kind_document_results, kind_iterations
+from torchscale.results.files import atomic_write_bytes
 from torchscale.results.layout import MANIFEST, gpu_document_file
 from torchscale.results.schema import ResultBase, TrainingResult
-from torchscale.results.store import atomic_write_bytes
-from torchscale.results.table_scalars import frame_records
 
 DOCUMENT_VERSION = 4
 

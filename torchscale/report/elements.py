@@ -15,8 +15,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import pandas as pd
 
 from torchscale.escaping import csv_text
+from torchscale.measures.table_scalars import frame_records
 from torchscale.report import formatting as fmt
-from torchscale.results.table_scalars import frame_records
 
 # Okabe-Ito, colour-blind safe, in an order that keeps neighbours distinct.
 PALETTE = [

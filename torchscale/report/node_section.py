@@ -13,11 +13,11 @@ from typing import List, Optional
 import pandas as pd
 
 from torchscale.analysis.node_scaling import NODE_SCALING_COLUMNS, node_scaling
+from torchscale.measures.figures import SCALING_EFFICIENCY
 from torchscale.report import charts, sections
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.elements import Chart, Column, Section, Series, make_table
-from torchscale.results.figures import SCALING_EFFICIENCY
 
 FACTORS = [
     ("scaling_efficiency", "total"),

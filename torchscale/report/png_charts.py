@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from torchscale.errors import TorchscaleError
 from torchscale.report.elements import REFERENCE_COLOR, Chart, Series, Stacks
+from torchscale.results.files import atomic_write_bytes
 from torchscale.results.layout import PNG_CHARTS, png_chart_file
-from torchscale.results.store import atomic_write_bytes
 
 if TYPE_CHECKING:
     from torchscale.report.content import ReportContent

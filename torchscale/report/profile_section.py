@@ -17,13 +17,13 @@ import pandas as pd
 
 from torchscale.analysis import findings as finding_rules
 from torchscale.analysis.training_tables import profiled_config_key, sync_overhead_pct
+from torchscale.measures.figures import SYNC_OVERHEAD, SYNC_RELATION, SYNC_STALL
+from torchscale.measures.table_scalars import as_int, frame_records
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.elements import Column, Section, make_table
 from torchscale.report.report_data import Experiment, ReportData, TraceAnalysis
-from torchscale.results.figures import SYNC_OVERHEAD, SYNC_RELATION, SYNC_STALL
 from torchscale.results.schema import TrainingResult
-from torchscale.results.table_scalars import as_int, frame_records
 
 BENCHMARK_CELL = "benchmark cell"
 PROFILE_RUN = "torchscale profile"

@@ -9,16 +9,16 @@ import pandas as pd
 from torchscale.analysis import cells as cell_tables
 from torchscale.analysis.comparison import Comparison
 from torchscale.analysis.scaling import efficiency_band
-from torchscale.report import charts
-from torchscale.report import device_words as words
-from torchscale.report import formatting as fmt
-from torchscale.report.elements import Column, Section, Table, make_table
-from torchscale.results.figures import (
+from torchscale.measures.figures import (
     GPU_MEMORY_UTILISATION,
     SCALING_EFFICIENCY,
     SYNC_OVERHEAD,
     SYNC_WAIT,
 )
+from torchscale.report import charts
+from torchscale.report import device_words as words
+from torchscale.report import formatting as fmt
+from torchscale.report.elements import Column, Section, Table, make_table
 
 EXPERIMENT = Column("experiment", "Experiment", fmt.text, numeric=False)
 MODEL = Column("model", "Model", fmt.text, numeric=False)

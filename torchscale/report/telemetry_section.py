@@ -9,12 +9,12 @@ import pandas as pd
 
 from torchscale.analysis.telemetry import cpu_table, gpu_table, gpu_timeline
 from torchscale.analysis.training_tables import training_table
+from torchscale.measures.figures import GPU_MEMORY_UTILISATION
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
 from torchscale.report.elements import Chart, Column, Section, Series, Table, make_table
 from torchscale.report.sections import VARIANT
-from torchscale.results.figures import GPU_MEMORY_UTILISATION
 from torchscale.results.schema import ResultBase
 
 MAX_TIMELINES = 8

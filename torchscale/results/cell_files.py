@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, Sequence
 
-from torchscale.results.files import dumps
+from torchscale.results.files import atomic_write_json, atomic_write_text, dumps
 from torchscale.results.layout import MANIFEST, METRICS_EPOCH, RUN_SUMMARY
 from torchscale.results.schema import ResultBase, TrainingResult
-from torchscale.results.store import ExperimentStore, atomic_write_json, atomic_write_text
+from torchscale.results.store import ExperimentStore
 
 SUMMARY_FIELDS = (
     "cell_id", "experiment", "status", "error", "model", "world_size", "nnodes", "batch_size",

@@ -1,4 +1,9 @@
-"""Opening files safely in a folder that other people (and other programs) can touch.
+"""Opening and writing files safely in a folder that other people (and other programs) can touch.
+
+The one path for every file torchscale writes: :func:`atomic_write_bytes` (and its text and JSON
+forms) owns the whole trip of a replaced file: the no-link and regular-file checks, the temporary
+file, write, fsync, rename and the folder's fsync. :func:`append_jsonl` appends a line, fsynced,
+never leaving a partial one; :func:`ensure_dir` makes a folder that is not a link.
 
 One helper opens every file torchscale writes in a results folder: :func:`open_for_write`. It
 never follows a symbolic link (``O_NOFOLLOW``), never blocks on a FIFO (``O_NONBLOCK`` until the
@@ -16,13 +21,15 @@ JSON, a non-finite number becomes ``null``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
 import os
+import secrets
 import stat
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Dict, Iterable, Optional, Union
 
 from torchscale.errors import TorchscaleError
 
@@ -212,6 +219,85 @@ def read_limited(path: PathLike, limit: int, what: str = "file") -> bytes:
             f"{path} is larger than {limit:,} bytes, too large for a {what}; check the path"
         )
     return data
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def ensure_dir(path: Path, parents: bool = True) -> None:
+    """Create folder ``path`` (and its parents, unless ``parents`` is False: a rank's folder
+    inside a cell folder that must exist, never re-created once deleted); refuse it when it is a
+    symbolic link."""
+    refuse_link(path)
+    path.mkdir(parents=parents, exist_ok=True)
+    refuse_link(path)
+
+
+def atomic_write_bytes(path: Path, data: bytes, make_parents: bool = True) -> None:
+    """Replace ``path`` with ``data`` so readers see the old or the new file, never a mix.
+
+    A symbolic link at ``path`` is refused (the rename would not follow it, but a link where a
+    result belongs is not torchscale's to replace), and so is anything else that is not a regular
+    file (as root, replacing ``/dev/null`` would succeed). ``make_parents=False``: the folder must
+    exist (a worker's files in a results folder that may have been deleted under it).
+    """
+    path = Path(path)
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    refuse_link(path)
+    refuse_non_regular(path)  # os.replace would put a regular file where /dev/null was
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+    fd = open_for_write(tmp, exclusive=True)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str, make_parents: bool = True) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), make_parents)
+
+
+def atomic_write_json(path: Path, document: Any, make_parents: bool = True) -> None:
+    atomic_write_text(path, dumps(document, indent=2) + "\n", make_parents)
+
+
+def append_jsonl(path: Path, document: Dict[str, object]) -> None:
+    """Append one JSON object as a line and fsync it before returning.
+
+    If the write fails (a full disk), the file is cut back to its old length: the lines before
+    stay whole and no partial line is left.
+    """
+    line = dumps(document, separators=(",", ":")) + "\n"
+    fd = open_for_write(path, append=True, read=True)
+    try:
+        size = os.fstat(fd).st_size
+        # A crash mid-append can leave a partial line: start ours on a fresh one.
+        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+            line = "\n" + line
+        data = memoryview(line.encode("utf-8"))
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
 
 
 def finite(value: object) -> object:

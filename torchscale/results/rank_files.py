@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from torchscale.errors import TorchscaleError
-from torchscale.results.files import open_for_write
+from torchscale.results.files import atomic_write_json, ensure_dir, open_for_write
 from torchscale.results.json_input import MAX_LINE_BYTES, read_object
 from torchscale.results.layout import RANKS_DIR, rank_file, rank_steps_file
-from torchscale.results.store import atomic_write_json, ensure_dir
 
 WRITES_RESULT_ENV = "TORCHSCALE_WRITES_RESULT"
 """Set to 0 by a torchscale that does not record results (a lock-step node other than node 0),

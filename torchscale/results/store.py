@@ -11,10 +11,11 @@ Layout of ``<output-dir>/<experiment_name>/`` (every name: :mod:`torchscale.resu
     .reserve             space set aside during a sweep, so that a full disk cannot keep the
                          cell it killed from being recorded
 
-Every file here is written through :func:`~torchscale.results.files.open_for_write`: never through
-a symbolic link, never into a FIFO or a device. A crash can at worst leave a partial last line in
-``results.jsonl``; readers skip it with a warning and the next append starts on a fresh line (an
-append that fails, on a full disk say, is cut back to where it started).
+Every file here is written through :mod:`torchscale.results.files` (its atomic writes and its
+append): never through a symbolic link, never into a FIFO or a device. A crash can at worst leave
+a partial last line in ``results.jsonl``; readers skip it with a warning and the next append
+starts on a fresh line (an append that fails, on a full disk say, is cut back to where it
+started).
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from torchscale.errors import TorchscaleError
 from torchscale.results.files import (
     StorageError,
-    dumps,
+    append_jsonl,
+    atomic_write_json,
+    ensure_dir,
     not_regular,
     open_for_write,
     refuse_link,
-    refuse_non_regular,
     storage_cause,
 )
 from torchscale.results.json_input import json_kind, jsonl_documents, read_object
@@ -48,85 +50,6 @@ log = logging.getLogger("torchscale")
 
 RESERVE_BYTES = 1 << 20
 """Set aside while a sweep runs and given back when the disk fills, to record the dying cell."""
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def ensure_dir(path: Path, parents: bool = True) -> None:
-    """Create folder ``path`` (and its parents, unless ``parents`` is False: a rank's folder
-    inside a cell folder that must exist, never re-created once deleted); refuse it when it is a
-    symbolic link."""
-    refuse_link(path)
-    path.mkdir(parents=parents, exist_ok=True)
-    refuse_link(path)
-
-
-def atomic_write_bytes(path: Path, data: bytes, make_parents: bool = True) -> None:
-    """Replace ``path`` with ``data`` so readers see the old or the new file, never a mix.
-
-    A symbolic link at ``path`` is refused (the rename would not follow it, but a link where a
-    result belongs is not torchscale's to replace), and so is anything else that is not a regular
-    file (as root, replacing ``/dev/null`` would succeed). ``make_parents=False``: the folder must
-    exist (a worker's files in a results folder that may have been deleted under it).
-    """
-    path = Path(path)
-    if make_parents:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    refuse_link(path)
-    refuse_non_regular(path)  # os.replace would put a regular file where /dev/null was
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
-    fd = open_for_write(tmp, exclusive=True)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def atomic_write_text(path: Path, text: str, make_parents: bool = True) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"), make_parents)
-
-
-def atomic_write_json(path: Path, document: Any, make_parents: bool = True) -> None:
-    atomic_write_text(path, dumps(document, indent=2) + "\n", make_parents)
-
-
-def append_jsonl(path: Path, document: Dict[str, object]) -> None:
-    """Append one JSON object as a line and fsync it before returning.
-
-    If the write fails (a full disk), the file is cut back to its old length: the lines before
-    stay whole and no partial line is left.
-    """
-    line = dumps(document, separators=(",", ":")) + "\n"
-    fd = open_for_write(path, append=True, read=True)
-    try:
-        size = os.fstat(fd).st_size
-        # A crash mid-append can leave a partial line: start ours on a fresh one.
-        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
-            line = "\n" + line
-        data = memoryview(line.encode("utf-8"))
-        try:
-            while data:
-                data = data[os.write(fd, data) :]
-            os.fsync(fd)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, size)
-            raise
-    finally:
-        os.close(fd)
 
 
 def read_jsonl(path: Path, offset: int = 0) -> List[Dict[str, object]]:

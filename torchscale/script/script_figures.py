@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from torchscale.results.stats import mean, time_stats
+from torchscale.measures.stats import mean, time_stats
 from torchscale.worker.aggregate import aggregate
 
 SAMPLES_KEY = "samples"

@@ -23,8 +23,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from torchscale.plan.profile_request import ProfileRequest
+from torchscale.results.files import atomic_write_json
 from torchscale.results.rank_files import RankReporter
-from torchscale.results.store import atomic_write_json
 from torchscale.runtime.entry import exit_now, gather_at
 from torchscale.runtime.job_nodes import gather_node_environments, result_writer
 from torchscale.runtime.process_group import RankContext, shutdown_distributed

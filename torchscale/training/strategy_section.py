@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import List, Optional
 
 from torchscale.analysis.strategy_comparison import strategy_frame, strategy_groups
+from torchscale.measures.figures import BUSBW, MODEL_STATE, SYNC_OVERHEAD
 from torchscale.report import formatting as fmt
 from torchscale.report.elements import Column, Section, make_table
-from torchscale.results.figures import BUSBW, MODEL_STATE, SYNC_OVERHEAD
 from torchscale.results.schema import ResultBase
 
 

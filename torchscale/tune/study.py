@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from torchscale.errors import TorchscaleError
-from torchscale.results.files import dumps, open_for_write, refuse_link
+from torchscale.results.files import dumps, ensure_dir, open_for_write, refuse_link
 from torchscale.results.layout import TUNE_LOCK, TUNE_STUDY
-from torchscale.results.store import ensure_dir, storage_error
+from torchscale.results.store import storage_error
 from torchscale.tune.space import SearchSpace
 
 if TYPE_CHECKING:

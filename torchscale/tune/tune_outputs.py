@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 import yaml
 
 from torchscale.escaping import for_terminal, python_comment, python_string
+from torchscale.results.files import atomic_write_json, atomic_write_text
 from torchscale.results.layout import (
     TUNE_BASELINE_CONFIG,
     TUNE_BEST_CONFIG,
     TUNE_DDP_SNIPPET,
     TUNE_SUMMARY,
 )
-from torchscale.results.store import atomic_write_json, atomic_write_text
 from torchscale.tune.verdict import CONFIDENCE, Candidate
 
 if TYPE_CHECKING:

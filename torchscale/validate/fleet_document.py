@@ -87,8 +87,8 @@ def fleet_exit_code(document: Dict[str, Any]) -> int:
 
 def save_fleet(document: Dict[str, Any], output_dir: Path) -> Tuple[Path, Path]:
     """``validate/fleet.json`` and ``validate/fleet.html`` in ``output_dir``, written atomically."""
+    from torchscale.results.files import atomic_write_json, atomic_write_text, ensure_dir
     from torchscale.results.layout import FLEET_PAGE, FLEET_REPORT, VALIDATE_DIR
-    from torchscale.results.store import atomic_write_json, atomic_write_text, ensure_dir
     from torchscale.validate.fleet_page import fleet_html
 
     folder = Path(output_dir) / VALIDATE_DIR

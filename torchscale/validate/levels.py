@@ -17,8 +17,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from torchscale.config.validate_section import ValidateSection
 from torchscale.hardware.kernel_log import parse_xids, read_kernel_log
 from torchscale.hardware.node_sysfs import cpu_governors, ib_ports
+from torchscale.results.files import atomic_write_json, ensure_dir
 from torchscale.results.layout import validate_record_path
-from torchscale.results.store import atomic_write_json, ensure_dir
 from torchscale.validate.node_health import check_governor, check_ib_ports, check_xid
 from torchscale.validate.probe_timing import Figure, describe
 from torchscale.validate.result import CheckResult, Status, fail

@@ -13,7 +13,6 @@ the process-group rendezvous, a real hang as far as the launcher can tell.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from datetime import timedelta
@@ -41,12 +40,6 @@ def _hang_if_asked() -> None:
     if rank != 0:
         while True:
             time.sleep(60)
-
-
-def _write_atomic(path: Path, document: Dict[str, object]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(document, indent=2))
-    os.replace(tmp, path)
 
 
 def time_all_gather(size_bytes: int, device: object, warmup: int, iters: int) -> Dict[str, object]:
@@ -152,12 +145,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--all-gather", action="store_true", help="also time an all-gather")
     args = parser.parse_args(argv)
     from torchscale.launch.liveness import watch_parent
+    from torchscale.results.files import atomic_write_json
 
     watch_parent()  # dies with its torchrun or with torchscale, even one killed by SIGKILL
     _hang_if_asked()
     result = run(args.size_bytes, args.warmup, args.iters, args.timeout, args.all_gather)
     if result is not None:
-        _write_atomic(args.result, result)
+        atomic_write_json(args.result, result)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ import math
 from typing import Any, Dict, List, Optional
 
 from torchscale.hardware.peaks import mfu, peak_tflops
-from torchscale.results.stats import coefficient_of_variation, mean, time_stats
-from torchscale.results.straggler import RankWait, find_straggler
+from torchscale.measures.stats import coefficient_of_variation, mean, time_stats
+from torchscale.measures.straggler import RankWait, find_straggler
 
 HIGH_WAIT_CV = 0.5
 """Coefficient of variation of per-step sync wait above which sync time is called erratic ..."""

@@ -10,7 +10,7 @@ A dispatch mode costs microseconds per operator, where a profiler's first start 
 Each call is timed from its issue to its completion (the mode waits on the call's ``Work``, and on
 a GPU synchronises the device before and after), so in this step the collectives run one at a time
 and none overlaps compute: each op's time is its own, from which its algbw and busbw follow as
-``torchscale.results.bus_bandwidth`` defines them (the bus factor of the call's process group
+``torchscale.measures.bus_bandwidth`` defines them (the bus factor of the call's process group
 size). This step is outside the measured window, so serialising it changes no figure of the cell.
 """
 
@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchscale.results.bus_bandwidth import BYTES_PER_GB, busbw_factor
+from torchscale.measures.bus_bandwidth import BYTES_PER_GB, busbw_factor
 from torchscale.runtime.clock import Clock
 
 C10D_OPS = {

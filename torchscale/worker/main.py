@@ -16,9 +16,9 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torchscale.config.settings import CellSettings
 from torchscale.models.registry import load_model
 from torchscale.plan.profile_request import ProfileRequest
+from torchscale.results.files import atomic_write_json
 from torchscale.results.layout import PROFILE_DIR
 from torchscale.results.rank_files import RankReporter
-from torchscale.results.store import atomic_write_json
 from torchscale.runtime.entry import (
     exit_now,
     gather_at,

@@ -26,8 +26,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from torchscale.config.settings import CellSettings
+from torchscale.measures.stats import mean, time_stats
 from torchscale.results.rank_files import RankReporter
-from torchscale.results.stats import mean, time_stats
 from torchscale.runtime.clock import Clock
 from torchscale.runtime.process_group import RankContext
 from torchscale.worker.batches import LoaderBatches

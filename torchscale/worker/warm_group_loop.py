@@ -35,10 +35,9 @@ from typing import Any, Dict, List, Optional
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from torchscale.config.settings import CellSettings
-from torchscale.results.files import open_for_write
+from torchscale.results.files import append_jsonl, ensure_dir, open_for_write
 from torchscale.results.layout import GROUP_FILE, RANK_STDERR_LOG, RANK_STDOUT_LOG
 from torchscale.results.rank_files import RankReporter, is_out_of_memory
-from torchscale.results.store import append_jsonl, ensure_dir
 from torchscale.runtime.entry import exit_now, rank_reporter, read_cell, watch_parent
 from torchscale.runtime.process_group import RankContext, init_distributed, shutdown_distributed
 from torchscale.worker.main import measure_cell

@@ -2,7 +2,7 @@
 
 Every surface (the console, the HTML and PDF report, the JSON document, ``profile``) calls a
 figure by its ``name`` here, and its CSV/JSON field is ``field``. ``docs/glossary.md`` is written
-from this module (``python -m torchscale.results.figures > docs/glossary.md``; a test keeps it
+from this module (``python -m torchscale.measures.figures > docs/glossary.md``; a test keeps it
 current) and the report's Glossary section shows the same lines. Two different quantities never
 share a name: sync overhead (benchmark), sync stall time (profile) and exposed communication (DDP's
 logging, or the trace) are three figures, and :data:`SYNC_RELATION` says how they relate.
@@ -53,7 +53,7 @@ STEP_TIME = Figure(
     "step-time", "step time", "ms (mean, p50, p95, p99)",
     "Time per optimizer step, each step counted at its slowest rank; p50, p95 and p99 are "
     "percentiles over the measured steps (the report pools repeats).",
-    "benchmark: the measured window", "torchscale/results/stats.py (time_stats)",
+    "benchmark: the measured window", "torchscale/measures/stats.py (time_stats)",
     "step_ms_p50", "step_time_ms.p50, .p95, .p99",
 )  # fmt: skip
 SCALING_EFFICIENCY = Figure(
@@ -76,7 +76,7 @@ SYNC_WAIT = Figure(
     "A rank's step time minus its no_sync step time; the straggler is the rank that waits "
     "least (the others wait for it).",
     "benchmark: the no_sync probe",
-    "torchscale/worker/aggregate.py, torchscale/results/straggler.py",
+    "torchscale/worker/aggregate.py, torchscale/measures/straggler.py",
     "sync_wait_ms", "per_rank[].sync_wait_ms",
 )  # fmt: skip
 SYNC_STALL = Figure(
@@ -105,7 +105,7 @@ ALGBW = Figure(
     "algbw", "algbw", "GB/s",
     "Algorithm bandwidth of a collective: bytes / time (nccl-tests' definition).",
     "benchmark: communication cells; training cells: each collective of one step after the "
-    "window, timed alone", "torchscale/results/bus_bandwidth.py", "algbw_gbps",
+    "window, timed alone", "torchscale/measures/bus_bandwidth.py", "algbw_gbps",
     "algbw_gbps; collectives[].algbw_gbps",
 )  # fmt: skip
 BUSBW = Figure(
@@ -114,7 +114,7 @@ BUSBW = Figure(
     "reduce-scatter and all-to-all, 1 for broadcast and send/recv), comparable with the link's "
     "peak.",
     "benchmark: communication cells; training cells: each collective of one step after the "
-    "window, timed alone", "torchscale/results/bus_bandwidth.py", "busbw_gbps",
+    "window, timed alone", "torchscale/measures/bus_bandwidth.py", "busbw_gbps",
     "busbw_gbps; collectives[].busbw_gbps",
 )  # fmt: skip
 
@@ -246,8 +246,8 @@ def glossary_markdown() -> str:
     lines: List[str] = [
         "# Glossary: the figures torchscale reports",
         "",
-        "<!-- Generated from torchscale/results/figures.py: "
-        "python -m torchscale.results.figures > docs/glossary.md -->",
+        "<!-- Generated from torchscale/measures/figures.py: "
+        "python -m torchscale.measures.figures > docs/glossary.md -->",
         "",
         "Each figure has one name, used on the console, in the HTML and PDF report, in the JSON "
         "document and by `torchscale profile`, and one owner in the code. On a node without GPUs "
