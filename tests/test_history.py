@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.environ import REPO
 from tests.support.postgres_server import Server, postgres_server
 from torchscale.cli.app import app
 from torchscale.history.changes import change_points
@@ -142,6 +143,27 @@ def test_two_ingests_at_once_both_land(location: str, tmp_path: Path) -> None:
     # every run has its four cells' throughput: nothing half-written, one series per cell
     assert len(list(store.points("throughput"))) == 24
     assert len(store.series_ids()) == 4
+    store.close()
+
+
+def test_two_runs_created_in_one_second_are_two_runs(tmp_path: Path) -> None:
+    from torchscale.config.loader import load_config
+    from torchscale.launch.sweep import build_manifest
+    from torchscale.plan.matrix import expand
+
+    plan = expand(load_config(REPO / "examples" / "cpu_smoke.yaml"))
+    created = [build_manifest(plan, {}, ["torchscale"])["created_at"] for _ in range(2)]
+    # two runs of one experiment on one host inside one second: the creation times still differ
+    assert created[0] != created[1]
+    assert all(datetime.fromisoformat(c).microsecond or c.count(".") == 1 for c in created)
+    folders = [
+        _copy_run(BEFORE, tmp_path / f"run{i}", f"2026-11-27T10:00:00.00000{i}+00:00")
+        for i in range(2)
+    ]
+    store = HistoryStore(str(tmp_path / "history.db"))
+    for folder in folders:
+        store.add_run(read_run(folder))
+    assert store.run_count() == 2
     store.close()
 
 

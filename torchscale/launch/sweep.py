@@ -87,11 +87,14 @@ def _timestamp() -> str:
 
 def build_manifest(plan: Plan, previous: Dict[str, Any], command: List[str]) -> Dict[str, Any]:
     now = _timestamp()
+    # The creation time is part of a run's identity in the history: to the microsecond, so two
+    # runs of one experiment started on one host in the same second stay two runs.
+    created = datetime.now(timezone.utc).isoformat(timespec="microseconds")
     return {
         "schema_version": SCHEMA_VERSION,
         "experiment": plan.config.experiment_name,
         "torchscale": __version__,
-        "created_at": previous.get("created_at", now),
+        "created_at": previous.get("created_at", created),
         "updated_at": now,
         "runs": [*previous.get("runs", []), {"started_at": now, "command": command}],
         "config": plan.config.model_dump(mode="json"),
