@@ -148,7 +148,8 @@ def test_mlflow_has_a_parent_run_and_one_run_per_cell(run: Run) -> None:
         assert cell.data.metrics["step_time_ms_p99"] == pytest.approx(
             record.step_time_ms.p99, rel=1e-12
         )
-        assert cell.data.params["backend"] == "gloo" and cell.data.params["batch_size"] == str(BATCH)
+        assert cell.data.params["backend"] == "gloo"
+        assert cell.data.params["batch_size"] == str(BATCH)
         assert cell.data.params["ddp.bucket_cap_mb"] == "25.0"
         history = client.get_metric_history(cell.info.run_id, "step_time_ms")
         assert [m.value for m in sorted(history, key=lambda m: m.step)] == pytest.approx(
