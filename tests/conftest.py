@@ -82,7 +82,8 @@ def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def healthy_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    """``benchmark --json``: gpt2-tiny on 1 and 2 gloo processes (one warm-group launch each)."""
+    """``benchmark --json``: gpt2-tiny on 1 and 2 gloo processes (one warm-group launch each),
+    with the TensorBoard and MLflow sinks on."""
     from tests.support.shared_runs import launch_healthy_run
 
     return launch_healthy_run(tmp_path_factory.mktemp("healthy-run"))

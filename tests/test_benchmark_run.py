@@ -29,7 +29,11 @@ pytestmark = pytest.mark.slow  # every test here reads a real CPU benchmark (tor
 
 runner = CliRunner()
 
-FAULTS = """\
+STALL_S = 3
+"""The stall watch's limit: it only watches the stepping windows (start-up is the cell timeout's),
+where a healthy step of these tiny models moves every few milliseconds, so 3 s (as in
+test_process_faults' sweep) tells a hang from a slow step and ends the hang 3 s after it stops."""
+FAULTS = f"""\
 experiment_name: faults
 models:
   - gpt2-tiny
@@ -43,7 +47,7 @@ warmup_steps: 2
 measure_steps: 6
 sync_probe_steps: 2
 cell_timeout_s: 30  # the healthy cell starts in ~9 s on a quiet 2-core machine, ~15 s on a loaded one
-stall_timeout_s: 6  # a healthy step here takes milliseconds; the hang is found 6 s after it stops
+stall_timeout_s: {STALL_S}
 """
 
 
@@ -195,8 +199,10 @@ def test_faults_are_recorded_and_the_sweep_goes_on(faults: Dict) -> None:
     assert crash.status == "failed"
     assert crash.error.startswith("rank 1 ") and "injected crash" in crash.error
     assert hang.status == "timeout"
-    # Found by the stall watch, well before the cell's 30 s: no rank moved for 6 s.
-    assert hang.error.startswith("hung: no rank moved for 6 s (stall_timeout_s): "), hang.error
+    # Found by the stall watch, well before the cell's 30 s: no rank moved for STALL_S.
+    assert hang.error.startswith(f"hung: no rank moved for {STALL_S} s (stall_timeout_s): "), (
+        hang.error
+    )
     assert hang.wall_s is not None and hang.wall_s < 30
     assert "rank 1 stuck in 'measure', step " in hang.error and "forward" in hang.error
     assert "rank 0 waiting in 'measure', step " in hang.error and "backward" in hang.error

@@ -1,5 +1,7 @@
 """TensorBoard and MLflow from one real benchmark (1 and 2 gloo processes): TensorBoard's own
-EventAccumulator and MLflow's own client read back what torchscale wrote."""
+EventAccumulator and MLflow's own client read back what torchscale wrote. The benchmark is the
+shared healthy run (``tests/support/shared_runs.py``), which writes both sinks live, so its
+hostile experiment name reaches them too."""
 
 from __future__ import annotations
 
@@ -11,12 +13,21 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
+import yaml
 from mlflow import MlflowClient
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from typer.testing import CliRunner
 
+from tests.support.shared_runs import (
+    HEALTHY_CONFIG,
+    SCRIPT_NAME,
+    healthy_mlflow_uri,
+    healthy_tensorboard,
+)
+from tests.support.shared_runs import Run as SharedRun
 from torchscale.cli.app import app
 from torchscale.integrations.sinks import SinkEvents
+from torchscale.results.layout import experiment_dirname
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
@@ -32,7 +43,11 @@ measure_steps: 5
 sync_probe_steps: 2
 cell_timeout_s: 240
 """
-RUN_PREFIX = "integrations/gpt2-tiny/batch2"
+"""A config that never launches here: the missing-extra tests stop before any cell."""
+_HEALTHY = yaml.safe_load(HEALTHY_CONFIG)
+(BATCH,) = _HEALTHY["batch_sizes"]
+STEPS = _HEALTHY["measure_steps"]
+RUN_PREFIX = f"{experiment_dirname(SCRIPT_NAME)}/gpt2-tiny/batch{BATCH}"
 
 
 @dataclass
@@ -45,23 +60,14 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    root = tmp_path_factory.mktemp("integrations")
-    config = root / "bench.yaml"
-    config.write_text(CONFIG, encoding="utf-8")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    result = runner.invoke(
-        app,
-        ["benchmark", "-c", str(config), "-o", str(root / "results"),
-         "--tensorboard", str(root / "tb"), "--mlflow", uri],
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    folder = root / "results" / "integrations"
+def run(healthy_run: SharedRun) -> Run:
+    folder = healthy_run.experiment_dir
     records = {r.world_size: r for r in ExperimentStore(folder).records()}
     import pandas as pd
 
     summary = pd.read_csv(folder / "summary.csv").set_index("world_size")
-    return Run(folder, root / "tb", uri, records, summary)  # type: ignore[arg-type]
+    tensorboard, uri = healthy_tensorboard(healthy_run), healthy_mlflow_uri(healthy_run)
+    return Run(folder, tensorboard, uri, records, summary)  # type: ignore[arg-type]
 
 
 def events(path: Path) -> EventAccumulator:
@@ -86,10 +92,10 @@ def test_tensorboard_scalars_are_the_records(run: Run) -> None:
             pytest.approx(record.memory.peak_bytes, rel=1e-6)
         ]
         steps = cell.Scalars("step_time_ms")
-        assert [e.step for e in steps] == list(range(5))
+        assert [e.step for e in steps] == list(range(STEPS))
         assert [e.value for e in steps] == pytest.approx(record.step_times_ms, rel=1e-6)
         histogram = cell.Histograms("step_time_ms_hist")[0].histogram_value
-        assert histogram.num == 5
+        assert histogram.num == STEPS
         assert histogram.max == pytest.approx(max(record.step_times_ms), rel=1e-6)
         for rank in record.per_rank:
             waits = values(cell, f"sync_wait_ms/rank{rank.rank}")
@@ -123,7 +129,7 @@ def test_report_format_tensorboard_writes_the_same_runs(run: Run, tmp_path: Path
 @pytest.mark.slow
 def test_mlflow_has_a_parent_run_and_one_run_per_cell(run: Run) -> None:
     client = MlflowClient(tracking_uri=run.mlflow_uri)
-    experiment = client.get_experiment_by_name("integrations")
+    experiment = client.get_experiment_by_name(SCRIPT_NAME)
     runs = client.search_runs([experiment.experiment_id])
     (parent,) = [r for r in runs if r.data.tags.get("torchscale.kind") == "experiment"]
     cells = [r for r in runs if r.data.tags.get("torchscale.kind") == "cell"]
@@ -136,13 +142,14 @@ def test_mlflow_has_a_parent_run_and_one_run_per_cell(run: Run) -> None:
         record = next(
             r for r in run.records.values() if r.cell_id == cell.data.tags["torchscale.cell_id"]
         )
-        assert cell.info.run_name == f"gpt2-tiny/batch2/gpus{record.world_size}"
+        assert cell.info.run_name == f"gpt2-tiny/batch{BATCH}/gpus{record.world_size}"
         assert cell.info.status == "FINISHED"
         assert cell.data.metrics["throughput"] == pytest.approx(record.throughput, rel=1e-12)
         assert cell.data.metrics["step_time_ms_p99"] == pytest.approx(
             record.step_time_ms.p99, rel=1e-12
         )
-        assert cell.data.params["backend"] == "gloo" and cell.data.params["batch_size"] == "2"
+        assert cell.data.params["backend"] == "gloo"
+        assert cell.data.params["batch_size"] == str(BATCH)
         assert cell.data.params["ddp.bucket_cap_mb"] == "25.0"
         history = client.get_metric_history(cell.info.run_id, "step_time_ms")
         assert [m.value for m in sorted(history, key=lambda m: m.step)] == pytest.approx(

@@ -337,13 +337,14 @@ def test_a_script_that_raises_on_one_rank_is_a_recorded_failure(tmp_path: Path) 
     assert record.wall_s is not None and record.wall_s < 120
 
 
-def _wrap(tmp_path: Path, script: Path, *args: str, **knobs: Any) -> Dict[str, Any]:
-    """One rank of a script cell, run directly (no torchrun): its error file."""
+def _start_wrap(root: Path, script: Path, *args: str, **knobs: Any) -> Any:
+    """One rank of a script cell, run directly (no torchrun), started: (its process, its cell
+    folder). :func:`_wrap_error` reads its error file once it ended."""
     from torchscale.script.script_config import ScriptCellSettings
 
     window = {"warmup_steps": 2, "measure_steps": 3, "sync_probe_steps": 0, **knobs}
     settings = ScriptCellSettings(script=str(script), args=list(args), gpus=1, **window)
-    cell = tmp_path / f"{script.stem}-{len(list(tmp_path.iterdir()))}"
+    cell = root / f"{script.stem}-{len(list(root.iterdir()))}"
     cell.mkdir()
     (cell / "cell.json").write_text(json.dumps({"settings": settings.model_dump(mode="json")}))
     with socket.socket() as probe:
@@ -351,29 +352,66 @@ def _wrap(tmp_path: Path, script: Path, *args: str, **knobs: Any) -> Dict[str, A
         port = probe.getsockname()[1]
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
-    done = subprocess.run(
+    process = subprocess.Popen(
         [sys.executable, "-m", "torchscale.script.wrap", "--cell", str(cell / "cell.json"),
          "--out", str(cell / "result.json")],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert done.returncode != 0 and not (cell / "result.json").exists()
+    return process, cell
+
+
+def _wrap_error(started: Any) -> Dict[str, Any]:
+    process, cell = started
+    try:
+        process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode != 0 and not (cell / "result.json").exists()
     error: Dict[str, Any] = json.loads((cell / "ranks" / "rank0.error.json").read_text())
     return error
 
 
+HAND_SGD = SUPPORT_SCRIPTS / "hand_sgd.py"
+"""Updates its weights by hand (no torch.optim); its DDP forward takes a 0-d scale first."""
+
+
+@pytest.fixture(scope="module")
+def wrapped(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Dict[str, Any]]:
+    """Five single ranks of script cells that each end in a bootstrap error, run at once: each
+    is a process that imports torch and ends at its first steps, with no figure to measure, so
+    they need not wait for each other. By name, each one's error file."""
+    root = tmp_path_factory.mktemp("wrapped")
+    started = {
+        "no_ddp": _start_wrap(root, SUPPORT_SCRIPTS / "no_ddp.py"),
+        "two_ddp": _start_wrap(root, SUPPORT_SCRIPTS / "two_ddp.py"),
+        # forward 4: the second measured step
+        "exited": _start_wrap(
+            root, HAND_SGD, "--exit-at", "4", step_at="forward", samples_per_step=12
+        ),
+        # steps at optimizer steps: none
+        "unmarked": _start_wrap(root, HAND_SGD, "--steps", "8"),
+        "quit_early": _start_wrap(root, HAND_SGD, "--exit-at", "1", "--exit-code", "0"),
+    }
+    try:
+        return {name: _wrap_error(process) for name, process in started.items()}
+    finally:
+        for process, _ in started.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
 @pytest.mark.slow
-def test_a_script_without_ddp_or_with_two_is_told_why(tmp_path: Path) -> None:
-    no_ddp = _wrap(tmp_path, SUPPORT_SCRIPTS / "no_ddp.py")
+def test_a_script_without_ddp_or_with_two_is_told_why(wrapped: Dict[str, Dict[str, Any]]) -> None:
+    no_ddp = wrapped["no_ddp"]
     assert no_ddp["type"] == "NotMeasurable" and no_ddp["phase"] == "warmup"
     assert "built no DistributedDataParallel model" in no_ddp["message"]
     assert "--samples-per-step" in no_ddp["message"]
-    two = _wrap(tmp_path, SUPPORT_SCRIPTS / "two_ddp.py")
+    two = wrapped["two_ddp"]
     assert two["type"] == "NotMeasurable"
     assert "built a second DistributedDataParallel model" in two["message"]
-
-
-HAND_SGD = SUPPORT_SCRIPTS / "hand_sgd.py"
-"""Updates its weights by hand (no torch.optim); its DDP forward takes a 0-d scale first."""
 
 
 @pytest.mark.slow
@@ -402,21 +440,19 @@ def test_steps_at_forwards_with_the_samples_per_step_given(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_sys_exit_mid_window_and_a_script_without_torch_optim_are_told_why(
-    tmp_path: Path,
+    wrapped: Dict[str, Dict[str, Any]],
 ) -> None:
     """A non-zero ``sys.exit`` in the measured window is the rank's recorded error, not a hang;
     a script without torch.optim, stepped at optimizer steps, is told to pass --step-at."""
-    exited = _wrap(
-        tmp_path, HAND_SGD, "--exit-at", "4", step_at="forward", samples_per_step=12
-    )  # forward 4: the second measured step
+    exited = wrapped["exited"]  # forward 4: the second measured step
     assert exited["type"] == "ScriptExited" and exited["phase"] == "measure"
     assert exited["message"] == "the script exited with code 3"
-    unmarked = _wrap(tmp_path, HAND_SGD, "--steps", "8")  # steps at optimizer steps: none
+    unmarked = wrapped["unmarked"]  # steps at optimizer steps: none
     assert unmarked["type"] == "NotMeasurable"
     assert "never stepped a torch.optim optimizer" in unmarked["message"]
     assert "pass --step-at forward" in unmarked["message"]
     # sys.exit(0) before any step (DDP built, no forward yet): named as such, no --step-at
-    quit_early = _wrap(tmp_path, HAND_SGD, "--exit-at", "1", "--exit-code", "0")
+    quit_early = wrapped["quit_early"]
     assert quit_early["type"] == "NotMeasurable"
     assert quit_early["message"].startswith("the script ended after 0 step(s), in the warmup")
     assert "--step-at" not in quit_early["message"]

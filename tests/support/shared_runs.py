@@ -46,8 +46,20 @@ class ProfileRun:
     history: Path  # the SQLite history it recorded itself in (--history)
 
 
+def healthy_tensorboard(run: Run) -> Path:
+    """Where the healthy run's live TensorBoard sink wrote (``--tensorboard``)."""
+    return run.output_dir.parent / "tb"
+
+
+def healthy_mlflow_uri(run: Run) -> str:
+    """The healthy run's MLflow tracking URI (``--mlflow``): a SQLite file beside its results."""
+    return f"sqlite:///{run.output_dir.parent / 'mlflow.db'}"
+
+
 def launch_healthy_run(root: Path) -> Run:
-    """``torchscale benchmark --json`` on gpt2-tiny with 1 and 2 gloo processes."""
+    """``torchscale benchmark --json`` on gpt2-tiny with 1 and 2 gloo processes, with the live
+    TensorBoard and MLflow sinks on (test_integrations reads them back: no launch of its own, and
+    the hostile experiment name reaches both sinks)."""
     from torchscale.cli.app import app
     from torchscale.results.layout import experiment_dirname
 
@@ -55,7 +67,9 @@ def launch_healthy_run(root: Path) -> Run:
     config = root / "bench.yaml"
     config.write_text(HEALTHY_CONFIG, encoding="utf-8")
     output = root / "results"
-    result = CliRunner().invoke(app, ["benchmark", "-c", str(config), "-o", str(output), "--json"])
+    args = ["benchmark", "-c", str(config), "-o", str(output), "--json"]
+    args += ["--tensorboard", str(root / "tb"), "--mlflow", f"sqlite:///{root / 'mlflow.db'}"]
+    result = CliRunner().invoke(app, args)
     if result.exit_code != 0:
         raise RuntimeError(f"healthy benchmark failed ({result.exit_code}):\n{result.output}")
     return Run(result, config, output, output / experiment_dirname(SCRIPT_NAME))
