@@ -33,7 +33,11 @@ KIND_MODULES: Tuple[str, ...] = (
 """Every cell kind, by the module whose ``KIND`` it is, in the order their cells run."""
 
 TRAINING_KIND = "training"
-"""The built-in kind: the default of ``Cell.kind`` (cells written before kinds existed)."""
+"""The core kind: the default of ``Cell.kind`` (cells written before kinds existed)."""
+
+SCRIPT_KIND = "script"
+"""The kind of a user's own script, which writes the core kind's records (analysis tells a
+script's apart through ``plan.kind_protocol.records_of``)."""
 
 _ADDED: List[str] = []
 
