@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
@@ -516,9 +517,8 @@ def record_shape_checks(tree: ast.Module, keys: Set[str]) -> List[Tuple[int, str
     function, or one of ``keys`` tested for in a record's settings (``"script" in r.settings``)."""
     found = []
     for node in ast.walk(tree):
-        name = getattr(node, "name", "") if isinstance(node, ast.FunctionDef) else ""
-        if name.startswith("is_") and name.endswith("_record"):
-            found.append((node.lineno, f"def {name}"))
+        if isinstance(node, ast.FunctionDef) and re.fullmatch(r"is_\w+_record", node.name):
+            found.append((node.lineno, f"def {node.name}"))
         if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
             left, right = node.left, node.comparators[0]
             if isinstance(left, ast.Constant) and left.value in keys and _names_settings(right):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import types
 from pathlib import Path
+from typing import Any, Dict
 
 import pandas as pd
 import pytest
@@ -103,6 +104,22 @@ def test_a_kind_of_its_own_module_is_planned_previewed_run_and_summarised(tmp_pa
         load_config(path)  # unregistered, its section is no key of the config
 
 
+def test_the_toy_defines_only_what_no_default_gives() -> None:
+    """The recipe's minimum (docs/architecture.md, "Adding a cell kind"): the five pieces of
+    ``CellKind`` and, as the toy has one, its config section; the rest are ``KindBase``'s."""
+    from typing_extensions import get_protocol_members
+
+    from tests.support.toy_kind import ToyKind
+    from torchscale.plan.kind_protocol import CellKind, kind_pieces
+
+    required = get_protocol_members(CellKind)
+    assert required == {"name", "settings_model", "worker_module", "record_models", "plan"}
+    assert {k for k in vars(ToyKind) if not k.startswith("__")} == {*required, "config_section"}
+    assert len(kind_pieces()) == 23  # what the stages ask of every kind, defaults included
+    defaults = {k for k in vars(KindBase) if not k.startswith("_")}
+    assert set(kind_pieces()) - defaults == required
+
+
 def test_a_kinds_own_pieces_replace_the_defaults(tmp_path: Path) -> None:
     from tests.support.fuller_toy_kind import SUMMARY_TOY
 
@@ -131,7 +148,7 @@ def test_a_kinds_own_pieces_replace_the_defaults(tmp_path: Path) -> None:
 def test_a_kinds_default_records_are_built_from_its_settings_and_result() -> None:
     settings = ToyCellSettings(word="hello", gpus=2)
     cell = Cell(0, TOY_KIND.cell_id(settings), settings, "toy")
-    identity = {"cell_id": cell.cell_id, "experiment": "toys", "world_size": 2,
+    identity: Dict[str, Any] = {"cell_id": cell.cell_id, "experiment": "toys", "world_size": 2,
                 "nproc_per_node": 2, "settings": settings.model_dump(mode="json")}  # fmt: skip
     [measured] = TOY_KIND.records(cell, identity, {"echo_ms": 1.5})
     assert isinstance(measured, ToyResult)
@@ -149,8 +166,9 @@ def test_a_kinds_default_records_are_built_from_its_settings_and_result() -> Non
 def test_each_kind_says_which_records_are_its_own() -> None:
     """The script kind writes the core kind's records: the registry gives it its own (the
     kind's ``owns``), and no shape check outside the kind does."""
-    identity = {"experiment": "e", "world_size": 1, "nproc_per_node": 1, "status": "ok"}
-    run = {"batch_size": 8, "global_batch_size": 8, "precision": "fp32"}
+    identity: Dict[str, Any] = {"experiment": "e", "world_size": 1, "nproc_per_node": 1}
+    identity["status"] = "ok"
+    run: Dict[str, Any] = {"batch_size": 8, "global_batch_size": 8, "precision": "fp32"}
     model = TrainingResult(**identity, **run, cell_id="m", model="resnet-tiny",
                            settings={"model": "resnet-tiny", "gpus": 1})  # fmt: skip
     script = TrainingResult(**identity, **run, cell_id="s", model="train.py",
