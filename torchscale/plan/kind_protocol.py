@@ -24,7 +24,6 @@ from typing import (
     Protocol,
     Tuple,
     Type,
-    runtime_checkable,
 )
 
 from pydantic import BaseModel
@@ -38,7 +37,6 @@ from torchscale.plan.planned_cell import Cell, KindSettings
 from torchscale.results.schema import ResultBase
 
 
-@runtime_checkable
 class CellKind(Protocol):
     """What only a kind can say; everything else has a default in ``plan.kind_base.KindBase``,
     which every kind subclasses (training, the core kind, overrides nearly all of it)."""
@@ -89,8 +87,7 @@ def kind_pieces() -> List[str]:
 def _checked(modules: Tuple[str, ...]) -> Dict[str, KindBase]:
     kinds: Dict[str, KindBase] = {}
     for module, kind in zip(modules, load_kinds(modules)):
-        based = isinstance(kind, KindBase)
-        pieces = get_protocol_members(CellKind) if based else kind_pieces()
+        pieces = get_protocol_members(CellKind) if isinstance(kind, KindBase) else kind_pieces()
         lacks = sorted(m for m in pieces if not hasattr(kind, m))
         if lacks or not isinstance(kind, KindBase):
             what = f"it lacks {', '.join(lacks)}" if lacks else "it is no KindBase"
