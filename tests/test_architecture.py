@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterator, List, Set, Tuple
@@ -613,3 +614,76 @@ def test_the_atomic_write_check_refuses_a_module_renaming_by_itself(tmp_path: Pa
         isinstance(node, ast.Attribute) and node.attr == "replace"
         for node in ast.walk(owner_source)
     )
+
+
+# --- a record's kind: asked of the kinds, never read from its shape ------------------------------
+
+
+def _settings_keys() -> Set[str]:
+    """The settings keys that tell one kind's cells from another's: a field of some kind's
+    settings model that another kind's lacks (``script``, ``model``, ``collectives``)."""
+    from torchscale.plan.kind_protocol import cell_kinds
+
+    fields = [set(kind.settings_model.model_fields) for kind in cell_kinds().values()]
+    return set().union(*fields) - set.intersection(*fields)
+
+
+def _names_settings(node: ast.expr) -> bool:
+    """``settings``, ``record.settings``, ``doc["settings"]``, ``doc.get("settings")``."""
+    if isinstance(node, ast.Name):
+        return node.id.endswith("settings")
+    if isinstance(node, ast.Attribute):
+        return node.attr.endswith("settings")
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+        return isinstance(key, ast.Constant) and key.value == "settings"
+    if isinstance(node, ast.Call) and node.args:
+        first = node.args[0]
+        return isinstance(first, ast.Constant) and first.value == "settings"
+    return False
+
+
+def record_shape_checks(tree: ast.Module, keys: Set[str]) -> List[Tuple[int, str]]:
+    """(line, what) for every test of which kind a record is by its shape: an ``is_<x>_record``
+    function, or one of ``keys`` tested for in a record's settings (``"script" in r.settings``)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and re.fullmatch(r"is_\w+_record", node.name):
+            found.append((node.lineno, f"def {node.name}"))
+        if isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+            left, right = node.left, node.comparators[0]
+            if isinstance(left, ast.Constant) and left.value in keys and _names_settings(right):
+                found.append((node.lineno, f"{left.value!r} in settings"))
+    return found
+
+
+def test_no_record_is_told_apart_by_its_shape_outside_its_kind() -> None:
+    """Which kind wrote a record is the kinds' to say (``KindBase.owns``, asked through
+    ``plan.kind_protocol.kind_of``/``records_of``); only a kind's own package may read its
+    records' shape."""
+    keys = _settings_keys()
+    assert {"script", "model", "collectives"} <= keys
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {what}"
+        for module, path in MODULES.items()
+        if _package(module) not in KIND_PACKAGES
+        for line, what in record_shape_checks(_tree(path), keys)
+    ]
+    assert found == [], "ask the kinds (plan.kind_protocol.kind_of):\n" + "\n".join(found)
+
+
+def test_the_record_shape_finder_sees_a_planted_check() -> None:
+    planted = ast.parse(
+        "def is_script_record(record):\n"
+        '    return "script" in record.settings and "model" not in record.settings\n'
+        'scripts = [d for d in docs if "script" in d["settings"]]\n'
+        'named = "model" in doc.get("settings", {})\n'
+        'fine = "gpus" in record.settings or "script" in argv\n'
+    )
+    assert sorted(record_shape_checks(planted, _settings_keys())) == [
+        (1, "def is_script_record"),
+        (2, "'model' in settings"),
+        (2, "'script' in settings"),
+        (3, "'script' in settings"),
+        (4, "'model' in settings"),
+    ]

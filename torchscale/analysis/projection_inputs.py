@@ -23,9 +23,11 @@ from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
 from torchscale.escaping import shown_command
 from torchscale.hardware.device_noun import CUDA, count_text, record_device_kind
+from torchscale.kinds.kind_registry import SCRIPT_KIND
 from torchscale.measures.stats import mean
 from torchscale.measures.table_scalars import as_float, as_int
-from torchscale.results.schema import ResultBase, TrainingResult, is_script_record
+from torchscale.plan.kind_protocol import records_of
+from torchscale.results.schema import ResultBase, TrainingResult
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -265,7 +267,7 @@ def add_all_reduce_to_script(
     """The command that adds all_reduce cells to a script's experiment (run with ``--script``,
     it has no config to add them to), or None when no experiment ran a script. Its script cells
     are kept (``--resume``); ``folders``: where each experiment's folder is."""
-    scripts = [r for r in records if isinstance(r, TrainingResult) and is_script_record(r)]
+    scripts = [r for r in records_of(SCRIPT_KIND, records) if isinstance(r, TrainingResult)]
     if not scripts:
         return None
     first = scripts[0]

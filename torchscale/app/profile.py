@@ -99,17 +99,18 @@ def worst_target(output_dir: Path, device_kind: str, device_count: int) -> Targe
 
     from torchscale.analysis.scaling import label_variants
     from torchscale.analysis.training_tables import training_table
-    from torchscale.results.schema import TrainingResult, is_script_record
+    from torchscale.kinds.kind_registry import TRAINING_KIND
+    from torchscale.plan.kind_protocol import records_of
+    from torchscale.results.schema import TrainingResult
     from torchscale.results.store import ExperimentStore, find_experiments
 
     frames: List[pd.DataFrame] = []
     records: Dict[str, TrainingResult] = {}
     for path in find_experiments(output_dir) if output_dir.is_dir() else []:
-        found = [
-            r
-            for r in ExperimentStore(path).records()
-            if isinstance(r, TrainingResult) and not is_script_record(r)  # a script is no model
-        ]
+        found = [  # a model's cells: a script is no model
+            r for r in records_of(TRAINING_KIND, ExperimentStore(path).records())
+            if isinstance(r, TrainingResult)
+        ]  # fmt: skip
         records.update((r.cell_id, r) for r in found)
         frames.append(training_table(found))
     if not frames or all(f.empty for f in frames):

@@ -34,6 +34,7 @@ from torchscale.config.kind_sections import ConfigSection
 from torchscale.config.settings import Backend, BenchmarkConfig
 from torchscale.config.sizes import parse_size
 from torchscale.hardware.links import parse_link
+from torchscale.plan.kind_base import LaunchSettings
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all"]
 assert set(Collective.__args__) == set(COLLECTIVES)  # type: ignore[attr-defined]
@@ -232,7 +233,7 @@ def comm_section(config: BenchmarkConfig) -> Optional[CommunicationSection]:
     return section
 
 
-class CommCellSettings(StrictModel):
+class CommCellSettings(LaunchSettings):
     """Everything one communication cell (one torchrun launch) runs with: the worker's input."""
 
     collectives: List[Collective]
@@ -250,15 +251,7 @@ class CommCellSettings(StrictModel):
     link: Optional[str] = None
     tp_gemm: List[TpGemmCase] = Field(default_factory=list)
     compute_only: List[ComputeOnlySize] = Field(default_factory=_default("unsharded"))
-    cell_timeout_s: PositiveFloat = 1800.0
-    gpus: PositiveInt
-    nnodes: PositiveInt = 1
-    repeat: NonNegativeInt = 0
     backend: Backend = "auto"
-
-    @property
-    def nproc_per_node(self) -> int:
-        return self.gpus // self.nnodes
 
     @classmethod
     def from_section(

@@ -12,7 +12,6 @@ figures stay).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Type, Union
 
 from torchscale.comm.busbw import SEND_RECV, algbw_gbps, busbw_factor, busbw_gbps
@@ -23,6 +22,7 @@ from torchscale.comm.view import comm_console_lines, describe_comm_cell
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.hardware.device_noun import CUDA
 from torchscale.hardware.links import link_peak_gbps, parse_link, peak_fraction
+from torchscale.plan.kind_base import KindBase
 from torchscale.plan.planned_cell import Cell, KindSettings
 from torchscale.results.schema import (
     CellStatus,
@@ -67,16 +67,14 @@ def _settings(cell: Cell) -> CommCellSettings:
     return cell.settings
 
 
-class CommunicationKind:
+class CommunicationKind(KindBase):
     name = "communication"
     config_section = SECTION
     settings_model = CommCellSettings
     worker_module = "torchscale.comm.worker"
     record_models: Tuple[Type[ResultBase], ...] = (CollectiveResult, TpGemmResult)
     selections: Tuple[str, ...] = ("all", "comm")
-    profiled = False
     joins_warm_groups = False  # each launch builds its scope groups and communicators
-    own_threads = False
 
     def missing(self, config: BenchmarkConfig) -> Optional[str]:
         if comm_section(config) is not None:
@@ -108,12 +106,7 @@ class CommunicationKind:
 
     def console_lines(self, records: List[ResultBase]) -> List[str]:
         """nccl-tests-style tables, then what went wrong with the cell, if anything."""
-        lines = comm_console_lines(records)
-        first = records[0] if records else None
-        if first is not None and first.status != "ok":
-            label = "SKIP" if first.status == "skipped" else "FAIL"
-            lines.append(f"> [{label}] {first.status}: {first.error}")
-        return lines
+        return comm_console_lines(records) + super().console_lines(records)
 
     def console_tables(
         self, records: List[ResultBase], title: str, console: Console
@@ -133,9 +126,6 @@ class CommunicationKind:
         from torchscale.comm.result_tables import comm_summary_tables
 
         return comm_summary_tables(records)
-
-    def analyze_traces(self, profile_dir: Path, target: str) -> Dict[str, object]:
-        return {"reason": "communication cells are not profiled"}  # profiled = False
 
     def report_sections(self, records: List[ResultBase]) -> List[Optional[Section]]:
         """Bandwidth per collective, then the TP GEMM and the P2P heatmaps."""

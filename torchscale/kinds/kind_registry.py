@@ -2,12 +2,13 @@
 
 A cell kind is what one launch runs (``Cell.kind``); a record kind is what one line of
 ``results.jsonl`` holds (``ResultBase.kind``). A kind is a plugin: its own module (usually in its
-own package, as ``torchscale.comm``) defines ``KIND``, an object that implements
-``torchscale.plan.kind_protocol.CellKind`` (its config section, cell settings, planning, worker,
-records, console and summary pieces) and, when it adds to the report,
-``torchscale.report.reported_kinds.ReportedKind``. Training cells write ``training`` records;
-communication cells write ``collective`` records (send/recv pairs as op ``send_recv``) and
-``tp_gemm`` records.
+own package, as ``torchscale.comm``) defines ``KIND``, an instance of a
+``torchscale.plan.kind_base.KindBase`` subclass that says the five pieces of
+``torchscale.plan.kind_protocol.CellKind`` (name, cell settings, worker, record models, plan) and
+overrides the defaults it knows better, and, when it adds to the report,
+``torchscale.report.reported_kinds.ReportedKind``. Training, the core kind, writes ``training``
+records; a script's cells write them too (the script kind tells its own apart); communication
+cells write ``collective`` records (send/recv pairs as op ``send_recv``) and ``tp_gemm`` records.
 
 The stages (config, results, plan, launch, report) ask this registry for the kinds and never
 import a kind's package: the registry names kinds by module and imports them on first use, as
@@ -33,7 +34,11 @@ KIND_MODULES: Tuple[str, ...] = (
 """Every cell kind, by the module whose ``KIND`` it is, in the order their cells run."""
 
 TRAINING_KIND = "training"
-"""The built-in kind: the default of ``Cell.kind`` (cells written before kinds existed)."""
+"""The core kind: the default of ``Cell.kind`` (cells written before kinds existed)."""
+
+SCRIPT_KIND = "script"
+"""The kind of a user's own script, which writes the core kind's records (analysis tells a
+script's apart through ``plan.kind_protocol.records_of``)."""
 
 _ADDED: List[str] = []
 

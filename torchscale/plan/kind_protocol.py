@@ -1,133 +1,60 @@
-"""What one kind of cell provides to config, plan, launch and the console, and the registry's
-kinds checked against it.
+"""What one kind of cell must say itself (:class:`CellKind`), the registry's kinds checked
+against it, and which kind wrote a record (:func:`kind_of`).
+
+Training is the core kind: the config's top level, ``TrainingResult``, ``plan/training_cells.py``
+and ``worker/`` are the stages' own, and its ``KIND`` binds them. Every other kind plugs in with
+the five pieces of :class:`CellKind`; the rest of what the stages ask (config section, console,
+CSVs, traces, record ownership) has a default in ``plan.kind_base.KindBase``.
 
 The registry (``torchscale.kinds.kind_registry``) names the kinds; :func:`cell_kinds` loads them
-and checks each against :class:`CellKind`, so a kind that lacks a piece is one line naming it, not
-an ``AttributeError`` in the middle of a sweep. The report's pieces are
-``torchscale.report.reported_kinds.ReportedKind``.
+and checks each, so a kind that lacks a piece is one line naming it, not an ``AttributeError`` in
+the middle of a sweep. The report's pieces are ``torchscale.report.reported_kinds.ReportedKind``.
 """
 
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import (
-    TYPE_CHECKING,
     Any,
     Dict,
+    Iterable,
     Iterator,
     List,
     Optional,
     Protocol,
     Tuple,
     Type,
-    runtime_checkable,
 )
 
 from pydantic import BaseModel
 from typing_extensions import get_protocol_members
 
-from torchscale.config.kind_sections import ConfigSection
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import TorchscaleError
 from torchscale.kinds.kind_registry import kind_modules, load_kinds
+from torchscale.plan.kind_base import KindBase
 from torchscale.plan.planned_cell import Cell, KindSettings
-from torchscale.results.schema import CellStatus, ResultBase
-
-if TYPE_CHECKING:
-    from pandas import DataFrame
-    from rich.console import Console, RenderableType
+from torchscale.results.schema import ResultBase
 
 
-@runtime_checkable
 class CellKind(Protocol):
-    """One kind of cell, from the config section it plans to the lines a finished cell prints."""
+    """What only a kind can say; everything else has a default in ``plan.kind_base.KindBase``,
+    which every kind subclasses (training, the core kind, overrides nearly all of it)."""
 
     name: str
     """The cell kind (``Cell.kind``)."""
-    config_section: Optional[ConfigSection]
-    """Its section of the benchmark YAML (``communication:``), or None: the config's top level."""
     settings_model: Type[BaseModel]
-    """The model of its cells' settings (what its worker reads back from the cell file)."""
+    """The model of its cells' settings (what its worker reads back from the cell file), usually
+    a ``plan.kind_base.LaunchSettings``."""
     worker_module: str
     """What every rank runs: ``python -m <worker_module>``."""
     record_models: Tuple[Type[ResultBase], ...]
     """The record models its cells write (their ``kind`` fields are the record kinds)."""
-    selections: Tuple[str, ...]
-    """The ``--benchmark`` choices that run it."""
-    profiled: bool
-    """Whether ``--profile`` traces its cells."""
-    joins_warm_groups: bool
-    """Whether its cells can run back to back in one warm process group (``launch: per_group``);
-    a kind that sets per-launch state (communicators per scope) gets a launch per cell."""
-    own_threads: bool
-    """Whether its CPU ranks keep the thread count plain torchrun gives them (a user's own
-    script), instead of their slot's share of the cores that the built-in kinds take so that
-    every rank count compares like with like (``launch.cpu_threads``)."""
-
-    def missing(self, config: BenchmarkConfig) -> Optional[str]:
-        """Why ``config`` plans none of its cells (a hint on what to add), or None."""
-        ...
-
-    def count(
-        self, config: BenchmarkConfig, benchmark: str, gpus_per_node: Optional[int]
-    ) -> Tuple[int, List[str]]:
-        """How many cells at most, from list lengths alone, and the lists that make it."""
-        ...
 
     def plan(
         self, config: BenchmarkConfig, benchmark: str, gpus_per_node: Optional[int]
     ) -> Iterator[KindSettings]:
         """The settings of its cells, in run order, one at a time."""
-        ...
-
-    def cell_id(self, settings: KindSettings) -> str:
-        """Readable and stable: the same settings always give the same id (what --resume
-        matches)."""
-        ...
-
-    def swept(self, config: BenchmarkConfig, benchmark: str) -> List[str]:
-        """Dotted names of its knobs with more than one value (the plan table's columns)."""
-        ...
-
-    def records(
-        self, cell: Cell, identity: Dict[str, Any], result: Dict[str, Any]
-    ) -> List[ResultBase]:
-        """Records of a launch whose rank 0 wrote ``result`` (the worker's result.json)."""
-        ...
-
-    def failed(
-        self, cell: Cell, identity: Dict[str, Any], status: CellStatus, error: str
-    ) -> List[ResultBase]:
-        """Records of a launch that produced no result (oom, failed, timeout, skipped)."""
-        ...
-
-    def analyze_traces(self, profile_dir: Path, target: str) -> Dict[str, object]:
-        """After a profiled cell: analyse its traces; fields for the record's ``profile`` block."""
-        ...
-
-    def describe(self, cell: Cell, device_kind: str = "cuda") -> str:
-        """One line naming the cell: ``resnet50 on 4 GPUs (batch 32, fp32)``; on a node without
-        GPUs (``device_kind`` cpu) ``on 4 CPU processes`` (``hardware/device_noun.py``)."""
-        ...
-
-    def plan_row(self, cell: Cell, knobs: List[str]) -> List[str]:
-        """Its row of the plan table: model, batch, GPUs, precision, then ``knobs``' values."""
-        ...
-
-    def console_lines(self, records: List[ResultBase]) -> List[str]:
-        """What a finished cell's records add to the console after its own per-record lines."""
-        ...
-
-    def console_tables(
-        self, records: List[ResultBase], title: str, console: Console
-    ) -> List[RenderableType]:
-        """Its tables in the summary printed at the end of a benchmark (none: ``[]``)."""
-        ...
-
-    def summary_tables(self, records: List[ResultBase]) -> Dict[str, DataFrame]:
-        """The CSV summaries of the experiment's records, by file name in the experiment folder
-        (``results.layout``); rewritten after every cell."""
         ...
 
 
@@ -145,26 +72,35 @@ def common_identity(cell: Cell, experiment: str) -> Dict[str, Any]:
     }
 
 
-def cell_kinds() -> Dict[str, CellKind]:
+def cell_kinds() -> Dict[str, KindBase]:
     """Every registered kind by name, in the order their cells run."""
     return _checked(kind_modules())
 
 
+def kind_pieces() -> List[str]:
+    """Every piece the stages ask of a kind: ``CellKind``'s and ``KindBase``'s defaults."""
+    defaults = [m for m in vars(KindBase) if not m.startswith("_")]
+    return sorted({*get_protocol_members(CellKind), *defaults})
+
+
 @functools.cache
-def _checked(modules: Tuple[str, ...]) -> Dict[str, CellKind]:
-    kinds: Dict[str, CellKind] = {}
+def _checked(modules: Tuple[str, ...]) -> Dict[str, KindBase]:
+    kinds: Dict[str, KindBase] = {}
     for module, kind in zip(modules, load_kinds(modules)):
-        if not isinstance(kind, CellKind):
-            lacks = sorted(m for m in get_protocol_members(CellKind) if not hasattr(kind, m))
+        pieces = get_protocol_members(CellKind) if isinstance(kind, KindBase) else kind_pieces()
+        lacks = sorted(m for m in pieces if not hasattr(kind, m))
+        if lacks or not isinstance(kind, KindBase):
+            what = f"it lacks {', '.join(lacks)}" if lacks else "it is no KindBase"
             raise TorchscaleError(
-                f"{module}.KIND is not a cell kind: it lacks {', '.join(lacks)} "
-                "(see torchscale.plan.kind_protocol.CellKind)"
+                f"{module}.KIND is not a cell kind: {what} (a kind subclasses "
+                "torchscale.plan.kind_base.KindBase and defines name, settings_model, "
+                "worker_module, record_models and plan)"
             )
         kinds[kind.name] = kind
     return kinds
 
 
-def get_kind(name: str) -> CellKind:
+def get_kind(name: str) -> KindBase:
     """The kind of a cell (``Cell.kind``)."""
     kinds = cell_kinds()
     try:
@@ -180,7 +116,7 @@ def record_kinds(cell_kind: str) -> List[str]:
     return [model.model_fields["kind"].default for model in get_kind(cell_kind).record_models]
 
 
-def selected_kinds(benchmark: str) -> List[CellKind]:
+def selected_kinds(benchmark: str) -> List[KindBase]:
     """The kinds a ``--benchmark`` choice runs, in plan order."""
     return [kind for kind in cell_kinds().values() if benchmark in kind.selections]
 
@@ -191,3 +127,24 @@ def benchmark_choices() -> List[str]:
     for kind in cell_kinds().values():
         choices += [choice for choice in kind.selections if choice not in choices]
     return choices
+
+
+def kind_of(record: ResultBase) -> Optional[KindBase]:
+    """The kind whose cells wrote ``record``, asked of every kind (``KindBase.owns``); None for a
+    record no registered kind owns. A kind that claims records of a model it does not declare
+    (the script kind's training records) takes them before the model's own kind."""
+    owners = [kind for kind in cell_kinds().values() if kind.owns(record)]
+    borrowed = [kind for kind in owners if not isinstance(record, kind.record_models)]
+    found = borrowed or owners
+    return found[0] if found else None
+
+
+def records_of(name: str, records: Iterable[ResultBase]) -> List[ResultBase]:
+    """The records that cells of kind ``name`` wrote (``kind_of``), in order."""
+    get_kind(name)  # an unknown name is an error, not an empty list
+    found = []
+    for record in records:
+        owner = kind_of(record)
+        if owner is not None and owner.name == name:
+            found.append(record)
+    return found

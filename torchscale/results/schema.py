@@ -352,12 +352,6 @@ class TrainingResult(ResultBase):
     )
 
 
-def is_script_record(record: ResultBase) -> bool:
-    """Whether ``record`` measured a user's script (its settings name one) rather than a model:
-    the script kind writes training records (``script/script_kind.py``)."""
-    return "script" in record.settings and "model" not in record.settings
-
-
 class CommResultBase(ResultBase):
     """What every communication record says about where it ran."""
 

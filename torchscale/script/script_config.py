@@ -27,6 +27,7 @@ from typing_extensions import Annotated
 from torchscale.config.base import StrictModel
 from torchscale.config.kind_sections import ConfigSection
 from torchscale.config.settings import Strategy
+from torchscale.plan.kind_base import LaunchSettings
 
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "UCC_", "TORCH_UCC_", "TORCH_DISTRIBUTED_")
 """Environment variables ``script.env`` may set: the communication libraries' own."""
@@ -132,7 +133,7 @@ SECTION = ConfigSection(
 """The ``script:`` section, registered by the kind (``script.script_kind``)."""
 
 
-class ScriptCellSettings(ScriptProcessSettings):
+class ScriptCellSettings(ScriptProcessSettings, LaunchSettings):
     """Everything one script cell (one torchrun launch) runs with: the rank entry's input."""
 
     script: str = Field(min_length=1, description="The script's path, as given.")
@@ -141,11 +142,7 @@ class ScriptCellSettings(ScriptProcessSettings):
     measure_steps: Optional[PositiveInt] = None
     measure_seconds: Optional[PositiveFloat] = None
     sync_probe_steps: NonNegativeInt = 10
-    cell_timeout_s: PositiveFloat = 1800.0
     stall_timeout_s: Optional[PositiveFloat] = 600.0
-    gpus: PositiveInt
-    nnodes: PositiveInt = 1
-    repeat: NonNegativeInt = 0
     backend: Literal["auto"] = Field(
         "auto", description="The script joins its own process group (its own backend)."
     )
@@ -161,10 +158,6 @@ class ScriptCellSettings(ScriptProcessSettings):
     UNTUNED: ClassVar[Tuple[str, ...]] = ("strategy", "reshard_after_forward")
     """Not tune's knobs for a script: its best settings are written as its DDP call's arguments
     (a strategy is compared by the config's strategy list instead)."""
-
-    @property
-    def nproc_per_node(self) -> int:
-        return self.gpus // self.nnodes
 
     @model_validator(mode="after")
     def _one_window(self) -> ScriptCellSettings:

@@ -22,6 +22,8 @@ from torchscale.config.loader import explain
 from torchscale.config.settings import BenchmarkConfig
 from torchscale.errors import ConfigError
 from torchscale.hardware.device_noun import CPU, CUDA, count_text, record_device_kind
+from torchscale.kinds.kind_registry import SCRIPT_KIND
+from torchscale.plan.kind_base import KindBase
 from torchscale.plan.planned_cell import Cell, KindSettings, node_counts, settings_digest, slug
 from torchscale.results.schema import CellStatus, ResultBase, TrainingResult
 from torchscale.script.script_checks import check_script
@@ -29,9 +31,7 @@ from torchscale.script.script_config import SECTION, ScriptCellSettings, ScriptS
 
 if TYPE_CHECKING:
     from pandas import DataFrame
-    from rich.console import Console, RenderableType
 
-SCRIPT_KIND = "script"
 PRECISION = "script"
 """A script's records say ``precision: script``: the script chose its own math."""
 UNIT = "samples"
@@ -98,17 +98,22 @@ def threads_ran_line(record: ResultBase) -> Optional[str]:
     return f"> [INFO] Your script ran {threads} intra-op thread(s) per rank"
 
 
-class ScriptKind:
+class ScriptKind(KindBase):
     name = SCRIPT_KIND
     config_section = SECTION
     settings_model = ScriptCellSettings
     worker_module = "torchscale.script.wrap"
     record_models: Tuple[Type[ResultBase], ...] = ()
-    """Its records are the training kind's (``TrainingResult``), parsed as those."""
-    selections: Tuple[str, ...] = ("all", "script")
+    """Its records are the training kind's (``TrainingResult``), parsed as those; ``owns``
+    tells its own apart."""
     profiled = True
     joins_warm_groups = False  # the script is the process: one launch each
     own_threads = True  # the script's threads are its own, as under plain torchrun
+
+    def owns(self, record: ResultBase) -> bool:
+        """A training record whose settings name a script, not a model."""
+        named = record.settings
+        return isinstance(record, TrainingResult) and "script" in named and "model" not in named
 
     def missing(self, config: BenchmarkConfig) -> Optional[str]:
         if script_section(config) is not None:
@@ -206,11 +211,6 @@ class ScriptKind:
         # The training record prints its figures (cli.benchmark_view); on CPU, the threads the
         # script ran with are said here, as its record holds them.
         return [line for r in records for line in [threads_ran_line(r)] if line]
-
-    def console_tables(
-        self, records: List[ResultBase], title: str, console: Console
-    ) -> List[RenderableType]:
-        return []  # the results table (training records) holds the script's rows
 
     def summary_tables(self, records: List[ResultBase]) -> Dict[str, DataFrame]:
         return {}  # summary.csv (the training kind's) holds the script's rows

@@ -11,6 +11,7 @@ from torchscale.config.settings import BenchmarkConfig, CellSettings
 from torchscale.hardware.device_noun import CUDA, count_text
 from torchscale.kinds.kind_registry import TRAINING_KIND
 from torchscale.models.registry import describe as describe_model
+from torchscale.plan.kind_base import KindBase
 from torchscale.plan.planned_cell import Cell, KindSettings
 from torchscale.plan.training_cells import (
     cell_id,
@@ -23,7 +24,6 @@ from torchscale.results.schema import CellStatus, ResultBase, TrainingResult
 
 if TYPE_CHECKING:
     from pandas import DataFrame
-    from rich.console import Console, RenderableType
 
     from torchscale.report.elements import Card, Section
     from torchscale.report.reported_kinds import RanIterations
@@ -40,16 +40,17 @@ def gpus_text(gpus: int, nnodes: int) -> str:
     return str(gpus) if nnodes <= 1 else f"{gpus} ({nnodes}x{int(gpus) // nnodes})"
 
 
-class TrainingKind:
+class TrainingKind(KindBase):
+    """The core kind: its pieces are the stages' own (see the module's docstring), so it
+    overrides nearly every default of ``KindBase``."""
+
     name = TRAINING_KIND
-    config_section = None
     settings_model = CellSettings
     worker_module = "torchscale.worker"
     record_models: Tuple[Type[ResultBase], ...] = (TrainingResult,)
     selections: Tuple[str, ...] = ("all", "training", "memory")
     profiled = True
     joins_warm_groups = True
-    own_threads = False
 
     def missing(self, config: BenchmarkConfig) -> Optional[str]:
         if config.models:
@@ -122,11 +123,6 @@ class TrainingKind:
         from torchscale.training.strategy_section import strategy_lines
 
         return strategy_lines(records)
-
-    def console_tables(
-        self, records: List[ResultBase], title: str, console: Console
-    ) -> List[RenderableType]:
-        return []  # the training results table is the console's own (cli.benchmark_view)
 
     def summary_tables(self, records: List[ResultBase]) -> Dict[str, DataFrame]:
         """``summary.csv``, written even before any training record exists."""
