@@ -8,8 +8,6 @@ from typing import List, Optional
 
 import pandas as pd
 
-from torchscale.analysis import iteration_breakdown as breakdown
-from torchscale.analysis.training_tables import training_table
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
@@ -21,7 +19,6 @@ from torchscale.report.elements import (
     make_table,
 )
 from torchscale.results.figures import EXPOSED_COMMUNICATION
-from torchscale.results.schema import ResultBase
 from torchscale.results.table_scalars import as_int
 
 MAX_BREAKDOWN_CHARTS = 6
@@ -62,10 +59,8 @@ def _breakdown_charts(table: pd.DataFrame) -> List[Chart]:
     return charts
 
 
-def comm_compute_section(records: List[ResultBase]) -> Optional[Section]:
-    labelled = training_table(records)
-    variants = dict(zip(labelled["cell_id"], labelled["variant"].astype(str)))
-    table = breakdown.comm_compute_table(records, variants)
+def comm_compute_section(table: pd.DataFrame) -> Optional[Section]:
+    """``table``: each traced rank's compute and communication per iteration."""
     if table.empty:
         return None
     ms = fmt.significant

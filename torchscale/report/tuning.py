@@ -10,11 +10,11 @@ from typing import Any, Dict, List, Optional
 
 import pandas as pd
 
+from torchscale.analysis.report_data import Experiment, ReportData
 from torchscale.errors import TorchscaleError
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
 from torchscale.report.elements import Chart, Column, Section, Series, make_table
-from torchscale.report.report_data import Experiment, ReportData
 from torchscale.results.figures import NOT_JUDGED
 from torchscale.results.json_input import read_json
 from torchscale.results.layout import TUNE_SUMMARY
