@@ -14,8 +14,9 @@ exist yet is a field of ``ReportTables``, computed in ``report_tables``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+import inspect
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
@@ -94,6 +95,49 @@ SECTIONS: Tuple[ReportSection, ...] = (
     ReportSection("kinds", ("records",), _kinds, several=True),  # each kind's own sections
     ReportSection("projection", ("projection", "past_prediction_error"), projection_section),
 )
+
+
+def _table_names() -> List[str]:
+    """What a section may draw: the fields of ``ReportTables`` and its properties."""
+    properties = [n for n, v in vars(ReportTables).items() if isinstance(v, property)]
+    return [f.name for f in fields(ReportTables)] + properties
+
+
+def section_problems(declared: Iterable[ReportSection]) -> List[str]:
+    """What is wrong with a list of sections (nothing: ``[]``): a section without a name or a
+    renderer, a table that does not exist, a renderer that takes other arguments than its
+    tables, a name declared twice."""
+    problems: List[str] = []
+    names: Dict[str, int] = {}
+    known = set(_table_names())
+    for section in declared:
+        if not section.name.strip():
+            problems.append("a report section has no name")
+        if not callable(section.draw):
+            problems.append(f"report section {section.name!r}: no renderer draws it")
+        else:
+            try:
+                inspect.signature(section.draw).bind(*section.tables)
+            except TypeError:
+                problems.append(
+                    f"report section {section.name!r}: its renderer does not take its tables "
+                    f"{section.tables}"
+                )
+        for table in section.tables:
+            if table not in known:
+                problems.append(f"report section {section.name!r}: no table {table!r}")
+        names[section.name] = names.get(section.name, 0) + 1
+    problems += [f"report section {n!r} declared {k} times" for n, k in names.items() if k > 1]
+    return problems
+
+
+def check_sections(declared: Iterable[ReportSection]) -> None:
+    problems = section_problems(declared)
+    if problems:
+        raise TypeError("; ".join(problems))
+
+
+check_sections(SECTIONS)  # a broken list fails at import, in every test, not on a user
 
 
 def built_sections(tables: ReportTables) -> List[Section]:
