@@ -74,6 +74,7 @@ class ReportTables:
 
     data: ReportData
     records: List[ResultBase]
+    on_cpu: bool  # the ranks were CPU processes: every text says so
     cell_table: pd.DataFrame  # every training cell, efficiency within its experiment, variants
     variants: Dict[str, str]  # cell id -> configuration label (the unlabelled training table's)
     summary: pd.DataFrame  # per model: the fastest cell, efficiency at the largest count
@@ -269,6 +270,7 @@ def report_tables(
     return ReportTables(
         data=data,
         records=records,
+        on_cpu=data.on_cpu,
         cell_table=table,
         variants=variants,
         summary=model_summary(table),

@@ -1,4 +1,6 @@
-"""Loaded results -> everything the templates show: summary, sections, findings, environment."""
+"""The report's tables -> everything the templates show: summary, sections, findings, environment.
+
+It draws what ``analysis.report_tables`` computed; the sections are ``report/section_list.py``'s."""
 
 from __future__ import annotations
 
@@ -208,7 +210,7 @@ def changed_settings_notes(data: ReportData) -> List[str]:
 def build_content(tables: ReportTables) -> ReportContent:
     """Every table and chart of the report, drawn from ``tables`` (computed before, once).
     On a CPU run every text says CPU process / rank where it would say GPU."""
-    with words.ranks_on_cpu(tables.data.on_cpu):
+    with words.ranks_on_cpu(tables.on_cpu):
         return _content(tables)
 
 
