@@ -153,6 +153,12 @@ def test_a_report_section_is_one_declaration(
     content = report_content(data)
     # drawn last, as declared, with the figures of the records (the analysis' table)
     assert content.sections[-1].section_id == "toy"
+    # every section drawn comes from the list: a declared name, or a kind's or a tuning run's own
+    named = {s.name for s in declared if not s.several}
+    assert {"scaling", "latency", "toy"} <= {s.section_id for s in content.sections}
+    assert all(
+        s.section_id in named or not s.section_id.startswith(tuple(named)) for s in content.sections
+    )
     measured = [r for r in data.records if isinstance(r, TrainingResult) and r.status == "ok"]
     table = content.sections[-1].tables[0]
     assert len(table.rows) == len(measured)

@@ -351,8 +351,8 @@ def _json(body: Any) -> bytes:
 
 def write_gpu_documents(counts: List[DocumentTables]) -> List[Path]:
     """The benchmark's documents, one per GPU count measured (``counts``: each count's tables),
-    in the experiment folder as seed 001 names them (``benchmark_4gpu.json``); returns their
-    paths."""
+    in the experiment folder as distributed_benchmarks names them (``benchmark_4gpu.json``);
+    returns their paths."""
     written = []
     for tables in counts:
         document = build_document(tables)
