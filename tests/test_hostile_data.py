@@ -322,8 +322,7 @@ def test_a_manifest_of_the_wrong_shape_is_left_out_or_one_line(
 
 
 def test_rank_tune_and_findings_readers_survive_any_document(small: Path, tmp_path: Path) -> None:
-    from torchscale.analysis.report_data import load_report_data, read_findings
-    from torchscale.report.tuning import read_summary
+    from torchscale.analysis.report_data import load_report_data, read_findings, read_summary
     from torchscale.results.rank_files import read_json
 
     deep = "[" * 50_000 + "]" * 50_000

@@ -446,10 +446,11 @@ def test_the_pdf_draws_every_stacked_chart_with_its_title(
 
 
 def test_tune_charts_show_whole_labels_and_the_finalists_intervals(tmp_path: Path) -> None:
+    from torchscale.analysis.report_tables import report_tables
     from torchscale.report.tuning import tuning_sections
 
     folder = _tune_folder(tmp_path)
-    (section,) = tuning_sections(load_report_data(folder))
+    (section,) = tuning_sections(report_tables(load_report_data(folder)).tuning)
     effects = next(c for c in section.charts if c.chart_id.startswith("tuning-effects"))
     assert effects.long_categories()
     layout = figure(effects)["layout"]

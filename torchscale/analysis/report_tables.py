@@ -24,7 +24,7 @@ from torchscale.analysis.lost_efficiency import lost_efficiency_table
 from torchscale.analysis.node_scaling import NODE_SCALING_COLUMNS, node_scaling
 from torchscale.analysis.profiled_cells import profile_table, trace_findings
 from torchscale.analysis.projection import ADD_INTER_NODE, Projection, ProjectionError, project
-from torchscale.analysis.report_data import Experiment, ReportData
+from torchscale.analysis.report_data import Experiment, ReportData, read_summary
 from torchscale.analysis.scaling import (
     efficiency_band,
     label_variants,
@@ -99,6 +99,7 @@ class ReportTables:
     cpu_telemetry: pd.DataFrame
     gpu_timeline: pd.DataFrame
     projection: Optional[ProjectionTables]
+    tuning: List[Tuple[str, Dict[str, Any]]]  # each tune folder's name and its tune.json
     comparison: Optional[ComparisonTables] = None
 
     @property
@@ -295,5 +296,6 @@ def report_tables(
         cpu_telemetry=_with_variant(cpu_table(records), variants),
         gpu_timeline=gpu_timeline(records),
         projection=report_projection(data),
+        tuning=[(e.name, s) for e in data.experiments if (s := read_summary(e)) is not None],
         comparison=ComparisonTables(*comparison) if comparison else None,
     )

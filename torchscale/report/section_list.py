@@ -75,7 +75,7 @@ def _kinds(records: Any) -> List[Optional[Section]]:
 
 SECTIONS: Tuple[ReportSection, ...] = (
     ReportSection("comparison", ("comparison",), _comparison),
-    ReportSection("tuning", ("data",), tuning_sections, several=True),
+    ReportSection("tuning", ("tuning",), tuning_sections, several=True),
     ReportSection("scaling", ("curves",), sections.scaling_section),
     ReportSection("nodes", ("nodes",), nodes.node_section),
     ReportSection(
