@@ -38,7 +38,7 @@ from torchscale.results.validity import INVALID, check_and_parse, latest_runs
 
 log = logging.getLogger("torchscale")
 MAX_SUMMARY_BYTES = 64 << 20
-"""The largest ``tune.json`` read."""
+"""The largest tuning summary (``TUNE_SUMMARY``) read."""
 TITLE_NAMES = 4
 """A report of several experiments names up to this many in its title."""
 
@@ -102,7 +102,8 @@ class ReportData:
 
 
 def read_summary(experiment: Experiment) -> Optional[Dict[str, Any]]:
-    """The experiment's tune.json, or None (not a tune folder, or unreadable: said in the log)."""
+    """The experiment's tuning summary (``TUNE_SUMMARY``), or None (not a tune folder, or
+    unreadable: said in the log)."""
     path = experiment.path / TUNE_SUMMARY
     if not path.exists():
         return None

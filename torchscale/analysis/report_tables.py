@@ -99,7 +99,7 @@ class ReportTables:
     cpu_telemetry: pd.DataFrame
     gpu_timeline: pd.DataFrame
     projection: Optional[ProjectionTables]
-    tuning: List[Tuple[str, Dict[str, Any]]]  # each tune folder's name and its tune.json
+    tuning: List[Tuple[str, Dict[str, Any]]]  # each tune folder's name and its summary
     comparison: Optional[ComparisonTables] = None
 
     @property
