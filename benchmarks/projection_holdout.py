@@ -26,8 +26,8 @@ from typer.testing import CliRunner
 
 from tests.support.shared_runs import PROJECTION_CONFIG
 from torchscale.analysis.projection import project
+from torchscale.analysis.report_data import load_report_data
 from torchscale.cli.app import app
-from torchscale.report.report_data import load_report_data
 from torchscale.results.schema import CollectiveResult, ResultBase
 
 

@@ -687,3 +687,122 @@ def test_the_record_shape_finder_sees_a_planted_check() -> None:
         (3, "'script' in settings"),
         (4, "'model' in settings"),
     ]
+
+
+def analysis_calls(tree: ast.Module) -> List[str]:
+    """What a module imports from ``torchscale.analysis`` that computes: a module or a function
+    (classes, the tables' types, and constants are what a drawing may take from it)."""
+    import importlib
+    import inspect
+
+    found: List[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [
+                f"{node.lineno}: import {alias.name}"
+                for alias in node.names
+                if alias.name.startswith("torchscale.analysis")
+            ]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            module = node.module or ""
+            if not module.startswith("torchscale"):
+                continue
+            for alias in node.names:
+                target = f"{module}.{alias.name}"
+                if not target.startswith("torchscale.analysis"):
+                    continue
+                if f"{module}.{alias.name}" in MODULES:
+                    found.append(f"{node.lineno}: {target} (a module)")
+                    continue
+                value = getattr(importlib.import_module(module), alias.name)
+                if inspect.isroutine(value) or isinstance(value, functools.partial):
+                    found.append(f"{node.lineno}: {target} (a function)")
+    return found
+
+
+def test_the_report_draws_and_never_computes() -> None:
+    """``report/`` takes its tables from ``analysis.report_tables`` (computed once, before any
+    drawing) and imports from ``analysis`` only types and constants, never a function."""
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}"
+        for path in sorted(REPORT.rglob("*.py"))
+        for line in analysis_calls(_tree(path))
+    ]
+    assert found == [], "compute it in analysis/report_tables.py:\n" + "\n".join(found)
+
+
+def test_the_compute_finder_sees_modules_functions_and_plain_imports() -> None:
+    planted = ast.parse(
+        "from torchscale.analysis.training_tables import training_table\n"
+        "from torchscale.analysis import cells\n"
+        "import torchscale.analysis.scaling\n"
+        "def f():\n"
+        "    from torchscale.analysis.findings import findings_table\n"
+        "from torchscale.analysis.scaling import EFFICIENCY_GOOD\n"
+        "from torchscale.analysis.report_tables import ReportTables\n"
+    )
+    assert [line.split(":")[0] for line in analysis_calls(planted)] == ["1", "2", "3", "5"]
+
+
+def built_section_names(trees: List[ast.Module]) -> Set[str]:
+    """Every section name a module builds: the literal first argument of each ``Section(...)``."""
+    found: Set[str] = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Section":
+                first = node.args[0] if node.args else None
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    found.add(first.value)
+    return found
+
+
+def section_declaration_gaps(trees: List[ast.Module], declared: Dict[str, bool]) -> List[str]:
+    """``declared``: each section's name, and whether it is several sections (named apart)."""
+    built = built_section_names(trees)
+    single = {name for name, several in declared.items() if not several}
+    return [f"section {n!r} is built but not declared" for n in sorted(built - set(declared))] + [
+        f"section {n!r} is declared but never built" for n in sorted(single - built)
+    ]
+
+
+def test_every_report_section_is_declared_once_and_built() -> None:
+    """The one list of sections (``report/section_list.py``): each has a renderer and its tables,
+    every section the report builds is declared there, and every one declared is built."""
+    from torchscale.report.section_list import SECTIONS, section_problems
+
+    assert section_problems(SECTIONS) == []
+    trees = [_tree(path) for path in sorted(REPORT.rglob("*.py"))]
+    declared = {s.name: s.several for s in SECTIONS}
+    assert section_declaration_gaps(trees, declared) == []
+
+
+def test_the_section_checks_report_each_missing_piece() -> None:
+    from torchscale.report.section_list import SECTIONS, ReportSection, section_problems
+
+    scaling = next(s for s in SECTIONS if s.name == "scaling")
+    planted_lists = {
+        "report section 'scaling' declared 2 times": (*SECTIONS, scaling),
+        "report section 'toy': no table 'toys'": (
+            *SECTIONS,
+            ReportSection("toy", ("toys",), scaling.draw),
+        ),
+        "report section 'toy': no renderer draws it": (
+            *SECTIONS,
+            ReportSection("toy", ("curves",), None),  # type: ignore[arg-type]
+        ),
+        "report section 'toy': its renderer does not take its tables": (
+            *SECTIONS,
+            ReportSection("toy", ("curves", "nodes"), scaling.draw),
+        ),
+    }
+    for problem, declared_list in planted_lists.items():
+        assert any(problem in p for p in section_problems(declared_list)), problem
+    trees = [_tree(path) for path in sorted(REPORT.rglob("*.py"))]
+    declared = {s.name: s.several for s in SECTIONS}
+    built_toy = ast.parse("Section('toy', 'Toy', 'A section no list declares.')")
+    assert section_declaration_gaps([*trees, built_toy], declared) == [
+        "section 'toy' is built but not declared"
+    ]
+    assert section_declaration_gaps(trees, {**declared, "toy": False}) == [
+        "section 'toy' is declared but never built"
+    ]

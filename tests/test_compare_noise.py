@@ -24,9 +24,9 @@ from tests.support.report_fixtures import MODELS, FixtureSpec, training_record, 
 from torchscale.analysis import noise
 from torchscale.analysis.bootstrap import CHUNK_ELEMENTS, MAX_BLOCKS
 from torchscale.analysis.comparison import REGRESSION, CompareOptions, compare_runs
+from torchscale.analysis.report_data import load_report_data
 from torchscale.cli.app import app
 from torchscale.measures.stats import t_quantile, time_stats
-from torchscale.report.report_data import load_report_data
 from torchscale.results.schema import TimeStats, TrainingResult
 from torchscale.results.store import ExperimentStore
 

@@ -732,8 +732,8 @@ def poisoned(root: Path, *, keep_valid: bool) -> Path:
 
 
 def test_impossible_figures_make_records_invalid_never_headlined(tmp_path: Path, caplog) -> None:
-    from torchscale.report.content import build_content
-    from torchscale.report.report_data import load_report_data
+    from torchscale.analysis.report_data import load_report_data
+    from torchscale.app.report import report_content
 
     folder = poisoned(tmp_path / "p", keep_valid=True)
     data = load_report_data(folder)
@@ -746,7 +746,7 @@ def test_impossible_figures_make_records_invalid_never_headlined(tmp_path: Path,
         assert text in reasons
     assert "step_times_ms[4] is -Infinity" in reasons
     assert "schema_version 99" in caplog.text
-    cards = {card.label: card for card in build_content(data).cards}
+    cards = {card.label: card for card in report_content(data).cards}
     measured_card = cards["Training cells measured"]
     assert measured_card.value == f"{len(by_status['ok'])} / {len(data.records)}"
     assert "4 invalid" in measured_card.detail
@@ -804,8 +804,8 @@ def test_one_unterminated_event_keeps_memory_bounded(tmp_path: Path) -> None:
 
 
 def test_resume_after_settings_changed_is_refused_unless_forced(tmp_path: Path) -> None:
-    from torchscale.report.content import build_content
-    from torchscale.report.report_data import load_report_data
+    from torchscale.analysis.report_data import load_report_data
+    from torchscale.app.report import report_content
 
     config = tmp_path / "c.yaml"
     config.write_text(SKIPPED_CONFIG.format(name="changed"))
@@ -829,7 +829,7 @@ def test_resume_after_settings_changed_is_refused_unless_forced(tmp_path: Path) 
     assert old.settings["measure_steps"] == 8 and new.settings["measure_steps"] == 30
     (change,) = store.manifest()["runs"][-1]["changed_settings"]
     assert change["changes"] == ["measure_steps 8 -> 30"]
-    headlines = build_content(load_report_data(store.root)).headlines
+    headlines = report_content(load_report_data(store.root)).headlines
     assert any("--resume --force" in h and "measure_steps 8 -> 30" in h for h in headlines)
     assert runner.invoke(app, [*args, "--force"]).exit_code == 2  # --force alone means nothing
 

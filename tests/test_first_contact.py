@@ -493,10 +493,10 @@ def test_a_gloo_cpu_run_gets_no_gpu_interconnect_advice(healthy_run: Run) -> Non
 
 
 def _fixture_content(fixture_results: Path) -> Any:
-    from torchscale.report.content import build_content
-    from torchscale.report.report_data import load_report_data
+    from torchscale.analysis.report_data import load_report_data
+    from torchscale.app.report import report_content
 
-    return build_content(load_report_data(fixture_results))
+    return report_content(load_report_data(fixture_results))
 
 
 def test_band_labels_and_the_ideal_line_are_legend_entries(fixture_results: Path) -> None:
@@ -560,9 +560,8 @@ def test_in_chromium_no_band_label_is_inside_a_plot(
 def test_two_experiments_are_both_named_and_label_their_findings(tmp_path: Path) -> None:
     from tests.support.pdf_pages import needs_poppler, pages_text
     from tests.support.report_fixtures import FixtureSpec, write_experiment
-    from torchscale.app.report import ReportRequest, generate_report
-    from torchscale.report.content import build_content
-    from torchscale.report.report_data import load_report_data
+    from torchscale.analysis.report_data import load_report_data
+    from torchscale.app.report import ReportRequest, generate_report, report_content
 
     small = {"batch_sizes": (32,), "failures": False, "collectives": False}
     write_experiment(tmp_path, FixtureSpec(name="exp-a", gpu_counts=(1, 2, 8), **small))
@@ -571,7 +570,7 @@ def test_two_experiments_are_both_named_and_label_their_findings(tmp_path: Path)
     twice = b / "cells" / "profile-again" / "profile"
     twice.mkdir(parents=True)
     shutil.copy(b / "cells" / "profile-8gpu" / "profile" / "findings.json", twice)
-    content = build_content(load_report_data(tmp_path))
+    content = report_content(load_report_data(tmp_path))
     assert content.title == "exp-a and exp-b"
     findings = content.findings
     assert {f["experiment"] for f in findings} == {"exp-a", "exp-b"}
@@ -594,8 +593,8 @@ def test_environment_versions_read_as_versions(
     request: pytest.FixtureRequest, session_report: SessionReport
 ) -> None:
     from tests.support.pdf_pages import needs_poppler, pages_text
+    from torchscale.analysis.report_data import Experiment
     from torchscale.report.environment_block import cudnn_version, environment_block
-    from torchscale.report.report_data import Experiment
 
     assert [cudnn_version(v) for v in (91002, 92600, 90100, 8902, 7605)] == [
         "9.10.2", "9.26.0", "9.1.0", "8.9.2", "7.6.5"
@@ -649,12 +648,12 @@ def test_highest_throughput_per_unit_and_efficiency_never_averaged_across_models
     mean of its own repeats), never a mean over the two models."""
     import statistics
 
-    from torchscale.report.content import build_content
-    from torchscale.report.report_data import load_report_data
+    from torchscale.analysis.report_data import load_report_data
+    from torchscale.app.report import report_content
 
     folder = REPO / "tests" / "data" / "compare_unchanged" / "before" / "cpu_smoke"
     records = [r for r in ExperimentStore(folder).records() if isinstance(r, TrainingResult)]
-    cards = {c.label: c for c in build_content(load_report_data(folder)).cards}
+    cards = {c.label: c for c in report_content(load_report_data(folder)).cards}
     highest = {label: card for label, card in cards.items() if label.startswith("Highest")}
     units = {r.unit for r in records}
     assert units == {"images", "tokens"}

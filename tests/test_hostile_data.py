@@ -270,7 +270,7 @@ def test_damaged_results_lines_are_skipped_by_name_never_a_traceback(
         good + f'{nested}\n[1, 2]\n{shallow}\n"text"\n{long_line}\n{{"kind": [1]}}\n'
     )
     monkeypatch.setattr(json_input, "MAX_LINE_BYTES", limit)
-    from torchscale.report.report_data import load_report_data
+    from torchscale.analysis.report_data import load_report_data
 
     data = load_report_data(folder)
     warned = text_of(said)
@@ -293,7 +293,7 @@ def test_damaged_results_lines_are_skipped_by_name_never_a_traceback(
 def test_a_manifest_of_the_wrong_shape_is_left_out_or_one_line(
     small: Path, tmp_path: Path, said: List[logging.LogRecord]
 ) -> None:
-    from torchscale.report.report_data import load_report_data
+    from torchscale.analysis.report_data import load_report_data
 
     folder = copied(small, tmp_path)
     manifest = folder / "manifest.json"
@@ -322,8 +322,7 @@ def test_a_manifest_of_the_wrong_shape_is_left_out_or_one_line(
 
 
 def test_rank_tune_and_findings_readers_survive_any_document(small: Path, tmp_path: Path) -> None:
-    from torchscale.report.report_data import load_report_data, read_findings
-    from torchscale.report.tuning import read_summary
+    from torchscale.analysis.report_data import load_report_data, read_findings, read_summary
     from torchscale.results.rank_files import read_json
 
     deep = "[" * 50_000 + "]" * 50_000
@@ -451,8 +450,8 @@ def test_a_crash_is_exit_3_never_1(small: Path, monkeypatch: pytest.MonkeyPatch)
 def test_a_cell_recorded_twice_counts_once(
     small: Path, tmp_path: Path, said: List[logging.LogRecord]
 ) -> None:
-    from torchscale.report.content import build_content
-    from torchscale.report.report_data import load_report_data
+    from torchscale.analysis.report_data import load_report_data
+    from torchscale.app.report import report_content
 
     folder = copied(small, tmp_path)
     results = folder / "results.jsonl"
@@ -464,7 +463,7 @@ def test_a_cell_recorded_twice_counts_once(
     assert "3 cell(s) recorded more than once" in text_of(said)
     assert "its last run used" in text_of(said)
     assert any(r.levelno == logging.WARNING for r in said)
-    (card,) = [c for c in build_content(data).cards if c.label == "Training cells measured"]
+    (card,) = [c for c in report_content(data).cards if c.label == "Training cells measured"]
     assert card.value == "3 / 3"
     # A failed cell re-run with --retry-failed: the retry counts, said at info level only.
     documents = lines_of(small / "results.jsonl")

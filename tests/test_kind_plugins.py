@@ -229,8 +229,9 @@ def test_a_kind_lacking_a_piece_without_a_default_is_one_line_naming_it(
 
 
 def test_a_kind_tells_the_json_document_what_its_cells_ran(tmp_path: Path) -> None:
+    from torchscale.analysis.report_data import Experiment
+    from torchscale.analysis.report_tables import document_tables
     from torchscale.report.document import build_document
-    from torchscale.report.report_data import Experiment
 
     identity = {"experiment": "toys", "world_size": 1, "nproc_per_node": 1}
     records = [
@@ -239,7 +240,9 @@ def test_a_kind_tells_the_json_document_what_its_cells_ran(tmp_path: Path) -> No
     ]
     with added_kind(FULLER_TOY):
         experiment = Experiment("toys", tmp_path / "toys", {}, records)
-        config = build_document(experiment, tmp_path).model_dump(mode="json")["config"]
+        config = build_document(document_tables(experiment, tmp_path)).model_dump(mode="json")[
+            "config"
+        ]
     # the kind's own entry, under its name; the seed's one number from the first kind that ran
     assert config["iterations"] == {"toy": {"warmup": [0], "measured": [2, 5]}}
     assert (config["warmup_iters"], config["benchmark_iters"]) == (0, 2)

@@ -40,7 +40,7 @@ def test_causes_are_the_changes_of_the_step_parts_and_add_up_to_the_gap():
 
 
 def test_section_renders_the_table_and_a_stacked_chart():
-    section = lost_efficiency_section([_record(BASE), _record(SCALED)])
+    section = lost_efficiency_section(lost_efficiency_table([_record(BASE), _record(SCALED)]))
     assert section is not None and section.section_id == "lost-efficiency"
     (table,) = section.tables
     headers = [h for h, _ in table.headers]
@@ -51,4 +51,6 @@ def test_section_renders_the_table_and_a_stacked_chart():
     (gap,) = [s for s in chart.series if s.kind == "marker"]
     table_rows = lost_efficiency_table([_record(BASE), _record(SCALED)])
     assert gap.name == "measured gap" and gap.y == table_rows["gap_pts"].tolist()
-    assert lost_efficiency_section([_record(BASE)]) is None  # one GPU count: nothing to split
+    assert (
+        lost_efficiency_section(lost_efficiency_table([_record(BASE)])) is None
+    )  # one GPU count: nothing to split

@@ -5,18 +5,22 @@ one declaration and seen by the fast code path (no torchrun):
   ``profile analyze``, written as its CSV, listed in findings.json and on the console;
 * a validate probe: one ``Probe`` entry with its SKU figure (``hardware/expected_figures.py``)
   and its measurement (``Measure.figure``, as ``validate/device_probes.py`` calls it) -> timed on
-  this CPU, judged against its SKU figure and its peer, its row with its label, unit and fix.
+  this CPU, judged against its SKU figure and its peer, its row with its label, unit and fix;
+* a report section: its renderer of the analysis' tables and one ``ReportSection`` line
+  (``report/section_list.py``) -> drawn in its place, in the HTML and its contents, its charts
+  among the PNG charts.
 
 (A cell kind's recipe is proven by tests/test_kind_plugins.py with tests/support/toy_kind.py.)
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import pandas as pd
 import pytest
@@ -26,6 +30,8 @@ from tests.support.profile_helpers import DATA
 from torchscale.cli.app import app
 from torchscale.profiling import trace_tables
 from torchscale.profiling.traces.model import RankTrace
+from torchscale.report import formatting as fmt
+from torchscale.report.elements import Chart, Column, Section, Series, make_table
 from torchscale.results.layout import FINDINGS_FILE
 
 runner = CliRunner()
@@ -110,3 +116,60 @@ def test_a_validate_probe_is_one_declaration(monkeypatch: pytest.MonkeyPatch) ->
     assert f"of expected {format_value(1e6)}" in row.value and "0.50 of its peers" in row.value
     [failed] = error_checks(run.errors)
     assert failed.name == "Toy fill (could not run)" and "out of memory for the toy" in failed.value
+
+
+def toy_section(cell_table: pd.DataFrame) -> Optional[Section]:
+    """The toy section: every measured training cell's throughput, as a table and a bar chart
+    (drawn from a table the analysis computed: nothing computed here)."""
+    ok = cell_table[cell_table["status"] == "ok"]
+    if ok.empty:
+        return None
+    labels = [f"{m} × {w}" for m, w in zip(ok["model"], ok["world_size"])]
+    rows = ok.assign(cell=labels)[["cell", "throughput"]]
+    chart = Chart(
+        "toy-chart", "Toy throughput", "cell", "per s",
+        [Series("throughput", labels, rows["throughput"].tolist(), kind="bar")],
+        rows, x_type="category",
+    )  # fmt: skip
+    columns = [Column("cell", "Cell", fmt.text, numeric=False), Column("throughput", "Per s", str)]
+    return Section("toy", "Toy throughputs", "Every cell's throughput.", charts=[chart],
+                   tables=[make_table("toy-table", rows, columns)])  # fmt: skip
+
+
+def test_a_report_section_is_one_declaration(
+    monkeypatch: pytest.MonkeyPatch, fixture_results: Path
+) -> None:
+    from torchscale.analysis.report_data import load_report_data
+    from torchscale.app.report import report_content
+    from torchscale.report import section_list
+    from torchscale.report.render import render_html
+    from torchscale.results.schema import TrainingResult
+
+    toy = section_list.ReportSection("toy", ("cell_table",), toy_section)
+    declared = (*section_list.SECTIONS, toy)
+    section_list.check_sections(declared)
+    monkeypatch.setattr(section_list, "SECTIONS", declared)  # the recipe's one line
+    data = load_report_data(fixture_results)
+    content = report_content(data)
+    # drawn last, as declared, with the figures of the records (the analysis' table)
+    assert content.sections[-1].section_id == "toy"
+    # every section drawn comes from the list: a declared name, or a kind's or a tuning run's own
+    named = {s.name for s in declared if not s.several}
+    assert {"scaling", "latency", "toy"} <= {s.section_id for s in content.sections}
+    assert all(
+        s.section_id in named or not s.section_id.startswith(tuple(named)) for s in content.sections
+    )
+    measured = [r for r in data.records if isinstance(r, TrainingResult) and r.status == "ok"]
+    table = content.sections[-1].tables[0]
+    assert len(table.rows) == len(measured)
+    shown = csv.DictReader(io.StringIO(base64.b64decode(table.csv_uri.split(",")[1]).decode()))
+    assert sorted(float(row["throughput"]) for row in shown) == sorted(
+        r.throughput for r in measured
+    )
+    assert content.charts[-1].chart_id == "toy-chart"  # PNG charts are the sections' charts
+    html = render_html(content)  # the HTML (and the PDF, its template) shows it, in its contents
+    assert '<section id="toy" class="report-section">' in html and 'href="#toy"' in html
+    assert html.index('href="#projection"') < html.index('href="#toy"')
+    section_list.check_sections(section_list.SECTIONS)
+    with pytest.raises(TypeError, match="report section 'toy' declared 2 times"):
+        section_list.check_sections((*declared, toy))

@@ -29,8 +29,10 @@ from torchscale.analysis.comparison import (
     compare_runs,
 )
 from torchscale.analysis.findings import findings_table, normalize, record_findings
+from torchscale.analysis.report_data import load_report_data
 from torchscale.analysis.scaling import label_variants, scaling_curves
 from torchscale.analysis.training_tables import training_table
+from torchscale.app.report import report_content
 from torchscale.comm.report_sections import (
     REPORT_COLLECTIVE_COLUMNS,
     bandwidth_charts,
@@ -38,9 +40,7 @@ from torchscale.comm.report_sections import (
 )
 from torchscale.comm.result_tables import collective_table
 from torchscale.report.charts import cell_labels, comparison_charts
-from torchscale.report.content import build_content
 from torchscale.report.plotly_charts import figure, figures_json
-from torchscale.report.report_data import load_report_data
 from torchscale.report.svg_charts import nice_ticks, svg
 from torchscale.results.schema import TrainingResult, parse_record
 
@@ -229,7 +229,7 @@ def test_findings_read_defensively_and_sorted_by_severity(fixture_data) -> None:
     assert {tuple(f["ranks"]) for f in from_records} >= {(FixtureSpec().straggler[2],)}
     assert findings_table(found)["severity"].tolist()[0] == "high"
     # The findings card counts them by severity, in the one vocabulary: "2 high · 3 medium".
-    content = build_content(fixture_data)
+    content = report_content(fixture_data)
     (card,) = [c for c in content.cards if c.label == "Findings"]
     counts = Counter(str(f["severity"]) for f in content.findings)
     assert set(counts) <= {"high", "medium", "low"}
@@ -346,7 +346,7 @@ def test_one_gpu_count_on_two_node_layouts_stays_two_cells() -> None:
 def test_every_chart_is_valid_plotly_and_svg(fixture_data) -> None:
     import plotly.graph_objects as go
 
-    content = build_content(fixture_data)
+    content = report_content(fixture_data)
     assert len(content.charts) >= 14
     for chart in content.charts:
         assert chart.has_data(), chart.chart_id
@@ -377,7 +377,7 @@ def test_several_experiments_scale_against_their_own_baselines(tmp_path: Path) -
     write_experiment(tmp_path, FixtureSpec(name="exp-a", gpu_counts=(1, 2), **small))
     write_experiment(tmp_path, FixtureSpec(name="exp-b", gpu_counts=(1, 4), seed=3, **small))
     data = load_report_data(tmp_path)
-    content = build_content(data)
+    content = report_content(data)
     assert content.title == "exp-a and exp-b"  # both named
     scaling = next(s for s in content.sections if s.section_id == "scaling").tables[0]
     assert scaling.headers[0] == ("Experiment", False)
@@ -401,13 +401,13 @@ def test_communication_only_and_all_failed_results(tmp_path: Path) -> None:
             tmp_path, FixtureSpec(name="comm", models=(), failures=False, findings=False)
         )
     )
-    content = build_content(comm)
+    content = report_content(comm)
     assert [s.section_id for s in content.sections] == ["communication"]
     assert {c.chart_id for c in content.charts} == {"bandwidth-all-gather", "bandwidth-all-reduce"}
     assert "busbw GB/s" in render_html(content)
     failed = load_report_data(write_experiment(tmp_path, FixtureSpec(
         name="failed", batch_sizes=(), collectives=False, findings=False)))  # fmt: skip
-    content = build_content(failed)
+    content = report_content(failed)
     assert content.sections == [] and content.charts == []
     assert len(content.failures.rows) == 3
     assert content.cards[0].value == "0 / 3"

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from tests.support.html_tables import html_tables
 from tests.support.shared_runs import Run
+from torchscale.analysis.report_data import load_report_data
 from torchscale.cli.app import app
 from torchscale.report import formatting as fmt
-from torchscale.report.report_data import load_report_data
 from torchscale.results.schema import CollectiveResult, TpGemmResult, TrainingResult
 
 pytestmark = pytest.mark.slow

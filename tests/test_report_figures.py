@@ -39,8 +39,12 @@ from tests.support.report_fixtures import (
 )
 from tests.support.shared_runs import ProfileRun, Run
 from tests.support.step_records import parts_record as _parts
+from torchscale.analysis.iteration_breakdown import comm_compute_table
 from torchscale.analysis.lost_efficiency import lost_efficiency_table
+from torchscale.analysis.report_data import load_report_data
+from torchscale.analysis.report_tables import cell_variants, document_tables, experiments_tables
 from torchscale.analysis.training_tables import training_table
+from torchscale.app.report import report_content
 from torchscale.cli.app import app
 from torchscale.hardware.device_noun import cpu_run_note
 from torchscale.measures.figures import (
@@ -54,12 +58,10 @@ from torchscale.measures.figures import (
 from torchscale.report import formatting as fmt
 from torchscale.report.breakdown_sections import comm_compute_section
 from torchscale.report.charts import VERDICT_COLORS, comparison_charts
-from torchscale.report.content import build_content
 from torchscale.report.document import build_document, render_documents
 from torchscale.report.elements import Chart, Series
 from torchscale.report.lost_efficiency_section import lost_efficiency_section
 from torchscale.report.plotly_charts import figure
-from torchscale.report.report_data import load_report_data
 from torchscale.report.svg_charts import LABEL_LINE, _Frame, svg, wrap_label
 from torchscale.results.files import append_jsonl
 from torchscale.results.layout import FINDINGS_FILE
@@ -136,7 +138,10 @@ def test_one_rank_has_no_sync_overhead_and_one_count_no_scaling_efficiency(
     by_cell = {(r["Configuration"], r["GPUs"]): r for r in rows}
     assert by_cell[("batch 64", "4")]["Scaling efficiency"] == fmt.MISSING
     assert by_cell[("batch 32", "1")][f"{SYNC_OVERHEAD.title} %"] == fmt.MISSING
-    entries = {e.world_size: e for e in build_document(data.experiments[0]).results.training}
+    entries = {
+        e.world_size: e
+        for e in build_document(document_tables(data.experiments[0])).results.training
+    }
     assert entries[4].scaling_efficiency is None and entries[1].sync_overhead_pct is None
 
 
@@ -157,7 +162,7 @@ def _console_rows(view, monkeypatch, records) -> List[Dict[str, str]]:  # type: 
 def _render(data) -> str:  # type: ignore[no-untyped-def]
     from torchscale.report.render import render_html
 
-    return render_html(build_content(data))
+    return render_html(report_content(data))
 
 
 # --- a profile run in a benchmark's folder is that experiment's profile -------------------------
@@ -177,7 +182,7 @@ def test_a_profile_run_beside_its_benchmark_is_that_experiments_profile(tmp_path
     data = load_report_data(root)
     assert data.title == "scaling_analysis" and len(data.experiments) == 1
     assert [p.path for p in data.experiments[0].profiles] == [run]
-    content = build_content(data)
+    content = report_content(data)
     assert content.title == "scaling_analysis"
     assert (content.cards[0].label, content.cards[0].value) == ("Training cells measured", "3 / 3")
     html = _render(data)
@@ -197,7 +202,7 @@ def test_a_profile_run_beside_its_benchmark_is_that_experiments_profile(tmp_path
     (relation,) = next(s for s in content.sections if s.section_id == "profiles").notes
     assert f"sync overhead of {fmt.percent(overhead)}" in relation
     assert "sync stall time of 10.7%" in relation
-    document = json.loads(render_documents(data))
+    document = json.loads(render_documents(experiments_tables(data)))
     assert isinstance(document, dict) and document["name"] == "scaling_analysis"
     assert [p["traced_by"] for p in document["profiles"]] == [
         "benchmark cell",
@@ -281,7 +286,7 @@ def test_a_cpu_runs_first_screen_and_first_pdf_page_say_cpu_processes(
     assert "SCALING EFFICIENCY AT 2 CPU PROCESSES" in first_page
     # Past the first screen too: every section, table, chart and page says CPU process or rank.
     data = load_report_data(healthy_run.experiment_dir)
-    content = build_content(data)
+    content = report_content(data)
     shown = {s.section_id for s in content.sections if not s.is_empty}
     assert {"memory", "lost-efficiency", "scaling", "latency"} <= shown  # the sections scanned
     assert _gpu_words(_text(html)) == []
@@ -302,7 +307,7 @@ def test_a_cpu_runs_first_screen_and_first_pdf_page_say_cpu_processes(
     assert 'id="glossary-gpu-memory-utilisation"' not in html
     lost = html_tables(html)["lost-efficiency-table"]
     assert [row["Ranks"] for row in lost] == ["2"]
-    document = build_document(data.experiments[0])
+    document = build_document(document_tables(data.experiments[0]))
     assert document.config.ranks == "CPU processes" and "not GPU figures" in str(
         document.config.note
     )
@@ -329,7 +334,9 @@ def test_glossary_names_are_the_same_on_console_html_and_json_for_one_cell(
     (cell,) = [r for r in scaling if r["Ranks"] == "2"]
     assert cell[f"{SYNC_OVERHEAD.title} %"] == fmt.percent(overhead)
     assert cell[SCALING_EFFICIENCY.title] == fmt.fraction(efficiency)
-    document = build_document(load_report_data(folder).experiments[0]).model_dump(mode="json")
+    document = build_document(document_tables(load_report_data(folder).experiments[0])).model_dump(
+        mode="json"
+    )
     (entry,) = [e for e in document["results"]["training"] if e["world_size"] == 2]
     assert entry[SYNC_OVERHEAD.column] == pytest.approx(overhead)
     assert entry[SCALING_EFFICIENCY.column] == pytest.approx(efficiency)
@@ -349,15 +356,15 @@ def _stacked_charts(fixture_results: Path) -> List[Chart]:
     """Every kind of stacked chart, from fixed inputs: the fixture's memory and lost-efficiency
     charts, a lost-efficiency chart with a negative cause, DDP's comm-vs-compute bars, and the
     parts 60, 55 and -40 whose net total (75) is below the stack's top (115)."""
-    content = build_content(load_report_data(fixture_results))
-    lost = lost_efficiency_section(CAUSES_WITH_A_GAIN)
+    content = report_content(load_report_data(fixture_results))
+    lost = lost_efficiency_section(lost_efficiency_table(CAUSES_WITH_A_GAIN))
     ddp = {"ddp_forward_compute_ms": 30.0, "ddp_backward_compute_ms": 60.0,
            "ddp_backward_comm_ms": 25.0, "ddp_backward_overlap_ms": 18.0}  # fmt: skip
     record = CAUSES_WITH_A_GAIN[1]
     traced = record.model_copy(
         update={"per_rank": [r.model_copy(update=ddp) for r in record.per_rank]}
     )
-    comm = comm_compute_section([traced])
+    comm = comm_compute_section(comm_compute_table([traced], cell_variants([traced])))
     assert lost is not None and comm is not None
     x = ["batch 4, 2 ranks"]
     parts = [Series(n, x, [v], kind="bar") for n, v in (("a", 60.0), ("b", 55.0), ("c", -40.0))]
@@ -431,7 +438,7 @@ def test_stacked_bars_with_negative_parts_fit_their_axis_in_the_pdf_and_the_html
 def test_the_pdf_draws_every_stacked_chart_with_its_title(
     fixture_results: Path, session_report: SessionReport
 ) -> None:
-    content = build_content(load_report_data(fixture_results))
+    content = report_content(load_report_data(fixture_results))
     stacked = [c for c in content.charts if c.barmode == "stack"]
     assert stacked
     text = " ".join(" ".join(pages_text(session_report(fixture_results, "pdf"))).split())
@@ -440,10 +447,11 @@ def test_the_pdf_draws_every_stacked_chart_with_its_title(
 
 
 def test_tune_charts_show_whole_labels_and_the_finalists_intervals(tmp_path: Path) -> None:
+    from torchscale.analysis.report_tables import report_tables
     from torchscale.report.tuning import tuning_sections
 
     folder = _tune_folder(tmp_path)
-    (section,) = tuning_sections(load_report_data(folder))
+    (section,) = tuning_sections(report_tables(load_report_data(folder)).tuning)
     effects = next(c for c in section.charts if c.chart_id.startswith("tuning-effects"))
     assert effects.long_categories()
     layout = figure(effects)["layout"]
@@ -544,7 +552,7 @@ def test_the_communication_only_reports_first_cards(tmp_path: Path) -> None:
              "error": "needs 16 GPUs; this node has 8"},
         )  # fmt: skip
     records = load_report_data(folder).records
-    content = build_content(load_report_data(folder))
+    content = report_content(load_report_data(folder))
     statuses = [r.status for r in records]
     first = content.cards[0]
     assert first.label == "Communication cells measured"

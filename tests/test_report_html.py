@@ -20,8 +20,8 @@ from tests.support.report_fixtures import (
     environment,
 )
 from torchscale.analysis.lost_efficiency import CAUSES, lost_efficiency_table
+from torchscale.analysis.report_data import load_report_data
 from torchscale.report.lost_efficiency_section import LABELS
-from torchscale.report.report_data import load_report_data
 from torchscale.results.schema import TrainingResult
 
 

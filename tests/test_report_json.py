@@ -116,13 +116,14 @@ def _tp_gemm(order: str, time_us: float, sharded_us: Optional[float]) -> TpGemmR
 def test_tp_gemm_entries_and_table_carry_the_sharded_compute_time(tmp_path: Path) -> None:
     """``compute_only: [.., sharded]``: each rank's GEMM alone reaches the document's TP GEMM
     entries and the report's TP GEMM table, not only the console and summary_tp_gemm.csv."""
-    from torchscale.report.content import build_content
+    from torchscale.analysis.report_data import Experiment, ReportData
+    from torchscale.analysis.report_tables import document_tables
+    from torchscale.app.report import report_content
     from torchscale.report.document import build_document
-    from torchscale.report.report_data import Experiment, ReportData
 
     records = [_tp_gemm("AG_before", 90.0, 20.0), _tp_gemm("AG_after", 80.0, 22.0)]
     experiment = Experiment("tp", tmp_path / "tp", {}, list(records))
-    document = build_document(experiment, tmp_path).model_dump(mode="json")
+    document = build_document(document_tables(experiment, tmp_path)).model_dump(mode="json")
     jsonschema.validate(document, document_schema())
     entries = {entry["order"]: entry for entry in document["results"]["tp_gemm"]}
     for record in records:
@@ -134,7 +135,7 @@ def test_tp_gemm_entries_and_table_carry_the_sharded_compute_time(tmp_path: Path
 
     def table(records: List[TpGemmResult]) -> Dict[str, str]:
         data = ReportData(tmp_path, [Experiment("tp", tmp_path / "tp", {}, list(records))])
-        shown = [t for s in build_content(data).sections for t in s.tables]
+        shown = [t for s in report_content(data).sections for t in s.tables]
         (gemm,) = [t for t in shown if t.table_id == "tp-gemm-table"]
         (row,) = gemm.rows
         return {header: cell for (header, _), (cell, _) in zip(gemm.headers, row)}

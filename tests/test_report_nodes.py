@@ -24,13 +24,13 @@ from tests.support.report_fixtures import (
     write_experiment,
 )
 from torchscale.analysis.node_scaling import node_scaling
+from torchscale.analysis.report_data import load_report_data
+from torchscale.analysis.report_tables import node_rows
 from torchscale.analysis.scaling import label_variants
 from torchscale.analysis.training_tables import training_table
-from torchscale.report.content import build_content
+from torchscale.app.report import report_content
 from torchscale.report.elements import PALETTE
-from torchscale.report.node_section import node_rows
 from torchscale.report.plotly_charts import figure
-from torchscale.report.report_data import load_report_data
 from torchscale.report.svg_charts import svg
 
 G = NODE_SPEC.gpus_per_node
@@ -128,7 +128,7 @@ def test_node_charts_plot_each_factor_of_each_configuration(nodes) -> None:
 def test_node_charts_are_valid_plotly_and_draw_every_series_in_svg(nodes) -> None:
     import plotly.graph_objects as go
 
-    content = build_content(nodes[4])
+    content = report_content(nodes[4])
     charts = [c for c in content.charts if c.chart_id.startswith("nodes-")]
     assert len(charts) == 2
     for chart in charts:
@@ -192,7 +192,7 @@ def test_node_rows_stay_within_each_experiment(tmp_path: Path) -> None:
             assert mine[column].to_numpy() == pytest.approx(own[column].to_numpy())
     inter = rows[rows["nnodes"] == 2].set_index("experiment")["inter_node_efficiency"]
     assert inter["nodes-b"] < inter["nodes-a"] < 1.0
-    assert "nodes-b, the lowest" in build_content(data).headlines[0]  # names the slower run
+    assert "nodes-b, the lowest" in report_content(data).headlines[0]  # names the slower run
 
 
 @needs_poppler

@@ -128,10 +128,10 @@ def test_one_severity_vocabulary_in_html_and_pdf(noisy: Dict[str, Any]) -> None:
 
 
 def test_no_tuning_advice_for_a_loss_the_busy_host_explains(noisy: Dict[str, Any]) -> None:
-    from torchscale.report.content import build_content
-    from torchscale.report.report_data import load_report_data
+    from torchscale.analysis.report_data import load_report_data
+    from torchscale.app.report import report_content
 
-    content = build_content(load_report_data(noisy["folder"]))
+    content = report_content(load_report_data(noisy["folder"]))
     (scaling,) = [f for f in content.findings if f["category"] == "scaling"]
     advice = scaling["recommendation"]
     assert f"a rank waited for a CPU {WAIT_SHARE:.0%} of its measured window" in advice

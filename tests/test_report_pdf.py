@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.pdf_pages import ink, needs_poppler, pages_png, pages_text
 from tests.support.report_fixtures import SCRIPT_NAME, SessionReport
-from torchscale.report.report_data import load_report_data
+from torchscale.analysis.report_data import load_report_data
 
 pytestmark = needs_poppler
 

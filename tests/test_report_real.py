@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from tests.support.html_tables import displayed_close, html_tables
 from tests.support.report_fixtures import SCRIPT_NAME, SessionReport
 from tests.support.shared_runs import Run
+from torchscale.analysis.report_data import load_report_data
 from torchscale.cli.app import app
-from torchscale.report.report_data import load_report_data
 from torchscale.results.schema import TrainingResult
 
 pytestmark = pytest.mark.slow  # every test here reports on a real CPU benchmark (torchrun launches)

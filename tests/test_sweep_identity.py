@@ -130,10 +130,10 @@ def _identities(table: Table) -> List[Tuple[str, ...]]:
 
 
 def test_every_report_table_and_chart_keeps_each_value_apart(swept: Path) -> None:
-    from torchscale.report.content import build_content
-    from torchscale.report.report_data import load_report_data
+    from torchscale.analysis.report_data import load_report_data
+    from torchscale.app.report import report_content
 
-    content = build_content(load_report_data(swept.parent), None)
+    content = report_content(load_report_data(swept.parent))
     tables: Dict[str, Table] = {t.table_id: t for s in content.sections for t in s.tables}
     for table_id, table in tables.items():
         identities = _identities(table)

@@ -99,10 +99,10 @@ def test_the_finding_quotes_the_probe_that_explains_it(results: Path) -> None:
 
 
 def test_the_report_shows_it(results: Path) -> None:
-    from torchscale.report.content import build_content
-    from torchscale.report.report_data import load_report_data
+    from torchscale.analysis.report_data import load_report_data
+    from torchscale.app.report import report_content
 
-    content = build_content(load_report_data(results / SPEC.name))
+    content = report_content(load_report_data(results / SPEC.name))
     [finding] = [f for f in content.findings if f["ranks"] == [5]]
     assert "Rank 5 is on node-b GPU 1, whose GEMM bf16 on GPU 1 ran at 0.81" in finding["message"]
 
@@ -220,8 +220,8 @@ def test_a_telemetry_straggler_finding_is_attributed_as_the_straggler_findings_a
 
 
 def test_the_report_quotes_it_under_the_telemetry_finding(results: Path, tmp_path: Path) -> None:
-    from torchscale.report.content import build_content
-    from torchscale.report.report_data import load_report_data
+    from torchscale.analysis.report_data import load_report_data
+    from torchscale.app.report import report_content
 
     [record] = training(results)
     folder = tmp_path / "thermal"
@@ -229,7 +229,7 @@ def test_the_report_quotes_it_under_the_telemetry_finding(results: Path, tmp_pat
     (folder / "results.jsonl").write_text(throttled(record, {5: 0.6}).model_dump_json() + "\n")
     (folder / "manifest.json").write_text(json.dumps({"experiment": "thermal"}))
     atomic_write_json(validate_record_path(tmp_path, "node-b"), node_b_report())
-    content = build_content(load_report_data(folder))
+    content = report_content(load_report_data(folder))
     [finding] = [f for f in content.findings if f["title"].startswith("GPU 1 is the straggler")]
     assert finding["message"].endswith(
         f"Rank 5 is on node-b GPU 1, whose GEMM bf16 on GPU 1 ran at {SLOW_SHARE:.2f} of its "

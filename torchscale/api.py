@@ -25,7 +25,7 @@ STEP_COLUMNS = ["experiment", "cell_id", "world_size", "rank", "step", "step_ms"
 
 
 def _experiments(results_dir: PathLike, what: str = "results_dir") -> List[Any]:
-    from torchscale.report.report_data import load_report_data
+    from torchscale.analysis.report_data import load_report_data
 
     return load_report_data(Path(results_dir), what).experiments
 

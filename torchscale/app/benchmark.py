@@ -249,10 +249,11 @@ def run_benchmark(
 def write_documents(experiment: Path) -> List[Path]:
     """The JSON document of each GPU count in distributed_benchmarks' format
     (``benchmark_4gpu.json``), built as ``report --format json`` builds the experiment's."""
+    from torchscale.analysis.report_data import load_experiment
+    from torchscale.analysis.report_tables import gpu_count_tables
     from torchscale.report.document import write_gpu_documents
-    from torchscale.report.report_data import load_experiment
 
-    return write_gpu_documents(load_experiment(experiment))
+    return write_gpu_documents(gpu_count_tables(load_experiment(experiment)))
 
 
 def check_benchmark_flags(*, force: bool, resume: bool) -> None:

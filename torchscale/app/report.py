@@ -5,11 +5,11 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
+from torchscale.analysis.report_data import ReportData, load_report_data
 from torchscale.errors import TorchscaleError
 from torchscale.report.render import FORMATS, render
-from torchscale.report.report_data import ReportData, load_report_data
 from torchscale.results.files import atomic_write_bytes, check_output_file
 from torchscale.results.layout import (
     CELLS,
@@ -19,6 +19,10 @@ from torchscale.results.layout import (
     charts_dir,
     report_file,
 )
+
+if TYPE_CHECKING:
+    from torchscale.analysis.comparison import Comparison
+    from torchscale.report.content import ReportContent
 
 EXPORT_FORMATS = ("json", "tensorboard", "png")
 """Formats that export the results for other tools (the seed's JSON document, TensorBoard) or as
@@ -96,10 +100,20 @@ def _tensorboard(data: ReportData, root: Path) -> Path:
         ) from None
 
 
+def report_content(
+    data: ReportData, comparison: Optional[Tuple[Comparison, float, str]] = None
+) -> ReportContent:
+    """The report of ``data``: every table computed once (analysis), then drawn (report);
+    ``comparison`` is (result, threshold %, baseline)."""
+    from torchscale.analysis.report_tables import report_tables
+    from torchscale.report.content import build_content
+
+    return build_content(report_tables(data, comparison))
+
+
 def _png_charts(data: ReportData, output: Optional[Path]) -> WrittenReport:
     """``--format png``: the report's key charts as PNG files in a folder (the Distributed
     Training Profiler's ``latency_histogram.png`` among them)."""
-    from torchscale.report.content import build_content
     from torchscale.report.png_charts import require_matplotlib, write_png_charts
     from torchscale.results.store import check_writable
 
@@ -109,7 +123,7 @@ def _png_charts(data: ReportData, output: Optional[Path]) -> WrittenReport:
     if folder.exists() and not folder.is_dir():
         raise TorchscaleError(f"--output {folder} is not a folder; PNG charts go in a folder")
     check_writable(folder, "--output")
-    return WrittenReport(folder, tuple(write_png_charts(build_content(data, None), folder)))
+    return WrittenReport(folder, tuple(write_png_charts(report_content(data), folder)))
 
 
 def generate_report(request: ReportRequest) -> Path:
@@ -144,9 +158,10 @@ def write_report(request: ReportRequest) -> WrittenReport:
         cells += [experiment.path / CELLS for experiment in baseline_data.experiments]
     check_output(output, inputs, cells)
     if fmt == "json":
+        from torchscale.analysis.report_tables import experiments_tables
         from torchscale.report.document import render_documents
 
-        atomic_write_bytes(output, render_documents(data))
+        atomic_write_bytes(output, render_documents(experiments_tables(data)))
         return WrittenReport(output)
     comparison = None
     if baseline_data is not None:
@@ -159,7 +174,5 @@ def write_report(request: ReportRequest) -> WrittenReport:
         result = compare_runs(baseline_data.records, data.records, options)
         comparison = (result, request.threshold_pct, str(request.baseline))
 
-    from torchscale.report.content import build_content
-
-    atomic_write_bytes(output, render(build_content(data, comparison), fmt))
+    atomic_write_bytes(output, render(report_content(data, comparison), fmt))
     return WrittenReport(output)

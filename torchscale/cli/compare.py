@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from torchscale.analysis.comparison import Comparison
-    from torchscale.report.report_data import ReportData
+    from torchscale.analysis.report_data import ReportData
 
 EXIT_REGRESSION = 1
 EXIT_UNJUDGED = 2  # as a gate that judged nothing: a CI step must not pass on it
@@ -192,8 +192,8 @@ def register(app: typer.Typer) -> None:
         (measured on a busy host) unless --allow-unjudged."""
         from torchscale.analysis.comparison import CompareOptions, compare_runs
         from torchscale.analysis.device_change import device_changes
+        from torchscale.analysis.report_data import load_report_data
         from torchscale.errors import TorchscaleError
-        from torchscale.report.report_data import load_report_data
 
         options = CompareOptions(
             threshold_pct=threshold,

@@ -172,9 +172,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Predict step time, throughput and scaling efficiency at larger GPU counts."""
         from torchscale.analysis.projection import project as run_projection
+        from torchscale.analysis.report_data import load_report_data
         from torchscale.errors import TorchscaleError
         from torchscale.hardware.device_noun import is_cpu
-        from torchscale.report.report_data import load_report_data
 
         targets = [*(gpus or []), *_extra_counts(ctx.args)] or ([] if holdout else DEFAULT_TARGETS)
         if any(n < 1 for n in targets) or gpus_per_node < 1:

@@ -67,7 +67,7 @@ class RunningCell:
         """The line a traced cell ends with: which cell, why it was traced (the trigger's
         reason), where its traces are and the most severe finding."""
         from torchscale.analysis.finding import severity_order, shown_severity
-        from torchscale.report.report_data import read_findings
+        from torchscale.analysis.report_data import read_findings
 
         profile = getattr(record, "profile", None)
         if self.cell_dir is None or record.status != "ok" or not profile or not profile.profiled:

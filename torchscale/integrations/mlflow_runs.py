@@ -209,10 +209,12 @@ class MlflowSink:
         """The experiment's JSON document (distributed_benchmarks' format), as ``report.json``."""
         import tempfile
 
+        from torchscale.analysis.report_data import load_experiment
+        from torchscale.analysis.report_tables import document_tables
         from torchscale.report.document import build_document
-        from torchscale.report.report_data import load_experiment
 
-        document = build_document(load_experiment(self.store_root)).model_dump(mode="json")
+        experiment = load_experiment(self.store_root)
+        document = build_document(document_tables(experiment)).model_dump(mode="json")
         with tempfile.TemporaryDirectory() as folder:
             path = Path(folder) / REPORT_EXPORT
             path.write_text(json.dumps(document, indent=2), encoding="utf-8")

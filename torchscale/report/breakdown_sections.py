@@ -8,8 +8,6 @@ from typing import List, Optional
 
 import pandas as pd
 
-from torchscale.analysis import iteration_breakdown as breakdown
-from torchscale.analysis.training_tables import training_table
 from torchscale.measures.figures import EXPOSED_COMMUNICATION
 from torchscale.measures.table_scalars import as_int
 from torchscale.report import device_words as words
@@ -22,7 +20,6 @@ from torchscale.report.elements import (
     Series,
     make_table,
 )
-from torchscale.results.schema import ResultBase
 
 MAX_BREAKDOWN_CHARTS = 6
 
@@ -62,10 +59,8 @@ def _breakdown_charts(table: pd.DataFrame) -> List[Chart]:
     return charts
 
 
-def comm_compute_section(records: List[ResultBase]) -> Optional[Section]:
-    labelled = training_table(records)
-    variants = dict(zip(labelled["cell_id"], labelled["variant"].astype(str)))
-    table = breakdown.comm_compute_table(records, variants)
+def comm_compute_section(table: pd.DataFrame) -> Optional[Section]:
+    """``table``: each traced rank's compute and communication per iteration."""
     if table.empty:
         return None
     ms = fmt.significant

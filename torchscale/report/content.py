@@ -1,4 +1,6 @@
-"""Loaded results -> everything the templates show: summary, sections, findings, environment."""
+"""The report's tables -> everything the templates show: summary, sections, findings, environment.
+
+It draws what ``analysis.report_tables`` computed; the sections are ``report/section_list.py``'s."""
 
 from __future__ import annotations
 
@@ -8,21 +10,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pandas as pd
 
-from torchscale.analysis import cells as cell_tables
-from torchscale.analysis import findings as finding_rules
-from torchscale.analysis.comparison import Comparison
-from torchscale.analysis.finding import severity_order
-from torchscale.analysis.host_attribution import attribute_findings
-from torchscale.analysis.iteration_breakdown import step_histogram
-from torchscale.analysis.layout_findings import channels_last_findings
-from torchscale.analysis.scaling import (
-    efficiency_band,
-    label_variants,
-    model_summary,
-    scaling_curves,
-)
-from torchscale.analysis.telemetry import telemetry_findings
-from torchscale.analysis.training_tables import training_table
+from torchscale.analysis.report_data import ReportData
+from torchscale.analysis.report_tables import ReportTables, ScalingAtLargest
 from torchscale.hardware.device_noun import cpu_run_note
 from torchscale.measures.figures import FIGURES, GLOSSARY_DOC, SCALING_EFFICIENCY
 from torchscale.measures.table_scalars import frame_records
@@ -31,17 +20,10 @@ from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report import node_section as nodes
 from torchscale.report import sections
-from torchscale.report.breakdown_sections import comm_compute_section, histogram_charts
 from torchscale.report.elements import Card, Chart, Column, Section, Table, make_table
 from torchscale.report.environment_block import EnvironmentBlock, environment_block
-from torchscale.report.lost_efficiency_section import lost_efficiency_section
-from torchscale.report.profile_section import profile_section, trace_findings
-from torchscale.report.projection_section import projection_section
-from torchscale.report.report_data import ReportData
-from torchscale.report.reported_kinds import kind_cards, kind_sections
-from torchscale.report.telemetry_section import telemetry_section
-from torchscale.report.tuning import tuning_sections
-from torchscale.results.host_records import load_host_records
+from torchscale.report.reported_kinds import kind_cards
+from torchscale.report.section_list import built_sections
 from torchscale.results.schema import ResultBase
 
 TOP_FINDINGS = 5
@@ -64,14 +46,6 @@ class ReportContent:
     device_note: str = ""  # the first screen's line on a CPU run: not GPU figures
     glossary: List[Tuple[str, str, str]] = field(default_factory=list)  # (anchor, name, definition)
     glossary_doc: str = GLOSSARY_DOC
-
-
-def _training(data: ReportData) -> pd.DataFrame:
-    # Efficiency is computed within each experiment: cells of different runs are not a baseline.
-    frames = [training_table(e.records) for e in data.experiments]
-    frames = [f for f in frames if not f.empty]
-    table = pd.concat(frames, ignore_index=True) if frames else training_table([])
-    return label_variants(table)
 
 
 def _status_detail(statuses: pd.Series) -> str:
@@ -105,21 +79,16 @@ def _cell_cards(records: List[ResultBase]) -> List[Card]:
     ]
 
 
-def _cards(table: pd.DataFrame, findings: pd.DataFrame, records: List[ResultBase]) -> List[Card]:
+def _cards(tables: ReportTables) -> List[Card]:
+    table, findings = tables.cell_table, tables.findings
     ok = table[table["status"] == "ok"]
-    cards = _cell_cards(records)
-    scaled = ok[ok["world_size"] > ok["baseline_world_size"]]
-    if not scaled.empty:
-        largest = int(scaled["world_size"].max())
-        at_largest = (
-            scaled[scaled["world_size"] == largest]
-            .groupby(["experiment", "config_key"])["scaling_efficiency"]
-            .mean()
-        )
+    cards = _cell_cards(tables.records)
+    scaling: Optional[ScalingAtLargest] = tables.scaling_at_largest
+    if scaling is not None:
+        largest, at_largest, band = scaling.world_size, scaling.efficiencies, scaling.band
         # Each configuration's efficiency is the mean of its own repeats; configurations are
         # not averaged together (unrelated models' mean is no one's figure): the lowest is shown.
         worst = float(at_largest.min())
-        band = efficiency_band(worst)
         if len(at_largest) > 1:
             detail = (
                 f"{band}; the lowest of {len(at_largest)} configurations, range "
@@ -144,24 +113,22 @@ def _cards(table: pd.DataFrame, findings: pd.DataFrame, records: List[ResultBase
                 f"{best['model']} · {best['variant']} · {words.device(int(best['world_size']))}",
             )
         )
-    cards += kind_cards(records)
+    cards += kind_cards(tables.records)
     # findings_table sorts by severity, so counts come out most severe first
     counts = findings["severity"].value_counts(sort=False)
-    severe = findings["severity"].map(lambda s: severity_order(s) <= 1)
     cards.append(
         Card(
             "Findings",
             str(len(findings)),
             # "2 high · 1 medium": the severities are adjectives (analysis.finding)
             " · ".join(f"{n} {s}" for s, n in counts.items()) or "nothing to report",
-            "bad" if severe.any() else "warn" if len(findings) else "good",
+            "bad" if tables.severe_findings else "warn" if len(findings) else "good",
         )
     )
     return cards
 
 
-def _summary_table(table: pd.DataFrame) -> Optional[Table]:
-    summary = model_summary(table)
+def _summary_table(summary: pd.DataFrame) -> Optional[Table]:
     if summary.empty:
         return None
     efficiency = summary.apply(
@@ -240,62 +207,17 @@ def changed_settings_notes(data: ReportData) -> List[str]:
     return lines
 
 
-def build_content(
-    data: ReportData,
-    comparison: Optional[Tuple[Comparison, float, str]] = None,
-) -> ReportContent:
-    """Every table and chart of the report; ``comparison`` is (result, threshold %, baseline).
+def build_content(tables: ReportTables) -> ReportContent:
+    """Every table and chart of the report, drawn from ``tables`` (computed before, once).
     On a CPU run every text says CPU process / rank where it would say GPU."""
-    with words.ranks_on_cpu(data.on_cpu):
-        return _content(data, comparison)
+    with words.ranks_on_cpu(tables.on_cpu):
+        return _content(tables)
 
 
-def _content(
-    data: ReportData, comparison: Optional[Tuple[Comparison, float, str]]
-) -> ReportContent:
-    records = data.records
-    table = _training(data)
-    curves = scaling_curves(table)
-    findings = finding_rules.findings_table(
-        attribute_findings(
-            trace_findings(data)
-            + finding_rules.record_findings(records)
-            + telemetry_findings(records),
-            records,
-            {k: v for e in data.experiments for k, v in load_host_records(e.path.parent).items()},
-        )
-        + finding_rules.scaling_findings(table, records)
-        + channels_last_findings(records)
-    )
-    failures = cell_tables.failure_table(records)
-    samples = cell_tables.step_samples(records)
-    ranks = cell_tables.rank_table(records)
-    node_rows = nodes.node_rows(table)
-    latency = sections.latency_section(
-        table,
-        cell_tables.latency_table(records),
-        cell_tables.pooled_latency_table(table, samples),
-        samples,
-    )
-    latency.charts += histogram_charts(step_histogram(table, samples))
-    built = sections.chart_sections(
-        sections.comparison_section(*comparison) if comparison else None,
-        *tuning_sections(data),
-        sections.scaling_section(curves),
-        nodes.node_section(node_rows),
-        latency,
-        sections.memory_section(
-            cell_tables.memory_by_variant(table, cell_tables.memory_table(records))
-        ),
-        sections.utilisation_section(table),
-        sections.sync_section(table, cell_tables.pooled_rank_table(table, ranks), ranks),
-        profile_section(data),
-        lost_efficiency_section(records),
-        comm_compute_section(records),
-        telemetry_section(records),
-        *kind_sections(records),
-        projection_section(data),
-    )
+def _content(tables: ReportTables) -> ReportContent:
+    data = tables.data
+    findings = tables.findings
+    built = built_sections(tables)
     finding_rows = frame_records(findings)
     if len({e.name for e in data.experiments}) < 2:
         for row in finding_rows:  # one experiment: naming it on every finding says nothing
@@ -304,16 +226,18 @@ def _content(
         title=data.title,
         source=str(data.source),
         generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        cards=_cards(table, findings, records),
-        summary=_summary_table(table),
+        cards=_cards(tables),
+        summary=_summary_table(tables.summary),
         top_findings=finding_rows[:TOP_FINDINGS],
         sections=built,
         findings=finding_rows,
-        failures=_failures(failures),
+        failures=_failures(tables.failures),
         environments=[environment_block(e) for e in data.experiments],
         charts=[chart for section in built for chart in section.charts],
         headlines=[
-            line for line in [nodes.node_headline(node_rows), *changed_settings_notes(data)] if line
+            line
+            for line in [nodes.node_headline(tables.nodes), *changed_settings_notes(data)]
+            if line
         ],
         device_note=cpu_run_note() if words.on_cpu() else "",
         glossary=[

@@ -27,9 +27,10 @@ import math
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from torchscale.analysis.training_tables import training_table
+from torchscale.analysis.report_tables import DocumentTables
 from torchscale.hardware.device_noun import cpu_run_note
 from torchscale.measures.figures import (
     ALGBW,
@@ -48,8 +49,6 @@ from torchscale.measures.figures import (
 )
 from torchscale.measures.table_scalars import frame_records
 from torchscale.report import device_words as words
-from torchscale.report.profile_section import profile_table
-from torchscale.report.report_data import Experiment, ReportData
 from torchscale.report.reported_kinds import kind_document_results, kind_iterations
 from torchscale.results.files import atomic_write_bytes
 from torchscale.results.layout import MANIFEST, gpu_document_file
@@ -293,8 +292,7 @@ def _memory(records: List[ResultBase]) -> List[MemoryEntry]:
     return entries
 
 
-def _profiles(experiment: Experiment, source: Path) -> List[ProfileEntry]:
-    table = profile_table(ReportData(source, [experiment]))
+def _profiles(table: pd.DataFrame) -> List[ProfileEntry]:
     fields = set(ProfileEntry.model_fields)
     return [
         ProfileEntry.model_validate({k: v for k, v in _clean(row).items() if k in fields})
@@ -302,24 +300,21 @@ def _profiles(experiment: Experiment, source: Path) -> List[ProfileEntry]:
     ]
 
 
-def build_document(
-    experiment: Experiment, source: Optional[Path] = None, world_size: Optional[int] = None
-) -> BenchmarkDocument:
-    """``source``: the folder the profiles' paths are relative to (the experiment's parent);
-    ``world_size``: only the cells of that GPU count (the benchmark's ``benchmark_<N>gpu``)."""
-    data = ReportData(source or experiment.path.parent, [experiment])
-    with words.ranks_on_cpu(data.on_cpu):
-        return _document(experiment, data.source, world_size)
+def build_document(tables: DocumentTables) -> BenchmarkDocument:
+    """The document of ``tables`` (``analysis.report_tables.document_tables``: one experiment,
+    or one GPU count of it)."""
+    with words.ranks_on_cpu(tables.on_cpu):
+        return _document(tables)
 
 
-def _document(experiment: Experiment, source: Path, world_size: Optional[int]) -> BenchmarkDocument:
-    records = [r for r in experiment.records if world_size in (None, r.world_size)]
+def _document(tables: DocumentTables) -> BenchmarkDocument:
+    experiment, records, world_size = tables.experiment, tables.records, tables.world_size
     config = experiment.manifest.get("config") or {}
     named = (getattr(r, "device_name", None) for r in records)
     devices = [name for name in named if name]
     backends = sorted({b for r in records if (b := getattr(r, "backend", None))})
     iterations = _iterations(records)
-    profiles = _profiles(experiment, source)
+    profiles = _profiles(tables.profiles)
     return BenchmarkDocument(
         name=experiment.name if world_size is None else f"benchmark_{world_size}gpu",
         experiment=experiment.name,
@@ -337,7 +332,7 @@ def _document(experiment: Experiment, source: Path, world_size: Optional[int]) -
         ),
         results=Results.model_validate(
             dict(
-                training=document_entries(training_table(records), TrainingEntry),
+                training=document_entries(tables.training, TrainingEntry),
                 memory=_memory(records),
                 **kind_document_results(records),
             )
@@ -354,20 +349,21 @@ def _json(body: Any) -> bytes:
     return (json.dumps(body, indent=2, allow_nan=False) + "\n").encode("utf-8")
 
 
-def write_gpu_documents(experiment: Experiment) -> List[Path]:
-    """The benchmark's documents, one per GPU count measured, in the experiment folder as seed
-    001 names them (``benchmark_4gpu.json``); returns their paths."""
+def write_gpu_documents(counts: List[DocumentTables]) -> List[Path]:
+    """The benchmark's documents, one per GPU count measured (``counts``: each count's tables),
+    in the experiment folder as distributed_benchmarks names them (``benchmark_4gpu.json``);
+    returns their paths."""
     written = []
-    for world_size in sorted({r.world_size for r in experiment.records}):
-        document = build_document(experiment, world_size=world_size)
-        path = experiment.path / gpu_document_file(world_size)
+    for tables in counts:
+        document = build_document(tables)
+        path = tables.experiment.path / gpu_document_file(tables.world_size or 0)
         atomic_write_bytes(path, _json(document.model_dump(mode="json")))
         written.append(path)
     return written
 
 
-def render_documents(data: ReportData) -> bytes:
+def render_documents(experiments: List[DocumentTables]) -> bytes:
     """The document of the one experiment, or a JSON array of them for a folder of several."""
-    documents = [build_document(e, data.source).model_dump(mode="json") for e in data.experiments]
+    documents = [build_document(tables).model_dump(mode="json") for tables in experiments]
     body: Any = documents[0] if len(documents) == 1 else documents
     return _json(body)

@@ -6,8 +6,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
+from torchscale.analysis.report_data import Experiment
 from torchscale.report import formatting as fmt
-from torchscale.report.report_data import Experiment
 
 ENVIRONMENT_KEYS = [
     ("host", "Host"),

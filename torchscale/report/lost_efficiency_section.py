@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import pandas as pd
 
-from torchscale.analysis.lost_efficiency import CAUSES, PARTS, lost_efficiency_table
+from torchscale.analysis.lost_efficiency import CAUSES, PARTS
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
@@ -23,7 +23,6 @@ from torchscale.report.elements import (
     Series,
     make_table,
 )
-from torchscale.results.schema import ResultBase
 
 LABELS = {
     "exposed_comm": "exposed communication",
@@ -88,8 +87,8 @@ def _charts(table: pd.DataFrame) -> List[Chart]:
     return charts
 
 
-def lost_efficiency_section(records: List[ResultBase]) -> Optional[Section]:
-    table = lost_efficiency_table(records)
+def lost_efficiency_section(table: pd.DataFrame) -> Optional[Section]:
+    """``table``: each scaled cell's gap to ideal scaling, split by cause."""
     if table.empty:
         return None
     pts = [Column(f"{c}_pts", f"{LABELS[c].capitalize()} (pts)", _part) for c in CAUSES]

@@ -12,7 +12,6 @@ from typing import List, Optional
 
 import pandas as pd
 
-from torchscale.analysis.node_scaling import NODE_SCALING_COLUMNS, node_scaling
 from torchscale.measures.figures import SCALING_EFFICIENCY
 from torchscale.report import charts, sections
 from torchscale.report import device_words as words
@@ -41,24 +40,6 @@ def shape_label(nnodes: int, per_node: int) -> str:
 
 def shape_labels(frame: pd.DataFrame) -> List[str]:
     return [shape_label(n, g) for n, g in zip(frame["nnodes"], frame["nproc_per_node"])]
-
-
-def node_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """``node_scaling`` of each experiment of the training table, with the report's
-    ``experiment`` and ``variant`` labels, in display order."""
-    frames = [
-        node_scaling(group).assign(experiment=experiment)
-        for experiment, group in table.groupby("experiment", sort=True)
-    ]
-    frames = [frame for frame in frames if not frame.empty]
-    if not frames:
-        return pd.DataFrame(columns=[*NODE_SCALING_COLUMNS, "experiment", "variant"])
-    variants = table[["experiment", "config_key", "variant"]].drop_duplicates(
-        ["experiment", "config_key"]
-    )
-    rows = pd.concat(frames, ignore_index=True).merge(variants, on=["experiment", "config_key"])
-    order = ["experiment", "model", "variant", "world_size", "nnodes"]
-    return rows.sort_values(order, kind="stable").reset_index(drop=True)
 
 
 def _multinode(rows: pd.DataFrame) -> pd.DataFrame:
@@ -155,7 +136,7 @@ def node_section(rows: pd.DataFrame) -> Optional[Section]:
                     Column("hosts", "Hosts", fmt.text, numeric=False),
                 ],
                 row_class=sections.band_class,
-                csv_frame=rows.drop(columns=["config_key"]),
+                csv_frame=rows.drop(columns=["config_key", "band"]),
             )
         ],
         notes=_missing_note(rows),

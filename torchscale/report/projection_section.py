@@ -6,36 +6,11 @@ from typing import List, Optional
 
 import pandas as pd
 
-from torchscale.analysis.projection import ADD_INTER_NODE, Projection, ProjectionError, project
+from torchscale.analysis.report_tables import ProjectionTables
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
 from torchscale.report.elements import Chart, Column, Section, Series, make_table
-from torchscale.report.report_data import ReportData
-from torchscale.results.schema import TrainingResult
-
-GPUS_PER_NODE = 8
-ACROSS_NODES = [16, 64, 256, 1024]
-
-
-def report_targets(largest: int, inter_node: bool, gpus_per_node: int = GPUS_PER_NODE) -> List[int]:
-    """Doublings of the largest measured count up to a node, then the seed's cluster sizes when the
-    network was measured."""
-    targets, n = [], max(largest, 1) * 2
-    while n <= gpus_per_node:
-        targets.append(n)
-        n *= 2
-    if inter_node:
-        targets += [t for t in ACROSS_NODES if t > largest]
-    return sorted(set(targets))
-
-
-def _projection(data: ReportData) -> Projection:
-    records = data.records
-    folders = {e.name: e.path for e in data.experiments}
-    first = project(records, [], GPUS_PER_NODE, folders=folders)
-    largest = max(ref.world_size for ref in first.references)
-    return project(records, report_targets(largest, first.fabric.inter is not None))
 
 
 def _charts(table: pd.DataFrame) -> List[Chart]:
@@ -101,9 +76,12 @@ def cpu_caveat() -> List[str]:
     ]
 
 
-def projection_section(data: ReportData) -> Optional[Section]:
-    """None without training cells; a one-line note of what to add when a measurement is missing."""
-    if not any(isinstance(r, TrainingResult) and r.status == "ok" for r in data.records):
+def projection_section(
+    projected: Optional[ProjectionTables], past_prediction_error: Optional[str]
+) -> Optional[Section]:
+    """None without training cells; a one-line note of what to add when a measurement is missing.
+    ``past_prediction_error``: how far past predictions were off (the history's line), if known."""
+    if projected is None:
         return None
     intro = (
         "Predicted from this run's own measurements: the compute-only step (no_sync probe), DDP's "
@@ -111,24 +89,18 @@ def projection_section(data: ReportData) -> Optional[Section]:
         "to the measured all_reduce curves (docs/projection.md). Bands are ±2 standard errors of "
         "the fit and of the reference step; they do not cover the model's own error."
     )
-    if data.past_prediction_error:
-        intro += f" {data.past_prediction_error}"
-    try:
-        result = _projection(data)
-        if result.table.empty:
-            raise ProjectionError(
-                "the measured counts already fill a node and no all-reduce across nodes was "
-                f"measured: {ADD_INTER_NODE}"
-            )
-    except ProjectionError as exc:
-        missing = pd.DataFrame([{"missing": str(exc)}])
+    if past_prediction_error:
+        intro += f" {past_prediction_error}"
+    result = projected.projection
+    if result is None:
+        missing = pd.DataFrame([{"missing": str(projected.missing)}])
         missing_table = make_table(
             "projection-missing",
             missing,
             [Column("missing", "Not projected: missing measurement", fmt.text, numeric=False)],
         )
         return Section("projection", "Projected scaling", intro, tables=[missing_table])
-    table = result.table
+    table = result.table.copy()  # the "from" column is words, this report's
     for ref in result.references:
         mask = (
             (table["experiment"] == ref.experiment)

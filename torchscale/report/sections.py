@@ -6,9 +6,7 @@ from typing import Any, Dict, List, Optional
 
 import pandas as pd
 
-from torchscale.analysis import cells as cell_tables
 from torchscale.analysis.comparison import Comparison
-from torchscale.analysis.scaling import efficiency_band
 from torchscale.measures.figures import (
     GPU_MEMORY_UTILISATION,
     SCALING_EFFICIENCY,
@@ -49,7 +47,8 @@ def swept_columns(frame: pd.DataFrame) -> List[Column]:
 
 
 def band_class(row: Dict[str, Any]) -> str:
-    return f"band-{efficiency_band(row['scaling_efficiency'])}"
+    """A row's scaling band (its ``band``, from the analysis) as the row's class."""
+    return f"band-{row['band']}"
 
 
 def throughput_columns(frame: pd.DataFrame, key: str = "throughput") -> List[Column]:
@@ -64,7 +63,8 @@ def throughput_columns(frame: pd.DataFrame, key: str = "throughput") -> List[Col
 
 
 def scaling_section(curves: pd.DataFrame) -> Section:
-    rows = curves.assign(band=curves["scaling_efficiency"].map(efficiency_band))
+    """``curves``: the scaling curves, each row with its ``band``."""
+    rows = curves
     runs = [Column("repeats", "Runs", fmt.integer)] if (rows["repeats"] > 1).any() else []
     return Section(
         "scaling",
@@ -90,7 +90,7 @@ def scaling_section(curves: pd.DataFrame) -> Section:
                     *runs,
                 ],
                 row_class=band_class,
-                csv_frame=curves,
+                csv_frame=curves.drop(columns=["band"]),
             )
         ],
     )
@@ -196,7 +196,7 @@ MAX_RANK_COLUMNS = 16
 """Up to this many ranks the per-rank table has one column per rank; past it, one row each."""
 
 
-def _rank_table(pooled_ranks: pd.DataFrame, ranks: pd.DataFrame) -> Table:
+def _rank_table(pooled_ranks: pd.DataFrame, ranks: pd.DataFrame, matrix: pd.DataFrame) -> Table:
     ms = fmt.significant
     csv_note = "The CSV download has every rank of every run with its phase times."
     if pooled_ranks.empty or pooled_ranks["world_size"].max() > MAX_RANK_COLUMNS:
@@ -215,7 +215,6 @@ def _rank_table(pooled_ranks: pd.DataFrame, ranks: pd.DataFrame) -> Table:
             csv_note=csv_note,
             csv_frame=ranks,
         )
-    matrix = cell_tables.rank_wait_matrix(pooled_ranks)
     rank_columns = [
         Column(c, c.replace("_", " "), ms) for c in matrix.columns if c.startswith("rank_")
     ]
@@ -241,14 +240,17 @@ def _rank_table(pooled_ranks: pd.DataFrame, ranks: pd.DataFrame) -> Table:
     )
 
 
-def sync_section(table: pd.DataFrame, pooled_ranks: pd.DataFrame, ranks: pd.DataFrame) -> Section:
+def sync_section(
+    table: pd.DataFrame, pooled_ranks: pd.DataFrame, ranks: pd.DataFrame, rank_wait: pd.DataFrame
+) -> Section:
+    """``rank_wait``: each rank's mean sync wait side by side, a row per configuration."""
     return Section(
         "sync",
         "Gradient synchronisation",
         f"{SYNC_OVERHEAD.explained()} {SYNC_WAIT.explained()} The table lists every rank at "
         f"each configuration's largest count of {words.devices()}.",
         charts=charts.sync_share_charts(table) + charts.rank_wait_charts(pooled_ranks),
-        tables=[_rank_table(pooled_ranks, ranks)] if not pooled_ranks.empty else [],
+        tables=[_rank_table(pooled_ranks, ranks, rank_wait)] if not pooled_ranks.empty else [],
         notes=[] if not pooled_ranks.empty else [f"No cell ran on more than one {words.device()}."],
     )
 

@@ -3,19 +3,16 @@ measured window (NVML), or on CPU each rank's CPU time and run-queue wait."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import pandas as pd
 
-from torchscale.analysis.telemetry import cpu_table, gpu_table, gpu_timeline
-from torchscale.analysis.training_tables import training_table
 from torchscale.measures.figures import GPU_MEMORY_UTILISATION
 from torchscale.report import device_words as words
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
 from torchscale.report.elements import Chart, Column, Section, Series, Table, make_table
 from torchscale.report.sections import VARIANT
-from torchscale.results.schema import ResultBase
 
 MAX_TIMELINES = 8
 """Timeline charts shown (the cells with the most GPUs first); every sample is in the CSV."""
@@ -120,22 +117,17 @@ def _cpu_table(table: pd.DataFrame) -> Table:
     )
 
 
-def _with_variant(table: pd.DataFrame, variants: Dict[str, str]) -> pd.DataFrame:
-    """Each row's configuration (the training table's ``variant``): a sweep's cells stay apart."""
-    return table.assign(variant=table["cell_id"].map(variants).fillna(""))
-
-
-def telemetry_section(records: List[ResultBase]) -> Optional[Section]:
-    gpus, cpus = gpu_table(records), cpu_table(records)
+def telemetry_section(
+    gpus: pd.DataFrame, cpus: pd.DataFrame, timeline: pd.DataFrame
+) -> Optional[Section]:
+    """``gpus``, ``cpus``: a row per rank with its configuration (``variant``); ``timeline``: the
+    GPUs' samples over the window."""
     if gpus.empty and cpus.empty:
         return None
-    labelled = training_table(records)
-    variants = dict(zip(labelled["cell_id"], labelled["variant"].astype(str)))
-    gpus, cpus = _with_variant(gpus, variants), _with_variant(cpus, variants)
     tables, charts, notes = [], [], []
     if not gpus.empty:
         tables.append(_gpu_table(gpus))
-        charts = _timeline_charts(gpu_timeline(records))
+        charts = _timeline_charts(timeline)
     if not cpus.empty:
         tables.append(_cpu_table(cpus))
         notes.append(

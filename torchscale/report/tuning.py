@@ -5,42 +5,21 @@ their intervals. Charts are the neutral specs every section uses (Plotly in HTML
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import pandas as pd
 
-from torchscale.errors import TorchscaleError
 from torchscale.measures.figures import NOT_JUDGED
 from torchscale.report import formatting as fmt
 from torchscale.report.charts import chart_id
 from torchscale.report.elements import Chart, Column, Section, Series, make_table
-from torchscale.report.report_data import Experiment, ReportData
-from torchscale.results.json_input import read_json
-from torchscale.results.layout import TUNE_SUMMARY
 
-log = logging.getLogger("torchscale")
-SUMMARY_FILE = TUNE_SUMMARY
-MAX_SUMMARY_BYTES = 64 << 20
 GAIN_COLORS = {
     "baseline": "#9CA3AF",
     "significant": "#009E73",
     "not significant": "#E69F00",
     NOT_JUDGED: "#CC79A7",  # measured on a busy host: no verdict (the compare charts' colour)
 }
-
-
-def read_summary(experiment: Experiment) -> Optional[Dict[str, Any]]:
-    """The experiment's tune.json, or None (not a tune folder, or unreadable: said in the log)."""
-    path = experiment.path / SUMMARY_FILE
-    if not path.exists():
-        return None
-    try:
-        document = read_json(path, "tuning summary", MAX_SUMMARY_BYTES)
-    except (OSError, ValueError, TorchscaleError) as exc:
-        log.warning("%s is unreadable (%s); the Tuning section is left out", path, exc)
-        return None
-    return document if isinstance(document, dict) else None
 
 
 def _params_text(params: Dict[str, Any]) -> str:
@@ -156,8 +135,7 @@ def _verdict_chart(rows: pd.DataFrame, key: str) -> Chart:
     )  # fmt: skip
 
 
-def _tuning(experiment: Experiment, summary: Dict[str, Any], several: bool) -> Section:
-    key = experiment.name
+def _tuning(key: str, summary: Dict[str, Any], several: bool) -> Section:
     trials = pd.DataFrame(summary.get("trials") or [])
     if trials.empty:
         trials = pd.DataFrame(columns=["number", "state", "params", "samples_per_s",
@@ -207,7 +185,7 @@ def _tuning(experiment: Experiment, summary: Dict[str, Any], several: bool) -> S
     return Section(section_id, title, intro, charts=charts, tables=tables, notes=notes)
 
 
-def tuning_sections(data: ReportData) -> List[Section]:
-    """A Tuning section per tune folder among the experiments."""
-    found = [(e, s) for e in data.experiments if (s := read_summary(e)) is not None]
-    return [_tuning(e, s, len(found) > 1) for e, s in found]
+def tuning_sections(summaries: List[Tuple[str, Dict[str, Any]]]) -> List[Section]:
+    """A Tuning section per tune folder among the experiments (``summaries``: each one's name
+    and its ``tune.json``)."""
+    return [_tuning(name, summary, len(summaries) > 1) for name, summary in summaries]

@@ -28,6 +28,7 @@ from torchscale.results.layout import (
     CELLS,
     FINDINGS_FILE,
     RESULTS,
+    TUNE_SUMMARY,
     is_profile_run,
     is_profile_run_of,
 )
@@ -36,6 +37,8 @@ from torchscale.results.store import ExperimentStore, find_experiments, read_jso
 from torchscale.results.validity import INVALID, check_and_parse, latest_runs
 
 log = logging.getLogger("torchscale")
+MAX_SUMMARY_BYTES = 64 << 20
+"""The largest tuning summary (``TUNE_SUMMARY``) read."""
 TITLE_NAMES = 4
 """A report of several experiments names up to this many in its title."""
 
@@ -96,6 +99,20 @@ class ReportData:
             return all(on_cpu(r) for r in ran)
         kinds = [(e.manifest.get("environment") or {}).get("device_kind") for e in self.experiments]
         return bool(kinds) and all(kind == "cpu" for kind in kinds)
+
+
+def read_summary(experiment: Experiment) -> Optional[Dict[str, Any]]:
+    """The experiment's tuning summary (``TUNE_SUMMARY``), or None (not a tune folder, or
+    unreadable: said in the log)."""
+    path = experiment.path / TUNE_SUMMARY
+    if not path.exists():
+        return None
+    try:
+        document = read_json(path, "tuning summary", MAX_SUMMARY_BYTES)
+    except (OSError, ValueError, TorchscaleError) as exc:
+        log.warning("%s is unreadable (%s); the Tuning section is left out", path, exc)
+        return None
+    return document if isinstance(document, dict) else None
 
 
 def _number(value: Any) -> Optional[float]:
