@@ -10,13 +10,13 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, print_json, result_console, user_errors
+from torchscale.errors import TorchscaleError
 from torchscale.results.figures import GLOSSARY_DOC
 
 if TYPE_CHECKING:
     from rich.table import Table
 
     from torchscale.analysis.comparison import Comparison
-    from torchscale.report.report_data import ReportData
 
 EXIT_REGRESSION = 1
 EXIT_UNJUDGED = 2  # as a gate that judged nothing: a CI step must not pass on it
@@ -123,177 +123,144 @@ def _table(comparison: Comparison, threshold: float, device_kind: Optional[str] 
     return fitted_table(err_console, title, cols, compact=compact_cols, left_out=left_out)
 
 
-def _diff_commands(result: Comparison, old: ReportData, new: ReportData) -> List[str]:
-    """``torchscale profile diff`` for each regressed cell traced in both runs: from the verdict
-    to the kernels and ops that moved."""
-    if result.regressions.empty:
-        return []
-    from torchscale.profiling.diff_links import diff_commands
+def _warn(line: str) -> None:
+    result_console.print(line, markup=False, soft_wrap=True)
 
-    cells = result.regressions
-    return diff_commands(
-        [(e.path, e.records) for e in old.experiments],
-        [(e.path, e.records) for e in new.experiments],
-        zip(cells["cell_id_old"], cells["cell_id_new"]),
+
+@user_errors
+def compare(
+    old: Annotated[Path, typer.Argument(help="Baseline results folder.")],
+    new: Annotated[Path, typer.Argument(help="New results folder, compared with OLD.")],
+    threshold: Annotated[
+        float,
+        typer.Option(
+            "--threshold",
+            "-t",
+            help="% change in throughput or p95 step time "
+            "that counts as a regression (when also beyond noise).",
+        ),
+    ] = 5.0,
+    resamples: Annotated[
+        int, typer.Option("--resamples", help="Bootstrap resamples for the noise interval.")
+    ] = 2000,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = 0,
+    noise_floor: Annotated[
+        Optional[float],
+        typer.Option(
+            "--noise-floor",
+            help="Run-to-run noise in %: how far one run of an unchanged cell may differ "
+            "from another (95%). Overrides the runs' repeats and the default floor (1.2 x "
+            "each cell's step-time CV); see docs/report.md.",
+        ),
+    ] = None,
+    allow_device_change: Annotated[
+        bool,
+        typer.Option(
+            "--allow-device-change",
+            help="Compare cells that ran on different devices or backends (refused "
+            "otherwise: the change would be the hardware's); they are listed as a warning "
+            "and in --json (device_changes).",
+        ),
+    ] = False,
+    allow_unjudged: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unjudged",
+            help="Pass the gate on the judged cells alone when some were measured on a busy "
+            "host (verdict 'not judged'); without it such a gate exits 2.",
+        ),
+    ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the comparison as JSON on stdout.")
+    ] = False,
+) -> None:
+    """Compare two result folders; fail (exit 1) on regressions and on cells that ran in
+    OLD but failed, timed out or are missing in NEW; exit 2 when a cell could not be judged
+    (measured on a busy host) unless --allow-unjudged."""
+    from torchscale.app.compare import CompareRequest, compare_results
+
+    request = CompareRequest(
+        old=old,
+        new=new,
+        threshold_pct=threshold,
+        resamples=resamples,
+        seed=seed,
+        noise_floor_pct=noise_floor,
+        allow_device_change=allow_device_change,
+        allow_unjudged=allow_unjudged,
     )
-
-
-def register(app: typer.Typer) -> None:
-    @app.command("compare")
-    @user_errors
-    def compare(
-        old: Annotated[Path, typer.Argument(help="Baseline results folder.")],
-        new: Annotated[Path, typer.Argument(help="New results folder, compared with OLD.")],
-        threshold: Annotated[
-            float,
-            typer.Option(
-                "--threshold",
-                "-t",
-                help="% change in throughput or p95 step time "
-                "that counts as a regression (when also beyond noise).",
-            ),
-        ] = 5.0,
-        resamples: Annotated[
-            int, typer.Option("--resamples", help="Bootstrap resamples for the noise interval.")
-        ] = 2000,
-        seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = 0,
-        noise_floor: Annotated[
-            Optional[float],
-            typer.Option(
-                "--noise-floor",
-                help="Run-to-run noise in %: how far one run of an unchanged cell may differ "
-                "from another (95%). Overrides the runs' repeats and the default floor (1.2 x "
-                "each cell's step-time CV); see docs/report.md.",
-            ),
-        ] = None,
-        allow_device_change: Annotated[
-            bool,
-            typer.Option(
-                "--allow-device-change",
-                help="Compare cells that ran on different devices or backends (refused "
-                "otherwise: the change would be the hardware's); they are listed as a warning "
-                "and in --json (device_changes).",
-            ),
-        ] = False,
-        allow_unjudged: Annotated[
-            bool,
-            typer.Option(
-                "--allow-unjudged",
-                help="Pass the gate on the judged cells alone when some were measured on a busy "
-                "host (verdict 'not judged'); without it such a gate exits 2.",
-            ),
-        ] = False,
-        json_output: Annotated[
-            bool, typer.Option("--json", help="Print the comparison as JSON on stdout.")
-        ] = False,
-    ) -> None:
-        """Compare two result folders; fail (exit 1) on regressions and on cells that ran in
-        OLD but failed, timed out or are missing in NEW; exit 2 when a cell could not be judged
-        (measured on a busy host) unless --allow-unjudged."""
-        from torchscale.analysis.comparison import CompareOptions, compare_runs
-        from torchscale.analysis.device_change import device_changes
-        from torchscale.errors import TorchscaleError
-        from torchscale.report.report_data import load_report_data
-
-        options = CompareOptions(
-            threshold_pct=threshold,
-            resamples=resamples,
-            seed=seed,
-            noise_floor_pct=noise_floor,
-            allow_unjudged=allow_unjudged,
-        ).checked()
-        old_data, new_data = load_report_data(old, "OLD"), load_report_data(new, "NEW")
-        old_records, new_records = old_data.records, new_data.records
-        changes = device_changes(old_records, new_records)
-        if changes and not allow_device_change:
-            more = f"; and {len(changes) - 1} more cell(s)" if len(changes) > 1 else ""
-            raise TorchscaleError(
-                f"{old} and {new} ran on different devices or backends ({changes[0]}{more}): "
-                "the change would be the hardware's; compare runs of one device, or pass "
-                "--allow-device-change"
-            )
-        for line in changes:
-            result_console.print(
-                f"> [WARN] compared across devices: {line}", markup=False, soft_wrap=True
-            )
-        result = compare_runs(old_records, new_records, options)
-        if result.cells.empty or not result.shared:
-            raise TorchscaleError(
-                f"no cell of {new} matches a cell of {old} (same model, settings and GPU count); "
-                "compare runs of the same configuration"
-            )
-        regressions = len(result.regressions)
-        lost = result.lost
-        diffs = _diff_commands(result, old_data, new_data)
-        if json_output:
-            print_json(
-                {
-                    "baseline": str(old),
-                    "new": str(new),
-                    "threshold_pct": threshold,
-                    "resamples": resamples,
-                    "noise_floor_pct": noise_floor,
-                    "allow_unjudged": allow_unjudged,
-                    "noise": result.noise(),
-                    "passed": result.passed,
-                    "judged": result.judged_count,
-                    "not_judged": len(result.unjudged),
-                    "regressions": regressions,
-                    "lost": len(lost),
-                    "cells": [_clean(r) for r in result.cells.to_dict("records")],
-                    "only_in_baseline": result.only_old.to_dict("records"),
-                    "only_in_new": result.only_new.to_dict("records"),
-                    "profile_diff_commands": diffs,
-                    "device_changes": changes,
-                }
-            )
-        from torchscale.hardware.device_noun import records_device_kind
-
-        device_kind = records_device_kind([*old_records, *new_records])
-        result_console.print(_table(result, threshold, device_kind))
-        # Wrapped at the console width; the figures' names and definitions, as profile links them.
-        result_console.print(f"{result.noise_line()} Figures: {GLOSSARY_DOC}.", markup=False)
-        for side, frame in (("baseline", result.only_old), ("new run", result.only_new)):
-            if not frame.empty:
-                result_console.print(
-                    f"{len(frame)} cell(s) only in the {side}: " + ", ".join(frame["cell_id"]),
-                    markup=False,
-                )
-        if regressions:
-            result_console.print(
-                f"[bold red]{regressions} cell(s) regressed beyond {threshold:g}%[/bold red]"
-            )
-            for line in diffs:
-                result_console.print(f"Both runs traced it: {line}", markup=False, soft_wrap=True)
-        if len(lost):
-            named = ", ".join(f"{r.cell_id_old} ({r.verdict})" for r in lost.itertuples())
-            result_console.print(
-                f"{len(lost)} cell(s) measured in the baseline were not measured in the new run "
-                f"(failed, timed out or missing): {named}",
-                style="bold red",
-                markup=False,
-                soft_wrap=True,
-            )
-        gate = result.gate_line()
-        if gate and not result.judged_nothing:
-            unjudged = ", ".join(str(c) for c in result.unjudged["cell_id_new"])
-            result_console.print(
-                f"{gate} Not judged: {unjudged}.",
-                style="bold magenta" if result.partly_unjudged else None,
-                markup=False,
-                soft_wrap=True,
-            )
-        if result.failed:
-            raise typer.Exit(EXIT_REGRESSION)
-        if result.judged_nothing:
-            raise TorchscaleError(
-                f"no cell of {new} could be judged: every one ran on a busy host (other "
-                "processes held the cores; see the noise line); rerun both on a quiet node, or "
-                "state the noise with --noise-floor PCT"
-            )
-        if result.partly_unjudged:
-            raise typer.Exit(EXIT_UNJUDGED)
-        judged = f" in the {result.judged_count} cell(s) judged" if gate else ""
-        result_console.print(
-            f"No regression beyond {threshold:g}% and the run-to-run noise{judged}."
+    outcome = compare_results(request, warn=_warn)
+    result, changes, diffs = (
+        outcome.comparison,
+        outcome.device_changes,
+        outcome.profile_diff_commands,
+    )
+    regressions = len(result.regressions)
+    lost = result.lost
+    if json_output:
+        print_json(
+            {
+                "baseline": str(old),
+                "new": str(new),
+                "threshold_pct": threshold,
+                "resamples": resamples,
+                "noise_floor_pct": noise_floor,
+                "allow_unjudged": allow_unjudged,
+                "noise": result.noise(),
+                "passed": result.passed,
+                "judged": result.judged_count,
+                "not_judged": len(result.unjudged),
+                "regressions": regressions,
+                "lost": len(lost),
+                "cells": [_clean(r) for r in result.cells.to_dict("records")],
+                "only_in_baseline": result.only_old.to_dict("records"),
+                "only_in_new": result.only_new.to_dict("records"),
+                "profile_diff_commands": diffs,
+                "device_changes": changes,
+            }
         )
+    result_console.print(_table(result, threshold, outcome.device_kind))
+    # Wrapped at the console width; the figures' names and definitions, as profile links them.
+    result_console.print(f"{result.noise_line()} Figures: {GLOSSARY_DOC}.", markup=False)
+    for side, frame in (("baseline", result.only_old), ("new run", result.only_new)):
+        if not frame.empty:
+            result_console.print(
+                f"{len(frame)} cell(s) only in the {side}: " + ", ".join(frame["cell_id"]),
+                markup=False,
+            )
+    if regressions:
+        result_console.print(
+            f"[bold red]{regressions} cell(s) regressed beyond {threshold:g}%[/bold red]"
+        )
+        for line in diffs:
+            result_console.print(f"Both runs traced it: {line}", markup=False, soft_wrap=True)
+    if len(lost):
+        named = ", ".join(f"{r.cell_id_old} ({r.verdict})" for r in lost.itertuples())
+        result_console.print(
+            f"{len(lost)} cell(s) measured in the baseline were not measured in the new run "
+            f"(failed, timed out or missing): {named}",
+            style="bold red",
+            markup=False,
+            soft_wrap=True,
+        )
+    gate = result.gate_line()
+    if gate and not result.judged_nothing:
+        unjudged = ", ".join(str(c) for c in result.unjudged["cell_id_new"])
+        result_console.print(
+            f"{gate} Not judged: {unjudged}.",
+            style="bold magenta" if result.partly_unjudged else None,
+            markup=False,
+            soft_wrap=True,
+        )
+    if result.failed:
+        raise typer.Exit(EXIT_REGRESSION)
+    if result.judged_nothing:
+        raise TorchscaleError(
+            f"no cell of {new} could be judged: every one ran on a busy host (other "
+            "processes held the cores; see the noise line); rerun both on a quiet node, or "
+            "state the noise with --noise-floor PCT"
+        )
+    if result.partly_unjudged:
+        raise typer.Exit(EXIT_UNJUDGED)
+    judged = f" in the {result.judged_count} cell(s) judged" if gate else ""
+    result_console.print(f"No regression beyond {threshold:g}% and the run-to-run noise{judged}.")
