@@ -137,53 +137,49 @@ def write_tables(diff: TraceDiff, out_dir: Path) -> List[str]:
     return list(rendered)
 
 
-def register(profile_app: typer.Typer) -> None:
-    @profile_app.command("diff")
-    @user_errors
-    def diff(
-        old: Annotated[
-            Path,
-            typer.Argument(
-                help="The earlier capture: a trace or a folder of per-rank traces.",
-                show_default=False,
-            ),
-        ],
-        new: Annotated[
-            Path, typer.Argument(help="The later capture, of the same job.", show_default=False)
-        ],
-        top: Annotated[int, typer.Option("--top", min=1, help="How many changes to list.")] = 10,
-        output_dir: Annotated[
-            Optional[Path],
-            typer.Option(
-                "--output-dir",
-                "-o",
-                help="Folder for the diff's CSV tables (ops and steps).",
-            ),
-        ] = None,
-        max_memory: Annotated[
-            Optional[str],
-            typer.Option("--max-memory", help="Memory budget for reading both captures, e.g. 4G."),
-        ] = None,
-        json_output: Annotated[
-            bool, typer.Option("--json", help="Print one JSON document on stdout.")
-        ] = False,
-    ) -> None:
-        """Compare two captures of one job, rank by rank: the step's breakdown, the kernels and
-        ops that moved most, new and vanished kernels."""
-        from torchscale.profiling.trace_diff import diff_traces
-        from torchscale.profiling.traces.memory_budget import parse_memory
+@user_errors
+def diff(
+    old: Annotated[
+        Path,
+        typer.Argument(
+            help="The earlier capture: a trace or a folder of per-rank traces.",
+            show_default=False,
+        ),
+    ],
+    new: Annotated[
+        Path, typer.Argument(help="The later capture, of the same job.", show_default=False)
+    ],
+    top: Annotated[int, typer.Option("--top", min=1, help="How many changes to list.")] = 10,
+    output_dir: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--output-dir",
+            "-o",
+            help="Folder for the diff's CSV tables (ops and steps).",
+        ),
+    ] = None,
+    max_memory: Annotated[
+        Optional[str],
+        typer.Option("--max-memory", help="Memory budget for reading both captures, e.g. 4G."),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document on stdout.")
+    ] = False,
+) -> None:
+    """Compare two captures of one job, rank by rank: the step's breakdown, the kernels and
+    ops that moved most, new and vanished kernels."""
+    from torchscale.profiling.trace_diff import diff_traces
+    from torchscale.profiling.traces.memory_budget import parse_memory
 
-        budget = None if max_memory is None else parse_memory(max_memory)
-        result = diff_traces([old], [new], budget)
-        if result.tables["steps"].empty:
-            from torchscale.errors import TorchscaleError
+    budget = None if max_memory is None else parse_memory(max_memory)
+    result = diff_traces([old], [new], budget)
+    if result.tables["steps"].empty:
+        from torchscale.errors import TorchscaleError
 
-            raise TorchscaleError(
-                f"{old} and {new} share no rank; diff two captures of the same job"
-            )
-        written = write_tables(result, output_dir) if output_dir is not None else []
-        if json_output:
-            print_json(to_document(result, top))
-        print_diff(result, top)
-        if written:
-            err_console.print(f"[DIFF] Wrote {', '.join(written)} to {output_dir}", soft_wrap=True)
+        raise TorchscaleError(f"{old} and {new} share no rank; diff two captures of the same job")
+    written = write_tables(result, output_dir) if output_dir is not None else []
+    if json_output:
+        print_json(to_document(result, top))
+    print_diff(result, top)
+    if written:
+        err_console.print(f"[DIFF] Wrote {', '.join(written)} to {output_dir}", soft_wrap=True)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Any, Dict, Hashable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import typer
 from typing_extensions import Annotated
@@ -16,13 +15,10 @@ from torchscale.cli.console import (
     show_result,
     user_errors,
 )
+from torchscale.errors import TorchscaleError
 from torchscale.results.figures import GLOSSARY_DOC
 
 DEFAULT_TARGETS = [16, 64, 256, 1024]
-
-
-def _clean(row: Mapping[Hashable, Any]) -> Dict[str, Any]:
-    return {str(k): None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
 
 
 def _band(row: Dict[str, Any], key: str) -> str:
@@ -111,8 +107,6 @@ def _table(rows: List[Dict[str, Any]], holdout: bool) -> Any:
 
 def _extra_counts(args: List[str]) -> List[int]:
     """``--gpus 16 64 256``: Click gives the counts after the first as extra arguments."""
-    from torchscale.errors import TorchscaleError
-
     counts = []
     for arg in args:
         if not arg.isdigit():
@@ -123,142 +117,84 @@ def _extra_counts(args: List[str]) -> List[int]:
     return counts
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("project", context_settings={"allow_extra_args": True})
-    @user_errors
-    def project(
-        ctx: typer.Context,
-        source: Annotated[
-            Path,
-            typer.Option(
-                "--source", "-s", help="Results folder with training and all_reduce cells."
-            ),
-        ] = Path("results"),
-        gpus: Annotated[
-            Optional[List[int]],
-            typer.Option(
-                "--gpus", "-g", help="GPU counts to predict (repeat or list: --gpus 16 64)."
-            ),
-        ] = None,
-        gpus_per_node: Annotated[
-            int, typer.Option("--gpus-per-node", help="GPUs per node at the target scale.")
-        ] = 8,
-        holdout: Annotated[
-            bool,
-            typer.Option(
-                "--holdout",
-                help="Fit without the largest measured GPU count; compare the prediction with it.",
-            ),
-        ] = False,
-        inter_node_gbps: Annotated[
-            Optional[float],
-            typer.Option(
-                "--inter-node-gbps",
-                help="Assumed all-reduce bandwidth (GB/s) between nodes, where none was measured.",
-            ),
-        ] = None,
-        json_output: Annotated[
-            bool, typer.Option("--json", help="Print the projection as JSON on stdout.")
-        ] = False,
-        history: Annotated[
-            Optional[str],
-            typer.Option(
-                "--history",
-                help="Record the predictions in this history (file path or postgresql://...), "
-                "to check them against later runs. Default: TORCHSCALE_HISTORY.",
-                show_default=False,
-            ),
-        ] = None,
-    ) -> None:
-        """Predict step time, throughput and scaling efficiency at larger GPU counts."""
-        from torchscale.analysis.projection import project as run_projection
-        from torchscale.errors import TorchscaleError
-        from torchscale.hardware.device_noun import is_cpu
-        from torchscale.report.report_data import load_report_data
+@user_errors
+def project(
+    ctx: typer.Context,
+    source: Annotated[
+        Path,
+        typer.Option("--source", "-s", help="Results folder with training and all_reduce cells."),
+    ] = Path("results"),
+    gpus: Annotated[
+        Optional[List[int]],
+        typer.Option("--gpus", "-g", help="GPU counts to predict (repeat or list: --gpus 16 64)."),
+    ] = None,
+    gpus_per_node: Annotated[
+        int, typer.Option("--gpus-per-node", help="GPUs per node at the target scale.")
+    ] = 8,
+    holdout: Annotated[
+        bool,
+        typer.Option(
+            "--holdout",
+            help="Fit without the largest measured GPU count; compare the prediction with it.",
+        ),
+    ] = False,
+    inter_node_gbps: Annotated[
+        Optional[float],
+        typer.Option(
+            "--inter-node-gbps",
+            help="Assumed all-reduce bandwidth (GB/s) between nodes, where none was measured.",
+        ),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the projection as JSON on stdout.")
+    ] = False,
+    history: Annotated[
+        Optional[str],
+        typer.Option(
+            "--history",
+            help="Record the predictions in this history (file path or postgresql://...), "
+            "to check them against later runs. Default: TORCHSCALE_HISTORY.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Predict step time, throughput and scaling efficiency at larger GPU counts."""
+    from torchscale.app.project import ProjectRequest, project_scaling
 
-        targets = [*(gpus or []), *_extra_counts(ctx.args)] or ([] if holdout else DEFAULT_TARGETS)
-        if any(n < 1 for n in targets) or gpus_per_node < 1:
-            raise TorchscaleError(
-                "--gpus and --gpus-per-node take positive integers, e.g. --gpus 16 64"
-            )
-        if inter_node_gbps is not None and inter_node_gbps <= 0:
-            raise TorchscaleError("--inter-node-gbps must be a positive bandwidth in GB/s, e.g. 25")
-        data = load_report_data(source)
-        folders = {e.name: e.path for e in data.experiments}
-        result = run_projection(
-            data.records, targets, gpus_per_node, holdout, inter_node_gbps, folders
+    targets = [*(gpus or []), *_extra_counts(ctx.args)] or ([] if holdout else DEFAULT_TARGETS)
+    if any(n < 1 for n in targets) or gpus_per_node < 1:
+        raise TorchscaleError(
+            "--gpus and --gpus-per-node take positive integers, e.g. --gpus 16 64"
         )
-        rows = [_clean(r) for r in result.table.to_dict("records")]
-        from torchscale.app.history import history_location, record_predictions
-
-        record_predictions(history_location(history), rows, say)
-        if json_output:
-            print_json(
-                {
-                    "source": str(source),
-                    "gpus_per_node": gpus_per_node,
-                    "holdout": holdout,
-                    "basis": result.basis,
-                    "predictions": rows,
-                }
-            )
-        for line in result.basis:
-            say(f"> {line}")
-        show_result(_table(rows, holdout))
-        if any(is_cpu(row.get("measured_on")) for row in rows):
-            say(
-                "> [WARN] Rows from CPU are extrapolated from gloo on CPU processes (loopback on "
-                "one host): they say how this CPU setup would scale, not what GPUs would do."
-            )
-        if holdout:
-            for row in rows:
-                if row.get("measured_throughput") is not None:
-                    for line in _holdout_lines(row):
-                        show_result(line)
-
-
-def _holdout_lines(row: Dict[str, Any]) -> List[str]:
-    """What the held-out cell says: predicted against measured, and why they may differ."""
-    from torchscale.analysis.alphabeta import BACK_TO_BACK
-    from torchscale.analysis.projection import COMPUTE_DRIFT_LIMIT, CPU_WAIT_LIMIT
-    from torchscale.hardware.device_noun import count_text
-
-    at = count_text(row["world_size"], row.get("measured_on"))
-    lines = [
-        f"> [INFO] Holdout {row['model']} · {row['variant']} at {at}: predicted "
-        f"{row['throughput']:,.0f}, measured {row['measured_throughput']:,.0f} {row['unit']}/s "
-        f"({100 * row['error']:+.1f}%)"
-    ]
-    waits = [w for w in (row.get("cpu_wait_share"), row.get("reference_cpu_wait_share")) if w]
-    if max(waits, default=0.0) > CPU_WAIT_LIMIT:
-        lines.append(
-            f"> [WARN] A rank waited for a CPU for {max(waits):.0%} of a measured window "
-            "(runnable, not running): the host was oversubscribed while these cells ran, so "
-            "measured and predicted are not comparable."
+    if inter_node_gbps is not None and inter_node_gbps <= 0:
+        raise TorchscaleError("--inter-node-gbps must be a positive bandwidth in GB/s, e.g. 25")
+    request = ProjectRequest(
+        source=source,
+        targets=targets,
+        gpus_per_node=gpus_per_node,
+        holdout=holdout,
+        inter_node_gbps=inter_node_gbps,
+        history=history,
+    )
+    outcome = project_scaling(request, say)
+    rows = outcome.rows
+    if json_output:
+        print_json(
+            {
+                "source": str(source),
+                "gpus_per_node": gpus_per_node,
+                "holdout": holdout,
+                "basis": outcome.basis,
+                "predictions": rows,
+            }
         )
-    comm = row.get("measured_comm_ms")
-    if comm and row["comm_ms"] and comm > 2 * row["comm_ms"]:
-        why = (
-            "the back-to-back micro-benchmark understates the fabric as DDP uses it: set "
-            "'communication: {through_ddp: true}' to time each all-reduce through DDP's own "
-            "reducer"
-            if row.get("all_reduce_timing") == BACK_TO_BACK
-            else f"timed {row.get('all_reduce_timing')}, the communication cells still "
-            "understate it"
+    for line in outcome.basis:
+        say(f"> {line}")
+    show_result(_table(rows, holdout))
+    if outcome.from_cpu:
+        say(
+            "> [WARN] Rows from CPU are extrapolated from gloo on CPU processes (loopback on "
+            "one host): they say how this CPU setup would scale, not what GPUs would do."
         )
-        lines.append(
-            f"> [WARN] DDP's own all-reduce took {comm:.3g} ms per step at {at}, "
-            f"{comm / row['comm_ms']:.1f}x the {row['comm_ms']:.3g} ms the communication cells' "
-            f"fit gives: {why} (docs/projection.md)."
-        )
-    drift = row.get("compute_drift")
-    if drift is not None and abs(drift) > COMPUTE_DRIFT_LIMIT:
-        start = count_text(row["from_gpus"], row.get("measured_on"))
-        lines.append(
-            f"> [WARN] The compute-only step measured at {at} is {100 * drift:+.0f}% off the "
-            f"one on {start} the projection starts from: the node itself ran differently (a "
-            "busier machine, shared cores), which no projection foresees; with the held-out "
-            "cell's own compute-only step the prediction is "
-            f"{100 * row['error_at_measured_compute']:+.1f}% off."
-        )
-    return lines
+    for line in outcome.holdout_lines:
+        show_result(line)

@@ -9,7 +9,6 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, markup_text, show_result, user_errors
-from torchscale.results.figures import GLOSSARY_DOC
 
 SourceOption = Annotated[
     Path,
@@ -105,16 +104,3 @@ def report(
 
         logging.getLogger("torchscale").setLevel(logging.DEBUG)
     _generate(source, fmt, output, baseline, threshold, noise_floor, history)
-
-
-def register(app: typer.Typer) -> None:
-    # 'torchscale report ...' and the seed's 'torchscale report generate ...' run one function.
-    report_app = typer.Typer(
-        help="Generate visual HTML/PDF performance reports.",
-        epilog=f"The report's figures are defined in its Glossary section and in {GLOSSARY_DOC}.",
-    )
-    report_app.callback(invoke_without_command=True)(report)
-    report_app.command("generate", help="Generate a report (the same as 'torchscale report').")(
-        report
-    )
-    app.add_typer(report_app, name="report")

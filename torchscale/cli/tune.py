@@ -14,7 +14,6 @@ from torchscale.cli.console import err_console, markup_text, print_json, show_re
 from torchscale.cli.script_args import (
     SCRIPT_PANEL,
     SamplesPerStepOption,
-    ScriptArgsCommand,
     StepAtOption,
     ThreadsOption,
     script_options,
@@ -283,133 +282,130 @@ def _where(baseline: Any) -> Any:
     return Where(node_devices().kind, baseline.data.source == "synthetic", conv)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("tune", cls=ScriptArgsCommand)
-    @user_errors
-    def tune(
-        ctx: typer.Context,
-        config: Annotated[
-            Optional[Path],
-            typer.Option(
-                "--config",
-                "-c",
-                help="Benchmark YAML: the baseline (with --script: its window and tune: keys).",
-                dir_okay=False,
-            ),
-        ] = None,
-        output_dir: Annotated[
-            Path,
-            typer.Option("--output-dir", "-o", help="Trials go to OUTPUT_DIR/<experiment>/tune/."),
-        ] = Path("results"),
-        model: Annotated[
-            Optional[str], typer.Option("--model", help="The model to tune (when several).")
-        ] = None,
-        batch_size: Annotated[
-            Optional[int], typer.Option("--batch-size", help="Per-GPU batch size.", min=1)
-        ] = None,
-        gpus: Annotated[
-            Optional[int], typer.Option("--gpus", help="Ranks (GPUs, or CPU processes).", min=1)
-        ] = None,
-        budget: Annotated[
-            str,
-            typer.Option(
-                "--budget", help="Time the search and verdict may take: 90s, 20m, 2min, 1h30m."
-            ),
-        ] = "20m",
-        trials: Annotated[
-            Optional[int], typer.Option("--trials", help="At most this many trials.", min=1)
-        ] = None,
-        allow: Annotated[
-            Optional[List[str]],
-            typer.Option(
-                "--allow",
-                help="Also search a knob that changes numerics or the global batch: comm_hook, "
-                "precision or grad_accum_steps (repeatable).",
-            ),
-        ] = None,
-        finalists: Annotated[
-            Optional[int],
-            typer.Option("--finalists", help="Best trials re-measured for the verdict.", min=0),
-        ] = None,
-        repeats: Annotated[
-            Optional[int],
-            typer.Option("--repeats", help="Interleaved repeats in the verdict.", min=1),
-        ] = None,
-        set_: Annotated[
-            Optional[List[str]],
-            typer.Option("--set", help="Override a config key, e.g. --set measure_steps=40."),
-        ] = None,
-        noise_floor: Annotated[
-            Optional[float],
-            typer.Option(
-                "--noise-floor",
-                help="Run-to-run noise in % (as compare --noise-floor): a gain must exceed it. "
-                "Needed for a verdict on a busy host (other processes holding the cores).",
-            ),
-        ] = None,
-        json_output: Annotated[
-            bool, typer.Option("--json", help="Print the tuning summary as JSON on stdout.")
-        ] = False,
-        script: Annotated[
-            Optional[str],
-            typer.Option(
-                "--script",
-                help="Tune your own DDP training script, run unmodified (its arguments after "
-                "--): its DDP arguments and process settings (docs/own-job.md).",
-                rich_help_panel=SCRIPT_PANEL,
-            ),
-        ] = None,
-        samples_per_step: SamplesPerStepOption = None,
-        step_at: StepAtOption = None,
-        threads: ThreadsOption = None,
-    ) -> None:
-        """Find the fastest DDP settings for one model, or your own script, and prove the gain
-        (docs/tune.md)."""
-        own = script_options(ctx, script, samples_per_step, step_at, threads)
-        request = _request(
-            config, set_ or [], model, batch_size, gpus, allow or [], output_dir, budget,
-            trials, finalists, repeats, own, noise_floor,
-        )  # fmt: skip
-        from torchscale.hardware.environment import node_devices
-        from torchscale.launch.process import Terminated
-        from torchscale.plan.cpu_size import gpu_sized_warnings
-        from torchscale.results.store import check_writable
-        from torchscale.tune.tune_runner import run_tune, tune_folder
+@user_errors
+def tune(
+    ctx: typer.Context,
+    config: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--config",
+            "-c",
+            help="Benchmark YAML: the baseline (with --script: its window and tune: keys).",
+            dir_okay=False,
+        ),
+    ] = None,
+    output_dir: Annotated[
+        Path,
+        typer.Option("--output-dir", "-o", help="Trials go to OUTPUT_DIR/<experiment>/tune/."),
+    ] = Path("results"),
+    model: Annotated[
+        Optional[str], typer.Option("--model", help="The model to tune (when several).")
+    ] = None,
+    batch_size: Annotated[
+        Optional[int], typer.Option("--batch-size", help="Per-GPU batch size.", min=1)
+    ] = None,
+    gpus: Annotated[
+        Optional[int], typer.Option("--gpus", help="Ranks (GPUs, or CPU processes).", min=1)
+    ] = None,
+    budget: Annotated[
+        str,
+        typer.Option(
+            "--budget", help="Time the search and verdict may take: 90s, 20m, 2min, 1h30m."
+        ),
+    ] = "20m",
+    trials: Annotated[
+        Optional[int], typer.Option("--trials", help="At most this many trials.", min=1)
+    ] = None,
+    allow: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            "--allow",
+            help="Also search a knob that changes numerics or the global batch: comm_hook, "
+            "precision or grad_accum_steps (repeatable).",
+        ),
+    ] = None,
+    finalists: Annotated[
+        Optional[int],
+        typer.Option("--finalists", help="Best trials re-measured for the verdict.", min=0),
+    ] = None,
+    repeats: Annotated[
+        Optional[int],
+        typer.Option("--repeats", help="Interleaved repeats in the verdict.", min=1),
+    ] = None,
+    set_: Annotated[
+        Optional[List[str]],
+        typer.Option("--set", help="Override a config key, e.g. --set measure_steps=40."),
+    ] = None,
+    noise_floor: Annotated[
+        Optional[float],
+        typer.Option(
+            "--noise-floor",
+            help="Run-to-run noise in % (as compare --noise-floor): a gain must exceed it. "
+            "Needed for a verdict on a busy host (other processes holding the cores).",
+        ),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the tuning summary as JSON on stdout.")
+    ] = False,
+    script: Annotated[
+        Optional[str],
+        typer.Option(
+            "--script",
+            help="Tune your own DDP training script, run unmodified (its arguments after "
+            "--): its DDP arguments and process settings (docs/own-job.md).",
+            rich_help_panel=SCRIPT_PANEL,
+        ),
+    ] = None,
+    samples_per_step: SamplesPerStepOption = None,
+    step_at: StepAtOption = None,
+    threads: ThreadsOption = None,
+) -> None:
+    """Find the fastest DDP settings for one model, or your own script, and prove the gain
+    (docs/tune.md)."""
+    own = script_options(ctx, script, samples_per_step, step_at, threads)
+    request = _request(
+        config, set_ or [], model, batch_size, gpus, allow or [], output_dir, budget,
+        trials, finalists, repeats, own, noise_floor,
+    )  # fmt: skip
+    from torchscale.hardware.environment import node_devices
+    from torchscale.launch.process import Terminated
+    from torchscale.plan.cpu_size import gpu_sized_warnings
+    from torchscale.results.store import check_writable
+    from torchscale.tune.tune_runner import run_tune, tune_folder
 
-        for line in gpu_sized_warnings(request.config, node_devices().kind):
-            err_console.print(f"> [WARN] {line}", soft_wrap=True, markup=False)
-        check_writable(output_dir)
-        folder = tune_folder(output_dir, request.config.experiment_name)
-        err_console.print(f"> Tuning goes to {folder}", soft_wrap=True, markup=False)
-        try:
-            with TuneConsole(trials) as console:
-                summary = run_tune(request, console)
-        except KeyboardInterrupt as exc:
-            how = "Terminated" if isinstance(exc, Terminated) else "Interrupted"
-            show_result(
-                f"{how}. Finished trials are safe in {folder}; run the same command again to "
-                "resume."
-            )
-            code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
-            raise typer.Exit(code) from None
-        from torchscale.results.layout import TUNE_BEST_CONFIG, TUNE_DDP_SNIPPET, TUNE_SUMMARY
-        from torchscale.tune.tune_outputs import BUSY_HOST, NO_OUTPUTS
+    for line in gpu_sized_warnings(request.config, node_devices().kind):
+        err_console.print(f"> [WARN] {line}", soft_wrap=True, markup=False)
+    check_writable(output_dir)
+    folder = tune_folder(output_dir, request.config.experiment_name)
+    err_console.print(f"> Tuning goes to {folder}", soft_wrap=True, markup=False)
+    try:
+        with TuneConsole(trials) as console:
+            summary = run_tune(request, console)
+    except KeyboardInterrupt as exc:
+        how = "Terminated" if isinstance(exc, Terminated) else "Interrupted"
+        show_result(
+            f"{how}. Finished trials are safe in {folder}; run the same command again to resume."
+        )
+        code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+        raise typer.Exit(code) from None
+    from torchscale.results.layout import TUNE_BEST_CONFIG, TUNE_DDP_SNIPPET, TUNE_SUMMARY
+    from torchscale.tune.tune_outputs import BUSY_HOST, NO_OUTPUTS
 
-        measured = summary["result"] not in NO_OUTPUTS
-        written = f"{TUNE_BEST_CONFIG}, {TUNE_DDP_SNIPPET} and " if measured else ""
-        show_result(f"> {written}{TUNE_SUMMARY} {'are' if measured else 'is'} in {folder}")
-        table = finalists_table(summary)
-        if table is not None:
-            show_result(table)
-        if summary.get("warning"):
-            show_result(f"> [WARN] {summary['warning']}")
-        if request.script is not None and measured:  # the lines to paste into the script
-            snippet = (folder / TUNE_DDP_SNIPPET).read_text(encoding="utf-8")
-            show_result(snippet.rstrip())
-        show_result(summary["line"])
-        if json_output:
-            print_json(summary)
-        if summary["result"] == BUSY_HOST:  # measured, but nothing a verdict may rest on
-            raise typer.Exit(EXIT_BUSY_HOST)
-        if not measured:  # a gate that measured nothing does not pass
-            raise typer.Exit(EXIT_NOTHING_MEASURED)
+    measured = summary["result"] not in NO_OUTPUTS
+    written = f"{TUNE_BEST_CONFIG}, {TUNE_DDP_SNIPPET} and " if measured else ""
+    show_result(f"> {written}{TUNE_SUMMARY} {'are' if measured else 'is'} in {folder}")
+    table = finalists_table(summary)
+    if table is not None:
+        show_result(table)
+    if summary.get("warning"):
+        show_result(f"> [WARN] {summary['warning']}")
+    if request.script is not None and measured:  # the lines to paste into the script
+        snippet = (folder / TUNE_DDP_SNIPPET).read_text(encoding="utf-8")
+        show_result(snippet.rstrip())
+    show_result(summary["line"])
+    if json_output:
+        print_json(summary)
+    if summary["result"] == BUSY_HOST:  # measured, but nothing a verdict may rest on
+        raise typer.Exit(EXIT_BUSY_HOST)
+    if not measured:  # a gate that measured nothing does not pass
+        raise typer.Exit(EXIT_NOTHING_MEASURED)

@@ -45,180 +45,178 @@ if TYPE_CHECKING:
     from torchscale.validate.runner import ValidateOptions
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("validate")
-    @user_errors
-    def validate(
-        json_output: Annotated[
-            bool,
-            typer.Option(
-                "--json", help="Print the report as one JSON document on stdout (table on stderr)."
-            ),
-        ] = False,
-        skip_smoke: Annotated[
-            bool,
-            typer.Option(
-                "--skip-smoke", help="Skip the torchrun all-reduce smoke test (seconds faster)."
-            ),
-        ] = False,
-        timeout: Annotated[
-            str,
-            typer.Option(
-                "--timeout",
-                help="How long before a hanging smoke test is killed and reported as FAIL "
-                "(60, 90s, 2min; a bare number is seconds).",
-            ),
-        ] = "60",
-        output_dir: Annotated[
-            Path,
-            typer.Option(
-                "--output-dir",
-                "-o",
-                help="Where benchmark results will go: its free disk space is checked.",
-            ),
-        ] = Path("results"),
-        verbose: Annotated[
-            bool,
-            typer.Option(
-                "--verbose", "-v", help="Enable verbose logging (each check's details and timing)."
-            ),
-        ] = False,
-        level: Annotated[
-            int,
-            typer.Option(
-                "--level",
-                help="1: configuration checks (seconds); 2: + measured probes per device (GEMM, "
-                "memory, host and P2P copies, launches, node collectives), XID errors, CPU "
-                "governor, InfiniBand ports; 3: + sustained load watching clocks, temperature, "
-                "power and ECC.",
-            ),
-        ] = 1,
-        config: Annotated[
-            Optional[Path],
-            typer.Option(
-                "--config",
-                "-c",
-                help="YAML file whose validation: section sets probe sizes, durations and "
-                "thresholds (the rest of the file is ignored).",
-            ),
-        ] = None,
-        set_: Annotated[
-            Optional[List[str]],
-            typer.Option(
-                "--set",
-                help="Override a validation key, e.g. --set validation.window_s=0.5 (repeatable).",
-            ),
-        ] = None,
-        fleet: Annotated[
-            bool,
-            typer.Option(
-                "--fleet",
-                help="Check every node of a Slurm allocation (srun) or of --nnodes launches: "
-                "outlier devices, slow nodes and slow links; node 0 writes the fleet report.",
-            ),
-        ] = False,
-        nnodes: Annotated[
-            Optional[int],
-            typer.Option("--nnodes", help="--fleet without Slurm: nodes taking part."),
-        ] = None,
-        node_rank: Annotated[
-            Optional[int],
-            typer.Option("--node-rank", help="--fleet without Slurm: this node (0 reports)."),
-        ] = None,
-        rdzv_endpoint: Annotated[
-            Optional[str],
-            typer.Option(
-                "--rdzv-endpoint",
-                help="--fleet: node 0's HOST:PORT (under Slurm only the port is used).",
-            ),
-        ] = None,
-        join_timeout: Annotated[
-            str,
-            typer.Option(
-                "--join-timeout",
-                help="--fleet: how long to wait for the other nodes (600, 10min).",
-            ),
-        ] = "600",
-        launcher: JobLauncherOption = JobLauncher.torchrun,
-        submit: SubmitOption = False,
-        gpus_per_node: GpusPerNodeOption = None,
-        k8s_api: K8sApiOption = K8sApi.trainjob,
-        image: ImageOption = None,
-        namespace: NamespaceOption = None,
-        k8s_queue: QueueOption = None,
-        k8s_service_account: ServiceAccountOption = None,
-        k8s_results_pvc: ResultsPvcOption = None,
-        k8s_overlay: OverlayOption = None,
-        emit: EmitOption = None,
-        accelerator: AcceleratorOption = "H100",
-        history: RecordHistoryOption = None,
-    ) -> None:
-        """Check if current node meets DDP requirements (NCCL, Drivers)."""
-        if verbose:
-            logging.getLogger("torchscale").setLevel(logging.DEBUG)
-        from torchscale.config.durations import parse_duration
+@user_errors
+def validate(
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the report as one JSON document on stdout (table on stderr)."
+        ),
+    ] = False,
+    skip_smoke: Annotated[
+        bool,
+        typer.Option(
+            "--skip-smoke", help="Skip the torchrun all-reduce smoke test (seconds faster)."
+        ),
+    ] = False,
+    timeout: Annotated[
+        str,
+        typer.Option(
+            "--timeout",
+            help="How long before a hanging smoke test is killed and reported as FAIL "
+            "(60, 90s, 2min; a bare number is seconds).",
+        ),
+    ] = "60",
+    output_dir: Annotated[
+        Path,
+        typer.Option(
+            "--output-dir",
+            "-o",
+            help="Where benchmark results will go: its free disk space is checked.",
+        ),
+    ] = Path("results"),
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", help="Enable verbose logging (each check's details and timing)."
+        ),
+    ] = False,
+    level: Annotated[
+        int,
+        typer.Option(
+            "--level",
+            help="1: configuration checks (seconds); 2: + measured probes per device (GEMM, "
+            "memory, host and P2P copies, launches, node collectives), XID errors, CPU "
+            "governor, InfiniBand ports; 3: + sustained load watching clocks, temperature, "
+            "power and ECC.",
+        ),
+    ] = 1,
+    config: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--config",
+            "-c",
+            help="YAML file whose validation: section sets probe sizes, durations and "
+            "thresholds (the rest of the file is ignored).",
+        ),
+    ] = None,
+    set_: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            "--set",
+            help="Override a validation key, e.g. --set validation.window_s=0.5 (repeatable).",
+        ),
+    ] = None,
+    fleet: Annotated[
+        bool,
+        typer.Option(
+            "--fleet",
+            help="Check every node of a Slurm allocation (srun) or of --nnodes launches: "
+            "outlier devices, slow nodes and slow links; node 0 writes the fleet report.",
+        ),
+    ] = False,
+    nnodes: Annotated[
+        Optional[int],
+        typer.Option("--nnodes", help="--fleet without Slurm: nodes taking part."),
+    ] = None,
+    node_rank: Annotated[
+        Optional[int],
+        typer.Option("--node-rank", help="--fleet without Slurm: this node (0 reports)."),
+    ] = None,
+    rdzv_endpoint: Annotated[
+        Optional[str],
+        typer.Option(
+            "--rdzv-endpoint",
+            help="--fleet: node 0's HOST:PORT (under Slurm only the port is used).",
+        ),
+    ] = None,
+    join_timeout: Annotated[
+        str,
+        typer.Option(
+            "--join-timeout",
+            help="--fleet: how long to wait for the other nodes (600, 10min).",
+        ),
+    ] = "600",
+    launcher: JobLauncherOption = JobLauncher.torchrun,
+    submit: SubmitOption = False,
+    gpus_per_node: GpusPerNodeOption = None,
+    k8s_api: K8sApiOption = K8sApi.trainjob,
+    image: ImageOption = None,
+    namespace: NamespaceOption = None,
+    k8s_queue: QueueOption = None,
+    k8s_service_account: ServiceAccountOption = None,
+    k8s_results_pvc: ResultsPvcOption = None,
+    k8s_overlay: OverlayOption = None,
+    emit: EmitOption = None,
+    accelerator: AcceleratorOption = "H100",
+    history: RecordHistoryOption = None,
+) -> None:
+    """Check if current node meets DDP requirements (NCCL, Drivers)."""
+    if verbose:
+        logging.getLogger("torchscale").setLevel(logging.DEBUG)
+    from torchscale.config.durations import parse_duration
 
-        timeout_s = parse_duration(timeout, "--timeout", "60, 90s or 2min")
-        join_timeout_s = parse_duration(join_timeout, "--join-timeout", "600, 90s or 10min")
-        if level not in (1, 2, 3):
-            raise TorchscaleError(f"--level {level}: choose 1, 2 or 3")
-        if output_dir.exists() and not output_dir.is_dir():
-            raise TorchscaleError(f"--output-dir {output_dir} is a file: give a directory")
+    timeout_s = parse_duration(timeout, "--timeout", "60, 90s or 2min")
+    join_timeout_s = parse_duration(join_timeout, "--join-timeout", "600, 90s or 10min")
+    if level not in (1, 2, 3):
+        raise TorchscaleError(f"--level {level}: choose 1, 2 or 3")
+    if output_dir.exists() and not output_dir.is_dir():
+        raise TorchscaleError(f"--output-dir {output_dir} is a file: give a directory")
 
-        from dataclasses import replace
+    from dataclasses import replace
 
-        from torchscale.config.loader import load_validation, parse_overrides
-        from torchscale.validate.runner import ValidateOptions
+    from torchscale.config.loader import load_validation, parse_overrides
+    from torchscale.validate.runner import ValidateOptions
 
-        settings = load_validation(config, parse_overrides(set_ or []))
-        if launcher is not JobLauncher.torchrun:
-            from torchscale.app.k8s_submit import validate_shape
+    settings = load_validation(config, parse_overrides(set_ or []))
+    if launcher is not JobLauncher.torchrun:
+        from torchscale.app.k8s_submit import validate_shape
 
-            if not fleet:
-                raise TorchscaleError(f"--launcher {launcher.value} goes with --fleet")
-            args = ["--level", str(level), "--timeout", f"{timeout_s:g}", "--fleet"]
-            args += ["--join-timeout", f"{join_timeout_s:g}"]
-            args += [word for value in set_ or [] for word in ("--set", value)]
-            args += [flag for flag, on in _flags(False, skip_smoke, verbose) if on]
-            shape = validate_shape(nnodes, gpus_per_node, config, args)
-            run_job(shape=shape, submit=submit, settings=job_settings(
-                launcher.value, output_dir, api=k8s_api, image=image, namespace=namespace,
-                queue=k8s_queue, service_account=k8s_service_account, results_pvc=k8s_results_pvc,
-                overlay=k8s_overlay, emit=emit, accelerator=accelerator,
-            ))  # fmt: skip
-            return
-        member = None
-        if fleet:
-            flags = _flags(json_output, skip_smoke, verbose)
-            again = ["--level", str(level), "--timeout", f"{timeout_s:g}", "--fleet"]
-            again += ["--output-dir", str(output_dir.resolve())]
-            again += ["--join-timeout", f"{join_timeout_s:g}"]
-            again += ["--config", str(config.resolve())] if config else []
-            again += [word for value in set_ or [] for word in ("--set", value)]
-            again += [flag for flag, on in flags if on]
-            again += ["--history", history] if history else []
-            member = _fleet_member(nnodes, node_rank, rdzv_endpoint, join_timeout_s, again)
-        options = ValidateOptions(
-            timeout_s=timeout_s,
-            skip_smoke=skip_smoke,
-            output_dir=output_dir,
-            level=level,
-            settings=settings,
-        )
-        if member is None:
-            report = _check_node(options, history)
-            if json_output:
-                print_json(report)
-            raise typer.Exit(0 if report["summary"]["ok"] else 1)
-        from torchscale.validate.fleet import joined
+        if not fleet:
+            raise TorchscaleError(f"--launcher {launcher.value} goes with --fleet")
+        args = ["--level", str(level), "--timeout", f"{timeout_s:g}", "--fleet"]
+        args += ["--join-timeout", f"{join_timeout_s:g}"]
+        args += [word for value in set_ or [] for word in ("--set", value)]
+        args += [flag for flag, on in _flags(False, skip_smoke, verbose) if on]
+        shape = validate_shape(nnodes, gpus_per_node, config, args)
+        run_job(shape=shape, submit=submit, settings=job_settings(
+            launcher.value, output_dir, api=k8s_api, image=image, namespace=namespace,
+            queue=k8s_queue, service_account=k8s_service_account, results_pvc=k8s_results_pvc,
+            overlay=k8s_overlay, emit=emit, accelerator=accelerator,
+        ))  # fmt: skip
+        return
+    member = None
+    if fleet:
+        flags = _flags(json_output, skip_smoke, verbose)
+        again = ["--level", str(level), "--timeout", f"{timeout_s:g}", "--fleet"]
+        again += ["--output-dir", str(output_dir.resolve())]
+        again += ["--join-timeout", f"{join_timeout_s:g}"]
+        again += ["--config", str(config.resolve())] if config else []
+        again += [word for value in set_ or [] for word in ("--set", value)]
+        again += [flag for flag, on in flags if on]
+        again += ["--history", history] if history else []
+        member = _fleet_member(nnodes, node_rank, rdzv_endpoint, join_timeout_s, again)
+    options = ValidateOptions(
+        timeout_s=timeout_s,
+        skip_smoke=skip_smoke,
+        output_dir=output_dir,
+        level=level,
+        settings=settings,
+    )
+    if member is None:
+        report = _check_node(options, history)
+        if json_output:
+            print_json(report)
+        raise typer.Exit(0 if report["summary"]["ok"] else 1)
+    from torchscale.validate.fleet import joined
 
-        def say(step: str) -> None:
-            err_console.print(f"> {step}")
+    def say(step: str) -> None:
+        err_console.print(f"> {step}")
 
-        with joined(member, settings, say) as group:
-            together = replace(options, before_probes=lambda: group.start_together(say))
-            report = _check_node(together, history)
-            raise typer.Exit(_fleet(group, report, output_dir, json_output, history))
+    with joined(member, settings, say) as group:
+        together = replace(options, before_probes=lambda: group.start_together(say))
+        report = _check_node(together, history)
+        raise typer.Exit(_fleet(group, report, output_dir, json_output, history))
 
 
 def _fleet_member(
