@@ -13,14 +13,14 @@ from typing_extensions import Annotated
 
 from torchscale.cli import (
     benchmark_command,
-    compare,
+    compare_command,
     history_command,
     profile_command,
     profile_diff_command,
-    project,
+    project_command,
     report_command,
-    tune,
-    validate,
+    tune_command,
+    validate_command,
 )
 from torchscale.cli.console import set_quiet, setup_logging
 from torchscale.cli.script_args import ScriptArgsCommand, ScriptArgsGroup
@@ -106,10 +106,10 @@ report_app.command("generate", help="Generate a report (the same as 'torchscale 
 )
 app.add_typer(report_app, name="report")
 
-app.command("validate")(validate.validate)
-app.command("compare")(compare.compare)
-app.command("project", context_settings={"allow_extra_args": True})(project.project)
-app.command("tune", cls=ScriptArgsCommand)(tune.tune)
+app.command("validate")(validate_command.validate)
+app.command("compare")(compare_command.compare)
+app.command("project", context_settings={"allow_extra_args": True})(project_command.project)
+app.command("tune", cls=ScriptArgsCommand)(tune_command.tune)
 
 history_app = typer.Typer(
     name="history",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import typer
 from typing_extensions import Annotated
@@ -31,8 +31,8 @@ from torchscale.cli.job_options import (
     ServiceAccountOption,
     SubmitOption,
     job_settings,
-    run_job,
     script_words,
+    show_job,
 )
 from torchscale.cli.script_args import (
     SCRIPT_PANEL,
@@ -150,8 +150,6 @@ def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) 
 
 def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
     """Print each traced cell's analysis; the exit code says whether anything was traced."""
-    from torchscale.profiling.trace_tables import table_files
-
     documents = []
     for cell in cells:
         if cell.not_profiled is not None:
@@ -163,7 +161,7 @@ def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
         show_result(f"> [ANALYSIS] Profiling complete: {cell.cell_id} ({cell.tool}).")
         if cell.note:
             show_result(f"> [ANALYSIS] Note: {cell.note}.")
-        print_document(cell.document, [FINDINGS_FILE, *table_files().values()], cell.out_dir)
+        print_document(cell.document, list(cell.files), cell.out_dir)
         if cell.sync_overhead_pct is not None:
             stall = cell.document.get("sync_stall_pct")
             say(
@@ -171,11 +169,9 @@ def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
                 f"{cell.sync_overhead_pct:.1f}%. {sync_relation(stall, cell.sync_overhead_pct)} "
                 f"({GLOSSARY_DOC})."
             )
-        if cell.busy_wait is not None:
-            from torchscale.analysis.busy_host import BUSY_HOST, wait_words
-
+        if cell.busy_words is not None:
             say(
-                f"> [WARN] Measured on a {BUSY_HOST} ({wait_words(cell.busy_wait)}): its stalls "
+                f"> [WARN] Measured on a {cell.busy_words}: its stalls "
                 "and waits say as much about the other processes as about the job; rerun on a "
                 "quiet node before acting on them."
             )
@@ -286,14 +282,14 @@ def capture(
     if config is not None and (model is not None or batch_size is not None):
         raise TorchscaleError("use either --config or --model/--batch-size, not both")
 
-    from torchscale.app.profile import CaptureRequest, capture_profile
+    from torchscale.app.k8s_submit import JobRequest
+    from torchscale.app.profile import CaptureRequest, ProfileJob
+    from torchscale.app.profile import profile as run_profile
     from torchscale.cli.benchmark_view import ConsoleEvents
-    from torchscale.config.loader import parse_overrides
 
     own = script_options(ctx, script, samples_per_step, step_at, threads)
+    request: Union[CaptureRequest, ProfileJob]
     if launcher is not JobLauncher.torchrun:
-        from torchscale.app.k8s_submit import profile_shape
-
         args = ["--duration", duration, "--target", target, "--tool", tool]
         args += [f"--model={model}"] if model else []
         args += [f"--batch-size={batch_size}"] if batch_size else []
@@ -301,18 +297,22 @@ def capture(
         args += [f"--threads={threads}"] if threads else []
         if own is not None:
             args += script_words(own.path, None, None, samples_per_step, step_at, own.args)
-        run_job(shape=profile_shape(gpus, config, args), submit=submit, settings=job_settings(
+        request = ProfileJob(JobRequest(submit=submit, settings=job_settings(
             launcher.value, output_dir, api=k8s_api, image=image, namespace=namespace,
             queue=k8s_queue, service_account=k8s_service_account, results_pvc=k8s_results_pvc,
             overlay=k8s_overlay, emit=emit, accelerator=accelerator,
-        ))  # fmt: skip
-        return
-    request = CaptureRequest(
-        gpus, seconds, target, tool, config, model, batch_size, parse_overrides(set_ or []),
-        script=own, history=history,
-    )  # fmt: skip
+        )), gpus, config, args)  # fmt: skip
+    else:
+        request = CaptureRequest(
+            gpus, seconds, target, tool, config, model, batch_size, script=own,
+            history=history, settings=set_ or [],
+        )  # fmt: skip
     events = ConsoleEvents(profile_lines=False)  # the analysis below says it all
-    cells = capture_profile(request, output_dir, events, say)
+    outcome = run_profile(request, output_dir, events, say)
+    if outcome.job is not None:
+        show_job(outcome.job)
+        return
+    cells = outcome.cells
     code = _report_capture(cells, json_output)
     if code:
         raise typer.Exit(code)
@@ -353,19 +353,9 @@ def analyze(
     """Analyse per-rank traces: breakdown, overlap, stragglers, findings."""
     _verbose(verbose)
     _check_choice(target, TARGETS, "--target")
-    from torchscale.profiling.analysis import analyze as run_analysis
-    from torchscale.profiling.analysis import to_document
-    from torchscale.profiling.outputs import write_outputs
-    from torchscale.profiling.traces.memory_budget import parse_memory
+    from torchscale.app.profile_traces import analyze_traces
 
-    budget = None if max_memory is None else parse_memory(max_memory)
-    result = run_analysis(paths, target, max_memory=budget)
-    log = logging.getLogger("torchscale")
-    for trace in result.traces:
-        log.debug("rank %d: %s trace %s", trace.rank, trace.source, trace.path)
-    out_dir = output_dir or (paths[0] if paths[0].is_dir() else paths[0].parent)
-    written = write_outputs(result, out_dir)
-    document = to_document(result)
+    analysis = analyze_traces(paths, target, max_memory, output_dir)
     if json_output:
-        print_json(document)
-    print_document(document, list(written), out_dir)
+        print_json(analysis.document)
+    print_document(analysis.document, analysis.written, analysis.out_dir)

@@ -5,16 +5,24 @@ Imports nothing heavy at module level: ``torchscale validate --help`` must not i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, is_quiet, print_json, result_console, user_errors
+from torchscale.cli.console import (
+    err_console,
+    is_quiet,
+    print_json,
+    result_console,
+    say,
+    user_errors,
+)
 from torchscale.cli.history_command import RecordHistoryOption
 from torchscale.cli.job_options import (
     AcceleratorOption,
@@ -32,7 +40,7 @@ from torchscale.cli.job_options import (
     ServiceAccountOption,
     SubmitOption,
     job_settings,
-    run_job,
+    show_job,
 )
 from torchscale.errors import TorchscaleError
 
@@ -40,9 +48,6 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.status import Status
     from rich.table import Table
-
-    from torchscale.validate.fleet import Fleet, FleetMember
-    from torchscale.validate.runner import ValidateOptions
 
 
 @user_errors
@@ -154,6 +159,9 @@ def validate(
     """Check if current node meets DDP requirements (NCCL, Drivers)."""
     if verbose:
         logging.getLogger("torchscale").setLevel(logging.DEBUG)
+    from torchscale.app.k8s_submit import JobRequest
+    from torchscale.app.validate import ValidateRequest
+    from torchscale.app.validate import validate as validate_node
     from torchscale.config.durations import parse_duration
 
     timeout_s = parse_duration(timeout, "--timeout", "60, 90s or 2min")
@@ -162,151 +170,69 @@ def validate(
         raise TorchscaleError(f"--level {level}: choose 1, 2 or 3")
     if output_dir.exists() and not output_dir.is_dir():
         raise TorchscaleError(f"--output-dir {output_dir} is a file: give a directory")
-
-    from dataclasses import replace
-
-    from torchscale.config.loader import load_validation, parse_overrides
-    from torchscale.validate.runner import ValidateOptions
-
-    settings = load_validation(config, parse_overrides(set_ or []))
+    job = None
     if launcher is not JobLauncher.torchrun:
-        from torchscale.app.k8s_submit import validate_shape
-
-        if not fleet:
-            raise TorchscaleError(f"--launcher {launcher.value} goes with --fleet")
-        args = ["--level", str(level), "--timeout", f"{timeout_s:g}", "--fleet"]
-        args += ["--join-timeout", f"{join_timeout_s:g}"]
-        args += [word for value in set_ or [] for word in ("--set", value)]
-        args += [flag for flag, on in _flags(False, skip_smoke, verbose) if on]
-        shape = validate_shape(nnodes, gpus_per_node, config, args)
-        run_job(shape=shape, submit=submit, settings=job_settings(
+        job = JobRequest(submit=submit, settings=job_settings(
             launcher.value, output_dir, api=k8s_api, image=image, namespace=namespace,
             queue=k8s_queue, service_account=k8s_service_account, results_pvc=k8s_results_pvc,
             overlay=k8s_overlay, emit=emit, accelerator=accelerator,
         ))  # fmt: skip
-        return
-    member = None
-    if fleet:
-        flags = _flags(json_output, skip_smoke, verbose)
-        again = ["--level", str(level), "--timeout", f"{timeout_s:g}", "--fleet"]
-        again += ["--output-dir", str(output_dir.resolve())]
-        again += ["--join-timeout", f"{join_timeout_s:g}"]
-        again += ["--config", str(config.resolve())] if config else []
-        again += [word for value in set_ or [] for word in ("--set", value)]
-        again += [flag for flag, on in flags if on]
-        again += ["--history", history] if history else []
-        member = _fleet_member(nnodes, node_rank, rdzv_endpoint, join_timeout_s, again)
-    options = ValidateOptions(
+    flags = [("--json", json_output), ("--skip-smoke", skip_smoke), ("--verbose", verbose)]
+    request = ValidateRequest(
         timeout_s=timeout_s,
+        join_timeout_s=join_timeout_s,
         skip_smoke=skip_smoke,
         output_dir=output_dir,
         level=level,
-        settings=settings,
-    )
-    if member is None:
-        report = _check_node(options, history)
-        if json_output:
-            print_json(report)
-        raise typer.Exit(0 if report["summary"]["ok"] else 1)
-    from torchscale.validate.fleet import joined
-
-    def say(step: str) -> None:
-        err_console.print(f"> {step}")
-
-    with joined(member, settings, say) as group:
-        together = replace(options, before_probes=lambda: group.start_together(say))
-        report = _check_node(together, history)
-        raise typer.Exit(_fleet(group, report, output_dir, json_output, history))
-
-
-def _fleet_member(
-    nnodes: Optional[int],
-    node_rank: Optional[int],
-    endpoint: Optional[str],
-    join_timeout: float,
-    validate_args: List[str],
-) -> FleetMember:
-    """This node's place in the fleet; in a Slurm batch script, start the fleet with srun
-    (``validate_args`` on every node) and exit with its code."""
-    import os
-
-    from torchscale.validate.fleet_launch import SlurmFleet, resolve_fleet, run_srun
-
-    role = resolve_fleet(
+        config=config,
+        overrides=set_ or [],
+        fleet=fleet,
         nnodes=nnodes,
         node_rank=node_rank,
-        endpoint=endpoint,
-        join_timeout_s=join_timeout,
-        environ=os.environ,
+        rdzv_endpoint=rdzv_endpoint,
+        history=history,
+        flags=[flag for flag, on in flags if on],
+        job=job,
+        gpus_per_node=gpus_per_node,
     )
-    if isinstance(role, SlurmFleet):
-        nodes = len(role.allocation.hosts)
-        err_console.print(f"> srun on {nodes} nodes, node 0 at {role.endpoint}")
-        raise typer.Exit(run_srun(role, validate_args))
-    return role
+    outcome = validate_node(request, ConsoleView())
+    if outcome.job is not None:
+        show_job(outcome.job)
+        return
+    if json_output and outcome.document is not None:
+        print_json(outcome.document)
+    raise typer.Exit(outcome.exit_code)
 
 
-def _record(history: Optional[str], output_dir: Path) -> None:
-    """Add the validate records of ``output_dir`` to the history, when one is given."""
-    from torchscale.app.history import history_location, record_run
-    from torchscale.results.layout import VALIDATE_DIR
+class ConsoleView:
+    """validate's progress on stderr: the step under way, the checks' table (the WARN and
+    FAIL rows with --quiet), the fleet's."""
 
-    def notify(line: str) -> None:
+    @contextlib.contextmanager
+    def checking(self, what: str) -> Iterator[Callable[[str], None]]:
+        with err_console.status(what) as status:
+            yield _progress(status)
+
+    def node_checked(self, report: Dict[str, Any]) -> None:
+        if is_quiet():
+            _render_quiet(report)
+        else:
+            render(report, err_console)
+        _log_details(report)
+
+    def fleet_checked(self, document: Dict[str, Any]) -> None:
+        from torchscale.validate.fleet_view import render_fleet
+
+        render_fleet(document, err_console)
+
+    def say(self, line: str) -> None:
+        err_console.print(line)
+
+    def notify(self, line: str) -> None:
         err_console.print(line, markup=False, highlight=False)
 
-    record_run(history_location(history), output_dir / VALIDATE_DIR, notify)
-
-
-def _check_node(options: ValidateOptions, history: Optional[str] = None) -> Dict[str, Any]:
-    """This node's checks at its level: the table on stderr, a level-2+ record kept (and added
-    to the history, when one is given: a level-1 check measures no figure to keep)."""
-    from torchscale.validate.runner import run_validation
-
-    with err_console.status("Checking this node...") as status:
-        report = run_validation(options, on_check=_progress(status))
-    if is_quiet():
-        _render_quiet(report)
-    else:
-        render(report, err_console)
-    _log_details(report)
-    if options.level >= 2:
-        from torchscale.validate.levels import save_record
-
-        err_console.print(f"> Record: {save_record(report, options.output_dir)}")
-        _record(history, options.output_dir)
-    return report
-
-
-def _flags(json_output: bool, skip_smoke: bool, verbose: bool) -> List[Tuple[str, bool]]:
-    return [("--json", json_output), ("--skip-smoke", skip_smoke), ("--verbose", verbose)]
-
-
-def _fleet(
-    group: Fleet,
-    report: Dict[str, Any],
-    output_dir: Path,
-    json_output: bool,
-    history: Optional[str] = None,
-) -> int:
-    """Node 0: the fleet report (table, files, --json, every node's figures into the history);
-    other nodes: their own verdict."""
-    from torchscale.validate.fleet import fleet_check
-    from torchscale.validate.fleet_document import fleet_exit_code, save_fleet
-    from torchscale.validate.fleet_view import render_fleet
-
-    with err_console.status("Fleet check...") as status:
-        document = fleet_check(group, report, _progress(status))
-    if document is None:
-        member = group.member
-        err_console.print(f"> Node {member.node_rank}: reported to node 0 ({member.endpoint})")
-        return 0 if report["summary"]["ok"] else 1
-    render_fleet(document, err_console)
-    json_path, page = save_fleet(document, output_dir)
-    err_console.print(f"> Fleet report: {json_path} and {page}")
-    _record(history, output_dir)
-    if json_output:
-        print_json(document)
-    return fleet_exit_code(document)
+    def tell(self, line: str) -> None:
+        say(line)
 
 
 def checks_table(report: Dict[str, Any], console: Console) -> Table:

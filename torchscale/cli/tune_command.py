@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
@@ -18,16 +16,13 @@ from torchscale.cli.script_args import (
     ThreadsOption,
     script_options,
 )
-from torchscale.errors import ConfigError
 
 if TYPE_CHECKING:
     from pandas import DataFrame
     from rich.table import Table
 
-    from torchscale.app.own_script import ScriptOptions
     from torchscale.plan.planned_cell import Cell
     from torchscale.results.schema import ResultBase
-    from torchscale.tune.tune_runner import TuneRequest
 
 EXIT_NOTHING_MEASURED = 1
 EXIT_BUSY_HOST = 2  # as compare's gate with cells it could not judge
@@ -157,131 +152,6 @@ def finalists_table(summary: Dict[str, Any]) -> Optional[Table]:
     return fitted_table(err_console, title, cols, left_out=f"see {summary.get('tune_dir')}")
 
 
-def _request(
-    config: Optional[Path],
-    set_: List[str],
-    model: Optional[str],
-    batch_size: Optional[int],
-    gpus: Optional[int],
-    allow: List[str],
-    output_dir: Path,
-    budget: str,
-    trials: Optional[int],
-    finalists: Optional[int],
-    repeats: Optional[int],
-    script: Optional[ScriptOptions] = None,
-    noise_floor: Optional[float] = None,
-) -> TuneRequest:
-    """Everything checked before anything runs (bad input: one line, exit 2)."""
-    from torchscale.config.durations import parse_duration
-    from torchscale.config.loader import apply_overrides, load_config, parse_overrides, read_yaml
-    from torchscale.config.tune_section import TuneSection
-
-    budget_s = parse_duration(budget, "--budget", "90s, 20m, 2min or 1h30m")
-    if noise_floor is not None and not (math.isfinite(noise_floor) and 0 <= noise_floor < 1000):
-        raise ConfigError(
-            f"--noise-floor {noise_floor:g} must be a % between 0 and 1000 (leave it out: a "
-            "verdict taken on a busy host is then refused)"
-        )
-    overrides = parse_overrides(set_)
-    if script is not None:
-        import copy
-
-        from torchscale.app.own_script import script_raw
-
-        if model or batch_size:
-            raise ConfigError("--model and --batch-size go without --script: a script has its own")
-        base = script_raw(replace(script, gpus=[gpus] if gpus else []), config)
-        raw = apply_overrides(copy.deepcopy(base), overrides)
-        loaded = load_config(None, overrides, base=base)
-    elif config is None:
-        raise ConfigError(
-            "missing --config: pass the benchmark YAML (the baseline), or your own training "
-            "script with --script PATH"
-        )
-    else:
-        pins = [
-            (["models"], [model] if model else None),
-            (["batch_sizes"], [batch_size] if batch_size else None),
-            (["gpu_counts"], [gpus] if gpus else None),
-        ]
-        overrides += [(path, value) for path, value in pins if value is not None]
-        raw = apply_overrides(read_yaml(config), overrides)
-        raw.setdefault("experiment_name", config.stem)
-        loaded = load_config(config, overrides)
-    section = loaded.tune or TuneSection.model_validate({})
-    updates = {"finalists": finalists, "repeats": repeats}
-    section = section.model_copy(update={k: v for k, v in updates.items() if v is not None})
-    from torchscale.models.registry import check_model_factories
-    from torchscale.tune.space import check_section
-
-    check_section(section, allow)
-    check_model_factories(loaded.models, seq_len=loaded.seq_len[0])
-    baseline = _baseline(loaded, "script" if script is not None else "training")
-    from torchscale.tune.tune_runner import TuneRequest, check_node_fits
-
-    check_node_fits(baseline)
-    from torchscale.tune.space import build_space
-
-    space = build_space(baseline, section, allow, _where(baseline))
-    if not space.knobs:
-        raise ConfigError(
-            "nothing to search: every knob is left out here ("
-            + "; ".join(f"{k}: {why}" for k, why in space.left_out.items())
-            + "); name knobs under tune: space:"
-        )
-    pinned: Dict[str, Any] = {"gpu_counts": [baseline.gpus]}
-    if script is None:
-        pinned = {"models": [baseline.model], "batch_sizes": [baseline.batch_size], **pinned}
-    return TuneRequest(
-        loaded, raw, pinned, baseline, space, section, output_dir, budget_s, trials, noise_floor
-    )
-
-
-def _baseline(config: Any, selection: str) -> Any:
-    from torchscale.plan.matrix import iter_cells, swept_knobs
-
-    if selection == "training" and not config.models:
-        raise ConfigError(
-            "tune needs a model: add models: [...] to the config or pass --model, or tune your "
-            "own training script with --script PATH"
-        )
-    swept = swept_knobs(config, selection)
-    if swept:
-        raise ConfigError(
-            f"tune starts from one configuration, and the config sweeps {', '.join(swept)}: pick "
-            "one with --model, --batch-size and --gpus (or --set key=value), and list the "
-            "candidates under tune: space:"
-        )
-    cells = list(iter_cells(config, selection, max_cells=None if selection == "script" else 1))
-    if len(cells) > 1:
-        counts = sorted({cell.settings.gpus for cell in cells})
-        raise ConfigError(
-            f"tune starts from one configuration, and the script runs on {counts} ranks: pick "
-            "one with --gpus N"
-        )
-    (cell,) = cells
-    if cell.settings.nnodes > 1:
-        raise ConfigError("tune runs on one node: drop nodes/gpus_per_node from the config")
-    settings: Any = cell.settings  # a model's or a script's settings (a pydantic model)
-    return settings.model_copy(update={"repeat": 0})
-
-
-def _where(baseline: Any) -> Any:
-    from torchscale.hardware.environment import node_devices
-    from torchscale.tune.space import Where
-
-    if not hasattr(baseline, "model"):  # a script: what it trains on is its own business
-        return Where(node_devices().kind, True, None)
-    from torchscale.models.registry import load_model
-
-    try:
-        conv: Optional[bool] = bool(load_model(baseline.model).supports_channels_last)
-    except Exception:  # a model that only builds in the workers: searched, not guessed
-        conv = None
-    return Where(node_devices().kind, baseline.data.source == "synthetic", conv)
-
-
 @user_errors
 def tune(
     ctx: typer.Context,
@@ -362,50 +232,42 @@ def tune(
 ) -> None:
     """Find the fastest DDP settings for one model, or your own script, and prove the gain
     (docs/tune.md)."""
+    from torchscale.app.tune import TuneArgs
+    from torchscale.app.tune import tune as run_tune
+
     own = script_options(ctx, script, samples_per_step, step_at, threads)
-    request = _request(
+    args = TuneArgs(
         config, set_ or [], model, batch_size, gpus, allow or [], output_dir, budget,
         trials, finalists, repeats, own, noise_floor,
     )  # fmt: skip
-    from torchscale.hardware.environment import node_devices
-    from torchscale.launch.process import Terminated
-    from torchscale.plan.cpu_size import gpu_sized_warnings
-    from torchscale.results.store import check_writable
-    from torchscale.tune.tune_runner import run_tune, tune_folder
-
-    for line in gpu_sized_warnings(request.config, node_devices().kind):
-        err_console.print(f"> [WARN] {line}", soft_wrap=True, markup=False)
-    check_writable(output_dir)
-    folder = tune_folder(output_dir, request.config.experiment_name)
-    err_console.print(f"> Tuning goes to {folder}", soft_wrap=True, markup=False)
-    try:
-        with TuneConsole(trials) as console:
-            summary = run_tune(request, console)
-    except KeyboardInterrupt as exc:
-        how = "Terminated" if isinstance(exc, Terminated) else "Interrupted"
+    outcome = run_tune(args, TuneConsole(trials), _note)
+    folder, summary = outcome.folder, outcome.summary
+    if outcome.stopped_by is not None:
         show_result(
-            f"{how}. Finished trials are safe in {folder}; run the same command again to resume."
+            f"{outcome.stopped_by}. Finished trials are safe in {folder}; run the same command "
+            "again to resume."
         )
-        code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
-        raise typer.Exit(code) from None
-    from torchscale.results.layout import TUNE_BEST_CONFIG, TUNE_DDP_SNIPPET, TUNE_SUMMARY
-    from torchscale.tune.tune_outputs import BUSY_HOST, NO_OUTPUTS
-
-    measured = summary["result"] not in NO_OUTPUTS
-    written = f"{TUNE_BEST_CONFIG}, {TUNE_DDP_SNIPPET} and " if measured else ""
-    show_result(f"> {written}{TUNE_SUMMARY} {'are' if measured else 'is'} in {folder}")
+        terminated = outcome.stopped_by == "Terminated"
+        raise typer.Exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
+    measured = outcome.measured
+    *written, last = outcome.files
+    listed = f"{', '.join(written)} and " if written else ""
+    show_result(f"> {listed}{last} {'are' if measured else 'is'} in {folder}")
     table = finalists_table(summary)
     if table is not None:
         show_result(table)
     if summary.get("warning"):
         show_result(f"> [WARN] {summary['warning']}")
-    if request.script is not None and measured:  # the lines to paste into the script
-        snippet = (folder / TUNE_DDP_SNIPPET).read_text(encoding="utf-8")
-        show_result(snippet.rstrip())
+    if outcome.snippet is not None:  # the lines to paste into the script
+        show_result(outcome.snippet.rstrip())
     show_result(summary["line"])
     if json_output:
         print_json(summary)
-    if summary["result"] == BUSY_HOST:  # measured, but nothing a verdict may rest on
+    if outcome.busy_host:  # measured, but nothing a verdict may rest on
         raise typer.Exit(EXIT_BUSY_HOST)
     if not measured:  # a gate that measured nothing does not pass
         raise typer.Exit(EXIT_NOTHING_MEASURED)
+
+
+def _note(line: str) -> None:
+    err_console.print(line, soft_wrap=True, markup=False)
