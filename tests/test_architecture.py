@@ -589,12 +589,12 @@ def command_shape_problems(
             if not isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for inner in ast.walk(outer):
-                if inner is not outer and isinstance(inner, ast.FunctionDef):
-                    if any(_registers(d) for d in inner.decorator_list):
-                        problems.append(
-                            f"cli/{name}.py: command {inner.name!r} is defined inside "
-                            f"{outer.name!r}: a command is a module-level function"
-                        )
+                nested = inner is not outer and isinstance(inner, ast.FunctionDef)
+                if nested and any(_registers(d) for d in inner.decorator_list):
+                    problems.append(
+                        f"cli/{name}.py: command {inner.name!r} is defined inside "
+                        f"{outer.name!r}: a command is a module-level function"
+                    )
         for statement in tree.body:
             # cli/app.py registers at its module level (its root callback's decorator too)
             inside = getattr(statement, "body", []) if name == "app" else [statement]
@@ -610,9 +610,7 @@ def command_shape_problems(
         problems.append("cli/app.py registers no command")
     for module, function in commands:
         tree = modules.get(module)
-        defined = {
-            n.name: n for n in (tree.body if tree else []) if isinstance(n, ast.FunctionDef)
-        }
+        defined = {n.name: n for n in (tree.body if tree else []) if isinstance(n, ast.FunctionDef)}
         if function not in defined:
             problems.append(f"cli/{module}.py: command {function!r} is not a module-level function")
             continue
@@ -669,9 +667,7 @@ def test_every_command_is_one_module_level_function_over_one_use_case() -> None:
 
 def test_the_command_shape_check_refuses_each_planted_violation(tmp_path: Path) -> None:
     good_app = (
-        "from torchscale.cli import good\n"
-        "app = typer.Typer()\n"
-        "app.command('good')(good.good)\n"
+        "from torchscale.cli import good\napp = typer.Typer()\napp.command('good')(good.good)\n"
     )
     good = (
         "from torchscale.errors import TorchscaleError\n"
