@@ -17,9 +17,9 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class TraceAnalysis:
     document: Dict[str, Any]
-    """findings.json's document: per-rank breakdown, sync stall, findings, warnings."""
+    """The findings file's document: per-rank breakdown, sync stall, findings, warnings."""
     written: List[str]
-    """The files written to ``out_dir``: findings.json and each trace table's CSV."""
+    """The files written to ``out_dir``: the findings file and each trace table's CSV."""
     out_dir: Path
 
 

@@ -56,6 +56,11 @@ class TuneOutcome:
 
 def tune(args: TuneArgs, console: ContextManager[TuneEvents], notify: Notify) -> TuneOutcome:
     """Check everything (bad input: one line, before anything runs), then search and judge."""
+    request = _request(
+        args.config, args.overrides, args.model, args.batch_size, args.gpus, args.allow,
+        args.output_dir, args.budget, args.trials, args.finalists, args.repeats, args.script,
+        args.noise_floor,
+    )  # fmt: skip
     from torchscale.hardware.environment import node_devices
     from torchscale.launch.process import Terminated
     from torchscale.plan.cpu_size import gpu_sized_warnings
@@ -64,11 +69,6 @@ def tune(args: TuneArgs, console: ContextManager[TuneEvents], notify: Notify) ->
     from torchscale.tune.tune_outputs import BUSY_HOST, NO_OUTPUTS
     from torchscale.tune.tune_runner import run_tune, tune_folder
 
-    request = _request(
-        args.config, args.overrides, args.model, args.batch_size, args.gpus, args.allow,
-        args.output_dir, args.budget, args.trials, args.finalists, args.repeats, args.script,
-        args.noise_floor,
-    )  # fmt: skip
     for line in gpu_sized_warnings(request.config, node_devices().kind):
         notify(f"> [WARN] {line}")
     check_writable(args.output_dir)
