@@ -663,6 +663,18 @@ def test_every_command_is_one_module_level_function_over_one_use_case() -> None:
 
     registered = {f for _, f in registered_commands(_tree(CLI_APP))}
     assert {c.callback.__name__ for c in app.registered_commands if c.callback} <= registered
+    # and every option and argument of every command says what it is in --help
+    import click
+    import typer
+
+    def undocumented(command: click.Command, path: str) -> Iterator[str]:
+        for param in command.params:
+            if not getattr(param, "help", None):
+                yield f"{path} {param.name}"
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from undocumented(sub, f"{path} {name}")
+
+    assert list(undocumented(typer.main.get_command(app), "torchscale")) == []
 
 
 def test_the_command_shape_check_refuses_each_planted_violation(tmp_path: Path) -> None:
