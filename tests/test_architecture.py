@@ -11,7 +11,7 @@ import functools
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Dict, Iterator, List, Set, Tuple
+from typing import Collection, Dict, Iterator, List, Set, Tuple
 
 import torchscale
 
@@ -806,3 +806,247 @@ def test_the_section_checks_report_each_missing_piece() -> None:
     assert section_declaration_gaps(trees, {**declared, "toy": False}) == [
         "section 'toy' is declared but never built"
     ]
+
+
+CLI = PACKAGE / "cli"
+CLI_APP = CLI / "app.py"
+CLI_LEAVES = {
+    # parsing what a user types
+    "torchscale.errors",  # the one error a command raises for bad input
+    "torchscale.config.durations",  # --timeout 90s, --budget 20m
+    "torchscale.integrations.deadline",  # --integration-timeout's default
+    # printing
+    "torchscale.version",  # --version
+    "torchscale.escaping",  # names escaped for the terminal
+    "torchscale.console_tables",  # tables at any width
+    "torchscale.results.files",  # the one JSON encoder (--json)
+    "torchscale.measures.figures",  # a figure's name and the glossary's address
+    "torchscale.results.layout",  # the file names a line or a --help text names
+    "torchscale.hardware.device_noun",  # "GPU" or "CPU process"
+    "torchscale.report.formatting",  # numbers as the report writes them
+    "torchscale.analysis.finding",  # the one severity vocabulary shown
+    "torchscale.profiling.traces.discover",  # where a trace's rank number came from, in words
+    "torchscale.tune.tune_outputs",  # a trial's settings in words
+    "torchscale.validate.display",  # validate's table pieces
+    "torchscale.validate.fleet_view",  # the fleet's table
+}
+"""What a module of ``cli/`` may import besides ``cli/`` and ``app/``: leaves for parsing and
+printing. Imports under ``TYPE_CHECKING`` name types for annotations and are not counted."""
+CLI_VIEWS = {
+    "benchmark_view": "the live per-cell lines of a run (app.benchmark.LiveEvents)",
+    "running_cell": "where a running cell is, for the live lines",
+    "plan_view": "--dry-run's plan tables",
+}
+"""The live views of a run: they implement ``app/``'s events protocol and draw the cells and
+records it hands them with the analysis' console lines. They may import the engines; no
+command module may (the list only shrinks)."""
+REGISTERING = {"command", "callback", "add_typer"}
+
+
+def _registers(node: ast.AST) -> bool:
+    """``X.command(...)``, ``X.callback(...)``, ``X.add_typer(...)``."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in REGISTERING
+    )
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:``."""
+    for child in ast.iter_child_nodes(tree):
+        if _is_type_checking(child):
+            continue
+        yield child
+        yield from _runtime_nodes(child)
+
+
+def registered_commands(app_tree: ast.Module) -> List[Tuple[str, str]]:
+    """(module, function) of every ``X.command(...)(module.function)`` and
+    ``X.callback(...)(module.function)`` of ``cli/app.py``."""
+    found = []
+    for node in ast.walk(app_tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Call)
+            and isinstance(node.func.func, ast.Attribute)
+            and node.func.func.attr in ("command", "callback")
+            and node.args
+            and isinstance(node.args[0], ast.Attribute)
+            and isinstance(node.args[0].value, ast.Name)
+        ):
+            found.append((node.args[0].value.id, node.args[0].attr))
+    return found
+
+
+def _app_names(tree: ast.Module) -> Set[str]:
+    """Names a module imports from ``torchscale.app`` (at any depth) that are functions: the
+    use cases (CamelCase names are their request and outcome types)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torchscale.app"):
+            names |= {a.asname or a.name for a in node.names if not a.name[:1].isupper()}
+    return names
+
+
+def command_shape_problems(
+    app_tree: ast.Module,
+    modules: Dict[str, ast.Module],
+    leaves: Set[str],
+    views: Collection[str] = (),
+) -> List[str]:
+    """What breaks the one command shape: a command registered anywhere but at the module level
+    of ``cli/app.py``; a command that is not a module-level function of its module; a command
+    that calls no use case of ``app/``, or more than one; a module of ``cli/`` that imports an
+    engine package (anything but ``cli/``, ``app/`` and ``leaves``; ``views`` are let be)."""
+    problems = []
+    for name, tree in {"app": app_tree, **modules}.items():
+        for outer in ast.walk(tree):
+            if not isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for inner in ast.walk(outer):
+                nested = inner is not outer and isinstance(inner, ast.FunctionDef)
+                if nested and any(_registers(d) for d in inner.decorator_list):
+                    problems.append(
+                        f"cli/{name}.py: command {inner.name!r} is defined inside "
+                        f"{outer.name!r}: a command is a module-level function"
+                    )
+        for statement in tree.body:
+            # cli/app.py registers at its module level (its root callback's decorator too)
+            inside = getattr(statement, "body", []) if name == "app" else [statement]
+            if isinstance(statement, (ast.If, ast.Try, ast.With)):
+                inside = [statement] if name != "app" else []
+            if any(_registers(n) for part in inside for n in ast.walk(part)):
+                problems.append(
+                    f"cli/{name}.py line {statement.lineno}: a command registered outside "
+                    "cli/app.py's module level"
+                )
+    commands = registered_commands(app_tree)
+    if not commands:
+        problems.append("cli/app.py registers no command")
+    for module, function in commands:
+        tree = modules.get(module)
+        defined = {n.name: n for n in (tree.body if tree else []) if isinstance(n, ast.FunctionDef)}
+        if function not in defined:
+            problems.append(f"cli/{module}.py: command {function!r} is not a module-level function")
+            continue
+        uses = _app_names(tree)  # type: ignore[arg-type]
+        called = sorted(
+            {
+                n.func.id
+                for n in ast.walk(defined[function])
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in uses
+            }
+        )
+        if len(called) != 1:
+            problems.append(
+                f"cli/{module}.py: command {function!r} calls {len(called)} use cases of app/ "
+                f"({', '.join(called) or 'none'}): a command calls exactly one"
+            )
+    for name, tree in modules.items():
+        if name in views:
+            continue
+        for node in _runtime_nodes(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                subs = [f"{base}.{alias.name}" for alias in node.names]
+                imported = [sub for sub in subs if sub in MODULES] or [base]
+            elif isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            else:
+                continue
+            for target in imported:
+                if not target.startswith("torchscale.") or target in leaves:
+                    continue
+                if target.split(".")[1] in ("cli", "app"):
+                    continue
+                problems.append(
+                    f"cli/{name}.py line {node.lineno} imports {target}: cli/ reaches the "
+                    "engines only through app/"
+                )
+    return problems
+
+
+def _cli_trees() -> Dict[str, ast.Module]:
+    return {path.stem: _tree(path) for path in sorted(CLI.glob("*.py")) if path != CLI_APP}
+
+
+def test_every_command_is_one_module_level_function_over_one_use_case() -> None:
+    assert command_shape_problems(_tree(CLI_APP), _cli_trees(), CLI_LEAVES, CLI_VIEWS) == []
+    assert set(CLI_VIEWS) <= set(_cli_trees())  # a view gone is a line gone from the list
+    # every command the root app serves is one that the check read
+    from torchscale.cli.app import app
+
+    registered = {f for _, f in registered_commands(_tree(CLI_APP))}
+    assert {c.callback.__name__ for c in app.registered_commands if c.callback} <= registered
+    # and every option and argument of every command says what it is in --help
+    import click
+    import typer
+
+    def undocumented(command: click.Command, path: str) -> Iterator[str]:
+        for param in command.params:
+            if not getattr(param, "help", None):
+                yield f"{path} {param.name}"
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from undocumented(sub, f"{path} {name}")
+
+    assert list(undocumented(typer.main.get_command(app), "torchscale")) == []
+
+
+def test_the_command_shape_check_refuses_each_planted_violation(tmp_path: Path) -> None:
+    good_app = (
+        "from torchscale.cli import good\napp = typer.Typer()\napp.command('good')(good.good)\n"
+    )
+    good = (
+        "from torchscale.errors import TorchscaleError\n"
+        "def good(x: int) -> None:\n"
+        "    from torchscale.app.thing import ThingRequest, do_thing\n"
+        "    print(do_thing(ThingRequest(x)))\n"
+    )
+    nested = (
+        "def register(app):\n"
+        "    @app.command('inner')\n"
+        "    def inner() -> None:\n"
+        "        from torchscale.app.thing import do_thing\n"
+        "        do_thing()\n"
+    )
+    two = (
+        "from torchscale.app.thing import do_thing, other_thing\n"
+        "def good() -> None:\n"
+        "    do_thing()\n"
+        "    other_thing()\n"
+    )
+    engine = good + "def helper() -> None:\n    from torchscale.analysis.scaling import x\n"
+    planted = {
+        "is defined inside 'register'": (good_app, {"good": good, "bad": nested}),
+        "a command registered outside cli/app.py": (good_app, {"good": good, "bad": nested}),
+        "calls 2 use cases of app/ (do_thing, other_thing)": (good_app, {"good": two}),
+        "calls 0 use cases of app/ (none)": (
+            good_app,
+            {"good": "def good() -> None:\n    print(1)\n"},
+        ),
+        "imports torchscale.analysis.scaling: cli/ reaches the engines only through app/": (
+            good_app,
+            {"good": engine},
+        ),
+        "command 'good' is not a module-level function": (
+            good_app,
+            {"good": "def register():\n    def good() -> None:\n        pass\n"},
+        ),
+    }
+    parse = ast.parse
+    assert command_shape_problems(parse(good_app), {"good": parse(good)}, CLI_LEAVES) == []
+    for problem, (app_source, sources) in planted.items():
+        for name, source in sources.items():  # the planted module is written and read back
+            (tmp_path / f"{name}.py").write_text(source)
+        trees = {name: parse((tmp_path / f"{name}.py").read_text()) for name in sources}
+        found = command_shape_problems(parse(app_source), trees, CLI_LEAVES)
+        assert any(problem in p for p in found), (problem, found)

@@ -148,7 +148,7 @@ def test_comm_summary_at_80_columns_keeps_every_figure_whole(
 
 
 def test_tune_finalists_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
-    import torchscale.cli.tune as tune
+    import torchscale.cli.tune_command as tune
 
     console = _console()
     monkeypatch.setattr(tune, "err_console", console)
@@ -174,7 +174,7 @@ def test_tune_finalists_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_validate_says_a_shared_fix_once(narrow: None) -> None:
-    from torchscale.cli.validate import render
+    from torchscale.cli.validate_command import render
 
     same = "Needs an NVIDIA GPU: nothing to fix on a CPU-only node."
     names = ["CUDA", "MIG mode", "ECC", "Power", "Temperature", "NVLink"]

@@ -435,7 +435,7 @@ def test_dry_run_plan_piped_at_80_columns(tmp_path: Path, no_nsys: None) -> None
 
 
 def test_validate_table_at_80_columns() -> None:
-    from torchscale.cli.validate import render
+    from torchscale.cli.validate_command import render
 
     checks = [
         {"name": "All-reduce smoke test", "status": "PASS", "fix": None,

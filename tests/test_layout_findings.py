@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from tests.support.report_fixtures import _identity, _settings
 from tests.support.step_records import rank_parts
 from torchscale.analysis.layout_findings import EXPECTED_GAIN, channels_last_findings
+from torchscale.app.benchmark_modes import layout_lines
 from torchscale.cli.app import app
-from torchscale.cli.benchmark_command import layout_lines
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 from torchscale.worker.aggregate import aggregate

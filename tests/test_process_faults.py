@@ -203,6 +203,17 @@ def test_an_unreachable_server_is_found_before_the_first_cell(
     assert refused is not None and "refused" in refused.lower()
 
 
+def test_the_sockets_own_timeout_says_the_same_as_the_deadline(
+    silent_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """urlopen's socket timeout is the deadline's limit too: whichever fires first on a loaded
+    host, the warning reads the same."""
+    from torchscale.integrations import deadline
+
+    monkeypatch.setattr(deadline, "call_with_deadline", lambda _t, function, *a: function(*a))
+    assert unreachable(f"{silent_server}/health", 0.5) == "no answer within 0.5 s"
+
+
 def test_a_sink_that_stops_answering_costs_the_deadline_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -1,5 +1,5 @@
-"""Use cases: what ``torchscale benchmark``, ``profile`` and ``report`` do, apart from how the
-command line reads options and prints.
+"""Use cases: what each ``torchscale`` command does, apart from how the command line reads
+options and prints. Each command of ``cli/`` calls exactly one of them.
 
 Each use case takes a typed request (a dataclass) and returns a typed outcome; it writes nothing
 to stdout. Lines meant for the user during the work (where results go, a tool warning) go through

@@ -46,14 +46,16 @@ class IngestOutcome:
     already: List[Path] = field(default_factory=list)
 
 
-def ingest(location: str, folders: Sequence[Path]) -> IngestOutcome:
+def ingest(history: Optional[str], folders: Sequence[Path]) -> IngestOutcome:
     """Add ``folders`` (experiment folders, folders of them, validate's records folder or the
-    output folder that holds it) to the history. Every folder is read and checked before
-    anything is written; each run lands in its own transaction."""
+    output folder that holds it) to the history (``--history``, else TORCHSCALE_HISTORY). Every
+    folder is read and checked before anything is written; each run lands in its own
+    transaction."""
     from torchscale.history.database import RunEntry
     from torchscale.history.ingest import read_run, read_validate, validate_folder
     from torchscale.results.store import find_experiments
 
+    location = required_location(history)
     entries: List[Tuple[Path, RunEntry]] = []
     for folder in folders:
         records = None if folder.is_symlink() else validate_folder(folder)
@@ -118,11 +120,22 @@ def since_date(since: Optional[str]) -> Optional[str]:
 
 
 def changes(
-    location: str, metric: str, since: Optional[str], max_pvalue: Optional[float] = None
+    history: Optional[str], metric: str, since: Optional[str], max_pvalue: Optional[float] = None
 ) -> ChangesOutcome:
+    """Change points in every series of ``metric`` (a run figure, a profile figure or a
+    validate probe); refused, one line: an unknown metric, a p-value outside (0, 1)."""
+    from torchscale.hardware.expected_figures import PROBES
+    from torchscale.history.ingest import METRICS, PROFILE_METRICS
     from torchscale.history.series_changes import find_changes
 
-    store = open_store(location)
+    if metric not in (*METRICS, *PROFILE_METRICS, *PROBES):
+        raise TorchscaleError(
+            f"--metric {metric!r} is not one of {', '.join(METRICS)}, "
+            f"{', '.join(PROFILE_METRICS)} or a validate probe ({', '.join(PROBES)})"
+        )
+    if max_pvalue is not None and not 0.0 < max_pvalue < 1.0:
+        raise TorchscaleError(f"--max-pvalue {max_pvalue} is not between 0 and 1: give e.g. 0.001")
+    store = open_store(required_location(history))
     try:
         found = find_changes(store, metric, since_date(since), max_pvalue)
         return ChangesOutcome(store.shown, metric, found, len(store.series_ids()))
@@ -134,23 +147,37 @@ def changes(
 class ShowOutcome:
     location: str
     runs: List[Dict[str, Any]]
+    software: List[str]
+    """Per run: its torch, NCCL and driver versions in words."""
 
 
-def show(location: str, since: Optional[str], experiment: Optional[str]) -> ShowOutcome:
+def show(history: Optional[str], since: Optional[str], experiment: Optional[str]) -> ShowOutcome:
     """The runs (oldest first), filtered, each with its points' count."""
-    store = open_store(location)
+    from torchscale.history.series_changes import SOFTWARE_LABELS
+
+    store = open_store(required_location(history))
     try:
         runs = store.runs(since_date(since))
     finally:
         store.close()
     if experiment is not None:
         runs = [r for r in runs if r["experiment"] == experiment]
-    return ShowOutcome(store.shown, runs)
+    software = [
+        ", ".join(
+            f"{SOFTWARE_LABELS[k]} {r['attributes'].get(k)}"
+            for k in ("torch", "nccl", "driver")
+            if r["attributes"].get(k)
+        )
+        for r in runs
+    ]
+    return ShowOutcome(store.shown, runs, software)
 
 
-def export(location: str, layout: str, output: Path, run_id: Optional[int] = None) -> int:
+def export(history: Optional[str], layout: str, output: Path, run_id: Optional[int] = None) -> int:
     """Write the history as ``layout`` (``bmf``: one run as Bencher's JSON; ``otava-csv``: every
     run as Otava's CSV) to ``output``, atomically; how many entries were written."""
+    if layout not in ("bmf", "otava-csv"):
+        raise TorchscaleError(f"--format {layout!r} is not bmf or otava-csv")
     import json
 
     import pandas as pd
@@ -159,7 +186,7 @@ def export(location: str, layout: str, output: Path, run_id: Optional[int] = Non
     from torchscale.history.exports import bmf, otava_rows
     from torchscale.results.files import atomic_write_text
 
-    store = open_store(location)
+    store = open_store(required_location(history))
     try:
         if layout == "bmf":
             document = bmf(store, run_id)
@@ -172,12 +199,12 @@ def export(location: str, layout: str, output: Path, run_id: Optional[int] = Non
     return len(rows)
 
 
-def history_report(location: str, output: Path) -> int:
+def history_report(history: Optional[str], output: Path) -> int:
     """Write the history page to ``output`` (atomically); how many charts it has."""
     from torchscale.history.page import history_page
     from torchscale.results.files import atomic_write_text
 
-    store = open_store(location)
+    store = open_store(required_location(history))
     try:
         page = history_page(store)
     finally:
@@ -229,10 +256,10 @@ def record_predictions(
     notify(f"> {len(entries)} prediction(s) recorded in the history")
 
 
-def predictions(location: str) -> List[Dict[str, Any]]:
+def predictions(history: Optional[str]) -> List[Dict[str, Any]]:
     from torchscale.history.predictions import checked_predictions
 
-    store = open_store(location)
+    store = open_store(required_location(history))
     try:
         return [c.as_json() for c in checked_predictions(store)]
     finally:

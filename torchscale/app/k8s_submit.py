@@ -243,3 +243,47 @@ def profile_shape(
         tail=[f"--gpus={gpus}", *args],
         config_text=config_path.read_text(encoding="utf-8") if config_path else "",
     )
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A command run as a job for a cluster: where and how (``settings``), and ``--submit``."""
+
+    settings: JobSettings
+    submit: bool = False
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchedJob:
+    built: JobOutcome
+    written: bool
+    """The manifest was written (not a dry run)."""
+    copied_to: Optional[Path] = None
+    """With ``--submit``: the local folder node 0's results were copied to."""
+
+
+def launch_job(job: JobRequest, shape: JobShape, notify: Callable[[str], None]) -> LaunchedJob:
+    """Write the job's manifest (task file); with ``--submit`` (Kubernetes), run it; a dry run
+    writes nothing. ``notify`` gets where it was written and what the job's node 0 says."""
+    from torchscale.results.files import atomic_write_text
+
+    settings = job.settings
+    if job.submit and settings.launcher != "k8s":
+        tool = "sky launch" if settings.launcher == "skypilot" else "dstack apply -f"
+        raise TorchscaleError(f"--submit runs Kubernetes jobs; submit the task file with {tool}")
+    built = build_job(settings, shape)
+    if job.dry_run:
+        return LaunchedJob(built, written=False)
+    built.path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(built.path, built.text)
+    what = {"k8s": settings.api, "skypilot": "SkyPilot task", "dstack": "dstack task"}
+    notify(
+        f"{what[settings.launcher]}: {built.nodes} node(s) x {built.gpus_per_node} GPU(s), "
+        f"written to {built.path}"
+    )
+    if not job.submit:
+        return LaunchedJob(built, written=True)
+    return LaunchedJob(
+        built, written=True, copied_to=submit_job(settings, shape, built.path, notify)
+    )

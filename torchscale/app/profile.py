@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from torchscale.analysis.host_attribution import attribute_findings
 from torchscale.app import Notify
@@ -26,6 +26,7 @@ from torchscale.hardware.environment import CPU_SLOTS_ENV
 
 if TYPE_CHECKING:
     from torchscale.app.benchmark import LiveEvents
+    from torchscale.app.k8s_submit import JobRequest, LaunchedJob
     from torchscale.app.own_script import ScriptOptions
     from torchscale.hardware.environment import NodeDevices
     from torchscale.results.schema import ResultBase
@@ -74,6 +75,7 @@ class CaptureRequest:
     knobs: Mapping[str, Any] = field(default_factory=dict)  # other settings, with ``model``
     script: Optional[ScriptOptions] = None  # --script: the user's training script
     history: Optional[str] = None  # --history; else TORCHSCALE_HISTORY, else the config's
+    settings: Sequence[str] = ()  # --set KEY=VALUE as typed: :func:`profile` parses them
 
 
 @dataclass(frozen=True)
@@ -259,6 +261,8 @@ class CapturedCell:
     sync_overhead_pct: Optional[float] = None  # the traced run's own measured window
     note: Optional[str] = None  # said beside the analysis (a window cut short by the script)
     busy_wait: Optional[float] = None  # measured on a busy host: a rank's CPU-wait share
+    busy_words: Optional[str] = None  # that host and wait in words
+    files: Tuple[str, ...] = ()  # what its analysis wrote beside the traces
 
 
 def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
@@ -282,8 +286,10 @@ def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
     overhead = sync_overhead_pct(record) if isinstance(record, TrainingResult) else None
     hosts = load_host_records(store.root.parent)
     document["findings"] = attribute_findings(document["findings"], [record], hosts, "title")
-    from torchscale.analysis.busy_host import busy_wait
+    from torchscale.analysis.busy_host import BUSY_HOST, busy_wait, wait_words
+    from torchscale.profiling.trace_tables import table_files
 
+    wait = busy_wait([record])
     return CapturedCell(
         record.cell_id,
         profile.tool,
@@ -291,7 +297,9 @@ def captured_cell(record: ResultBase, store: ExperimentStore) -> CapturedCell:
         document,
         sync_overhead_pct=overhead,
         note=profile.note,
-        busy_wait=busy_wait([record]),
+        busy_wait=wait,
+        busy_words=None if wait is None else f"{BUSY_HOST} ({wait_words(wait)})",
+        files=(FINDINGS_FILE, *table_files().values()),
     )
 
 
@@ -370,3 +378,41 @@ def capture_profile(
     location = history_location(request.history, config.history)
     record_run(location, experiment_dir(output_dir, config.experiment_name), notify)
     return cells
+
+
+@dataclass(frozen=True)
+class ProfileJob:
+    """``profile --launcher k8s|skypilot|dstack``: the capture as a job in one pod."""
+
+    job: JobRequest
+    gpus: Optional[int]
+    config: Optional[Path]
+    args: List[str]
+    """What the pod's torchscale profile repeats."""
+
+
+@dataclass(frozen=True)
+class ProfileOutcome:
+    cells: List[CapturedCell] = field(default_factory=list)
+    job: Optional[LaunchedJob] = None
+
+
+def profile(
+    request: Union[CaptureRequest, ProfileJob],
+    output_dir: Path,
+    events: LiveEvents,
+    notify: Notify,
+) -> ProfileOutcome:
+    """``torchscale profile``: capture here (:func:`capture_profile`), or write (and submit)
+    the capture's job."""
+    if isinstance(request, ProfileJob):
+        from torchscale.app.k8s_submit import launch_job, profile_shape
+
+        shape = profile_shape(request.gpus, request.config, request.args)
+        return ProfileOutcome(job=launch_job(request.job, shape, notify))
+    if request.settings:
+        from torchscale.config.loader import parse_overrides
+
+        overrides = [*request.overrides, *parse_overrides(list(request.settings))]
+        request = replace(request, overrides=overrides, settings=())
+    return ProfileOutcome(cells=capture_profile(request, output_dir, events, notify))

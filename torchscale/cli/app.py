@@ -13,15 +13,17 @@ from typing_extensions import Annotated
 
 from torchscale.cli import (
     benchmark_command,
-    compare,
+    compare_command,
     history_command,
     profile_command,
-    project,
+    profile_diff_command,
+    project_command,
     report_command,
-    tune,
-    validate,
+    tune_command,
+    validate_command,
 )
 from torchscale.cli.console import set_quiet, setup_logging
+from torchscale.cli.script_args import ScriptArgsCommand, ScriptArgsGroup
 from torchscale.measures.figures import GLOSSARY_DOC
 from torchscale.version import __version__
 
@@ -72,14 +74,55 @@ def root(
     set_quiet(verbose is False)
 
 
-benchmark_command.register(app)
-profile_command.register(app)
-report_command.register(app)
-validate.register(app)
-compare.register(app)
-project.register(app)
-tune.register(app)
-history_command.register(app)
+# Every command, in one place: a module-level function of its own module under cli/, which
+# parses its options, calls one use case of app/ and prints.
+app.command(
+    "benchmark",
+    cls=ScriptArgsCommand,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)(benchmark_command.benchmark)
+
+profile_app = typer.Typer(
+    name="profile",
+    cls=ScriptArgsGroup,
+    help="Wrap execution in Nsight Systems to find bottlenecks.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+    rich_markup_mode="rich",
+)
+profile_app.callback(invoke_without_command=True)(profile_command.capture)
+profile_app.command("analyze")(profile_command.analyze)
+profile_app.command("diff")(profile_diff_command.diff)
+app.add_typer(profile_app, name="profile")
+
+# 'torchscale report ...' and the seed's 'torchscale report generate ...' run one function.
+report_app = typer.Typer(
+    help="Generate visual HTML/PDF performance reports.",
+    epilog=f"The report's figures are defined in its Glossary section and in {GLOSSARY_DOC}.",
+)
+report_app.callback(invoke_without_command=True)(report_command.report)
+report_app.command("generate", help="Generate a report (the same as 'torchscale report').")(
+    report_command.report
+)
+app.add_typer(report_app, name="report")
+
+app.command("validate")(validate_command.validate)
+app.command("compare")(compare_command.compare)
+app.command("project", context_settings={"allow_extra_args": True})(project_command.project)
+app.command("tune", cls=ScriptArgsCommand)(tune_command.tune)
+
+history_app = typer.Typer(
+    name="history",
+    help="Every run in a database; change points with their cause (docs/history.md).",
+    no_args_is_help=True,
+)
+history_app.command("ingest")(history_command.ingest_command)
+history_app.command("predictions")(history_command.predictions_command)
+history_app.command("report")(history_command.report_command)
+history_app.command("export")(history_command.export_command)
+history_app.command("changes")(history_command.changes_command)
+history_app.command("show")(history_command.show_command)
+app.add_typer(history_app, name="history")
 
 
 def main() -> None:

@@ -33,27 +33,25 @@ from torchscale.cli.job_options import (
     ResultsPvcOption,
     ServiceAccountOption,
     job_settings,
-    run_job,
     script_words,
+    show_job,
 )
 from torchscale.cli.script_args import (
     SCRIPT_PANEL,
     SamplesPerStepOption,
-    ScriptArgsCommand,
     StepAtOption,
     ThreadsOption,
     script_args,
     script_options_alone,
     step_at_value,
 )
-from torchscale.errors import TorchscaleError
 from torchscale.integrations.deadline import DEFAULT_TIMEOUT_S
 
 if TYPE_CHECKING:
-    from torchscale.app.benchmark import BenchmarkOutcome, BenchmarkRequest
-    from torchscale.app.k8s_submit import JobSettings
-    from torchscale.config.settings import BenchmarkConfig
-    from torchscale.results.schema import ResultBase
+    from torchscale.app.benchmark import BenchmarkOutcome
+    from torchscale.app.benchmark_modes import BenchmarkResult
+    from torchscale.app.submit import SubmitOutcome
+    from torchscale.models.registry import ModelEntry
 
 log = logging.getLogger("torchscale")
 
@@ -78,430 +76,363 @@ class Launcher(str, Enum):
     dstack = "dstack"
 
 
-def register(app: typer.Typer) -> None:
-    @app.command(
-        "benchmark",
-        cls=ScriptArgsCommand,
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+@user_errors
+def benchmark(
+    ctx: typer.Context,
+    config: Annotated[
+        Optional[Path],
+        typer.Option("--config", "-c", help="Benchmark configuration YAML file.", dir_okay=False),
+    ] = None,
+    output_dir: Annotated[
+        Path,
+        typer.Option("--output-dir", "-o", help="Results go to OUTPUT_DIR/<experiment_name>/."),
+    ] = Path("results"),
+    set_: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            "--set",
+            help="Override a config key, e.g. --set ddp.bucket_cap_mb=50 (repeatable). "
+            "The form --ddp.bucket_cap_mb=50 works too.",
+        ),
+    ] = None,
+    benchmark_kind: Annotated[
+        str,
+        typer.Option(
+            "--benchmark",
+            help="What to run: all (everything the config defines), training (the model "
+            "cells), memory (the model cells with a short window that records memory per "
+            "rank), comm (the communication: section).",
+        ),
+    ] = "all",
+    warmup: Annotated[
+        Optional[int],
+        typer.Option(
+            "--warmup",
+            help="Warm-up steps of every cell (another tool's flag, docs/seeds.md; with "
+            "--script: the script's own steps): "
+            "warmup_steps, and communication.warmup when the config has that section.",
+            min=0,
+        ),
+    ] = None,
+    iters: Annotated[
+        Optional[int],
+        typer.Option(
+            "--iters",
+            help="Measured steps of every cell (another tool's flag, docs/seeds.md; with "
+            "--script: the script's own steps): "
+            "measure_steps, and communication.iterations when the config has that section.",
+            min=1,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Print the expanded plan and its torchrun commands."),
+    ] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Run only the cells that have no result yet.")
+    ] = False,
+    retry_failed: Annotated[
+        bool, typer.Option("--retry-failed", help="With --resume, re-run failed/timeout cells.")
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="With --resume: also when settings changed since the stored results (the "
+            "new results are recorded beside the old ones, and the report says so).",
+        ),
+    ] = False,
+    max_cells: Annotated[
+        int,
+        typer.Option(
+            "--max-cells",
+            help="Refuse a matrix of more cells than this (counted before it is expanded).",
+            min=1,
+        ),
+    ] = 10_000,
+    list_models: Annotated[
+        bool, typer.Option("--list-models", help="List the built-in models and exit.")
+    ] = False,
+    schema: Annotated[
+        bool, typer.Option("--schema", help="Print the JSON Schema of result records and exit.")
+    ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the results (or the plan) as JSON on stdout.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Enable verbose logging.")
+    ] = False,
+    launcher: Annotated[
+        Launcher,
+        typer.Option(
+            "--launcher",
+            help="torchrun: this node (with --nnodes: one torchscale per node, in lock step); "
+            "slurm: every cell through srun inside an allocation; mpirun: every cell's ranks "
+            "started by Open MPI or MPICH; k8s, skypilot, dstack: write the multi-node job "
+            "(docs/kubernetes.md).",
+            rich_help_panel=NODES_PANEL,
+        ),
+    ] = Launcher.torchrun,
+    submit: Annotated[
+        bool,
+        typer.Option(
+            "--submit",
+            help="With --launcher slurm: write an sbatch script for the whole matrix and "
+            "submit it (with --dry-run: print it); with --launcher k8s: apply the manifest "
+            "with kubectl, follow node 0 and copy the results out.",
+            rich_help_panel=NODES_PANEL,
+        ),
+    ] = False,
+    nnodes: Annotated[
+        Optional[int],
+        typer.Option(
+            "--nnodes",
+            help="Nodes in this launch (env PET_NNODES).",
+            rich_help_panel=NODES_PANEL,
+        ),
+    ] = None,
+    node_rank: Annotated[
+        Optional[int],
+        typer.Option(
+            "--node-rank",
+            help="This node's rank; node 0 records the results (env PET_NODE_RANK).",
+            rich_help_panel=NODES_PANEL,
+        ),
+    ] = None,
+    rdzv_endpoint: Annotated[
+        Optional[str],
+        typer.Option(
+            "--rdzv-endpoint",
+            help="HOST:PORT of node 0, where the nodes meet (env PET_RDZV_ENDPOINT, or "
+            "MASTER_ADDR and MASTER_PORT).",
+            rich_help_panel=NODES_PANEL,
+        ),
+    ] = None,
+    rdzv_id: Annotated[
+        Optional[str],
+        typer.Option(
+            "--rdzv-id",
+            help="Run id shared by the nodes; cells meet as ID-CELL (env PET_RDZV_ID; "
+            "default: torchscale-EXPERIMENT, or the Slurm job id).",
+            rich_help_panel=NODES_PANEL,
+        ),
+    ] = None,
+    join_timeout: Annotated[
+        str,
+        typer.Option(
+            "--join-timeout",
+            help="How long a node waits at a cell for the others: 600 (seconds), 90s, 10min "
+            "(plus the cells node 0 runs without it meanwhile).",
+            rich_help_panel=NODES_PANEL,
+        ),
+    ] = "600",
+    tensorboard: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--tensorboard",
+            help="Also write TensorBoard event files here, one run per cell "
+            "(needs torchscale\\[tensorboard]).",
+            file_okay=False,
+            rich_help_panel=INTEGRATIONS_PANEL,
+        ),
+    ] = None,
+    mlflow: Annotated[
+        Optional[str],
+        typer.Option(
+            "--mlflow",
+            help="Also log to MLflow: a folder (or file:///PATH), sqlite:///PATH.db or a "
+            "server URL; one run per cell under a run per experiment (needs "
+            "torchscale\\[mlflow]).",
+            rich_help_panel=INTEGRATIONS_PANEL,
+        ),
+    ] = None,
+    integration_timeout: Annotated[
+        str,
+        typer.Option(
+            "--integration-timeout",
+            help="How long one call to an MLflow tracking server may take (5, 10s; local "
+            "stores: 60 s, or this if longer); one that does not answer in time is one "
+            "warning and the benchmark goes on without it.",
+            rich_help_panel=INTEGRATIONS_PANEL,
+        ),
+    ] = f"{DEFAULT_TIMEOUT_S:g}",
+    mpirun_arg: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            "--mpirun-arg",
+            help="Extra mpirun argument for --launcher mpirun, e.g. "
+            "--mpirun-arg=--hostfile=hosts "
+            "(repeatable).",
+            rich_help_panel=NODES_PANEL,
+        ),
+    ] = None,
+    launch_mode: Annotated[
+        Optional[LaunchMode],
+        typer.Option(
+            "--launch",
+            help="per-group: cells of the same launch layout share one torchrun launch (a "
+            "warm process group); per-cell: a torchrun launch per cell. Default: the config's "
+            "launch: key (per_group).",
+        ),
+    ] = None,
+    history: Annotated[
+        Optional[str],
+        typer.Option(
+            "--history",
+            help="Record the run in this history at its end: a file path or sqlite:///PATH, "
+            "or postgresql://... Default: TORCHSCALE_HISTORY, else the config's history: key.",
+            show_default=False,
+        ),
+    ] = None,
+    sbatch_arg: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            "--sbatch-arg",
+            help="Extra #SBATCH line for --submit, e.g. --sbatch-arg=--partition=gpu (repeatable).",
+            rich_help_panel=NODES_PANEL,
+        ),
+    ] = None,
+    script: Annotated[
+        Optional[str],
+        typer.Option(
+            "--script",
+            help="Your own DDP training script, run unmodified (its arguments after --): "
+            "one cell per --gpus; --config then adds its other keys, not models "
+            "(docs/own-job.md).",
+            rich_help_panel=SCRIPT_PANEL,
+        ),
+    ] = None,
+    gpus: Annotated[
+        Optional[List[int]],
+        typer.Option(
+            "--gpus",
+            "-g",
+            min=1,
+            help="With --script: ranks per cell, GPUs or CPU processes (repeatable: "
+            "--gpus 1 --gpus 2).",
+            rich_help_panel=SCRIPT_PANEL,
+        ),
+    ] = None,
+    steps: Annotated[
+        Optional[int],
+        typer.Option(
+            "--steps",
+            min=1,
+            help="With --script: the script's steps measured (measure_steps).",
+            rich_help_panel=SCRIPT_PANEL,
+        ),
+    ] = None,
+    samples_per_step: SamplesPerStepOption = None,
+    step_at: StepAtOption = None,
+    k8s_api: K8sApiOption = K8sApi.trainjob,
+    image: ImageOption = None,
+    namespace: NamespaceOption = None,
+    k8s_queue: QueueOption = None,
+    k8s_service_account: ServiceAccountOption = None,
+    k8s_results_pvc: ResultsPvcOption = None,
+    k8s_overlay: OverlayOption = None,
+    emit: EmitOption = None,
+    accelerator: AcceleratorOption = "H100",
+    threads: ThreadsOption = None,
+) -> None:
+    """Run throughput/latency tests across GPU configs, or your own training script."""
+    if verbose:
+        log.setLevel(logging.DEBUG)
+    from torchscale.app.benchmark_modes import BenchmarkArgs
+    from torchscale.app.benchmark_modes import benchmark as run_command
+    from torchscale.app.k8s_submit import JobRequest
+    from torchscale.app.own_script import ScriptOptions
+    from torchscale.cli.benchmark_view import ConsoleEvents
+
+    own = None
+    if script is not None:
+        own = ScriptOptions(
+            script, script_args(ctx), gpus or [], steps, samples_per_step,
+            step_at_value(step_at), threads,
+        )  # fmt: skip
+    elif not (list_models or schema):
+        script_options_alone(
+            "a config gives its own gpu_counts and window",
+            gpus=gpus, steps=steps, samples_per_step=samples_per_step, step_at=step_at,
+            threads=threads,
+        )  # fmt: skip
+    job = None
+    if launcher.value in JOB_LAUNCHERS:
+        job = JobRequest(submit=submit, dry_run=dry_run, settings=job_settings(
+            launcher.value, output_dir, api=k8s_api, image=image, namespace=namespace,
+            queue=k8s_queue, service_account=k8s_service_account, results_pvc=k8s_results_pvc,
+            overlay=k8s_overlay, emit=emit, accelerator=accelerator,
+        ))  # fmt: skip
+    args = BenchmarkArgs(
+        config=config,
+        output_dir=output_dir,
+        benchmark=benchmark_kind,
+        overrides=set_ or [],
+        extra=list(ctx.args),
+        warmup=warmup,
+        iters=iters,
+        script=own,
+        script_words=(
+            script_words(script, gpus, steps, samples_per_step, step_at, script_args(ctx))
+            if script is not None
+            else []
+        ),
+        launcher=launcher.value,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_id=rdzv_id,
+        join_timeout=join_timeout,
+        mpirun_args=mpirun_arg or [],
+        max_cells=max_cells,
+        resume=resume,
+        retry_failed=retry_failed,
+        force=force,
+        tensorboard=tensorboard,
+        mlflow=mlflow,
+        integration_timeout=integration_timeout,
+        launch_mode=launch_mode.value.replace("-", "_") if launch_mode else None,
+        history=history,
+        submit=submit,
+        sbatch_args=sbatch_arg or [],
+        dry_run=dry_run,
+        job=job,
+        list_models=list_models,
+        schema=schema,
     )
-    @user_errors
-    def benchmark(
-        ctx: typer.Context,
-        config: Annotated[
-            Optional[Path],
-            typer.Option(
-                "--config", "-c", help="Benchmark configuration YAML file.", dir_okay=False
-            ),
-        ] = None,
-        output_dir: Annotated[
-            Path,
-            typer.Option("--output-dir", "-o", help="Results go to OUTPUT_DIR/<experiment_name>/."),
-        ] = Path("results"),
-        set_: Annotated[
-            Optional[List[str]],
-            typer.Option(
-                "--set",
-                help="Override a config key, e.g. --set ddp.bucket_cap_mb=50 (repeatable). "
-                "The form --ddp.bucket_cap_mb=50 works too.",
-            ),
-        ] = None,
-        benchmark_kind: Annotated[
-            str,
-            typer.Option(
-                "--benchmark",
-                help="What to run: all (everything the config defines), training (the model "
-                "cells), memory (the model cells with a short window that records memory per "
-                "rank), comm (the communication: section).",
-            ),
-        ] = "all",
-        warmup: Annotated[
-            Optional[int],
-            typer.Option(
-                "--warmup",
-                help="Warm-up steps of every cell (another tool's flag, docs/seeds.md; with "
-                "--script: the script's own steps): "
-                "warmup_steps, and communication.warmup when the config has that section.",
-                min=0,
-            ),
-        ] = None,
-        iters: Annotated[
-            Optional[int],
-            typer.Option(
-                "--iters",
-                help="Measured steps of every cell (another tool's flag, docs/seeds.md; with "
-                "--script: the script's own steps): "
-                "measure_steps, and communication.iterations when the config has that section.",
-                min=1,
-            ),
-        ] = None,
-        dry_run: Annotated[
-            bool,
-            typer.Option("--dry-run", help="Print the expanded plan and its torchrun commands."),
-        ] = False,
-        resume: Annotated[
-            bool, typer.Option("--resume", help="Run only the cells that have no result yet.")
-        ] = False,
-        retry_failed: Annotated[
-            bool, typer.Option("--retry-failed", help="With --resume, re-run failed/timeout cells.")
-        ] = False,
-        force: Annotated[
-            bool,
-            typer.Option(
-                "--force",
-                help="With --resume: also when settings changed since the stored results (the "
-                "new results are recorded beside the old ones, and the report says so).",
-            ),
-        ] = False,
-        max_cells: Annotated[
-            int,
-            typer.Option(
-                "--max-cells",
-                help="Refuse a matrix of more cells than this (counted before it is expanded).",
-                min=1,
-            ),
-        ] = 10_000,
-        list_models: Annotated[
-            bool, typer.Option("--list-models", help="List the built-in models and exit.")
-        ] = False,
-        schema: Annotated[
-            bool, typer.Option("--schema", help="Print the JSON Schema of result records and exit.")
-        ] = False,
-        json_output: Annotated[
-            bool, typer.Option("--json", help="Print the results (or the plan) as JSON on stdout.")
-        ] = False,
-        verbose: Annotated[
-            bool, typer.Option("--verbose", "-v", help="Enable verbose logging.")
-        ] = False,
-        launcher: Annotated[
-            Launcher,
-            typer.Option(
-                "--launcher",
-                help="torchrun: this node (with --nnodes: one torchscale per node, in lock step); "
-                "slurm: every cell through srun inside an allocation; mpirun: every cell's ranks "
-                "started by Open MPI or MPICH; k8s, skypilot, dstack: write the multi-node job "
-                "(docs/kubernetes.md).",
-                rich_help_panel=NODES_PANEL,
-            ),
-        ] = Launcher.torchrun,
-        submit: Annotated[
-            bool,
-            typer.Option(
-                "--submit",
-                help="With --launcher slurm: write an sbatch script for the whole matrix and "
-                "submit it (with --dry-run: print it); with --launcher k8s: apply the manifest "
-                "with kubectl, follow node 0 and copy the results out.",
-                rich_help_panel=NODES_PANEL,
-            ),
-        ] = False,
-        nnodes: Annotated[
-            Optional[int],
-            typer.Option(
-                "--nnodes",
-                help="Nodes in this launch (env PET_NNODES).",
-                rich_help_panel=NODES_PANEL,
-            ),
-        ] = None,
-        node_rank: Annotated[
-            Optional[int],
-            typer.Option(
-                "--node-rank",
-                help="This node's rank; node 0 records the results (env PET_NODE_RANK).",
-                rich_help_panel=NODES_PANEL,
-            ),
-        ] = None,
-        rdzv_endpoint: Annotated[
-            Optional[str],
-            typer.Option(
-                "--rdzv-endpoint",
-                help="HOST:PORT of node 0, where the nodes meet (env PET_RDZV_ENDPOINT, or "
-                "MASTER_ADDR and MASTER_PORT).",
-                rich_help_panel=NODES_PANEL,
-            ),
-        ] = None,
-        rdzv_id: Annotated[
-            Optional[str],
-            typer.Option(
-                "--rdzv-id",
-                help="Run id shared by the nodes; cells meet as ID-CELL (env PET_RDZV_ID; "
-                "default: torchscale-EXPERIMENT, or the Slurm job id).",
-                rich_help_panel=NODES_PANEL,
-            ),
-        ] = None,
-        join_timeout: Annotated[
-            str,
-            typer.Option(
-                "--join-timeout",
-                help="How long a node waits at a cell for the others: 600 (seconds), 90s, 10min "
-                "(plus the cells node 0 runs without it meanwhile).",
-                rich_help_panel=NODES_PANEL,
-            ),
-        ] = "600",
-        tensorboard: Annotated[
-            Optional[Path],
-            typer.Option(
-                "--tensorboard",
-                help="Also write TensorBoard event files here, one run per cell "
-                "(needs torchscale\\[tensorboard]).",
-                file_okay=False,
-                rich_help_panel=INTEGRATIONS_PANEL,
-            ),
-        ] = None,
-        mlflow: Annotated[
-            Optional[str],
-            typer.Option(
-                "--mlflow",
-                help="Also log to MLflow: a folder (or file:///PATH), sqlite:///PATH.db or a "
-                "server URL; one run per cell under a run per experiment (needs "
-                "torchscale\\[mlflow]).",
-                rich_help_panel=INTEGRATIONS_PANEL,
-            ),
-        ] = None,
-        integration_timeout: Annotated[
-            str,
-            typer.Option(
-                "--integration-timeout",
-                help="How long one call to an MLflow tracking server may take (5, 10s; local "
-                "stores: 60 s, or this if longer); one that does not answer in time is one "
-                "warning and the benchmark goes on without it.",
-                rich_help_panel=INTEGRATIONS_PANEL,
-            ),
-        ] = f"{DEFAULT_TIMEOUT_S:g}",
-        mpirun_arg: Annotated[
-            Optional[List[str]],
-            typer.Option(
-                "--mpirun-arg",
-                help="Extra mpirun argument for --launcher mpirun, e.g. "
-                "--mpirun-arg=--hostfile=hosts "
-                "(repeatable).",
-                rich_help_panel=NODES_PANEL,
-            ),
-        ] = None,
-        launch_mode: Annotated[
-            Optional[LaunchMode],
-            typer.Option(
-                "--launch",
-                help="per-group: cells of the same launch layout share one torchrun launch (a "
-                "warm process group); per-cell: a torchrun launch per cell. Default: the config's "
-                "launch: key (per_group).",
-            ),
-        ] = None,
-        history: Annotated[
-            Optional[str],
-            typer.Option(
-                "--history",
-                help="Record the run in this history at its end: a file path or sqlite:///PATH, "
-                "or postgresql://... Default: TORCHSCALE_HISTORY, else the config's history: key.",
-                show_default=False,
-            ),
-        ] = None,
-        sbatch_arg: Annotated[
-            Optional[List[str]],
-            typer.Option(
-                "--sbatch-arg",
-                help="Extra #SBATCH line for --submit, e.g. --sbatch-arg=--partition=gpu "
-                "(repeatable).",
-                rich_help_panel=NODES_PANEL,
-            ),
-        ] = None,
-        script: Annotated[
-            Optional[str],
-            typer.Option(
-                "--script",
-                help="Your own DDP training script, run unmodified (its arguments after --): "
-                "one cell per --gpus; --config then adds its other keys, not models "
-                "(docs/own-job.md).",
-                rich_help_panel=SCRIPT_PANEL,
-            ),
-        ] = None,
-        gpus: Annotated[
-            Optional[List[int]],
-            typer.Option(
-                "--gpus",
-                "-g",
-                min=1,
-                help="With --script: ranks per cell, GPUs or CPU processes (repeatable: "
-                "--gpus 1 --gpus 2).",
-                rich_help_panel=SCRIPT_PANEL,
-            ),
-        ] = None,
-        steps: Annotated[
-            Optional[int],
-            typer.Option(
-                "--steps",
-                min=1,
-                help="With --script: the script's steps measured (measure_steps).",
-                rich_help_panel=SCRIPT_PANEL,
-            ),
-        ] = None,
-        samples_per_step: SamplesPerStepOption = None,
-        step_at: StepAtOption = None,
-        k8s_api: K8sApiOption = K8sApi.trainjob,
-        image: ImageOption = None,
-        namespace: NamespaceOption = None,
-        k8s_queue: QueueOption = None,
-        k8s_service_account: ServiceAccountOption = None,
-        k8s_results_pvc: ResultsPvcOption = None,
-        k8s_overlay: OverlayOption = None,
-        emit: EmitOption = None,
-        accelerator: AcceleratorOption = "H100",
-        threads: ThreadsOption = None,
-    ) -> None:
-        """Run throughput/latency tests across GPU configs, or your own training script."""
-        if verbose:
-            log.setLevel(logging.DEBUG)
-        if list_models:
-            _list_models(json_output)
-            return
-        if schema:
-            from torchscale.results.schema import TrainingResult
+    result = run_command(args, ConsoleEvents(), _note)
+    if result.models is not None:
+        _list_models(result.models, json_output)
+    elif result.schema is not None:
+        print_json(result.schema)
+    elif result.job is not None:
+        show_job(result.job)
+    elif result.submitted is not None:
+        _submitted(result.submitted)
+    elif result.preview is not None and result.request is not None:
+        from torchscale.cli.plan_view import print_plan
 
-            print_json(TrainingResult.model_json_schema())
-            return
-        from torchscale.app.benchmark import (
-            BenchmarkRequest,
-            LaunchRequest,
-            check_benchmark_flags,
-        )
-        from torchscale.config.durations import parse_duration
-        from torchscale.config.foreign_layouts import SeedFlags
-        from torchscale.config.loader import load_config, parse_overrides
-        from torchscale.integrations.sinks import Integrations
-
-        join_timeout_s = parse_duration(join_timeout, "--join-timeout", "600, 90s or 10min")
-        check_benchmark_flags(force=force, resume=resume)
-        overrides = parse_overrides(set_ or [], ctx.args)
-        if script is not None:
-            from torchscale.app.own_script import ScriptOptions, script_config
-
-            if submit and launcher.value not in JOB_LAUNCHERS:
-                raise TorchscaleError(
-                    "--submit runs a config file in the job: put the script in its script: "
-                    "section (docs/own-job.md) and submit that config"
-                )
-            options = ScriptOptions(
-                script, script_args(ctx), gpus or [], steps, samples_per_step,
-                step_at_value(step_at), threads,
-            )  # fmt: skip
-            flags = SeedFlags(warmup=warmup, iters=iters)
-            loaded = script_config(options, config, overrides, flags)
-        else:
-            script_options_alone(
-                "a config gives its own gpu_counts and window",
-                gpus=gpus, steps=steps, samples_per_step=samples_per_step, step_at=step_at,
-                threads=threads,
-            )  # fmt: skip
-            if config is None:
-                raise TorchscaleError(
-                    "missing --config: pass the benchmark YAML, e.g. --config "
-                    "benchmark_config.yaml, or your own training script with --script PATH"
-                )
-            loaded = load_config(config, overrides, flags=SeedFlags(warmup=warmup, iters=iters))
-        if benchmark_kind != "comm":
-            _check_models(loaded)
-        deadline_s = parse_duration(integration_timeout, "--integration-timeout", "5 or 10s")
-        integrations = Integrations(tensorboard, mlflow, deadline_s)
-        integrations.check()
-        request = BenchmarkRequest(
-            loaded,
-            output_dir,
-            benchmark_kind,
-            LaunchRequest(
-                launcher=launcher.value,
-                nnodes=nnodes,
-                node_rank=node_rank,
-                rdzv_endpoint=rdzv_endpoint,
-                rdzv_id=rdzv_id,
-                join_timeout=join_timeout_s,
-                mpirun_args=mpirun_arg or [],
-            ),
-            max_cells=max_cells,
-            resume=resume,
-            retry_failed=retry_failed,
-            force=force,
-            integrations=integrations,
-            launch_mode=launch_mode.value.replace("-", "_") if launch_mode else None,
-            history=history,
-        )
-        if launcher.value in JOB_LAUNCHERS or (submit and config is not None):
-            forwarded = [
-                f"--benchmark={benchmark_kind}",
-                *(f"--set={item}" for item in set_ or []),
-                *ctx.args,
-                *([f"--warmup={warmup}"] if warmup is not None else []),
-                *([f"--iters={iters}"] if iters is not None else []),
-            ]
-            if launcher.value in JOB_LAUNCHERS:
-                if script is not None:  # the same --script options, the script in the image
-                    forwarded += script_words(
-                        script, gpus, steps, samples_per_step, step_at, script_args(ctx)
-                    )
-                _job(request, config, forwarded, launcher.value, submit, dry_run, job_settings(
-                    launcher.value, output_dir, api=k8s_api, image=image, namespace=namespace,
-                    queue=k8s_queue, service_account=k8s_service_account,
-                    results_pvc=k8s_results_pvc, overlay=k8s_overlay, emit=emit,
-                    accelerator=accelerator,
-                ))  # fmt: skip
-                return
-            if config is not None:
-                _submit(request, config, forwarded, sbatch_arg or [], dry_run)
-                return
-        if dry_run:
-            from torchscale.cli.plan_view import print_plan
-
-            print_plan(request, json_output)
-            return
-        code = _run(request, json_output)
+        print_plan(result.preview, result.request.config, json_output)
+    elif result.outcome is not None:
+        code = _ran(result, result.outcome, json_output)
         if code:
             raise typer.Exit(code)
 
 
-def _list_models(json_output: bool) -> None:
+def _list_models(entries: List[ModelEntry], json_output: bool) -> None:
     from torchscale.cli.benchmark_view import models_table
-    from torchscale.models.registry import list_models
 
-    entries = list_models()
     if json_output:
         print_json([entry.__dict__ for entry in entries])
     else:
         err_console.print(models_table(entries))
 
 
-def _check_models(config: BenchmarkConfig) -> None:
-    """Every ``module:function`` model imports and returns a ModelSpec, before anything runs."""
-    from torchscale.models.registry import check_model_factories
-
-    check_model_factories(config.models, seq_len=config.seq_len[0])
-
-
 def _note(line: str) -> None:
     say(line)
 
 
-def _job(
-    request: BenchmarkRequest,
-    config_path: Optional[Path],
-    forwarded: List[str],
-    launcher: str,
-    submit: bool,
-    dry_run: bool,
-    settings: JobSettings,
-) -> None:
-    from torchscale.app.k8s_submit import benchmark_shape
-
-    shape = benchmark_shape(request, config_path, forwarded, launcher)
-    run_job(settings, shape, submit, dry_run)
-
-
-def _submit(
-    request: BenchmarkRequest,
-    config_path: Path,
-    forwarded: List[str],
-    sbatch_args: List[str],
-    dry_run: bool,
-) -> None:
-    from torchscale.app.submit import SubmitRequest, submit_matrix
-
-    done = submit_matrix(SubmitRequest(request, config_path, forwarded, sbatch_args, dry_run))
+def _submitted(done: SubmitOutcome) -> None:
     if done.script_path is None:
         write_stdout(done.script)
         err_console.print("dry run: nothing was written or submitted")
@@ -513,12 +444,9 @@ def _submit(
     )
 
 
-def _run(request: BenchmarkRequest, json_output: bool) -> int:
-    from torchscale.app.benchmark import run_benchmark
-    from torchscale.cli.benchmark_view import ConsoleEvents, results_table
-    from torchscale.cli.console import result_console
+def _ran(result: BenchmarkResult, outcome: BenchmarkOutcome, json_output: bool) -> int:
+    from torchscale.cli.benchmark_view import results_table
 
-    outcome = run_benchmark(request, ConsoleEvents(), _note)
     if outcome.stopped_by:
         result_console.print(
             f"[bold yellow]{outcome.stopped_by}.[/bold yellow] {outcome.records_safe} cell "
@@ -534,29 +462,24 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
     table = outcome.table
     title = f"{outcome.experiment} ({outcome.store_root})"
     device_kind = records_device_kind(outcome.records)
-    from torchscale.analysis.busy_host import busy_cells, busy_wait, wait_words
-
-    busy = busy_cells(outcome.records)
+    busy = set(result.busy_cells)
     if table is not None and not table.empty:
         show_result(results_table(table, title, device_kind, busy))
-    waited = busy_wait(outcome.records)
-    if busy and waited is not None:
-        _note(
-            f"> [WARN] {len(busy)} cell(s) measured on a busy host ({wait_words(waited)}): "
-            "marked 'busy host'; compare and tune judge them only with --noise-floor. Rerun "
-            "them on a quiet node."
-        )
-    _print_kind_summaries(outcome.records, title)
+    if result.busy_line is not None:
+        _note(result.busy_line)
+    for kind in result.kinds:  # each kind's own tables of the run (the communication summary)
+        for kind_table in kind.console_tables(outcome.records, title, result_console):
+            show_result(kind_table)
     if is_cpu(device_kind) and outcome.records:
         _note(f"> [INFO] {CPU_NOTE}.")
-    for line in layout_lines(outcome.records):
+    for line in result.layout_lines:
         _note(line)
     if json_output:
         print_json(
             {
                 "experiment": outcome.experiment,
                 "results_dir": str(outcome.store_root),
-                "busy_host_cells": sorted(busy),
+                "busy_host_cells": result.busy_cells,
                 "records": [r.model_dump(mode="json") for r in outcome.records],
             }
         )
@@ -566,16 +489,6 @@ def _run(request: BenchmarkRequest, json_output: bool) -> int:
         show_result(f"{len(failed)} cell(s) {what}; see their errors above.")
         return EXIT_CELLS_FAILED
     return 0
-
-
-def layout_lines(records: List[ResultBase]) -> List[str]:
-    """The layout findings (a vision model on GPUs in NCHW), one console line each."""
-    from torchscale.analysis.layout_findings import channels_last_findings
-
-    return [
-        f"> [WARN] {f['title']}: {f['message']} {f['recommendation']}"
-        for f in channels_last_findings(records)
-    ]
 
 
 def _follower_summary(outcome: BenchmarkOutcome) -> int:
@@ -588,12 +501,3 @@ def _follower_summary(outcome: BenchmarkOutcome) -> int:
         show_result(f"{len(outcome.records)} cell(s) failed on this node; see their errors above.")
         return 1
     return 0
-
-
-def _print_kind_summaries(records: List[ResultBase], title: str) -> None:
-    """Each kind's own tables of the run (the communication summary)."""
-    from torchscale.plan.kind_protocol import cell_kinds
-
-    for kind in cell_kinds().values():
-        for table in kind.console_tables(records, title, result_console):
-            show_result(table)

@@ -49,12 +49,6 @@ SinceOption = Annotated[
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 
-history_app = typer.Typer(
-    name="history",
-    help="Every run in a database; change points with their cause (docs/history.md).",
-    no_args_is_help=True,
-)
-
 
 @user_errors
 def ingest_command(
@@ -66,9 +60,9 @@ def ingest_command(
     json_output: JsonOption = False,
 ) -> None:
     """Add existing results folders to the history (the same folder twice is one run)."""
-    from torchscale.app.history import ingest, required_location
+    from torchscale.app.history import ingest
 
-    outcome = ingest(required_location(history), folders)
+    outcome = ingest(history, folders)
     if json_output:
         print_json(
             {
@@ -139,19 +133,9 @@ def changes_command(
 ) -> None:
     """Change points in every series (E-divisive means with a t-test), each with what changed
     in the runs' fingerprint then."""
-    from torchscale.app.history import changes, required_location
-    from torchscale.errors import TorchscaleError
-    from torchscale.hardware.expected_figures import PROBES
-    from torchscale.history.ingest import METRICS, PROFILE_METRICS
+    from torchscale.app.history import changes
 
-    if metric not in (*METRICS, *PROFILE_METRICS, *PROBES):
-        raise TorchscaleError(
-            f"--metric {metric!r} is not one of {', '.join(METRICS)}, "
-            f"{', '.join(PROFILE_METRICS)} or a validate probe ({', '.join(PROBES)})"
-        )
-    if max_pvalue is not None and not 0.0 < max_pvalue < 1.0:
-        raise TorchscaleError(f"--max-pvalue {max_pvalue} is not between 0 and 1: give e.g. 0.001")
-    outcome = changes(required_location(history), metric, since, max_pvalue)
+    outcome = changes(history, metric, since, max_pvalue)
     if json_output:
         print_json(
             {
@@ -184,23 +168,14 @@ def show_command(
     json_output: JsonOption = False,
 ) -> None:
     """The runs in the history (oldest first) with their fingerprint."""
-    from torchscale.app.history import required_location, show
+    from torchscale.app.history import show
     from torchscale.console_tables import Col, fitted_table
-    from torchscale.history.series_changes import SOFTWARE_LABELS
 
-    outcome = show(required_location(history), since, experiment)
+    outcome = show(history, since, experiment)
     if json_output:
         print_json({"history": outcome.location, "runs": outcome.runs})
         return
-    rows = outcome.runs
-    software = [
-        ", ".join(
-            f"{SOFTWARE_LABELS[k]} {r['attributes'].get(k)}"
-            for k in ("torch", "nccl", "driver")
-            if r["attributes"].get(k)
-        )
-        for r in rows
-    ]
+    rows, software = outcome.runs, outcome.software
     cols = [
         Col("run", [str(r["id"]) for r in rows]),
         Col("date", [str(r["started_at"])[:16].replace("T", " ") for r in rows], numeric=False),
@@ -238,12 +213,9 @@ def export_command(
     history: HistoryOption = None,
 ) -> None:
     """Write the history for other tools: Bencher (BMF JSON) or Apache Otava (CSV)."""
-    from torchscale.app.history import export, required_location
-    from torchscale.errors import TorchscaleError
+    from torchscale.app.history import export
 
-    if layout not in ("bmf", "otava-csv"):
-        raise TorchscaleError(f"--format {layout!r} is not bmf or otava-csv")
-    count = export(required_location(history), layout, output, run)
+    count = export(history, layout, output, run)
     what = "benchmark(s)" if layout == "bmf" else "run(s)"
     show_result(f"{count} {what} written to {output}")
 
@@ -257,9 +229,9 @@ def report_command(
 ) -> None:
     """A static page of the history: a chart per series with its change points and the runs
     where the fingerprint changed, filtered by model, GPU count and metric inside the page."""
-    from torchscale.app.history import history_report, required_location
+    from torchscale.app.history import history_report
 
-    charts = history_report(required_location(history), output)
+    charts = history_report(history, output)
     show_result(f"{charts} chart(s) written to {output}")
 
 
@@ -267,9 +239,9 @@ def report_command(
 def predictions_command(history: HistoryOption = None, json_output: JsonOption = False) -> None:
     """project's predictions against what runs of that scale measured, with the error and a
     rolling error per experiment."""
-    from torchscale.app.history import predictions, required_location
+    from torchscale.app.history import predictions
 
-    found = predictions(required_location(history))
+    found = predictions(history)
     if json_output:
         print_json({"predictions": found})
         return
@@ -289,15 +261,3 @@ def predictions_command(history: HistoryOption = None, json_output: JsonOption =
             markup=False,
         )
     show_result(f"{len(found)} prediction(s)")
-
-
-history_app.command("ingest")(ingest_command)
-history_app.command("predictions")(predictions_command)
-history_app.command("report")(report_command)
-history_app.command("export")(export_command)
-history_app.command("changes")(changes_command)
-history_app.command("show")(show_command)
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(history_app, name="history")

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, List, Optional, Sequence
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, say
+from torchscale.cli.console import err_console
 
 if TYPE_CHECKING:
-    from torchscale.app.k8s_submit import JobSettings, JobShape
+    from torchscale.app.k8s_submit import JobSettings, LaunchedJob
 
 JOB_PANEL = "Kubernetes, SkyPilot, dstack"
 JOB_LAUNCHERS = ("k8s", "skypilot", "dstack")
@@ -171,28 +171,11 @@ def job_settings(
     )  # fmt: skip
 
 
-def run_job(settings: JobSettings, shape: JobShape, submit: bool, dry_run: bool = False) -> None:
-    """Write the job's manifest (task file); with ``--submit`` (Kubernetes), run it; with
-    ``dry_run``, print it and write nothing."""
-    from torchscale.app.k8s_submit import build_job, submit_job
-    from torchscale.errors import TorchscaleError
-    from torchscale.results.files import atomic_write_text
-
-    if submit and settings.launcher != "k8s":
-        tool = "sky launch" if settings.launcher == "skypilot" else "dstack apply -f"
-        raise TorchscaleError(f"--submit runs Kubernetes jobs; submit the task file with {tool}")
-    built = build_job(settings, shape)
-    if dry_run:
-        sys.stdout.write(built.text)
+def show_job(launched: LaunchedJob) -> None:
+    """What a job's launch printed: on a dry run the manifest (task file) on stdout; with
+    ``--submit``, where node 0's results were copied."""
+    if not launched.written:
+        sys.stdout.write(launched.built.text)
         err_console.print("dry run: nothing was written or submitted")
-        return
-    built.path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(built.path, built.text)
-    what = {"k8s": settings.api, "skypilot": "SkyPilot task", "dstack": "dstack task"}
-    say(
-        f"{what[settings.launcher]}: {built.nodes} node(s) x {built.gpus_per_node} GPU(s), "
-        f"written to {built.path}"
-    )
-    if submit:
-        local = submit_job(settings, shape, built.path, say)
-        err_console.print(f"results copied to {local}", markup=False)
+    if launched.copied_to is not None:
+        err_console.print(f"results copied to {launched.copied_to}", markup=False)

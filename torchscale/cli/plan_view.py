@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Iterator, List
 from torchscale.cli.console import result_console, write_stdout
 
 if TYPE_CHECKING:
-    from torchscale.app.benchmark import BenchmarkRequest
-    from torchscale.app.preview import PlannedCell
+    from torchscale.app.preview import PlannedCell, PlanPreview
+    from torchscale.config.settings import BenchmarkConfig
 
 
 def _note(line: str) -> None:
@@ -30,17 +30,14 @@ def _chunks(cells: Iterator[PlannedCell], size: int) -> Iterator[List[PlannedCel
         yield chunk
 
 
-def print_plan(request: BenchmarkRequest, json_output: bool) -> None:
+def print_plan(preview: PlanPreview, config: BenchmarkConfig, json_output: bool) -> None:
     """Print the plan as it is expanded, so a matrix of any size (up to --max-cells) prints in
     bounded memory: tables of ``DRY_RUN_CHUNK`` cells, each followed by its commands; with
     ``--json``, one array written element by element."""
-    from torchscale.app.preview import preview_plan
     from torchscale.cli.benchmark_view import plan_table
     from torchscale.plan.matrix import Plan
     from torchscale.results.files import dumps
 
-    preview = preview_plan(request)
-    config = request.config
     stream = preview.cells()
     # Bad input (a matrix over --max-cells, ...) raises at the first cell: before any output.
     stream = itertools.chain(list(itertools.islice(stream, 1)), stream)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import typer
 from typing_extensions import Annotated
@@ -31,13 +31,12 @@ from torchscale.cli.job_options import (
     ServiceAccountOption,
     SubmitOption,
     job_settings,
-    run_job,
     script_words,
+    show_job,
 )
 from torchscale.cli.script_args import (
     SCRIPT_PANEL,
     SamplesPerStepOption,
-    ScriptArgsGroup,
     StepAtOption,
     ThreadsOption,
     script_options,
@@ -151,8 +150,6 @@ def print_document(document: Dict[str, Any], written: List[str], out_dir: Path) 
 
 def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
     """Print each traced cell's analysis; the exit code says whether anything was traced."""
-    from torchscale.profiling.trace_tables import table_files
-
     documents = []
     for cell in cells:
         if cell.not_profiled is not None:
@@ -164,7 +161,7 @@ def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
         show_result(f"> [ANALYSIS] Profiling complete: {cell.cell_id} ({cell.tool}).")
         if cell.note:
             show_result(f"> [ANALYSIS] Note: {cell.note}.")
-        print_document(cell.document, [FINDINGS_FILE, *table_files().values()], cell.out_dir)
+        print_document(cell.document, list(cell.files), cell.out_dir)
         if cell.sync_overhead_pct is not None:
             stall = cell.document.get("sync_stall_pct")
             say(
@@ -172,11 +169,9 @@ def _report_capture(cells: List[CapturedCell], json_output: bool) -> int:
                 f"{cell.sync_overhead_pct:.1f}%. {sync_relation(stall, cell.sync_overhead_pct)} "
                 f"({GLOSSARY_DOC})."
             )
-        if cell.busy_wait is not None:
-            from torchscale.analysis.busy_host import BUSY_HOST, wait_words
-
+        if cell.busy_words is not None:
             say(
-                f"> [WARN] Measured on a {BUSY_HOST} ({wait_words(cell.busy_wait)}): its stalls "
+                f"> [WARN] Measured on a {cell.busy_words}: its stalls "
                 "and waits say as much about the other processes as about the job; rerun on a "
                 "quiet node before acting on them."
             )
@@ -195,194 +190,172 @@ def _verbose(verbose: bool) -> None:
         logging.getLogger("torchscale").setLevel(logging.DEBUG)
 
 
-def register(app: typer.Typer) -> None:
-    profile_app = typer.Typer(
-        name="profile",
-        cls=ScriptArgsGroup,
-        help="Wrap execution in Nsight Systems to find bottlenecks.",
-        invoke_without_command=True,
-        no_args_is_help=False,
-        rich_markup_mode="rich",
-    )
+@user_errors
+def capture(
+    ctx: typer.Context,
+    gpus: Annotated[
+        Optional[int],
+        typer.Option(
+            "--gpus",
+            "-g",
+            min=1,
+            help="Ranks to profile: GPUs, or CPU processes on a node without GPUs "
+            "(default: 4, or all of a smaller node's, said so).",
+            show_default=False,
+        ),
+    ] = None,
+    duration: Annotated[
+        str,
+        typer.Option("--duration", "-d", help="How long to profile: 30 (seconds), 30s, 2min."),
+    ] = "30s",
+    target: Annotated[
+        str, typer.Option("--target", "-t", help=f"What to look for: {', '.join(TARGETS)}.")
+    ] = "sync_stalls",
+    config: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--config", "-c", help="Benchmark config YAML whose model and batch size to run."
+        ),
+    ] = None,
+    model: Annotated[
+        Optional[str], typer.Option("--model", "-m", help="Model to run (instead of --config).")
+    ] = None,
+    batch_size: Annotated[
+        Optional[int],
+        typer.Option("--batch-size", "-b", min=1, help="Per-GPU batch size (with --model)."),
+    ] = None,
+    tool: Annotated[
+        str,
+        typer.Option(
+            "--tool",
+            help=f"Profiler: {', '.join(TOOLS)} (auto: nsys if on PATH, else torch.profiler).",
+        ),
+    ] = "auto",
+    output_dir: Annotated[
+        Path, typer.Option("--output-dir", "-o", help="Folder for traces and findings.")
+    ] = Path("./results"),
+    set_: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            "--set", help="Override a config key, e.g. --set precision=bf16 (repeatable)."
+        ),
+    ] = None,
+    script: Annotated[
+        Optional[str],
+        typer.Option(
+            "--script",
+            help="Your own DDP training script to profile, run unmodified (its arguments "
+            "after --; docs/own-job.md).",
+            rich_help_panel=SCRIPT_PANEL,
+        ),
+    ] = None,
+    samples_per_step: SamplesPerStepOption = None,
+    step_at: StepAtOption = None,
+    threads: ThreadsOption = None,
+    json_output: JsonOption = False,
+    verbose: VerboseOption = False,
+    launcher: JobLauncherOption = JobLauncher.torchrun,
+    submit: SubmitOption = False,
+    k8s_api: K8sApiOption = K8sApi.trainjob,
+    image: ImageOption = None,
+    namespace: NamespaceOption = None,
+    k8s_queue: QueueOption = None,
+    k8s_service_account: ServiceAccountOption = None,
+    k8s_results_pvc: ResultsPvcOption = None,
+    k8s_overlay: OverlayOption = None,
+    emit: EmitOption = None,
+    accelerator: AcceleratorOption = "H100",
+    history: RecordHistoryOption = None,
+) -> None:
+    """Profile a DDP run (capture), or use [bold]profile analyze[/bold] on existing traces.
 
-    @profile_app.callback(invoke_without_command=True)
-    @user_errors
-    def capture(
-        ctx: typer.Context,
-        gpus: Annotated[
-            Optional[int],
-            typer.Option(
-                "--gpus",
-                "-g",
-                min=1,
-                help="Ranks to profile: GPUs, or CPU processes on a node without GPUs "
-                "(default: 4, or all of a smaller node's, said so).",
-                show_default=False,
-            ),
-        ] = None,
-        duration: Annotated[
-            str,
-            typer.Option("--duration", "-d", help="How long to profile: 30 (seconds), 30s, 2min."),
-        ] = "30s",
-        target: Annotated[
-            str, typer.Option("--target", "-t", help=f"What to look for: {', '.join(TARGETS)}.")
-        ] = "sync_stalls",
-        config: Annotated[
-            Optional[Path],
-            typer.Option(
-                "--config", "-c", help="Benchmark config YAML whose model and batch size to run."
-            ),
-        ] = None,
-        model: Annotated[
-            Optional[str], typer.Option("--model", "-m", help="Model to run (instead of --config).")
-        ] = None,
-        batch_size: Annotated[
-            Optional[int],
-            typer.Option("--batch-size", "-b", min=1, help="Per-GPU batch size (with --model)."),
-        ] = None,
-        tool: Annotated[
-            str,
-            typer.Option(
-                "--tool",
-                help=f"Profiler: {', '.join(TOOLS)} (auto: nsys if on PATH, else torch.profiler).",
-            ),
-        ] = "auto",
-        output_dir: Annotated[
-            Path, typer.Option("--output-dir", "-o", help="Folder for traces and findings.")
-        ] = Path("./results"),
-        set_: Annotated[
-            Optional[List[str]],
-            typer.Option(
-                "--set", help="Override a config key, e.g. --set precision=bf16 (repeatable)."
-            ),
-        ] = None,
-        script: Annotated[
-            Optional[str],
-            typer.Option(
-                "--script",
-                help="Your own DDP training script to profile, run unmodified (its arguments "
-                "after --; docs/own-job.md).",
-                rich_help_panel=SCRIPT_PANEL,
-            ),
-        ] = None,
-        samples_per_step: SamplesPerStepOption = None,
-        step_at: StepAtOption = None,
-        threads: ThreadsOption = None,
-        json_output: JsonOption = False,
-        verbose: VerboseOption = False,
-        launcher: JobLauncherOption = JobLauncher.torchrun,
-        submit: SubmitOption = False,
-        k8s_api: K8sApiOption = K8sApi.trainjob,
-        image: ImageOption = None,
-        namespace: NamespaceOption = None,
-        k8s_queue: QueueOption = None,
-        k8s_service_account: ServiceAccountOption = None,
-        k8s_results_pvc: ResultsPvcOption = None,
-        k8s_overlay: OverlayOption = None,
-        emit: EmitOption = None,
-        accelerator: AcceleratorOption = "H100",
-        history: RecordHistoryOption = None,
-    ) -> None:
-        """Profile a DDP run (capture), or use [bold]profile analyze[/bold] on existing traces.
+    With no --model or --config, profiles the configuration the benchmark results in
+    --output-dir scaled worst (lowest efficiency at the largest GPU count that fits this
+    node); without results there, resnet50 (batch 64) on GPUs, resnet-tiny (batch 8) on CPU.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    _verbose(verbose)
+    seconds = parse_duration(duration, "--duration", "30, 30s, 2min or 1h")
+    _check_choice(target, TARGETS, "--target")
+    _check_choice(tool, TOOLS, "--tool")
+    if config is not None and (model is not None or batch_size is not None):
+        raise TorchscaleError("use either --config or --model/--batch-size, not both")
 
-        With no --model or --config, profiles the configuration the benchmark results in
-        --output-dir scaled worst (lowest efficiency at the largest GPU count that fits this
-        node); without results there, resnet50 (batch 64) on GPUs, resnet-tiny (batch 8) on CPU.
-        """
-        if ctx.invoked_subcommand is not None:
-            return
-        _verbose(verbose)
-        seconds = parse_duration(duration, "--duration", "30, 30s, 2min or 1h")
-        _check_choice(target, TARGETS, "--target")
-        _check_choice(tool, TOOLS, "--tool")
-        if config is not None and (model is not None or batch_size is not None):
-            raise TorchscaleError("use either --config or --model/--batch-size, not both")
+    from torchscale.app.k8s_submit import JobRequest
+    from torchscale.app.profile import CaptureRequest, ProfileJob
+    from torchscale.app.profile import profile as run_profile
+    from torchscale.cli.benchmark_view import ConsoleEvents
 
-        from torchscale.app.profile import CaptureRequest, capture_profile
-        from torchscale.cli.benchmark_view import ConsoleEvents
-        from torchscale.config.loader import parse_overrides
-
-        own = script_options(ctx, script, samples_per_step, step_at, threads)
-        if launcher is not JobLauncher.torchrun:
-            from torchscale.app.k8s_submit import profile_shape
-
-            args = ["--duration", duration, "--target", target, "--tool", tool]
-            args += [f"--model={model}"] if model else []
-            args += [f"--batch-size={batch_size}"] if batch_size else []
-            args += [f"--set={item}" for item in set_ or []]
-            args += [f"--threads={threads}"] if threads else []
-            if own is not None:
-                args += script_words(own.path, None, None, samples_per_step, step_at, own.args)
-            run_job(shape=profile_shape(gpus, config, args), submit=submit, settings=job_settings(
-                launcher.value, output_dir, api=k8s_api, image=image, namespace=namespace,
-                queue=k8s_queue, service_account=k8s_service_account, results_pvc=k8s_results_pvc,
-                overlay=k8s_overlay, emit=emit, accelerator=accelerator,
-            ))  # fmt: skip
-            return
+    own = script_options(ctx, script, samples_per_step, step_at, threads)
+    request: Union[CaptureRequest, ProfileJob]
+    if launcher is not JobLauncher.torchrun:
+        args = ["--duration", duration, "--target", target, "--tool", tool]
+        args += [f"--model={model}"] if model else []
+        args += [f"--batch-size={batch_size}"] if batch_size else []
+        args += [f"--set={item}" for item in set_ or []]
+        args += [f"--threads={threads}"] if threads else []
+        if own is not None:
+            args += script_words(own.path, None, None, samples_per_step, step_at, own.args)
+        request = ProfileJob(JobRequest(submit=submit, settings=job_settings(
+            launcher.value, output_dir, api=k8s_api, image=image, namespace=namespace,
+            queue=k8s_queue, service_account=k8s_service_account, results_pvc=k8s_results_pvc,
+            overlay=k8s_overlay, emit=emit, accelerator=accelerator,
+        )), gpus, config, args)  # fmt: skip
+    else:
         request = CaptureRequest(
-            gpus, seconds, target, tool, config, model, batch_size, parse_overrides(set_ or []),
-            script=own, history=history,
+            gpus, seconds, target, tool, config, model, batch_size, script=own,
+            history=history, settings=set_ or [],
         )  # fmt: skip
-        events = ConsoleEvents(profile_lines=False)  # the analysis below says it all
-        cells = capture_profile(request, output_dir, events, say)
-        code = _report_capture(cells, json_output)
-        if code:
-            raise typer.Exit(code)
+    events = ConsoleEvents(profile_lines=False)  # the analysis below says it all
+    outcome = run_profile(request, output_dir, events, say)
+    if outcome.job is not None:
+        show_job(outcome.job)
+        return
+    cells = outcome.cells
+    code = _report_capture(cells, json_output)
+    if code:
+        raise typer.Exit(code)
 
-    @profile_app.command("analyze")
-    @user_errors
-    def analyze(
-        paths: Annotated[
-            List[Path],
-            typer.Argument(
-                help="Per-rank traces, files or folders: .json/.json.gz or nsys .sqlite.",
-                show_default=False,
-            ),
-        ],
-        target: Annotated[
-            str,
-            typer.Option("--target", "-t", help=f"Which findings to report: {', '.join(TARGETS)}."),
-        ] = "all",
-        output_dir: Annotated[
-            Optional[Path],
-            typer.Option(
-                "--output-dir",
-                "-o",
-                help=f"Folder for {FINDINGS_FILE} and the CSV tables (default: beside the traces).",
-            ),
-        ] = None,
-        max_memory: Annotated[
-            Optional[str],
-            typer.Option(
-                "--max-memory",
-                help="Memory budget, e.g. 4G or 512M: the analysis stops with one line before it "
-                "would need more (default: the memory available).",
-            ),
-        ] = None,
-        json_output: JsonOption = False,
-        verbose: VerboseOption = False,
-    ) -> None:
-        """Analyse per-rank traces: breakdown, overlap, stragglers, findings."""
-        _verbose(verbose)
-        _check_choice(target, TARGETS, "--target")
-        from torchscale.profiling.analysis import analyze as run_analysis
-        from torchscale.profiling.analysis import to_document
-        from torchscale.profiling.outputs import write_outputs
-        from torchscale.profiling.traces.memory_budget import parse_memory
 
-        budget = None if max_memory is None else parse_memory(max_memory)
-        result = run_analysis(paths, target, max_memory=budget)
-        log = logging.getLogger("torchscale")
-        for trace in result.traces:
-            log.debug("rank %d: %s trace %s", trace.rank, trace.source, trace.path)
-        out_dir = output_dir or (paths[0] if paths[0].is_dir() else paths[0].parent)
-        written = write_outputs(result, out_dir)
-        document = to_document(result)
-        if json_output:
-            print_json(document)
-        print_document(document, list(written), out_dir)
+@user_errors
+def analyze(
+    paths: Annotated[
+        List[Path],
+        typer.Argument(
+            help="Per-rank traces, files or folders: .json/.json.gz or nsys .sqlite.",
+            show_default=False,
+        ),
+    ],
+    target: Annotated[
+        str,
+        typer.Option("--target", "-t", help=f"Which findings to report: {', '.join(TARGETS)}."),
+    ] = "all",
+    output_dir: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--output-dir",
+            "-o",
+            help=f"Folder for {FINDINGS_FILE} and the CSV tables (default: beside the traces).",
+        ),
+    ] = None,
+    max_memory: Annotated[
+        Optional[str],
+        typer.Option(
+            "--max-memory",
+            help="Memory budget, e.g. 4G or 512M: the analysis stops with one line before it "
+            "would need more (default: the memory available).",
+        ),
+    ] = None,
+    json_output: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> None:
+    """Analyse per-rank traces: breakdown, overlap, stragglers, findings."""
+    _verbose(verbose)
+    _check_choice(target, TARGETS, "--target")
+    from torchscale.app.profile_traces import analyze_traces
 
-    from torchscale.cli import profile_diff_command
-
-    profile_diff_command.register(profile_app)
-    app.add_typer(profile_app, name="profile")
+    analysis = analyze_traces(paths, target, max_memory, output_dir)
+    if json_output:
+        print_json(analysis.document)
+    print_document(analysis.document, analysis.written, analysis.out_dir)

@@ -1,19 +1,18 @@
 """``torchscale profile diff OLD NEW``: which kernels and ops moved between two captures.
 
-Parses and prints; the diff itself is ``profiling/trace_diff.py``. Heavy modules are imported in
-the command body (``--help`` never imports pandas or torch).
+Parses and prints; the diff is ``app/profile_traces.py``'s ``diff_captures``. Heavy modules are
+imported in the command body (``--help`` never imports pandas or torch).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, print_json, user_errors
-from torchscale.results.layout import PROFILE_DIFF_FILES
 
 if TYPE_CHECKING:
     from torchscale.profiling.trace_diff import TraceDiff
@@ -53,7 +52,7 @@ def to_document(diff: TraceDiff, top: int) -> Dict[str, Any]:
     }
 
 
-def print_diff(diff: TraceDiff, top: int) -> None:
+def print_diff(diff: TraceDiff, top: int, ops_file: str) -> None:
     from rich.markup import escape
 
     from torchscale.console_tables import Col, fitted_table
@@ -102,7 +101,7 @@ def print_diff(diff: TraceDiff, top: int) -> None:
                 Col("Δ ms", [_delta_ms(v) for v in shown["delta_us_per_step"]]),
                 Col("status", list(shown["status"]), numeric=False),
             ],
-            left_out=f"see {PROFILE_DIFF_FILES['ops']} (--output-dir) or --json",
+            left_out=f"see {ops_file} (--output-dir) or --json",
         )
     )
     kernels = ops[ops["device"] == "gpu"]
@@ -122,69 +121,43 @@ def print_diff(diff: TraceDiff, top: int) -> None:
         err_console.print(f"[WARN] {escape(warning)}", soft_wrap=True)
 
 
-def write_tables(diff: TraceDiff, out_dir: Path) -> List[str]:
-    from torchscale.escaping import csv_text
-    from torchscale.results.files import atomic_write_bytes
-    from torchscale.results.store import check_writable
+@user_errors
+def diff(
+    old: Annotated[
+        Path,
+        typer.Argument(
+            help="The earlier capture: a trace or a folder of per-rank traces.",
+            show_default=False,
+        ),
+    ],
+    new: Annotated[
+        Path, typer.Argument(help="The later capture, of the same job.", show_default=False)
+    ],
+    top: Annotated[int, typer.Option("--top", min=1, help="How many changes to list.")] = 10,
+    output_dir: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--output-dir",
+            "-o",
+            help="Folder for the diff's CSV tables (ops and steps).",
+        ),
+    ] = None,
+    max_memory: Annotated[
+        Optional[str],
+        typer.Option("--max-memory", help="Memory budget for reading both captures, e.g. 4G."),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document on stdout.")
+    ] = False,
+) -> None:
+    """Compare two captures of one job, rank by rank: the step's breakdown, the kernels and
+    ops that moved most, new and vanished kernels."""
+    from torchscale.app.profile_traces import diff_captures
 
-    check_writable(out_dir)
-    # Kernel and op names come from the traces: a name a spreadsheet would run stays text.
-    rendered = {
-        name: csv_text(diff.tables[key], float_format="%.3f").encode()
-        for key, name in PROFILE_DIFF_FILES.items()
-    }
-    for name, data in rendered.items():
-        atomic_write_bytes(out_dir / name, data)
-    return list(rendered)
-
-
-def register(profile_app: typer.Typer) -> None:
-    @profile_app.command("diff")
-    @user_errors
-    def diff(
-        old: Annotated[
-            Path,
-            typer.Argument(
-                help="The earlier capture: a trace or a folder of per-rank traces.",
-                show_default=False,
-            ),
-        ],
-        new: Annotated[
-            Path, typer.Argument(help="The later capture, of the same job.", show_default=False)
-        ],
-        top: Annotated[int, typer.Option("--top", min=1, help="How many changes to list.")] = 10,
-        output_dir: Annotated[
-            Optional[Path],
-            typer.Option(
-                "--output-dir",
-                "-o",
-                help="Folder for the diff's CSV tables (ops and steps).",
-            ),
-        ] = None,
-        max_memory: Annotated[
-            Optional[str],
-            typer.Option("--max-memory", help="Memory budget for reading both captures, e.g. 4G."),
-        ] = None,
-        json_output: Annotated[
-            bool, typer.Option("--json", help="Print one JSON document on stdout.")
-        ] = False,
-    ) -> None:
-        """Compare two captures of one job, rank by rank: the step's breakdown, the kernels and
-        ops that moved most, new and vanished kernels."""
-        from torchscale.profiling.trace_diff import diff_traces
-        from torchscale.profiling.traces.memory_budget import parse_memory
-
-        budget = None if max_memory is None else parse_memory(max_memory)
-        result = diff_traces([old], [new], budget)
-        if result.tables["steps"].empty:
-            from torchscale.errors import TorchscaleError
-
-            raise TorchscaleError(
-                f"{old} and {new} share no rank; diff two captures of the same job"
-            )
-        written = write_tables(result, output_dir) if output_dir is not None else []
-        if json_output:
-            print_json(to_document(result, top))
-        print_diff(result, top)
-        if written:
-            err_console.print(f"[DIFF] Wrote {', '.join(written)} to {output_dir}", soft_wrap=True)
+    outcome = diff_captures(old, new, output_dir, max_memory)
+    result, written = outcome.diff, outcome.written
+    if json_output:
+        print_json(to_document(result, top))
+    print_diff(result, top, outcome.ops_file)
+    if written:
+        err_console.print(f"[DIFF] Wrote {', '.join(written)} to {output_dir}", soft_wrap=True)

@@ -9,7 +9,6 @@ import typer
 from typing_extensions import Annotated
 
 from torchscale.cli.console import err_console, markup_text, show_result, user_errors
-from torchscale.measures.figures import GLOSSARY_DOC
 
 SourceOption = Annotated[
     Path,
@@ -51,33 +50,6 @@ VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Enable ver
 
 
 @user_errors
-def _generate(
-    source: Path,
-    fmt: str,
-    output: Optional[Path],
-    baseline: Optional[Path],
-    threshold: float,
-    noise_floor: Optional[float] = None,
-    history: Optional[str] = None,
-) -> None:
-    from torchscale.app.report import ReportRequest, write_report
-
-    request = ReportRequest(source, fmt, output, baseline, threshold, noise_floor, history)
-    with err_console.status(f"Building the {markup_text(fmt)} report of {markup_text(source)}..."):
-        written = write_report(request)
-    path = written.path
-    if fmt.lower() == "tensorboard":
-        message = f"> TensorBoard runs written to {path} (view: tensorboard --logdir {path})"
-    elif fmt.lower() == "png":
-        # Every file by name: a kind with many charts continues in <name>_2.png, ...
-        names = ", ".join(p.name for p in written.files) or "none, no chart has data"
-        count = len(written.files)
-        message = f"> PNG charts written to {path} ({count} file{'s' * (count != 1)}): {names}"
-    else:
-        message = f"> Report written to {path}"
-    show_result(message)
-
-
 def report(
     ctx: typer.Context,
     source: SourceOption = Path("results"),
@@ -104,17 +76,19 @@ def report(
         import logging
 
         logging.getLogger("torchscale").setLevel(logging.DEBUG)
-    _generate(source, fmt, output, baseline, threshold, noise_floor, history)
+    from torchscale.app.report import ReportRequest, write_report
 
-
-def register(app: typer.Typer) -> None:
-    # 'torchscale report ...' and the seed's 'torchscale report generate ...' run one function.
-    report_app = typer.Typer(
-        help="Generate visual HTML/PDF performance reports.",
-        epilog=f"The report's figures are defined in its Glossary section and in {GLOSSARY_DOC}.",
-    )
-    report_app.callback(invoke_without_command=True)(report)
-    report_app.command("generate", help="Generate a report (the same as 'torchscale report').")(
-        report
-    )
-    app.add_typer(report_app, name="report")
+    request = ReportRequest(source, fmt, output, baseline, threshold, noise_floor, history)
+    with err_console.status(f"Building the {markup_text(fmt)} report of {markup_text(source)}..."):
+        written = write_report(request)
+    path = written.path
+    if fmt.lower() == "tensorboard":
+        message = f"> TensorBoard runs written to {path} (view: tensorboard --logdir {path})"
+    elif fmt.lower() == "png":
+        # Every file by name: a kind with many charts continues in <name>_2.png, ...
+        names = ", ".join(p.name for p in written.files) or "none, no chart has data"
+        count = len(written.files)
+        message = f"> PNG charts written to {path} ({count} file{'s' * (count != 1)}): {names}"
+    else:
+        message = f"> Report written to {path}"
+    show_result(message)

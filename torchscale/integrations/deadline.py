@@ -78,7 +78,11 @@ def unreachable(url: str, timeout_s: float) -> Optional[str]:
     except urllib.error.URLError as exc:
         if isinstance(exc.reason, ssl.SSLError):  # it answered; MLflow has its own TLS settings
             return None
+        if isinstance(exc.reason, TimeoutError):  # urlopen's own timeout won the race
+            return str(Unanswered(timeout_s))
         return str(exc.reason)
-    except OSError as exc:  # a timeout inside urlopen, a reset connection
+    except TimeoutError:  # the socket's timeout, the same limit as the deadline's
+        return str(Unanswered(timeout_s))
+    except OSError as exc:  # a reset connection
         return str(exc) or type(exc).__name__
     return None

@@ -1,5 +1,5 @@
 """What a validate report (the JSON document) shows on the console besides its checks table
-(``cli/validate.py`` lays that out through the shared console renderer): the GPU topology
+(``cli/validate_command.py`` lays that out through the shared console renderer): the GPU topology
 matrix, the summary line, and the fixes several checks share, said once."""
 
 from __future__ import annotations
