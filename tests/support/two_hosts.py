@@ -10,6 +10,7 @@ namespaces (which removes the veth pair).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import signal
@@ -91,11 +92,10 @@ def kill_tree(pid: int) -> None:
 class TwoHosts:
     """``head`` (10.213.77.2) and ``compute`` (10.213.77.1), joined by a veth pair."""
 
-    made = 0  # namespace names stay unique within this process
+    made = itertools.count(1)  # namespace names stay unique within this process, in any thread
 
     def __init__(self, workdir: Path) -> None:
-        TwoHosts.made += 1
-        tag = f"ts{os.getpid() % 100000}{TwoHosts.made}"
+        tag = f"ts{os.getpid() % 100000}n{next(TwoHosts.made)}"  # n: no two read alike
         self.head = Host("head", f"{SUBNET}.2", f"{tag}head", f"{tag}h")
         self.compute = Host("compute", f"{SUBNET}.1", f"{tag}comp", f"{tag}c")
         self.hosts_file = workdir / "hosts"
