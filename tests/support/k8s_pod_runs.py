@@ -19,7 +19,7 @@ import yaml
 from typer.testing import CliRunner
 
 from tests.support.k8s_controllers import CONTROLLERS, trainjob_pods
-from tests.support.two_hosts import kill_tree, torchscale_env, two_hosts
+from tests.support.two_hosts import check_stop, kill_tree, torchscale_env, two_hosts
 from torchscale.cli.app import app
 from torchscale.launch.pod_entry import COPIED_MARK, READY_LINE
 from torchscale.results.store import ExperimentStore
@@ -45,6 +45,7 @@ JOINED_PHASES = {"build", "warmup", "measure", "gradient_check", "sync_probe"}
 def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        check_stop()
         if predicate():
             return
         time.sleep(0.1)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict
 
-from tests.support.two_hosts import kill_tree, torchscale_env, two_hosts
+from tests.support.two_hosts import check_stop, kill_tree, torchscale_env, two_hosts
 from torchscale.results.store import ExperimentStore
 
 PORT = 29561
@@ -33,6 +33,7 @@ COLLECTIVE_PHASES = {"warmup", "measure", "sync_probe"}
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        check_stop()
         if predicate():
             return
         time.sleep(0.05)

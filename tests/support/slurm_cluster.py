@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
-from tests.support.two_hosts import NamespacesUnavailable, TwoHosts
+from tests.support.two_hosts import NamespacesUnavailable, TwoHosts, check_stop
 
 BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "squeue", "sinfo")
 NODES = {"gpu01": "head", "gpu02": "compute"}
@@ -99,6 +99,7 @@ class SlurmCluster:
             self.hosts.start(host, ["sh", "-c", script], self.dir / f"{node}.out")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            check_stop()
             if self.run(["sinfo", "-h", "-o", "%T %D"]).strip() == "idle 2":
                 return
             time.sleep(0.25)
@@ -116,6 +117,7 @@ class SlurmCluster:
         """Until no job is queued or running."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            check_stop()
             if not self.run(["squeue", "-h"]).strip():
                 return
             time.sleep(0.25)  # squeue answers in ms: the job is seen gone within a quarter s

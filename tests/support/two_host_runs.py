@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Tuple
 
+from tests.support.two_hosts import tear_down_all
+
 Jobs = List[Tuple[str, Callable[[], Any]]]
 
 LANES = 2
@@ -85,15 +87,22 @@ def run_in_lanes(make_folder: Callable[[str], Path], wanted: Iterable[str]) -> D
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=LANES, thread_name_prefix="two-host-run") as lanes:
         futures: Dict[str, List[Tuple[str, Future[Any]]]] = {}
-        for name in chosen:
-            try:
-                jobs = runs[name].jobs(make_folder(runs[name].folder))
-            except BaseException as exc:  # a skip or a failed emit: that fixture's tests see it
-                outcomes[name] = Outcome(_raiser(exc))
-                continue
-            futures[name] = [(job, lanes.submit(call)) for job, call in jobs]
-        for name, submitted in futures.items():
-            outcomes[name] = _outcome(runs[name], submitted)
+        try:
+            for name in chosen:
+                try:
+                    jobs = runs[name].jobs(make_folder(runs[name].folder))
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as exc:  # a skip or a failed emit: that fixture's tests see it
+                    outcomes[name] = Outcome(_raiser(exc))
+                    continue
+                futures[name] = [(job, lanes.submit(call)) for job, call in jobs]
+            for name, submitted in futures.items():
+                outcomes[name] = _outcome(runs[name], submitted)
+        except BaseException:  # Ctrl-C: the lanes' runs end now, their hosts torn down
+            lanes.shutdown(wait=False, cancel_futures=True)
+            tear_down_all()
+            raise
     took = time.monotonic() - started
     names = ", ".join(chosen)
     print(f"\nmulti-host runs ({names}), {LANES} at a time: {took:.1f} s", file=sys.stderr)
