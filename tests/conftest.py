@@ -54,7 +54,7 @@ LAUNCHING_FIXTURES = frozenset(
         "own_script_run",
         "comm_sweep_run",
         "use_case_profile",
-        "two_host_lockstep",
+        "two_host_runs",
     }
 )
 """The session fixtures below that launch torchrun: a test that takes one, even through another
@@ -132,13 +132,50 @@ def own_script_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return launch_own_script_run(tmp_path_factory.mktemp("own-script-run"))
 
 
+# --- multi-host runs: every one the session's tests read, made two at a time before the first ---
+# (tests/support/two_host_runs.py: each has hosts of its own; only the selected tests' runs).
+
+
 @pytest.fixture(scope="session")
-def two_host_lockstep(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
+def two_host_runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Dict[str, Any]:
+    from tests.support.two_host_runs import FIXTURES, run_in_lanes
+
+    items = request.session.items
+    selected = {name for item in items for name in getattr(item, "fixturenames", ())}
+    return run_in_lanes(tmp_path_factory.mktemp, [f for f in FIXTURES if f in selected])
+
+
+@pytest.fixture(scope="session")
+def two_host_lockstep(two_host_runs: Dict[str, Any]) -> Dict[str, Any]:
     """The two-host lock-step sweep (two network namespaces): test_multinode's, which
     test_k8s_pods compares its pods' folder with."""
-    from tests.support.multinode_run import run_lockstep
+    return two_host_runs["two_host_lockstep"].value()  # type: ignore[no-any-return]
 
-    return run_lockstep(tmp_path_factory.mktemp("two_hosts"))
+
+@pytest.fixture(scope="session")
+def k8s_pods_run(two_host_runs: Dict[str, Any]) -> Dict[str, Any]:
+    """test_k8s_pods' five two-pod runs (tests/support/k8s_pod_runs.py)."""
+    return two_host_runs["k8s_pods_run"].value()  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def hybrid_run(two_host_runs: Dict[str, Any]) -> Dict[str, Any]:
+    """test_multinode's fsdp2_hybrid cell on two hosts."""
+    return two_host_runs["hybrid_run"].value()  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def slurm_job_run(two_host_runs: Dict[str, Any]) -> Dict[str, Any]:
+    """test_slurm's matrix submitted to a two-node Slurm cluster."""
+    return two_host_runs["slurm_job_run"].value()  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def comm_nodes_run(two_host_runs: Dict[str, Any]) -> Dict[str, Any]:
+    """test_comm_nodes' communication cell split by node on two hosts."""
+    return two_host_runs["comm_nodes_run"].value()  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="session")

@@ -11,54 +11,24 @@ the inter-node groups are ranks 0 and 2, one on each side of the veth.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, Iterator, List
+from typing import Dict, List
 
 import pytest
 
-from tests.support.two_hosts import torchscale_env, two_hosts
+from tests.support.multinode_run import CORRUPT_SIZE
 from torchscale.comm.busbw import busbw_factor, layout
-from torchscale.comm.collective_ops import CORRUPT_ENV
 from torchscale.comm.config import ELEMENT_BYTES
 from torchscale.results.schema import CollectiveResult
-from torchscale.results.store import ExperimentStore
 
 pytestmark = pytest.mark.slow
 
-PORT = 29571
-CORRUPT_SIZE = 1024
-CONFIG = """\
-experiment_name: comm-nodes
-gpu_counts: [4]
-nodes: [2]
-communication:
-  collectives: [all_reduce, all_gather, broadcast]
-  scope: [world, intra_node, inter_node]
-  p2p: false
-  min_bytes: 256
-  max_bytes: 1K
-  factor: 4
-  warmup: 1
-  iterations: 3
-  cell_timeout_s: 120
-"""
 GROUPS = {"world": [0, 1, 2, 3], "intra_node": [0, 1, 2, 3], "inter_node": [0, 2]}
 GROUP_SIZE = {"world": 4, "intra_node": 2, "inter_node": 2}
 
 
 @pytest.fixture(scope="module")
-def split(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
-    tmp = tmp_path_factory.mktemp("comm_nodes")
-    with two_hosts(tmp, "two-host communication test") as hosts:
-        env = {**torchscale_env(), CORRUPT_ENV: f"all_reduce:2:{CORRUPT_SIZE}"}
-        head, compute = hosts.lockstep(CONFIG, tmp, env, PORT)
-        codes = (head.wait(timeout=300), compute.wait(timeout=60))
-        store = ExperimentStore(tmp / "out" / "comm-nodes")
-        yield {
-            "codes": codes,
-            "records": [r for r in store.records() if isinstance(r, CollectiveResult)],
-            "log": (tmp / "head.log").read_text(),
-            "root": store.root,
-        }
+def split(comm_nodes_run: Dict) -> Dict:
+    return comm_nodes_run  # run once per session, beside the other two-host runs (conftest)
 
 
 def by_key(records: List[CollectiveResult]) -> Dict[tuple, CollectiveResult]:

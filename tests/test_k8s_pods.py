@@ -14,8 +14,9 @@ middle of the second cell: node 0 records that cell failed as lock-step mode rec
 code, and nothing of either pod is left running. The two pods' folders together equal what the
 two-host lock-step run of test_multinode.py writes (its sweep, shared in the session). Then both
 pods of a JobSet and a PyTorchJob, and both nodes of a SkyPilot and a dstack task, each with only
-its controller's or platform's variables, run one 2 x 1 cell whole, one after another: each finds
-node 0 where its variables say, and its folders equal the two-host run's for that cell.
+its controller's or platform's variables, run one 2 x 1 cell whole, each on two hosts of its own:
+each finds node 0 where its variables say, and its folders equal the two-host run's for that
+cell. The five runs go two at a time (``LANES``).
 """
 
 from __future__ import annotations
@@ -23,237 +24,21 @@ from __future__ import annotations
 import csv
 import json
 import re
-import shlex
-import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Set
+from typing import Any, Dict, List, Set
 
 import pytest
-import yaml
-from typer.testing import CliRunner
 
-from tests.support.k8s_controllers import CONTROLLERS, trainjob_pods
-from tests.support.two_hosts import kill_tree, torchscale_env, two_hosts
-from torchscale.cli.app import app
+from tests.support.k8s_pod_runs import CELL_TIMEOUT_S, OTHER_PORTS, TASK_ENV
 from torchscale.launch.failure_cause import PEER_LOST
-from torchscale.launch.pod_entry import COPIED_MARK, READY_LINE
-from torchscale.results.store import ExperimentStore
+from torchscale.launch.pod_entry import READY_LINE
 
 pytestmark = pytest.mark.slow
 
-CELL_TIMEOUT_S = 120
-CONFIG = f"""\
-experiment_name: k8s-pods
-models: [gpt2-tiny]
-batch_sizes: [2, 4]
-gpu_counts: [2]
-gpus_per_node: 1
-warmup_steps: 2
-measure_steps: 4
-sync_probe_steps: 2
-cell_timeout_s: {CELL_TIMEOUT_S}
-"""
-LATE_S = 2.0
-KILLED_CELL = "gpt2-tiny-b4-g2-n2-*"
-JOINED_PHASES = {"build", "warmup", "measure", "gradient_check", "sync_probe"}
-"""A rank in these has joined the process group: its peers lose it in a collective."""
-
-
-def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
-def _joined(node1: Path, cell_pattern: str) -> bool:
-    """Whether node 1's ranks of the cell have joined the process group (past start-up)."""
-    for path in node1.glob(f"cells/{cell_pattern}/node1/ranks/rank*.progress.json"):
-        try:
-            if json.loads(path.read_text())["phase"] in JOINED_PHASES:
-                return True
-        except (OSError, ValueError):
-            pass
-    return False
-
-
-def _left_running(namespaces: List[str], wait_s: float = 10.0) -> Dict[str, List[str]]:
-    """The processes still running in each host's network namespace (none, once the pods have
-    ended), given a few seconds for the kernel to reap the last ones."""
-
-    def pids() -> Dict[str, List[str]]:
-        found = {}
-        for ns in namespaces:
-            listed = subprocess.run(
-                ["ip", "netns", "pids", ns], capture_output=True, text=True, timeout=30
-            ).stdout.split()
-            if listed:
-                found[ns] = listed
-        return found
-
-    deadline = time.monotonic() + wait_s
-    while (left := pids()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
-
-
-OTHER_CONFIG = CONFIG.replace("batch_sizes: [2, 4]", "batch_sizes: [2]")
-"""The other APIs' and tasks' run: one 2 x 1 cell, the one both pods of each run whole."""
-TASK_ENV = {  # each platform's variables on node N of a 2-node task (node 0 is head)
-    "skypilot": lambda rank: {"SKYPILOT_NUM_NODES": "2", "SKYPILOT_NODE_RANK": str(rank)},
-    "dstack": lambda rank: {"DSTACK_NODES_NUM": "2", "DSTACK_NODE_RANK": str(rank)},
-}
-OTHER_PORTS = {"skypilot": 29400, "dstack": 29400, "jobset": 29400, "pytorchjob": 23456}
-"""Where each looks for node 0's store: the task's port, the JobSet's MASTER_PORT (set by
-torchscale), the training operator's pytorchjob-port."""
-
-
-def _other_pods(what: str, job: Dict[str, Any], hosts: Any, out: Path) -> List[List[Any]]:
-    """Node 0's and node 1's command and environment, as the platform or controller gives them
-    (a task's command line run by bash; a pod's command as a list). Only what a node's file
-    system changes is changed: the config path, the results folder and which python."""
-    nodes: List[List[Any]] = []
-    for rank in range(2):
-        root = out / f"pod{rank}"
-        if what in TASK_ENV:
-            line = job["run"] if what == "skypilot" else job["commands"][0]
-            line = line.replace("/tmp/torchscale", str(root / "cfg"))
-            line = line.replace(str(out / "OUTPUT"), str(root / "results"))
-            assert line.startswith("python ")
-            command = ["bash", "-c", f"{shlex.quote(sys.executable)}{line[len('python') :]}"]
-            env = {**(job["envs"] if what == "skypilot" else job["env"]), **TASK_ENV[what](rank)}
-            env.update(  # node 0 first, as each platform gives it
-                {"SKYPILOT_NODE_IPS": f"{hosts.head.address}\n{hosts.compute.address}\n"}
-                if what == "skypilot"
-                else {"DSTACK_MASTER_NODE_IP": hosts.head.address}
-            )
-        else:
-            pod = CONTROLLERS[what](job)[rank]
-            command = [
-                sys.executable
-                if word == "python"
-                else word.replace("/tmp/torchscale", str(root / "cfg")).replace(
-                    "/results", str(root / "results")
-                )
-                for word in pod.command
-            ]
-            env = dict(pod.env)
-        nodes.append([command, env])
-    return nodes
-
-
-def _other_runs(tmp: Path, hosts: Any) -> Dict[str, Dict[str, Any]]:
-    """Both nodes of the JobSet, the PyTorchJob, the SkyPilot task and the dstack task, one after
-    another, each a whole lock-step run of one 2 x 1 cell: node 0 on head, node 1 on compute,
-    each with the environment its platform or controller gives it, node 0's address head's."""
-    runs: Dict[str, Dict[str, Any]] = {}
-    config = tmp / "other-config.yaml"
-    config.write_text(OTHER_CONFIG)
-    for what in OTHER_PORTS:
-        out = tmp / f"other-{what}"
-        argv = ["benchmark", "-c", str(config), "-o", str(out / "OUTPUT"), "--image", "img:1"]
-        argv += ["--emit", str(out / "job.yaml"), "--join-timeout", "120"]
-        argv += (
-            ["--launcher", what] if what in TASK_ENV else ["--launcher", "k8s", "--k8s-api", what]
-        )
-        emitted = CliRunner().invoke(app, argv, env={"TORCHSCALE_CPU_SLOTS": "1"})
-        assert emitted.exit_code == 0, emitted.output
-        job = yaml.safe_load((out / "job.yaml").read_text())
-        nodes = _other_pods(what, job, hosts, out)
-        if what not in TASK_ENV:
-            hosts.alias(hosts.head, nodes[0][1]["MASTER_ADDR"])  # node 0's Service / DNS name
-        procs = [
-            hosts.start(host, command, out / f"pod{rank}.log", {**torchscale_env(1), **env})
-            for rank, ((command, env), host) in enumerate(zip(nodes, (hosts.head, hosts.compute)))
-        ]
-        store = out / "pod0" / "results" / "k8s-pods"
-        deadline = time.monotonic() + 300
-        while procs[0].poll() is None and time.monotonic() < deadline:
-            if READY_LINE in (out / "pod0.log").read_text():
-                (store / COPIED_MARK).touch()  # what --submit's kubectl exec does (pods only)
-            time.sleep(0.2)
-        codes = [proc.wait(timeout=60) for proc in procs]
-        runs[what] = {
-            "codes": codes,
-            "logs": [(out / f"pod{rank}.log").read_text() for rank in range(2)],
-            "pod0": store,
-            "node1": out / "pod1" / "results" / "k8s-pods",
-            "master": nodes[0][1].get("MASTER_ADDR", hosts.head.address),
-        }
-    return runs
-
 
 @pytest.fixture(scope="module")
-def pods_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
-    tmp = tmp_path_factory.mktemp("k8s_pods")
-    config = tmp / "config.yaml"
-    config.write_text(CONFIG)
-    manifest_path = tmp / "trainjob.yaml"
-    argv = ["benchmark", "-c", str(config), "-o", str(tmp / "out"), "--image", "img:1"]
-    argv += ["--launcher", "k8s", "--emit", str(manifest_path)]
-    emitted = CliRunner().invoke(app, argv, env={"TORCHSCALE_CPU_SLOTS": "1"})
-    assert emitted.exit_code == 0, emitted.output
-    manifest = yaml.safe_load(manifest_path.read_text())
-    pods = trainjob_pods(manifest)
-    with two_hosts(tmp, "TrainJob pods on two hosts") as hosts:
-        master = pods[0].env["PET_MASTER_ADDR"]
-        hosts.alias(hosts.head, master)
-        procs = []
-        for index, (pod, host) in enumerate(zip(pods, (hosts.head, hosts.compute))):
-            root = tmp / f"pod{index}"
-            command = [
-                sys.executable if word == "python" else word.replace("/tmp/torchscale", str(root))
-                for word in pod.command
-            ]
-            command = [w.replace("/results", str(root / "results")) for w in command]
-            env = {**torchscale_env(cpu_slots=1), **pod.env}
-            if index:
-                time.sleep(LATE_S)  # node 1's pod is scheduled late
-            procs.append(hosts.start(host, command, tmp / f"pod{index}.log", env))
-        head, compute = procs
-        store = ExperimentStore(tmp / "pod0" / "results" / "k8s-pods")
-        node1 = tmp / "pod1" / "results" / "k8s-pods"
-
-        def in_second_cell() -> bool:
-            return _joined(node1, KILLED_CELL) or compute.poll() is not None
-
-        _wait_for(in_second_cell, 300, "node 1 in the second cell")
-        assert compute.poll() is None, "node 1's pod ended before the second cell"
-        before_kill = store.results_path.read_bytes()
-        namespaces = [hosts.head.netns, hosts.compute.netns]
-        running = _left_running(namespaces, wait_s=0)
-        kill_tree(compute.pid)  # node 1's pod dies: every process in it at once (and reaped)
-        log = tmp / "pod0.log"
-        _wait_for(lambda: "torchscale-pod: results ready in " in log.read_text(), 300, "node 0")
-        time.sleep(1.0)
-        held = head.poll() is None  # node 0's pod waits for the copy
-        (store.root / ".torchscale-copied").touch()  # what --submit's kubectl exec does
-        head_code = head.wait(timeout=30)
-        left = _left_running(namespaces)
-        started = time.monotonic()
-        other_runs = _other_runs(tmp, hosts)
-        other_s = time.monotonic() - started
-        print(f"\nthe other APIs' and tasks' two-pod runs: {other_s:.1f} s", file=sys.stderr)
-        yield {
-            "manifest": manifest,
-            "master": master,
-            "store": store,
-            "node1": node1,
-            "node1_address": hosts.compute.address,
-            "before_kill": before_kill,
-            "namespaces": namespaces,
-            "running": running,
-            "left": left,
-            "head_code": head_code,
-            "held": held,
-            "logs": [log.read_text(), (tmp / "pod1.log").read_text()],
-            "head_address": hosts.head.address,
-            "other_runs": other_runs,
-        }
+def pods_run(k8s_pods_run: Dict[str, Any]) -> Dict[str, Any]:
+    return k8s_pods_run  # run once per session, beside the other two-host runs (conftest)
 
 
 def test_the_pods_run_the_matrix_in_lock_step(pods_run: Dict) -> None:

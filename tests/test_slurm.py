@@ -10,19 +10,19 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Dict, Iterator
+from typing import Dict
 
 import pytest
 from typer.testing import CliRunner
 
 from tests.support.environ import REPO
+from tests.support.slurm_cluster import REAL_NAME
 from torchscale.cli.app import app
 from torchscale.config.loader import load_config
 from torchscale.errors import TorchscaleError
 from torchscale.launch.cell import cell_command
 from torchscale.launch.slurm import SlurmAllocation, SlurmLaunch, expand_hostlist
 from torchscale.plan.matrix import expand
-from torchscale.results.layout import experiment_dir
 from torchscale.results.store import ExperimentStore
 
 RECORDED = json.loads((REPO / "tests/data/slurm/sbatch_2nodes_env.json").read_text())["env"]
@@ -182,48 +182,10 @@ def test_submit_needs_the_node_size(tmp_path: Path) -> None:
 
 # --- a real job ---------------------------------------------------------------------------------
 
-REAL_NAME = "slurm two-nodes 'q' #1"
-"""A name with a blank, quotes and a '#', in an output folder with a blank and a '%x' (sbatch's
-job-name pattern): the sbatch script must keep each a value (tests/test_hostile_sinks.py)."""
-REAL = f"""\
-experiment_name: "{REAL_NAME}"
-models: [gpt2-tiny]
-batch_sizes: [2]
-gpu_counts: [2]
-gpus_per_node: 1
-warmup_steps: 1
-measure_steps: 4
-sync_probe_steps: 1
-cell_timeout_s: 120
-"""
-
 
 @pytest.fixture(scope="module")
-def slurm_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
-    from tests.support.slurm_cluster import SlurmCluster, SlurmUnavailable
-    from tests.support.two_hosts import torchscale_env, two_hosts
-
-    tmp = tmp_path_factory.mktemp("slurm")
-    with two_hosts(tmp, "real Slurm job") as hosts:
-        cluster = SlurmCluster(hosts, tmp)
-        try:
-            cluster.up()
-        except SlurmUnavailable as exc:
-            pytest.skip(f"real Slurm job: {exc}")
-        config = tmp / "real.yaml"
-        config.write_text(REAL)
-        out = tmp / "out %x dir"
-        env = {**cluster.env, **torchscale_env(cpu_slots=1)}
-        argv = ["benchmark", "-c", str(config), "-o", str(out), "--launcher", "slurm", "--submit"]
-        argv.append("--sbatch-arg=--comment=a 'b' #c")
-        submitted = hosts.torchscale(hosts.head, argv, tmp / "submit.log", env)
-        assert submitted.wait(timeout=120) == 0, (tmp / "submit.log").read_text()
-        submit_log = (tmp / "submit.log").read_text()
-        job_id = re.search(r"submitted Slurm job (\d+)", submit_log).group(1)
-        cluster.wait_idle(timeout=240)
-        job = cluster.run(["scontrol", "show", "job", job_id])
-        store = ExperimentStore(experiment_dir(out, REAL_NAME))
-        yield {"store": store, "records": store.records(), "job_id": job_id, "job": job}
+def slurm_job(slurm_job_run: Dict) -> Dict:
+    return slurm_job_run  # run once per session, beside the other two-host runs (conftest)
 
 
 @pytest.mark.slow

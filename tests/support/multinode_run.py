@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict
 
-from tests.support.two_hosts import kill_tree, torchscale_env, two_hosts
+from tests.support.two_hosts import check_stop, kill_tree, torchscale_env, two_hosts
 from torchscale.results.store import ExperimentStore
 
 PORT = 29561
@@ -33,6 +33,7 @@ COLLECTIVE_PHASES = {"warmup", "measure", "sync_probe"}
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        check_stop()
         if predicate():
             return
         time.sleep(0.05)
@@ -84,3 +85,71 @@ def run_lockstep(tmp: Path) -> Dict[str, Any]:
             "head_code": head_code,
             "logs": {name: (tmp / f"{name}.log").read_text() for name in ("head", "compute")},
         }
+
+
+COMM_PORT = 29571
+CORRUPT_SIZE = 1024
+COMM_CONFIG = """\
+experiment_name: comm-nodes
+gpu_counts: [4]
+nodes: [2]
+communication:
+  collectives: [all_reduce, all_gather, broadcast]
+  scope: [world, intra_node, inter_node]
+  p2p: false
+  min_bytes: 256
+  max_bytes: 1K
+  factor: 4
+  warmup: 1
+  iterations: 3
+  cell_timeout_s: 120
+"""
+"""tests/test_comm_nodes.py's 2 x 2 communication cell (see its docstring)."""
+
+
+def run_comm_nodes(tmp: Path) -> Dict[str, Any]:
+    """The communication cell on both hosts, the test-only corruption on rank 2 at one size."""
+    from torchscale.comm.collective_ops import CORRUPT_ENV
+    from torchscale.results.schema import CollectiveResult
+
+    with two_hosts(tmp, "two-host communication test") as hosts:
+        env = {**torchscale_env(), CORRUPT_ENV: f"all_reduce:2:{CORRUPT_SIZE}"}
+        head, compute = hosts.lockstep(COMM_CONFIG, tmp, env, COMM_PORT)
+        codes = (head.wait(timeout=300), compute.wait(timeout=60))
+    store = ExperimentStore(tmp / "out" / "comm-nodes")
+    return {
+        "codes": codes,
+        "records": [r for r in store.records() if isinstance(r, CollectiveResult)],
+        "log": (tmp / "head.log").read_text(),
+        "root": store.root,
+    }
+
+
+HYBRID_PORT = 29563
+HYBRID_CONFIG = """\
+experiment_name: hybrid
+models: [gpt2-tiny]
+batch_sizes: [2]
+gpu_counts: [4]
+nodes: [2]
+strategy: [fsdp2_hybrid]
+warmup_steps: 2
+measure_steps: 3
+sync_probe_steps: 1
+cell_timeout_s: 240
+"""
+"""tests/test_multinode.py's one 2 x 2 fsdp2_hybrid cell: a launch of its own (the sweep's cell
+order and killed cells are what that module's other tests assert)."""
+
+
+def run_hybrid(tmp: Path) -> Dict[str, Any]:
+    """The fsdp2_hybrid cell on both hosts, to its end."""
+    with two_hosts(tmp, "fsdp2_hybrid two-host test") as hosts:
+        head, compute = hosts.lockstep(HYBRID_CONFIG, tmp, torchscale_env(), HYBRID_PORT)
+        head_code = head.wait(timeout=300)
+        compute.wait(timeout=60)
+    return {
+        "head_code": head_code,
+        "records": ExperimentStore(tmp / "out" / "hybrid").records(),
+        "logs": (tmp / "head.log").read_text() + (tmp / "compute.log").read_text(),
+    }

@@ -13,9 +13,9 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 
-from tests.support.two_hosts import NamespacesUnavailable, TwoHosts
+from tests.support.two_hosts import NamespacesUnavailable, TwoHosts, check_stop
 
 BINARIES = ("slurmctld", "slurmd", "sbatch", "srun", "squeue", "sinfo")
 NODES = {"gpu01": "head", "gpu02": "compute"}
@@ -99,9 +99,10 @@ class SlurmCluster:
             self.hosts.start(host, ["sh", "-c", script], self.dir / f"{node}.out")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            check_stop()
             if self.run(["sinfo", "-h", "-o", "%T %D"]).strip() == "idle 2":
                 return
-            time.sleep(0.5)
+            time.sleep(0.25)
         logs = [(self.dir / f"{node}.out").read_text()[-300:] for node in NODES]
         raise SlurmUnavailable(f"the two slurmd nodes never became idle: {logs}")
 
@@ -116,7 +117,59 @@ class SlurmCluster:
         """Until no job is queued or running."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            check_stop()
             if not self.run(["squeue", "-h"]).strip():
                 return
-            time.sleep(1)
+            time.sleep(0.25)  # squeue answers in ms: the job is seen gone within a quarter s
         raise AssertionError(f"Slurm jobs still queued after {timeout:g} s: {self.run(['squeue'])}")
+
+
+REAL_NAME = "slurm two-nodes 'q' #1"
+"""A name with a blank, quotes and a '#', in an output folder with a blank and a '%x' (sbatch's
+job-name pattern): the sbatch script must keep each a value (tests/test_hostile_sinks.py)."""
+REAL = f"""\
+experiment_name: "{REAL_NAME}"
+models: [gpt2-tiny]
+batch_sizes: [2]
+gpu_counts: [2]
+gpus_per_node: 1
+warmup_steps: 1
+measure_steps: 4
+sync_probe_steps: 1
+cell_timeout_s: 120
+"""
+
+
+def run_slurm_job(tmp: Path) -> Dict[str, Any]:
+    """tests/test_slurm.py's real job: the matrix submitted with ``--launcher slurm --submit`` to
+    the two-node cluster, run to its end (the cluster torn down before this returns)."""
+    import re
+
+    import pytest
+
+    from tests.support.two_hosts import torchscale_env, two_hosts
+    from torchscale.results.layout import experiment_dir
+    from torchscale.results.store import ExperimentStore
+
+    with two_hosts(tmp, "real Slurm job") as hosts:
+        cluster = SlurmCluster(hosts, tmp)
+        try:
+            cluster.up()
+        except SlurmUnavailable as exc:
+            pytest.skip(f"real Slurm job: {exc}")
+        config = tmp / "real.yaml"
+        config.write_text(REAL)
+        out = tmp / "out %x dir"
+        env = {**cluster.env, **torchscale_env(cpu_slots=1)}
+        argv = ["benchmark", "-c", str(config), "-o", str(out), "--launcher", "slurm", "--submit"]
+        argv.append("--sbatch-arg=--comment=a 'b' #c")
+        submitted = hosts.torchscale(hosts.head, argv, tmp / "submit.log", env)
+        assert submitted.wait(timeout=120) == 0, (tmp / "submit.log").read_text()
+        submit_log = (tmp / "submit.log").read_text()
+        found = re.search(r"submitted Slurm job (\d+)", submit_log)
+        assert found is not None, submit_log
+        job_id = found.group(1)
+        cluster.wait_idle(timeout=240)
+        job = cluster.run(["scontrol", "show", "job", job_id])
+        store = ExperimentStore(experiment_dir(out, REAL_NAME))
+        return {"store": store, "records": store.records(), "job_id": job_id, "job": job}

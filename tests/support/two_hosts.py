@@ -10,11 +10,13 @@ namespaces (which removes the veth pair).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
@@ -30,6 +32,29 @@ SUBNET = "10.213.77"
 IFNAME = "tsnet0"
 """Both veth ends get this name inside their namespace, so one GLOO_SOCKET_IFNAME (which srun
 exports to every node) fits both hosts."""
+
+
+STOP = threading.Event()
+"""Set when the session is interrupted while runs go on in other threads
+(tests/support/two_host_runs.py): their waits end (:func:`check_stop`) and every host still up
+is torn down (:func:`tear_down_all`), so Ctrl-C does not wait for the runs' minutes."""
+LIVE: List[TwoHosts] = []
+_LIVE_LOCK = threading.Lock()
+
+
+def check_stop() -> None:
+    """Called in a run's wait loops: end the wait once the session is interrupted."""
+    if STOP.is_set():
+        raise RuntimeError("the session was interrupted: this run's hosts are torn down")
+
+
+def tear_down_all() -> None:
+    """Every host still up: its processes killed, its namespaces removed (from any thread)."""
+    STOP.set()
+    with _LIVE_LOCK:
+        live = list(LIVE)
+    for hosts in live:
+        hosts.down()
 
 
 def torchscale_env(cpu_slots: int = 2) -> Dict[str, str]:
@@ -91,11 +116,10 @@ def kill_tree(pid: int) -> None:
 class TwoHosts:
     """``head`` (10.213.77.2) and ``compute`` (10.213.77.1), joined by a veth pair."""
 
-    made = 0  # namespace names stay unique within this process
+    made = itertools.count(1)  # namespace names stay unique within this process, in any thread
 
     def __init__(self, workdir: Path) -> None:
-        TwoHosts.made += 1
-        tag = f"ts{os.getpid() % 100000}{TwoHosts.made}"
+        tag = f"ts{os.getpid() % 100000}n{next(TwoHosts.made)}"  # n: no two read alike
         self.head = Host("head", f"{SUBNET}.2", f"{tag}head", f"{tag}h")
         self.compute = Host("compute", f"{SUBNET}.1", f"{tag}comp", f"{tag}c")
         self.hosts_file = workdir / "hosts"
@@ -103,6 +127,8 @@ class TwoHosts:
         self.created: List[str] = []
 
     def up(self) -> None:
+        with _LIVE_LOCK:
+            LIVE.append(self)
         if os.geteuid() != 0:
             raise NamespacesUnavailable("needs root to create network namespaces (ip netns)")
         for tool in ("ip", "unshare", "mount", "hostname"):
@@ -188,3 +214,6 @@ class TwoHosts:
             subprocess.run(["ip", "netns", "del", netns], capture_output=True, timeout=30)
         # A veth end left in this namespace (setup failed half-way) would outlive them.
         subprocess.run(["ip", "link", "del", self.head.veth], capture_output=True, timeout=30)
+        with _LIVE_LOCK:
+            if self in LIVE:
+                LIVE.remove(self)

@@ -1,0 +1,127 @@
+"""The session's runs on hosts of their own (network namespaces), made two at a time.
+
+Each run below is a whole multi-host run with hosts of its own: its namespaces, so its addresses
+and ports are its alone, and no two share a process. A run's start-up and its nodes' waits for
+each other (imports, rendezvous, polls, a pod held until its results are copied) leave a core
+idle that a second run fills. So they run in ``LANES`` threads at once, all before the first test
+that reads one: nothing else of the session runs beside them (the single-host tests' timings and
+busy-host verdicts stay their own), and the fleet test, whose throttled host is measured against
+its peers, makes its hosts after them. No assertion on these runs reads a verdict, a time or a
+figure that sharing the cores could change: statuses, records' fields, bytes, errors, formulas
+over the same records, and timeouts of minutes.
+
+Only the runs that the session's selected tests read are made (``wanted``): one module run alone
+pays only for its own. ``tests/conftest.py`` holds one session fixture per run, of the same name.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Tuple
+
+from tests.support.two_hosts import tear_down_all
+
+Jobs = List[Tuple[str, Callable[[], Any]]]
+
+LANES = 2
+"""Runs at once. Two, not more: every node of a run holds ~1.5 GB (torchscale, its torchrun
+agent, a rank) and the suite's machine has 2 cores."""
+
+
+@dataclass(frozen=True)
+class HostRun:
+    """A session fixture's run: ``jobs(folder)`` readies it in the test's thread (CliRunner and
+    ``os.environ`` are the process's) and returns the jobs the lanes run; ``combine`` makes the
+    fixture's value of their results."""
+
+    folder: str  # its tmp folder (the launch count's name for it)
+    jobs: Callable[[Path], Jobs]
+    combine: Callable[[Dict[str, Any]], Any]
+
+
+def _single(run: Callable[[Path], Any]) -> Callable[[Path], Jobs]:
+    return lambda folder: [("run", lambda: run(folder))]
+
+
+def _only(results: Dict[str, Any]) -> Any:
+    return results["run"]
+
+
+def _runs() -> Dict[str, HostRun]:
+    """Longest first, so that the last to start is a short one."""
+    from tests.support import k8s_pod_runs, multinode_run, slurm_cluster
+
+    return {
+        "two_host_lockstep": HostRun("two_hosts", _single(multinode_run.run_lockstep), _only),
+        "k8s_pods_run": HostRun("k8s_pods", k8s_pod_runs.jobs, k8s_pod_runs.combine),
+        "hybrid_run": HostRun("hybrid", _single(multinode_run.run_hybrid), _only),
+        "slurm_job_run": HostRun("slurm", _single(slurm_cluster.run_slurm_job), _only),
+        "comm_nodes_run": HostRun("comm_nodes", _single(multinode_run.run_comm_nodes), _only),
+    }
+
+
+FIXTURES = ("two_host_lockstep", "k8s_pods_run", "hybrid_run", "slurm_job_run", "comm_nodes_run")
+"""The session fixtures these runs are (tests/conftest.py): a test that takes one launches."""
+
+
+class Outcome:
+    """A run's value, or what it raised (a failed assertion, a skip), raised again where a test
+    asks for it, so one broken run fails its own tests only."""
+
+    def __init__(self, get: Callable[[], Any]) -> None:
+        self._get = get
+
+    def value(self) -> Any:
+        return self._get()
+
+
+def run_in_lanes(make_folder: Callable[[str], Path], wanted: Iterable[str]) -> Dict[str, Outcome]:
+    """The ``wanted`` runs, ``LANES`` at a time; every one ended before this returns."""
+    runs = _runs()
+    chosen = [name for name in runs if name in set(wanted)]
+    outcomes: Dict[str, Outcome] = {}
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=LANES, thread_name_prefix="two-host-run") as lanes:
+        futures: Dict[str, List[Tuple[str, Future[Any]]]] = {}
+        try:
+            for name in chosen:
+                try:
+                    jobs = runs[name].jobs(make_folder(runs[name].folder))
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as exc:  # a skip or a failed emit: that fixture's tests see it
+                    outcomes[name] = Outcome(_raiser(exc))
+                    continue
+                futures[name] = [(job, lanes.submit(call)) for job, call in jobs]
+            for name, submitted in futures.items():
+                outcomes[name] = _outcome(runs[name], submitted)
+        except BaseException:  # Ctrl-C: the lanes' runs end now, their hosts torn down
+            lanes.shutdown(wait=False, cancel_futures=True)
+            tear_down_all()
+            raise
+    took = time.monotonic() - started
+    names = ", ".join(chosen)
+    print(f"\nmulti-host runs ({names}), {LANES} at a time: {took:.1f} s", file=sys.stderr)
+    return outcomes
+
+
+def _raiser(exc: BaseException) -> Callable[[], Any]:
+    def get() -> Any:
+        raise exc
+
+    return get
+
+
+def _outcome(run: HostRun, submitted: List[Tuple[str, Future[Any]]]) -> Outcome:
+    results: Dict[str, Any] = {}
+    for job, future in submitted:
+        exc = future.exception()
+        if exc is not None:
+            return Outcome(_raiser(exc))
+        results[job] = future.result()
+    combined = run.combine(results)
+    return Outcome(lambda: combined)
