@@ -32,6 +32,7 @@ from torchscale.errors import ConfigError
 from torchscale.hardware.links import link_peak_gbps, parse_link, pcie_lane_gbps
 from torchscale.plan.matrix import expand
 from torchscale.plan.training_cells import MEMORY_WINDOW
+from torchscale.results.schema import CollectiveResult
 
 runner = CliRunner()
 WORLD_SIZES = (2, 4, 8)
@@ -98,7 +99,9 @@ def test_size_parsing_and_sweep() -> None:
     assert size_sweep(8, 1024, 2) == [8 * 2**i for i in range(8)]
     assert size_sweep(8, 1000, 3) == [8, 24, 72, 216, 648]  # max not on the grid: stop below
     assert size_sweep(64, 64, 5) == [64]
-    section = CommunicationSection.model_validate({"min_bytes": "1K", "max_bytes": "1M", "factor": 4})
+    section = CommunicationSection.model_validate(
+        {"min_bytes": "1K", "max_bytes": "1M", "factor": 4}
+    )
     assert section.sizes() == [1024 * 4**i for i in range(6)]
     assert format_size(3 * 2**20) == "3M" and format_size(1536) == "1536"
 
@@ -400,6 +403,7 @@ def test_records_from_a_result(tmp_path: Path) -> None:
     assert isinstance(gather, CollectiveResult) and isinstance(send_recv, CollectiveResult)
     assert gather.time_us == 20.0 and (gather.time_us_min, gather.time_us_max) == (10.0, 30.0)
     assert gather.algbw_gbps == pytest.approx(1024 / 20e-6 / 1e9)
+    assert gather.algbw_gbps is not None
     assert gather.busbw_gbps == pytest.approx(gather.algbw_gbps * 0.5)
     assert gather.wrong == 2 and gather.wrong_per_rank == [0, 2]
     assert send_recv.pair_time_us == [[None, 5.0], [9.0, None]]  # the slower side of each pair

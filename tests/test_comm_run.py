@@ -111,6 +111,7 @@ def test_two_rank_sweep_is_complete_correct_and_ok(two: Dict) -> None:
         assert record.time_us is not None and record.time_us_min is not None
         assert record.time_us_max is not None and record.algbw_gbps is not None
         assert record.busbw_gbps is not None and record.requested_bytes is not None
+        assert record.size_bytes is not None
         assert record.time_us_min <= record.time_us <= record.time_us_max
         assert record.algbw_gbps == pytest.approx(record.size_bytes / record.time_us / 1e3)
         factor = busbw_factor(record.op, 2)
@@ -147,7 +148,7 @@ def test_p2p_matrix_has_every_ordered_pair(two: Dict, four: Dict) -> None:
             assert matrix[src][dst] == max(times)
             bw = record.pair_busbw_gbps[src][dst]
             slowest = matrix[src][dst]
-            assert slowest is not None
+            assert slowest is not None and record.size_bytes is not None
             assert bw == pytest.approx(record.size_bytes / slowest / 1e3)
 
 
@@ -159,7 +160,7 @@ def test_tp_gemm_both_orders_validated(two: Dict) -> None:
         assert gemm.max_abs_error is not None and gemm.time_us is not None
         assert gemm.comm_time_us is not None and gemm.gemm_time_us is not None
         assert gemm.comm_share is not None and gemm.reference_time_us is not None
-        assert gemm.reference_tflops is not None
+        assert gemm.reference_tflops is not None and gemm.atol is not None
         assert gemm.max_abs_error <= gemm.atol
         assert gemm.tflops == pytest.approx(2 * 64 * 32 * 48 / (gemm.time_us * 1e-6) / 1e12)
         assert gemm.time_us == pytest.approx(gemm.comm_time_us + gemm.gemm_time_us)

@@ -63,7 +63,14 @@ def test_any_knob_given_as_list_expands_into_the_product(tmp_path: Path) -> None
     )
     plan = expand(load_config(path))
     assert len(plan) == 2 * 2 * 3
-    combos = {(training_settings(c).precision, training_settings(c).ddp.bucket_cap_mb, training_settings(c).gpus) for c in plan}
+    combos = {
+        (
+            training_settings(c).precision,
+            training_settings(c).ddp.bucket_cap_mb,
+            training_settings(c).gpus,
+        )
+        for c in plan
+    }
     assert len(combos) == 12
     assert set(plan.swept) == {"precision", "ddp.bucket_cap_mb", "gpu_counts"}
     assert experiment_dirname(plan.config.experiment_name) == "bench"  # defaults to file stem
@@ -73,7 +80,9 @@ def test_seq_len_sweep_does_not_duplicate_image_model_cells(tmp_path: Path) -> N
     path = write(tmp_path, "models: [resnet50, gpt2]\nbatch_sizes: 8\nseq_len: [128, 512]\n")
     plan = expand(load_config(path))
     assert sorted(training_settings(c).model for c in plan.cells) == ["gpt2", "gpt2", "resnet50"]
-    assert [training_settings(c).seq_len for c in plan.cells if training_settings(c).model == "resnet50"] == [None]
+    assert [
+        training_settings(c).seq_len for c in plan.cells if training_settings(c).model == "resnet50"
+    ] == [None]
 
 
 def test_repeats_interleave_and_cell_ids_are_stable(tmp_path: Path) -> None:

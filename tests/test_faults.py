@@ -27,9 +27,9 @@ from tests.support.report_fixtures import FixtureSpec, write_experiment
 from tests.support.typed import training_records
 from torchscale.cli.app import app
 from torchscale.errors import TorchscaleError
-from torchscale.launch.liveness import OWNER_FILE, ProcessIdentity, live_owner, write_owner
+from torchscale.launch.liveness import ProcessIdentity, live_owner, write_owner
 from torchscale.results.files import UnsafePathError, dumps, open_for_write
-from torchscale.results.layout import experiment_dirname
+from torchscale.results.layout import OWNER_FILE, experiment_dirname
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore, append_jsonl, atomic_write_json
 

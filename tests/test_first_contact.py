@@ -489,7 +489,9 @@ def test_a_gloo_cpu_run_gets_no_gpu_interconnect_advice(healthy_run: Run) -> Non
 
     folder = healthy_run.experiment_dir
     record = next(
-        r for r in ExperimentStore(folder).records() if isinstance(r, TrainingResult) and r.sync is not None
+        r
+        for r in ExperimentStore(folder).records()
+        if isinstance(r, TrainingResult) and r.sync is not None
     )
     assert record.sync is not None and record.backend == "gloo"
     for slowest in (1, None):
@@ -537,7 +539,9 @@ def test_band_labels_and_the_ideal_line_are_legend_entries(fixture_results: Path
         right = _Frame(chart, []).right
         texts = ET.fromstring(svg(chart)).iter("{http://www.w3.org/2000/svg}text")
         labels = [t for t in texts if t.text in names]
-        assert len(labels) == len(names) and all(right < float(t.get("x", "nan")) < WIDTH for t in labels)
+        assert len(labels) == len(names) and all(
+            right < float(t.get("x", "nan")) < WIDTH for t in labels
+        )
     assert any(c.chart_id.startswith("efficiency") for c in banded)
     for chart in [c for c in content.charts if c.chart_id.startswith("throughput-")]:
         data = figure(chart)["data"]

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from tests.support.profile_helpers import DATA, hta_reference, real_traces_dir
 from torchscale.cli.app import app
 from torchscale.config.durations import parse_duration
-from torchscale.profiling.outputs import FINDINGS_FILE
 from torchscale.profiling.trace_tables import table_files
 from torchscale.results.figures import SYNC_STALL
+from torchscale.results.layout import FINDINGS_FILE
 from torchscale.results.schema import ProfileInfo, TrainingResult
 
 runner = CliRunner()

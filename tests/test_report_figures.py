@@ -117,9 +117,9 @@ def test_one_rank_has_no_sync_overhead_and_one_count_no_scaling_efficiency(
     one = next(r for r in records if r.world_size == 1)
     assert one.sync is not None and one.sync.exposed_fraction is not None  # recorded, not shown
     lone = next(r for r in records if r.batch_size == 64)
-    table = training_table(records).set_index("cell_id")
-    assert pd.isna(table.at[one.cell_id, "sync_overhead_pct"])
-    assert pd.isna(table.at[lone.cell_id, "scaling_efficiency"])
+    table: Any = training_table(records).set_index("cell_id")  # read cell by cell
+    assert pd.isna(table.loc[one.cell_id, "sync_overhead_pct"])
+    assert pd.isna(table.loc[lone.cell_id, "scaling_efficiency"])
     two = next(r for r in records if r.world_size == 2)
     assert two.samples_per_s is not None and one.samples_per_s is not None
     assert table.loc[two.cell_id, "scaling_efficiency"] == pytest.approx(

@@ -219,7 +219,9 @@ def slurm_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict]:
         submitted = hosts.torchscale(hosts.head, argv, tmp / "submit.log", env)
         assert submitted.wait(timeout=120) == 0, (tmp / "submit.log").read_text()
         submit_log = (tmp / "submit.log").read_text()
-        job_id = re.search(r"submitted Slurm job (\d+)", submit_log).group(1)
+        submitted_id = re.search(r"submitted Slurm job (\d+)", submit_log)
+        assert submitted_id is not None
+        job_id = submitted_id.group(1)
         cluster.wait_idle(timeout=240)
         job = cluster.run(["scontrol", "show", "job", job_id])
         store = ExperimentStore(experiment_dir(out, REAL_NAME))

@@ -208,8 +208,7 @@ def test_fsdp2_halves_the_model_state_per_rank(memory: List[Dict[str, object]]) 
 @pytest.mark.slow
 def test_each_strategy_issues_its_own_collectives(memory: List[Dict[str, object]]) -> None:
     issued = {
-        s: {c["op"]: c for c in _cell(memory, GPT2_10M, s, 2)["collectives"]}
-        for s in STRATEGIES
+        s: {c["op"]: c for c in _cell(memory, GPT2_10M, s, 2)["collectives"]} for s in STRATEGIES
     }
     for strategy in ("ddp", "replicate"):  # gradients all-reduced, parameters never gathered
         assert issued[strategy]["all_reduce"]["calls"] >= 1, issued[strategy]
@@ -300,7 +299,11 @@ def test_a_compiled_autograd_cell_proves_its_gradients(tmp_path: Path) -> None:
     saved = (dynamo.compiled_autograd, dynamo.optimize_ddp)
     ctx = RankContext(0, 0, 1, 1, torch.device("cpu"), "gloo", socket.gethostname())
     dist.init_process_group(
-        "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=60)
+        "gloo",
+        store=dist.HashStore(),  # type: ignore[attr-defined]  # torch re-exports it implicitly
+        rank=0,
+        world_size=1,
+        timeout=timedelta(seconds=60),
     )
     try:
         settings = CellSettings.model_validate(

@@ -74,7 +74,7 @@ def test_shm_of_this_machine_and_a_docker_default(monkeypatch):
     assert here.details["total_bytes"] == st.f_blocks * st.f_frsize
     assert system.check_shm("/no/such/shm").status is Status.FAIL
     docker = os.statvfs_result((4096, 4096, 16384, 16384, 16384, 0, 0, 0, 0, 255))
-    monkeypatch.setattr(system.os, "statvfs", lambda _path: docker)
+    monkeypatch.setattr("torchscale.validate.system.os.statvfs", lambda _path: docker)
     small = system.check_shm()
     assert (small.status, small.value) == (Status.WARN, "64 MiB (64 MiB free)")
     assert small.fix is not None
@@ -91,7 +91,9 @@ def test_open_files_limit():
 
 
 def test_hostname_that_does_not_resolve(monkeypatch):
-    monkeypatch.setattr(system.socket, "gethostname", lambda: "no-such-host.invalid")
+    monkeypatch.setattr(
+        "torchscale.validate.system.socket.gethostname", lambda: "no-such-host.invalid"
+    )
     check = system.check_hostname()
     assert check.fix is not None
     assert check.status is Status.FAIL and "/etc/hosts" in check.fix
@@ -143,10 +145,15 @@ def test_disk_space_of_a_directory_still_to_be_created(tmp_path):
 
 def test_disk_space_thresholds(monkeypatch, tmp_path):
     usage = type(shutil.disk_usage(tmp_path))
-    monkeypatch.setattr(system.shutil, "disk_usage", lambda _p: usage(100 << 30, 98 << 30, 2 << 30))
+    monkeypatch.setattr(
+        "torchscale.validate.system.shutil.disk_usage",
+        lambda _p: usage(100 << 30, 98 << 30, 2 << 30),
+    )
     low = system.check_disk(tmp_path)
     assert (low.status, low.value) == (Status.WARN, f"2.0 GiB free of 100.0 GiB at {tmp_path}")
-    monkeypatch.setattr(system.shutil, "disk_usage", lambda _p: usage(100 << 30, 100 << 30, 0))
+    monkeypatch.setattr(
+        "torchscale.validate.system.shutil.disk_usage", lambda _p: usage(100 << 30, 100 << 30, 0)
+    )
     assert system.check_disk(tmp_path).status is Status.FAIL
 
 
