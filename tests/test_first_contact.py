@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from tests.support.environ import REPO, repo_pythonpath
 from tests.support.report_fixtures import SessionReport
 from tests.support.shared_runs import ProfileRun, Run
+from tests.support.typed import training_records
 from torchscale.cli.app import app
 from torchscale.errors import ConfigError
 from torchscale.models.registry import check_model_factory
@@ -311,9 +312,7 @@ def test_profile_without_a_model_profiles_what_scaled_worst(
     both = tmp_path / "scaling_results"
     shutil.copytree(healthy_run.experiment_dir, both / healthy_run.experiment_dir.name)
     picked = worst_target(both, "cpu", 2)  # the benchmark alone, as the shared run saw it
-    healthy = ExperimentStore(healthy_run.experiment_dir).records()
-    assert all(isinstance(r, TrainingResult) for r in healthy)
-    _slow_sweep(both, healthy)  # type: ignore[arg-type]  # all training records, asserted
+    _slow_sweep(both, training_records(ExperimentStore(healthy_run.experiment_dir).records()))
     worst = worst_target(both, "cpu", 2)
     assert (worst.model, worst.batch_size) == ("gpt2-tiny", 2)
     assert "gpt2-tiny (batch 2" in worst.reason and "from sweep" in worst.reason

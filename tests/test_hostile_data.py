@@ -61,7 +61,7 @@ def said() -> Iterator[List[logging.LogRecord]]:
     """What torchscale logs (its logger does not propagate to pytest's caplog)."""
     records: List[logging.LogRecord] = []
     handler = logging.Handler(logging.DEBUG)
-    handler.emit = records.append  # type: ignore[method-assign,assignment]
+    handler.emit = records.append  # type: ignore[method-assign,assignment]  # keeps each record
     logger = logging.getLogger("torchscale")
     level = logger.level
     logger.addHandler(handler)

@@ -88,7 +88,7 @@ def test_ddp_logging_goes_back_to_torchs_sample_rate_after_the_probe(one_rank):
         rates.append(rate)
         real(rate)
 
-    run.ddp._set_ddp_runtime_logging_sample_rate = recorded  # type: ignore[method-assign]
+    run.ddp._set_ddp_runtime_logging_sample_rate = recorded  # type: ignore[method-assign]  # a spy
     timings = measure._ddp_logging_probe(run, Clock(CPU.device), 1)
     assert rates == [1, measure.DDP_DEFAULT_LOGGING_SAMPLE_RATE]
     assert timings["ddp_forward_compute_ms"] is not None
