@@ -151,31 +151,31 @@ def two_host_runs(
 def two_host_lockstep(two_host_runs: Dict[str, Any]) -> Dict[str, Any]:
     """The two-host lock-step sweep (two network namespaces): test_multinode's, which
     test_k8s_pods compares its pods' folder with."""
-    return two_host_runs["two_host_lockstep"].value()  # type: ignore[no-any-return]
+    return two_host_runs["two_host_lockstep"].value()
 
 
 @pytest.fixture(scope="session")
 def k8s_pods_run(two_host_runs: Dict[str, Any]) -> Dict[str, Any]:
     """test_k8s_pods' five two-pod runs (tests/support/k8s_pod_runs.py)."""
-    return two_host_runs["k8s_pods_run"].value()  # type: ignore[no-any-return]
+    return two_host_runs["k8s_pods_run"].value()
 
 
 @pytest.fixture(scope="session")
 def hybrid_run(two_host_runs: Dict[str, Any]) -> Dict[str, Any]:
     """test_multinode's fsdp2_hybrid cell on two hosts."""
-    return two_host_runs["hybrid_run"].value()  # type: ignore[no-any-return]
+    return two_host_runs["hybrid_run"].value()
 
 
 @pytest.fixture(scope="session")
 def slurm_job_run(two_host_runs: Dict[str, Any]) -> Dict[str, Any]:
     """test_slurm's matrix submitted to a two-node Slurm cluster."""
-    return two_host_runs["slurm_job_run"].value()  # type: ignore[no-any-return]
+    return two_host_runs["slurm_job_run"].value()
 
 
 @pytest.fixture(scope="session")
 def comm_nodes_run(two_host_runs: Dict[str, Any]) -> Dict[str, Any]:
     """test_comm_nodes' communication cell split by node on two hosts."""
-    return two_host_runs["comm_nodes_run"].value()  # type: ignore[no-any-return]
+    return two_host_runs["comm_nodes_run"].value()
 
 
 @pytest.fixture(scope="session")

@@ -82,7 +82,7 @@ def test_example_reproduces_the_report_scaling_table(healthy: Path, tmp_path: Pa
     for column in ("throughput", "ideal_throughput", "scaling_efficiency"):
         for size in (1, 2):
             assert mine.loc[size, column] == pytest.approx(report.loc[size, column], rel=1e-9)
-    assert f"{report.loc[2, 'scaling_efficiency']:.1%}" in printed
+    assert f"{report.loc[2, 'scaling_efficiency']:.1%}" in printed  # type: ignore[str-bytes-safe]  # a float column
 
 
 def test_run_returns_results_like_the_cli(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import functools
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Collection, Dict, Iterator, List, Set, Tuple
+from typing import Any, Collection, Dict, Iterator, List, Set, Tuple
 
 import torchscale
 
@@ -625,7 +625,7 @@ def _settings_keys() -> Set[str]:
     from torchscale.plan.kind_protocol import cell_kinds
 
     fields = [set(kind.settings_model.model_fields) for kind in cell_kinds().values()]
-    return set().union(*fields) - set.intersection(*fields)
+    return set().union(*fields) - fields[0].intersection(*fields[1:])
 
 
 def _names_settings(node: ast.expr) -> bool:
@@ -913,8 +913,9 @@ def command_shape_problems(
             if not isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for inner in ast.walk(outer):
-                nested = inner is not outer and isinstance(inner, ast.FunctionDef)
-                if nested and any(_registers(d) for d in inner.decorator_list):
+                if not isinstance(inner, ast.FunctionDef) or inner is outer:
+                    continue
+                if any(_registers(d) for d in inner.decorator_list):
                     problems.append(
                         f"cli/{name}.py: command {inner.name!r} is defined inside "
                         f"{outer.name!r}: a command is a module-level function"
@@ -933,12 +934,16 @@ def command_shape_problems(
     if not commands:
         problems.append("cli/app.py registers no command")
     for module, function in commands:
-        tree = modules.get(module)
-        defined = {n.name: n for n in (tree.body if tree else []) if isinstance(n, ast.FunctionDef)}
-        if function not in defined:
+        command_tree = modules.get(module)
+        defined = {
+            n.name: n
+            for n in (command_tree.body if command_tree else [])
+            if isinstance(n, ast.FunctionDef)
+        }
+        if command_tree is None or function not in defined:
             problems.append(f"cli/{module}.py: command {function!r} is not a module-level function")
             continue
-        uses = _app_names(tree)  # type: ignore[arg-type]
+        uses = _app_names(command_tree)
         called = sorted(
             {
                 n.func.id
@@ -988,10 +993,9 @@ def test_every_command_is_one_module_level_function_over_one_use_case() -> None:
     registered = {f for _, f in registered_commands(_tree(CLI_APP))}
     assert {c.callback.__name__ for c in app.registered_commands if c.callback} <= registered
     # and every option and argument of every command says what it is in --help
-    import click
     import typer
 
-    def undocumented(command: click.Command, path: str) -> Iterator[str]:
+    def undocumented(command: Any, path: str) -> Iterator[str]:  # typer's own click's Command
         for param in command.params:
             if not getattr(param, "help", None):
                 yield f"{path} {param.name}"

@@ -42,11 +42,13 @@ def test_unavailable_backends_are_skipped_with_the_reason(tmp_path: Path) -> Non
     records = {r.settings["backend"]: r for r in ExperimentStore(tmp_path / "backends").records()}
     assert sorted(records) == ["mpi", "nccl", "ucc"]
     assert all(r.status == "skipped" for r in records.values())
-    assert records["ucc"].error.startswith("backend ucc is not available in this torch;")
+    errors = {backend: r.error or "" for backend, r in records.items()}
+    assert all(r.error is not None for r in records.values())
+    assert errors["ucc"].startswith("backend ucc is not available in this torch;")
     if not dist.is_mpi_available():
-        assert records["mpi"].error.startswith("backend mpi is not available in this torch;")
+        assert errors["mpi"].startswith("backend mpi is not available in this torch;")
     if not (dist.is_nccl_available() and _has_gpus()):
-        assert "nccl" in records["nccl"].error
+        assert "nccl" in errors["nccl"]
     # nothing was launched: no cell folder holds a launch log
     assert not list((tmp_path / "backends").glob("cells/*/launch.log"))
     printed = json.loads(result.stdout)
@@ -68,14 +70,15 @@ def test_reasons_and_resolution() -> None:
         "NCCL (the CUDA wheels)",
     )
     if dist.is_mpi_available():
-        assert "--launcher mpirun" in backend_skip_reason("mpi", "cpu", "torchrun")
+        reason = backend_skip_reason("mpi", "cpu", "torchrun")
+        assert reason is not None and "--launcher mpirun" in reason
     assert resolve_backend("auto", cuda=True) == "nccl"
     assert resolve_backend("auto", cuda=False) == "gloo"
     assert resolve_backend("gloo", cuda=True) == "gloo"
 
 
 def test_auto_keeps_cell_ids_and_other_backends_change_them() -> None:
-    base = {"model": "gpt2-tiny", "batch_size": 4, "gpus": 2}
+    base: Dict[str, Any] = {"model": "gpt2-tiny", "batch_size": 4, "gpus": 2}
     auto = cell_id(CellSettings(**base))
     assert auto == cell_id(CellSettings(**base, backend="auto"))
     # the id these settings had before the knob existed: --resume still finds old results
@@ -109,7 +112,9 @@ def test_communication_backends_one_cell_each(tmp_path: Path) -> None:
     records = ExperimentStore(tmp_path / "comm-backends").records()
     assert records and {r.status for r in records} == {"skipped"}
     assert {r.cell_id.split("-r0-")[0] for r in records} == {"comm-g2-ucc"}
-    assert all(r.error.startswith("backend ucc is not available in this torch;") for r in records)
+    assert all(
+        (r.error or "").startswith("backend ucc is not available in this torch;") for r in records
+    )
     assert not list((tmp_path / "comm-backends").glob("cells/*/launch.log"))
 
 

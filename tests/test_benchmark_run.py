@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from tests.support.environ import repo_pythonpath, restored_environ
 from tests.support.shared_runs import SCRIPT_NAME, Run
+from tests.support.typed import training_records
 from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
@@ -101,6 +102,8 @@ def test_every_cell_ran_with_real_figures(healthy: Dict) -> None:
         assert record.global_batch_size == 4 * world
         assert record.samples_per_s == pytest.approx(4 * world * 8 / record.measured_s)
         from_steps = record.global_batch_size / (stats.mean / 1e3)
+        assert record.samples_per_s is not None and record.flops_per_sample is not None
+        assert record.tflops_per_gpu is not None
         assert 0.8 < record.samples_per_s / from_steps < 1.25
         assert record.throughput == pytest.approx(record.samples_per_s * record.units_per_sample)
         assert record.flops_per_sample > 0 and record.tflops_per_gpu > 0
@@ -109,7 +112,7 @@ def test_every_cell_ran_with_real_figures(healthy: Dict) -> None:
 
 def test_two_rank_cells_measure_gradient_sync(healthy: Dict) -> None:
     record = by_cell(healthy["records"])[("gpt2-tiny", 2)]
-    assert record.sync is not None
+    assert record.sync is not None and record.sync.exposed_fraction is not None
     assert 0.0 <= record.sync.exposed_fraction <= 1.0
     assert len(record.sync.per_rank_wait_ms) == 2
     for rank in record.per_rank:
@@ -127,6 +130,8 @@ def test_summary_and_scaling_efficiency_come_from_the_records(healthy: Dict) -> 
         rows = {(r["model"], int(r["world_size"])): r for r in csv.DictReader(handle)}
     for model in ("gpt2-tiny",):
         one, two = records[(model, 1)], records[(model, 2)]
+        assert two.samples_per_s is not None and one.samples_per_s is not None
+        assert two.step_time_ms is not None
         expected = two.samples_per_s / (2 * one.samples_per_s)
         assert float(rows[(model, 2)]["scaling_efficiency"]) == pytest.approx(expected)
         assert float(rows[(model, 1)]["scaling_efficiency"]) == pytest.approx(1.0)
@@ -240,7 +245,7 @@ def test_a_hung_cell_leaves_no_processes_behind(faults: Dict) -> None:
     assert error_files == []  # killed, not failed
 
 
-def wait_for(predicate, timeout: float) -> bool:  # type: ignore[no-untyped-def]
+def wait_for(predicate, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -280,7 +285,7 @@ def test_ctrl_c_keeps_finished_cells_and_resume_runs_the_rest(
     assert proc.returncode == 130, stderr
     assert "Interrupted." in stderr and "--resume" in stderr
     first = store.results_path.read_text()
-    assert len(store.records()) == 1 and store.records()[0].batch_size == 2
+    assert len(store.records()) == 1 and training_records(store.records())[0].batch_size == 2
     assert store.records()[0].launch == {  # interrupted in the middle of a warm group
         "mode": "per_group", "group": store.records()[0].cell_id, "position": 0,
     }  # fmt: skip
@@ -294,7 +299,7 @@ def test_ctrl_c_keeps_finished_cells_and_resume_runs_the_rest(
     resumed = runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(out), "--resume"])
     assert resumed.exit_code == 0, resumed.output
     assert resumed.stderr.count("> Running") == 1
-    records = store.records()
+    records = training_records(store.records())
     assert [r.batch_size for r in records] == [2, 4]
     assert records[1].status == "ok" and records[1].launch == {"mode": "per_cell"}  # alone
     assert store.results_path.read_text().startswith(first)

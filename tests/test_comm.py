@@ -22,7 +22,7 @@ from torchscale.comm.collective_ops import (
     expected_output,
     pattern,
 )
-from torchscale.comm.config import ELEMENT_BYTES, CommunicationSection
+from torchscale.comm.config import ELEMENT_BYTES, CommCellSettings, CommunicationSection
 from torchscale.comm.kind import KIND
 from torchscale.comm.scopes import distinct_scopes, scope_groups
 from torchscale.comm.tp_gemm import tolerance
@@ -32,6 +32,7 @@ from torchscale.errors import ConfigError
 from torchscale.hardware.links import link_peak_gbps, parse_link, pcie_lane_gbps
 from torchscale.plan.matrix import expand
 from torchscale.plan.training_cells import MEMORY_WINDOW
+from torchscale.results.schema import CollectiveResult
 
 runner = CliRunner()
 WORLD_SIZES = (2, 4, 8)
@@ -98,21 +99,24 @@ def test_size_parsing_and_sweep() -> None:
     assert size_sweep(8, 1024, 2) == [8 * 2**i for i in range(8)]
     assert size_sweep(8, 1000, 3) == [8, 24, 72, 216, 648]  # max not on the grid: stop below
     assert size_sweep(64, 64, 5) == [64]
-    section = CommunicationSection(min_bytes="1K", max_bytes="1M", factor=4)
+    section = CommunicationSection.model_validate(
+        {"min_bytes": "1K", "max_bytes": "1M", "factor": 4}
+    )
     assert section.sizes() == [1024 * 4**i for i in range(6)]
     assert format_size(3 * 2**20) == "3M" and format_size(1536) == "1536"
 
 
 def simulate(op: str, inputs: List[torch.Tensor], n: int, count: int) -> List[torch.Tensor]:
     """What each rank receives, computed from all ranks' inputs (no process group)."""
+    total = sum(inputs)
+    assert isinstance(total, torch.Tensor)
     if op == "all_reduce":
-        return [sum(inputs)] * n
+        return [total] * n
     if op == "broadcast":
         return [inputs[ROOT]] * n
     if op == "all_gather":
         return [torch.cat(inputs)] * n
     if op == "reduce_scatter":
-        total = sum(inputs)
         return [total[r * count : (r + 1) * count] for r in range(n)]
     # all_to_all: rank r receives chunk r of every rank's input, in rank order
     return [torch.cat([inp[r * count : (r + 1) * count] for inp in inputs]) for r in range(n)]
@@ -199,9 +203,10 @@ def test_communication_only_config_plans_one_cell_per_gpu_count(tmp_path: Path) 
     ]
     cells = [c for c in plan.cells if c.settings.gpus > 1]
     settings = cells[0].settings
+    assert isinstance(settings, CommCellSettings)
     assert settings.sizes == [8, 16, 32, 64] and settings.dtypes == ["float32"]
     cases = {(c.m, c.k, c.dtype, c.order) for c in settings.tp_gemm}
-    assert len(cases) == 2 * 2 * 2 * 2 and ("m", 128) not in cases
+    assert len(cases) == 2 * 2 * 2 * 2 and ("m", 128) not in cases  # type: ignore[comparison-overlap]  # a key of another shape, never a case
     assert {c.order for c in settings.tp_gemm} == {"AG_before", "AG_after"}
     # Repeats share identity: only the repeat number differs in the id.
     assert cells[0].cell_id.replace("-r0-", "-r1-") == cells[2].cell_id
@@ -237,7 +242,9 @@ def test_communication_cells_spread_over_nodes_like_training_cells(tmp_path: Pat
         )
     )
     cells = expand(config).cells
-    layout_ = [(c.settings.gpus, c.settings.nnodes, c.settings.scopes) for c in cells]
+    comm = [c.settings for c in cells if isinstance(c.settings, CommCellSettings)]
+    assert len(comm) == len(cells)
+    layout_ = [(s.gpus, s.nnodes, s.scopes) for s in comm]
     assert layout_ == [
         (2, 1, ["world"]),
         (2, 2, ["world"]),  # 2 x 1: the one rank per node is the world
@@ -248,6 +255,7 @@ def test_communication_cells_spread_over_nodes_like_training_cells(tmp_path: Pat
     # The launch's node size spreads a count when the config says nothing.
     plain = load_config(write(tmp_path, "gpu_counts: [8]\ncommunication: {scope: intra_node}\n"))
     (cell,) = expand(plain, gpus_per_node=4).cells
+    assert isinstance(cell.settings, CommCellSettings)
     assert (cell.settings.nnodes, cell.settings.scopes) == (2, ["intra_node"])
 
 
@@ -392,8 +400,10 @@ def test_records_from_a_result(tmp_path: Path) -> None:
     }
     identity = {"cell_id": cell.cell_id, "experiment": "x", "world_size": 2, "nproc_per_node": 2}
     gather, send_recv = KIND.records(cell, identity, result)
+    assert isinstance(gather, CollectiveResult) and isinstance(send_recv, CollectiveResult)
     assert gather.time_us == 20.0 and (gather.time_us_min, gather.time_us_max) == (10.0, 30.0)
     assert gather.algbw_gbps == pytest.approx(1024 / 20e-6 / 1e9)
+    assert gather.algbw_gbps is not None
     assert gather.busbw_gbps == pytest.approx(gather.algbw_gbps * 0.5)
     assert gather.wrong == 2 and gather.wrong_per_rank == [0, 2]
     assert send_recv.pair_time_us == [[None, 5.0], [9.0, None]]  # the slower side of each pair

@@ -74,6 +74,7 @@ def test_checks_run_inside_each_group_and_catch_rank_2_in_every_scope(split: Dic
         clean = [r for r in split["records"] if r.scope == scope and r is not corrupted]
         assert all(r.wrong == 0 for r in clean), [(r.op, r.size_bytes, r.wrong) for r in clean]
     error = records[("world", "all_gather", 256)].error
+    assert error is not None
     assert records[("world", "all_gather", 256)].status == "failed"
     assert f"all_reduce float32 at {CORRUPT_SIZE} B: 1 wrong element(s) on rank 2" in error
     assert f"at {CORRUPT_SIZE} B (intra_node): 1 wrong element(s) on rank 2" in error

@@ -105,7 +105,7 @@ def test_repeats_decide_when_both_runs_have_them() -> None:
             logs = [math.log(r.throughput or 0) for r in group]
             cvs = [r.step_time_ms.cv for r in group]  # type: ignore[union-attr]
             cv_rms = math.sqrt(sum(c * c for c in cvs) / len(cvs))
-            squares += sum((x - np.mean(logs)) ** 2 for x in logs) / cv_rms**2
+            squares += float(sum((x - np.mean(logs)) ** 2 for x in logs) / cv_rms**2)
             df += len(logs) - 1
     assert df == 8
     described = document["noise"]["throughput"]
@@ -128,13 +128,13 @@ def test_a_slowdown_beyond_the_repeats_noise_regresses(tmp_path: Path) -> None:
     comparison = compare_runs(base, new)
     cells = comparison.cells.set_index(["model", "world_size"])
     assert set(cells["noise_model"]) == {noise.REPEATS}
-    assert set(cells.loc[slow, "verdict"]) == {REGRESSION}
+    assert set(cells.loc[slow, "verdict"]) == {REGRESSION}  # type: ignore[arg-type]  # a model's rows: a Series
     assert not set(cells.drop(index=slow, level=0)["verdict"]) & JUDGED
     spread = comparison.spreads["throughput"]
     assert spread.kind == noise.MEASURED_FLOOR
     assert spread.df == 2 * 4 * (3 - 1)  # 2 runs x 4 cells x (3 repeats - 1)
     # The interval: Student's t for the pooled factor's df, both sides' 3 repeats averaged.
-    row = cells.loc[(slow, 2)]
+    row: Any = cells.loc[(slow, 2)]  # one cell's row (a Series)
     quantile = t_quantile(1 - 0.05 / 2 / comparison.figures, spread.df)
     width = quantile * (spread.factor or 0) * row["step_cv"] * math.sqrt(2 / 3)
     centre = math.log1p(row["throughput_change_pct"] / 100)
@@ -417,11 +417,13 @@ def _busy(line: str, slower: float) -> str:
         for rank in record.per_rank
     ]
     steps = [s * slower for s in record.step_times_ms]
+    stats = time_stats(steps)
+    assert stats is not None
     slowed = record.model_copy(
         update={
             "per_rank": ranks,
             "step_times_ms": steps,
-            "step_time_ms": TimeStats(**time_stats(steps)),
+            "step_time_ms": TimeStats(**stats),
             "throughput": (record.throughput or 0.0) / slower,
         }
     )

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.typed import training_settings
 from torchscale.config.loader import load_config, parse_overrides
 from torchscale.errors import ConfigError
 from torchscale.plan.matrix import expand
@@ -51,7 +52,7 @@ def test_seed_config_loads_as_written(tmp_path: Path) -> None:
     assert len(plan) == 2 * 3 * 4
     # GPU count innermost: each model/batch's 1-GPU baseline runs first.
     assert [c.settings.gpus for c in plan.cells[:4]] == [1, 2, 4, 8]
-    assert {c.settings.model for c in plan.cells} == {"resnet50", "bert-large"}
+    assert {training_settings(c).model for c in plan.cells} == {"resnet50", "bert-large"}
 
 
 def test_any_knob_given_as_list_expands_into_the_product(tmp_path: Path) -> None:
@@ -62,7 +63,14 @@ def test_any_knob_given_as_list_expands_into_the_product(tmp_path: Path) -> None
     )
     plan = expand(load_config(path))
     assert len(plan) == 2 * 2 * 3
-    combos = {(c.settings.precision, c.settings.ddp.bucket_cap_mb, c.settings.gpus) for c in plan}
+    combos = {
+        (
+            training_settings(c).precision,
+            training_settings(c).ddp.bucket_cap_mb,
+            training_settings(c).gpus,
+        )
+        for c in plan
+    }
     assert len(combos) == 12
     assert set(plan.swept) == {"precision", "ddp.bucket_cap_mb", "gpu_counts"}
     assert experiment_dirname(plan.config.experiment_name) == "bench"  # defaults to file stem
@@ -71,8 +79,10 @@ def test_any_knob_given_as_list_expands_into_the_product(tmp_path: Path) -> None
 def test_seq_len_sweep_does_not_duplicate_image_model_cells(tmp_path: Path) -> None:
     path = write(tmp_path, "models: [resnet50, gpt2]\nbatch_sizes: 8\nseq_len: [128, 512]\n")
     plan = expand(load_config(path))
-    assert sorted(c.settings.model for c in plan.cells) == ["gpt2", "gpt2", "resnet50"]
-    assert [c.settings.seq_len for c in plan.cells if c.settings.model == "resnet50"] == [None]
+    assert sorted(training_settings(c).model for c in plan.cells) == ["gpt2", "gpt2", "resnet50"]
+    assert [
+        training_settings(c).seq_len for c in plan.cells if training_settings(c).model == "resnet50"
+    ] == [None]
 
 
 def test_repeats_interleave_and_cell_ids_are_stable(tmp_path: Path) -> None:
@@ -84,7 +94,7 @@ def test_repeats_interleave_and_cell_ids_are_stable(tmp_path: Path) -> None:
     assert len({c.cell_id for c in plan}) == 4
     assert plan.cells[0].cell_id.startswith("gpt2-b8-g1-fp32-r0-")
     # The timeout does not change what a cell measures, so it does not change its id (resume).
-    longer = plan.cells[0].settings.model_copy(update={"cell_timeout_s": 99.0})
+    longer = training_settings(plan.cells[0]).model_copy(update={"cell_timeout_s": 99.0})
     assert cell_id(longer) == plan.cells[0].cell_id
 
 
@@ -95,12 +105,12 @@ def test_overrides_set_and_seed_style(tmp_path: Path) -> None:
         ["--ddp.static_graph=true", "--warmup-steps", "3", "--data.num_workers=4"],
     )
     plan = expand(load_config(path, overrides))
-    settings = plan.cells[0].settings
+    settings = training_settings(plan.cells[0])
     assert settings.ddp.bucket_cap_mb == 50.0
     assert settings.ddp.static_graph is True
     assert settings.warmup_steps == 3
     assert settings.data.num_workers == 4
-    assert [c.settings.precision for c in plan] == ["fp32", "amp"]  # fp16 is amp
+    assert [training_settings(c).precision for c in plan] == ["fp32", "amp"]  # fp16 is amp
 
 
 @pytest.mark.parametrize(

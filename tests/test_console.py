@@ -9,7 +9,7 @@ import io
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pandas as pd
 import pytest
@@ -235,7 +235,7 @@ def test_device_words_come_from_one_place() -> None:
     assert [count_text(n, "cpu") for n in (1, 2)] == ["1 CPU process", "2 CPU processes"]
     assert [count_text(n, "cuda") for n in (1, 4)] == ["1 GPU", "4 GPUs"]
     assert NodeDevices("cpu", 2, ["x86_64"] * 2).describe(1) == "1 CPU process"
-    base = {"cell_id": "c", "experiment": "e", "model": "m", "batch_size": 1,
+    base: Dict[str, Any] = {"cell_id": "c", "experiment": "e", "model": "m", "batch_size": 1,
             "global_batch_size": 1, "precision": "fp32", "world_size": 1, "nnodes": 1,
             "nproc_per_node": 1, "status": "ok"}  # fmt: skip
     cpu = TrainingResult(**base, device_name="cpu")
@@ -333,7 +333,7 @@ def test_run_order_is_the_order_the_sweep_launches() -> None:
     from torchscale.launch.warm_groups import PER_CELL, PER_GROUP, launch_units, run_order
     from torchscale.plan.matrix import expand
 
-    raw = {"experiment_name": "x", "models": ["gpt2-tiny", "resnet-tiny"], "batch_sizes": [2, 4],
+    raw: Dict[str, object] = {"experiment_name": "x", "models": ["gpt2-tiny", "resnet-tiny"], "batch_sizes": [2, 4],
            "gpu_counts": [1, 2, 4], "compile": [False, True]}  # fmt: skip
     cells = expand(load_config(None, base=raw)).cells
 
@@ -351,6 +351,7 @@ def test_resume_dry_run_lists_only_what_would_run(
 ) -> None:
     from torchscale.config.settings import CellSettings
     from torchscale.results.layout import experiment_dir
+    from torchscale.results.schema import CellStatus as Status
     from torchscale.results.schema import TrainingResult
     from torchscale.results.store import ExperimentStore
 
@@ -364,7 +365,8 @@ def test_resume_dry_run_lists_only_what_would_run(
     store.root.mkdir(parents=True)
     finished = plan[:3]
     # records --resume keeps (an ok one would need every figure: skipped ones keep it short)
-    for entry, status in zip(finished, ("skipped", "oom", "failed")):
+    statuses: Tuple[Status, ...] = ("skipped", "oom", "failed")
+    for entry, status in zip(finished, statuses):
         settings = CellSettings.model_validate(entry["settings"])
         store.append(
             TrainingResult(
@@ -516,6 +518,7 @@ def test_a_piped_log_hears_from_a_running_cell_and_of_what_its_trace_found(
     from tests.support.environ import repo_pythonpath
     from torchscale.analysis.finding import severity_order
     from torchscale.launch.cell_progress import WINDOW_NAMES
+    from torchscale.results.schema import TrainingResult
     from torchscale.results.store import ExperimentStore, find_experiments
 
     config = tmp_path / "progress.yaml"
@@ -534,6 +537,7 @@ def test_a_piped_log_hears_from_a_running_cell_and_of_what_its_trace_found(
     assert "progress\\x1b]0;owned\\x07" in text  # the title, shown escaped
     (folder,) = find_experiments(tmp_path / "out")
     (record,) = ExperimentStore(folder).records()
+    assert isinstance(record, TrainingResult)
     assert record.wall_s is not None and record.profile is not None and record.profile.profiled
 
     said = [line for line in text.splitlines() if line.startswith("> [PROGRESS] ")]

@@ -5,6 +5,7 @@ tests/test_seed_runs.py's GPU Training Benchmark Suite run (one launch for both)
 
 from __future__ import annotations
 
+from collections.abc import Sized
 from pathlib import Path
 
 import numpy as np
@@ -47,10 +48,12 @@ def test_cifar100_pixels_and_labels_are_the_files(tmp_path: Path) -> None:
 def test_imagenet_folder_layout(tmp_path: Path) -> None:
     write_imagenet(tmp_path)
     dataset = imagenet(tmp_path, (32, 32), num_classes=10)
+    assert isinstance(dataset, Sized)
     assert len(dataset) == 6
     labels = sorted(int(dataset[i][1]) for i in range(6))
     assert labels == [0, 0, 0, 1, 1, 1]  # one class per wnid folder, in sorted order
-    assert dataset[0][0].shape == (3, 32, 32)
+    image = dataset[0][0]
+    assert isinstance(image, torch.Tensor) and image.shape == (3, 32, 32)
 
 
 def test_a_missing_imagenet_is_one_line_before_any_launch(tmp_path: Path) -> None:

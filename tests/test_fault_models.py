@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import List
+
 import pytest
 import torch
 
 from tests.support import fault_models
 
 
-def forward(spec, batch_size: int = 2) -> None:
+def forward(spec, batch_size: int = 2) -> torch.nn.Module:
     model = spec.build()
     images, _ = spec.batch(batch_size, torch.device("cpu"))
     model(images)
@@ -44,7 +46,7 @@ class SleepCalled(Exception):
 
 
 def test_hang_model_sleeps_forever_on_its_rank(monkeypatch: pytest.MonkeyPatch) -> None:
-    sleeps = []
+    sleeps: List[float] = []
 
     def fake_sleep(seconds: float) -> None:  # break out of the endless loop after a few naps
         sleeps.append(seconds)
@@ -62,7 +64,7 @@ def test_hang_model_sleeps_forever_on_its_rank(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_slow_rank_model_delays_every_forward_on_its_rank(monkeypatch: pytest.MonkeyPatch) -> None:
-    sleeps = []
+    sleeps: List[float] = []
     monkeypatch.setattr(fault_models.time, "sleep", sleeps.append)
     monkeypatch.setenv("TORCHSCALE_TEST_DELAY_MS", "80")
     monkeypatch.setenv("RANK", "1")

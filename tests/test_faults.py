@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List, Literal
 
 import psutil
 import pytest
@@ -24,9 +24,10 @@ from typer.testing import CliRunner
 
 from tests.support.environ import REPO, repo_pythonpath
 from tests.support.report_fixtures import FixtureSpec, write_experiment
+from tests.support.typed import training_records
 from torchscale.cli.app import app
 from torchscale.errors import TorchscaleError
-from torchscale.launch.liveness import OWNER_FILE, ProcessIdentity, live_owner, write_owner
+from torchscale.launch.liveness import ProcessIdentity, live_owner, write_owner
 from torchscale.results.files import (
     UnsafePathError,
     append_jsonl,
@@ -34,7 +35,7 @@ from torchscale.results.files import (
     dumps,
     open_for_write,
 )
-from torchscale.results.layout import experiment_dirname
+from torchscale.results.layout import OWNER_FILE, experiment_dirname
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
@@ -322,12 +323,15 @@ def test_sigkill_of_a_sweep_leaves_no_process_and_resume_refuses_a_live_owner(
     assert resumed.returncode == 1, resumed.stderr  # it ran: the hang is recorded as a timeout
     (record,) = ExperimentStore(out / "killed").records()
     assert record.status == "timeout" and not (cell_dir / OWNER_FILE).exists()
+    assert record.error is not None
     assert record.error.startswith("no result after 3 s: "), record.error  # cell_timeout_s
 
 
 def test_an_owner_whose_pid_was_reused_is_not_alive(tmp_path: Path, sleeper: subprocess.Popen):
     write_owner(tmp_path, sleeper.pid, "torchrun")
-    assert live_owner(tmp_path) == f"torchrun pid {sleeper.pid} on {ProcessIdentity.of(1).host}"
+    init = ProcessIdentity.of(1)
+    assert init is not None
+    assert live_owner(tmp_path) == f"torchrun pid {sleeper.pid} on {init.host}"
     doc = json.loads((tmp_path / OWNER_FILE).read_text())
     doc["start"] -= 1  # same pid, another process
     (tmp_path / OWNER_FILE).write_text(json.dumps(doc))
@@ -358,6 +362,7 @@ def test_a_child_dies_within_5_s_of_its_sigkilled_parent(script: str) -> None:
     parent = subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env_with_repo()
     )
+    assert parent.stdout is not None
     try:
         child = int(parent.stdout.readline())
         time.sleep(0.5)  # the watchdog is up
@@ -381,7 +386,7 @@ def test_a_child_dies_within_5_s_of_its_sigkilled_parent(script: str) -> None:
 
 # --- 3. compare: a cell that stopped running is a failure -----------------------------------------
 
-SMALL = {
+SMALL: Any = {
     "batch_sizes": (32,),
     "gpu_counts": (1, 2, 4),
     "failures": False,
@@ -391,20 +396,20 @@ SMALL = {
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Any]:
     root = tmp_path_factory.mktemp("faults-compare")
     base = write_experiment(root / "base", FixtureSpec(name="nightly", **SMALL))
     # The new run: the same measurements, but one cell failed, one timed out and one is gone.
     new_root = root / "new" / experiment_dirname("nightly")
     new_root.mkdir(parents=True)
     shutil.copy(base / "manifest.json", new_root / "manifest.json")
-    records = ExperimentStore(base).records()
-    lost = {}
+    records = training_records(ExperimentStore(base).records())
+    lost: Dict[str, str] = {}
     store = ExperimentStore(new_root)
     for record in records:
         key = (record.model, record.world_size)
         if record.world_size == 2 and record.model not in lost:
-            status = "failed" if not lost else "timeout"
+            status: Literal["failed", "timeout"] = "failed" if not lost else "timeout"
             lost[record.model] = status
             record = TrainingResult(
                 **{
@@ -682,9 +687,10 @@ def test_a_disk_that_fills_mid_sweep(tmp_path: Path, tmpfs) -> None:
     assert "died of it and is recorded as failed" in line and "--resume" in line
     assert stderr.count("> Running") == 2  # the sweep stopped: the third cell never started
     assert store.results_path.read_bytes().startswith(first)
-    ok, died = store.records()
+    ok, died = training_records(store.records())
     assert ok.status == "ok" and ok.batch_size == 2
     assert died.status == "failed" and died.batch_size == 4
+    assert died.error is not None
     assert "no space left on device" in died.error and "OOM" not in died.error
     assert not pids_of(str(out))
 

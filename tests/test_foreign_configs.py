@@ -14,6 +14,7 @@ import pytest
 import torch.distributed as dist
 from typer.testing import CliRunner
 
+from tests.support.typed import training_settings
 from torchscale.cli.app import app
 from torchscale.comm.config import comm_section
 from torchscale.comm.plan import comm_cell_id, comm_settings
@@ -223,7 +224,7 @@ def test_gpu_suite_layout_and_overrides(tmp_path: Path, caplog: pytest.LogCaptur
         for n in notes
     )
     (cell,) = expand(config).cells
-    assert (cell.settings.epochs, cell.settings.measure_steps) == (5, 200)
+    assert (training_settings(cell).epochs, training_settings(cell).measure_steps) == (5, 200)
     # the time window, under its GPU Training Benchmark Suite name
     caplog.clear()
     timed_path = tmp_path / "timed.yaml"
@@ -297,11 +298,13 @@ def test_epochs_on_synthetic_data_are_measured_windows(tmp_path: Path) -> None:
     path = tmp_path / "synthetic_resnet50.yaml"
     path.write_text("model: {name: resnet-tiny}\ntraining: {epochs: 3}\n")
     (cell,) = expand(load_config(path)).cells
-    assert (cell.settings.epochs, cell.settings.measure_steps) == (3, 50)
+    assert (training_settings(cell).epochs, training_settings(cell).measure_steps) == (3, 50)
     path.write_text("model: {name: resnet-tiny}\ndata: {source: cifar100}\ntraining: {epochs: 3}\n")
     (cell,) = expand(load_config(path)).cells  # a dataset's pass has its own length
-    assert (cell.settings.epochs, cell.settings.measure_steps) == (3, None)
-    assert cell.settings.data.path == "data"  # GPU Training Benchmark Suite's default folder
+    assert (training_settings(cell).epochs, training_settings(cell).measure_steps) == (3, None)
+    assert (
+        training_settings(cell).data.path == "data"
+    )  # GPU Training Benchmark Suite's default folder
 
 
 def test_distributed_benchmarks_warmup_and_iters_flags(tmp_path: Path) -> None:

@@ -306,7 +306,7 @@ def test_the_trace_reader_gives_an_analysis_or_one_line(trace: Dict[str, Any]) -
         path.write_text(json.dumps(trace, allow_nan=True))
         result = outcome(lambda: analyze([path], "all", workers=1))
         if result is not None:
-            document = to_document(result)
+            document: Any = to_document(result)
             dumps(document)  # strict JSON, whatever the trace held
-            (read,) = document["traces"]  # type: ignore[misc]
+            (read,) = document["traces"]
             assert read["events"] > 0  # an analysis never passes on nothing

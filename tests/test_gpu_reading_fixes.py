@@ -103,7 +103,7 @@ def test_torchvision_models_with_aux_heads_are_built_without_them(fake_torchvisi
     model = spec.build()
     assert fake_torchvision[-1]["aux_logits"] is False
     # every parameter takes part in the loss: DDP's second step would fail otherwise
-    images, targets = spec.batch(2, "cpu")
+    images, targets = spec.batch(2, torch.device("cpu"))
     spec.loss(model(images), targets).backward()
     assert all(p.grad is not None for p in model.parameters())
     hub_model("torchvision/resnet50")

@@ -61,7 +61,7 @@ def said() -> Iterator[List[logging.LogRecord]]:
     """What torchscale logs (its logger does not propagate to pytest's caplog)."""
     records: List[logging.LogRecord] = []
     handler = logging.Handler(logging.DEBUG)
-    handler.emit = records.append  # type: ignore[method-assign]
+    handler.emit = records.append  # type: ignore[method-assign,assignment]  # keeps each record
     logger = logging.getLogger("torchscale")
     level = logger.level
     logger.addHandler(handler)
@@ -69,7 +69,7 @@ def said() -> Iterator[List[logging.LogRecord]]:
     with pytest.MonkeyPatch.context() as patch:
         from torchscale.cli import app as cli_app
 
-        setup = cli_app.setup_logging
+        setup = cli_app.setup_logging  # type: ignore[attr-defined]  # the name app.py calls
 
         def keep_handler(level: int) -> None:  # a command's setup replaces the handlers
             setup(level)
@@ -340,7 +340,7 @@ def test_rank_tune_and_findings_readers_survive_any_document(small: Path, tmp_pa
     assert read_summary(load_report_data(folder).experiments[0]) is None
 
 
-HOSTILE_VALUES = [None, [], {}, "x", -1, 0, 1e308, True, [[[]]], "=cmd", 2**70]
+HOSTILE_VALUES: List[Any] = [None, [], {}, "x", -1, 0, 1e308, True, [[[]]], "=cmd", 2**70]
 FIELDS = ["kind", "status", "world_size", "batch_size", "per_rank", "step_times_ms", "step_time_ms",
           "settings", "throughput", "schema_version", "cell_id", "model", "nnodes",
           "settings.batch_size", "step_time_ms.p50", "per_rank.0.step_times_ms",

@@ -21,7 +21,7 @@ from torchscale.cli.app import app
 from torchscale.config.validate_section import SECONDS_RANGE, ValidateSection
 from torchscale.errors import TorchscaleError
 from torchscale.profiling.analysis import analyze, to_document
-from torchscale.profiling.outputs import FINDINGS_FILE
+from torchscale.results.layout import FINDINGS_FILE
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,7 +124,9 @@ def test_validate_durations_out_of_range_are_one_config_error(
 ) -> None:
     low, high = SECONDS_RANGE[key]
     with pytest.raises(ValueError, match=f"must be between {low:g} and {high:g} seconds"):
-        ValidateSection(**{key: float(value)})  # before any command: 1e300 would run forever
+        ValidateSection.model_validate(
+            {key: float(value)}
+        )  # before any command: 1e300 would run forever
     config = tmp_path / "v.yaml"
     config.write_text(f"validation:\n  {key}: {value}\n")
     result = runner.invoke(app, ["validate", "--config", str(config), "--level", "2"])
@@ -133,8 +135,8 @@ def test_validate_durations_out_of_range_are_one_config_error(
         f"Error: invalid config in {config}: validation.{key}: must be between {low:g} and "
         f"{high:g} seconds (got '{value}')"
     )
-    ValidateSection(**{key: low})  # both ends are allowed
-    ValidateSection(**{key: high})
+    ValidateSection.model_validate({key: low})  # both ends are allowed
+    ValidateSection.model_validate({key: high})
 
 
 def test_a_lone_fleet_node_0_names_the_nodes_that_never_joined() -> None:
@@ -230,16 +232,16 @@ def test_overlapping_profiler_steps_are_warned_about_and_flagged(tmp_path: Path)
     first["dur"] = second["ts"] - first["ts"] + second["dur"] / 2  # ends inside step 2
     folder = _write(tmp_path / "t", docs)
     result = analyze([folder], "all")
-    document = to_document(result)
+    document: Any = to_document(result)
     flags = {t["rank"]: t["overlapping_steps"] for t in document["traces"]}
     assert flags == {0: 1, 1: 0}
     assert any(
         w.startswith("rank 0 (rank0.json): 1 profiler step(s) start before the step before")
-        for w in document["warnings"]  # type: ignore[union-attr]
+        for w in document["warnings"]
     )
-    clean = to_document(analyze([DATA / "gloo_2rank_cpu"], "all"))
-    assert [t["overlapping_steps"] for t in clean["traces"]] == [0, 0]  # type: ignore[index]
-    assert not any("profiler step" in w for w in clean["warnings"])  # type: ignore[union-attr]
+    clean: Any = to_document(analyze([DATA / "gloo_2rank_cpu"], "all"))
+    assert [t["overlapping_steps"] for t in clean["traces"]] == [0, 0]
+    assert not any("profiler step" in w for w in clean["warnings"])
 
 
 def test_profile_diff_of_two_different_jobs_warns_and_flags() -> None:

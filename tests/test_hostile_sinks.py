@@ -33,7 +33,8 @@ def sbatch_words(line: str) -> List[str]:
     """The option words sbatch reads from one ``#SBATCH`` line, by the rules of Slurm's own
     reader (``_get_argument`` in src/sbatch/opt.c): words split on blanks; ``"`` or ``'`` quote;
     a backslash escapes the next character, inside quotes too; an unquoted ``#`` ends the line."""
-    rest, words, i = line[len("#SBATCH") :], [], 0
+    words: List[str] = []
+    rest, i = line[len("#SBATCH") :], 0
     while True:
         while i < len(rest) and rest[i].isspace():
             i += 1
@@ -83,7 +84,7 @@ def _config(tmp_path: Path, name: str) -> Path:
     return config
 
 
-def _submit(tmp_path: Path, name: str, *extra: str, dry_run: bool = True):  # type: ignore[no-untyped-def]
+def _submit(tmp_path: Path, name: str, *extra: str, dry_run: bool = True):
     out = tmp_path / "out dir %j"
     args = ["benchmark", "-c", str(_config(tmp_path, name)), "-o", str(out)]
     args += ["--launcher", "slurm", "--submit", *(["--dry-run"] if dry_run else []), *extra]
@@ -224,6 +225,7 @@ def test_summary_csv_and_report_downloads_never_hold_a_formula(tmp_path: Path) -
             for row in rows[1:]
             if row[header.index("throughput")]
         ]
+        assert table is not None
         assert throughput == pytest.approx(table["throughput"].dropna().tolist(), rel=1e-12)
         _assert_no_formula((folder / "summary_comm.csv").read_text(), name)
     # The HTML report's CSV downloads of the last one: every table.
@@ -328,7 +330,7 @@ def test_the_html_report_shows_every_name_as_text(tmp_path: Path) -> None:
             self.tags: List[str] = []
             self.handlers: List[str] = []
 
-        def handle_starttag(self, tag: str, attrs: List) -> None:  # type: ignore[type-arg]
+        def handle_starttag(self, tag: str, attrs: List) -> None:
             self.tags.append(tag)
             self.handlers += [key for key, _ in attrs if key.startswith("on")]
 

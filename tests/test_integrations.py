@@ -84,6 +84,7 @@ def values(accumulator: EventAccumulator, tag: str) -> List[float]:
 def test_tensorboard_scalars_are_the_records(run: Run) -> None:
     for size, record in run.records.items():
         cell = events(run.tensorboard / RUN_PREFIX / f"gpus{size}")
+        assert record.step_time_ms is not None and record.memory is not None
         assert values(cell, "throughput") == [pytest.approx(record.throughput, rel=1e-6)]
         assert values(cell, "step_time_ms_p95") == [
             pytest.approx(record.step_time_ms.p95, rel=1e-6)
@@ -101,7 +102,9 @@ def test_tensorboard_scalars_are_the_records(run: Run) -> None:
             waits = values(cell, f"sync_wait_ms/rank{rank.rank}")
             assert waits == pytest.approx(rank.sync_wait_samples_ms, rel=1e-6)
     two = events(run.tensorboard / RUN_PREFIX / "gpus2")
-    efficiency = run.records[2].throughput / (2 * run.records[1].throughput)
+    two_rate, one_rate = run.records[2].throughput, run.records[1].throughput
+    assert two_rate is not None and one_rate is not None
+    efficiency = two_rate / (2 * one_rate)
     assert values(two, "scaling_efficiency") == [pytest.approx(efficiency, rel=1e-6)]
     scaling = events(run.tensorboard / RUN_PREFIX / "scaling")
     assert [e.step for e in scaling.Scalars("scaling/throughput")] == [1, 2]
@@ -130,6 +133,7 @@ def test_report_format_tensorboard_writes_the_same_runs(run: Run, tmp_path: Path
 def test_mlflow_has_a_parent_run_and_one_run_per_cell(run: Run) -> None:
     client = MlflowClient(tracking_uri=run.mlflow_uri)
     experiment = client.get_experiment_by_name(SCRIPT_NAME)
+    assert experiment is not None
     runs = client.search_runs([experiment.experiment_id])
     (parent,) = [r for r in runs if r.data.tags.get("torchscale.kind") == "experiment"]
     cells = [r for r in runs if r.data.tags.get("torchscale.kind") == "cell"]
@@ -145,6 +149,7 @@ def test_mlflow_has_a_parent_run_and_one_run_per_cell(run: Run) -> None:
         assert cell.info.run_name == f"gpt2-tiny/batch{BATCH}/gpus{record.world_size}"
         assert cell.info.status == "FINISHED"
         assert cell.data.metrics["throughput"] == pytest.approx(record.throughput, rel=1e-12)
+        assert record.step_time_ms is not None
         assert cell.data.metrics["step_time_ms_p99"] == pytest.approx(
             record.step_time_ms.p99, rel=1e-12
         )
@@ -226,6 +231,7 @@ def test_a_failing_sink_costs_no_result(caplog: pytest.LogCaptureFixture) -> Non
 
     class Broken:
         name = "Broken"
+        remote = True
 
         def cell_finished(self, records: Any, table: Any) -> None:
             raise OSError("disk full")
@@ -236,8 +242,8 @@ def test_a_failing_sink_costs_no_result(caplog: pytest.LogCaptureFixture) -> Non
     sink_events = SinkEvents(Console(), [Broken()])
     with caplog.at_level(logging.WARNING, logger="torchscale"):
         for _ in range(2):
-            sink_events.cell_finished(None, [], object())
-        sink_events.close([], object())
+            sink_events.cell_finished(None, [], object())  # type: ignore[arg-type]  # read by none
+        sink_events.close([], object())  # type: ignore[arg-type]  # read by none
     assert seen == ["console", "console"]  # the console went on; the broken sink was left alone
     (warning,) = [r.getMessage() for r in caplog.records]
     assert warning.startswith("Broken logging stopped (OSError: disk full); the results are safe")
@@ -250,7 +256,9 @@ def test_an_interrupted_sweep_ends_its_mlflow_parent_run_killed(tmp_path: Path) 
     sink = MlflowSink(uri, "interrupted", tmp_path, ["batch_sizes"])
     SinkEvents(object(), [sink]).abort()  # type: ignore[arg-type]
     client = MlflowClient(tracking_uri=uri)
-    (parent,) = client.search_runs([client.get_experiment_by_name("interrupted").experiment_id])
+    interrupted = client.get_experiment_by_name("interrupted")
+    assert interrupted is not None
+    (parent,) = client.search_runs([interrupted.experiment_id])
     assert parent.info.run_id == sink.parent_id and parent.info.status == "KILLED"
     assert parent.data.params["swept"] == "batch_sizes"
     # artifacts beside the database, not in ./mlruns of wherever torchscale ran

@@ -223,6 +223,7 @@ def test_manifests_for_1_2_4_nodes_by_1_and_8_gpus_fit_the_crd_and_core_schemas(
                 # Every controller's variables give lock-step mode the same inputs.
                 assert (launch.nnodes, launch.node_rank) == (nodes, index)
                 if nodes > 1:
+                    assert launch.endpoint is not None
                     host, port = launch.endpoint.rsplit(":", 1)
                     assert pods[0].hostname.startswith(host) and port.isdigit()
                 assert pod.command == pods[0].command  # the same command on every pod
@@ -547,6 +548,7 @@ def test_a_hostile_script_name_reaches_the_pods_as_one_word(tmp_path: Path, laun
 def test_validate_fleet_as_a_job_gives_every_pod_its_place_in_the_fleet(
     tmp_path: Path, api: str
 ) -> None:
+    from torchscale.validate.fleet import FleetMember
     from torchscale.validate.fleet_launch import resolve_fleet
 
     out = tmp_path / "job.yaml"
@@ -570,6 +572,7 @@ def test_validate_fleet_as_a_job_gives_every_pod_its_place_in_the_fleet(
             nnodes=None, node_rank=None, endpoint=None, join_timeout_s=600,
             environ=lockstep_env("k8s", pod.env),
         )  # fmt: skip
+        assert isinstance(member, FleetMember)
         assert (member.nnodes, member.node_rank) == (4, index)
         assert pods[0].hostname.startswith(member.endpoint.rsplit(":", 1)[0])
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import types
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 import pandas as pd
 import pytest
@@ -29,7 +29,7 @@ from torchscale.plan.kind_protocol import cell_kinds, kind_of, records_of
 from torchscale.plan.matrix import expand
 from torchscale.plan.planned_cell import Cell
 from torchscale.results.layout import experiment_dir
-from torchscale.results.schema import TrainingResult
+from torchscale.results.schema import CellStatus, ResultBase, TrainingResult
 from torchscale.results.store import ExperimentStore
 
 runner = CliRunner()
@@ -75,7 +75,12 @@ def test_a_kind_of_its_own_module_is_planned_previewed_run_and_summarised(tmp_pa
         folder = experiment_dir(out, "toys")
         records = ExperimentStore(folder).records()  # parsed back into the kind's own model
         assert [type(r) for r in records] == [ToyResult] * 4, run.output
-        assert [r.word for r in records] == ["hello", "hello", "world", "world"]
+        assert [r.word for r in records if isinstance(r, ToyResult)] == [
+            "hello",
+            "hello",
+            "world",
+            "world",
+        ]
         assert {r.status for r in records} == {"skipped"}
         assert {kind_of(r) for r in records} == {TOY_KIND}
         summary = pd.read_csv(folder / kind_summary_file("toy"))  # summary_toy.csv
@@ -233,10 +238,11 @@ def test_a_kind_tells_the_json_document_what_its_cells_ran(tmp_path: Path) -> No
     from torchscale.analysis.report_tables import document_tables
     from torchscale.report.document import build_document
 
-    identity = {"experiment": "toys", "world_size": 1, "nproc_per_node": 1}
-    records = [
+    identity: Dict[str, Any] = {"experiment": "toys", "world_size": 1, "nproc_per_node": 1}
+    words: List[Tuple[str, CellStatus]] = [("hello", "ok"), ("hi", "ok"), ("unheard", "failed")]
+    records: List[ResultBase] = [
         ToyResult(**identity, cell_id=f"toy-{word}", word=word, status=status, echo_ms=1.0)
-        for word, status in (("hello", "ok"), ("hi", "ok"), ("unheard", "failed"))
+        for word, status in words
     ]
     with added_kind(FULLER_TOY):
         experiment = Experiment("toys", tmp_path / "toys", {}, records)

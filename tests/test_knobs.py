@@ -74,6 +74,7 @@ def run(tmp: Path, text: str, name: str) -> TrainingResult:
     result = runner.invoke(app, ["benchmark", "-c", str(config), "-o", str(tmp / "out")])
     assert result.exit_code == 0, result.output
     (record,) = ExperimentStore(tmp / "out" / name).records()
+    assert isinstance(record, TrainingResult)
     assert record.status == "ok", record.error
     return record
 

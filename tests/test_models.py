@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+from typing import Any, Tuple
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from torchscale.errors import ConfigError
 from torchscale.models import ModelSpec
 from torchscale.models.flops import count_parameters, measured_forward_flops
 from torchscale.models.registry import BUILTIN_MODELS, check_model_name, load_model, uses_seq_len
+from torchscale.models.transformer import LanguageModel
 
 TINY = ["resnet-tiny", "gpt2-tiny", "bert-tiny"]
 
@@ -110,6 +112,7 @@ def test_resnet_flops_follow_image_size() -> None:
 def test_gpt2_flops_are_palm_6n_plus_attention(specs: dict, name: str) -> None:
     spec = specs[name]
     model = build_on_meta(spec)
+    assert isinstance(model, LanguageModel) and spec.seq_len is not None
     layers = len(model.encoder.blocks)
     d = model.encoder.config.hidden
     t = spec.seq_len
@@ -127,6 +130,7 @@ def test_bert_flops_and_seq_len_override() -> None:
     n = 335_174_458 - 512 * 1024 - 2 * 1024  # less the position and token-type tables
     for spec in (default, short):
         t = spec.seq_len
+        assert t is not None
         assert spec.flops_per_sample == (6 * n + 12 * 24 * 1024 * t) * t
         assert spec.units_per_sample == 1.0 and spec.unit == "sequences"
 
@@ -149,7 +153,9 @@ def test_default_optimizers_and_image_metadata(specs: dict) -> None:
     assert specs["gpt2"].seq_len == 1024 and specs["bert-large"].seq_len == 512
 
 
-def run_step(spec: ModelSpec, model: torch.nn.Module, batch_size: int = 4) -> torch.Tensor:
+def run_step(
+    spec: ModelSpec, model: torch.nn.Module, batch_size: int = 4
+) -> Tuple[Any, torch.Tensor]:
     inputs, targets = spec.batch(batch_size, torch.device("cpu"))
     outputs = model(**inputs) if isinstance(inputs, dict) else model(inputs)
     return outputs, spec.loss(outputs, targets)
@@ -178,6 +184,7 @@ def test_tiny_model_learns_a_fixed_batch(specs: dict, name: str) -> None:
     torch.manual_seed(0)
     spec = specs[name]
     model = spec.build()
+    optimizer: torch.optim.Optimizer
     if spec.optimizer == "sgd":
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     else:

@@ -13,6 +13,7 @@ import pytest
 import torch.distributed as dist
 from typer.testing import CliRunner
 
+from tests.support.typed import training_records
 from torchscale.cli.app import app
 from torchscale.launch.mpirun import first_host
 from torchscale.results.store import ExperimentStore
@@ -44,9 +45,10 @@ def test_two_ranks_under_mpirun(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     store = ExperimentStore(tmp_path / "mpi")
-    records = {r.settings["backend"]: r for r in store.records()}
+    records = {r.settings["backend"]: r for r in training_records(store.records())}
     gloo = records["gloo"]
     assert gloo.status == "ok", gloo.error
+    assert gloo.throughput is not None
     assert gloo.world_size == 2 and gloo.backend == "gloo" and gloo.throughput > 0
     assert [(r.rank, r.local_rank) for r in gloo.per_rank] == [(0, 0), (1, 1)]
     assert all(len(r.step_times_ms) == 4 for r in gloo.per_rank)
@@ -54,7 +56,7 @@ def test_two_ranks_under_mpirun(tmp_path: Path) -> None:
     log = (store.cell_dir(gloo.cell_id) / "launch.log").read_text(encoding="utf-8")
     assert "torchrun_agent" not in log and "torchelastic" not in log.lower()
     if not dist.is_mpi_available():
-        assert records["mpi"].status == "skipped"
+        assert records["mpi"].status == "skipped" and records["mpi"].error is not None
         assert records["mpi"].error.startswith("backend mpi is not available in this torch;")
 
 
@@ -71,7 +73,8 @@ def test_dry_run_shows_the_mpirun_command(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
     command = next(c["command"] for c in plan if c["settings"]["backend"] == "gloo")
-    assert command.startswith(shutil.which("mpirun") + " -np 2 ")
+    mpirun = shutil.which("mpirun")
+    assert mpirun is not None and command.startswith(mpirun + " -np 2 ")
     assert "-x MASTER_ADDR=node0 -x MASTER_PORT=29555" in command
     assert "--mca=btl_tcp_if_include=lo" in command
     assert " -m torchscale.worker --cell " in command

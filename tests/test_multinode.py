@@ -62,6 +62,7 @@ def test_two_node_cells_ran_on_both_hosts(lockstep: Dict) -> None:
             "compute": list(range(world // 2)),
             "head": list(range(world // 2, world)),
         }
+        assert record.samples_per_s is not None and record.measured_s is not None
         assert record.backend == "gloo" and record.samples_per_s > 0
         assert record.samples_per_s == pytest.approx(
             record.global_batch_size * len(record.step_times_ms) / record.measured_s
@@ -151,6 +152,7 @@ def test_summary_and_node_scaling_split_intra_and_inter_node(lockstep: Dict) -> 
     table = node_scaling(training_table(lockstep["records"]))
     row = table[(table["batch_size"] == 2) & (table["world_size"] == 4)].iloc[0]
     one_node, two_nodes = by_cell[(2, 2, 1)], by_cell[(2, 4, 2)]
+    assert one_node.samples_per_s is not None and two_nodes.samples_per_s is not None
     # 2 x 2 against 2 x (1 x 2): the network between the hosts alone.
     assert row["inter_node_efficiency"] == pytest.approx(
         two_nodes.samples_per_s / (2 * one_node.samples_per_s)
@@ -226,7 +228,7 @@ def test_fsdp2_hybrid_shards_within_a_node_and_replicates_across_nodes(hybrid_ru
     assert issued["all_reduce"].bytes == pytest.approx(whole / 2, rel=0.05), issued
     # Each op ran in a group of 2, not 4 (busbw / algbw is the op's bus factor at its group's
     # size): all_gather and reduce_scatter (n-1)/n = 0.5, all_reduce 2(n-1)/n = 1.0.
-    factors = {op: c.busbw_gbps / c.algbw_gbps for op, c in issued.items() if c.algbw_gbps}
+    factors = {op: (c.busbw_gbps or 0.0) / c.algbw_gbps for op, c in issued.items() if c.algbw_gbps}
     assert factors == pytest.approx(
         {"all_gather": 0.5, "reduce_scatter": 0.5, "all_reduce": 1.0}, rel=1e-6
     ), issued

@@ -6,7 +6,7 @@ import json
 import math
 import socket
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import pytest
 from typer.testing import CliRunner
@@ -29,7 +29,7 @@ from torchscale.results.schema import TrainingResult
 runner = CliRunner()
 
 
-def plan_of(tmp_path: Path, text: str, gpus_per_node: object = None) -> Plan:
+def plan_of(tmp_path: Path, text: str, gpus_per_node: Optional[int] = None) -> Plan:
     config = tmp_path / "c.yaml"
     config.write_text("experiment_name: nodes\nmodels: [gpt2-tiny]\nbatch_sizes: [2]\n" + text)
     return expand(load_config(config, []), gpus_per_node=gpus_per_node)

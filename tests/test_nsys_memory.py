@@ -5,6 +5,7 @@ export with the table as NVIDIA's schema reference lists it (tests/data/make_nsy
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,8 @@ def _sql_peaks(path):
 
 def test_each_rank_gets_its_process_and_devices_memory(node):
     peaks = _sql_peaks(node)
-    summary = analyze([node]).tables["memory"].set_index(["rank", "device"])
+    # read cell by cell (pandas-stubs type a cell as any scalar, an index entry as Hashable)
+    summary: Any = analyze([node]).tables["memory"].set_index(["rank", "device"])
     assert sorted(summary.index) == [(0, "cpu"), (0, "cuda:0"), (1, "cuda:1")]
     for (_, device), row in summary.iterrows():
         assert row["peak_allocated_bytes"] == peaks[device]

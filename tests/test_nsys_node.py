@@ -8,7 +8,7 @@ import json
 import sqlite3
 import warnings
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import pytest
@@ -145,7 +145,8 @@ def test_older_variant_has_the_documented_2020_runtime_and_string_tables(tmp_pat
 
 
 def _comm_and_compute_of_both(result) -> List[List[Tuple[float, float]]]:
-    comm, comp = [], []
+    comm: List[Tuple[float, float]] = []
+    comp: List[Tuple[float, float]] = []
     for trace in result.traces:
         gpu = trace.gpu_events()
         for ts, dur, name in zip(gpu["ts"], gpu["dur"], gpu["name"].astype(str)):
@@ -161,7 +162,7 @@ def test_one_node_file_analyses_like_one_file_per_rank(tmp_path):
     together = analyze([node], "all")
     keys = ["overlap_pct", "idle_pct", "wait_us", "sync_stall_pct", "times_last", "steps"]
     a = apart.tables["ranks"].set_index("rank")[keys]
-    b = together.tables["ranks"].set_index("rank")[keys]
+    b: Any = together.tables["ranks"].set_index("rank")[keys]  # read cell by cell
     assert b.to_numpy() == pytest.approx(a.to_numpy(), abs=0.01)
     assert b.loc[0, "wait_us"] > 0
     # launch times joined per process (CUPTI correlation ids restart in every process)
@@ -174,7 +175,7 @@ def test_one_node_file_analyses_like_one_file_per_rank(tmp_path):
 
 def test_nvtx_rank_marks_win_over_device_ids(tmp_path):
     path = write_node(tmp_path / "node.sqlite", gpus=2, rank_marks=[1, 0])
-    document = to_document(analyze([path], "all"))
+    document: Any = to_document(analyze([path], "all"))
     by_device = {t["device"]: t for t in document["traces"]}
     assert by_device[0]["rank"] == 1 and by_device[1]["rank"] == 0
     assert {t["rank_source"] for t in document["traces"]} == {"nvtx"}
@@ -232,7 +233,7 @@ def test_single_rank_analysis_prints_no_numpy_warnings(tmp_path):
     for path in (with_nccl, compute_only):
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
-            document = to_document(analyze([path], "all"))
+            document: Any = to_document(analyze([path], "all"))
         assert len(document["ranks"]) == 1 and document["sync_stall_pct"] is None
 
 

@@ -17,7 +17,7 @@ from typing import Any, Dict
 import pytest
 
 from tests.support.fakes.fake_pynvml import load
-from torchscale.hardware.nvml import open_nvml, read_telemetry
+from torchscale.hardware.nvml import Nvml, open_nvml, read_telemetry
 from torchscale.validate.runner import gpu_health
 
 DATA = Path(__file__).parent / "data" / "nvml"
@@ -54,7 +54,10 @@ def test_replayed_checks_give_what_validate_said_on_the_real_node(recorded_nvml:
 
 def test_telemetry_sample_of_the_idle_real_gpu(recorded_nvml: None) -> None:
     with open_nvml() as nvml:
-        (handle,) = nvml.handles()
+        assert isinstance(nvml, Nvml)
+        handles = nvml.handles()
+        assert isinstance(handles, list)
+        (handle,) = handles
         sample = read_telemetry(nvml, handle)
     assert sample["sm_clock_mhz"] == 345.0  # idle SM clock; 1980 MHz under load (docs/perf-gpu.md)
     assert sample["mem_clock_mhz"] == 2619.0

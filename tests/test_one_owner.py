@@ -39,7 +39,7 @@ def _modules(folder: Path = PACKAGE) -> Iterator[Tuple[Path, ast.Module]]:
 
 def _docstrings(tree: ast.Module) -> Set[int]:
     """ids of the docstring nodes (module, class, function): prose, not names in use."""
-    found = set()
+    found: Set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
@@ -88,7 +88,7 @@ def test_the_experiment_folder_rule_lives_in_the_layout() -> None:
 
 
 def _imports(tree: ast.Module) -> Set[str]:
-    found = set()
+    found: Set[str] = set()
     for node in ast.walk(tree):  # inside functions too: a lazy import is still a dependency
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)

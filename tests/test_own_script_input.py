@@ -163,6 +163,7 @@ def test_tune_searches_the_scripts_ddp_arguments_only() -> None:
     ]  # fmt: skip
     assert space.left_out["channels_last"] == NOT_A_SETTING
     assert "CUDA" in space.left_out["cudnn_benchmark"]  # a knob of scripts too, on GPUs
+    assert isinstance(space.candidates["ddp.bucket_cap_mb"], tuple)
     assert space.candidates["ddp.bucket_cap_mb"][0] is None  # the script's own: the baseline
     with pytest.raises(
         ConfigError, match="tune names precision, which is set by the script itself"
@@ -240,9 +241,13 @@ def test_destroying_the_default_group_gathers_first_however_it_is_spelled(
     from torchscale.script.step_hooks import installed
 
     listener = _GroupEnds()
-    with installed(listener, {}):  # type: ignore[arg-type]
+    with installed(listener, {}):
         dist.init_process_group(
-            "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=60)
+            "gloo",
+            store=dist.HashStore(),  # type: ignore[attr-defined]  # torch re-exports it implicitly
+            rank=0,
+            world_size=1,
+            timeout=timedelta(seconds=60),
         )
         try:
             dist.destroy_process_group(dist.new_group([0]))

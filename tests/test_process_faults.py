@@ -26,6 +26,7 @@ import pytest
 
 from tests.support.environ import repo_pythonpath
 from tests.support.shared_runs import Run
+from tests.support.typed import training_records
 from tests.test_faults import env_with_repo, one_error_line, pids_of, torchscale_cmd, wait_for
 from torchscale.integrations.deadline import call_with_deadline, unreachable
 from torchscale.integrations.sinks import Integrations, SinkEvents
@@ -90,7 +91,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, silent_server: str) -> Dict[
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     store = ExperimentStore(root / "out" / "process-faults")
-    records = {r.model.split(":")[-1]: r for r in store.records()}
+    records = {r.model.split(":")[-1]: r for r in training_records(store.records())}
     return {"run": done, "store": store, "records": records, "tag": tag}
 
 
@@ -175,10 +176,10 @@ def test_no_process_of_the_sweep_is_left(sweep: Dict[str, Any]) -> None:
 def test_a_healthy_run_records_each_rank_s_last_loss(healthy_run: Run) -> None:
     """The shared healthy run (gpt2-tiny, 1 and 2 ranks): a finite loss per rank."""
     store = ExperimentStore(healthy_run.experiment_dir)
-    for record in store.records():
+    for record in training_records(store.records()):
         losses = [rank.last_loss for rank in record.per_rank]
         assert all(loss is not None and 0 < loss < 100 for loss in losses), losses
-        assert record.last_loss == pytest.approx(sum(losses) / len(losses))
+        assert record.last_loss == pytest.approx(sum(loss or 0.0 for loss in losses) / len(losses))
 
 
 # --- deadlines ---------------------------------------------------------------------------------
@@ -226,6 +227,7 @@ def test_a_sink_that_stops_answering_costs_the_deadline_once(
 
     class Dead:
         name = "MLflow"
+        remote = True
 
         def cell_finished(self, records: Any, table: Any) -> None:
             calls.append("sink")
@@ -234,12 +236,12 @@ def test_a_sink_that_stops_answering_costs_the_deadline_once(
         def close(self, records: Any, table: Any) -> None:
             calls.append("closed")
 
-    events = SinkEvents(Console(), [Dead()], timeout_s=0.5)  # type: ignore[arg-type]
+    events = SinkEvents(Console(), [Dead()], timeout_s=0.5)  # type: ignore[arg-type]  # a stub console
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="torchscale"):
         for _ in range(4):
             events.cell_finished(None, [], object())  # type: ignore[arg-type]
-        events.close([], object())
+        events.close([], object())  # type: ignore[arg-type]  # read by none
     spent = time.monotonic() - started
     release.set()
     assert calls == ["console", "sink", "console", "console", "console"]
@@ -263,7 +265,9 @@ def test_mlflow_file_uri_works_like_a_folder(tmp_path: Path) -> None:
     sink = MlflowSink(folder.as_uri(), "file-uri", tmp_path, ["batch_sizes"])
     sink.abort()
     client = MlflowClient(tracking_uri=str(folder))
-    (run,) = client.search_runs([client.get_experiment_by_name("file-uri").experiment_id])
+    experiment = client.get_experiment_by_name("file-uri")
+    assert experiment is not None
+    (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.run_id == sink.parent_id and run.info.status == "KILLED"
     assert (folder / run.info.experiment_id).is_dir()
 

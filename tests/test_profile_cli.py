@@ -14,8 +14,8 @@ from tests.support.profile_helpers import DATA, hta_reference, real_traces_dir
 from torchscale.cli.app import app
 from torchscale.config.durations import parse_duration
 from torchscale.measures.figures import SYNC_STALL
-from torchscale.profiling.outputs import FINDINGS_FILE
 from torchscale.profiling.trace_tables import table_files
+from torchscale.results.layout import FINDINGS_FILE
 from torchscale.results.schema import ProfileInfo, TrainingResult
 
 runner = CliRunner()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
 
 import pytest
 from typer.testing import CliRunner
@@ -131,10 +133,10 @@ def test_a_regressed_cell_traced_in_both_runs_gets_its_diff_command(tmp_path, pl
     from tests.support.step_records import parts_record as _record
     from torchscale.profiling.diff_links import diff_commands
     from torchscale.results.layout import cell_dir
-    from torchscale.results.schema import ProfileInfo
+    from torchscale.results.schema import ProfileInfo, ResultBase
 
     root, name, _ = planted
-    runs = []
+    runs: List[List[Tuple[Path, List[ResultBase]]]] = []
     for side, source in (
         ("old run", root / "old" / TRACE),
         ("new run", root / "new" / "rank0.json"),
@@ -147,12 +149,10 @@ def test_a_regressed_cell_traced_in_both_runs_gets_its_diff_command(tmp_path, pl
         runs.append([(tmp_path / side, [record])])
     cell = runs[0][0][1][0].cell_id
     (line,) = diff_commands(runs[0], runs[1], [(cell, cell)])
-    assert (
-        diff_commands(
-            runs[0], [(tmp_path / "new run", [_record([(10.0, 100.0, 0.0)])])], [(cell, cell)]
-        )
-        == []
-    )
+    untraced: List[Tuple[Path, List[ResultBase]]] = [
+        (tmp_path / "new run", [_record([(10.0, 100.0, 0.0)])])
+    ]
+    assert diff_commands(runs[0], untraced, [(cell, cell)]) == []
     words = shlex.split(line)  # quoted for a shell: the folder names hold a space
     assert words[:3] == ["torchscale", "profile", "diff"]
     result = runner.invoke(app, [*words[1:], "--json"])
@@ -168,7 +168,7 @@ def test_compare_names_the_diff_of_a_regressed_cell_traced_in_both_runs(tmp_path
     from torchscale.results.layout import cell_dir
 
     root, name, _ = planted
-    spec = dict(findings=False, failures=False, collectives=False)
+    spec: Dict[str, Any] = dict(findings=False, failures=False, collectives=False)
     model = MODELS[0].name
     old = write_experiment(tmp_path / "old run", FixtureSpec(**spec))
     new = write_experiment(tmp_path / "new run", FixtureSpec(slowdown={model: 1.4}, **spec))

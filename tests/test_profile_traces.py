@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -261,7 +262,7 @@ def test_straggler_detected_on_real_trace_ranks(tmp_path, ranks, late, rename):
     stragglers = [f for f in result.findings if f.category == "straggler"]
     assert len(stragglers) == 1 and stragglers[0].ranks == [late]
     assert f"GPU-{late} arrives last" in stragglers[0].title
-    table = result.tables["ranks"].set_index("rank")
+    table: Any = result.tables["ranks"].set_index("rank")  # read cell by cell
     # late_fraction 0.5: each analysed collective of the late rank was delayed by its own
     # (remaining) duration, so the others waited that long
     late_events = result.traces[late].events
@@ -289,7 +290,7 @@ def test_real_gloo_capture_names_the_sleeping_rank():
     [straggler] = [f for f in result.findings if f.category == "straggler"]
     assert straggler.ranks == [1] and "gloo all_reduce: rank 1" in straggler.title
     assert "cpupower" in straggler.recommendation and "nvidia-smi" not in straggler.recommendation
-    ranks = result.tables["ranks"].set_index("rank")
+    ranks: Any = result.tables["ranks"].set_index("rank")  # read cell by cell
     injected_share = 100.0 * 50_000.0 / ranks["step_mean_us"].mean()
     # The sleep is a floor on rank 1's lateness; on the shared 2-core machine it also ran a few
     # ms slower after sleeping (51.4 and 54.9 ms late), which rank 0 really waited for.

@@ -15,11 +15,9 @@ import shutil
 from pathlib import Path
 from typing import List, Sequence
 
-import click
 import pytest
 import typer
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from tests.support.environ import REPO
 from tests.support.report_fixtures import FixtureSpec, write_experiment
@@ -101,9 +99,10 @@ PARSED_ONLY = {
 def _parse(args: Sequence[str]) -> None:
     """Click's own parsing of ``args`` down to the command, without running it: unknown options,
     missing values and bad types fail here as they would for the user."""
-    command: click.Command = typer.main.get_command(app)
+    command = typer.main.get_command(app)
     ctx = command.make_context("torchscale", list(args))
-    while isinstance(command, click.Group):
+    # typer's own group class: typer 0.2x vendors click, whose Group is not click.Group
+    while isinstance(command, typer.core.TyperGroup):
         rest = [*getattr(ctx, "_protected_args", []), *ctx.args]
         if not rest:
             return

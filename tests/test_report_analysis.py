@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Dict, List
 
 import numpy as np
 import pytest
@@ -123,9 +124,11 @@ def test_rank_table_names_the_injected_straggler(fixture_data) -> None:
     table = label_variants(training_table(fixture_data.records))
     pooled = cell_tables.pooled_rank_table(table, ranks)
     eight = pooled[(pooled["model"] == SCRIPT_NAME) & (pooled["world_size"] == 8)]
+    straggler = FixtureSpec().straggler
+    assert straggler is not None
     for _, group in eight.groupby("variant"):
-        slowest = group.loc[group["sync_wait_ms"].idxmin(), "rank"]
-        assert slowest == FixtureSpec().straggler[2]
+        slowest = group.loc[group["sync_wait_ms"].idxmin(), "rank"]  # type: ignore[index]  # idxmin's label: pandas-stubs type it Hashable
+        assert slowest == straggler[2]
         assert group[group["is_slowest"]]["rank"].tolist() == [slowest]
 
 
@@ -208,7 +211,7 @@ def test_failure_table_lists_every_kind_with_reasons(fixture_data) -> None:
 
 
 def test_findings_read_defensively_and_sorted_by_severity(fixture_data) -> None:
-    odd = [
+    odd: List[Dict[str, Any]] = [
         {"message": "only a message", "rank": 2},
         {"severity": "CRITICAL", "title": "t", "message": "m", "ranks": [0, "x", 5.0]},
         {},
@@ -226,7 +229,9 @@ def test_findings_read_defensively_and_sorted_by_severity(fixture_data) -> None:
         cells = [r for r in warned if finding["title"].endswith(f": {r.model}")]
         for record in cells:
             assert f"batch {record.batch_size} on {record.world_size} GPUs" in finding["message"]
-    assert {tuple(f["ranks"]) for f in from_records} >= {(FixtureSpec().straggler[2],)}
+    straggler = FixtureSpec().straggler
+    assert straggler is not None
+    assert {tuple(f["ranks"]) for f in from_records} >= {(straggler[2],)}
     assert findings_table(found)["severity"].tolist()[0] == "high"
     # The findings card counts them by severity, in the one vocabulary: "2 high · 3 medium".
     content = report_content(fixture_data)
@@ -240,7 +245,7 @@ def test_findings_read_defensively_and_sorted_by_severity(fixture_data) -> None:
 
 def test_bootstrap_interval_tells_shift_from_noise() -> None:
     rng = np.random.default_rng(7)
-    old = rng.normal(100, 3, 40)
+    old: Any = rng.normal(100, 3, 40)  # an array, read as the Sequence[float] it is
     options = CompareOptions()
     ratio, low, high = bootstrap_ratio(old, old.copy(), MEAN, options)
     assert ratio == 1.0 and low < 1.0 < high
@@ -254,13 +259,14 @@ def test_paired_rounds_interval_sees_drift_between_rounds_that_pooled_steps_hide
     steps = [rng.normal(10.0, 0.2, 20) for _ in range(6)]  # ms per step, 2% step noise
     # Three rounds; the host runs 20% slower in the second. The new setting is 10% faster within
     # each round (its step times 1/1.1 of the old ones of the same round).
-    old = [steps[0], steps[1] * 1.2, steps[2]]
-    new = [steps[3] / 1.1, steps[4] * 1.2 / 1.1, steps[5] / 1.1]
+    # arrays, read as the sequences of floats they are
+    old: Any = [steps[0], steps[1] * 1.2, steps[2]]
+    new: Any = [steps[3] / 1.1, steps[4] * 1.2 / 1.1, steps[5] / 1.1]
     gain, low, high = paired_rounds_interval(old, new, CompareOptions())
     assert gain == pytest.approx(10.0, abs=1.5) and 0.0 < low < gain < high
     # Rounds that disagree (+20%, -13%, +5%: drift between runs larger than any setting's
     # effect): the interval over rounds spans zero, though each round's own steps are tight.
-    drifting = [steps[3] / 1.2, steps[4] * 1.2 * 1.15, steps[5] / 1.05]
+    drifting: Any = [steps[3] / 1.2, steps[4] * 1.2 * 1.15, steps[5] / 1.05]
     gain, low, high = paired_rounds_interval(old, drifting, CompareOptions())
     assert low < 0.0 < high, (gain, low, high)
     assert all(
@@ -373,7 +379,7 @@ def test_nice_ticks_cover_the_range(low: float, high: float) -> None:
 
 
 def test_several_experiments_scale_against_their_own_baselines(tmp_path: Path) -> None:
-    small = {"batch_sizes": (32,), "failures": False, "collectives": False, "findings": False}
+    small: Any = {"batch_sizes": (32,), "failures": False, "collectives": False, "findings": False}
     write_experiment(tmp_path, FixtureSpec(name="exp-a", gpu_counts=(1, 2), **small))
     write_experiment(tmp_path, FixtureSpec(name="exp-b", gpu_counts=(1, 4), seed=3, **small))
     data = load_report_data(tmp_path)
@@ -409,6 +415,7 @@ def test_communication_only_and_all_failed_results(tmp_path: Path) -> None:
         name="failed", batch_sizes=(), collectives=False, findings=False)))  # fmt: skip
     content = report_content(failed)
     assert content.sections == [] and content.charts == []
+    assert content.failures is not None
     assert len(content.failures.rows) == 3
     assert content.cards[0].value == "0 / 3"
     assert "rank 0 on node-a failed in forward" in render_html(content)

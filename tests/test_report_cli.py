@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -13,7 +14,7 @@ from tests.support.report_fixtures import FixtureSpec, write_experiment
 from torchscale.cli.app import app
 from torchscale.results.layout import experiment_dirname
 
-SMALL = {
+SMALL: Any = {
     "batch_sizes": (32,),
     "gpu_counts": (1, 2),
     "failures": False,

@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import replace
 from html import unescape
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import pandas as pd
@@ -120,10 +120,11 @@ def test_one_rank_has_no_sync_overhead_and_one_count_no_scaling_efficiency(
     one = next(r for r in records if r.world_size == 1)
     assert one.sync is not None and one.sync.exposed_fraction is not None  # recorded, not shown
     lone = next(r for r in records if r.batch_size == 64)
-    table = training_table(records).set_index("cell_id")
+    table: Any = training_table(records).set_index("cell_id")  # read cell by cell
     assert pd.isna(table.loc[one.cell_id, "sync_overhead_pct"])
     assert pd.isna(table.loc[lone.cell_id, "scaling_efficiency"])
     two = next(r for r in records if r.world_size == 2)
+    assert two.samples_per_s is not None and one.samples_per_s is not None
     assert table.loc[two.cell_id, "scaling_efficiency"] == pytest.approx(
         two.samples_per_s / (2 * one.samples_per_s)
     )
@@ -145,11 +146,12 @@ def test_one_rank_has_no_sync_overhead_and_one_count_no_scaling_efficiency(
     assert entries[4].scaling_efficiency is None and entries[1].sync_overhead_pct is None
 
 
-def _console_rows(view, monkeypatch, records) -> List[Dict[str, str]]:  # type: ignore[no-untyped-def]
+def _console_rows(view, monkeypatch, records) -> List[Dict[str, str]]:
     """The benchmark's final table on a wide console, one dict per row keyed by header."""
     console = Console(file=io.StringIO(), width=200, color_system=None)
     monkeypatch.setattr(view, "err_console", console)
     console.print(view.results_table(training_table(records), "t"))
+    assert isinstance(console.file, io.StringIO)
     lines = console.file.getvalue().splitlines()
     header = [c.strip() for c in next(line for line in lines if "┃ model" in line).split("┃")]
     return [
@@ -159,7 +161,7 @@ def _console_rows(view, monkeypatch, records) -> List[Dict[str, str]]:  # type: 
     ]
 
 
-def _render(data) -> str:  # type: ignore[no-untyped-def]
+def _render(data) -> str:
     from torchscale.report.render import render_html
 
     return render_html(report_content(data))
@@ -230,7 +232,8 @@ def test_the_use_case_benchmark_then_profile_into_its_folder_then_report(
     traced = json.loads(findings_file.read_text(encoding="utf-8"))
     (record,) = ExperimentStore(run).records()
     assert isinstance(record, TrainingResult)
-    overhead = 100 * record.sync.exposed_fraction  # type: ignore[union-attr]
+    assert record.sync is not None and record.sync.exposed_fraction is not None
+    overhead = 100 * record.sync.exposed_fraction
     assert f"[ANALYSIS] Sync overhead of this cell (its measured window): {overhead:.1f}%" in (
         " ".join(profiled.stderr.split())
     )
@@ -247,7 +250,10 @@ def test_the_use_case_benchmark_then_profile_into_its_folder_then_report(
     twos = [r for r in tables["scaling-table"] if r["Ranks"] == "2"]
     assert len(ones) == 1 and len(twos) == 1  # no lone 2-rank cell at 100%
     cells = {r.world_size: r for r in ExperimentStore(benchmark.experiment_dir).records()}
-    efficiency = cells[2].throughput / (2 * cells[1].throughput)  # type: ignore[operator]
+    two, one = cells[2], cells[1]
+    assert isinstance(two, TrainingResult) and isinstance(one, TrainingResult)
+    assert two.throughput is not None and one.throughput is not None
+    efficiency = two.throughput / (2 * one.throughput)
     assert twos[0]["Scaling efficiency"] == f"{100 * efficiency:.1f}%"
     titles = _finding_titles(html)
     assert len(titles) == len(set(titles))  # findings once
@@ -323,7 +329,10 @@ def test_glossary_names_are_the_same_on_console_html_and_json_for_one_cell(
     two = records[2]
     assert isinstance(two, TrainingResult) and two.sync and two.sync.exposed_fraction is not None
     overhead = 100 * two.sync.exposed_fraction
-    efficiency = two.samples_per_s / (2 * records[1].samples_per_s)  # type: ignore[union-attr]
+    one = records[1]
+    assert isinstance(one, TrainingResult)
+    assert two.samples_per_s is not None and one.samples_per_s is not None
+    efficiency = two.samples_per_s / (2 * one.samples_per_s)
     rows = _console_rows(view, monkeypatch, list(records.values()))
     (row,) = [r for r in rows if r["GPUs"] == "2"]
     assert row[f"{SYNC_OVERHEAD.name} %"] == f"{overhead:.1f}"
@@ -454,7 +463,7 @@ def test_tune_charts_show_whole_labels_and_the_finalists_intervals(tmp_path: Pat
     (section,) = tuning_sections(report_tables(load_report_data(folder)).tuning)
     effects = next(c for c in section.charts if c.chart_id.startswith("tuning-effects"))
     assert effects.long_categories()
-    layout = figure(effects)["layout"]
+    layout: Any = figure(effects)["layout"]
     assert layout["xaxis"]["tickangle"] == -30 and layout["legend"]["orientation"] == "v"
     drawn = [" ".join(t.itertext()) for t in ET.fromstring(svg(effects)).iter(f"{SVG}text")]
     for label in effects.categories():
@@ -468,9 +477,11 @@ def test_tune_charts_show_whole_labels_and_the_finalists_intervals(tmp_path: Pat
                       [x for x, y in zip(s.x, s.y) if y is not None])  # fmt: skip
         at = series.x.index(f"trial {item['trial']}")
         base = item["baseline_samples_per_s"]
+        assert series.low is not None and series.high is not None
         assert series.low[at] == pytest.approx(base * (1 + item["ci_low_pct"] / 100))
         assert series.high[at] == pytest.approx(base * (1 + item["ci_high_pct"] / 100))
-        bar = next(t for t in figure(verdict)["data"] if t["name"] == series.name)
+        data: Any = figure(verdict)["data"]
+        bar = next(t for t in data if t["name"] == series.name)
         assert bar["error_y"]["array"][at] == pytest.approx(series.high[at] - series.y[at])
     whiskers = [p for p in ET.fromstring(svg(verdict)).iter(f"{SVG}path")
                 if p.get("stroke") == "#111827" and "V" in p.get("d", "")]  # fmt: skip
@@ -528,13 +539,14 @@ def test_comparison_bars_take_the_colour_of_their_own_metrics_verdict() -> None:
     )  # fmt: skip
     throughput, p95 = comparison_charts(cells, 5.0)
 
-    def bar_of(chart, value: float) -> str:  # type: ignore[no-untyped-def]
+    def bar_of(chart, value: float) -> str:
         return next(s.name for s in chart.series if value in s.y)
 
     assert bar_of(throughput, -2.4) == "unchanged" and bar_of(p95, 14.2) == "regression"
     assert bar_of(throughput, -5.8) == "within noise"
     assert throughput.colors()["unchanged"] == VERDICT_COLORS["unchanged"]
     unchanged = next(s for s in throughput.series if s.name == "unchanged")
+    assert unchanged.low is not None
     assert unchanged.low == [-4.0, None] or unchanged.low[0] == -4.0  # its interval is drawn
     assert throughput.hlines == [(-5.0, "-5% threshold")] and p95.hlines == [(5.0, "+5% threshold")]
 

@@ -9,6 +9,7 @@ import json
 import re
 from html import unescape
 from pathlib import Path
+from typing import Dict, Set, Tuple
 
 import pytest
 
@@ -77,6 +78,7 @@ def test_latency_table_matches_the_records(report) -> None:
 def test_csv_downloads_hold_the_exact_numbers(report) -> None:
     html, _, data = report
     uri = re.search(r'href="data:text/csv;base64,([^"]+)" download="scaling-table.csv"', html)
+    assert uri is not None
     rows = list(csv.DictReader(io.StringIO(base64.b64decode(uri.group(1)).decode())))
     expected = sorted(r.throughput for r in _measured(data))
     assert sorted(float(r["throughput"]) for r in rows) == pytest.approx(expected, rel=1e-12)
@@ -95,6 +97,7 @@ def test_findings_and_recommendations(report) -> None:
     html = unescape(report[0])
     data = report[2]
     for finding in PROFILE_FINDINGS:
+        assert isinstance(finding, dict)
         assert finding["recommendation"] in html
         assert (finding.get("title") or finding["message"]) in html
     warned = [r for r in _measured(data) if r.sync and r.sync.warning]
@@ -129,7 +132,9 @@ def test_names_from_the_config_stay_text(report) -> None:
 
 def test_every_chart_has_data_and_plotly_is_embedded_once(report) -> None:
     html, _, _ = report
-    figures = json.loads(re.search(r'id="report-figures">(.*?)</script>', html, re.S).group(1))
+    found = re.search(r'id="report-figures">(.*?)</script>', html, re.S)
+    assert found is not None
+    figures = json.loads(found.group(1))
     divs = re.findall(r'data-figure="([^"]+)"', html)
     assert sorted(divs) == sorted(figures) and len(divs) == len(set(divs)) >= 14
     for chart_id, figure in figures.items():
@@ -164,7 +169,7 @@ def test_lost_efficiency_section_splits_each_gap_by_cause(report) -> None:
     assert '<section id="lost-efficiency"' in html and "Where the efficiency goes" in html
     expected = lost_efficiency_table(data.records)
     measured = _measured(data)
-    counts = {(r.model, r.batch_size): set() for r in measured}
+    counts: Dict[Tuple[str, int], Set[int]] = {(r.model, r.batch_size): set() for r in measured}
     for r in measured:
         counts[(r.model, r.batch_size)].add(r.world_size)
     rows = tables["lost-efficiency-table"]

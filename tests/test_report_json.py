@@ -7,7 +7,7 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import jsonschema
 import pytest
@@ -25,7 +25,7 @@ runner = CliRunner()
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "docs" / "report-json.schema.json"
 
 
-def report_json(source: Path, output: Path) -> object:
+def report_json(source: Path, output: Path) -> Any:  # a JSON document
     result = runner.invoke(app, ["report", "-s", str(source), "-f", "json", "-o", str(output)])
     assert result.exit_code == 0, result.output
     return json.loads(output.read_text(encoding="utf-8"), parse_constant=pytest.fail)
@@ -51,9 +51,12 @@ def test_real_run_document_has_the_records_figures(healthy_run: Run, tmp_path: P
     training = {entry["world_size"]: entry for entry in document["results"]["training"]}
     for size, record in records.items():
         assert training[size]["throughput"] == record.throughput
+        assert record.step_time_ms is not None
         assert training[size]["step_ms_p95"] == record.step_time_ms.p95
+    assert records[2].throughput is not None and records[1].throughput is not None
     efficiency = records[2].throughput / (2 * records[1].throughput)
     assert training[2]["scaling_efficiency"] == pytest.approx(efficiency)
+    assert records[2].memory is not None and records[1].memory is not None
     memory = {entry["world_size"]: entry for entry in document["results"]["memory"]}
     assert memory[2]["peak_bytes"] == records[2].memory.peak_bytes
     assert memory[1]["params_bytes"] == records[1].memory.params_bytes > 0
@@ -142,6 +145,7 @@ def test_tp_gemm_entries_and_table_carry_the_sharded_compute_time(tmp_path: Path
 
     row = table(records)  # the mean of the two orders' timings of the same GEMM
     assert row["Compute only, sharded µs per GPU"] == "21.0"
+    assert records[0].sharded_tflops is not None and records[1].sharded_tflops is not None
     rate = (records[0].sharded_tflops + records[1].sharded_tflops) / 2
     assert row["Compute only, sharded TFLOP/s per GPU"] == fmt.significant(rate)
     unsharded = table([_tp_gemm("AG_before", 90.0, None), _tp_gemm("AG_after", 80.0, None)])

@@ -51,7 +51,9 @@ def nodes(node_results: Path, session_report: SessionReport):
     html = session_report(node_results, "html").read_text(encoding="utf-8")
     data = load_report_data(node_results)
     expected = node_scaling(training_table(data.records))
-    figures = json.loads(re.search(r'id="report-figures">(.*?)</script>', html, re.S).group(1))
+    found = re.search(r'id="report-figures">(.*?)</script>', html, re.S)
+    assert found is not None
+    figures = json.loads(found.group(1))
     return html, html_tables(html), expected, figures, data
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -117,7 +117,9 @@ def test_one_rank_has_no_communication_figure(noisy: Dict[str, Any]) -> None:
 @needs_poppler
 def test_one_severity_vocabulary_in_html_and_pdf(noisy: Dict[str, Any]) -> None:
     html = noisy["html"].read_text(encoding="utf-8")
-    badges: List[str] = re.findall(r'<span class="badge severity-(\w+)">(\w+)</span>', html)
+    badges: List[Tuple[str, str]] = re.findall(
+        r'<span class="badge severity-(\w+)">(\w+)</span>', html
+    )
     assert badges
     assert {cls for cls, _ in badges} <= set(SHOWN_SEVERITIES)
     assert all(cls == word for cls, word in badges)

@@ -20,7 +20,9 @@ pytestmark = needs_poppler
 def fixture_pdf(fixture_results: Path, session_report: SessionReport):
     pdf = session_report(fixture_results, "pdf")
     html = session_report(fixture_results, "html").read_text(encoding="utf-8")
-    figures = json.loads(re.search(r'id="report-figures">(.*?)</script>', html, re.S).group(1))
+    found = re.search(r'id="report-figures">(.*?)</script>', html, re.S)
+    assert found is not None
+    figures = json.loads(found.group(1))
     titles = [unescape(f["layout"]["title"]["text"]) for f in figures.values()]
     return pdf, pages_text(pdf), pages_png(pdf), titles
 

@@ -12,7 +12,7 @@ import pytest
 from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
 from torchscale.measures.stats import time_stats
-from torchscale.results.schema import TrainingResult
+from torchscale.results.schema import CellStatus, TrainingResult
 from torchscale.results.store import ExperimentStore, check_writable, read_jsonl
 from torchscale.worker.aggregate import aggregate
 
@@ -45,7 +45,7 @@ def rank(index: int, steps: List[float], nosync: float, window_s: float) -> Dict
 
 
 def measured(ranks: List[Dict[str, Any]], **kwargs: Any) -> Dict[str, Any]:
-    defaults = dict(
+    defaults: Dict[str, Any] = dict(
         batch_size=16,
         grad_accum_steps=2,
         precision="bf16",
@@ -107,8 +107,14 @@ def test_unknown_device_has_no_mfu() -> None:
     assert result["tflops_per_gpu"] is not None
 
 
-def record(gpus: int, rate: float, status: str = "ok", **settings: Any) -> TrainingResult:
-    base_settings = {"model": "m", "batch_size": 8, "gpus": gpus, "repeat": 0, "precision": "fp32"}
+def record(gpus: int, rate: float, status: CellStatus = "ok", **settings: Any) -> TrainingResult:
+    base_settings: Dict[str, Any] = {
+        "model": "m",
+        "batch_size": 8,
+        "gpus": gpus,
+        "repeat": 0,
+        "precision": "fp32",
+    }
     base_settings.update(settings)
     return TrainingResult(
         cell_id=f"m-g{gpus}-{status}-{settings}",
@@ -139,7 +145,7 @@ def test_scaling_efficiency_against_the_one_gpu_cell() -> None:
     assert eff[(1, "fp32")] == pytest.approx(1.0)
     assert eff[(2, "fp32")] == pytest.approx(0.9)
     assert eff[(4, "fp32")] == pytest.approx(0.85)
-    assert math.isnan(eff[(8, "fp32")])  # failed cells have no efficiency
+    assert math.isnan(eff[(8, "fp32")])  # type: ignore[arg-type]  # a float column; failed cells have no efficiency
     # No 1-GPU cell for bf16: the smallest count measured is the baseline.
     assert eff[(4, "bf16")] == pytest.approx(90.0 / (2 * 50.0))
     assert set(table["baseline_world_size"].dropna()) == {1.0, 2.0}

@@ -25,7 +25,7 @@ from tests.support.sweep_records import (
 from torchscale.cli.app import app
 from torchscale.measures.figures import SYNC_STALL
 from torchscale.results.layout import PNG_CHARTS, gpu_document_file
-from torchscale.results.schema import TpGemmResult
+from torchscale.results.schema import CommResultBase, TpGemmResult
 from torchscale.results.store import ExperimentStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,8 +139,15 @@ def test_gpu_memory_utilisation_and_tensorboard_tags(tmp_path: Path) -> None:
     memory = [nvml[r.rank]["nvmlDeviceGetMemoryInfo"] for r in record.per_rank]
     expected_memory = max(100 * m["used"] / m["total"] for m in memory)
     utilisation = [nvml[r.rank]["nvmlDeviceGetUtilizationRates"]["gpu"] for r in record.per_rank]
-    comm = [r.ddp_backward_comm_ms for r in record.per_rank]
-    compute = [r.ddp_forward_compute_ms + r.ddp_backward_compute_ms for r in record.per_rank]
+    comm = [r.ddp_backward_comm_ms or 0.0 for r in record.per_rank]
+    compute = [
+        (r.ddp_forward_compute_ms or 0.0) + (r.ddp_backward_compute_ms or 0.0)
+        for r in record.per_rank
+    ]
+    assert all(
+        None not in (r.ddp_backward_comm_ms, r.ddp_forward_compute_ms, r.ddp_backward_compute_ms)
+        for r in record.per_rank
+    )
     table = training_table(records)
     row = row_for(table, record.cell_id)
     assert row is not None and row["gpu_memory_util_pct"] == pytest.approx(expected_memory)
@@ -178,6 +185,7 @@ def test_the_benchmark_writes_the_json_document_of_what_ran(comm_sweep_run: Swee
     document = json.loads(path.read_text(encoding="utf-8"))
     records = ExperimentStore(sweep.experiment_dir).records()
     assert document["name"] == "benchmark_2gpu" and document["world_size"] == 2
+    assert isinstance(records[0], CommResultBase)
     assert document["backend"] == records[0].backend == "gloo"
     config = document["config"]
     assert (config["warmup_iters"], config["benchmark_iters"]) == (2, 5)  # the YAML's warmup, n

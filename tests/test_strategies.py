@@ -173,12 +173,12 @@ def test_healthy_strategies_run_and_pass_the_check(
     record = _cell(tiny, SCALED, strategy, 1) if gpus == 1 else _cell(memory, GPT2_10M, strategy, 2)
     assert record["status"] == "ok", record.get("error")
     check = record["gradient_check"]
-    assert check["passed"] is True and check["cause"] is None  # type: ignore[index]
-    assert check["relative_error"] < 1e-4  # type: ignore[index,operator]
-    assert check["shares"] == pytest.approx([1.0] * gpus, abs=1e-3)  # type: ignore[index]
-    assert check["check_s"] > 0  # type: ignore[index,operator]
-    assert record["runtime"]["strategy"]["strategy"] == strategy  # type: ignore[index]
-    assert record["samples_per_s"] > 0  # type: ignore[operator]
+    assert check["passed"] is True and check["cause"] is None
+    assert check["relative_error"] < 1e-4
+    assert check["shares"] == pytest.approx([1.0] * gpus, abs=1e-3)
+    assert check["check_s"] > 0
+    assert record["runtime"]["strategy"]["strategy"] == strategy
+    assert record["samples_per_s"] > 0
 
 
 @pytest.mark.slow
@@ -197,19 +197,18 @@ def test_a_scaled_rank_is_named_with_its_factor(
 def test_fsdp2_halves_the_model_state_per_rank(memory: List[Dict[str, object]]) -> None:
     ddp, replicate, fsdp2 = (_cell(memory, GPT2_10M, s, 2) for s in STRATEGIES)
     assert ddp["status"] == "ok" and fsdp2["status"] == "ok"
-    assert ddp["memory"]["params_bytes"] / 4 >= 10_000_000  # type: ignore[index,operator]
+    assert ddp["memory"]["params_bytes"] / 4 >= 10_000_000
     for field in ("params_bytes", "optimizer_bytes"):
-        ratio = fsdp2["memory"][field] / ddp["memory"][field]  # type: ignore[index]
+        ratio = fsdp2["memory"][field] / ddp["memory"][field]
         assert ratio == pytest.approx(0.5, rel=0.10), field
         # replicate keeps the whole model state on every rank, as DDP does
-        assert replicate["memory"][field] == ddp["memory"][field]  # type: ignore[index]
+        assert replicate["memory"][field] == ddp["memory"][field]
 
 
 @pytest.mark.slow
 def test_each_strategy_issues_its_own_collectives(memory: List[Dict[str, object]]) -> None:
     issued = {
-        s: {c["op"]: c for c in _cell(memory, GPT2_10M, s, 2)["collectives"]}  # type: ignore[attr-defined]
-        for s in STRATEGIES
+        s: {c["op"]: c for c in _cell(memory, GPT2_10M, s, 2)["collectives"]} for s in STRATEGIES
     }
     for strategy in ("ddp", "replicate"):  # gradients all-reduced, parameters never gathered
         assert issued[strategy]["all_reduce"]["calls"] >= 1, issued[strategy]
@@ -217,7 +216,7 @@ def test_each_strategy_issues_its_own_collectives(memory: List[Dict[str, object]
     fsdp2 = issued["fsdp2"]
     assert "all_reduce" not in fsdp2, fsdp2
     ddp = _cell(memory, GPT2_10M, "ddp", 2)
-    whole = ddp["memory"]["params_bytes"]  # type: ignore[index]
+    whole = ddp["memory"]["params_bytes"]
     # every parameter gathered for forward and, resharded after it, again for backward (all but
     # the root's); every gradient reduce-scattered once, all-reduced once under DDP
     assert issued["ddp"]["all_reduce"]["bytes"] == pytest.approx(whole, rel=0.01)
@@ -249,17 +248,17 @@ def test_console_and_report_recommend_with_the_measured_tradeoff(
     assert fsdp2 is not None, big
     ddp, sharded = (_cell(memory, GPT2_10M, s, 2) for s in ("ddp", "fsdp2"))
     keys = ("params_bytes", "grads_bytes", "optimizer_bytes")
-    state = [sum(c["memory"][k] for k in keys) for c in (ddp, sharded)]  # type: ignore[index]
+    state = [sum(c["memory"][k] for k in keys) for c in (ddp, sharded)]
     assert float(fsdp2.group(1)) == pytest.approx(state[1] / state[0], abs=0.005)
-    rate = sharded["throughput"] / ddp["throughput"]  # type: ignore[operator]
+    rate = sharded["throughput"] / ddp["throughput"]
     assert float(fsdp2.group(2)) == pytest.approx(rate, abs=0.005)
     (faulty,) = [line for line in lines if "gpt2_scaled_rank at 2 ranks" in line]
     assert "ddp, replicate, fsdp2 not ok: no figure" in faulty
     section = strategy_section(records)  # type: ignore[arg-type]
     assert section is not None and big.removeprefix("Strategy: ") in section.notes
     # each strategy's collectives with their busbw, on the console and in the section's table
-    busbw = sharded["collectives"][0]["busbw_gbps"]  # type: ignore[index]
-    shown = f"all_gather {sharded['collectives'][0]['calls']} x "  # type: ignore[index]
+    busbw = sharded["collectives"][0]["busbw_gbps"]
+    shown = f"all_gather {sharded['collectives'][0]['calls']} x "
     (line,) = [x for x in lines if x.startswith("  fsdp2's collectives per step: ") and shown in x]
     assert f"busbw {busbw:.3g} GB/s" in line, line
     cells = [text for row in section.tables[0].rows for text, _ in row]
@@ -300,7 +299,11 @@ def test_a_compiled_autograd_cell_proves_its_gradients(tmp_path: Path) -> None:
     saved = (dynamo.compiled_autograd, dynamo.optimize_ddp)
     ctx = RankContext(0, 0, 1, 1, torch.device("cpu"), "gloo", socket.gethostname())
     dist.init_process_group(
-        "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=60)
+        "gloo",
+        store=dist.HashStore(),  # type: ignore[attr-defined]  # torch re-exports it implicitly
+        rank=0,
+        world_size=1,
+        timeout=timedelta(seconds=60),
     )
     try:
         settings = CellSettings.model_validate(

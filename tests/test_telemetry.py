@@ -6,6 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -50,7 +51,7 @@ def test_sampler_without_nvml_gives_nothing(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_summarize_mixed_samples() -> None:
-    samples = [
+    samples: List[Dict[str, Optional[float]]] = [
         {
             "gpu_util_pct": 90.0,
             "power_w": 500.0,
@@ -65,6 +66,7 @@ def test_summarize_mixed_samples() -> None:
         },
     ]
     summary = summarize(samples)
+    assert summary is not None
     assert summary["util_pct_mean"] == 95.0 and summary["util_pct_max"] == 100.0
     assert summary["power_w_mean"] == 500.0 and summary["temperature_c_max"] == 75.0
     assert summary["throttle_reasons"] == []  # bit 0 is "GPU idle": benign

@@ -13,7 +13,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import pytest
 from typer.testing import CliRunner
@@ -60,7 +60,7 @@ def throttling_fixture() -> Dict[str, Any]:
     return fixture
 
 
-def sample(monkeypatch: pytest.MonkeyPatch, indices: List[int]) -> List[Dict[str, Any]]:
+def sample(monkeypatch: pytest.MonkeyPatch, indices: List[int]) -> List[Optional[Dict[str, Any]]]:
     monkeypatch.setitem(sys.modules, "pynvml", load(throttling_fixture()))
     samplers = [GpuSampler(i, interval_s=0.01) for i in indices]
     for sampler in samplers:
@@ -71,7 +71,7 @@ def sample(monkeypatch: pytest.MonkeyPatch, indices: List[int]) -> List[Dict[str
     return [s.summary() for s in samplers]
 
 
-def rank(index: int, gpu: Dict[str, Any], nosync: float, step: float) -> Dict[str, Any]:
+def rank(index: int, gpu: Optional[Dict[str, Any]], nosync: float, step: float) -> Dict[str, Any]:
     steps = [step] * 8
     return {
         "rank": index, "local_rank": index, "host": "node-a", "device": f"cuda:{index}",
@@ -200,7 +200,7 @@ def test_real_oversubscribed_rank_is_found(tmp_path: Path, monkeypatch: pytest.M
         TrainingResult.model_validate_json(line)
         for line in (tmp_path / "busy" / "results.jsonl").read_text().splitlines()
     ]
-    table = cpu_table(records).set_index("rank")
+    table: Any = cpu_table(records).set_index("rank")  # read cell by cell
     print(table[["cpu_share", "cpu_wait_share", "other_processes_cores", "nosync_step_ms"]])
     # Two busy processes take about two thirds of rank 1's core; rank 0 only meets whatever else
     # runs on the machine.

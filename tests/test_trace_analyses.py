@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import sqlite3
 from functools import cache
+from typing import Any, List
 
+import pandas as pd
 import pytest
 
 from tests.support.profile_helpers import DATA, load_trace_json, real_traces_dir
@@ -33,6 +35,7 @@ from torchscale.profiling.analyzers.pace import step_pace
 from torchscale.profiling.analyzers.trace_breakdown import temporal_breakdown
 from torchscale.profiling.analyzers.trace_collectives import _op_name
 from torchscale.profiling.traces import kineto, load_traces
+from torchscale.profiling.traces.model import RankTrace
 from torchscale.profiling.traces.nsys_sqlite import read_nsys
 
 REFERENCE = DATA / "hta_reference" / "hta_0.5.0.json"
@@ -57,7 +60,7 @@ def reference() -> dict:
 
 
 @cache
-def trace(name: str) -> kineto.RankTrace:
+def trace(name: str) -> RankTrace:
     read = kineto.read_kineto(real_traces_dir() / name)
     read.rank = 0  # HTA numbers a trace without distributedInfo 0 too
     return read
@@ -192,21 +195,28 @@ def three_steps(tmp_path):
     return synthetic_trace(tmp_path, steps=3)
 
 
+def _values(table: pd.DataFrame, label: str, columns: List[str]) -> List[Any]:
+    """The row ``label``'s values in ``columns``, as a list."""
+    row = table.loc[label, columns]
+    assert isinstance(row, pd.Series)
+    return row.tolist()
+
+
 def test_step_pace_of_known_steps_is_exact(three_steps):
     table = step_pace([three_steps], critical_path([three_steps])).set_index("phase")
     columns = ["steps", "mean_us", "min_us", "p50_us", "p95_us", "max_us", "slowest_step"]
     # steps of 100, 110, 120 us: population std sqrt(200 / 3); p95 interpolated 110 + 0.9 * 10
-    assert table.loc["step", columns].tolist() == [3, 110, 100, 110, 119, 120, 2]
+    assert _values(table, "step", columns) == [3, 110, 100, 110, 119, 120, 2]
     assert table.loc["step", "std_us"] == pytest.approx((200 / 3) ** 0.5)
     assert table.loc["step", "slowest_over_median"] == pytest.approx(120 / 110)
-    assert table.loc["step_interval", columns].tolist() == [2, 200, 200, 200, 200, 200, 1]
+    assert _values(table, "step_interval", columns) == [2, 200, 200, 200, 200, 200, 1]
     # the longer tails are host time: 15, 25, 35 us; every other category is steady
-    assert table.loc["host_launch", columns].tolist() == [3, 25, 15, 25, 34, 35, 2]
+    assert _values(table, "host_launch", columns) == [3, 25, 15, 25, 34, 35, 2]
     assert table.loc["host_launch", "cv"] == pytest.approx((200 / 3) ** 0.5 / 25)
     steady = {"compute": 40, "exposed_comm": 25, "gpu_other": 5, "data_loading": 10, "idle": 5}
     for phase, value in steady.items():
-        assert table.loc[phase, ["mean_us", "std_us", "max_us"]].tolist() == [value, 0, value]
-    assert table.loc[FETCH, ["steps", "mean_us", "std_us"]].tolist() == [3, 10, 0]  # annotated
+        assert _values(table, phase, ["mean_us", "std_us", "max_us"]) == [value, 0, value]
+    assert _values(table, FETCH, ["steps", "mean_us", "std_us"]) == [3, 10, 0]  # annotated
     assert len(table) == 2 + len(CATEGORIES) + 1
 
 
@@ -214,9 +224,9 @@ def test_kernel_distribution_of_known_kernels_is_exact(three_steps):
     table = kernel_distribution([three_steps]).set_index("kernel_class")
     columns = ["count", "sum_us", "mean_us", "min_us", "p50_us", "p90_us", "p99_us", "max_us"]
     # compute: 30 and 10 us a step; communication: 20 and 10; memory: the 5 us copy
-    assert table.loc["compute", columns].tolist() == [6, 120, 20, 10, 20, 30, 30, 30]
-    assert table.loc["communication", columns].tolist() == [6, 90, 15, 10, 15, 20, 20, 20]
-    assert table.loc["memory", columns].tolist() == [3, 15, 5, 5, 5, 5, 5, 5]
+    assert _values(table, "compute", columns) == [6, 120, 20, 10, 20, 30, 30, 30]
+    assert _values(table, "communication", columns) == [6, 90, 15, 10, 15, 20, 20, 20]
+    assert _values(table, "memory", columns) == [3, 15, 5, 5, 5, 5, 5, 5]
     stds = table["std_us"].tolist()  # sample std: sqrt(6 * 10^2 / 5), sqrt(6 * 5^2 / 5), 0
     assert stds == pytest.approx([120**0.5, 30**0.5, 0.0])
 

@@ -7,6 +7,7 @@ import json
 import random
 import shutil
 import sqlite3
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,7 +18,6 @@ from tests.support.profile_helpers import DATA, hta_reference, load_trace_json, 
 from torchscale.cli.app import app
 from torchscale.profiling.analysis import analyze, to_document
 from torchscale.profiling.analyzers.trace_breakdown import temporal_breakdown
-from torchscale.profiling.outputs import FINDINGS_FILE
 from torchscale.profiling.traces import kineto
 from torchscale.profiling.traces.memory_budget import (
     PEAK_PER_HELD_BYTE,
@@ -26,6 +26,7 @@ from torchscale.profiling.traces.memory_budget import (
     TraceMemoryError,
 )
 from torchscale.profiling.traces.nsys_sqlite import read_nsys
+from torchscale.results.layout import FINDINGS_FILE
 
 runner = CliRunner()
 TRACE = "nccl-2rank-rank0.json.gz"
@@ -104,7 +105,8 @@ def test_invalid_events_are_counted_reported_and_left_out(tmp_path, real_doc):
     for key in ("idle_pct", "compute_pct", "non_compute_pct", "overlap_pct"):
         assert row[key] == pytest.approx(ref[key], abs=0.01), key
     assert any("4 invalid event(s) (2 negative duration" in w for w in result.warnings)
-    assert to_document(result)["traces"][0]["invalid_events"]["negative duration"] == 2
+    document: Any = to_document(result)
+    assert document["traces"][0]["invalid_events"]["negative duration"] == 2
     cli = runner.invoke(app, ["profile", "analyze", str(folder), "--json"])
     assert cli.exit_code == 0
     assert "[WARN] rank 0 (rank0.json): 4 invalid event(s)" in cli.stderr
@@ -153,7 +155,9 @@ def test_tables_hold_compact_columns(real_doc):
     trace = kineto.read_kineto(real_traces_dir() / TRACE)
     held = sum(t.memory_usage(deep=False, index=False).sum() for t in (trace.gpu, trace.cpu))
     assert held / trace.event_count <= 40
-    assert trace.gpu["stream"].dtype.itemsize <= 2 and trace.cpu["launch_ts"].dtype == np.float32
+    stream = trace.gpu["stream"].dtype
+    assert isinstance(stream, np.dtype)
+    assert stream.itemsize <= 2 and trace.cpu["launch_ts"].dtype == np.float32
 
 
 def test_memory_budget_refuses_before_the_file_is_read(tmp_path, monkeypatch):

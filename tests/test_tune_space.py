@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import pytest
 from typer.testing import CliRunner
@@ -40,6 +40,7 @@ def test_default_space_keeps_the_math_and_leaves_out_what_cannot_act_here() -> N
     assert "CUDA" in space.left_out["cudnn_benchmark"]
     assert "synthetic" in space.left_out["data.num_workers"]
     assert space.left_out["precision"] == "changes the numerics: searched with --allow precision"
+    assert isinstance(space.candidates["ddp.bucket_cap_mb"], tuple)
     assert space.candidates["ddp.bucket_cap_mb"][0] == 1.0  # the baseline first
     assert space.baseline_params()["ddp.bucket_cap_mb"] == 1.0
     # On a GPU node with a real data loader, the CUDA and loader knobs join.
@@ -77,7 +78,7 @@ def test_a_range_is_sampled_by_optuna_inside_its_bounds() -> None:
     assert isinstance(space.candidates["ddp.bucket_cap_mb"], ValueRange)
     assert space.grid() is None  # continuous: TPE, not an enumerated grid
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
-    values = [space.suggest(study.ask())["ddp.bucket_cap_mb"] for _ in range(20)]
+    values: List[Any] = [space.suggest(study.ask())["ddp.bucket_cap_mb"] for _ in range(20)]
     assert all(1 <= v <= 400 for v in values) and len(set(values)) == 20
 
 
@@ -160,7 +161,7 @@ def test_snippet_and_best_yaml_carry_the_winner() -> None:
     assert "bucket_cap_mb=100.0," in text and "bf16_compress_hook" in text
     assert "torch.channels_last" in text and "torch.compile(model)" in text
     assert "fused=True" in text
-    raw = {"experiment_name": "x", "models": ["a", "b"], "ddp": {"bucket_cap_mb": 1},
+    raw: Dict[str, Any] = {"experiment_name": "x", "models": ["a", "b"], "ddp": {"bucket_cap_mb": 1},
            "tune": {"finalists": 1}}  # fmt: skip
     best = reproducing_config(raw, {"models": ["a"]}, {"ddp.bucket_cap_mb": 100}, "x-best")
     assert best == {"experiment_name": "x-best", "models": ["a"], "ddp": {"bucket_cap_mb": 100}}

@@ -38,6 +38,7 @@ def test_python_and_torch_minimum_versions():
     assert software.check_python((3, 8, 10)).status is Status.FAIL
     assert software.check_python((3, 9, 0)).status is Status.PASS
     old = software.check_torch(software.TorchFacts("1.13.1", "11.7", True, 8, "2.14.3"))
+    assert old.fix is not None
     assert old.status is Status.FAIL and 'pip install -U "torch>=2.0"' in old.fix
     assert software.check_torch(FACTS).value == "2.14.1+cu130 (CUDA 13.0 build)"
     broken = software.TorchFacts(None, None, False, 0, None, "ImportError: libcudart.so.13")
@@ -48,8 +49,10 @@ def test_cuda_row_on_gpu_nodes_where_torch_cannot_use_them():
     cpu_build = software.TorchFacts("2.5.1+cpu", None, False, 0, None)
     check = software.check_cuda(cpu_build, nvml_gpus=8)
     assert check.status is Status.FAIL and "CPU-only build" in check.value
+    assert check.fix is not None
     assert "--index-url https://download.pytorch.org/whl/cu" in check.fix
     hidden = software.check_cuda(FACTS, nvml_gpus=8)
+    assert hidden.fix is not None
     assert hidden.status is Status.FAIL and "CUDA_VISIBLE_DEVICES" in hidden.fix
     assert software.check_nccl(cpu_build, gpus=8).status is Status.FAIL
 
@@ -57,6 +60,7 @@ def test_cuda_row_on_gpu_nodes_where_torch_cannot_use_them():
 def test_nsys_is_optional(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     missing = software.check_nsys()
+    assert missing.fix is not None
     assert missing.status is Status.WARN and "Nsight Systems" in missing.fix
     nsys = tmp_path / "nsys"
     nsys.write_text("#!/bin/sh\n")
@@ -70,9 +74,10 @@ def test_shm_of_this_machine_and_a_docker_default(monkeypatch):
     assert here.details["total_bytes"] == st.f_blocks * st.f_frsize
     assert system.check_shm("/no/such/shm").status is Status.FAIL
     docker = os.statvfs_result((4096, 4096, 16384, 16384, 16384, 0, 0, 0, 0, 255))
-    monkeypatch.setattr(system.os, "statvfs", lambda _path: docker)
+    monkeypatch.setattr("torchscale.validate.system.os.statvfs", lambda _path: docker)
     small = system.check_shm()
     assert (small.status, small.value) == (Status.WARN, "64 MiB (64 MiB free)")
+    assert small.fix is not None
     assert "--shm-size=16g" in small.fix and "--ipc=host" in small.fix
 
 
@@ -80,23 +85,29 @@ def test_open_files_limit():
     low = system.check_open_files((1024, 1048576))
     assert low.status is Status.WARN and low.fix == "Raise it in the job script: `ulimit -n 65536`."
     capped = system.check_open_files((1024, 1024))
+    assert capped.fix is not None
     assert "/etc/security/limits.conf" in capped.fix
     assert system.check_open_files((65536, 65536)).status is Status.PASS
 
 
 def test_hostname_that_does_not_resolve(monkeypatch):
-    monkeypatch.setattr(system.socket, "gethostname", lambda: "no-such-host.invalid")
+    monkeypatch.setattr(
+        "torchscale.validate.system.socket.gethostname", lambda: "no-such-host.invalid"
+    )
     check = system.check_hostname()
+    assert check.fix is not None
     assert check.status is Status.FAIL and "/etc/hosts" in check.fix
 
 
 def test_master_addr_and_port():
     assert system.check_master_env({}).status is Status.PASS
     bad_port = system.check_master_env({"MASTER_ADDR": "localhost", "MASTER_PORT": "http"})
+    assert bad_port.fix is not None
     assert bad_port.status is Status.FAIL and "1-65535" in bad_port.fix
     unresolvable = system.check_master_env({"MASTER_ADDR": "no-such-host.invalid"})
     assert unresolvable.status is Status.FAIL
     half = system.check_master_env({"MASTER_PORT": "29500"})
+    assert half.fix is not None
     assert half.status is Status.WARN and "both" in half.fix
     with socket.socket() as busy:
         busy.bind(("", 0))
@@ -113,9 +124,11 @@ def test_nccl_environment_worth_knowing_about():
     slow = system.check_nccl_env(env, interfaces=["lo", "eth0"])
     assert slow.status is Status.WARN
     assert "NCCL_P2P_DISABLE=1 (no NVLink/PCIe peer-to-peer" in slow.value
+    assert slow.fix is not None
     assert "Unset NCCL_P2P_DISABLE" in slow.fix and "Unset NCCL_IB_DISABLE" in slow.fix
     interfaces = list(psutil.net_if_addrs())
     wrong = system.check_nccl_env({"NCCL_SOCKET_IFNAME": "ib9"}, interfaces=interfaces)
+    assert wrong.fix is not None
     assert wrong.status is Status.FAIL and "`ip -br addr`" in wrong.fix
     prefix = interfaces[0][:2]
     assert system.check_nccl_env({"NCCL_SOCKET_IFNAME": prefix}).status is Status.PASS
@@ -126,15 +139,21 @@ def test_disk_space_of_a_directory_still_to_be_created(tmp_path):
     check = system.check_disk(tmp_path / "results" / "run1")
     usage = shutil.disk_usage(tmp_path)
     assert check.value.endswith(f"at {tmp_path}")
+    assert isinstance(check.details["free_bytes"], int)
     assert abs(check.details["free_bytes"] - usage.free) < 64 << 20
 
 
 def test_disk_space_thresholds(monkeypatch, tmp_path):
     usage = type(shutil.disk_usage(tmp_path))
-    monkeypatch.setattr(system.shutil, "disk_usage", lambda _p: usage(100 << 30, 98 << 30, 2 << 30))
+    monkeypatch.setattr(
+        "torchscale.validate.system.shutil.disk_usage",
+        lambda _p: usage(100 << 30, 98 << 30, 2 << 30),
+    )
     low = system.check_disk(tmp_path)
     assert (low.status, low.value) == (Status.WARN, f"2.0 GiB free of 100.0 GiB at {tmp_path}")
-    monkeypatch.setattr(system.shutil, "disk_usage", lambda _p: usage(100 << 30, 100 << 30, 0))
+    monkeypatch.setattr(
+        "torchscale.validate.system.shutil.disk_usage", lambda _p: usage(100 << 30, 100 << 30, 0)
+    )
     assert system.check_disk(tmp_path).status is Status.FAIL
 
 
@@ -174,8 +193,10 @@ def test_smoke_verdicts():
     )
     counted = evaluate(smoke_result(wrong_elements=17))
     assert counted.status is Status.FAIL and "17 of 1,048,576 elements wrong" in counted.value
+    assert counted.fix is not None
     assert "NCCL_P2P_DISABLE=1" in counted.fix
     sample = evaluate(smoke_result(sample=[1.0] * 8), Path("/tmp/x.log"))
+    assert sample.fix is not None
     assert sample.status is Status.FAIL and sample.fix.endswith("Log: /tmp/x.log")
 
 
@@ -194,5 +215,6 @@ def test_a_smoke_test_that_cannot_launch_is_a_fail_row_not_a_traceback():
     check = smoke_check(future)
     assert check.status is Status.FAIL
     assert check.value == "could not launch: OSError: [Errno 28] No space left on device"
+    assert check.fix is not None
     assert "$TMPDIR" in check.fix
     assert smoke_check(None).status is Status.SKIP

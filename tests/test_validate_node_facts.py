@@ -56,6 +56,7 @@ def test_a_hardware_xid_fails_and_names_the_gpu_by_its_nvml_index() -> None:
     assert "GPU 4: Xid 79 (GPU has fallen off the bus)" in check.value
     assert "GPU 2: Xid 13 (graphics engine exception (usually the application)) x2" in check.value
     assert check.fix and "Xid 79 call for a GPU reset" in check.fix and "13" not in check.fix
+    assert isinstance(check.details["events"], list)
     assert [e["gpu"] for e in check.details["events"]] == ["GPU 2", "GPU 2", "GPU 4"]
 
 

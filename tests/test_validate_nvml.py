@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 import pynvml
 import pytest
 
 from tests.support.fakes.fake_pynvml import load
 from torchscale.hardware import environment
-from torchscale.hardware.nvml import Unsupported, open_nvml, read_telemetry, supported
+from torchscale.hardware.nvml import Nvml, Unsupported, open_nvml, read_telemetry, supported
 from torchscale.hardware.topology import format_matrix
 from torchscale.validate.result import CheckResult
 from torchscale.validate.runner import gpu_health
@@ -66,7 +66,10 @@ def test_fake_raises_the_real_pynvml_exception_classes(use_nvml):
 def test_call_turns_every_nvml_error_into_unsupported(use_nvml):
     use_nvml("v100_ecc")
     with open_nvml() as nvml:
-        handle = nvml.handles()[0]
+        assert isinstance(nvml, Nvml)
+        handles = nvml.handles()
+        assert isinstance(handles, list)
+        handle = handles[0]
         not_supported = nvml.call("nvmlDeviceGetRemappedRows", handle)  # Volta: no row remapping
         not_found = nvml.call("nvmlDeviceGetCurrentClocksEventReasons", handle)  # driver 470
         bad_link = nvml.call("nvmlDeviceGetNvLinkState", handle, 30)
@@ -78,7 +81,10 @@ def test_call_turns_every_nvml_error_into_unsupported(use_nvml):
 def test_clocks_event_reasons_fall_back_to_the_throttle_name_on_old_drivers(use_nvml):
     module = use_nvml("v100_ecc")
     with open_nvml() as nvml:
-        reasons = nvml.clocks_event_reasons(nvml.handles()[0])
+        assert isinstance(nvml, Nvml)
+        handles = nvml.handles()
+        assert isinstance(handles, list)
+        reasons = nvml.clocks_event_reasons(handles[0])
     assert reasons == device_values("v100_ecc", "nvmlDeviceGetCurrentClocksThrottleReasons")[0]
     assert module.replay.calls[-2:] == [
         "nvmlDeviceGetCurrentClocksEventReasons",
@@ -117,7 +123,10 @@ def test_telemetry_sample_of_a_throttled_gpu(use_nvml):
     use_nvml("h100_thermal")
     gpu = fixture("h100_thermal")["devices"][5]
     with open_nvml() as nvml:
-        sample = read_telemetry(nvml, nvml.handles()[5])
+        assert isinstance(nvml, Nvml)
+        handles = nvml.handles()
+        assert isinstance(handles, list)
+        sample = read_telemetry(nvml, handles[5])
     assert sample == {
         "gpu_util_pct": float(gpu["nvmlDeviceGetUtilizationRates"]["gpu"]),
         "mem_util_pct": float(gpu["nvmlDeviceGetUtilizationRates"]["memory"]),
@@ -135,7 +144,10 @@ def test_telemetry_sample_of_a_throttled_gpu(use_nvml):
 def test_telemetry_of_a_gpu_that_reports_nothing_is_all_none(use_nvml):
     use_nvml("not_supported")
     with open_nvml() as nvml:
-        sample = read_telemetry(nvml, nvml.handles()[1])
+        assert isinstance(nvml, Nvml)
+        handles = nvml.handles()
+        assert isinstance(handles, list)
+        sample = read_telemetry(nvml, handles[1])
     assert sample and set(sample.values()) == {None}
 
 
@@ -156,7 +168,9 @@ GPU7  SYS   SYS   SYS   NV1   NV2   NV1   NV2   X
 
 
 def matrix_of(name: str) -> List[List[str]]:
-    return by_name(gpu_health(8).checks)["GPU topology"].details["matrix"]
+    matrix = by_name(gpu_health(8).checks)["GPU topology"].details["matrix"]
+    assert isinstance(matrix, list)
+    return matrix
 
 
 def test_topology_matrix_of_direct_nvlinks_matches_nvidia_smi(use_nvml):
@@ -190,7 +204,10 @@ def test_topology_through_nvswitches_counts_active_links(use_nvml):
 THERMAL_FIX = "nvidia-smi -q -d PERFORMANCE,TEMPERATURE"
 
 
-def expected(name: str) -> Dict[str, tuple]:
+Row = Tuple[str, Optional[str], Optional[str]]
+
+
+def expected(name: str) -> Dict[str, Row]:
     """check name -> (status, value, fix fragment) for one fixture; values computed from it."""
     if name == "not_supported":
         manual = {
@@ -205,7 +222,7 @@ def expected(name: str) -> Dict[str, tuple]:
             "GPU topology": "nvidia-smi topo -m",
             "MIG mode": "nvidia-smi -q | grep -i -A2 'MIG Mode'",
         }
-        table = {check: ("SKIP", None, fix) for check, fix in manual.items()}
+        table: Dict[str, Row] = {check: ("SKIP", None, fix) for check, fix in manual.items()}
         table["GPUs"] = ("PASS", "2 x GPU (name not reported by NVML)", None)
         return table
     devices = fixture(name)["devices"]
@@ -287,12 +304,14 @@ def test_verdict_and_fix_of_every_gpu_check(use_nvml, name):
         if status == "PASS":
             assert got.fix is None
         else:
+            assert fix is not None and got.fix is not None
             assert fix in got.fix, (check, got.fix)
 
 
 def test_nvlink_fix_names_the_commands(use_nvml):
     use_nvml("a100_nvlink_down")
     nvlink = by_name(gpu_health(8).checks)["NVLink"]
+    assert nvlink.fix is not None and isinstance(nvlink.details["per_gpu"], dict)
     assert "`nvidia-smi nvlink -s`" in nvlink.fix and "reseat" in nvlink.fix
     assert nvlink.details["per_gpu"]["3"] == {"up": 11, "links": 12, "down": [7]}
 
@@ -312,7 +331,7 @@ def test_cuda_version_against_the_drivers(use_nvml, name, torch_cuda, status, fi
     health = gpu_health(8)
     check = check_cuda_driver(torch_cuda, health.cuda_driver, health.gpus)
     assert check.status.value == status
-    assert check.fix is None if fix is None else fix in check.fix
+    assert check.fix is None if fix is None else (check.fix is not None and fix in check.fix)
     if supported(health.cuda_driver):
         version = fixture(name)["system"]["nvmlSystemGetCudaDriverVersion"]
         assert f"up to CUDA {version // 1000}.{version % 1000 // 10}" in check.value
@@ -415,4 +434,4 @@ def test_faults_injected_into_the_healthy_h100_recording(
     monkeypatch.setitem(sys.modules, "pynvml", load(data))
     got = by_name(gpu_health(8).checks)[check]
     assert (got.status.value, got.value) == (status, value)
-    assert got.fix is None if fix is None else fix in got.fix
+    assert got.fix is None if fix is None else (got.fix is not None and fix in got.fix)

@@ -56,6 +56,7 @@ def test_error_checks_give_one_fail_row_per_probe_grouped_by_reason() -> None:
     assert p2p.value.startswith("could not run on GPU 0->1: OutOfMemoryError") and p2p.fix == (
         MEMORY_FIX
     )
+    assert isinstance(gemm.details["errors"], list)
     assert gemm.details["errors"][6] == {
         "probe": "gemm_bf16",
         "device": "GPU 6",
@@ -172,7 +173,7 @@ def test_a_gpu_load_failure_is_named_and_a_bug_stays_a_bug(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     settings = ValidateSection()
 
-    def device_oom(device, _settings, _seconds):  # type: ignore[no-untyped-def]
+    def device_oom(device, _settings, _seconds):
         out_of_memory()
 
     monkeypatch.setattr(sustained_load, "_device_loop", device_oom)
@@ -181,7 +182,7 @@ def test_a_gpu_load_failure_is_named_and_a_bug_stays_a_bug(monkeypatch) -> None:
     assert failed.value.device in ("GPU 0", "GPU 1")
     assert isinstance(failed.value.cause, torch.cuda.OutOfMemoryError)
 
-    def device_bug(device, _settings, _seconds):  # type: ignore[no-untyped-def]
+    def device_bug(device, _settings, _seconds):
         raise TypeError("a bug in the load loop")
 
     monkeypatch.setattr(sustained_load, "_device_loop", device_bug)

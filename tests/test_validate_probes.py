@@ -251,6 +251,7 @@ def test_level_1_warns_with_the_load_and_names_the_process_holding_the_cores() -
     assert check.status is Status.WARN, check
     assert f"other processes kept {others:.2f} cores busy" in check.value
     top = check.details["top_consumers"]
+    assert isinstance(top, list)
     assert [c["pid"] for c in top] == [c.pid for c in consumers[: len(top)]]
     if mine in consumers[:3]:  # the row names the three largest
         assert f"(pid {pid}) {mine.cores:.2f}" in check.value
@@ -279,6 +280,7 @@ def test_level_2_names_the_core_other_processes_share_against_its_own_unloaded_r
     judged = {j.figure.device: j for j in judge_figures(gemms, settings, cpu=True)}
     slowed = judged[f"CPU {len(allowed) - 1}"]
     unloaded = slowed.figure.details["unloaded"]
+    assert isinstance(unloaded, (int, float)) and slowed.vs_expected is not None
     assert slowed.expected == unloaded and slowed.vs_expected == pytest.approx(
         slowed.figure.value / unloaded
     )

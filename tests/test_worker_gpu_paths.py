@@ -34,6 +34,7 @@ from torchscale.runtime.clock import Clock
 from torchscale.runtime.process_group import RankContext
 from torchscale.worker import profiler
 from torchscale.worker.aggregate import epoch_stats
+from torchscale.worker.batches import LoaderBatches
 from torchscale.worker.training import apply_math_settings, build_run
 
 CPU = RankContext(0, 0, 1, 1, torch.device("cpu"), "gloo", socket.gethostname())
@@ -45,7 +46,11 @@ def one_rank() -> Iterator[None]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one CPU "GPU", as the launched workers get
     dist.init_process_group(
-        "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timedelta(seconds=60)
+        "gloo",
+        store=dist.HashStore(),  # type: ignore[attr-defined]  # torch re-exports it implicitly
+        rank=0,
+        world_size=1,
+        timeout=timedelta(seconds=60),
     )
     try:
         yield
@@ -76,8 +81,14 @@ def settings(**knobs: Any) -> CellSettings:
 def test_ddp_logging_goes_back_to_torchs_sample_rate_after_the_probe(one_rank):
     run = build_run(settings(), load_model("resnet-tiny"), CPU)
     rates: List[int] = []
+    assert run.ddp is not None
     real = run.ddp._set_ddp_runtime_logging_sample_rate
-    run.ddp._set_ddp_runtime_logging_sample_rate = lambda r: (rates.append(r), real(r))[1]
+
+    def recorded(rate: int) -> None:
+        rates.append(rate)
+        real(rate)
+
+    run.ddp._set_ddp_runtime_logging_sample_rate = recorded  # type: ignore[method-assign]  # a spy
     timings = measure._ddp_logging_probe(run, Clock(CPU.device), 1)
     assert rates == [1, measure.DDP_DEFAULT_LOGGING_SAMPLE_RATE]
     assert timings["ddp_forward_compute_ms"] is not None
@@ -194,6 +205,7 @@ def test_epochs_over_an_image_folder_are_whole_passes(one_rank, tmp_path):
     assert all(e["window_s"] > 0 for e in result["epochs"])
     assert result["measure_steps"] == len(result["step_times_ms"]) == 10
     # the warm-up's, one fresh pass per epoch, then the counted step's (after the windows)
+    assert isinstance(run.batches, LoaderBatches)
     assert run.batches.passes == 4
     # metrics_epoch.jsonl's lines: each pass's ten images at its own rate
     lines = epoch_stats([result], global_batch=2, units_per_sample=1.0)
@@ -323,12 +335,12 @@ def test_a_hung_nccl_collective_dumps_into_the_cell_folder(tmp_path):
 
 
 def test_gloo_collective_timeouts_are_timeouts_other_errors_are_not(tmp_path):
-    gloo = {
+    gloo: Dict[str, object] = {
         "type": "RuntimeError",  # what torch 2.15's gloo raised in a 2-rank run here
         "message": "[third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
         "waiting 3000ms for recv operation to complete",
     }
-    crash = {"type": "RuntimeError", "message": "injected crash"}
+    crash: Dict[str, object] = {"type": "RuntimeError", "message": "injected crash"}
     assert collective_timed_out([gloo], tmp_path)
     assert not collective_timed_out([gloo, crash], tmp_path)
     assert not collective_timed_out([], tmp_path)
@@ -377,4 +389,5 @@ def test_nsys_window_marks_the_rank_and_warms_up_before_step_ranges(monkeypatch)
     from torchscale.profiling.traces.nsys_ranks import RANK_MARK
 
     assert not STEP_NAME_RE.match(profiler.NVTX_WARMUP)
-    assert RANK_MARK.match("torchscale rank=3 world_size=4").group(1) == "3"
+    marked = RANK_MARK.match("torchscale rank=3 world_size=4")
+    assert marked is not None and marked.group(1) == "3"

@@ -17,7 +17,7 @@ class _TableParser:
         self._cell: Optional[List[str]] = None
 
         class Parser(HTMLParser):
-            def handle_starttag(self, tag, attrs):  # type: ignore[no-untyped-def]
+            def handle_starttag(self, tag, attrs):
                 attributes = dict(attrs)
                 if tag == "table" and attributes.get("id"):
                     outer._current = attributes["id"]
@@ -27,14 +27,14 @@ class _TableParser:
                 elif tag in ("td", "th") and outer._current:
                     outer._cell = []
 
-            def handle_endtag(self, tag):  # type: ignore[no-untyped-def]
+            def handle_endtag(self, tag):
                 if tag in ("td", "th") and outer._cell is not None and outer._current:
                     outer.tables[outer._current][-1].append("".join(outer._cell).strip())
                     outer._cell = None
                 elif tag == "table":
                     outer._current = None
 
-            def handle_data(self, data):  # type: ignore[no-untyped-def]
+            def handle_data(self, data):
                 if outer._cell is not None:
                     outer._cell.append(data)
 
@@ -49,7 +49,8 @@ def html_tables(html: str) -> Dict[str, List[Dict[str, str]]]:
     for table_id, rows in collector.tables.items():
         if not rows:
             continue
-        headers, seen = [], {}
+        headers: List[str] = []
+        seen: Dict[str, int] = {}
         for header in rows[0]:
             seen[header] = seen.get(header, 0) + 1
             headers.append(header if seen[header] == 1 else f"{header} {seen[header]}")

@@ -42,7 +42,7 @@ JOINED_PHASES = {"build", "warmup", "measure", "gradient_check", "sync_probe"}
 """A rank in these has joined the process group: its peers lose it in a collective."""
 
 
-def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         check_stop()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict
 
 from tests.support.two_hosts import check_stop, kill_tree, torchscale_env, two_hosts
+from tests.support.typed import training_records
 from torchscale.results.store import ExperimentStore
 
 PORT = 29561
@@ -72,7 +73,9 @@ def run_lockstep(tmp: Path) -> Dict[str, Any]:
         killed_at = time.monotonic()
 
         def kill_cell_recorded() -> bool:
-            return any(r.batch_size == 4 and r.nnodes == 2 for r in store.records())
+            return any(
+                r.batch_size == 4 and r.nnodes == 2 for r in training_records(store.records())
+            )
 
         wait_for(kill_cell_recorded, CELL_TIMEOUT_S + 30, "head to record the killed cell")
         recorded_after_s = time.monotonic() - killed_at

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
@@ -51,7 +51,7 @@ def postgres_server() -> Iterator[Server]:
     if user:
         shutil.chown(tmp_root, user)
         shutil.chown(data, user)
-    run = {"check": True, "capture_output": True, "timeout": 120}
+    run: Dict[str, Any] = {"check": True, "capture_output": True, "timeout": 120}
     subprocess.run(
         _as_user(user, [str(bindir / "initdb"), "-D", str(data), "-U", "torchscale",
                         "-A", "trust", "--no-sync"]),

@@ -33,7 +33,7 @@ def hta_reference() -> Dict[str, Dict[str, float]]:
 
 def load_trace_json(path: Path) -> dict:
     opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt") as fh:  # type: ignore[operator]
+    with opener(path, "rt") as fh:
         return json.load(fh)
 
 

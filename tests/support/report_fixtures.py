@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from torchscale.results.layout import (
     experiment_dirname,
     profile_run_name,
 )
-from torchscale.results.schema import ProfileInfo, TrainingResult
+from torchscale.results.schema import CellStatus, ProfileInfo, TrainingResult
 from torchscale.results.store import ExperimentStore
 from torchscale.worker.aggregate import aggregate
 
@@ -131,7 +131,7 @@ def _ranks(
     ranks = []
     for r in range(world):
         times = steps[:, 0].tolist()  # ranks leave the all-reduce together
-        memory = {
+        memory: Dict[str, Any] = {
             "params_bytes": states,
             "grads_bytes": states,
             "optimizer_bytes": 2 * states,
@@ -191,7 +191,7 @@ def training_record(
 
 def failure_records(spec: FixtureSpec) -> List[TrainingResult]:
     first, second = spec.models[0].name, spec.models[-1].name
-    cases = [
+    cases: List[Tuple[str, int, int, CellStatus, str]] = [
         (
             first,
             256,

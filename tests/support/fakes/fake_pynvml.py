@@ -146,7 +146,7 @@ class Replay:
 def load(fixture: Dict[str, Any]) -> types.ModuleType:
     """A module that answers like pynvml from ``fixture``; its ``replay`` attribute is the state."""
     replay = Replay(fixture)
-    module = types.ModuleType("pynvml")
+    module: Any = types.ModuleType("pynvml")  # attributes set below, as pynvml has them
     for name in dir(real):
         if name.startswith(SHARED_PREFIXES):
             setattr(module, name, getattr(real, name))
@@ -163,7 +163,7 @@ def load(fixture: Dict[str, Any]) -> types.ModuleType:
             return lambda handle, *args: replay.device(name, handle, *args)
         raise AttributeError(name)
 
-    module.__getattr__ = lookup  # type: ignore[attr-defined]
+    module.__getattr__ = lookup
     return module
 
 
@@ -198,7 +198,7 @@ def recorder() -> types.ModuleType:
     """A pynvml proxy that calls the real library and records every answer in fixture format."""
     fixture: Dict[str, Any] = {"init": None, "system": {}, "devices": []}
     index_of: Dict[int, int] = {}
-    module = types.ModuleType("pynvml")
+    module: Any = types.ModuleType("pynvml")  # attributes set below, as pynvml has them
     for name in dir(real):
         if name.startswith(SHARED_PREFIXES):
             setattr(module, name, getattr(real, name))
@@ -278,7 +278,7 @@ def recorder() -> types.ModuleType:
     module.nvmlShutdown = real.nvmlShutdown
     module.nvmlDeviceGetCount = real.nvmlDeviceGetCount
     module.nvmlDeviceGetHandleByIndex = by_index
-    module.__getattr__ = lookup  # type: ignore[attr-defined]
+    module.__getattr__ = lookup
     return module
 
 
