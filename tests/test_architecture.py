@@ -1054,3 +1054,13 @@ def test_the_command_shape_check_refuses_each_planted_violation(tmp_path: Path) 
         trees = {name: parse((tmp_path / f"{name}.py").read_text()) for name in sources}
         found = command_shape_problems(parse(app_source), trees, CLI_LEAVES)
         assert any(problem in p for p in found), (problem, found)
+
+
+def test_the_architecture_page_lists_the_pipeline_as_the_test_holds_it() -> None:
+    """docs/architecture.md names the layer order the imports keep, so a move that changes it
+    redraws the page too."""
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start = page.index("(`PIPELINE`: ")
+    named = re.findall(r"`([^`]*)`", page[start + len("(`PIPELINE`") : page.index("),", start)])
+    listed = [name.strip() for part in named for name in part.split(",") if name.strip()]
+    assert listed == [p for p in PIPELINE if p != "__main__"]
