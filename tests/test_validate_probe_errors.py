@@ -147,7 +147,10 @@ def test_validate_level_3_out_of_memory_is_fail_rows_exit_1_and_no_traceback(
     assert sustained["status"] == "FAIL" and sustained["fix"] == MEMORY_FIX
     assert sustained["value"].startswith(f"could not run on CPU: {reason}")
     assert report["sustained"]["error"]["device"] == "CPU"
-    assert checks["Memory copy"]["status"] == "PASS"  # measured although the GEMM could not be
+    # measured although the GEMM could not be (its verdict is the host's: a loaded one may fail it)
+    copy = checks["Memory copy"]
+    assert copy["status"] in ("PASS", "WARN", "FAIL") and "could not run" not in copy["value"]
+    assert "Memory copy (could not run)" not in checks
     assert {p["probe"] for p in report["probes"]} == {"memory_copy", "launch_latency"}
     assert not report["summary"]["ok"] and report["summary"]["fail"] >= 2
     # the table on stderr: each failure a row with the start of its one-line reason (the cell
@@ -158,7 +161,8 @@ def test_validate_level_3_out_of_memory_is_fail_rows_exit_1_and_no_traceback(
     assert table.count(f"Sustained load FAIL could not run on CPU: {start}") == 1
     assert table.count("see note 2") == 2 and " ".join(MEMORY_FIX.split()) in table
     assert "Of the allocated memory" not in table
-    assert "2 FAIL" in table and "not ready: fix the FAIL rows first" in table
+    fails = report["summary"]["fail"]  # the two above, and any probe a loaded host failed
+    assert f"{fails} FAIL" in table and "not ready: fix the FAIL rows first" in table
     assert json.loads((out / "validate" / f"host-{report['host']}.json").read_text()) == report
 
 
