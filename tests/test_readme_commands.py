@@ -146,9 +146,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         encoding="utf-8",
     )
     results = root / "results"
-    # One model at one batch size on 1-8 ranks each (collectives and a failed cell kept): the
+    # One model at one batch size on 1-8 ranks each (collectives and failed cells kept): the
     # lines only have to run here; the report's content is checked on the full fixture
-    # experiment (test_report_*), and four full experiments made the PDF line alone ~45 s.
+    # experiment (test_report_*). Four full experiments made the PDF line a 47-page render.
     small = {"models": MODELS[:1], "batch_sizes": (32,), "findings": False}
     write_experiment(results, FixtureSpec(name="old", **small))
     write_experiment(results, FixtureSpec(name="new", slowdown={"resnet50": 1.3}, **small))
