@@ -14,12 +14,13 @@ os.environ.setdefault("NO_COLOR", "1")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 from typer import rich_utils
 
 if TYPE_CHECKING:  # the support modules import torchscale: loaded when a fixture is first used
+    from tests.support.chromium_cdp import Chromium
     from tests.support.shared_runs import ProfileRun, Run
     from tests.support.sweep_records import SweepRun
 
@@ -223,6 +224,18 @@ def session_report(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path, 
         return built[(folder, fmt)]
 
     return report
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Chromium]:
+    """One headless Chromium for every test that opens a page in it (each page in its own tab):
+    a start and stop cost ~1.5 s, paid once per session instead of once per module or test."""
+    from tests.support.chromium_cdp import CHROMIUM, Chromium
+
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
+    with Chromium() as browser:
+        yield browser
 
 
 # --- the launch count: what the suite's time is made of ------------------------------------------

@@ -19,6 +19,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from tests.support.chromium_cdp import Chromium
 from tests.support.environ import REPO, repo_pythonpath
 from tests.support.report_fixtures import SessionReport
 from tests.support.shared_runs import ProfileRun, Run
@@ -551,10 +552,8 @@ def test_band_labels_and_the_ideal_line_are_legend_entries(fixture_results: Path
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
 def test_in_chromium_no_band_label_is_inside_a_plot(
-    fixture_results: Path, session_report: SessionReport
+    fixture_results: Path, session_report: SessionReport, chromium: Chromium
 ) -> None:
-    from tests.support.chromium_cdp import Chromium
-
     path = session_report(fixture_results, "html")
     ready = (
         "document.querySelectorAll('[data-figure]').length === "
@@ -569,8 +568,7 @@ def test_in_chromium_no_band_label_is_inside_a_plot(
       return {n: texts.length, inside: texts.filter(t => inside(t.getBoundingClientRect()))
               .map(t => t.textContent)};
     }))()"""
-    with Chromium() as browser:
-        charts = browser.open(path, ready).evaluate(probe)
+    charts = chromium.open(path, ready).evaluate(probe)
     assert charts
     for chart in charts:
         assert chart["n"] == 3 and chart["inside"] == [], chart

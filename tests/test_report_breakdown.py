@@ -10,6 +10,7 @@ from typing import Dict, List
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.chromium_cdp import Chromium
 from tests.support.html_tables import html_tables
 from tests.support.shared_runs import Run
 from torchscale.analysis.report_data import load_report_data
@@ -131,13 +132,9 @@ def test_pdf_shows_the_same_sections(reports: Dict[str, Path]) -> None:
         assert title in text, title
 
 
-def test_new_charts_draw_in_chromium(reports: Dict[str, Path]) -> None:
-    from tests.support.chromium_cdp import CHROMIUM, Chromium
+def test_new_charts_draw_in_chromium(reports: Dict[str, Path], chromium: Chromium) -> None:
     from tests.test_report_browser import _check
 
-    if CHROMIUM is None:
-        pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
-    with Chromium() as browser:
-        charts = _check(browser, reports["html"], "projection", reports["html"].with_suffix(".png"))
+    charts = _check(chromium, reports["html"], "projection", reports["html"].with_suffix(".png"))
     drawn = {c["id"].split("-")[0] for c in charts}
     assert {"comm", "latency", "tp", "projection"} <= drawn, drawn

@@ -35,12 +35,6 @@ CHARTS = """(() => {
 })()"""
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with Chromium() as chromium:
-        yield chromium
-
-
 def _check(browser: Chromium, path: Path, title: str, shot: Path) -> list:
     page = browser.open(path, READY)
     assert page.console_errors == []
@@ -59,26 +53,26 @@ def _check(browser: Chromium, path: Path, title: str, shot: Path) -> list:
 
 
 def test_fixture_report_in_chromium(
-    browser: Chromium, fixture_results: Path, session_report: SessionReport
+    chromium: Chromium, fixture_results: Path, session_report: SessionReport
 ) -> None:
     path = session_report(fixture_results, "html")
-    charts = _check(browser, path, FixtureSpec().name, path.with_suffix(".png"))
+    charts = _check(chromium, path, FixtureSpec().name, path.with_suffix(".png"))
     assert len(charts) >= 14
 
 
 def test_node_report_in_chromium(
-    browser: Chromium, node_results: Path, session_report: SessionReport
+    chromium: Chromium, node_results: Path, session_report: SessionReport
 ) -> None:
     path = session_report(node_results, "html")
-    charts = _check(browser, path, NODE_SPEC.name, path.with_suffix(".png"))
+    charts = _check(chromium, path, NODE_SPEC.name, path.with_suffix(".png"))
     across = [c for c in charts if c["id"].startswith("nodes-")]
     # total, intra, inter; and the two efficiency bands, named in the legend
     assert len(across) == 2 and all(c["traces"] == 3 + 2 for c in across)
 
 
 def test_real_report_in_chromium(
-    browser: Chromium, healthy_run: Run, session_report: SessionReport
+    chromium: Chromium, healthy_run: Run, session_report: SessionReport
 ) -> None:
     path = session_report(healthy_run.output_dir, "html")
-    charts = _check(browser, path, SCRIPT_NAME, path.with_suffix(".png"))
+    charts = _check(chromium, path, SCRIPT_NAME, path.with_suffix(".png"))
     assert {c["id"].split("-")[0] for c in charts} >= {"efficiency", "throughput", "steps"}
