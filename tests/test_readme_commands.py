@@ -13,7 +13,7 @@ import re
 import shlex
 import shutil
 from pathlib import Path
-from typing import List, Sequence
+from typing import Any, Dict, List, Sequence
 
 import pytest
 import typer
@@ -148,7 +148,7 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # One model at one batch size on 1-8 ranks each (collectives and failed cells kept): the
     # lines only have to run here; the report's content is checked on the full fixture
     # experiment (test_report_*). Four full experiments made the PDF line a 47-page render.
-    small = {"models": MODELS[:1], "batch_sizes": (32,), "findings": False}
+    small: Dict[str, Any] = {"models": MODELS[:1], "batch_sizes": (32,), "findings": False}
     write_experiment(results, FixtureSpec(name="old", **small))
     write_experiment(results, FixtureSpec(name="new", slowdown={"resnet50": 1.3}, **small))
     write_experiment(results, FixtureSpec(name="train", **small))
