@@ -1,14 +1,20 @@
-"""The session's runs on hosts of their own (network namespaces), made two at a time.
+"""The session's long runs whose assertions cannot see shared cores, made two at a time ("lanes").
 
-Each run below is a whole multi-host run with hosts of its own: its namespaces, so its addresses
-and ports are its alone, and no two share a process. A run's start-up and its nodes' waits for
-each other (imports, rendezvous, polls, a pod held until its results are copied) leave a core
-idle that a second run fills. So they run in ``LANES`` threads at once, all before the first test
-that reads one: nothing else of the session runs beside them (the single-host tests' timings and
-busy-host verdicts stay their own), and the fleet test, whose throttled host is measured against
-its peers, makes its hosts after them. No assertion on these runs reads a verdict, a time or a
-figure that sharing the cores could change: statuses, records' fields, bytes, errors, formulas
-over the same records, and timeouts of minutes.
+A run's start-up and its processes' waits for each other (imports, rendezvous, polls, a pod held
+until its results are copied, a stall watch's seconds) leave a core idle that a second run fills.
+So the runs below go in ``LANES`` threads at once, all before the first test that reads one:
+nothing else of the session runs beside them (the other tests' timings and busy-host verdicts
+stay their own), and the fleet test, whose throttled host is measured against its peers, makes
+its hosts after them.
+
+Two sorts share the lanes. Multi-host runs have hosts of their own (network namespaces: their
+addresses and ports are theirs alone). Single-host runs are subprocesses (``python -m torchscale``
+with this checkout on PYTHONPATH: CliRunner and ``os.environ`` are the process's, so nothing here
+invokes the CLI in-process), standalone torchrun launches on ports the OS picks. A run joins only
+when no assertion on it reads a verdict, a time or a figure that sharing the cores could change:
+statuses, records' fields, error text, exit codes, files, processes left behind, formulas over
+the same records, and timeouts of minutes (or seconds of no movement at all, where a step takes
+milliseconds). Each run's docstring says why.
 
 Only the runs that the session's selected tests read are made (``wanted``): one module run alone
 pays only for its own. ``tests/conftest.py`` holds one session fixture per run, of the same name.
@@ -33,7 +39,7 @@ agent, a rank) and the suite's machine has 2 cores."""
 
 
 @dataclass(frozen=True)
-class HostRun:
+class LaneRun:
     """A session fixture's run: ``jobs(folder)`` readies it in the test's thread (CliRunner and
     ``os.environ`` are the process's) and returns the jobs the lanes run; ``combine`` makes the
     fixture's value of their results."""
@@ -51,20 +57,35 @@ def _only(results: Dict[str, Any]) -> Any:
     return results["run"]
 
 
-def _runs() -> Dict[str, HostRun]:
+def _runs() -> Dict[str, LaneRun]:
     """Longest first, so that the last to start is a short one."""
-    from tests.support import k8s_pod_runs, multinode_run, slurm_cluster
+    from tests.support import k8s_pod_runs, multinode_run, process_fault_runs, slurm_cluster
 
     return {
-        "two_host_lockstep": HostRun("two_hosts", _single(multinode_run.run_lockstep), _only),
-        "k8s_pods_run": HostRun("k8s_pods", k8s_pod_runs.jobs, k8s_pod_runs.combine),
-        "hybrid_run": HostRun("hybrid", _single(multinode_run.run_hybrid), _only),
-        "slurm_job_run": HostRun("slurm", _single(slurm_cluster.run_slurm_job), _only),
-        "comm_nodes_run": HostRun("comm_nodes", _single(multinode_run.run_comm_nodes), _only),
+        "two_host_lockstep": LaneRun("two_hosts", _single(multinode_run.run_lockstep), _only),
+        "k8s_pods_run": LaneRun("k8s_pods", k8s_pod_runs.jobs, k8s_pod_runs.combine),
+        "hybrid_run": LaneRun("hybrid", _single(multinode_run.run_hybrid), _only),
+        "slurm_job_run": LaneRun("slurm", _single(slurm_cluster.run_slurm_job), _only),
+        "comm_nodes_run": LaneRun("comm_nodes", _single(multinode_run.run_comm_nodes), _only),
+        # single-host runs
+        "process_fault_sweep": LaneRun(
+            "process-faults", _single(process_fault_runs.run_sweep), _only
+        ),
+        "deleted_folder_run": LaneRun(
+            "deleted-folder", _single(process_fault_runs.run_deleted), _only
+        ),
     }
 
 
-FIXTURES = ("two_host_lockstep", "k8s_pods_run", "hybrid_run", "slurm_job_run", "comm_nodes_run")
+FIXTURES = (
+    "two_host_lockstep",
+    "k8s_pods_run",
+    "hybrid_run",
+    "slurm_job_run",
+    "comm_nodes_run",
+    "process_fault_sweep",
+    "deleted_folder_run",
+)
 """The session fixtures these runs are (tests/conftest.py): a test that takes one launches."""
 
 
@@ -85,7 +106,7 @@ def run_in_lanes(make_folder: Callable[[str], Path], wanted: Iterable[str]) -> D
     chosen = [name for name in runs if name in set(wanted)]
     outcomes: Dict[str, Outcome] = {}
     started = time.monotonic()
-    with ThreadPoolExecutor(max_workers=LANES, thread_name_prefix="two-host-run") as lanes:
+    with ThreadPoolExecutor(max_workers=LANES, thread_name_prefix="session-run") as lanes:
         futures: Dict[str, List[Tuple[str, Future[Any]]]] = {}
         try:
             for name in chosen:
@@ -105,7 +126,7 @@ def run_in_lanes(make_folder: Callable[[str], Path], wanted: Iterable[str]) -> D
             raise
     took = time.monotonic() - started
     names = ", ".join(chosen)
-    print(f"\nmulti-host runs ({names}), {LANES} at a time: {took:.1f} s", file=sys.stderr)
+    print(f"\nsession runs ({names}), {LANES} at a time: {took:.1f} s", file=sys.stderr)
     return outcomes
 
 
@@ -116,7 +137,7 @@ def _raiser(exc: BaseException) -> Callable[[], Any]:
     return get
 
 
-def _outcome(run: HostRun, submitted: List[Tuple[str, Future[Any]]]) -> Outcome:
+def _outcome(run: LaneRun, submitted: List[Tuple[str, Future[Any]]]) -> Outcome:
     results: Dict[str, Any] = {}
     for job, future in submitted:
         exc = future.exception()
