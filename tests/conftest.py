@@ -193,6 +193,14 @@ def deleted_folder_run(session_runs: Dict[str, Any]) -> Dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
+def own_script_faults(session_runs: Dict[str, Any]) -> Dict[str, Any]:
+    """test_own_script's failure runs (a script ending before its window, raising on one rank,
+    stepped at forwards, tuned with every trial failing; five bootstrap errors), by name: each
+    one's ``.value()`` is its result or raises what it raised."""
+    return session_runs["own_script_faults"].value()  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
 def comm_sweep_run(tmp_path_factory: pytest.TempPathFactory) -> SweepRun:
     """``--quiet benchmark`` of a communication sweep: one real 2-rank gloo launch."""
     from tests.support.sweep_records import launch_comm_sweep

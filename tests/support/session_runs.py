@@ -59,7 +59,13 @@ def _only(results: Dict[str, Any]) -> Any:
 
 def _runs() -> Dict[str, LaneRun]:
     """Longest first, so that the last to start is a short one."""
-    from tests.support import k8s_pod_runs, multinode_run, process_fault_runs, slurm_cluster
+    from tests.support import (
+        k8s_pod_runs,
+        multinode_run,
+        own_script_runs,
+        process_fault_runs,
+        slurm_cluster,
+    )
 
     return {
         "two_host_lockstep": LaneRun("two_hosts", _single(multinode_run.run_lockstep), _only),
@@ -68,6 +74,9 @@ def _runs() -> Dict[str, LaneRun]:
         "slurm_job_run": LaneRun("slurm", _single(slurm_cluster.run_slurm_job), _only),
         "comm_nodes_run": LaneRun("comm_nodes", _single(multinode_run.run_comm_nodes), _only),
         # single-host runs
+        "own_script_faults": LaneRun(
+            "own-script-faults", own_script_runs.jobs, own_script_runs.combine
+        ),
         "process_fault_sweep": LaneRun(
             "process-faults", _single(process_fault_runs.run_sweep), _only
         ),
@@ -83,6 +92,7 @@ FIXTURES = (
     "hybrid_run",
     "slurm_job_run",
     "comm_nodes_run",
+    "own_script_faults",
     "process_fault_sweep",
     "deleted_folder_run",
 )
