@@ -201,6 +201,13 @@ def own_script_faults(session_runs: Dict[str, Any]) -> Dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
+def strategy_runs(session_runs: Dict[str, Any]) -> Dict[str, Any]:
+    """test_strategies' two sweeps (``tiny``: a scaled rank; ``memory``: the 11M GPT-2), by
+    name: each one's ``.value()`` is its records or raises what it raised."""
+    return session_runs["strategy_runs"].value()  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
 def comm_sweep_run(tmp_path_factory: pytest.TempPathFactory) -> SweepRun:
     """``--quiet benchmark`` of a communication sweep: one real 2-rank gloo launch."""
     from tests.support.sweep_records import launch_comm_sweep

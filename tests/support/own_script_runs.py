@@ -17,12 +17,10 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Tuple
 
+from tests.support.session_runs import torchscale
 from tests.support.shared_runs import SCRIPTS, SUPPORT_SCRIPTS
-from tests.test_faults import env_with_repo, torchscale_cmd
-
-Jobs = List[Tuple[str, Callable[[], Any]]]
 
 CNN = SCRIPTS / "train_cnn.py"
 HAND_SGD = SUPPORT_SCRIPTS / "hand_sgd.py"
@@ -44,30 +42,6 @@ tune:
 """The script's own 1 MB buckets (32 a step) against 100 MB (one): two trials and one verdict
 round. Whether the gain is found and then confirmed by a separate benchmark depends on the
 machine's timing: benchmarks/tune_script_gain.py measures that (docs/PERFORMANCE.md)."""
-
-
-class Kept:
-    """A job's value, or what it raised, raised again where a test asks for it."""
-
-    def __init__(self, call: Callable[[], Any]) -> None:
-        self._value: Any = None
-        self._error: Optional[BaseException] = None
-        try:
-            self._value = call()
-        except Exception as exc:  # an assertion or a timeout: that test fails, not the others
-            self._error = exc
-
-    def value(self) -> Any:
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-def torchscale(*args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m torchscale ARGS`` with this checkout importable; its output captured."""
-    return subprocess.run(
-        torchscale_cmd(*args), capture_output=True, text=True, env=env_with_repo(), timeout=600
-    )
 
 
 def ends_early(folder: Path) -> Tuple[subprocess.CompletedProcess[str], Path]:
@@ -168,16 +142,4 @@ RUNS: Dict[str, Callable[[Path], Any]] = {
     "ends_early": ends_early,
     "tune_fails": tune_fails,
 }
-"""By name, the runs; each gets a folder of its own."""
-
-
-def jobs(folder: Path) -> Jobs:
-    made: Jobs = []
-    for name, run in RUNS.items():
-        (folder / name).mkdir()
-        made.append((name, lambda run=run, where=folder / name: Kept(lambda: run(where))))
-    return made
-
-
-def combine(results: Dict[str, Any]) -> Dict[str, Kept]:
-    return results
+"""By name, the runs (the ``own_script_faults`` fixture's keys); each gets a folder of its own."""

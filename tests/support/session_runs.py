@@ -22,13 +22,16 @@ pays only for its own. ``tests/conftest.py`` holds one session fixture per run, 
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+from tests.support.environ import repo_pythonpath
 from tests.support.two_hosts import tear_down_all
 
 Jobs = List[Tuple[str, Callable[[], Any]]]
@@ -49,12 +52,56 @@ class LaneRun:
     combine: Callable[[Dict[str, Any]], Any]
 
 
+class Kept:
+    """A job's value, or what it raised, raised again where a test asks for it: a run of several
+    jobs whose value is a dict of these fails, job by job, only the tests that read a broken one."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self._value: Any = None
+        self._error: Optional[BaseException] = None
+        try:
+            self._value = call()
+        except Exception as exc:  # an assertion or a timeout: that job's tests fail, no others
+            self._error = exc
+
+    def value(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def kept_jobs(runs: Dict[str, Callable[[Path], Any]]) -> Callable[[Path], Jobs]:
+    """Jobs of ``runs`` (by name), each in a folder of its own, each value :class:`Kept`."""
+
+    def jobs(folder: Path) -> Jobs:
+        made: Jobs = []
+        for name, run in runs.items():
+            (folder / name).mkdir()
+            made.append((name, lambda run=run, where=folder / name: Kept(lambda: run(where))))
+        return made
+
+    return jobs
+
+
+def torchscale(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m torchscale ARGS`` as a subprocess, this checkout importable (by its workers
+    too), with ``env`` added, its output captured: a single-host run in a lane (CliRunner swaps
+    the process's sys.stdout, so two cannot run in threads at once)."""
+    command = [sys.executable, "-m", "torchscale", *args]
+    environ = {**os.environ, "PYTHONPATH": repo_pythonpath(), **env}
+    return subprocess.run(command, capture_output=True, text=True, env=environ, timeout=600)
+
+
 def _single(run: Callable[[Path], Any]) -> Callable[[Path], Jobs]:
     return lambda folder: [("run", lambda: run(folder))]
 
 
 def _only(results: Dict[str, Any]) -> Any:
     return results["run"]
+
+
+def _as_is(results: Dict[str, Any]) -> Any:
+    return results
 
 
 def _runs() -> Dict[str, LaneRun]:
@@ -65,6 +112,7 @@ def _runs() -> Dict[str, LaneRun]:
         own_script_runs,
         process_fault_runs,
         slurm_cluster,
+        strategy_runs,
     )
 
     return {
@@ -74,12 +122,11 @@ def _runs() -> Dict[str, LaneRun]:
         "slurm_job_run": LaneRun("slurm", _single(slurm_cluster.run_slurm_job), _only),
         "comm_nodes_run": LaneRun("comm_nodes", _single(multinode_run.run_comm_nodes), _only),
         # single-host runs
-        "own_script_faults": LaneRun(
-            "own-script-faults", own_script_runs.jobs, own_script_runs.combine
-        ),
         "process_fault_sweep": LaneRun(
             "process-faults", _single(process_fault_runs.run_sweep), _only
         ),
+        "strategy_runs": LaneRun("strategies", kept_jobs(strategy_runs.RUNS), _as_is),
+        "own_script_faults": LaneRun("own-script-faults", kept_jobs(own_script_runs.RUNS), _as_is),
         "deleted_folder_run": LaneRun(
             "deleted-folder", _single(process_fault_runs.run_deleted), _only
         ),
@@ -92,8 +139,9 @@ FIXTURES = (
     "hybrid_run",
     "slurm_job_run",
     "comm_nodes_run",
-    "own_script_faults",
     "process_fault_sweep",
+    "strategy_runs",
+    "own_script_faults",
     "deleted_folder_run",
 )
 """The session fixtures these runs are (tests/conftest.py): a test that takes one launches."""
