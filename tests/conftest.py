@@ -208,6 +208,12 @@ def strategy_runs(session_runs: Dict[str, Any]) -> Dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
+def full_disk_run(session_runs: Dict[str, Any]) -> Dict[str, Any]:
+    """test_faults' sweep into a tmpfs that fills in its second cell's measured window."""
+    return session_runs["full_disk_run"].value()  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
 def comm_sweep_run(tmp_path_factory: pytest.TempPathFactory) -> SweepRun:
     """``--quiet benchmark`` of a communication sweep: one real 2-rank gloo launch."""
     from tests.support.sweep_records import launch_comm_sweep

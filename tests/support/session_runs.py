@@ -107,6 +107,7 @@ def _as_is(results: Dict[str, Any]) -> Any:
 def _runs() -> Dict[str, LaneRun]:
     """Longest first, so that the last to start is a short one."""
     from tests.support import (
+        full_disk_run,
         k8s_pod_runs,
         multinode_run,
         own_script_runs,
@@ -127,6 +128,7 @@ def _runs() -> Dict[str, LaneRun]:
         ),
         "strategy_runs": LaneRun("strategies", kept_jobs(strategy_runs.RUNS), _as_is),
         "own_script_faults": LaneRun("own-script-faults", kept_jobs(own_script_runs.RUNS), _as_is),
+        "full_disk_run": LaneRun("full-disk", _single(full_disk_run.run_full_disk), _only),
         "deleted_folder_run": LaneRun(
             "deleted-folder", _single(process_fault_runs.run_deleted), _only
         ),
@@ -142,6 +144,7 @@ FIXTURES = (
     "process_fault_sweep",
     "strategy_runs",
     "own_script_faults",
+    "full_disk_run",
     "deleted_folder_run",
 )
 """The session fixtures these runs are (tests/conftest.py): a test that takes one launches."""
