@@ -178,7 +178,9 @@ def run_in_lanes(make_folder: Callable[[str], Path], wanted: Iterable[str]) -> D
                 except BaseException as exc:  # a skip or a failed emit: that fixture's tests see it
                     outcomes[name] = Outcome(_raiser(exc))
                     continue
-                futures[name] = [(job, lanes.submit(call)) for job, call in jobs]
+                futures[name] = [
+                    (job, lanes.submit(_timed, f"{name}/{job}", call)) for job, call in jobs
+                ]
             for name, submitted in futures.items():
                 outcomes[name] = _outcome(runs[name], submitted)
         except BaseException:  # Ctrl-C: the lanes' runs end now, their hosts torn down
@@ -189,6 +191,15 @@ def run_in_lanes(make_folder: Callable[[str], Path], wanted: Iterable[str]) -> D
     names = ", ".join(chosen)
     print(f"\nsession runs ({names}), {LANES} at a time: {took:.1f} s", file=sys.stderr)
     return outcomes
+
+
+def _timed(name: str, call: Callable[[], Any]) -> Any:
+    """``call()``, its wall time said on stderr (``-s`` shows it): where a lane's time goes."""
+    started = time.monotonic()
+    try:
+        return call()
+    finally:
+        print(f"session run {name}: {time.monotonic() - started:.1f} s", file=sys.stderr)
 
 
 def _raiser(exc: BaseException) -> Callable[[], Any]:
