@@ -180,13 +180,6 @@ def comm_nodes_run(session_runs: Dict[str, Any]) -> Dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def process_fault_sweep(session_runs: Dict[str, Any]) -> Dict[str, Any]:
-    """test_process_faults' warm group of four faulty 2-rank cells (NaN, SIGKILL, exit 0,
-    MemoryError), with MLflow at a server that never answers."""
-    return session_runs["process_fault_sweep"].value()  # type: ignore[no-any-return]
-
-
-@pytest.fixture(scope="session")
 def deleted_folder_run(session_runs: Dict[str, Any]) -> Dict[str, Any]:
     """test_process_faults' sweep whose results folder is deleted while it measures."""
     return session_runs["deleted_folder_run"].value()  # type: ignore[no-any-return]

@@ -25,8 +25,7 @@ from typing import Any, Dict, Iterator, List
 import pytest
 
 from tests.support.environ import repo_pythonpath
-from tests.support.process_fault_runs import DELETED, FAULT_STEP, STALL_S
-from tests.support.process_fault_runs import silent_server as open_silent_server
+from tests.support.process_fault_runs import DELETED
 from tests.support.shared_runs import Run
 from tests.test_faults import env_with_repo, one_error_line, pids_of, torchscale_cmd
 from torchscale.integrations.deadline import call_with_deadline, unreachable
@@ -34,20 +33,66 @@ from torchscale.integrations.sinks import Integrations, SinkEvents
 from torchscale.launch.rank_exits import launcher_log_exits
 from torchscale.results.store import ExperimentStore, FolderLostError
 
+WARMUP, FAULT_AFTER, STALL_S = 1, 2, 3
+FAULTS = f"""\
+experiment_name: process-faults
+models:
+  - tests.support.fault_models:nan_model
+  - tests.support.fault_models:killed_model
+  - tests.support.fault_models:exit_model
+  - tests.support.fault_models:memory_model
+batch_sizes: [4]
+gpu_counts: [2]
+warmup_steps: {WARMUP}
+measure_steps: 4
+sync_probe_steps: 0
+cell_timeout_s: 120
+stall_timeout_s: {STALL_S}
+"""
+FAULT_STEP = FAULT_AFTER + 1 - WARMUP  # the measured step in whose forward each fault strikes
+
 
 @pytest.fixture(scope="module")
 def silent_server() -> Iterator[str]:
     """An HTTP server on 127.0.0.1 that accepts every connection and never answers."""
-    url, close = open_silent_server()
-    yield url
-    close()
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: List[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+    for connection in held:
+        connection.close()
 
 
 @pytest.fixture(scope="module")
-def sweep(process_fault_sweep: Dict[str, Any]) -> Dict[str, Any]:
-    """The warm-group sweep of the module's docstring, made in the session's lanes
-    (tests/support/process_fault_runs.py says why sharing the cores cannot change it)."""
-    return process_fault_sweep
+def sweep(tmp_path_factory: pytest.TempPathFactory, silent_server: str) -> Dict[str, Any]:
+    root = tmp_path_factory.mktemp("process-faults")
+    config = root / "faults.yaml"
+    config.write_text(FAULTS)
+    tag = f"torchscale-test-child-{root.name}"
+    env = {
+        **env_with_repo(),
+        "TORCHSCALE_TEST_FAULT_AFTER": str(FAULT_AFTER),
+        "TORCHSCALE_TEST_CHILD_TAG": tag,
+    }
+    args = ["benchmark", "-c", str(config), "-o", str(root / "out"), "--mlflow", silent_server]
+    done = subprocess.run(
+        torchscale_cmd(*args, "--integration-timeout", "2"),
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    store = ExperimentStore(root / "out" / "process-faults")
+    records = {r.model.split(":")[-1]: r for r in store.records()}
+    return {"run": done, "store": store, "records": records, "tag": tag}
 
 
 @pytest.mark.slow
@@ -113,11 +158,11 @@ def test_a_diverged_loss_makes_the_cell_invalid(sweep: Dict[str, Any]) -> None:
 
 @pytest.mark.slow
 def test_an_unanswering_mlflow_server_is_one_warning_and_the_sweep_goes_on(
-    sweep: Dict[str, Any],
+    sweep: Dict[str, Any], silent_server: str
 ) -> None:
     stderr = sweep["run"].stderr
     assert stderr.count("MLflow logging is off for this run") == 1, stderr
-    assert "no answer within 2 s" in stderr and sweep["server"] in stderr
+    assert "no answer within 2 s" in stderr and silent_server in stderr
     assert "Traceback" not in stderr
     assert len(sweep["records"]) == 4  # every cell ran and was recorded
 
@@ -231,6 +276,8 @@ def test_mlflow_file_uri_works_like_a_folder(tmp_path: Path) -> None:
 def test_a_folder_deleted_mid_sweep_stops_it_with_one_line(
     deleted_folder_run: Dict[str, Any],
 ) -> None:
+    """Made in the session's lanes (tests/support/process_fault_runs.py says why sharing the
+    cores cannot change what is read here)."""
     assert deleted_folder_run["started"], "the first cell never started measuring"
     stderr, out = deleted_folder_run["stderr"], deleted_folder_run["out"]
     folder = out / "deleted"

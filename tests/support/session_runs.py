@@ -123,9 +123,6 @@ def _runs() -> Dict[str, LaneRun]:
         "slurm_job_run": LaneRun("slurm", _single(slurm_cluster.run_slurm_job), _only),
         "comm_nodes_run": LaneRun("comm_nodes", _single(multinode_run.run_comm_nodes), _only),
         # single-host runs
-        "process_fault_sweep": LaneRun(
-            "process-faults", _single(process_fault_runs.run_sweep), _only
-        ),
         "strategy_runs": LaneRun("strategies", kept_jobs(strategy_runs.RUNS), _as_is),
         "own_script_faults": LaneRun("own-script-faults", kept_jobs(own_script_runs.RUNS), _as_is),
         "full_disk_run": LaneRun("full-disk", _single(full_disk_run.run_full_disk), _only),
@@ -141,7 +138,6 @@ FIXTURES = (
     "hybrid_run",
     "slurm_job_run",
     "comm_nodes_run",
-    "process_fault_sweep",
     "strategy_runs",
     "own_script_faults",
     "full_disk_run",
