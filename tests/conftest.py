@@ -55,7 +55,7 @@ LAUNCHING_FIXTURES = frozenset(
         "own_script_run",
         "comm_sweep_run",
         "use_case_profile",
-        "two_host_runs",
+        "session_runs",
     }
 )
 """The session fixtures below that launch torchrun: a test that takes one, even through another
@@ -133,15 +133,16 @@ def own_script_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return launch_own_script_run(tmp_path_factory.mktemp("own-script-run"))
 
 
-# --- multi-host runs: every one the session's tests read, made two at a time before the first ---
-# (tests/support/two_host_runs.py: each has hosts of its own; only the selected tests' runs).
+# --- lane runs: every one the session's tests read, made two at a time before the first --------
+# (tests/support/session_runs.py: multi-host runs on hosts of their own, and single-host runs
+# whose assertions cannot see the shared cores; only the selected tests' runs).
 
 
 @pytest.fixture(scope="session")
-def two_host_runs(
+def session_runs(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Dict[str, Any]:
-    from tests.support.two_host_runs import FIXTURES, run_in_lanes
+    from tests.support.session_runs import FIXTURES, run_in_lanes
 
     items = request.session.items
     selected = {name for item in items for name in getattr(item, "fixturenames", ())}
@@ -149,34 +150,61 @@ def two_host_runs(
 
 
 @pytest.fixture(scope="session")
-def two_host_lockstep(two_host_runs: Dict[str, Any]) -> Dict[str, Any]:
+def two_host_lockstep(session_runs: Dict[str, Any]) -> Dict[str, Any]:
     """The two-host lock-step sweep (two network namespaces): test_multinode's, which
     test_k8s_pods compares its pods' folder with."""
-    return two_host_runs["two_host_lockstep"].value()
+    return session_runs["two_host_lockstep"].value()
 
 
 @pytest.fixture(scope="session")
-def k8s_pods_run(two_host_runs: Dict[str, Any]) -> Dict[str, Any]:
+def k8s_pods_run(session_runs: Dict[str, Any]) -> Dict[str, Any]:
     """test_k8s_pods' five two-pod runs (tests/support/k8s_pod_runs.py)."""
-    return two_host_runs["k8s_pods_run"].value()
+    return session_runs["k8s_pods_run"].value()
 
 
 @pytest.fixture(scope="session")
-def hybrid_run(two_host_runs: Dict[str, Any]) -> Dict[str, Any]:
+def hybrid_run(session_runs: Dict[str, Any]) -> Dict[str, Any]:
     """test_multinode's fsdp2_hybrid cell on two hosts."""
-    return two_host_runs["hybrid_run"].value()
+    return session_runs["hybrid_run"].value()
 
 
 @pytest.fixture(scope="session")
-def slurm_job_run(two_host_runs: Dict[str, Any]) -> Dict[str, Any]:
+def slurm_job_run(session_runs: Dict[str, Any]) -> Dict[str, Any]:
     """test_slurm's matrix submitted to a two-node Slurm cluster."""
-    return two_host_runs["slurm_job_run"].value()
+    return session_runs["slurm_job_run"].value()
 
 
 @pytest.fixture(scope="session")
-def comm_nodes_run(two_host_runs: Dict[str, Any]) -> Dict[str, Any]:
+def comm_nodes_run(session_runs: Dict[str, Any]) -> Dict[str, Any]:
     """test_comm_nodes' communication cell split by node on two hosts."""
-    return two_host_runs["comm_nodes_run"].value()
+    return session_runs["comm_nodes_run"].value()
+
+
+@pytest.fixture(scope="session")
+def deleted_folder_run(session_runs: Dict[str, Any]) -> Dict[str, Any]:
+    """test_process_faults' sweep whose results folder is deleted while it measures."""
+    return session_runs["deleted_folder_run"].value()
+
+
+@pytest.fixture(scope="session")
+def own_script_faults(session_runs: Dict[str, Any]) -> Dict[str, Any]:
+    """test_own_script's failure runs (a script ending before its window, raising on one rank,
+    stepped at forwards, tuned with every trial failing; five bootstrap errors), by name: each
+    one's ``.value()`` is its result or raises what it raised."""
+    return session_runs["own_script_faults"].value()
+
+
+@pytest.fixture(scope="session")
+def strategy_runs(session_runs: Dict[str, Any]) -> Dict[str, Any]:
+    """test_strategies' two sweeps (``tiny``: a scaled rank; ``memory``: the 11M GPT-2), by
+    name: each one's ``.value()`` is its records or raises what it raised."""
+    return session_runs["strategy_runs"].value()
+
+
+@pytest.fixture(scope="session")
+def full_disk_run(session_runs: Dict[str, Any]) -> Dict[str, Any]:
+    """test_faults' sweep into a tmpfs that fills in its second cell's measured window."""
+    return session_runs["full_disk_run"].value()
 
 
 @pytest.fixture(scope="session")

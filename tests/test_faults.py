@@ -23,6 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.environ import REPO, repo_pythonpath
+from tests.support.full_disk_run import fill, mount_tmpfs, unmount
 from tests.support.report_fixtures import FixtureSpec, write_experiment
 from tests.support.typed import training_records
 from torchscale.cli.app import app
@@ -604,95 +605,35 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[[Path, str], Path]]:
     mounted: List[Path] = []
 
     def mount(where: Path, options: str) -> Path:
-        where.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip() or done.returncode})")
+        reason = mount_tmpfs(where, options)
+        if reason is not None:
+            pytest.skip(reason)
         mounted.append(where)
         return where
 
-    if shutil.which("mount") is None or os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root and mount(8); CI runs as root")
     yield mount
     for where in reversed(mounted):
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def fill(folder: Path) -> Path:
-    """Fill the file system of ``folder`` to the last block."""
-    filler = folder / "filler"
-    chunk = b"\0" * (64 << 10)
-    with open(filler, "wb", buffering=0) as handle:
-        try:
-            while True:
-                handle.write(chunk)
-        except OSError:
-            pass
-        try:
-            while True:
-                handle.write(b"\0" * 512)
-        except OSError:
-            pass
-    return filler
-
-
-FULL_CONFIG = """\
-experiment_name: full
-models: [gpt2-tiny]
-batch_sizes: [2, 4, 8]
-gpu_counts: [1]
-warmup_steps: 2
-measure_seconds: 4
-sync_probe_steps: 2
-cell_timeout_s: 300
-"""
+        unmount(where)
 
 
 @pytest.mark.slow
-def test_a_disk_that_fills_mid_sweep(tmp_path: Path, tmpfs) -> None:
-    out = tmpfs(tmp_path / "out", "size=16m")
-    config = tmp_path / "c.yaml"
-    config.write_text(FULL_CONFIG)
-    store = ExperimentStore(out / "full")
-    proc = subprocess.Popen(
-        torchscale_cmd("benchmark", "-c", str(config), "-o", str(out)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env_with_repo(),
-    )
-    try:
-        # In a warm group the next cell runs while the launcher still writes the first one's
-        # summary: the disk fills once that is written, in the second cell's measured window.
-        done = lambda: len(store.records()) == 1 and store.summary_path.exists()  # noqa: E731
-        assert wait_for(done, 180, 0.2), "first cell never finished"
-        first = store.results_path.read_bytes()
-        measuring = lambda: any(  # noqa: E731
-            '"measure"' in p.read_text()
-            for p in store.root.glob("cells/*-b4-*/ranks/rank0.progress.json")
-        )
-        assert wait_for(measuring, 120, 0.1), "second cell never started measuring"
-        fill(out)
-        _, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, stderr
+def test_a_disk_that_fills_mid_sweep(full_disk_run: Dict[str, Any]) -> None:
+    """Made in the session's lanes (tests/support/full_disk_run.py, which says why sharing the
+    cores cannot change what is read here)."""
+    run = full_disk_run
+    stderr, root = run["stderr"], run["root"]
+    assert run["returncode"] == 1, stderr
     line = one_error_line(stderr)
-    assert f"cannot write to {store.root}: no space left on device (ENOSPC)" in line
+    assert f"cannot write to {root}: no space left on device (ENOSPC)" in line
     assert "died of it and is recorded as failed" in line and "--resume" in line
     assert stderr.count("> Running") == 2  # the sweep stopped: the third cell never started
-    assert store.results_path.read_bytes().startswith(first)
-    ok, died = training_records(store.records())
+    assert run["results"].startswith(run["first"])
+    ok, died = run["records"]
     assert ok.status == "ok" and ok.batch_size == 2
     assert died.status == "failed" and died.batch_size == 4
     assert died.error is not None
     assert "no space left on device" in died.error and "OOM" not in died.error
-    assert not pids_of(str(out))
+    assert not pids_of(str(run["out"]))
 
 
 def test_a_full_disk_before_the_sweep_is_one_line_exit_2(tmp_path: Path, tmpfs) -> None:

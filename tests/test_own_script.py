@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.html_tables import html_tables
+from tests.support.own_script_runs import CNN, TUNE_CONFIG
 from tests.support.shared_runs import (
     OWN_SCRIPT_BATCH,
     OWN_SCRIPT_WINDOW,
@@ -35,7 +35,6 @@ from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
 runner = CliRunner()
-CNN = SCRIPTS / "train_cnn.py"
 PRINTED = re.compile(
     r"\[default0\]:step \d+: loss \S+, ([\d.]+) samples/s .*over steps (\d+)-(\d+)"
 )
@@ -298,25 +297,20 @@ def test_profile_script_into_the_benchmarks_folder_is_in_its_report_cut_short(
 # --- faults: recorded failures, not hangs -----------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def faulty(own_script_faults: Dict[str, Any]) -> Dict[str, Any]:
+    """The module's failure runs, made in the session's lanes (tests/support/own_script_runs.py
+    says why sharing the cores cannot change what is read of them); by name, each one's value."""
+    return own_script_faults
+
+
 @pytest.mark.slow
-def test_a_script_that_ends_before_the_window_is_a_recorded_failure(tmp_path: Path) -> None:
-    result = runner.invoke(
-        app,
-        [
-            "benchmark",
-            "--script",
-            str(CNN),
-            "--gpus",
-            "1",
-            "-o",
-            str(tmp_path),
-            "--",
-            "--steps",
-            "3",
-        ],
-    )
-    assert result.exit_code == 1, result.output
-    (record,) = records(tmp_path / "train_cnn")
+def test_a_script_that_ends_before_the_window_is_a_recorded_failure(
+    faulty: Dict[str, Any],
+) -> None:
+    result, folder = faulty["ends_early"].value()
+    assert result.returncode == 1, result.stderr
+    (record,) = records(folder)
     assert record.status == "failed"
     assert record.error is not None
     assert "rank 0 on" in record.error and "the script ended after 3 step(s)" in record.error
@@ -325,82 +319,21 @@ def test_a_script_that_ends_before_the_window_is_a_recorded_failure(tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_a_script_that_raises_on_one_rank_is_a_recorded_failure(tmp_path: Path) -> None:
-    script = SUPPORT_SCRIPTS / "raise_on_rank.py"
-    args = ["benchmark", "--script", str(script), "--gpus", "2", "-o", str(tmp_path)]
-    result = runner.invoke(app, [*args, "--", "--rank", "1", "--after", "2"])
-    assert result.exit_code == 1, result.output
-    (record,) = records(tmp_path / "raise_on_rank")
+def test_a_script_that_raises_on_one_rank_is_a_recorded_failure(faulty: Dict[str, Any]) -> None:
+    result, folder = faulty["raises"].value()
+    assert result.returncode == 1, result.stderr
+    (record,) = records(folder)
     assert record.status == "failed" and record.error is not None
     assert record.error.startswith("rank 1 on ")
     assert "RuntimeError: injected failure on rank 1 at step 2" in record.error
     assert record.wall_s is not None and record.wall_s < 120
 
 
-def _start_wrap(root: Path, script: Path, *args: str, **knobs: Any) -> Any:
-    """One rank of a script cell, run directly (no torchrun), started: (its process, its cell
-    folder). :func:`_wrap_error` reads its error file once it ended."""
-    from torchscale.script.script_config import ScriptCellSettings
-
-    window = {"warmup_steps": 2, "measure_steps": 3, "sync_probe_steps": 0, **knobs}
-    settings = ScriptCellSettings(script=str(script), args=list(args), gpus=1, **window)
-    cell = root / f"{script.stem}-{len(list(root.iterdir()))}"
-    cell.mkdir()
-    (cell / "cell.json").write_text(json.dumps({"settings": settings.model_dump(mode="json")}))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
-    process = subprocess.Popen(
-        [sys.executable, "-m", "torchscale.script.wrap", "--cell", str(cell / "cell.json"),
-         "--out", str(cell / "result.json")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    return process, cell
-
-
-def _wrap_error(started: Any) -> Dict[str, Any]:
-    process, cell = started
-    try:
-        process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode != 0 and not (cell / "result.json").exists()
-    error: Dict[str, Any] = json.loads((cell / "ranks" / "rank0.error.json").read_text())
-    return error
-
-
-HAND_SGD = SUPPORT_SCRIPTS / "hand_sgd.py"
-"""Updates its weights by hand (no torch.optim); its DDP forward takes a 0-d scale first."""
-
-
 @pytest.fixture(scope="module")
-def wrapped(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Dict[str, Any]]:
-    """Five single ranks of script cells that each end in a bootstrap error, run at once: each
-    is a process that imports torch and ends at its first steps, with no figure to measure, so
-    they need not wait for each other. By name, each one's error file."""
-    root = tmp_path_factory.mktemp("wrapped")
-    started = {
-        "no_ddp": _start_wrap(root, SUPPORT_SCRIPTS / "no_ddp.py"),
-        "two_ddp": _start_wrap(root, SUPPORT_SCRIPTS / "two_ddp.py"),
-        # forward 4: the second measured step
-        "exited": _start_wrap(
-            root, HAND_SGD, "--exit-at", "4", step_at="forward", samples_per_step=12
-        ),
-        # steps at optimizer steps: none
-        "unmarked": _start_wrap(root, HAND_SGD, "--steps", "8"),
-        "quit_early": _start_wrap(root, HAND_SGD, "--exit-at", "1", "--exit-code", "0"),
-    }
-    try:
-        return {name: _wrap_error(process) for name, process in started.items()}
-    finally:
-        for process, _ in started.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+def wrapped(faulty: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    """Five single ranks of script cells that each end in a bootstrap error (run at once, in a
+    lane): by name, each one's error file."""
+    return faulty["wrapped"].value()
 
 
 @pytest.mark.slow
@@ -415,21 +348,18 @@ def test_a_script_without_ddp_or_with_two_is_told_why(wrapped: Dict[str, Dict[st
 
 
 @pytest.mark.slow
-def test_steps_at_forwards_with_the_samples_per_step_given(tmp_path: Path) -> None:
+def test_steps_at_forwards_with_the_samples_per_step_given(faulty: Dict[str, Any]) -> None:
     """``--step-at forward`` marks a step at each DDP forward of a script without torch.optim,
     and ``--samples-per-step`` stands for a batch torchscale cannot count: each rank's samples
     are exactly the given count times the measured steps."""
-    args = ["benchmark", "--script", str(HAND_SGD), "--gpus", "2", "--steps", "4"]
-    args += ["--step-at", "forward", "--samples-per-step", "12", "-o", str(tmp_path)]
-    args += ["--set", "warmup_steps=2", "--set", "sync_probe_steps=1"]
-    result = runner.invoke(app, [*args, "--", "--steps", "30", "--batch-size", "5"])
-    assert result.exit_code == 0, result.output
-    (record,) = records(tmp_path / "hand_sgd")
+    result, folder = faulty["steps_at"].value()
+    assert result.returncode == 0, result.stderr
+    (record,) = records(folder)
     assert record.status == "ok", record.error
     assert record.runtime["step_at"] == "forward"
     assert record.runtime["samples_per_step"] == "given: samples_per_step"
     assert (record.batch_size, record.global_batch_size) == (12, 24)  # not the script's 5
-    cell = tmp_path / "hand_sgd" / "cells" / record.cell_id
+    cell = folder / "cells" / record.cell_id
     ranks = json.loads((cell / "result.json").read_text(encoding="utf-8"))["per_rank"]
     assert [rank["samples"] for rank in ranks] == [12 * 4, 12 * 4]
     assert [len(rank.step_times_ms) for rank in record.per_rank] == [4, 4]
@@ -475,23 +405,6 @@ def test_warmup_and_iters_count_the_scripts_steps() -> None:
 
 # --- tune: the script's own DDP, searched ------------------------------------------------------
 
-TUNE_CONFIG = """\
-warmup_steps: 3
-measure_steps: 20
-sync_probe_steps: 0
-cell_timeout_s: 240
-tune:
-  search: [ddp.bucket_cap_mb]
-  space:
-    ddp.bucket_cap_mb: [100]
-  pruning: false
-  finalists: 1
-  repeats: 1
-"""
-"""The script's own 1 MB buckets (32 a step) against 100 MB (one): two trials and one verdict
-round. Whether the gain is found and then confirmed by a separate benchmark depends on the
-machine's timing: benchmarks/tune_script_gain.py measures that (docs/PERFORMANCE.md)."""
-
 
 @pytest.mark.slow
 def test_tune_searches_the_scripts_own_ddp_and_writes_a_runnable_best_yaml(
@@ -536,21 +449,19 @@ def test_tune_searches_the_scripts_own_ddp_and_writes_a_runnable_best_yaml(
 
 
 @pytest.mark.slow
-def test_tune_of_a_script_whose_trials_all_fail_prints_its_summary(tmp_path: Path) -> None:
+def test_tune_of_a_script_whose_trials_all_fail_prints_its_summary(
+    faulty: Dict[str, Any],
+) -> None:
     """A script torchscale cannot measure (no DDP model, no --samples-per-step): every trial
     fails, and tune still prints its line and its --json document, with the trials' causes,
     and exits 1 (nothing measured), writing no ddp.py."""
-    config = tmp_path / "nothing.yaml"
-    config.write_text(TUNE_CONFIG.replace("measure_steps: 20", "measure_steps: 3"))
-    script = SUPPORT_SCRIPTS / "no_ddp.py"
-    args = ["tune", "--script", str(script), "--gpus", "1", "-c", str(config), "--trials", "1"]
-    result = runner.invoke(app, [*args, "-o", str(tmp_path / "out"), "--json"])
-    assert result.exit_code == 1, result.output
+    result, out = faulty["tune_fails"].value()
+    assert result.returncode == 1, result.stderr
     summary = json.loads(result.stdout)
     assert summary["result"] == "nothing measured"
     assert summary["line"] in result.stderr and "nothing measured" in summary["line"]
     assert "built no DistributedDataParallel model" in summary["line"]
     errors = [t.get("error") or "" for t in summary["trials"]]
     assert errors and all("built no DistributedDataParallel model" in e for e in errors)
-    folder = tmp_path / "out" / "nothing" / "tune"
+    folder = out / "nothing" / "tune"
     assert not (folder / "ddp.py").exists() and (folder / "tune.json").exists()

@@ -25,9 +25,10 @@ from typing import Any, Dict, Iterator, List
 import pytest
 
 from tests.support.environ import repo_pythonpath
+from tests.support.process_fault_runs import DELETED
 from tests.support.shared_runs import Run
 from tests.support.typed import training_records
-from tests.test_faults import env_with_repo, one_error_line, pids_of, torchscale_cmd, wait_for
+from tests.test_faults import env_with_repo, one_error_line, pids_of, torchscale_cmd
 from torchscale.integrations.deadline import call_with_deadline, unreachable
 from torchscale.integrations.sinks import Integrations, SinkEvents
 from torchscale.launch.rank_exits import launcher_log_exits
@@ -274,39 +275,17 @@ def test_mlflow_file_uri_works_like_a_folder(tmp_path: Path) -> None:
 
 # --- the results folder, owned to the end ------------------------------------------------------
 
-DELETED = """\
-experiment_name: deleted
-models: [gpt2-tiny]
-batch_sizes: [2, 4]
-gpu_counts: [1]
-warmup_steps: 1
-measure_steps: 100000  # still measuring when its folder goes: the sweep stops at once
-sync_probe_steps: 0
-"""
-
 
 @pytest.mark.slow
-def test_a_folder_deleted_mid_sweep_stops_it_with_one_line(tmp_path: Path) -> None:
-    config = tmp_path / "c.yaml"
-    config.write_text(DELETED)
-    out = tmp_path / "out"
+def test_a_folder_deleted_mid_sweep_stops_it_with_one_line(
+    deleted_folder_run: Dict[str, Any],
+) -> None:
+    """Made in the session's lanes (tests/support/process_fault_runs.py says why sharing the
+    cores cannot change what is read here)."""
+    assert deleted_folder_run["started"], "the first cell never started measuring"
+    stderr, out = deleted_folder_run["stderr"], deleted_folder_run["out"]
     folder = out / "deleted"
-    proc = subprocess.Popen(
-        torchscale_cmd("benchmark", "-c", str(config), "-o", str(out)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_with_repo(),
-    )  # fmt: skip
-    try:
-        measuring = lambda: any(  # noqa: E731
-            '"measure"' in p.read_text() for p in folder.glob("cells/*/ranks/rank0.progress.json")
-        )
-        assert wait_for(measuring, 180, 0.1), "the first cell never started measuring"
-        while folder.exists():  # its ranks may write while it goes
-            shutil.rmtree(folder, ignore_errors=True)
-        _, stderr = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 2, stderr
+    assert deleted_folder_run["returncode"] == 2, stderr
     line = one_error_line(stderr)
     # caught either after the deletion or in the middle of it (the lock file already gone)
     assert any(

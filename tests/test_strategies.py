@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import pytest
 import torch
@@ -100,52 +100,18 @@ def test_a_failed_check_makes_the_record_invalid() -> None:
     assert "gradient check failed: rank 1's gradients are 2.00x the reference" in problems(doc)
 
 
-TINY_CONFIG = """\
-experiment_name: strategies
-models: ["tests.support.strategy_models:gpt2_scaled_rank"]
-batch_sizes: [2]
-gpu_counts: [1, 2]
-strategy: [ddp, replicate, fsdp2]
-warmup_steps: 1
-measure_steps: 2
-sync_probe_steps: 1
-cell_timeout_s: 240
-"""
-MEMORY_CONFIG = """\
-experiment_name: strategy-memory
-models: ["tests.support.strategy_models:gpt2_10m"]
-batch_sizes: [1]
-gpu_counts: [2]
-strategy: [ddp, replicate, fsdp2]
-optimizer: adamw
-warmup_steps: 1
-measure_steps: 1
-sync_probe_steps: 0
-cell_timeout_s: 240
-"""
-
-
-def _run(root: Path, text: str, name: str) -> List[Dict[str, object]]:
-    from torchscale.cli.app import app
-
-    root.mkdir(parents=True, exist_ok=True)
-    config = root / "c.yaml"
-    config.write_text(text, encoding="utf-8")
-    result = CliRunner().invoke(app, ["benchmark", "-c", str(config), "-o", str(root / "out")])
-    lines = (root / "out" / name / "results.jsonl").read_text(encoding="utf-8").splitlines()
-    records = [json.loads(line) for line in lines]
-    assert records, result.output
-    return records
+@pytest.fixture(scope="module")
+def tiny(strategy_runs: Dict[str, Any]) -> List[Dict[str, object]]:
+    """gpt2-tiny with a scaled rank, each strategy on 1 and 2 ranks: its records (made in the
+    session's lanes; tests/support/strategy_runs.py says why sharing the cores changes none of
+    what is read here)."""
+    return strategy_runs["tiny"].value()
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> List[Dict[str, object]]:
-    return _run(tmp_path_factory.mktemp("strategies"), TINY_CONFIG, "strategies")
-
-
-@pytest.fixture(scope="module")
-def memory(tmp_path_factory: pytest.TempPathFactory) -> List[Dict[str, object]]:
-    return _run(tmp_path_factory.mktemp("strategy-memory"), MEMORY_CONFIG, "strategy-memory")
+def memory(strategy_runs: Dict[str, Any]) -> List[Dict[str, object]]:
+    """The 11M GPT-2, each strategy on 2 ranks: its records (made in the session's lanes)."""
+    return strategy_runs["memory"].value()
 
 
 def _cell(records: List[Dict[str, object]], model: str, strategy: str, gpus: int) -> dict:

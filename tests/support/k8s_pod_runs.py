@@ -1,7 +1,7 @@
 """The runs of tests/test_k8s_pods.py (see its docstring): a TrainJob's two pods on two hosts,
 node 1's late and then killed in the second cell, and both nodes of a JobSet, a PyTorchJob, a
 SkyPilot and a dstack task, each a whole run of one 2 x 1 cell on two hosts of its own. Each is a
-job of :mod:`tests.support.two_host_runs`: the jobs are emitted here, in the test's thread, and
+job of :mod:`tests.support.session_runs`: the jobs are emitted here, in the test's thread, and
 run in its lanes."""
 
 from __future__ import annotations

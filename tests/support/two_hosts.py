@@ -36,7 +36,7 @@ exports to every node) fits both hosts."""
 
 STOP = threading.Event()
 """Set when the session is interrupted while runs go on in other threads
-(tests/support/two_host_runs.py): their waits end (:func:`check_stop`) and every host still up
+(tests/support/session_runs.py): their waits end (:func:`check_stop`) and every host still up
 is torn down (:func:`tear_down_all`), so Ctrl-C does not wait for the runs' minutes."""
 LIVE: List[TwoHosts] = []
 _LIVE_LOCK = threading.Lock()
