@@ -19,6 +19,7 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.chromium_cdp import children_left
 from tests.support.fakes.fake_pynvml import load
 from torchscale.cli.app import app
 from torchscale.comm.busbw import busbw_factor, layout
@@ -185,7 +186,7 @@ def test_a_hanging_smoke_test_fails_within_the_timeout_and_leaves_no_workers(mon
     assert len(pids) == 2, "both workers must have started and hung"
     for pid in pids:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    assert psutil.Process().children(recursive=True) == []  # no torchrun left either
+    assert children_left() == []  # no torchrun left either (the session's browser aside)
     assert wall < HANG_TIMEOUT_S + 15  # the timeout plus the kill grace, not a stuck command
 
 
@@ -263,4 +264,4 @@ def test_cancelling_the_smoke_test_kills_its_launch_at_once(monkeypatch, tmp_pat
         run_smoke_test(gpus=0, timeout_s=60, cancel=cancel)
     assert time.monotonic() - started < 10
     assert list(tmp_path.iterdir()) == []  # its work directory is gone too
-    assert psutil.Process().children(recursive=True) == []
+    assert children_left() == []  # the session's browser aside

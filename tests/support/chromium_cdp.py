@@ -17,13 +17,34 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set
+
+if TYPE_CHECKING:
+    import psutil
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+LIVE_BROWSERS: Set[int] = set()
+"""The pids of the browsers open now (the session's shared one lives as long as the session):
+a test that asserts it left no child process leaves these trees out (``children_left``)."""
+
+
 class ChromiumError(RuntimeError):
     pass
+
+
+def children_left() -> List[psutil.Process]:
+    """This process's descendants, less the open browsers and theirs."""
+    import psutil
+
+    browsers = {pid for pid in LIVE_BROWSERS if psutil.pid_exists(pid)}
+    trees = {
+        child.pid
+        for pid in browsers
+        for child in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    }
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in trees]
 
 
 class Chromium:
@@ -65,6 +86,7 @@ class Chromium:
         )
         os.close(to_browser_r)
         os.close(from_browser_w)
+        LIVE_BROWSERS.add(self.process.pid)
         self._buffer = b""
         self._next_id = 0
         self.events: List[Dict[str, Any]] = []
@@ -77,6 +99,7 @@ class Chromium:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        LIVE_BROWSERS.discard(self.process.pid)
         for fd in (self._to_browser, self._from_browser):
             with contextlib.suppress(OSError):
                 os.close(fd)
