@@ -21,6 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.report_fixtures import MODELS, FixtureSpec, training_record, write_experiment
+from tests.support.step_records import busy_host_ranks
 from torchscale.analysis import noise
 from torchscale.analysis.bootstrap import CHUNK_ELEMENTS, MAX_BLOCKS
 from torchscale.analysis.comparison import REGRESSION, CompareOptions, compare_runs
@@ -406,16 +407,7 @@ def _busy(line: str, slower: float) -> str:
     a CPU 40% of its window while other processes kept one more core of the host busy (what
     schedstat and /proc/stat record beside ranks that share their cores with a spinner)."""
     record = TrainingResult.model_validate_json(line)
-    ranks = [
-        rank.model_copy(
-            update={
-                "cpu_wait_s": 0.4 * rank.window_s,
-                "host_busy_cpu_s": sum(r.process_cpu_s or 0.0 for r in record.per_rank)
-                + rank.window_s,
-            }
-        )
-        for rank in record.per_rank
-    ]
+    ranks = busy_host_ranks(record)
     steps = [s * slower for s in record.step_times_ms]
     stats = time_stats(steps)
     assert stats is not None

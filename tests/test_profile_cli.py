@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.profile_helpers import DATA, hta_reference, real_traces_dir
+from tests.support.step_records import busy_host_ranks
 from torchscale.cli.app import app
 from torchscale.config.durations import parse_duration
 from torchscale.measures.figures import SYNC_STALL
@@ -227,16 +228,7 @@ def _busy_profiled(record: TrainingResult, busy: bool) -> TrainingResult:
     """A recorded cell, traced, as measured on a busy host when ``busy``: each rank waited for a
     CPU 40% of its window while other processes kept one more core busy (what schedstat and
     /proc/stat record beside ranks that share their cores with a spinner)."""
-    ranks = [
-        rank.model_copy(
-            update={
-                "cpu_wait_s": 0.4 * rank.window_s,
-                "host_busy_cpu_s": sum(r.process_cpu_s or 0.0 for r in record.per_rank)
-                + rank.window_s,
-            }
-        )
-        for rank in record.per_rank
-    ]
+    ranks = busy_host_ranks(record)
     profile = ProfileInfo(tool="torch", profiled=True, reason="traced", dir="profile")
     return record.model_copy(update={"per_rank": ranks if busy else record.per_rank,
                                      "profile": profile})  # fmt: skip

@@ -7,7 +7,7 @@ from typing import List, Tuple
 
 from tests.support.report_fixtures import _identity, _settings
 from torchscale.measures.stats import time_stats
-from torchscale.results.schema import TrainingResult
+from torchscale.results.schema import RankResult, TrainingResult
 from torchscale.worker.aggregate import aggregate
 
 STEPS = 20
@@ -35,3 +35,19 @@ def parts_record(parts: List[Tuple[float, float, float]]) -> TrainingResult:
     )  # fmt: skip
     identity = _identity(_settings("mlp", BATCH, world, 0), "scaling")
     return TrainingResult(**{**identity, **figures}, status="ok", backend="nccl", hosts=["node-a"])
+
+
+def busy_host_ranks(record: TrainingResult) -> List[RankResult]:
+    """``record``'s ranks as measured on a busy host: each waited for a CPU 40% of its window
+    while other processes kept one more core of the host busy (what schedstat and /proc/stat
+    record beside ranks that share their cores with a spinner)."""
+    busy_cpu_s = sum(r.process_cpu_s or 0.0 for r in record.per_rank)
+    return [
+        rank.model_copy(
+            update={
+                "cpu_wait_s": 0.4 * rank.window_s,
+                "host_busy_cpu_s": busy_cpu_s + rank.window_s,
+            }
+        )
+        for rank in record.per_rank
+    ]
