@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -430,3 +431,29 @@ def test_the_budget_learns_a_launch_and_a_cell_and_shrinks_the_verdict_to_fit() 
     # 6 cells fit, not 9: of (1 finalist x 3 rounds) and (2 x 2), the more rounds
     assert _verdict_shape(search(runner.estimate(6) or 0.0), 2, 3) == (1, 3)
     assert _verdict_shape(search((needs[(1, 1)] or 0.0) - 1), 2, 3) is None
+
+
+def test_the_budget_counts_from_the_command_not_from_an_older_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tune asked for in a process that has run longer than the budget (a test session, a
+    notebook, the API) still has its whole budget; the ``torchscale`` command's own process
+    counts its start-up (Python, torch, the study) too, as the user's clock does."""
+    import psutil
+
+    from torchscale.app.tune import _request
+    from torchscale.cli import console
+    from torchscale.tune.tune_runner import Search
+
+    monkeypatch.setattr(psutil.Process, "create_time", lambda self: time.time() - 3600.0)
+    config = tmp_path / "mlp.yaml"
+    config.write_text(MLP_CONFIG)
+    request = _request(config, [], None, None, None, [], tmp_path / "out", "90s", 3, None, None)
+    folder = tmp_path / "out" / "mlp" / "tune"
+    folder.mkdir(parents=True)
+    assert console.command_started() is None  # this process was not started for the command
+    assert 85.0 < Search(request, folder, None).left() <= 90.0  # type: ignore[arg-type]
+    monkeypatch.setattr(console, "_process_is_the_command", True)
+    started = console.command_started()
+    assert started is not None and time.monotonic() - started == pytest.approx(3600.0, abs=5.0)
+    assert Search(replace(request, started=started), folder, None).left() < 0  # type: ignore[arg-type]

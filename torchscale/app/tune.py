@@ -35,6 +35,8 @@ class TuneArgs:
     repeats: Optional[int] = None
     script: Optional[ScriptOptions] = None
     noise_floor: Optional[float] = None
+    started: Optional[float] = None
+    """The budget's start (monotonic); None: now."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ def tune(args: TuneArgs, console: ContextManager[TuneEvents], notify: Notify) ->
         args.output_dir, args.budget, args.trials, args.finalists, args.repeats, args.script,
         args.noise_floor,
     )  # fmt: skip
+    if args.started is not None:
+        request = replace(request, started=args.started)
     from torchscale.hardware.environment import node_devices
     from torchscale.launch.process import Terminated
     from torchscale.plan.cpu_size import gpu_sized_warnings

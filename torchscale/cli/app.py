@@ -22,7 +22,7 @@ from torchscale.cli import (
     tune_command,
     validate_command,
 )
-from torchscale.cli.console import set_quiet, setup_logging
+from torchscale.cli.console import set_quiet, setup_logging, started_as_the_command
 from torchscale.cli.script_args import ScriptArgsCommand, ScriptArgsGroup
 from torchscale.measures.figures import GLOSSARY_DOC
 from torchscale.version import __version__
@@ -126,4 +126,5 @@ app.add_typer(history_app, name="history")
 
 
 def main() -> None:
+    started_as_the_command()
     app()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -42,6 +42,33 @@ log = logging.getLogger("torchscale")
 
 ALWAYS_SHOWN = ("[WARN]", "[FAIL]", "[ERROR]")
 """A console line whose tag is one of these is a warning or an error: never hushed."""
+
+
+_process_is_the_command = False
+
+
+def started_as_the_command() -> None:
+    """Called by the ``torchscale`` entry point: this process was started for one command."""
+    global _process_is_the_command
+    _process_is_the_command = True
+
+
+def command_started() -> Optional[float]:
+    """When this process started, on the monotonic clock, where it was started for this command
+    (a time budget then counts Python's and torch's start-up too, as the user's clock does);
+    None in a process that was already running (a test, a notebook): the budget counts from
+    when the command was asked for."""
+    if not _process_is_the_command:
+        return None
+    import time
+
+    import psutil
+
+    try:
+        age = time.time() - psutil.Process().create_time()
+    except (psutil.Error, OSError):  # no /proc: count from now
+        age = 0.0
+    return time.monotonic() - max(0.0, age)
 
 
 def set_quiet(quiet: bool) -> None:

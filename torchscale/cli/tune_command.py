@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 import typer
 from typing_extensions import Annotated
 
-from torchscale.cli.console import err_console, markup_text, print_json, show_result, user_errors
+from torchscale.cli.console import (
+    command_started,
+    err_console,
+    markup_text,
+    print_json,
+    show_result,
+    user_errors,
+)
 from torchscale.cli.script_args import (
     SCRIPT_PANEL,
     SamplesPerStepOption,
@@ -238,7 +245,7 @@ def tune(
     own = script_options(ctx, script, samples_per_step, step_at, threads)
     args = TuneArgs(
         config, set_ or [], model, batch_size, gpus, allow or [], output_dir, budget,
-        trials, finalists, repeats, own, noise_floor,
+        trials, finalists, repeats, own, noise_floor, command_started(),
     )  # fmt: skip
     outcome = run_tune(args, TuneConsole(trials), _note)
     folder, summary = outcome.folder, outcome.summary

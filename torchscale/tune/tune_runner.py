@@ -58,18 +58,6 @@ if TYPE_CHECKING:
     import optuna
 
 
-def process_started() -> float:
-    """When this process started, on the monotonic clock: the budget counts the start-up
-    (Python, torch, the study) too, as the user's clock does."""
-    import psutil
-
-    try:
-        age = time.time() - psutil.Process().create_time()
-    except (psutil.Error, OSError):  # no /proc: count from now
-        age = 0.0
-    return time.monotonic() - max(0.0, age)
-
-
 VERDICT_DIR = TUNE_VERDICT_DIR
 SCREEN_DIR = TUNE_SCREEN_DIR
 STALE_BATCHES = 3
@@ -101,7 +89,10 @@ class TuneRequest:
     budget_s: float
     trial_cap: Optional[int]
     noise_floor_pct: Optional[float] = None  # stated: a verdict may rest on a busy host's cells
-    started: float = field(default_factory=lambda: process_started())  # the budget's clock
+    started: float = field(default_factory=time.monotonic)
+    """The budget's clock (monotonic): the ``torchscale`` command's process start where that
+    process was started for the command (``cli.console.command_started``), else when the tune
+    was asked for (an API call or a test in a long-lived process)."""
 
     @property
     def script(self) -> Optional[ScriptCellSettings]:
