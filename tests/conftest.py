@@ -3,7 +3,9 @@ runs and fixture experiments that several test modules read, each made once per 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 
 # Rich reads COLUMNS when it is not writing to a terminal; pin it before torchscale is imported.
 os.environ["COLUMNS"] = "200"
@@ -14,7 +16,17 @@ os.environ.setdefault("NO_COLOR", "1")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    ContextManager,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Tuple,
+)
 
 import pytest
 from typer import rich_utils
@@ -62,17 +74,57 @@ LAUNCHING_FIXTURES = frozenset(
 fixture, is ``slow`` whether or not it says so, so ``-m "not slow"`` never launches."""
 
 
+def _in_background(item: pytest.Item) -> bool:
+    """A fast test that reads no time: the background worker's (tests/support/machine_share.py);
+    every other test runs in the foreground, and a ``timed`` one with the machine to itself."""
+    return item.get_closest_marker("slow") is None and item.get_closest_marker("timed") is None
+
+
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
-def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     for item in items:
         if LAUNCHING_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from tests.support import machine_share
+
+        factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
+        groups = {item.nodeid: _in_background(item) for item in items}
+        machine_share.write_groups(factory.getbasetemp().parent, groups)
     skip = pytest.mark.skip(
         reason=f"asserts a CPU-only node's answers; NVML sees {NVML_GPUS} GPU(s) here"
     )
     for item in items:
         if NVML_GPUS and item.get_closest_marker("cpu_only_node"):
             item.add_marker(skip)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The foreground's tests on one worker, the background's on the other."""
+    from tests.support.machine_share import two_workers
+
+    factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
+    return two_workers(config, log, factory.getbasetemp())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Iterator[None]:
+    """Setup, call and teardown (module fixtures' launches too) with the machine shared as the
+    test's module allows: in the background, beside the foreground, or alone."""
+    from tests.support import machine_share
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        factory: pytest.TempPathFactory = item.config._tmp_path_factory  # type: ignore[attr-defined]
+        machine_share.configure(factory.getbasetemp())
+    share: ContextManager[None]
+    if _in_background(item):
+        share = machine_share.in_background()
+    elif item.get_closest_marker("timed") is not None:
+        share = machine_share.alone()
+    else:
+        share = contextlib.nullcontext()
+    with share:
+        yield
 
 
 # --- shared real runs: one torchrun launch each per session, whichever test asks first ----------
@@ -276,6 +328,10 @@ def chromium() -> Iterator[Chromium]:
 # smoke test).
 
 
+WORKER_FOLDER = re.compile(r"gw\d+")
+"""An xdist worker's tmp folder under the session's: the launch count looks one level below."""
+
+
 def _launch_folders(base: Path) -> Dict[str, int]:
     """Launches under ``base``, by the top-level tmp folder (a test's or a fixture's name).
 
@@ -296,7 +352,8 @@ def _launch_folders(base: Path) -> Dict[str, int]:
             first[key] = (made, folder)
     counts: Dict[str, int] = {}
     for _, folder in first.values():
-        top = folder.relative_to(base).parts[0]
+        parts = folder.relative_to(base).parts
+        top = parts[1] if WORKER_FOLDER.fullmatch(parts[0]) and len(parts) > 1 else parts[0]
         counts[top] = counts.get(top, 0) + 1
     return counts
 

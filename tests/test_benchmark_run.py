@@ -26,7 +26,10 @@ from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
-pytestmark = pytest.mark.slow  # every test here reads a real CPU benchmark (torchrun launches)
+pytestmark = [
+    pytest.mark.slow,  # every test here reads a real CPU benchmark (torchrun launches)
+    pytest.mark.timed,  # a 30 s start-up timeout and a hang's wall time under it
+]
 
 runner = CliRunner()
 

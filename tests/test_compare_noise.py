@@ -172,6 +172,7 @@ WORSE = {"throughput": ("throughput_ci_high_pct", -1), "p95": ("p95_ci_low_pct",
 
 
 @pytest.mark.slow
+@pytest.mark.timed  # a planted slowdown judged against the runs' noise
 def test_a_planted_30_percent_slowdown_fails_the_gate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

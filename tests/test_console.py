@@ -24,6 +24,8 @@ from torchscale.cli.app import app
 from torchscale.escaping import for_terminal
 from torchscale.measures.figures import GLOSSARY_DOC
 
+pytestmark = pytest.mark.timed  # the projection's error; a piped log's lines within a window
+
 runner = CliRunner()
 WIDTH = 80
 

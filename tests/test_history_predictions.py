@@ -12,7 +12,10 @@ from typer.testing import CliRunner
 from tests.support.shared_runs import Run
 from torchscale.cli.app import app
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timed,  # a prediction checked against a later run's throughput
+]
 
 
 def test_a_prediction_from_one_rank_shows_its_error_at_two(

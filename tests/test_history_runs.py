@@ -15,7 +15,10 @@ from tests.support.sleepy_model import BASE_MS, EXTRA_ENV
 from torchscale.cli.app import app
 from torchscale.history.database import HistoryStore
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timed,  # six nights' throughput and the change point among them
+]
 
 CONFIG = """\
 experiment_name: nightly

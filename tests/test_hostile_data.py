@@ -24,6 +24,8 @@ from tests.support.report_fixtures import MODELS, FixtureSpec, write_experiment
 from torchscale.cli.app import app
 from torchscale.results.store import ExperimentStore
 
+pytestmark = pytest.mark.timed  # the integrations' sinks answer within their 5 s deadline
+
 runner = CliRunner()
 SMALL = FixtureSpec(
     name="small",

@@ -33,7 +33,10 @@ from tests.support.two_hosts import IFNAME
 from torchscale.models.registry import load_model
 from torchscale.results.schema import TrainingResult
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timed,  # a node that gives up within its join timeout
+]
 
 REPO = Path(__file__).resolve().parents[1]
 

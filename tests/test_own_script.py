@@ -34,6 +34,8 @@ from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
+pytestmark = pytest.mark.timed  # samples/s against the script's own clock; the slow rank; tune
+
 runner = CliRunner()
 PRINTED = re.compile(
     r"\[default0\]:step \d+: loss \S+, ([\d.]+) samples/s .*over steps (\d+)-(\d+)"

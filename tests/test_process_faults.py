@@ -34,6 +34,8 @@ from torchscale.integrations.sinks import Integrations, SinkEvents
 from torchscale.launch.rank_exits import launcher_log_exits
 from torchscale.results.store import ExperimentStore, FolderLostError
 
+pytestmark = pytest.mark.timed  # which rank sees its peer lost first; the sinks' deadlines
+
 WARMUP, FAULT_AFTER, STALL_S = 1, 2, 3
 FAULTS = f"""\
 experiment_name: process-faults

@@ -23,7 +23,10 @@ from torchscale.results.files import atomic_write_json
 from torchscale.results.layout import validate_record_path
 from torchscale.results.store import ExperimentStore
 
-pytestmark = pytest.mark.slow  # every test here captures real profiled cells (torchrun launches)
+pytestmark = [
+    pytest.mark.slow,  # every test here captures real profiled cells (torchrun launches)
+    pytest.mark.timed,  # the slowed rank named from its step times
+]
 
 WINDOW = "4s"  # see profile()
 DELAY_MS = 300  # large against scheduling jitter (ms), which is what limits the precision

@@ -34,6 +34,8 @@ from torchscale.analysis.projection import (
 )
 from torchscale.cli.app import app
 
+pytestmark = pytest.mark.timed  # a predicted throughput within 15% of the measured one
+
 runner = CliRunner()
 HOLDOUT_TOLERANCE = 0.15
 

@@ -27,7 +27,10 @@ from torchscale.analysis.noise import BAND, DEFAULT_FACTOR
 from torchscale.report import formatting as fmt
 from torchscale.results.layout import RESULTS
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timed,  # real runs' noise and the verdicts on it
+]
 
 NOISY_CV = 0.3
 WAIT_SHARE = 0.4

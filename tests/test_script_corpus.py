@@ -28,7 +28,10 @@ from torchscale.cli.app import app
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timed,  # samples/s within 5% of the script's own clock
+]
 
 CORPUS = Path(__file__).resolve().parent / "data" / "scripts"
 WINDOW = 10

@@ -28,6 +28,8 @@ from torchscale.results.schema import TrainingResult
 from torchscale.worker.aggregate import sync_stats
 from torchscale.worker.gpu_sampler import GpuSampler
 
+pytestmark = pytest.mark.timed  # a rank oversubscribed on purpose, found by its CPU wait
+
 FIXTURES = Path(__file__).parent / "data" / "nvml"
 HEALTHY_SAMPLES = 4  # GPU 5's samples before it throttles
 

@@ -27,6 +27,8 @@ from torchscale.results.layout import validate_record_path
 from torchscale.validate.smoke import SmokeCancelled, run_smoke_test
 from torchscale.validate.smoke_worker import HANG_ENV, SAMPLE, expected_sum
 
+pytestmark = pytest.mark.timed  # a hanging smoke test ended within its timeout
+
 DATA = Path(__file__).parent / "data" / "nvml"
 HANG_TIMEOUT_S = 10  # must exceed torchrun's own start-up (~4 s here) so the workers do start
 

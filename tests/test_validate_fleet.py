@@ -40,6 +40,8 @@ from torchscale.validate.fleet_rules import (
 )
 from torchscale.validate.result import Status
 
+pytestmark = pytest.mark.timed  # a throttled host measured against its peers
+
 
 def test_robust_rule_fraction_of_the_median_and_scaled_mads() -> None:
     bar = FleetBar()

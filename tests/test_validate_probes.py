@@ -29,6 +29,8 @@ from torchscale.validate.levels import collective_figures
 from torchscale.validate.probe_timing import Figure
 from torchscale.validate.result import CheckResult, Status
 
+pytestmark = pytest.mark.timed  # GEMM and memory figures against an independent measurement
+
 DATA = Path(__file__).parent / "data" / "nvml"
 H100 = json.loads((DATA / "h100_healthy.json").read_text())["devices"][0]["nvmlDeviceGetName"]
 

@@ -18,6 +18,8 @@ from torchscale.plan.profile_request import ProfileRequest
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
 
+pytestmark = pytest.mark.timed  # a cell's throughput in a group against alone
+
 runner = CliRunner()
 
 
