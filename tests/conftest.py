@@ -194,11 +194,13 @@ def own_script_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
 def session_runs(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Dict[str, Any]:
+    from tests.support import machine_share
     from tests.support.session_runs import FIXTURES, run_in_lanes
 
     items = request.session.items
     selected = {name for item in items for name in getattr(item, "fixturenames", ())}
-    return run_in_lanes(tmp_path_factory.mktemp, [f for f in FIXTURES if f in selected])
+    with machine_share.alone():  # two runs at a time fill both cores
+        return run_in_lanes(tmp_path_factory.mktemp, [f for f in FIXTURES if f in selected])
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,8 @@ it gets a core only when no other process wants it, so it fills the cores a laun
 (its start-ups' waits, a one-rank cell, the rendezvous) and a rank that wants a core preempts it
 at once: the run-queue wait, which the busy-host verdicts read, stays the rank's own.
 
-A foreground test that reads a time (and the lanes of ``session_runs``, which fill both cores)
-takes the machine to itself: :func:`alone` waits for the background test in flight to end and
+A foreground test that reads a time (and the ``session_runs`` fixture's lanes, which fill both
+cores) takes the machine to itself: :func:`alone` waits for the background test in flight to end and
 holds the next one back until it is done. Two ``flock`` files in the session's tmp folder, which
 both workers share, make that a readers-writer lock whose writer is not starved: the background
 passes through the gate before each test; the foreground holds the gate while it waits.

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from tests.support import machine_share
 from tests.support.environ import repo_pythonpath
 from tests.support.two_hosts import tear_down_all
 
@@ -169,10 +168,7 @@ def run_in_lanes(make_folder: Callable[[str], Path], wanted: Iterable[str]) -> D
     chosen = [name for name in runs if name in set(wanted)]
     outcomes: Dict[str, Outcome] = {}
     started = time.monotonic()
-    with (
-        machine_share.alone(),
-        ThreadPoolExecutor(max_workers=LANES, thread_name_prefix="session-run") as lanes,
-    ):
+    with ThreadPoolExecutor(max_workers=LANES, thread_name_prefix="session-run") as lanes:
         futures: Dict[str, List[Tuple[str, Future[Any]]]] = {}
         try:
             for name in chosen:
