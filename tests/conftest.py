@@ -107,20 +107,28 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return two_workers(config, log, factory.getbasetemp())
 
 
+@pytest.hookimpl(trylast=True)  # after the tmp-path plugin has made its factory
+def pytest_configure(config: pytest.Config) -> None:
+    """In an xdist worker: the folder the two workers share their machine through."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from tests.support import machine_share
+
+        factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]
+        machine_share.configure(factory.getbasetemp())
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]) -> Iterator[None]:
     """Setup, call and teardown (module fixtures' launches too) with the machine shared as the
     test's module allows: in the background, beside the foreground, or alone."""
     from tests.support import machine_share
 
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        factory: pytest.TempPathFactory = item.config._tmp_path_factory  # type: ignore[attr-defined]
-        machine_share.configure(factory.getbasetemp())
     share: ContextManager[None]
     if _in_background(item):
         share = machine_share.in_background()
     elif item.get_closest_marker("timed") is not None:
-        share = machine_share.alone()
+        keep = nextitem is not None and nextitem.get_closest_marker("timed") is not None
+        share = machine_share.alone_until(keep)
     else:
         share = contextlib.nullcontext()
     with share:
@@ -330,7 +338,7 @@ def chromium() -> Iterator[Chromium]:
 # smoke test).
 
 
-WORKER_FOLDER = re.compile(r"gw\d+")
+WORKER_FOLDER = re.compile(r"(popen-)?gw\d+")
 """An xdist worker's tmp folder under the session's: the launch count looks one level below."""
 
 

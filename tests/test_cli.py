@@ -48,6 +48,79 @@ def test_config_errors_do_not_import_torch(tmp_path: Path) -> None:
     assert run_without_torch(["benchmark", "--config", str(bad)]) == "2 []"
 
 
+NODE_FACTS = """
+import json, sys
+from torchscale.hardware import environment
+environment.gpu_device_files = lambda: {files!r}
+devices = environment.node_devices()
+facts = environment.collect_environment()
+keys = ("torch", "cuda", "cudnn", "nccl", "device_kind", "device_count")
+print(json.dumps({{"imported": "torch" in sys.modules, **{{k: facts[k] for k in keys}}}}))
+"""
+
+
+def node_facts(files: list) -> dict:
+    """What a fresh ``torchscale`` process finds of this node before it launches anything, on
+    a node whose GPU device files are ``files``; and whether that imported torch."""
+    code = NODE_FACTS.format(files=files)
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    facts: dict = json.loads(ran.stdout)
+    return facts
+
+
+def test_a_node_without_gpus_is_known_and_recorded_without_importing_torch() -> None:
+    """No GPU device file: CUDA can see no GPU, so the devices and the manifest's versions come
+    without torch's import (2-3 s of CPU a command, on every node of a run); the versions are
+    the ones torch itself reports."""
+    import torch
+
+    from torchscale.hardware.environment import cpu_slots
+
+    facts = node_facts([])
+    assert facts == {
+        "imported": False,
+        "torch": str(torch.__version__),
+        "cuda": torch.version.cuda,
+        "cudnn": None,  # CPU processes never load cuDNN or NCCL
+        "nccl": None,
+        "device_kind": "cpu",
+        "device_count": cpu_slots(),
+    }
+    # A GPU device file sends the question to torch (CUDA is hidden from the suite: CPU again).
+    asked = node_facts(["/dev/nvidia0"])
+    assert asked["imported"] is True
+    assert {k: asked[k] for k in ("torch", "cuda", "device_kind")} == {
+        k: facts[k] for k in ("torch", "cuda", "device_kind")
+    }
+
+
+def test_torch_default_threads_are_asked_only_for_a_single_process_script_cell(
+    tmp_path: Path,
+) -> None:
+    from torchscale.app.own_script import ScriptOptions, script_config
+    from torchscale.config.loader import load_config
+    from torchscale.launch.cpu_threads import threads_lines
+    from torchscale.plan.matrix import expand
+
+    asked: list = []
+
+    def torch_default() -> int:
+        asked.append(1)
+        return 5
+
+    config = tmp_path / "c.yaml"
+    config.write_text("models: [gpt2-tiny]\ngpu_counts: [1, 2]\n")
+    builtin = expand(load_config(config)).cells
+    assert threads_lines(builtin, "cpu", torch_default)[0].startswith("Threads: each CPU process")
+    assert asked == []
+    script = Path(__file__).parent.parent / "examples" / "scripts" / "train_cnn.py"
+    cells = expand(script_config(ScriptOptions(str(script), gpus=[1, 2]), None)).cells
+    lines = threads_lines(cells, "cpu", torch_default)
+    assert "Threads, 1 process(es) per node: 5 intra-op thread(s) per rank" in lines[0]
+    assert "Threads, 2 process(es) per node: 1 intra-op thread(s)" in lines[1]
+    assert asked == [1]  # once, for the one-process cell
+
+
 def test_version() -> None:
     result = runner.invoke(app, ["--version"])
     assert result.exit_code == 0

@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
+import time
 from pathlib import Path
 from typing import List
 
@@ -22,6 +24,13 @@ from tests.support import machine_share
 root, role, hold_s = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # not the launching worker's class
 machine_share.configure(root / "gw0")
+if role == "kept":  # two timed tests in a row, hold_s apart
+    with machine_share.alone_until(keep=True):
+        print("in", time.monotonic(), os.sched_getscheduler(0), flush=True)
+    time.sleep(hold_s)
+    with machine_share.alone_until(keep=False):
+        print("out", time.monotonic(), flush=True)
+    sys.exit(0)
 share = machine_share.alone() if role == "alone" else machine_share.in_background()
 with share:
     print("in", time.monotonic(), os.sched_getscheduler(0), flush=True)
@@ -68,6 +77,15 @@ def test_no_background_test_starts_while_the_foreground_is_alone(tmp_path: Path)
     assert float(fg_entered) < float(fg_left) <= float(bg_entered)
 
 
+def test_no_background_test_starts_between_two_timed_tests(tmp_path: Path) -> None:
+    kept = _side(tmp_path, "kept", 1.0)
+    _entered(kept)  # the first timed test has ended; the second starts in a second
+    background = _side(tmp_path, "background", 0.0)
+    (_, bg_entered, _), _ = _times(background)
+    ((_, fg_second),) = _times(kept)
+    assert float(fg_second) <= float(bg_entered)
+
+
 def test_each_group_goes_to_a_worker_of_its_own(tmp_path: Path) -> None:
     from tests.support.machine_share import scope_of, write_groups
 
@@ -76,3 +94,35 @@ def test_each_group_goes_to_a_worker_of_its_own(tmp_path: Path) -> None:
     assert scope("tests/test_a.py::fast") == "background"
     assert scope("tests/test_b.py::launches") == "foreground"
     assert scope("tests/test_c.py::not_listed") == "foreground"
+
+
+def test_the_launch_count_names_a_tests_folder_below_a_workers_folder() -> None:
+    """xdist gives each worker a tmp folder (``popen-gw1``): launches are counted by the test's or
+    fixture's folder below it, and a copied run's exits file counts once."""
+    with tempfile.TemporaryDirectory() as outside:  # not in the session's own count
+        _count_in(Path(outside))
+
+
+def _count_in(tmp_path: Path) -> None:
+    from tests.conftest import _launch_folders
+
+    exits = {
+        "popen-gw1/test_resume0/out/cells/a": "start 1",
+        "popen-gw1/test_resume0/out/cells/b": "start 2",
+        "popen-gw0/healthy-run0/out/group": "start 3",
+        "gw2/tune-mlp0/out/trial": "start 4",
+        "own-folder/cells/c": "start 5",
+    }
+    for folder, content in exits.items():
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "exits.head.jsonl").write_text(content)
+    time.sleep(0.05)  # file times tick every few ms: the copy's must be later
+    copy = tmp_path / "popen-gw1" / "test_copy0" / "a"
+    copy.mkdir(parents=True)
+    (copy / "exits.head.jsonl").write_text("start 1")  # a copy made later: not another launch
+    assert _launch_folders(tmp_path) == {
+        "test_resume0": 2,
+        "healthy-run0": 1,
+        "tune-mlp0": 1,
+        "own-folder": 1,
+    }

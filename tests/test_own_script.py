@@ -180,7 +180,7 @@ def test_threads_given_are_the_scripts_and_said(tmp_path: Path) -> None:
     (cell,) = plan.cells
     assert cell.settings.threads == 3  # type: ignore[attr-defined]
     assert "OMP_NUM_THREADS" not in cell_env(cell, {}, "cpu")
-    (line,) = threads_lines(plan.cells, "cpu", 2)
+    (line,) = threads_lines(plan.cells, "cpu", lambda: 2)
     assert line == (
         "Threads, 2 process(es) per node: 3 intra-op thread(s) per rank, as --threads "
         "(script.threads) sets"
@@ -191,7 +191,7 @@ def test_threads_given_are_the_scripts_and_said(tmp_path: Path) -> None:
         assert torch.get_num_threads() == 3
     finally:
         torch.set_num_threads(before)
-    assert threads_lines(plan.cells, "cuda", 2) == []
+    assert threads_lines(plan.cells, "cuda", lambda: 2) == []
     shown = runner.invoke(app, ["benchmark", "--threads", "2", "-c", str(tmp_path / "x.yaml")])
     assert shown.exit_code == 2 and "--threads goes with --script" in shown.output
 

@@ -443,14 +443,14 @@ def test_the_budget_counts_from_the_command_not_from_an_older_process(
     counts its start-up (Python, torch, the study) too, as the user's clock does."""
     import psutil
 
-    from torchscale.app.tune import _request
+    from torchscale.app.tune import TuneArgs, _request
     from torchscale.cli import console
     from torchscale.tune.tune_runner import Search
 
     monkeypatch.setattr(psutil.Process, "create_time", lambda self: time.time() - 3600.0)
     config = tmp_path / "mlp.yaml"
     config.write_text(MLP_CONFIG)
-    request = _request(config, [], None, None, None, [], tmp_path / "out", "90s", 3, None, None)
+    request = _request(TuneArgs(config=config, output_dir=tmp_path / "out", budget="90s", trials=3))
     folder = tmp_path / "out" / "mlp" / "tune"
     folder.mkdir(parents=True)
     assert console.command_started() is None  # this process was not started for the command

@@ -36,6 +36,7 @@ collect) for the controller's scheduler (which does not)."""
 _root: Optional[Path] = None
 _alone_depth = 0
 _idle_class = False
+_kept: Optional[contextlib.ExitStack] = None
 
 
 def configure(worker_basetemp: Optional[Path]) -> None:
@@ -72,6 +73,23 @@ def alone() -> Iterator[None]:
             _alone_depth -= 1
             fcntl.flock(share, fcntl.LOCK_UN)
             fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def alone_until(keep: bool) -> Iterator[None]:
+    """:func:`alone` for one test, kept past its end while ``keep`` (the next test takes the
+    machine alone too): no background test starts between the two, so the next one never waits
+    for a background test in flight (~60 s over a whole run, in the gaps between timed tests)."""
+    global _kept
+    if _kept is None:
+        _kept = contextlib.ExitStack()
+        _kept.enter_context(alone())
+    try:
+        yield
+    finally:
+        if not keep:
+            _kept.close()
+            _kept = None
 
 
 @contextlib.contextmanager

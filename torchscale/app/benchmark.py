@@ -190,7 +190,7 @@ def run_benchmark(
     from torchscale.analysis.training_tables import training_table
     from torchscale.hardware.environment import node_devices
     from torchscale.integrations.sinks import SinkEvents
-    from torchscale.launch.cpu_threads import default_threads, threads_lines
+    from torchscale.launch.cpu_threads import threads_lines
     from torchscale.launch.process import Terminated
     from torchscale.launch.sweep import SweepOptions, check_resumable, run_sweep
     from torchscale.results.store import check_writable
@@ -207,7 +207,7 @@ def run_benchmark(
         notify(f"> [WARN] {warning}")
     for line in size_warnings(request, device_kind):
         notify(f"> [WARN] {line}")
-    for line in threads_lines(plan.cells, device_kind, default_threads()):
+    for line in threads_lines(plan.cells, device_kind):
         notify(f"> [INFO] {line}")
     options = SweepOptions(
         resume=request.resume, retry_failed=request.retry_failed, force=request.force, launch=launch

@@ -334,7 +334,7 @@ def capture_profile(
     input (a model that does not exist, more ranks than the node has) fails before anything
     is written or said about where results go."""
     from torchscale.hardware.environment import node_devices
-    from torchscale.launch.cpu_threads import default_threads, threads_lines
+    from torchscale.launch.cpu_threads import threads_lines
     from torchscale.launch.nsys import tool_warning
     from torchscale.models.registry import check_model_factories, check_model_name
     from torchscale.plan.cpu_size import gpu_sized_warnings
@@ -368,7 +368,7 @@ def capture_profile(
         notify(f"> [WARN] {warning}")
     for line in gpu_sized_warnings(config, devices.kind):
         notify(f"> [WARN] {line}")
-    for line in threads_lines(expand(config).cells, devices.kind, default_threads()):
+    for line in threads_lines(expand(config).cells, devices.kind):
         notify(f"> [INFO] {line}")
     check_writable(output_dir)
     notify(f"> Results go to {experiment_dir(output_dir, config.experiment_name)}")

@@ -8,6 +8,7 @@ for the search), lines before it through ``notify``; the outcome says what was w
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ContextManager, Dict, List, Optional
@@ -58,13 +59,7 @@ class TuneOutcome:
 
 def tune(args: TuneArgs, console: ContextManager[TuneEvents], notify: Notify) -> TuneOutcome:
     """Check everything (bad input: one line, before anything runs), then search and judge."""
-    request = _request(
-        args.config, args.overrides, args.model, args.batch_size, args.gpus, args.allow,
-        args.output_dir, args.budget, args.trials, args.finalists, args.repeats, args.script,
-        args.noise_floor,
-    )  # fmt: skip
-    if args.started is not None:
-        request = replace(request, started=args.started)
+    request = _request(args)
     from torchscale.hardware.environment import node_devices
     from torchscale.launch.process import Terminated
     from torchscale.plan.cpu_size import gpu_sized_warnings
@@ -99,33 +94,23 @@ def tune(args: TuneArgs, console: ContextManager[TuneEvents], notify: Notify) ->
     )
 
 
-def _request(
-    config: Optional[Path],
-    set_: List[str],
-    model: Optional[str],
-    batch_size: Optional[int],
-    gpus: Optional[int],
-    allow: List[str],
-    output_dir: Path,
-    budget: str,
-    trials: Optional[int],
-    finalists: Optional[int],
-    repeats: Optional[int],
-    script: Optional[ScriptOptions] = None,
-    noise_floor: Optional[float] = None,
-) -> TuneRequest:
+def _request(args: TuneArgs) -> TuneRequest:
     """Everything checked before anything runs (bad input: one line, exit 2)."""
     from torchscale.config.durations import parse_duration
     from torchscale.config.loader import apply_overrides, load_config, parse_overrides, read_yaml
     from torchscale.config.tune_section import TuneSection
 
-    budget_s = parse_duration(budget, "--budget", "90s, 20m, 2min or 1h30m")
+    config, model, batch_size, gpus, script = (
+        args.config, args.model, args.batch_size, args.gpus, args.script
+    )  # fmt: skip
+    allow, noise_floor = args.allow, args.noise_floor
+    budget_s = parse_duration(args.budget, "--budget", "90s, 20m, 2min or 1h30m")
     if noise_floor is not None and not (math.isfinite(noise_floor) and 0 <= noise_floor < 1000):
         raise ConfigError(
             f"--noise-floor {noise_floor:g} must be a % between 0 and 1000 (leave it out: a "
             "verdict taken on a busy host is then refused)"
         )
-    overrides = parse_overrides(set_)
+    overrides = parse_overrides(args.overrides)
     if script is not None:
         import copy
 
@@ -152,7 +137,7 @@ def _request(
         raw.setdefault("experiment_name", config.stem)
         loaded = load_config(config, overrides)
     section = loaded.tune or TuneSection.model_validate({})
-    updates = {"finalists": finalists, "repeats": repeats}
+    updates = {"finalists": args.finalists, "repeats": args.repeats}
     section = section.model_copy(update={k: v for k, v in updates.items() if v is not None})
     from torchscale.models.registry import check_model_factories
     from torchscale.tune.space import check_section
@@ -176,8 +161,9 @@ def _request(
     if script is None:
         pinned = {"models": [baseline.model], "batch_sizes": [baseline.batch_size], **pinned}
     return TuneRequest(
-        loaded, raw, pinned, baseline, space, section, output_dir, budget_s, trials, noise_floor
-    )
+        loaded, raw, pinned, baseline, space, section, args.output_dir, budget_s, args.trials,
+        noise_floor, time.monotonic() if args.started is None else args.started,
+    )  # fmt: skip
 
 
 def _baseline(config: Any, selection: str) -> Any:

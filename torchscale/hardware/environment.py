@@ -1,17 +1,24 @@
 """What this node is: versions, devices and the environment that changes distributed behaviour.
 
 Recorded in every experiment's ``manifest.json``, so a result can be traced to the software and
-hardware that produced it. Imports torch lazily: only commands that run something call this.
+hardware that produced it. Imports torch lazily, and only where asking it can tell something: on a
+node with no GPU device at all (no ``/dev/nvidia*``, ``/dev/dxg`` or ``/dev/kfd``) CUDA sees none,
+so the device count and the versions are read without it, and a ``torchscale`` process that only
+launches CPU ranks never imports torch (~2-3 s of CPU per command and per node).
 """
 
 from __future__ import annotations
 
+import ast
+import glob
+import importlib.util
 import os
 import platform
 import re
 import socket
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Dict, List, Optional
 
 import psutil
@@ -26,6 +33,9 @@ CPU_SLOTS_ENV = "TORCHSCALE_CPU_SLOTS"
 
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "GLOO_", "CUDA_", "OMP_", "MASTER_")
 ENV_EXACT = ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_JOB_ID", "SLURM_JOB_NODELIST")
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia[0-9]*", "/dev/dxg", "/dev/kfd")
+"""What a GPU's driver puts in /dev (NVIDIA; WSL's GPU; ROCm's, which torch.cuda also serves):
+CUDA cannot see a device without one of them, in a container too."""
 
 
 @dataclass(frozen=True)
@@ -80,15 +90,32 @@ def threads_per_cpu_slot() -> int:
     return max(1, usable_cpus() // cpu_slots())
 
 
+def gpu_device_files() -> List[str]:
+    """This node's GPU device files (:data:`GPU_DEVICE_FILES`); none on a node without GPUs."""
+    return [found for pattern in GPU_DEVICE_FILES for found in glob.glob(pattern)]
+
+
+def _worth_asking_torch() -> bool:
+    """Whether to ask torch for GPUs: it is loaded already (asking is free), or this node has a
+    GPU device file. Otherwise the answer is known without importing it: none."""
+    return "torch" in sys.modules or bool(gpu_device_files())
+
+
+def _cpu_devices() -> NodeDevices:
+    count = cpu_slots()
+    return NodeDevices("cpu", count, [platform.processor() or platform.machine()] * count)
+
+
 def node_devices() -> NodeDevices:
     """GPUs when CUDA sees any, else CPU slots (one gloo process per core unless overridden)."""
+    if not _worth_asking_torch():
+        return _cpu_devices()
     import torch
 
     if torch.cuda.is_available() and torch.cuda.device_count() > 0:
         count = torch.cuda.device_count()
         return NodeDevices("cuda", count, [torch.cuda.get_device_name(i) for i in range(count)])
-    count = cpu_slots()
-    return NodeDevices("cpu", count, [platform.processor() or platform.machine()] * count)
+    return _cpu_devices()
 
 
 def probe_devices() -> NodeDevices:
@@ -122,6 +149,53 @@ def driver_version() -> Optional[str]:
         return version if supported(version) else None
 
 
+def _installed_torch_versions() -> Optional[Dict[str, Optional[str]]]:
+    """torch's version and the CUDA it was built for, read from the installed ``torch/version.py``
+    (the file ``torch.__version__`` and ``torch.version.cuda`` come from) without importing
+    torch; None where that file cannot be read as plain assignments."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    values: Dict[str, object] = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and value is not None:
+            try:
+                values[target.id] = ast.literal_eval(value)
+            except ValueError:
+                continue
+    version, cuda = values.get("__version__"), values.get("cuda")
+    if not isinstance(version, str) or not (cuda is None or isinstance(cuda, str)):
+        return None
+    return {"torch": version, "cuda": cuda}
+
+
+def torch_versions(devices: NodeDevices) -> Dict[str, object]:
+    """torch's, CUDA's, cuDNN's and NCCL's versions. cuDNN and NCCL only with GPUs: CPU processes
+    never load them. On a node without GPUs, read without importing torch where it is not loaded."""
+    if devices.kind == "cpu" and "torch" not in sys.modules:
+        installed = _installed_torch_versions()
+        if installed is not None:
+            return {**installed, "cudnn": None, "nccl": None}
+    import torch
+
+    gpus = devices.kind == "cuda"
+    return {
+        "torch": str(torch.__version__),
+        "cuda": torch.version.cuda,
+        "cudnn": (
+            torch.backends.cudnn.version() if gpus and torch.backends.cudnn.is_available() else None
+        ),
+        "nccl": _nccl_version() if gpus else None,
+    }
+
+
 def _nccl_version() -> Optional[str]:
     import torch
 
@@ -134,11 +208,11 @@ def _nccl_version() -> Optional[str]:
 
 def collect_environment() -> Dict[str, object]:
     """Everything the manifest records about this node and its software."""
-    import torch
-
     devices = node_devices()
     gpus = []
     if devices.kind == "cuda":
+        import torch
+
         for i in range(devices.count):
             props = torch.cuda.get_device_properties(i)
             gpus.append(
@@ -156,10 +230,7 @@ def collect_environment() -> Dict[str, object]:
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "torchscale": __version__,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-        "nccl": _nccl_version() if devices.kind == "cuda" else None,
+        **torch_versions(devices),
         "driver": driver_version(),
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),

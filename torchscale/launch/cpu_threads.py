@@ -11,8 +11,9 @@ environment already does), else the environment's ``OMP_NUM_THREADS`` or torch's
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
 
 from torchscale.hardware.environment import CPU_SLOTS_ENV, cpu_slots, threads_per_cpu_slot
 from torchscale.plan.kind_protocol import get_kind
@@ -25,7 +26,7 @@ OMP_ENV = "OMP_NUM_THREADS"
 
 def default_threads() -> int:
     """Torch's intra-op threads in this process: what a rank started with this environment and
-    no ``OMP_NUM_THREADS`` of torchrun's gets."""
+    no ``OMP_NUM_THREADS`` of torchrun's gets. Imports torch: asked only where a line needs it."""
     import torch
 
     return int(torch.get_num_threads())
@@ -46,15 +47,16 @@ def cell_env(cell: Cell, env: Dict[str, str], device_kind: str) -> Dict[str, str
     return {**slot_threads_env(device_kind), **env}
 
 
-def torchrun_threads(nproc_per_node: int, default_threads: int) -> int:
-    """The intra-op threads plain ``torchrun --nproc_per_node N`` gives each process here."""
+def torchrun_threads(nproc_per_node: int, torch_default: Callable[[], int]) -> int:
+    """The intra-op threads plain ``torchrun --nproc_per_node N`` gives each process here
+    (``torch_default()`` where torchrun sets none)."""
     given = os.environ.get(OMP_ENV, "")
     if given.isdigit() and int(given) > 0:
         return int(given)
-    return 1 if nproc_per_node > 1 else default_threads
+    return 1 if nproc_per_node > 1 else torch_default()
 
 
-def own_threads_why(nproc_per_node: int, default_threads: int) -> str:
+def own_threads_why(nproc_per_node: int) -> str:
     """Why a script's ranks run the thread count plain ``torchrun`` gives them."""
     given = os.environ.get(OMP_ENV, "")
     if given.isdigit() and int(given) > 0:
@@ -64,21 +66,27 @@ def own_threads_why(nproc_per_node: int, default_threads: int) -> str:
     return "torch's default on this node, with one process per node"
 
 
-def script_threads_line(threads: Optional[int], nproc_per_node: int, default_threads: int) -> str:
+def script_threads_line(
+    threads: Optional[int], nproc_per_node: int, torch_default: Callable[[], int]
+) -> str:
     """What a script cell's ranks run with, and why (the console's start line)."""
     if threads is not None:
         return f"{threads} intra-op thread(s) per rank, as --threads (script.threads) sets"
-    count = torchrun_threads(nproc_per_node, default_threads)
-    why = own_threads_why(nproc_per_node, default_threads)
+    count = torchrun_threads(nproc_per_node, torch_default)
+    why = own_threads_why(nproc_per_node)
     return (
         f"{count} intra-op thread(s) per rank, what plain torchrun gives your script ({why}); "
         "--threads N sets it"
     )
 
 
-def threads_lines(cells: List[Cell], device_kind: str, default_threads: int) -> List[str]:
+def threads_lines(
+    cells: List[Cell], device_kind: str, torch_default: Callable[[], int] = default_threads
+) -> List[str]:
     """The console's lines on threads, once per launch: what each CPU rank runs, and why. On
-    GPUs nothing is set (the device does the work)."""
+    GPUs nothing is set (the device does the work). ``torch_default`` is asked at most once, and
+    only for a script cell whose count is torch's own."""
+    torch_default = functools.lru_cache(maxsize=None)(torch_default)
     if device_kind != "cpu" or not cells:
         return []
     lines: List[str] = []
@@ -99,6 +107,6 @@ def threads_lines(cells: List[Cell], device_kind: str, default_threads: int) -> 
         nproc = cell.settings.nproc_per_node
         seen.setdefault(
             f"Threads, {nproc} process(es) per node: "
-            + script_threads_line(threads, nproc, default_threads)
+            + script_threads_line(threads, nproc, torch_default)
         )
     return [*lines, *seen]
