@@ -94,6 +94,43 @@ def test_a_node_without_gpus_is_known_and_recorded_without_importing_torch() -> 
     }
 
 
+def test_torchs_version_file_is_read_as_torch_reads_it_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The versions come from ``torch/version.py`` only while it is plain assignments; any other
+    shape (or no torch found) gives None, and the caller imports torch instead."""
+    import importlib.machinery
+    import importlib.util
+
+    import torch
+
+    from torchscale.hardware import environment
+
+    assert environment._installed_torch_versions() == {
+        "torch": str(torch.__version__),
+        "cuda": torch.version.cuda,
+    }
+    found = importlib.util.find_spec
+
+    def at(folder: Path) -> None:
+        spec = importlib.machinery.ModuleSpec("torch", None, is_package=True)
+        spec.submodule_search_locations = [str(folder)]
+        monkeypatch.setattr(
+            importlib.util, "find_spec", lambda name, *a: spec if name == "torch" else found(name)
+        )
+
+    at(tmp_path)
+    (tmp_path / "version.py").write_text("__version__ = '2.99.0'\ncuda: Optional[str] = None\n")
+    assert environment._installed_torch_versions() == {"torch": "2.99.0", "cuda": None}
+    for text in ("__version__ = compute()\n", "__version__ = 2\n", "def (:\n", ""):
+        (tmp_path / "version.py").write_text(text)
+        assert environment._installed_torch_versions() is None, text
+    (tmp_path / "version.py").unlink()
+    assert environment._installed_torch_versions() is None
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert environment._installed_torch_versions() is None
+
+
 def test_torch_default_threads_are_asked_only_for_a_single_process_script_cell(
     tmp_path: Path,
 ) -> None:
