@@ -129,8 +129,7 @@ def probe_devices() -> NodeDevices:
         count = min(count, len([d for d in visible.split(",") if d.strip()]))
     if count:
         return NodeDevices("cuda", count, ["GPU"] * count)
-    slots = cpu_slots()
-    return NodeDevices("cpu", slots, [platform.processor() or platform.machine()] * slots)
+    return _cpu_devices()
 
 
 def distributed_env() -> Dict[str, str]:

@@ -86,7 +86,7 @@ def threads_lines(
     """The console's lines on threads, once per launch: what each CPU rank runs, and why. On
     GPUs nothing is set (the device does the work). ``torch_default`` is asked at most once, and
     only for a script cell whose count is torch's own."""
-    torch_default = functools.lru_cache(maxsize=None)(torch_default)
+    torch_default = functools.cache(torch_default)
     if device_kind != "cpu" or not cells:
         return []
     lines: List[str] = []
