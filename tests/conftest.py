@@ -80,6 +80,14 @@ def _in_background(item: pytest.Item) -> bool:
     return item.get_closest_marker("slow") is None and item.get_closest_marker("timed") is None
 
 
+def _alone(item: pytest.Item) -> bool:
+    """A ``timed`` test takes the machine to itself unless it says ``timed(alone=False)``: it
+    reads only a time bound, or two clocks over the same steps, which the background's
+    idle-class tests (preempted as soon as a rank wants the core) cannot move."""
+    mark = item.get_closest_marker("timed")
+    return mark is not None and bool(mark.kwargs.get("alone", True))
+
+
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     for item in items:
@@ -126,9 +134,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: Optional[pytest.Item]) 
     share: ContextManager[None]
     if _in_background(item):
         share = machine_share.in_background()
-    elif item.get_closest_marker("timed") is not None:
-        keep = nextitem is not None and nextitem.get_closest_marker("timed") is not None
-        share = machine_share.alone_until(keep)
+    elif _alone(item):
+        share = machine_share.alone_until(keep=nextitem is not None and _alone(nextitem))
     else:
         share = contextlib.nullcontext()
     with share:

@@ -28,7 +28,7 @@ from torchscale.results.store import ExperimentStore
 
 pytestmark = [
     pytest.mark.slow,  # every test here reads a real CPU benchmark (torchrun launches)
-    pytest.mark.timed,  # a 30 s start-up timeout and a hang's wall time under it
+    pytest.mark.timed(alone=False),  # a 30 s start-up timeout and a hang's wall time under it
 ]
 
 runner = CliRunner()

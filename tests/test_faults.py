@@ -265,7 +265,7 @@ def sleeper() -> Iterator[subprocess.Popen]:
 
 
 @pytest.mark.slow
-@pytest.mark.timed  # the cell's processes gone within 5 s of the SIGKILL
+@pytest.mark.timed(alone=False)  # the cell's processes gone within 5 s of the SIGKILL
 def test_sigkill_of_a_sweep_leaves_no_process_and_resume_refuses_a_live_owner(
     tmp_path: Path, sleeper: subprocess.Popen
 ) -> None:
@@ -475,7 +475,7 @@ LAUGHS = (
 )
 
 
-@pytest.mark.timed  # its time against a dry run's, both here and now
+@pytest.mark.timed(alone=False)  # its time against a dry run's, both here and now
 def test_billion_laughs_is_refused_fast_in_little_memory(
     tmp_path: Path, dry_run_clock: float
 ) -> None:
@@ -559,7 +559,7 @@ def millions(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.timed  # its time against a dry run's, both here and now
+@pytest.mark.timed(alone=False)  # its time against a dry run's, both here and now
 def test_the_matrix_cap_is_checked_before_anything_is_expanded(
     tmp_path: Path, dry_run_clock: float
 ) -> None:
@@ -575,7 +575,7 @@ def test_the_matrix_cap_is_checked_before_anything_is_expanded(
     assert as_json.exit_code == 2 and as_json.stdout == ""  # nothing half-written on stdout
 
 
-@pytest.mark.timed  # the first cells within 30 s
+@pytest.mark.timed(alone=False)  # the first cells within 30 s
 def test_dry_run_streams_a_plan_it_never_holds(tmp_path: Path) -> None:
     path = millions(tmp_path)
     proc = subprocess.Popen(

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from tests.support.profile_helpers import DATA
 from torchscale.errors import TorchscaleError
 
-pytestmark = pytest.mark.timed  # hypothesis's deadline of 5 s an example
+pytestmark = pytest.mark.timed(alone=False)  # hypothesis's deadline of 5 s an example
 
 SCALE = int(os.environ.get("TORCHSCALE_FUZZ_SCALE", "1"))
 """Examples per property, times this: 1 in CI; a longer hunt by hand, e.g. 40 (random, not

@@ -12,7 +12,9 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
-from typing import List
+from typing import Dict, List, Optional, cast
+
+import pytest
 
 from tests.support.environ import repo_pythonpath
 
@@ -84,6 +86,34 @@ def test_no_background_test_starts_between_two_timed_tests(tmp_path: Path) -> No
     (_, bg_entered, _), _ = _times(background)
     ((_, fg_second),) = _times(kept)
     assert float(fg_second) <= float(bg_entered)
+
+
+class _Marked:
+    """A collected test with these marks: the sharing rule reads only its closest marks."""
+
+    def __init__(self, *marks: pytest.MarkDecorator) -> None:
+        self._marks: Dict[str, pytest.Mark] = {m.mark.name: m.mark for m in marks}
+
+    def get_closest_marker(self, name: str) -> Optional[pytest.Mark]:
+        return self._marks.get(name)
+
+
+def test_a_timed_test_has_the_machine_alone_unless_it_reads_only_bounds() -> None:
+    """Where each test runs: a fast one in the background; a launch beside it; a timed one alone;
+    ``timed(alone=False)`` (a time bound, two clocks over the same steps) beside it too."""
+    from tests.conftest import _alone, _in_background
+
+    cases = {
+        "fast": ((), (True, False)),
+        "launch": ((pytest.mark.slow,), (False, False)),
+        "timed": ((pytest.mark.timed,), (False, True)),
+        "timed launch": ((pytest.mark.slow, pytest.mark.timed), (False, True)),
+        "a bound": ((pytest.mark.timed(alone=False),), (False, False)),
+        "a launch's bound": ((pytest.mark.slow, pytest.mark.timed(alone=False)), (False, False)),
+    }
+    for name, (marks, expected) in cases.items():
+        item = cast(pytest.Item, _Marked(*marks))
+        assert (_in_background(item), _alone(item)) == expected, name
 
 
 def test_each_group_goes_to_a_worker_of_its_own(tmp_path: Path) -> None:

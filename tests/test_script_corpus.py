@@ -30,7 +30,7 @@ from torchscale.results.store import ExperimentStore
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.timed,  # samples/s within 5% of the script's own clock
+    pytest.mark.timed(alone=False),  # samples/s within 5% of the script's own clock, same steps
 ]
 
 CORPUS = Path(__file__).resolve().parent / "data" / "scripts"

@@ -9,8 +9,11 @@ it gets a core only when no other process wants it, so it fills the cores a laun
 at once: the run-queue wait, which the busy-host verdicts read, stays the rank's own.
 
 A foreground test that reads a time (and the ``session_runs`` fixture's lanes, which fill both
-cores) takes the machine to itself: :func:`alone` waits for the background test in flight to end and
-holds the next one back until it is done. Two ``flock`` files in the session's tmp folder, which
+cores) takes the machine to itself, unless all it reads is a time bound or two clocks over the
+same steps (``timed(alone=False)``: a neighbour preempted at once cannot move those); such a test
+runs beside the background like a launch that reads no time. One that takes the machine
+(:func:`alone`) waits for the background test in flight to end and holds the next one back until
+it is done. Two ``flock`` files in the session's tmp folder, which
 both workers share, make that a readers-writer lock whose writer is not starved: the background
 passes through the gate before each test; the foreground holds the gate while it waits.
 
