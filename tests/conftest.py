@@ -76,7 +76,8 @@ fixture, is ``slow`` whether or not it says so, so ``-m "not slow"`` never launc
 
 def _in_background(item: pytest.Item) -> bool:
     """A fast test that reads no time: the background worker's (tests/support/machine_share.py);
-    every other test runs in the foreground, and a ``timed`` one with the machine to itself."""
+    every other test runs in the foreground, a ``timed`` one with the machine to itself where
+    :func:`_alone` says so."""
     return item.get_closest_marker("slow") is None and item.get_closest_marker("timed") is None
 
 

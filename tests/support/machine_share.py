@@ -13,9 +13,9 @@ cores) takes the machine to itself, unless all it reads is a time bound or two c
 same steps (``timed(alone=False)``: a neighbour preempted at once cannot move those); such a test
 runs beside the background like a launch that reads no time. One that takes the machine
 (:func:`alone`) waits for the background test in flight to end and holds the next one back until
-it is done. Two ``flock`` files in the session's tmp folder, which
-both workers share, make that a readers-writer lock whose writer is not starved: the background
-passes through the gate before each test; the foreground holds the gate while it waits.
+it is done. Two ``flock`` files in the session's tmp folder, which both workers share, make that
+a readers-writer lock whose writer is not starved: the background passes through the gate before
+each test; the foreground holds the gate while it waits.
 
 Without xdist (``-n 0``, one process) every function here does nothing.
 """
