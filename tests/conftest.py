@@ -116,9 +116,28 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return two_workers(config, log, factory.getbasetemp())
 
 
+def _compile_package() -> None:
+    """torchscale's bytecode, written once before any process of the session imports it.
+
+    Where ``PYTHONDONTWRITEBYTECODE`` is set (this machine's image sets it) no interpreter writes
+    ``__pycache__``, so each of the session's ~400 processes (the ``torchscale`` commands, the
+    torchrun agents, the pytest workers) compiled the modules it imported again (~0.2 s each);
+    ``compileall`` writes them whatever that variable says, and every process reads them. A
+    tree it cannot write is left as it is."""
+    import compileall
+
+    import torchscale
+
+    with contextlib.suppress(OSError):
+        compileall.compile_dir(Path(torchscale.__file__).parent, quiet=2)
+
+
 @pytest.hookimpl(trylast=True)  # after the tmp-path plugin has made its factory
 def pytest_configure(config: pytest.Config) -> None:
-    """In an xdist worker: the folder the two workers share their machine through."""
+    """Bytecode before the first process imports torchscale; in an xdist worker, the folder the
+    two workers share their machine through."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        _compile_package()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         from tests.support import machine_share
 

@@ -16,6 +16,7 @@ from tests.support.shared_runs import Run
 from torchscale.analysis.scaling import label_variants, scaling_curves
 from torchscale.analysis.training_tables import training_table
 from torchscale.errors import TorchscaleError
+from torchscale.launch.forked_ranks import FORK_ENV, FORKED_LINE
 from torchscale.results.layout import experiment_dirname
 from torchscale.results.schema import TrainingResult
 from torchscale.results.store import ExperimentStore
@@ -85,7 +86,9 @@ def test_example_reproduces_the_report_scaling_table(healthy: Path, tmp_path: Pa
     assert f"{report.loc[2, 'scaling_efficiency']:.1%}" in printed  # type: ignore[str-bytes-safe]  # a float column
 
 
-def test_run_returns_results_like_the_cli(tmp_path: Path) -> None:
+def test_run_returns_results_like_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also the start a GPU node's ranks get: each in a fresh interpreter, not forked."""
+    monkeypatch.setenv(FORK_ENV, "0")
     config = {
         "experiment_name": "api run",
         "models": ["gpt2-tiny"],
@@ -105,6 +108,9 @@ def test_run_returns_results_like_the_cli(tmp_path: Path) -> None:
     assert results.table.to_csv(index=False) == summary
     assert torchscale.load(results.path).to_csv(index=False) == summary
     assert len(results.steps()) == 4  # one rank, four measured steps
+    (exits,) = results.path.rglob("exits.*.jsonl")
+    assert '"exitcode": 0' in exits.read_text()
+    assert FORKED_LINE not in (exits.parent / "launch.log").read_text(errors="replace")
     with pytest.raises(TorchscaleError, match="already holds results"):
         torchscale.run(config, tmp_path)
 

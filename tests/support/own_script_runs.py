@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -85,11 +84,10 @@ def _start_wrap(root: Path, script: Path, *args: str, **knobs: Any) -> Any:
     cell = root / f"{script.stem}-{len(list(root.iterdir()))}"
     cell.mkdir()
     (cell / "cell.json").write_text(json.dumps({"settings": settings.model_dump(mode="json")}))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    # Port 0: the one rank's store listens where the OS says. A free port probed here and closed
+    # again was once taken by another process of the lanes before the rank listened on it.
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"}  # fmt: skip
     process = subprocess.Popen(
         [sys.executable, "-m", "torchscale.script.wrap", "--cell", str(cell / "cell.json"),
          "--out", str(cell / "result.json")],

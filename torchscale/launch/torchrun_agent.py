@@ -14,7 +14,11 @@ itself signals a worker it is ending after another failed. torchrun itself polls
 workers and reports only those that failed before it stopped the rest; a rank killed by SIGKILL
 or one that called ``os._exit(0)`` is named here, and the launcher can tell who left first
 (``torchscale.launch.failure_cause``). The end is seen through a pidfd, at once, and read with
-``WNOWAIT``, so torchrun still reaps its workers as usual. Nothing from torchscale is imported.
+``WNOWAIT``, so torchrun still reaps its workers as usual.
+
+On a node without GPUs the ranks of torchscale's own workers are forks of this agent, which has
+loaded their modules once (``torchscale.launch.forked_ranks``); anything else starts as torchrun
+starts it.
 
 The agent is a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): a process a rank started and
 detached (a daemon that forks twice and calls ``setsid``) is re-parented to the agent instead of
@@ -36,6 +40,8 @@ import threading
 import time
 import traceback
 from typing import Any, Dict, List, Optional, Set, Tuple
+
+from torchscale.launch import forked_ranks
 
 EXITS_ENV = "TORCHSCALE_EXITS"
 PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
@@ -208,6 +214,9 @@ def end_left_behind() -> List[str]:
 
 def main() -> None:
     subreaper = become_subreaper()
+    forked = forked_ranks.forked_worker(sys.argv[1:])
+    if forked is not None:  # before torch's launcher binds Popen, and below the exit log's
+        subprocess.Popen = forked_ranks.ForkingPopen  # type: ignore[misc]
     path = os.environ.get(EXITS_ENV)
     exits = None
     if path and hasattr(os, "waitid"):  # Linux (not macOS): read an end without reaping it
@@ -217,6 +226,9 @@ def main() -> None:
             print(f"torchscale: cannot record the workers' exits in {path}: {exc}", file=sys.stderr)
     from torch.distributed.run import main as torchrun
 
+    if forked is not None:
+        forked_ranks.preload(forked)
+        print(forked_ranks.FORKED_LINE, file=sys.stderr, flush=True)
     code = 0
     try:
         torchrun()
