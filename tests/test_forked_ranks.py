@@ -213,3 +213,17 @@ def test_the_healthy_runs_ranks_were_forked_and_each_ended_as_torchrun_saw_it(
         starts = {e["pid"] for e in events if e["event"] == "start"}
         ends = {e["pid"]: e.get("exitcode") for e in events if e["event"] == "end"}
         assert starts and set(ends) == starts and set(ends.values()) == {0}, events
+
+
+def test_preload_imports_the_workers_modules_and_freezes_them_for_the_forks() -> None:
+    """What the agent loads before its first fork: the worker's code, frozen out of the
+    collector (a rank's collections would copy every page of it from the agent's)."""
+    import gc
+
+    gc.unfreeze()
+    try:
+        forked_ranks.preload("torchscale.comm.worker")
+        assert "torchscale.comm.worker" in sys.modules
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

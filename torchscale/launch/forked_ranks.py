@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import importlib
 import io
 import os
@@ -87,11 +88,15 @@ def forked_worker(agent_argv: Sequence[str]) -> Optional[str]:
 
 
 def preload(module: str) -> None:
-    """Load what each rank of ``module`` would import, once, in the agent."""
+    """Load what each rank of ``module`` would import, once, in the agent. The objects loaded are
+    then frozen out of the collector's sight (``gc.freeze``): a rank's collections would otherwise
+    walk every one of them and so copy their pages from the agent's (its exit's collection too)."""
     code, builds_ddp = FORKED_WORKERS[module]
     importlib.import_module(code)
     if builds_ddp:
         importlib.import_module("torch._dynamo")
+    gc.collect()
+    gc.freeze()
 
 
 def _exec_like_signals() -> None:

@@ -404,10 +404,13 @@ def _sweep(
             store.write_manifest(manifest)
         events.cell_finished(cell, new, write_summary(store, records))
 
-    def polled(elapsed_s: float) -> None:
-        # A folder deleted under a running cell stops the sweep now, not when the cell ends.
+    def still_owned() -> None:
+        # A folder deleted under a running launch stops the sweep now, not when its cell ends.
         if recording:
             store.check_owned()
+
+    def polled(elapsed_s: float) -> None:
+        still_owned()
         events.cell_polled(elapsed_s)
 
     reasons = {cell.cell_id: skip_reason(cell, devices, launch) for cell in todo}
@@ -423,7 +426,7 @@ def _sweep(
             run_group(
                 unit, store, experiment, env=cell_env(unit[0], env, devices.kind),
                 profile=profile, on_started=start,
-                on_poll=polled, on_finished=finish,
+                on_poll=events.cell_polled, on_tick=still_owned, on_finished=finish,
             )  # fmt: skip
             continue
         cell = unit[0]

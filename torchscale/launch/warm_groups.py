@@ -177,16 +177,23 @@ def run_group(
     profile: Optional[ProfileRequest] = None,
     on_started: Callable[[Cell], None],
     on_poll: Optional[Callable[[float], None]] = None,
+    on_tick: Optional[Callable[[], None]] = None,
     on_finished: GroupCallback,
 ) -> None:
     """Run ``cells`` in warm launches; every cell is handed to ``on_finished`` with its records
-    as soon as it ends. Relaunches from the cell after one that crashed or hung."""
+    as soon as it ends. Relaunches from the cell after one that crashed or hung.
+
+    ``on_poll(elapsed_s)`` is called while a cell runs; ``on_tick()`` at every poll from the
+    launch's start, a cell seen running or not (a group's first cell can be measuring before its
+    start event is read, or the folder holding that event be gone): what it raises ends the
+    launch."""
     pending = list(cells)
     attempt = 0
     while pending:
         pending = _launch(
-            pending, store, experiment, attempt, env, profile, on_started, on_poll, on_finished
-        )
+            pending, store, experiment, attempt, env, profile, on_started,
+            (on_poll, on_tick), on_finished,
+        )  # fmt: skip
         attempt += 1
 
 
@@ -198,7 +205,7 @@ def _launch(
     env: Optional[Dict[str, str]],
     profile: Optional[ProfileRequest],
     on_started: Callable[[Cell], None],
-    on_poll: Optional[Callable[[float], None]],
+    polls: Tuple[Optional[Callable[[float], None]], Optional[Callable[[], None]]],
     on_finished: GroupCallback,
 ) -> List[Cell]:
     """One torchrun launch of ``cells``; returns those it did not get to."""
@@ -258,7 +265,11 @@ def _launch(
 
     stopped_at: List[float] = []  # when the timeout or the stall watch ended the launch
 
+    on_poll, on_tick = polls
+
     def poll(elapsed_s: float) -> None:
+        if on_tick is not None:
+            on_tick()
         for event in state.events():
             handle(event)
         current = len(state.done)
