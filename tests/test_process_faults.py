@@ -98,6 +98,13 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, silent_server: str) -> Dict[
     return {"run": done, "store": store, "records": records, "tag": tag}
 
 
+def _exit_log(sweep: Dict[str, Any], record: Any, event: str) -> List[Dict[str, Any]]:
+    """The ``event`` lines of the exit log of the warm group that ran ``record``'s cell."""
+    group = sweep["store"].root / "groups" / record.launch["group"]
+    lines = [line for path in group.glob("exits.*.jsonl") for line in path.read_text().splitlines()]
+    return [doc for doc in map(json.loads, lines) if doc["event"] == event]
+
+
 def _after_the_cause(sweep: Dict[str, Any], record: Any, cause: str) -> None:
     """The survivor's part of a record whose cause is rank 1's departure, as the evidence says.
 
@@ -111,13 +118,7 @@ def _after_the_cause(sweep: Dict[str, Any], record: Any, cause: str) -> None:
     if (ranks / "rank0.error.json").exists():
         assert record.error.startswith(f"{cause}; rank 0 then lost its peer ("), record.error
         return
-    group = sweep["store"].root / "groups" / record.launch["group"]
-    stops = [
-        json.loads(line)
-        for path in group.glob("exits.*.jsonl")
-        for line in path.read_text().splitlines()
-        if '"stop"' in line
-    ]
+    stops = _exit_log(sweep, record, "stop")
     assert [(stop["rank"], stop["signal"]) for stop in stops] == [(0, 15)], stops
     assert record.error.startswith(cause) and "rank 0" not in record.error, record.error
 
@@ -135,13 +136,7 @@ def test_a_rank_killed_by_sigkill_is_named_and_its_child_is_gone(sweep: Dict[str
     # The rank's own child (its session's, outside torchrun's tree) ended with the launch.
     assert pids_of(sweep["tag"]) == []
     # torchrun's agent said how each worker ended: rank 1 by signal 9, first.
-    group = sweep["store"].root / "groups" / record.launch["group"]
-    ends = [
-        json.loads(line)
-        for path in group.glob("exits.*.jsonl")
-        for line in path.read_text().splitlines()
-        if '"end"' in line
-    ]
+    ends = _exit_log(sweep, record, "end")
     first = min(ends, key=lambda end: end["time"])
     assert (first["rank"], first.get("signal")) == (1, 9), ends
 
