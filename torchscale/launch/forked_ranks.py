@@ -133,7 +133,8 @@ def _std_streams(fds: Tuple[int, int, int], keep: Sequence[int]) -> None:
     )
 
 
-def _exit_code(exc: SystemExit) -> int:
+def exit_code(exc: SystemExit) -> int:
+    """The status an interpreter ends with on ``exc`` (a message is printed, and is 1)."""
     if exc.code is None or isinstance(exc.code, int):
         return exc.code or 0
     print(exc.code, file=sys.stderr)  # what Python prints for sys.exit("message")
@@ -165,7 +166,7 @@ def _run_rank(module: str, args: List[str], env: Dict[str, str], child: Dict[str
             runpy.run_module(module, run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as exc:
-            code = _exit_code(exc)
+            code = exit_code(exc)
         except KeyboardInterrupt:
             traceback.print_exc()
             sys.stderr.flush()

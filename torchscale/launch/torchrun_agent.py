@@ -49,13 +49,6 @@ LEFT_GRACE_S = 1.0  # what a left-behind process gets after SIGTERM
 POLL_S = 0.02  # without pidfds (old kernels): how often each worker is checked
 
 
-def _code(exc: SystemExit) -> int:
-    if exc.code is None or isinstance(exc.code, int):
-        return exc.code or 0
-    print(exc.code, file=sys.stderr)  # what Python prints for sys.exit("message")
-    return 1
-
-
 def _ended(pid: int, how: int) -> Optional[Tuple[int, int]]:
     """(si_code, si_status) of an ended child, left unreaped; None while it runs or once reaped."""
     try:
@@ -233,7 +226,7 @@ def main() -> None:
     try:
         torchrun()
     except SystemExit as exc:
-        code = _code(exc)
+        code = forked_ranks.exit_code(exc)
     except KeyboardInterrupt:
         code = 130
     except BaseException:  # a failed worker (ChildFailedError), a signal: as Python would report
