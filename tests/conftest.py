@@ -138,7 +138,7 @@ def pytest_configure(config: pytest.Config) -> None:
     two workers share their machine through."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         _compile_package()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    else:
         from tests.support import machine_share
 
         factory: pytest.TempPathFactory = config._tmp_path_factory  # type: ignore[attr-defined]

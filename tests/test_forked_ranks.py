@@ -53,17 +53,12 @@ def _start(
     env.pop("FORKED_PROBE_AGENT_ONLY", None)
     with open(folder / "stdout.log", "w") as out, open(folder / "stderr.log", "w") as err:
         command = [sys.executable, "-u", "-m", PROBE, str(report), *how]
-        workers = {**FORKED_WORKERS, PROBE: (PROBE, False)} if fork else dict(FORKED_WORKERS)
-        saved = dict(FORKED_WORKERS)
-        FORKED_WORKERS.clear()
-        FORKED_WORKERS.update(workers)
-        try:
+        with pytest.MonkeyPatch.context() as patch:
+            if fork:
+                patch.setitem(FORKED_WORKERS, PROBE, (PROBE, False))
             proc = ForkingPopen(
                 command, env=env, stdout=out, stderr=err, start_new_session=True, cwd=str(folder)
             )
-        finally:
-            FORKED_WORKERS.clear()
-            FORKED_WORKERS.update(saved)
         code = proc.wait(timeout=60)
     doc = json.loads(report.read_text())
     return code, doc, (folder / "stdout.log").read_text(), (folder / "stderr.log").read_text()

@@ -143,12 +143,14 @@ def exit_code(exc: SystemExit) -> int:
 
 def _run_rank(module: str, args: List[str], env: Dict[str, str], child: Dict[str, Any]) -> None:
     """In the forked child: become what ``exec`` of ``python -u -m module args`` would have
-    started, run it, and end as that interpreter would. Never returns."""
+    started, run it, and end as that interpreter would. ``child``: ``_execute_child``'s arguments
+    by name. Never returns."""
     code = 1
     try:
         if child["start_new_session"]:
             os.setsid()
-        _std_streams((child["p2cread"], child["c2pwrite"], child["errwrite"]), child["pass_fds"])
+        fds = (child["p2cread"], child["c2pwrite"], child["errwrite"])
+        _std_streams(fds, tuple(child["pass_fds"] or ()))
         if child["cwd"] is not None:
             os.chdir(child["cwd"])
         os.environ.clear()
@@ -200,15 +202,10 @@ class ForkingPopen(subprocess.Popen):  # type: ignore[type-arg]
         if module not in FORKED_WORKERS or env is None or not plain:
             super()._execute_child(args, executable, *rest)  # type: ignore[misc]
             return
-        child = {
-            name: given[name]
-            for name in ("p2cread", "c2pwrite", "errwrite", "cwd", "start_new_session")
-        }
-        child["pass_fds"] = tuple(given.get("pass_fds") or ())
         environment = {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()}
         pid = os.fork()
         if pid == 0:
-            _run_rank(module, argv[4:], environment, child)
+            _run_rank(module, argv[4:], environment, given)
         self.pid = pid
         self._child_created = True
         self._close_pipe_fds(  # type: ignore[attr-defined]

@@ -191,8 +191,8 @@ def run_group(
     attempt = 0
     while pending:
         pending = _launch(
-            pending, store, experiment, attempt, env, profile, on_started,
-            (on_poll, on_tick), on_finished,
+            pending, store, experiment, attempt, env, profile, on_started, on_poll, on_tick,
+            on_finished,
         )  # fmt: skip
         attempt += 1
 
@@ -205,7 +205,8 @@ def _launch(
     env: Optional[Dict[str, str]],
     profile: Optional[ProfileRequest],
     on_started: Callable[[Cell], None],
-    polls: Tuple[Optional[Callable[[float], None]], Optional[Callable[[], None]]],
+    on_poll: Optional[Callable[[float], None]],
+    on_tick: Optional[Callable[[], None]],
     on_finished: GroupCallback,
 ) -> List[Cell]:
     """One torchrun launch of ``cells``; returns those it did not get to."""
@@ -264,8 +265,6 @@ def _launch(
             state.since = ended
 
     stopped_at: List[float] = []  # when the timeout or the stall watch ended the launch
-
-    on_poll, on_tick = polls
 
     def poll(elapsed_s: float) -> None:
         if on_tick is not None:
